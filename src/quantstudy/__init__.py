@@ -1,0 +1,26 @@
+"""quantstudy: does FP8 post-training quantization pay for this timm classifier?
+
+The package root exports only the entry points users call; everything else lives in its stage's
+subpackage (see docs/DESIGN.md). Importing it does no GPU work.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["StudyConfig", "UserError", "__version__", "run_study"]
+
+
+def __getattr__(name: str):
+    # Lazy, so `import quantstudy` stays cheap and never imports torch or touches CUDA.
+    if name == "run_study":
+        from quantstudy.study.run import run_study
+
+        return run_study
+    if name == "StudyConfig":
+        from quantstudy.study.config import StudyConfig
+
+        return StudyConfig
+    if name == "UserError":
+        from quantstudy.errors import UserError
+
+        return UserError
+    raise AttributeError(name)

@@ -1,0 +1,151 @@
+"""Scan an image folder into labelled or unlabelled items, decoding every image once.
+
+Labels come from a class list (one wnid a line, line number = label index), never from the
+folders that happen to be present: a subset folder with 725 of 1000 classes must still give the
+label indices the model was trained with. Bad files are recorded, not silently dropped, so the
+study can say how many images it did not use and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import timm.data
+from PIL import Image
+
+from quantstudy.errors import UserError
+from quantstudy.study.schema import SkippedImage
+
+IMAGE_SUFFIXES = frozenset(
+    {".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff", ".ppm", ".pgm"}
+)
+
+
+@dataclass(frozen=True)
+class ImageItem:
+    id: str  # posix path relative to the scanned root
+    path: Path
+    label: int | None
+    wnid: str | None
+
+
+@dataclass
+class FolderScan:
+    root: Path
+    items: list[ImageItem]
+    labelled: bool
+    class_list: Path | None  # None: timm's ImageNet-1k wnids
+    skipped: list[SkippedImage]
+
+
+def scan_folder(root: Path, class_list: Path | None = None) -> FolderScan:
+    """Scan `root`: `<wnid>/<image>` folders give labelled items, a flat folder unlabelled ones."""
+    root = Path(root).expanduser()
+    if not root.exists():
+        raise UserError(f"data folder {root} does not exist; pass an existing folder of images")
+    if not root.is_dir():
+        raise UserError(f"data path {root} is not a folder; pass a folder of images")
+    subfolders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    files = sorted(p for p in root.iterdir() if p.is_file())
+    items: list[ImageItem] = []
+    skipped: list[SkippedImage] = []
+    if subfolders:
+        wnids = read_class_list(class_list)
+        index = {wnid: i for i, wnid in enumerate(wnids)}
+        _check_subfolders(subfolders, index, class_list)
+        skipped += [_skip(root, p, "file outside the class folders") for p in files]
+        for folder in subfolders:
+            label = index[folder.name]
+            for path in sorted(folder.iterdir()):
+                _add(root, path, label, folder.name, items, skipped)
+    else:
+        for path in files:
+            _add(root, path, None, None, items, skipped)
+    if not items:
+        reasons = ""
+        if skipped:
+            first = skipped[0]
+            reasons = f" ({len(skipped)} files skipped, e.g. {first.id}: {first.reason})"
+        raise UserError(
+            f"no usable image in {root}{reasons}; pass a folder of images or of <wnid>/<image> "
+            f"class folders"
+        )
+    items.sort(key=lambda item: item.id)
+    skipped.sort(key=lambda s: s.id)
+    return FolderScan(
+        root=root,
+        items=items,
+        labelled=bool(subfolders),
+        class_list=Path(class_list) if class_list is not None else None,
+        skipped=skipped,
+    )
+
+
+def read_class_list(class_list: Path | None = None) -> list[str]:
+    """The wnids in label order: from `class_list`, or timm's ImageNet-1k synsets when None."""
+    if class_list is None:
+        return list(timm.data.ImageNetInfo().label_names())
+    path = Path(class_list).expanduser()
+    if not path.is_file():
+        raise UserError(f"class list {path} does not exist; pass a file with one wnid a line")
+    lines = path.read_text(encoding="utf-8").rstrip("\n").split("\n")
+    wnids = [line.strip() for line in lines]
+    if not wnids or "" in wnids:
+        line = wnids.index("") + 1 if "" in wnids else 1
+        raise UserError(f"class list {path}: empty line {line}; write one wnid a line, no gaps")
+    seen: set[str] = set()
+    for i, wnid in enumerate(wnids):
+        if wnid in seen:
+            raise UserError(f"class list {path}: {wnid!r} repeated on line {i + 1}")
+        seen.add(wnid)
+    return wnids
+
+
+def _check_subfolders(subfolders: list[Path], index: dict[str, int], class_list: Path | None):
+    unknown = [p.name for p in subfolders if p.name not in index]
+    if unknown:
+        source = str(class_list) if class_list is not None else "timm's ImageNet-1k class list"
+        raise UserError(
+            f"subfolder {unknown[0]!r} ({len(unknown)} unknown in all) is not a class in "
+            f"{source}; pass --class-list FILE naming every class folder, remove the folder, or "
+            f"put images directly in the data folder for an unlabelled study"
+        )
+
+
+def _add(
+    root: Path,
+    path: Path,
+    label: int | None,
+    wnid: str | None,
+    items: list[ImageItem],
+    skipped: list[SkippedImage],
+) -> None:
+    if path.is_dir():
+        skipped.append(_skip(root, path, "folder inside a class folder (not scanned)"))
+    elif path.suffix.lower() not in IMAGE_SUFFIXES:
+        skipped.append(_skip(root, path, f"not an image file (suffix {path.suffix or 'none'!r})"))
+    else:
+        problem = _decode_problem(path)
+        if problem:
+            skipped.append(_skip(root, path, problem))
+        else:
+            items.append(ImageItem(_rel(root, path), path, label, wnid))
+
+
+def _decode_problem(path: Path) -> str | None:
+    """Decode the whole image; return why it cannot be used, or None."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        return f"cannot decode image: {type(e).__name__}: {e}"
+    return None
+
+
+def _skip(root: Path, path: Path, reason: str) -> SkippedImage:
+    return SkippedImage(id=_rel(root, path), reason=reason)
+
+
+def _rel(root: Path, path: Path) -> str:
+    return path.relative_to(root).as_posix()

@@ -1,0 +1,90 @@
+"""Seeded, class-balanced, disjoint calibration and held-out sets.
+
+Calibrating on held-out images would flatter the quantized model, so the two sets never share an
+image (by id or by file). Balance keeps one over-represented class from steering the scales or
+the accuracy: per-class counts differ by at most one wherever the folder has enough images.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Literal
+
+from quantstudy.data.folders import ImageItem
+from quantstudy.errors import UserError
+from quantstudy.study.schema import ImageSet
+
+
+def split_items(
+    items: list[ImageItem],
+    n_calib: int,
+    n_heldout: int,
+    seed: int = 0,
+    calib_items: list[ImageItem] | None = None,
+) -> tuple[list[ImageItem], list[ImageItem]]:
+    """Return (calibration, held-out), each sorted by id.
+
+    Calibration comes from `calib_items` when given (another folder), else from `items`; held-out
+    comes from what `items` has left. Fewer images than asked: all available are taken, and the
+    caller records the real counts.
+    """
+    for what, n in (("calibration", n_calib), ("held-out", n_heldout)):
+        if n <= 0:
+            raise UserError(f"{what} image count must be positive, got {n}")
+    source = items if calib_items is None else calib_items
+    calib = _take(source, n_calib, random.Random(f"{seed}:calibration"))
+    used_ids = {item.id for item in calib}
+    used_paths = {_key(item.path) for item in calib}
+    rest = [i for i in items if i.id not in used_ids and _key(i.path) not in used_paths]
+    heldout = _take(rest, n_heldout, random.Random(f"{seed}:heldout"))
+    return calib, heldout
+
+
+def summarize_set(
+    role: Literal["calibration", "heldout"],
+    folder: str | Path,
+    items: list[ImageItem],
+    labelled: bool,
+) -> ImageSet:
+    """The record of one set: sorted ids, their hash, and per-class counts when labelled."""
+    ids = sorted(item.id for item in items)
+    counts = Counter(item.label for item in items) if labelled else Counter()
+    return ImageSet(
+        role=role,
+        folder=str(folder),
+        labelled=labelled,
+        n_images=len(ids),
+        n_classes=len(counts) if labelled else None,
+        per_class_min=min(counts.values()) if counts else None,
+        per_class_max=max(counts.values()) if counts else None,
+        ids_sha256=hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest(),
+        ids=ids,
+    )
+
+
+def _take(items: list[ImageItem], n: int, rng: random.Random) -> list[ImageItem]:
+    """Up to `n` items: round-robin over shuffled classes when labelled, else a random sample."""
+    ordered = sorted(items, key=lambda item: item.id)  # input order must not matter
+    if any(item.label is None for item in ordered):
+        rng.shuffle(ordered)
+        return sorted(ordered[:n], key=lambda item: item.id)
+    by_class: dict[int, list[ImageItem]] = defaultdict(list)
+    for item in ordered:
+        by_class[item.label].append(item)
+    for members in by_class.values():
+        rng.shuffle(members)
+    classes = sorted(by_class)
+    rng.shuffle(classes)
+    chosen: list[ImageItem] = []
+    depth = 0
+    while len(chosen) < n and len(chosen) < len(ordered):
+        chosen += [by_class[c][depth] for c in classes if depth < len(by_class[c])]
+        depth += 1
+    return sorted(chosen[:n], key=lambda item: item.id)
+
+
+def _key(path: Path) -> str:
+    return str(Path(path).resolve())

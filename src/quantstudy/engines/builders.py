@@ -1,0 +1,178 @@
+"""The four engines of a study: fp32 reference, fp16, FP8, and the fp32 fake-quant emulation.
+
+Each builder copies the loaded fp32 model, so engines never share mutable state. On CUDA the fp16
+and FP8 engines are compiled with Inductor (`torch.compile`, static shapes); the timing harness
+captures them in CUDA graphs. On CPU they run eagerly, with bf16 in place of fp16.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from quantstudy.engines.base import Engine
+from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8
+from quantstudy.quant.fold import fold_batchnorm
+from quantstudy.speed.size import weight_bytes
+from quantstudy.study.schema import EngineInfo
+
+COMPILE_MODES = {
+    # Our own name -> torch.compile mode. CUDA graphs are captured by the harness, not Inductor.
+    "default": None,
+    "max-autotune": "max-autotune-no-cudagraphs",
+}
+
+
+def numerics() -> dict[str, str]:
+    """The global numeric settings an engine ran under, for the record."""
+    return {
+        "cuda.matmul.allow_tf32": str(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn.allow_tf32": str(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn.benchmark": str(torch.backends.cudnn.benchmark),
+    }
+
+
+def set_numerics() -> None:
+    """Explicit numerics for every study: no TF32 (the fp32 reference must be fp32)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.benchmark = True
+
+
+def half_dtype(device: torch.device) -> torch.dtype:
+    """fp16 where the device has fast fp16 kernels (CUDA), bf16 on CPU."""
+    return torch.float16 if device.type == "cuda" else torch.bfloat16
+
+
+def count_float_layers(model: nn.Module) -> int:
+    return sum(isinstance(m, (nn.Conv2d, nn.Linear)) for m in model.modules())
+
+
+@dataclass
+class BuiltEngine(Engine):
+    """An engine assembled by one of the builders below."""
+
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    channels_last: bool
+    module: Callable[[torch.Tensor], torch.Tensor]
+    eager: nn.Module
+    compiled: bool
+    compile_mode: str | None
+    applied: Applied = field(default_factory=lambda: Applied([], []))
+    float_layers: int = 0
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(
+            name=self.name,
+            compute_dtype=str(self.dtype).removeprefix("torch."),
+            device=str(self.device),
+            compiled=self.compiled,
+            compile_mode=self.compile_mode,
+            cuda_graphs=self.compiled and self.device.type == "cuda",
+            channels_last=self.channels_last,
+            fp8_real=list(self.applied.real),
+            fp8_emulated=[name for name, _ in self.applied.emulated],
+            fp16_layers=self.float_layers,
+            weight_bytes=weight_bytes(self.eager),
+            numerics=numerics(),
+        )
+
+
+def _compile(module: nn.Module, device: torch.device, mode: str) -> tuple[Callable, bool]:
+    if device.type != "cuda":
+        return module, False
+    os.environ.setdefault(
+        "TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "quantstudy" / "inductor")
+    )
+    return torch.compile(module, mode=COMPILE_MODES[mode], dynamic=False, fullgraph=False), True
+
+
+def build_fp32(model: nn.Module, device: torch.device) -> BuiltEngine:
+    """The reference: the original model, eager, float32, BatchNorm unfolded."""
+    m = copy.deepcopy(model).eval().to(device)
+    n = count_float_layers(m)
+    return BuiltEngine("fp32", device, torch.float32, False, m, m, False, None, float_layers=n)
+
+
+def _folded_copy(model: nn.Module, example: torch.Tensor, fold: bool) -> nn.Module:
+    m = copy.deepcopy(model).eval()
+    if fold:
+        fold_batchnorm(m, example)
+    return m
+
+
+def build_half(
+    model: nn.Module,
+    device: torch.device,
+    example: torch.Tensor,
+    *,
+    fold: bool = True,
+    compile_mode: str = "default",
+    dtype: torch.dtype | None = None,
+) -> BuiltEngine:
+    """The fp16 engine: BatchNorm folded, whole model in fp16 (bf16 on CPU), channels-last.
+
+    It keeps the name "fp16" whatever `dtype` is; `EngineInfo.compute_dtype` says what ran.
+    """
+    dtype = dtype or half_dtype(device)
+    m = _folded_copy(model, example, fold).to(device, dtype)
+    m = m.to(memory_format=torch.channels_last)
+    fn, compiled = _compile(m, device, compile_mode)
+    return BuiltEngine(
+        "fp16", device, dtype, True, fn, m, compiled, compile_mode if compiled else None,
+        float_layers=count_float_layers(m),
+    )
+
+
+def build_fp8(
+    model: nn.Module,
+    device: torch.device,
+    example: torch.Tensor,
+    plan: QuantPlan,
+    *,
+    fold: bool = True,
+    compile_mode: str = "default",
+    dtype: torch.dtype | None = None,
+) -> BuiltEngine:
+    """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules."""
+    dtype = dtype or half_dtype(device)
+    source = _folded_copy(model, example, fold)
+    m = copy.deepcopy(source).to(dtype)
+    applied = apply_fp8(m, source, plan, dtype)
+    m = m.to(device).to(memory_format=torch.channels_last)
+    fn, compiled = _compile(m, device, compile_mode)
+    return BuiltEngine(
+        "fp8", device, dtype, True, fn, m, compiled, compile_mode if compiled else None,
+        applied=applied, float_layers=count_float_layers(model) - len(plan.layers),
+    )
+
+
+def build_fakequant(
+    model: nn.Module,
+    device: torch.device,
+    example: torch.Tensor,
+    plan: QuantPlan,
+    *,
+    fold: bool = True,
+    weights: bool = True,
+    activations: bool = True,
+    name: str = "fakequant",
+) -> BuiltEngine:
+    """The recipe emulated in fp32, eager: same quantization points as the FP8 engine."""
+    m = _folded_copy(model, example, fold)
+    applied = apply_fake_quant(m, plan, weights=weights, activations=activations)
+    m = m.to(device)
+    return BuiltEngine(
+        name, device, torch.float32, False, m, m, False, None,
+        applied=applied, float_layers=count_float_layers(model) - len(plan.layers),
+    )

@@ -1,0 +1,277 @@
+"""Quality of one engine against the fp32 reference on the held-out set, as record sections.
+
+`score_engine` gives what the seed reviews asked for, each as its own number: top-1/top-5 against
+labels, agreement with fp32 as a count of differing images, the net change in correct predictions
+split into gained and lost (plus wrong-to-wrong), McNemar's exact p and a paired bootstrap interval,
+and KL(fp32 || engine) per image. `emulation_gap` compares the FP8 engine with its own fake-quant
+emulation image by image, so "the loss comes from the recipe, not the engine" is a measurement.
+
+Non-finite logits: a row holding a NaN or Inf is a broken prediction. It counts as a differing,
+incorrect prediction (never as agreement or as a hit), and it is left out of the KL statistics,
+the KL histogram and the max logit difference, which are computed over rows finite in both
+engines; `nonfinite.scan_nonfinite` names those rows, and `build_quality_section` warns about them.
+If no row is finite in both, the KL figures are NaN (undefined), never a silent average.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from quantstudy.quality.balance import precision_warnings, sample_balance
+from quantstudy.quality.nonfinite import finite_rows
+from quantstudy.quality.paired import mcnemar_exact, paired_bootstrap, paired_counts
+from quantstudy.study.schema import EmulationGap, EngineQuality, NonFiniteScan, QualitySection
+
+# Fixed, log-spaced KL bins shared by every engine and study, so histograms compare directly:
+# 36 bins from 1e-6 to 10 nats; smaller values (including 0) land in the first bin, larger in the
+# last.
+KL_BIN_EDGES: tuple[float, ...] = tuple(float(e) for e in np.logspace(-6.0, 1.0, 37))
+TOP5 = 5
+RANDOM_WEIGHTS_REASON = (
+    "random weights: accuracy numbers are meaningless; agreement and KL still compare engines"
+)
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """Top-1 classes of an (N, C) logit tensor, with the mask of rows that are finite."""
+
+    top1: np.ndarray
+    valid: np.ndarray
+
+    @classmethod
+    def of(cls, logits: torch.Tensor) -> Predictions:
+        return cls(top1=logits.argmax(dim=1).cpu().numpy(), valid=finite_rows(logits))
+
+    def agrees_with(self, other: Predictions) -> np.ndarray:
+        """Per image: both predictions valid and the same class."""
+        return self.valid & other.valid & (self.top1 == other.top1)
+
+    def correct(self, labels: np.ndarray) -> np.ndarray:
+        return self.valid & (self.top1 == labels)
+
+
+@dataclass(frozen=True)
+class KLStats:
+    """Summary of per-image KL values (nats); NaN when there are no values."""
+
+    mean: float
+    median: float
+    p99: float
+    max: float
+
+    @classmethod
+    def of(cls, kl: np.ndarray) -> KLStats:
+        if kl.size == 0:
+            nan = float("nan")
+            return cls(mean=nan, median=nan, p99=nan, max=nan)
+        return cls(
+            mean=float(kl.mean()),
+            median=float(np.median(kl)),
+            p99=float(np.percentile(kl, 99)),
+            max=float(kl.max()),
+        )
+
+
+def kl_per_image(p_logits: torch.Tensor, q_logits: torch.Tensor) -> np.ndarray:
+    """KL(P || Q) in nats for each row, from log_softmax in float64.
+
+    Rows must be finite. Rounding can leave a true zero a few ulps below 0; it is clamped to 0.
+    """
+    log_p = torch.log_softmax(p_logits.double(), dim=1)
+    log_q = torch.log_softmax(q_logits.double(), dim=1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(dim=1)
+    return kl.clamp_min(0.0).cpu().numpy()
+
+
+def kl_histogram(kl: np.ndarray) -> list[int]:
+    """Counts of `kl` over `KL_BIN_EDGES`, out-of-range values clipped into the end bins."""
+    clipped = np.clip(kl, KL_BIN_EDGES[0], KL_BIN_EDGES[-1])
+    counts, _ = np.histogram(clipped, bins=np.asarray(KL_BIN_EDGES))
+    return [int(c) for c in counts]
+
+
+def max_abs_logit_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest absolute difference between two finite logit tensors (0.0 when empty)."""
+    if a.numel() == 0:
+        return 0.0
+    return float((a.double() - b.double()).abs().max())
+
+
+def topk_correct(logits: torch.Tensor, labels: np.ndarray, k: int) -> np.ndarray:
+    """Per image: the label is among the k largest logits of a finite row (k capped at C)."""
+    k = min(k, logits.shape[1])
+    top = logits.topk(k, dim=1).indices.cpu().numpy()
+    return finite_rows(logits) & (top == labels[:, None]).any(axis=1)
+
+
+def score_engine(
+    engine: str,
+    ref_logits: torch.Tensor,
+    logits: torch.Tensor,
+    labels: torch.Tensor | None,
+    *,
+    bootstrap_resamples: int = 2000,
+    seed: int = 0,
+) -> EngineQuality:
+    """Score one engine's held-out logits against the fp32 reference's, image by image.
+
+    Agreement, differing count, KL(fp32 || engine) and the max logit difference need no labels.
+    With labels also: top-1, top-5 and the reference's top-1, gained/lost/wrong-to-wrong counts,
+    McNemar's exact p, and a paired bootstrap 95% CI on the top-1 change (fractions, not points).
+    Non-finite rows are handled as the module docstring says: wrong and differing, and left out of
+    KL and the logit difference (the non-finite scan names them).
+    """
+    label_array = _check_inputs(ref_logits, logits, labels)
+    ref, eng = Predictions.of(ref_logits), Predictions.of(logits)
+    agree = ref.agrees_with(eng)
+    finite = torch.from_numpy(ref.valid & eng.valid)
+    kl = kl_per_image(ref_logits[finite], logits[finite])
+    stats = KLStats.of(kl)
+    n = int(ref_logits.shape[0])
+    labelled = (
+        {}
+        if label_array is None
+        else _labelled_fields(ref, eng, agree, logits, label_array, bootstrap_resamples, seed)
+    )
+    return EngineQuality(
+        engine=engine,
+        n_images=n,
+        labelled=label_array is not None,
+        agreement=float(agree.mean()),
+        differ_count=int(n - agree.sum()),
+        kl_mean=stats.mean,
+        kl_median=stats.median,
+        kl_p99=stats.p99,
+        kl_max=stats.max,
+        max_abs_logit_diff=max_abs_logit_diff(ref_logits[finite], logits[finite]),
+        kl_histogram=kl_histogram(kl),
+        kl_bin_edges=list(KL_BIN_EDGES),
+        **labelled,
+    )
+
+
+def emulation_gap(fp8_logits: torch.Tensor, fakequant_logits: torch.Tensor) -> EmulationGap:
+    """FP8 engine against its fake-quant emulation: top-1 agreement and KL(fakequant || fp8).
+
+    Compared image by image, not by mean KL alone: two engines can have equal mean KL against
+    fp32 and still err on different images. Non-finite rows count as differing and are left out
+    of KL, as in `score_engine`.
+    """
+    _check_inputs(fakequant_logits, fp8_logits, None)
+    emu, fp8 = Predictions.of(fakequant_logits), Predictions.of(fp8_logits)
+    agree = emu.agrees_with(fp8)
+    finite = torch.from_numpy(emu.valid & fp8.valid)
+    stats = KLStats.of(kl_per_image(fakequant_logits[finite], fp8_logits[finite]))
+    return EmulationGap(
+        agreement=float(agree.mean()),
+        differ_count=int(agree.size - agree.sum()),
+        kl_mean=stats.mean,
+        kl_max=stats.max,
+    )
+
+
+def build_quality_section(
+    reference: str,
+    engines: list[EngineQuality],
+    scans: list[NonFiniteScan],
+    stress_names: list[str],
+    labels: torch.Tensor | None,
+    gap: EmulationGap | None,
+    random_weights: bool,
+) -> QualitySection:
+    """Assemble the quality section; warnings: sample balance, precision, non-finite rows."""
+    n_classes, per_class_min, per_class_max, warnings = sample_balance(labels)
+    for q in engines:
+        warnings.extend(precision_warnings(q))
+    warnings.extend(w for scan in scans for w in nonfinite_warnings(scan))
+    return QualitySection(
+        reference=reference,
+        engines=engines,
+        emulation_gap=gap,
+        nonfinite=scans,
+        stress_inputs=list(stress_names),
+        n_classes=n_classes,
+        per_class_min=per_class_min,
+        per_class_max=per_class_max,
+        warnings=warnings,
+        meaningful=not random_weights,
+        meaningless_reason=RANDOM_WEIGHTS_REASON if random_weights else None,
+    )
+
+
+def nonfinite_warnings(scan: NonFiniteScan, shown: int = 5) -> list[str]:
+    """One warning per engine with NaN/Inf logits, naming the first `shown` rows of each kind."""
+    parts = []
+    if scan.nonfinite_heldout:
+        parts.append(
+            f"{len(scan.nonfinite_heldout)} of {scan.heldout_checked} held-out images "
+            f"({_first(scan.nonfinite_heldout, shown)}); KL and logit difference exclude them"
+        )
+    if scan.nonfinite_stress:
+        parts.append(
+            f"{len(scan.nonfinite_stress)} of {scan.stress_checked} stress inputs "
+            f"({_first(scan.nonfinite_stress, shown)})"
+        )
+    if not parts:
+        return []
+    return [f"{scan.engine}: NaN/Inf logits on " + "; and on ".join(parts)]
+
+
+def _first(names: list[str], shown: int) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f", and {more} more" if more > 0 else "")
+
+
+def _labelled_fields(
+    ref: Predictions,
+    eng: Predictions,
+    agree: np.ndarray,
+    logits: torch.Tensor,
+    labels: np.ndarray,
+    resamples: int,
+    seed: int,
+) -> dict[str, float | int]:
+    """The EngineQuality fields that need labels."""
+    ref_correct, eng_correct = ref.correct(labels), eng.correct(labels)
+    counts = paired_counts(ref_correct, eng_correct, agree)
+    ci = paired_bootstrap(ref_correct, eng_correct, resamples=resamples, seed=seed)
+    return {
+        "top1": float(eng_correct.mean()),
+        "top5": float(topk_correct(logits, labels, TOP5).mean()),
+        "top1_reference": float(ref_correct.mean()),
+        "gained": counts.gained,
+        "lost": counts.lost,
+        "wrong_to_wrong": counts.wrong_to_wrong,
+        "net_change": counts.net_change,
+        "top1_change": ci.change,
+        "ci_low": ci.low,
+        "ci_high": ci.high,
+        "bootstrap_resamples": ci.resamples,
+        "bootstrap_seed": ci.seed,
+        "mcnemar_p": mcnemar_exact(counts.gained, counts.lost),
+    }
+
+
+def _check_inputs(
+    ref_logits: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor | None
+) -> np.ndarray | None:
+    """Check shapes and label range (internal contract); return labels as an int64 array."""
+    if ref_logits.dim() != 2 or ref_logits.shape != logits.shape:
+        raise ValueError(
+            f"logits must be two (N, C) tensors of one shape, got {tuple(ref_logits.shape)} "
+            f"and {tuple(logits.shape)}"
+        )
+    if ref_logits.shape[0] == 0:
+        raise ValueError("no images to score")
+    if labels is None:
+        return None
+    label_array = labels.cpu().numpy().astype(np.int64).reshape(-1)
+    if label_array.shape[0] != ref_logits.shape[0]:
+        raise ValueError(f"{label_array.shape[0]} labels for {ref_logits.shape[0]} images")
+    if label_array.min() < 0 or label_array.max() >= ref_logits.shape[1]:
+        raise ValueError(f"labels must lie in [0, {ref_logits.shape[1]}), got out-of-range values")
+    return label_array

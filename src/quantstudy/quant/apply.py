@@ -1,0 +1,66 @@
+"""Put a resolved recipe into a model: real FP8 layers for an engine, or the fp32 emulation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from quantstudy.quant.calibrate import Calibration
+from quantstudy.quant.modules import QDQ, FP8Matmul, real_fp8_blocker
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """What to quantize and how: the selected layers, weight granularity, activation scales."""
+
+    layers: list[str]
+    per_channel: bool
+    calibration: Calibration
+
+
+@dataclass(frozen=True)
+class Applied:
+    """Which layers ended up real FP8 and which emulated (with the reason)."""
+
+    real: list[str]
+    emulated: list[tuple[str, str]]
+
+
+def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, new)
+
+
+def apply_fp8(model: nn.Module, source: nn.Module, plan: QuantPlan, dtype: torch.dtype) -> Applied:
+    """Swap the plan's layers of `model` (already in `dtype`) for FP8 modules built from `source`.
+
+    `source` is the float32 model with the same structure (BatchNorm folded when the recipe folds),
+    so weight scales come from full-precision weights, not from their fp16 copies.
+    """
+    real: list[str] = []
+    emulated: list[tuple[str, str]] = []
+    for name in plan.layers:
+        layer = source.get_submodule(name)
+        x_scale = plan.calibration.scale_of(name)
+        blocker = real_fp8_blocker(layer)
+        if blocker is None:
+            _replace(model, name, FP8Matmul(layer, x_scale, plan.per_channel, dtype))
+            real.append(name)
+        else:
+            _replace(model, name, QDQ(layer, x_scale, True, plan.per_channel, dtype))
+            emulated.append((name, blocker))
+    return Applied(real, emulated)
+
+
+def apply_fake_quant(
+    model: nn.Module, plan: QuantPlan, weights: bool = True, activations: bool = True
+) -> Applied:
+    """Swap the plan's layers of the float32 `model` for quantize-dequantize emulations."""
+    for name in plan.layers:
+        layer = model.get_submodule(name)
+        x_scale = plan.calibration.scale_of(name) if activations else None
+        _replace(model, name, QDQ(layer, x_scale, weights, plan.per_channel, torch.float32))
+    return Applied([], [(n, "fake-quant emulation in fp32") for n in plan.layers])

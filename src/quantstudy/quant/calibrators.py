@@ -1,0 +1,171 @@
+"""Activation calibrators: each turns observed values of one tensor into an amax (clip value).
+
+Protocol (after Model Optimizer): `collect(x)` for every calibration batch, then `compute_amax()`.
+Calibrators that need the distribution, not only the maximum, keep a histogram of |x| with
+fixed log-spaced bins (64 per octave from 2^-24 to 2^24), because FP8's grid is logarithmic: a
+linear histogram would put most activations of a tensor with a few outliers into its first bins.
+One pass over the calibration set suffices.
+
+Definitions (FP8 E4M3, scale = amax / 448):
+- `max`: the largest |x| seen.
+- `percentile` (param `percentile`, default 99.99): the |x| below which that share of values lies.
+- `mse`: the clip c among `num_candidates` log-spaced values in [`min_ratio` * max, max] (max
+  included) that minimises the
+  mean squared error between |x| and its FP8 quantize-dequantize with scale c/448 (values above c
+  saturate to c), over the histogram's bin centres weighted by counts. FP8's rounding error is
+  relative, so unlike INT8 the search rarely clips: an outlier's clip costs its whole excess,
+  while the bulk keeps its relative precision under any scale (until it underflows into
+  subnormals). On heavy-tailed samples it returns max or a value near it.
+- `entropy`: the same search, minimising KL(P || Q) where P is the histogram of |x| and Q is the
+  histogram of the quantize-dequantized values, re-binned onto the same bins (saturated values land
+  in the bin of c). For FP8 the grid is logarithmic, so unlike INT8 entropy calibration there is no
+  uniform-bin merge; Q is the exact image of P under the quantizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from quantstudy.errors import UserError
+from quantstudy.quant.fp8 import E4M3_MAX, fake_quant
+
+_LOG2_LO, _LOG2_HI, _PER_OCTAVE = -24, 24, 64
+_BINS = (_LOG2_HI - _LOG2_LO) * _PER_OCTAVE
+
+
+class Calibrator:
+    """Base: tracks the max of |x|; subclasses with `uses_histogram` also keep a histogram."""
+
+    uses_histogram = False
+
+    def __init__(self) -> None:
+        self.amax = 0.0
+        self.hist: torch.Tensor | None = None  # float64 counts per log2 bin of |x|
+        self.nonfinite = 0
+
+    def collect(self, x: torch.Tensor) -> None:
+        a = x.detach().float().abs().flatten()
+        finite = torch.isfinite(a)
+        if not bool(finite.all()):
+            self.nonfinite += int((~finite).sum())
+            a = a[finite]
+        if a.numel() == 0:
+            return
+        self.amax = max(self.amax, float(a.max()))
+        if self.uses_histogram:
+            idx = ((torch.log2(a.clamp_min(2.0**_LOG2_LO)) - _LOG2_LO) * _PER_OCTAVE).long()
+            counts = torch.bincount(idx.clamp(0, _BINS - 1), minlength=_BINS).double()
+            self.hist = counts if self.hist is None else self.hist + counts
+
+    def compute_amax(self) -> float:
+        return self.amax
+
+    @staticmethod
+    def _edges() -> torch.Tensor:
+        return 2.0 ** (_LOG2_LO + torch.arange(_BINS + 1, dtype=torch.float64) / _PER_OCTAVE)
+
+    def _centres(self) -> torch.Tensor:
+        """Geometric bin centres, capped at the observed max."""
+        e = self._edges()
+        return torch.sqrt(e[:-1] * e[1:]).clamp(max=self.amax)
+
+
+CALIBRATORS: dict[str, Callable[..., Calibrator]] = {}
+
+
+def register(name: str):
+    """Class decorator: make a calibrator available to recipes under `name`."""
+
+    def deco(cls):
+        CALIBRATORS[name] = cls
+        return cls
+
+    return deco
+
+
+@register("max")
+class MaxCalibrator(Calibrator):
+    """amax = max |x| over the calibration set (the default, as in the seed studies)."""
+
+
+@register("percentile")
+class PercentileCalibrator(Calibrator):
+    uses_histogram = True
+
+    def __init__(self, percentile: float = 99.99) -> None:
+        super().__init__()
+        if not 0 < percentile <= 100:
+            raise UserError(
+                f"percentile calibrator: percentile must be in (0, 100], got {percentile}"
+            )
+        self.percentile = percentile
+
+    def compute_amax(self) -> float:
+        if self.hist is None or self.hist.sum() == 0:
+            return self.amax
+        cdf = torch.cumsum(self.hist, 0) / self.hist.sum()
+        idx = int(torch.searchsorted(cdf, torch.tensor(self.percentile / 100, dtype=torch.float64)))
+        upper = float(self._edges()[min(idx, _BINS - 1) + 1])
+        return min(self.amax, upper)
+
+
+class _SearchCalibrator(Calibrator):
+    """Shared clip search over candidates; subclasses define the loss of one candidate."""
+
+    uses_histogram = True
+
+    def __init__(self, num_candidates: float = 128, min_ratio: float = 2.0**-8) -> None:
+        super().__init__()
+        self.num_candidates = int(num_candidates)
+        self.min_ratio = float(min_ratio)
+
+    def _loss(self, clip: float, centres: torch.Tensor, counts: torch.Tensor) -> float:
+        raise NotImplementedError
+
+    def compute_amax(self) -> float:
+        if self.hist is None or self.amax == 0:
+            return self.amax
+        centres, counts = self._centres(), self.hist
+        candidates = self.amax * torch.logspace(
+            torch.log2(torch.tensor(self.min_ratio)), 0, self.num_candidates, base=2,
+            dtype=torch.float64,
+        )
+        losses = [(self._loss(float(c), centres, counts), float(c)) for c in candidates]
+        return min(losses)[1]
+
+    @staticmethod
+    def _quantized(clip: float, centres: torch.Tensor) -> torch.Tensor:
+        scale = torch.tensor(clip / E4M3_MAX, dtype=torch.float32)
+        return fake_quant(centres.float(), scale).double()
+
+
+@register("mse")
+class MSECalibrator(_SearchCalibrator):
+    def _loss(self, clip: float, centres: torch.Tensor, counts: torch.Tensor) -> float:
+        err = (self._quantized(clip, centres) - centres) ** 2
+        return float((err * counts).sum() / counts.sum())
+
+
+@register("entropy")
+class EntropyCalibrator(_SearchCalibrator):
+    def _loss(self, clip: float, centres: torch.Tensor, counts: torch.Tensor) -> float:
+        q_vals = self._quantized(clip, centres).clamp_min(2.0**_LOG2_LO)
+        q_idx = ((torch.log2(q_vals) - _LOG2_LO) * _PER_OCTAVE).long().clamp(0, _BINS - 1)
+        q = torch.zeros_like(counts).index_add_(0, q_idx, counts)
+        p = counts / counts.sum()
+        q = q / q.sum()
+        mask = p > 0
+        eps = 1e-12
+        return float((p[mask] * torch.log(p[mask] / (q[mask] + eps))).sum())
+
+
+def make_calibrator(name: str, params: dict[str, float]) -> Calibrator:
+    """Build a registered calibrator; unknown names and parameters are user errors."""
+    if name not in CALIBRATORS:
+        raise UserError(f"unknown calibrator '{name}' (known: {', '.join(sorted(CALIBRATORS))})")
+    try:
+        return CALIBRATORS[name](**params)
+    except TypeError as e:
+        raise UserError(f"calibrator '{name}': bad parameters {params}: {e}") from None

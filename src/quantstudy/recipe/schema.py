@@ -1,0 +1,308 @@
+"""The recipe file format: typed models, and YAML parsing with errors that name the file line.
+
+A recipe (YAML) says which layers to quantize and how::
+
+    name: res2net_all_after_stem          # letters, digits, _ . -
+    description: every convolution after the stem
+    variant_of: null                      # optional: the recipe this one is a variant of
+    format: fp8_e4m3                      # int8 and nvfp4 are reserved, not implemented yet
+    weights:
+      granularity: per_channel            # or per_tensor; scale = amax / 448 (FP8 E4M3 max)
+      fold_bn: true                       # fold BatchNorm into the conv before taking amax
+    activations:
+      granularity: per_tensor             # static per-tensor scales (the only option)
+      calibrator: max                     # max | percentile | mse | entropy
+      params: {}                          # e.g. {percentile: 99.99}; defaults are filled in
+    rules:                                # ordered; everything starts excluded; last match wins
+      - include: {op: conv2d}
+        why: every convolution is a candidate   # becomes the reason in the layer table
+      - exclude: {position: first_conv}
+        why: the stem sees the raw image and has 3 input channels
+
+Activation quantization uses ONE shared quantizer per tensor: when several FP8 layers read the
+same tensor (e.g. a block input feeding a 1x1 conv and a 1x1 shortcut), they share one
+quantize step and one scale, calibrated once for that tensor. The calibration code implements it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from quantstudy.errors import UserError
+from quantstudy.recipe.selectors import Selector
+
+# Formats the schema knows; a message means "reserved, not implemented yet".
+FORMATS: dict[str, str | None] = {
+    "fp8_e4m3": None,
+    "int8": "int8 is reserved for a later version and not implemented yet",
+    "nvfp4": "nvfp4 is reserved for a later version and not implemented yet",
+}
+
+
+@dataclass(frozen=True)
+class CalibParam:
+    """One float parameter of a calibrator: default and allowed closed range."""
+
+    default: float
+    low: float
+    high: float
+    integer: bool = False
+    doc: str = ""
+
+
+# Calibrator name -> its parameters. The calibration code (quant/) reads the filled-in params.
+CALIBRATORS: dict[str, dict[str, CalibParam]] = {
+    "max": {},
+    "percentile": {
+        "percentile": CalibParam(99.99, 50.0, 100.0, doc="percentile of |x| per tensor"),
+    },
+    "mse": {
+        "num_steps": CalibParam(64, 2, 4096, integer=True, doc="candidate amax values tried"),
+        "start_multiplier": CalibParam(0.25, 0.01, 1.0, doc="smallest candidate, x max |x|"),
+        "stop_multiplier": CalibParam(1.0, 0.01, 4.0, doc="largest candidate, x max |x|"),
+    },
+    "entropy": {
+        "num_bins": CalibParam(2048, 128, 65536, integer=True, doc="histogram bins of |x|"),
+        "start_bin": CalibParam(128, 1, 65536, integer=True, doc="first threshold bin tried"),
+    },
+}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WeightSpec(Strict):
+    """Weight scales: per output channel or per tensor, amax / 448 of the (BN-folded) kernel."""
+
+    granularity: Literal["per_channel", "per_tensor"] = "per_channel"
+    fold_bn: bool = True
+
+
+class ActivationSpec(Strict):
+    """Static per-tensor activation scales from a calibrator; one shared quantizer per tensor."""
+
+    granularity: Literal["per_tensor"] = "per_tensor"
+    calibrator: Literal["max", "percentile", "mse", "entropy"] = "max"
+    params: dict[str, float] = {}
+
+    @field_validator("params")
+    @classmethod
+    def _fill_params(cls, params: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        """Check names and ranges against the calibrator, fill defaults: the record is explicit."""
+        name = info.data.get("calibrator")
+        if name is None:  # the calibrator itself failed validation; that error is reported
+            return params
+        spec = CALIBRATORS[name]
+        unknown = sorted(set(params) - set(spec))
+        if unknown:
+            known = ", ".join(spec) or "none"
+            raise ValueError(
+                f"calibrator {name!r} has no parameter {unknown[0]!r} (known: {known})"
+            )
+        for key, p in spec.items():
+            value = params.get(key, p.default)
+            if not p.low <= value <= p.high or (p.integer and value != int(value)):
+                kind = "an integer" if p.integer else "a number"
+                raise ValueError(f"{key} must be {kind} in [{p.low:g}, {p.high:g}], got {value:g}")
+        return {key: float(params.get(key, p.default)) for key, p in spec.items()}
+
+
+class Rule(Strict):
+    """One ordered rule: `include` or `exclude` the layers its selector matches, and why."""
+
+    include: Selector | None = None
+    exclude: Selector | None = None
+    why: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_action(self) -> Rule:
+        if (self.include is None) == (self.exclude is None):
+            raise ValueError("a rule has exactly one of `include:` or `exclude:` (a selector)")
+        return self
+
+    @property
+    def action(self) -> Literal["include", "exclude"]:
+        return "include" if self.include is not None else "exclude"
+
+    @property
+    def selector(self) -> Selector:
+        selector = self.include if self.include is not None else self.exclude
+        assert selector is not None  # guaranteed by _one_action
+        return selector
+
+
+class Recipe(Strict):
+    """A validated recipe. Built from a file by `parse_recipe`, which also keeps its sha256 and
+    the line of every key, so later errors (a pattern matching no layer) can name the line."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    variant_of: str | None = None
+    format: str = "fp8_e4m3"
+    weights: WeightSpec = WeightSpec()
+    activations: ActivationSpec = ActivationSpec()
+    rules: list[Rule] = Field(min_length=1)
+
+    _sha256: str | None = PrivateAttr(default=None)
+    _origin: str = PrivateAttr(default="<recipe>")
+    _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value not in FORMATS:
+            raise ValueError(f"unknown format {value!r} (known: {', '.join(FORMATS)})")
+        if FORMATS[value] is not None:
+            raise ValueError(f"format {value!r}: {FORMATS[value]}; use fp8_e4m3")
+        return value
+
+    @property
+    def sha256(self) -> str:
+        """Hash of the recipe file's bytes; for a recipe built in code, of its canonical JSON."""
+        if self._sha256 is not None:
+            return self._sha256
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(canonical).hexdigest()
+
+    def where(self, loc: tuple[str | int, ...]) -> str:
+        """`<file> line N: rules[2].include.name_glob` for messages about part of this recipe."""
+        line = _line_for(loc, self._lines)
+        at = f" line {line}" if line is not None else ""
+        return f"{self._origin}{at}: {_path(loc)}"
+
+
+def parse_recipe(raw: bytes, origin: str) -> Recipe:
+    """Parse and validate recipe YAML; every mistake is a `UserError` naming `origin` and a line."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{origin}: not UTF-8 text ({err}); save the recipe as UTF-8") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{origin}{line}: malformed YAML: {err.problem or err}") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"{origin}: malformed YAML: {err}") from None
+    if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
+        raise UserError(
+            f"{origin} line 1: a recipe is a YAML mapping with keys "
+            f"{', '.join(Recipe.model_fields)} (see `quantstudy recipes show`)"
+        )
+    lines = _key_lines(root, (), origin)
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as err:
+        raise UserError(_explain(err, lines, origin)) from None
+    recipe._sha256 = hashlib.sha256(raw).hexdigest()
+    recipe._origin = origin
+    recipe._lines = lines
+    return recipe
+
+
+# --- YAML node marks -> line numbers ------------------------------------------------------------
+
+
+def _key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:
+    """Line (1-based) of every mapping key and list item, by path; rejects duplicate keys."""
+    lines: dict[tuple, int] = {path: node.start_mark.line + 1}
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise UserError(f"{origin} line {line}: duplicate key {key!r}; keep one")
+            seen.add(key)
+            lines.update(_key_lines(value_node, (*path, key), origin))
+            lines[(*path, key)] = key_node.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines.update(_key_lines(item, (*path, i), origin))
+    return lines
+
+
+def _line_for(loc: tuple, lines: dict[tuple, int]) -> int | None:
+    """Line of the longest prefix of `loc` that exists in the file."""
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return None
+
+
+def _path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "top level"
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model class that validates the mapping at `loc` (to list its known keys)."""
+    model: type[BaseModel] | None = Recipe
+    for part in loc:
+        if isinstance(part, int):
+            continue  # a list item: the list's item model is already current
+        if model is None or part not in model.model_fields:
+            return None
+        model = _find_model(model.model_fields[part].annotation)
+    return model
+
+
+def _find_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _find_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _explain(err: ValidationError, lines: dict[tuple, int], origin: str) -> str:
+    """The first validation problem as `<file> line N: <path>: <what is wrong and how to fix>`."""
+    errors = err.errors(include_url=False)
+    first = errors[0]
+    loc = tuple(first["loc"])
+    line = _line_for(loc, lines)
+    at = f"{origin} line {line}" if line is not None else origin
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        parent, key = loc[:-1], loc[-1]
+        model = _model_at(parent)
+        known = ", ".join(model.model_fields) if model is not None else "?"
+        what = "selector" if model is Selector else "key"
+        message = f"{_path(parent)}: unknown {what} {key!r} (known: {known})"
+    elif kind == "missing":
+        message = f"{_path(loc)}: required key is missing"
+    elif kind.startswith("literal_error"):
+        expected = first.get("ctx", {}).get("expected", "")
+        message = f"{_path(loc)}: {_short(first['input'])} is not allowed (known: {expected})"
+    else:
+        text = str(first["msg"]).removeprefix("Value error, ")
+        message = f"{_path(loc)}: {text} (got {_short(first['input'])})"
+    more = len(errors) - 1
+    return f"{at}: {message}" + (f" [and {more} more problem(s)]" if more else "")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

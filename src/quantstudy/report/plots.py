@@ -1,0 +1,168 @@
+"""PNG plots of a study record, drawn with matplotlib's Agg canvas and written atomically.
+
+Three plots, each only when the record holds its data (`available_plots` says which; the
+Markdown links exactly those):
+
+- `latency.png`: fp16 and FP8 median latency per batch with q1-q3 error bars, and the per-round
+  ratio x = fp16 / FP8 (median, q1-q3) against the x = 1 line.
+- `kernel_time.png`: profiler time per kernel group, stacked, one bar per (engine, batch).
+- `kl.png`: per-image KL(fp32 || engine) histogram per engine (`kl_histogram` over
+  `kl_bin_edges`), log x.
+
+No pyplot: figures are built on `matplotlib.figure.Figure` with an Agg canvas, so nothing
+global (backend, rcParams, open figures) changes. Output is deterministic for a given record
+and matplotlib version (no date in the PNG metadata).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from quantstudy.study.io import write_bytes_atomic
+from quantstudy.study.schema import EngineQuality, StudyRecord
+
+LATENCY_PNG = "latency.png"
+KERNELS_PNG = "kernel_time.png"
+KL_PNG = "kl.png"
+PLOT_FILES = (LATENCY_PNG, KERNELS_PNG, KL_PNG)
+
+_GROUP_ORDER = ("fp8_matmul", "fp16_matmul_conv", "depthwise_conv", "quantize_convert", "other")
+_GROUP_COLORS = ("#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#7f7f7f")
+_DPI = 100
+
+
+def _kl_drawable(e: EngineQuality) -> bool:
+    return (
+        len(e.kl_bin_edges) == len(e.kl_histogram) + 1
+        and sum(e.kl_histogram) > 0
+        and any(x > 0 for x in e.kl_bin_edges)
+    )
+
+
+def available_plots(record: StudyRecord) -> list[tuple[str, str]]:
+    """(file name, description) of each plot whose data the record holds, in a fixed order."""
+    out = []
+    if record.speed is not None and record.speed.batches:
+        out.append((LATENCY_PNG, "latency per batch, fp16 and FP8, with q1-q3"))
+    if record.speed is not None and record.speed.kernels:
+        out.append((KERNELS_PNG, "kernel time per group per engine"))
+    if record.quality is not None and any(_kl_drawable(e) for e in record.quality.engines):
+        out.append((KL_PNG, "per-image KL distribution per engine"))
+    return out
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=_DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _latency(record: StudyRecord) -> bytes:
+    sp = record.speed
+    assert sp is not None
+    fig = _figure(9.0, 3.8)
+    ax, axr = fig.subplots(1, 2)
+    xs = list(range(len(sp.batches)))
+    for offset, key, label, color in (
+        (-0.08, "fp16_ms", "fp16", "#1f77b4"),
+        (0.08, "fp8_ms", "FP8", "#d62728"),
+    ):
+        med = [getattr(b, key).median for b in sp.batches]
+        lo = [getattr(b, key).median - getattr(b, key).q1 for b in sp.batches]
+        hi = [getattr(b, key).q3 - getattr(b, key).median for b in sp.batches]
+        ax.errorbar(
+            [x + offset for x in xs],
+            med,
+            yerr=[lo, hi],
+            fmt="o",
+            capsize=4,
+            label=label,
+            color=color,
+        )
+    ax.set_yscale("log")
+    ax.set_xticks(xs, [str(b.batch) for b in sp.batches])
+    ax.set_xlabel("batch")
+    ax.set_ylabel("ms per call (median, q1-q3)")
+    ax.legend()
+    ax.set_title("latency" + ("" if sp.meaningful else " (NOT meaningful: not on GPU)"))
+    med = [b.ratio.median for b in sp.batches]
+    lo = [b.ratio.median - b.ratio.q1 for b in sp.batches]
+    hi = [b.ratio.q3 - b.ratio.median for b in sp.batches]
+    axr.errorbar(xs, med, yerr=[lo, hi], fmt="o", capsize=4, color="#333333")
+    axr.axhline(1.0, color="#999999", linestyle="--", linewidth=1)
+    axr.set_xticks(xs, [str(b.batch) for b in sp.batches])
+    axr.set_xlabel("batch")
+    axr.set_ylabel("x = fp16 ms / FP8 ms (median, q1-q3)")
+    axr.set_title(f"compile mode {sp.compile_mode}")
+    fig.suptitle(f"{record.model.name} on {sp.device}", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _kernels(record: StudyRecord) -> bytes:
+    sp = record.speed
+    assert sp is not None
+    fig = _figure(8.0, 1.2 + 0.45 * len(sp.kernels))
+    ax = fig.subplots()
+    labels = [f"{k.engine}, batch {k.batch}" for k in sp.kernels]
+    left = [0.0] * len(sp.kernels)
+    ys = list(range(len(sp.kernels)))
+    for group, color in zip(_GROUP_ORDER, _GROUP_COLORS, strict=True):
+        widths = [next((g.time_us for g in k.groups if g.group == group), 0.0) for k in sp.kernels]
+        ax.barh(ys, widths, left=left, color=color, label=group)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.set_yticks(ys, labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("profiler time per call, us")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("kernel time per group", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _kl(record: StudyRecord) -> bytes:
+    q = record.quality
+    assert q is not None
+    fig = _figure(7.0, 4.0)
+    ax = fig.subplots()
+    positive_edges = []
+    for e in q.engines:
+        if not _kl_drawable(e):
+            continue
+        ax.stairs(e.kl_histogram, e.kl_bin_edges, label=e.engine)
+        positive_edges += [x for x in e.kl_bin_edges if x > 0]
+    ax.set_xscale("log")
+    ax.set_xlim(min(positive_edges), max(positive_edges))
+    ax.set_xlabel(f"KL({q.reference} || engine) per image")
+    ax.set_ylabel("images")
+    ax.legend(fontsize=8)
+    title = "per-image KL"
+    if record.model.random_weights:
+        title += " (random weights: not meaningful)"
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
+
+
+_DRAW = {LATENCY_PNG: _latency, KERNELS_PNG: _kernels, KL_PNG: _kl}
+
+
+def write_plots(record: StudyRecord, out_dir: Path) -> list[Path]:
+    """Write each available plot as PNG into `out_dir` atomically; return the paths written."""
+    out_dir = Path(out_dir)
+    written = []
+    for name, _ in available_plots(record):
+        path = out_dir / name
+        write_bytes_atomic(path, _DRAW[name](record))
+        written.append(path)
+    return written

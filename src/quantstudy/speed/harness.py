@@ -1,0 +1,398 @@
+"""The timing harness: fp16 against FP8, one engine call at a time, rounds interleaved.
+
+What is timed (on CUDA), exactly:
+- The timed unit is one engine call: `engine.module(x)` on an input `x` that already lives on the
+  GPU in the engine's dtype and memory format (`engine.prepare` ran before timing). No host
+  transfer, no preprocessing, no output copy, no synchronisation is inside.
+- Each call is captured once in a CUDA graph (after eager warm-up calls on a side stream, as the
+  PyTorch CUDA graph documentation prescribes, so compilation and autotuning happen before capture)
+  and replayed; replay removes the host's launch cost, as a deployed graph-captured engine would.
+- A round is `iters` replays between two CUDA events; ms per call = elapsed / iters. One
+  synchronisation follows each round, outside the events.
+- Rounds of the engines alternate, in ABBA order: fp16 first in even rounds, FP8 first in odd
+  rounds. Round i of fp16 and round i of FP8 are neighbours in time and form a pair for the ratio
+  (see `stats.py`); swapping the order every round cancels a linear drift (clocks, temperature)
+  that would otherwise always favour the engine that runs second.
+- Inputs are real preprocessed images (tiled when there are fewer than the batch). Replays rotate
+  over up to `max_buffers` input buffers holding different images, one graph captured per buffer,
+  all graphs of an engine sharing one memory pool (so intermediate activations reuse the same
+  memory from call to call, as in one deployed engine; only input and output differ). The number
+  of buffers is the largest that (a) does not exceed `max_buffers`, (b) keeps all buffers of one
+  engine together within the GPU's L2 cache, so rotating adds no DRAM traffic that a single input
+  would not have, and (c) uses distinct images in each buffer. At large batches this is 1.
+- `iters` is fixed (not adapted to the call's duration) so every round of every batch has the same
+  structure; at 20 replays of even a 0.1 ms call a round spans 2 ms, far above the ~0.5 us
+  resolution of CUDA events.
+
+The engines must not capture CUDA graphs of their own (torch.compile modes "reduce-overhead" and
+"max-autotune"): the harness captures the call itself. They should be compiled for static shapes
+(`dynamic=False`): after a second batch size, automatic dynamic shapes would otherwise time a
+shape-generic kernel.
+
+On CPU the same interleaved rounds run eagerly with `time.perf_counter` and few rounds; the section
+is marked not meaningful and has no kernel profile.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from quantstudy.engines.base import Engine
+from quantstudy.errors import UserError
+from quantstudy.speed.env import gpu_clocks
+from quantstudy.speed.kernels import profile_kernels
+from quantstudy.speed.size import package_bytes, weight_bytes
+from quantstudy.speed.stats import summarize_batch
+from quantstudy.study.schema import BatchSpeed, KernelBreakdown, SpeedSection
+
+CAPTURE_WARMUP_MIN = 3
+"""Eager calls of each callable before its CUDA graph capture, at least (PyTorch docs: a few)."""
+
+MAX_INPUT_BUFFERS = 4
+"""Default upper bound on the rotated input buffers per engine and batch."""
+
+CPU_ROUNDS, CPU_ITERS, CPU_WARMUP = 3, 2, 1
+"""Caps on CPU: CPU timings are not evidence, so they are kept short."""
+
+GRAPHED_COMPILE_MODES = frozenset({"reduce-overhead", "max-autotune"})
+"""torch.compile modes that capture CUDA graphs themselves, which would nest in ours."""
+
+CPU_MEANINGLESS_REASON = "timed on CPU: not evidence for a GPU deployment decision"
+
+Variants = Callable[[], object] | Sequence[Callable[[], object]]
+
+
+class _Runner(Protocol):
+    def timed_round(self, iters: int) -> float:
+        """Run `iters` calls, rotating over the variants; return ms per call."""
+        ...
+
+
+class _GraphRunner:
+    """The variants of one engine captured as CUDA graphs in one pool, warmed up, replayable."""
+
+    def __init__(self, variants: Sequence[Callable[[], object]], warmup: int, device: torch.device):
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(max(warmup, CAPTURE_WARMUP_MIN)):
+                for fn in variants:
+                    fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+
+        self.graphs: list[torch.cuda.CUDAGraph] = []
+        self.outputs: list[object] = []  # kept alive: graph outputs live in the graph's pool
+        pool = None
+        for fn in variants:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.outputs.append(fn())
+            if pool is None:
+                pool = graph.pool()
+            self.graphs.append(graph)
+
+        for _ in range(warmup):
+            for graph in self.graphs:
+                graph.replay()
+        torch.cuda.synchronize(device)
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def timed_round(self, iters: int) -> float:
+        n = len(self.graphs)
+        self.start.record()
+        for i in range(iters):
+            self.graphs[i % n].replay()
+        self.end.record()
+        self.end.synchronize()  # the one synchronisation of the round, after the end event
+        return self.start.elapsed_time(self.end) / iters
+
+
+class _EagerRunner:
+    """The variants of one engine called eagerly, timed with the host clock (CPU runs)."""
+
+    def __init__(self, variants: Sequence[Callable[[], object]], warmup: int):
+        self.variants = list(variants)
+        for _ in range(warmup):
+            for fn in self.variants:
+                fn()
+
+    def timed_round(self, iters: int) -> float:
+        n = len(self.variants)
+        start = time.perf_counter()
+        for i in range(iters):
+            self.variants[i % n]()
+        return (time.perf_counter() - start) * 1e3 / iters
+
+
+def _check_counts(rounds: int, iters: int, warmup: int) -> None:
+    if rounds < 1 or iters < 1 or warmup < 0:
+        raise UserError(
+            f"timing needs rounds >= 1, iters >= 1 and warmup >= 0; got rounds={rounds}, "
+            f"iters={iters}, warmup={warmup}"
+        )
+
+
+def time_interleaved(
+    callables: Mapping[str, Variants],
+    rounds: int,
+    iters: int,
+    warmup: int,
+    *,
+    device: torch.device | str = "cuda",
+) -> dict[str, list[float]]:
+    """Time each named callable in alternating rounds; return ms per call, one value per round.
+
+    A value of `callables` is one zero-argument callable, or a sequence of them (variants of the
+    same call on different input buffers: one CUDA graph each, replayed in rotation within a
+    round). On a CUDA `device`, each variant is warmed up eagerly on a side stream
+    (max(warmup, CAPTURE_WARMUP_MIN) calls), captured in a CUDA graph (the variants of one name
+    share a memory pool), replayed `warmup` more times untimed, and then each round replays
+    `iters` times between two CUDA events, with one synchronisation after the round. On a CPU
+    `device` the calls run eagerly, timed with `time.perf_counter`. The rounds of the names
+    alternate in ABBA order: the given order in even rounds, reversed in odd rounds.
+    """
+    _check_counts(rounds, iters, warmup)
+    if not callables:
+        raise ValueError("time_interleaved needs at least one callable")
+    device = torch.device(device)
+    variants = {
+        name: [value] if callable(value) else list(value) for name, value in callables.items()
+    }
+    if any(not fns for fns in variants.values()):
+        raise ValueError("each name needs at least one callable")
+
+    runners: dict[str, _Runner]
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError("CUDA timing was asked for but no CUDA GPU is available")
+        with torch.cuda.device(device):
+            runners = {name: _GraphRunner(fns, warmup, device) for name, fns in variants.items()}
+            return _run_rounds(runners, rounds, iters)
+    runners = {name: _EagerRunner(fns, warmup) for name, fns in variants.items()}
+    return _run_rounds(runners, rounds, iters)
+
+
+def _run_rounds(runners: Mapping[str, _Runner], rounds: int, iters: int) -> dict[str, list[float]]:
+    names = list(runners)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            times[name].append(runners[name].timed_round(iters))
+    return times
+
+
+def input_buffer_count(
+    input_bytes: int, l2_bytes: int | None, n_images: int, batch: int, max_buffers: int
+) -> int:
+    """How many rotated input buffers: within `max_buffers`, within L2 together, distinct images.
+
+    `l2_bytes` None (CPU) means no rotation: 1 buffer.
+    """
+    if l2_bytes is None:
+        return 1
+    fit_l2 = l2_bytes // max(input_bytes, 1)
+    distinct = n_images // batch
+    return max(1, min(max_buffers, fit_l2, distinct))
+
+
+def tile_images(images: torch.Tensor, batch: int, offset: int = 0) -> torch.Tensor:
+    """`batch` images starting at `offset`, wrapping around (repeating) when `images` is short."""
+    index = (torch.arange(batch) + offset) % images.shape[0]
+    return images[index].contiguous()
+
+
+def engine_weight_bytes(engine: Engine) -> int:
+    """Weight bytes of the engine's module (through `size.weight_bytes`), else of its info()."""
+    if isinstance(engine.module, torch.nn.Module):
+        return weight_bytes(engine.module)
+    return engine.info().weight_bytes
+
+
+def timed_region_text(
+    *,
+    on_gpu: bool,
+    compile_mode: str,
+    rounds: int,
+    iters: int,
+    warmup: int,
+    buffers: Mapping[int, int],
+) -> str:
+    """The one-sentence description of what each timing contains, for the record and report."""
+    if not on_gpu:
+        return (
+            f"eager call of the engine's module (compile mode '{compile_mode}') on a CPU input "
+            f"already cast to the engine's dtype and memory format; {iters} calls timed with "
+            f"time.perf_counter per round, ms per call = elapsed / {iters}; {rounds} rounds per "
+            f"engine after {warmup} warm-up calls; fp16 and fp8 rounds alternate in ABBA order; "
+            "no CUDA graphs and no kernel profile (the profiler groups CUDA kernels only)"
+        )
+    per_batch = ", ".join(f"batch {b}: {n}" for b, n in buffers.items())
+    return (
+        "CUDA graph replay of one engine call (the engine's module forward, compile mode "
+        f"'{compile_mode}', on a device-resident input already cast to the engine's dtype and "
+        "memory format); no host transfer, no preprocessing, no synchronisation inside; "
+        f"{iters} replays between two CUDA events per round, ms per call = elapsed / {iters}; "
+        f"{rounds} rounds per engine after max({warmup}, {CAPTURE_WARMUP_MIN}) eager warm-up "
+        f"calls before capture and {warmup} warm-up replays of each graph; fp16 and fp8 rounds "
+        "alternate in ABBA order (fp16 first in even rounds, fp8 first in odd rounds), one "
+        "synchronisation after each round, outside the timed region; replays rotate over input "
+        "buffers of distinct real images, one graph per buffer, the graphs of an engine sharing "
+        f"one memory pool (buffers per engine: {per_batch})"
+    )
+
+
+def _check_inputs(fp16: Engine, fp8: Engine, images: torch.Tensor, batches: list[int]) -> None:
+    if images.ndim != 4 or images.shape[0] < 1 or images.dtype != torch.float32:
+        raise ValueError(
+            f"images must be a non-empty float32 NCHW batch, got {tuple(images.shape)} "
+            f"{images.dtype}"
+        )
+    if images.device.type != "cpu":
+        raise ValueError(f"images must be on the CPU, got {images.device}")
+    if not batches or any(b < 1 for b in batches) or len(set(batches)) != len(batches):
+        raise UserError(f"batch sizes must be distinct positive integers, got {batches}")
+    if fp16.device != fp8.device:
+        raise ValueError(f"engines on different devices: {fp16.device} and {fp8.device}")
+    if fp16.name == fp8.name:
+        raise ValueError(f"the two engines have the same name {fp16.name!r}")
+
+
+def _clock_snapshot(start: dict[str, str], end: dict[str, str]) -> dict[str, str]:
+    """Static fields once; fields that move (clocks, power, temperature) at start and end."""
+    static = ("name", "driver_version", "clocks.max.sm", "gpu_match")
+    clocks = {key: value for key, value in start.items() if key in static}
+    for label, snapshot in (("start", start), ("end", end)):
+        for key, value in snapshot.items():
+            if key not in static:
+                clocks[f"{key} ({label})"] = value
+    return clocks
+
+
+def measure_speed(
+    fp16: Engine,
+    fp8: Engine,
+    images: torch.Tensor,
+    batches: list[int],
+    *,
+    rounds: int = 30,
+    iters: int = 20,
+    warmup: int = 10,
+    compile_mode: str,
+    kernel_profile: bool = True,
+    max_buffers: int = MAX_INPUT_BUFFERS,
+    package_dir: Path | None = None,
+) -> SpeedSection:
+    """Time fp16 against FP8 at each batch size; the speed section of the study record.
+
+    `images` are real preprocessed images, float32 NCHW on the CPU. On CUDA: CUDA-graph
+    interleaved timing (module docstring), a kernel profile of one call of each engine per batch
+    when `kernel_profile`, and, when `package_dir` is given, the AOTInductor package size of each
+    engine at the first batch size (minutes of compilation). On CPU: a short eager run, marked
+    not meaningful, with no kernel profile and no package.
+    """
+    _check_inputs(fp16, fp8, images, batches)
+    _check_counts(rounds, iters, warmup)
+    device = fp16.device
+    on_gpu = device.type == "cuda"
+    l2_bytes: int | None = None
+    if on_gpu:
+        if not torch.cuda.is_available():
+            raise UserError(f"the engines are on {device} but no CUDA GPU is available")
+        if compile_mode in GRAPHED_COMPILE_MODES:
+            raise UserError(
+                f"compile mode '{compile_mode}' captures CUDA graphs itself, and the timing "
+                "harness captures each engine call in its own CUDA graph; build the engines "
+                "with 'max-autotune-no-cudagraphs' or 'default'"
+            )
+        l2_bytes = int(torch.cuda.get_device_properties(device).L2_cache_size)
+    else:
+        rounds, iters, warmup = (
+            min(rounds, CPU_ROUNDS),
+            min(iters, CPU_ITERS),
+            min(warmup, CPU_WARMUP),
+        )
+
+    clocks_start = gpu_clocks(device) if on_gpu else {}
+    results: list[BatchSpeed] = []
+    kernels: list[KernelBreakdown] = []
+    buffers: dict[int, int] = {}
+    for batch in batches:
+        first = tile_images(images, batch)
+        probe = [engine.prepare(first) for engine in (fp16, fp8)]
+        input_bytes = max(x.numel() * x.element_size() for x in probe)
+        n_buffers = input_buffer_count(input_bytes, l2_bytes, images.shape[0], batch, max_buffers)
+        buffers[batch] = n_buffers
+        host = [first] + [tile_images(images, batch, k * batch) for k in range(1, n_buffers)]
+        inputs = {
+            "fp16": [probe[0]] + [fp16.prepare(h) for h in host[1:]],
+            "fp8": [probe[1]] + [fp8.prepare(h) for h in host[1:]],
+        }
+        calls = {
+            "fp16": [functools.partial(fp16.module, x) for x in inputs["fp16"]],
+            "fp8": [functools.partial(fp8.module, x) for x in inputs["fp8"]],
+        }
+        with torch.no_grad():
+            times = time_interleaved(calls, rounds, iters, warmup, device=device)
+        results.append(summarize_batch(batch, times["fp16"], times["fp8"]))
+        del calls, inputs, probe
+        if on_gpu and kernel_profile:
+            kernels.append(profile_kernels(fp16, first, batch))
+            kernels.append(profile_kernels(fp8, first, batch))
+    clocks_end = gpu_clocks(device) if on_gpu else {}
+
+    packages: dict[str, int] | None = None
+    if on_gpu and package_dir is not None:
+        packages = {}
+        example = tile_images(images, batches[0])
+        for engine in (fp16, fp8):
+            if not isinstance(engine.module, torch.nn.Module):
+                raise TypeError(f"{engine.name}: packaging needs an nn.Module, not a callable")
+            path = Path(package_dir) / f"{engine.name}_b{batches[0]}.pt2"
+            packages[engine.name] = package_bytes(engine.module, engine.prepare(example), path)
+
+    return SpeedSection(
+        device=str(device) if not on_gpu else f"{device} ({torch.cuda.get_device_name(device)})",
+        meaningful=on_gpu,
+        meaningless_reason=None if on_gpu else CPU_MEANINGLESS_REASON,
+        compile_mode=compile_mode,
+        timed_region=timed_region_text(
+            on_gpu=on_gpu,
+            compile_mode=compile_mode,
+            rounds=rounds,
+            iters=iters,
+            warmup=warmup,
+            buffers=buffers,
+        ),
+        rounds=rounds,
+        iters_per_round=iters,
+        warmup=warmup,
+        input_buffers=max(buffers.values()),
+        clocks=_clock_snapshot(clocks_start, clocks_end) if clocks_start else {},
+        batches=results,
+        kernels=kernels,
+        weight_bytes={engine.name: engine_weight_bytes(engine) for engine in (fp16, fp8)},
+        package_bytes=packages,
+    )
+
+
+def speed_not_run(section: SpeedSection) -> list[str]:
+    """Plain statements of what a speed section did not measure, for StudyRecord.not_run."""
+    missing = []
+    if not section.meaningful:
+        missing.append(f"GPU timing ({section.meaningless_reason})")
+    if not section.kernels:
+        if section.meaningful:
+            missing.append("kernel time per group (kernel profile not requested)")
+        else:
+            missing.append("kernel time per group (CPU run; the profiler groups CUDA kernels only)")
+    if section.package_bytes is None:
+        missing.append("compiled package size (AOTInductor package not built)")
+    return missing

@@ -1,0 +1,99 @@
+"""Timing statistics in pyperf's spirit: median and spread over rounds, and plain warnings.
+
+Pure functions over lists of per-round times (milliseconds per engine call); no torch, no GPU.
+
+The speed ratio is x = fp16 time / FP8 time, so x > 1 means FP8 is faster. It is computed per
+round pair (round i of fp16 against round i of FP8, which the harness runs back to back) and then
+summarised, not as a ratio of the two medians: pairing cancels slow drifts (clocks, temperature,
+other tenants) that move both engines together, and the spread of the paired ratios is the spread
+that matters for the claim "FP8 is faster".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from quantstudy.study.schema import BatchSpeed, TimingStats
+
+MIN_ROUNDS = 10
+"""Fewer rounds than this get a warning: quartiles of a handful of values are not a spread."""
+
+MAX_RELATIVE_SPREAD = 0.05
+"""An engine whose IQR / median exceeds this (5%) gets a warning: the timings are noisy."""
+
+
+def timing_stats(values: Sequence[float]) -> TimingStats:
+    """Median, quartiles (numpy's default linear percentiles), min, max and count of `values`."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"timing_stats needs a non-empty 1-D sequence, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"timing_stats got a non-finite value: {arr.tolist()}")
+    q1, median, q3 = np.percentile(arr, [25.0, 50.0, 75.0])
+    return TimingStats(
+        median=float(median),
+        q1=float(q1),
+        q3=float(q3),
+        min=float(arr.min()),
+        max=float(arr.max()),
+        n=int(arr.size),
+    )
+
+
+def relative_spread(stats: TimingStats) -> float:
+    """IQR / median: the spread of a timing as a fraction of its typical value."""
+    return (stats.q3 - stats.q1) / stats.median
+
+
+def paired_ratios(fp16_ms: Sequence[float], fp8_ms: Sequence[float]) -> list[float]:
+    """x_i = fp16_ms[i] / fp8_ms[i] for each round pair i."""
+    if len(fp16_ms) != len(fp8_ms):
+        raise ValueError(
+            f"ratio needs one fp8 round per fp16 round, got {len(fp16_ms)} and {len(fp8_ms)}"
+        )
+    if any(t <= 0 for t in fp16_ms) or any(t <= 0 for t in fp8_ms):
+        raise ValueError("timings must be positive to form a ratio")
+    return [a / b for a, b in zip(fp16_ms, fp8_ms, strict=True)]
+
+
+def speed_warnings(
+    batch: int, fp16: TimingStats, fp8: TimingStats, ratio: TimingStats
+) -> list[str]:
+    """The pyperf-style warnings for one batch size; empty when the evidence is clean."""
+    warnings: list[str] = []
+    if ratio.n < MIN_ROUNDS:
+        warnings.append(
+            f"batch {batch}: only {ratio.n} rounds (fewer than {MIN_ROUNDS}); "
+            "the quartiles are not a reliable spread"
+        )
+    for name, stats in (("fp16", fp16), ("fp8", fp8)):
+        spread = relative_spread(stats)
+        if spread > MAX_RELATIVE_SPREAD:
+            warnings.append(
+                f"batch {batch}: {name} timings are noisy: IQR/median {spread:.1%} "
+                f"exceeds {MAX_RELATIVE_SPREAD:.0%} (median {stats.median:.4f} ms, "
+                f"IQR {stats.q1:.4f} to {stats.q3:.4f} ms)"
+            )
+    if ratio.q1 <= 1.0 <= ratio.q3:
+        warnings.append(
+            f"batch {batch}: the IQR of the per-round ratio x = fp16/fp8 "
+            f"({ratio.q1:.3f} to {ratio.q3:.3f}) contains 1.0; these rounds do not support "
+            "the sign of the gain"
+        )
+    return warnings
+
+
+def summarize_batch(batch: int, fp16_ms: Sequence[float], fp8_ms: Sequence[float]) -> BatchSpeed:
+    """Per-engine stats, the per-round-pair ratio x = fp16/fp8, and warnings, for one batch."""
+    fp16 = timing_stats(fp16_ms)
+    fp8 = timing_stats(fp8_ms)
+    ratio = timing_stats(paired_ratios(fp16_ms, fp8_ms))
+    return BatchSpeed(
+        batch=batch,
+        fp16_ms=fp16,
+        fp8_ms=fp8,
+        ratio=ratio,
+        warnings=speed_warnings(batch, fp16, fp8, ratio),
+    )

@@ -1,0 +1,81 @@
+"""The environment a study ran in, recorded automatically (pyperf's habit)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import numpy
+import timm
+import torch
+
+import quantstudy
+from quantstudy.study.schema import Environment
+
+
+def _git_commit() -> str | None:
+    """The commit of the quantstudy checkout, when it runs from one."""
+    root = Path(quantstudy.__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True, text=True, timeout=5,
+    ).stdout.strip()
+    return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu_driver() -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else None
+
+
+def collect_environment(device: torch.device) -> Environment:
+    """Versions, hardware and time of this run; the GPU fields only when it uses CUDA."""
+    gpu = device.type == "cuda"
+    cap = torch.cuda.get_device_capability(device) if gpu else None
+    return Environment(
+        python=platform.python_version(),
+        platform=platform.platform(),
+        cpu=_cpu_name(),
+        cpu_count=os.cpu_count() or 0,
+        torch_threads=torch.get_num_threads(),
+        torch=torch.__version__,
+        timm=timm.__version__,
+        numpy=numpy.__version__,
+        cuda=torch.version.cuda if gpu else None,
+        cudnn=str(torch.backends.cudnn.version()) if gpu else None,
+        gpu_name=torch.cuda.get_device_name(device) if gpu else None,
+        gpu_driver=_gpu_driver() if gpu else None,
+        gpu_capability=f"{cap[0]}.{cap[1]}" if cap else None,
+        quantstudy=quantstudy.__version__,
+        git_commit=_git_commit(),
+        created_utc=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+    )

@@ -1,0 +1,181 @@
+"""FP8 quantization: folding, calibrators, shared scales, engine vs emulation (CPU)."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from quantstudy.engines.builders import build_fakequant, build_fp8, build_half
+from quantstudy.quant.apply import QuantPlan
+from quantstudy.quant.calibrate import calibrate
+from quantstudy.quant.calibrators import make_calibrator
+from quantstudy.quant.fold import fold_batchnorm
+from quantstudy.quant.fp8 import E4M3_MAX, fake_quant, quantize_weight
+
+torch.manual_seed(0)
+
+
+def _randomize_bn(m: nn.Module) -> None:
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            with torch.no_grad():
+                mod.running_mean.uniform_(-1, 1)
+                mod.running_var.uniform_(0.5, 2)
+                mod.weight.uniform_(0.5, 1.5)
+                mod.bias.uniform_(-0.5, 0.5)
+
+
+class SmallNet(nn.Module):
+    """Convs (3x3, 1x1, depthwise, strided 1x1) and linears; block input read by two convs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, padding=1, bias=False)
+        self.bn0 = nn.BatchNorm2d(32)
+        self.pw1 = nn.Conv2d(32, 64, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.dw = nn.Conv2d(64, 64, 3, padding=1, groups=64, bias=False)
+        self.bn2 = nn.BatchNorm2d(64)
+        self.pw2 = nn.Conv2d(64, 32, 1)
+        self.short = nn.Conv2d(32, 32, 1, stride=2)
+        self.down = nn.Conv2d(32, 32, 1, stride=2)
+        self.fc1 = nn.Linear(32, 48)
+        self.fc2 = nn.Linear(48, 16)
+
+    def forward(self, x):
+        x = F.relu(self.bn0(self.stem(x)))
+        y = F.relu(self.bn1(self.pw1(x)))
+        y = F.relu(self.bn2(self.dw(y)))
+        x = x + self.pw2(y)
+        x = self.short(x) + self.down(x)  # one tensor, two FP8 consumers
+        x = x.mean((2, 3))
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+def _net() -> SmallNet:
+    m = SmallNet().eval()
+    _randomize_bn(m)
+    return m
+
+
+def test_folding_is_exact():
+    m = _net()
+    x = torch.randn(4, 3, 16, 16)
+    ref = m(x)
+    pairs = fold_batchnorm(m, x[:1])
+    assert pairs == [("stem", "bn0"), ("pw1", "bn1"), ("dw", "bn2")]
+    out = m(x)
+    assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) < 1e-5
+
+
+def test_weight_quantization_per_channel_scale():
+    w = torch.randn(8, 4, 1, 1)
+    w[3] *= 100
+    w8, scale = quantize_weight(w, per_channel=True)
+    assert w8.dtype == torch.float8_e4m3fn
+    torch.testing.assert_close(scale, w.abs().reshape(8, -1).amax(1) / E4M3_MAX)
+    assert float(w8.float().abs().max()) == E4M3_MAX  # amax maps exactly to the top code
+
+
+def test_fake_quant_saturates():
+    x = torch.tensor([0.0, 1.0, 1000.0, -1000.0])
+    y = fake_quant(x, torch.tensor(1.0))
+    assert y.tolist() == [0.0, 1.0, 448.0, -448.0]
+
+
+def test_calibrator_max_and_percentile():
+    x = torch.arange(1, 10001, dtype=torch.float32)
+    cal = make_calibrator("max", {})
+    cal.collect(x[:5000])
+    cal.collect(-x[5000:])
+    assert cal.compute_amax() == 10000.0
+    cal = make_calibrator("percentile", {"percentile": 99.0})
+    cal.collect(x)
+    assert abs(cal.compute_amax() / 9900 - 1) < 0.015  # log bins: 64 per octave
+
+
+def _mse(x: torch.Tensor, amax: float) -> float:
+    return float(((fake_quant(x, torch.tensor(amax / E4M3_MAX)) - x) ** 2).mean())
+
+
+def test_mse_is_never_worse_than_max_on_heavy_tails():
+    """FP8's error is relative, so on heavy tails the MSE search keeps (about) the max.
+
+    Clipping an outlier costs its whole excess, while FP8 keeps the bulk's relative precision
+    under any clip; the search must therefore never do worse than `max`.
+    """
+    for df in (1.0, 2.0, 4.0):
+        x = torch.distributions.StudentT(df).sample((100_000,))
+        mse, mx = make_calibrator("mse", {}), make_calibrator("max", {})
+        for cal in (mse, mx):
+            cal.collect(x)
+        assert _mse(x, mse.compute_amax()) <= _mse(x, mx.compute_amax()) * (1 + 1e-6)
+
+
+def test_entropy_calibrator_runs_and_clips_within_range():
+    x = torch.randn(50_000, generator=torch.Generator().manual_seed(1))
+    cal = make_calibrator("entropy", {})
+    cal.collect(x)
+    assert 0.25 * cal.amax <= cal.compute_amax() <= cal.amax
+
+
+def _plan(m: nn.Module, layers: list[str], x: torch.Tensor) -> QuantPlan:
+    return QuantPlan(layers, per_channel=True, calibration=calibrate(m, layers, [x[:8], x[8:]]))
+
+
+def test_shared_scale_for_two_consumers():
+    m = _net()
+    x = torch.randn(16, 3, 16, 16)
+    plan = _plan(m, ["pw1", "short", "down", "fc1"], x)
+    assert plan.calibration.groups["short"] == ["short", "down"]
+    assert plan.calibration.scale_of("down") == plan.calibration.scale_of("short")
+    assert len(plan.calibration.info().tensors) == 3
+
+
+def test_fp8_engine_matches_emulation_in_fp32():
+    m = _net()
+    x = torch.randn(16, 3, 16, 16)
+    layers = ["stem", "pw1", "dw", "pw2", "short", "down", "fc1", "fc2"]
+    plan = _plan(m, layers, x)
+    cpu = torch.device("cpu")
+    fp8 = build_fp8(m, cpu, x[:1], plan, dtype=torch.float32)
+    fq = build_fakequant(m, cpu, x[:1], plan)
+    assert sorted(fp8.applied.real) == ["down", "fc1", "fc2", "pw1", "pw2", "short"]
+    assert sorted(n for n, _ in fp8.applied.emulated) == ["dw", "stem"]
+    a, b = fp8(x), fq(x)
+    assert torch.linalg.norm(a - b) / torch.linalg.norm(b) < 1e-4
+    # and the emulation is not trivially the fp32 model
+    ref = m(x)
+    assert torch.linalg.norm(b - ref) / torch.linalg.norm(ref) > 1e-3
+
+
+def test_fp8_engine_in_bf16_close_to_emulation():
+    m = _net()
+    x = torch.randn(16, 3, 16, 16)
+    plan = _plan(m, ["pw1", "pw2", "fc1"], x)
+    cpu = torch.device("cpu")
+    a = build_fp8(m, cpu, x[:1], plan)(x)
+    b = build_fakequant(m, cpu, x[:1], plan)(x)
+    assert torch.linalg.norm(a - b) / torch.linalg.norm(b) < 5e-2
+
+
+def test_engine_info_lists_layers_and_bytes():
+    m = _net()
+    x = torch.randn(16, 3, 16, 16)
+    plan = _plan(m, ["pw1", "dw"], x)
+    cpu = torch.device("cpu")
+    info = build_fp8(m, cpu, x[:1], plan).info()
+    assert info.fp8_real == ["pw1"] and info.fp8_emulated == ["dw"]
+    assert info.fp16_layers == 8 - 2
+    half = build_half(m, cpu, x[:1]).info()
+    assert info.weight_bytes < half.weight_bytes  # pw1's weight went from 2 bytes to 1 per value
+
+
+def test_weight_only_and_activation_only_differ():
+    m = _net()
+    x = torch.randn(16, 3, 16, 16)
+    plan = _plan(m, ["pw1", "pw2", "fc1"], x)
+    cpu = torch.device("cpu")
+    w = build_fakequant(m, cpu, x[:1], plan, activations=False)(x)
+    a = build_fakequant(m, cpu, x[:1], plan, weights=False)(x)
+    both = build_fakequant(m, cpu, x[:1], plan)(x)
+    assert not torch.allclose(w, a) and not torch.allclose(w, both)
