@@ -68,6 +68,7 @@ def test_few_rounds_warn():
     speed = summarize_batch(1, [2.0] * 5, [1.0] * 5)
     assert len(speed.warnings) == 1
     assert "only 5 rounds" in speed.warnings[0]
+    assert not speed.warnings[0].startswith("batch")  # the report prefixes the batch itself
 
 
 def test_noisy_engine_warns_and_names_it():

@@ -65,21 +65,19 @@ class CalibParam:
     doc: str = ""
 
 
-# Calibrator name -> its parameters. The calibration code (quant/) reads the filled-in params.
+# Calibrator name -> its parameters, as the calibrators in quant/calibrators.py take them (a
+# unit test checks names and defaults against their constructors). The study passes the
+# filled-in params to the calibrator, so the record states every value that was used.
+_SEARCH = {
+    "num_candidates": CalibParam(128, 2, 4096, integer=True, doc="clip values tried"),
+    "min_ratio": CalibParam(2.0**-8, 1e-6, 1.0, doc="smallest clip tried, x max |x|"),
+}
 CALIBRATORS: dict[str, dict[str, CalibParam]] = {
     "max": {},
-    "percentile": {
-        "percentile": CalibParam(99.99, 50.0, 100.0, doc="percentile of |x| per tensor"),
-    },
-    "mse": {
-        "num_steps": CalibParam(64, 2, 4096, integer=True, doc="candidate amax values tried"),
-        "start_multiplier": CalibParam(0.25, 0.01, 1.0, doc="smallest candidate, x max |x|"),
-        "stop_multiplier": CalibParam(1.0, 0.01, 4.0, doc="largest candidate, x max |x|"),
-    },
-    "entropy": {
-        "num_bins": CalibParam(2048, 128, 65536, integer=True, doc="histogram bins of |x|"),
-        "start_bin": CalibParam(128, 1, 65536, integer=True, doc="first threshold bin tried"),
-    },
+    # below 50 a percentile clips most values: surely a typo for 99.x
+    "percentile": {"percentile": CalibParam(99.99, 50.0, 100.0, doc="percentile of |x|")},
+    "mse": _SEARCH,
+    "entropy": _SEARCH,
 }
 
 
@@ -99,7 +97,7 @@ class ActivationSpec(Strict):
 
     granularity: Literal["per_tensor"] = "per_tensor"
     calibrator: Literal["max", "percentile", "mse", "entropy"] = "max"
-    params: dict[str, float] = {}
+    params: dict[str, float] = Field(default_factory=dict, validate_default=True)
 
     @field_validator("params")
     @classmethod
@@ -169,7 +167,7 @@ class Recipe(Strict):
         if value not in FORMATS:
             raise ValueError(f"unknown format {value!r} (known: {', '.join(FORMATS)})")
         if FORMATS[value] is not None:
-            raise ValueError(f"format {value!r}: {FORMATS[value]}; use fp8_e4m3")
+            raise ValueError(f"{FORMATS[value]}; use fp8_e4m3")
         return value
 
     @property
@@ -227,7 +225,7 @@ def _key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
-            key = key_node.value
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else key_node.tag
             if key in seen:
                 line = key_node.start_mark.line + 1
                 raise UserError(f"{origin} line {line}: duplicate key {key!r}; keep one")
@@ -292,13 +290,14 @@ def _explain(err: ValidationError, lines: dict[tuple, int], origin: str) -> str:
         what = "selector" if model is Selector else "key"
         message = f"{_path(parent)}: unknown {what} {key!r} (known: {known})"
     elif kind == "missing":
-        message = f"{_path(loc)}: required key is missing"
+        message = f"{_path(loc[:-1])}: required key {loc[-1]!r} is missing"
     elif kind.startswith("literal_error"):
         expected = first.get("ctx", {}).get("expected", "")
         message = f"{_path(loc)}: {_short(first['input'])} is not allowed (known: {expected})"
+    elif kind == "value_error":  # raised by our validators, which name the bad value themselves
+        message = f"{_path(loc)}: {str(first['msg']).removeprefix('Value error, ')}"
     else:
-        text = str(first["msg"]).removeprefix("Value error, ")
-        message = f"{_path(loc)}: {text} (got {_short(first['input'])})"
+        message = f"{_path(loc)}: {first['msg']} (got {_short(first['input'])})"
     more = len(errors) - 1
     return f"{at}: {message}" + (f" [and {more} more problem(s)]" if more else "")
 

@@ -32,7 +32,7 @@ class Candidate:
     `positions` holds the `position` values that apply (first/last conv or linear in forward order).
     """
 
-    index: int
+    index: int  # place in the candidate order
     name: str
     op: Op
     module_class: str
@@ -89,6 +89,9 @@ def _as_pair(value: Any) -> Any:
 
 
 Names = Annotated[list[str], BeforeValidator(_as_list), Field(min_length=1)]
+Ops = Annotated[list[Op], BeforeValidator(_as_list), Field(min_length=1)]
+GroupKinds = Annotated[list[GroupKind], BeforeValidator(_as_list), Field(min_length=1)]
+Positions = Annotated[list[Position], BeforeValidator(_as_list), Field(min_length=1)]
 Pair = Annotated[tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]],
                  BeforeValidator(_as_pair)]  # fmt: skip
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -104,9 +107,9 @@ class Selector(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    op: list[Op] | None = None
+    op: Ops | None = None
     kernel: Pair | None = None  # 1 means 1x1; [3, 1] means 3x1
-    groups: list[GroupKind] | None = None  # a linear counts as dense
+    groups: GroupKinds | None = None  # a linear counts as dense
     stride: Pair | None = None
     in_channels_min: PositiveInt | None = None
     out_channels_min: PositiveInt | None = None
@@ -118,12 +121,7 @@ class Selector(BaseModel):
     name_glob: Names | None = None  # fnmatch on the full module name
     name_regex: Names | None = None  # re.fullmatch on the full module name
     stage: Names | None = None  # module name prefix: "layer1" matches layer1 and layer1.*
-    position: list[Position] | None = None
-
-    @field_validator("op", "groups", "position", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: Any) -> Any:
-        return _as_list(value)
+    position: Positions | None = None  # first_conv, last_conv: in forward order; last_linear
 
     @field_validator("name_regex")
     @classmethod

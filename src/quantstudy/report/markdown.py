@@ -643,14 +643,9 @@ def _method(r: StudyRecord) -> list[str]:
             balance = (
                 "class-balanced" if s.per_class_min == s.per_class_max else "not class-balanced"
             )
-            per = (
-                f"{s.per_class_min}"
-                if s.per_class_min == s.per_class_max
-                else f"{s.per_class_min} to {s.per_class_max}"
-            )
             lines.append(
-                f"- The {s.role} set has {per} images per class over {s.n_classes} classes: "
-                f"{balance}."
+                f"- {s.role.capitalize()} set: images per class min {s.per_class_min}, max "
+                f"{s.per_class_max}, over {s.n_classes} classes: {balance}."
             )
     lines.append(f"- Images skipped while scanning: {len(data.skipped)}.")
     lines.append("")
@@ -710,9 +705,9 @@ def _method(r: StudyRecord) -> list[str]:
     else:
         clocks = ", ".join(f"{k} {v}" for k, v in sp.clocks.items()) or "not recorded"
         lines += [
-            f"On {sp.device}, compile mode {sp.compile_mode}: {sp.rounds} rounds of "
-            f"{sp.iters_per_round} calls each after {sp.warmup} warm-up calls, fp16 and FP8 "
-            f"rounds interleaved, {sp.input_buffers} input buffers; clocks: {clocks}. x is "
+            f"On {sp.device}, compile mode {sp.compile_mode}, fp16 and FP8 rounds interleaved: "
+            f"rounds {sp.rounds}, calls per round {sp.iters_per_round}, warm-up calls "
+            f"{sp.warmup}, input buffers {sp.input_buffers}; clocks: {clocks}. x is "
             "fp16 time / FP8 time of one round pair; tables give the median over rounds and "
             "[q1, q3], the first and third quartiles.",
             "",
@@ -863,7 +858,8 @@ def _quality_results(r: StudyRecord, plots: set[str]) -> list[str]:
     balance = ""
     if q.n_classes is not None and q.per_class_min is not None and q.per_class_max is not None:
         balance = (
-            f" over {q.n_classes} classes, {q.per_class_min} to {q.per_class_max} images per class"
+            f" over {q.n_classes} classes (images per class: min {q.per_class_min}, max "
+            f"{q.per_class_max})"
         )
     lines += [
         f"Against {q.reference}, on {n}{balance}. Agreement is top-1 agreement with "
@@ -1086,28 +1082,35 @@ def _not_tried(r: StudyRecord) -> list[str]:
     recorded = [f"- {x}" for x in r.not_run] or ["- (the study recorded no further gaps)"]
     lines += ["Recorded by the study:", "", *recorded, "", "Following from this record:", ""]
     derived = []
-    if not any("tensorrt" in e.name.lower() or "trt" in e.name.lower() for e in r.engines):
+    stated = " ".join(r.not_run).lower()  # what the study already says is not repeated
+    if "tensorrt" in stated:
+        pass
+    elif not any("tensorrt" in e.name.lower() or "trt" in e.name.lower() for e in r.engines):
         names = ", ".join(e.name for e in r.engines) or "none"
         derived.append(
             f"No TensorRT engine was built; the engines here ({names}) are PyTorch modules, "
             "compiled with torch.compile where marked."
         )
-    derived.append("No quantization-aware training: quantstudy does post-training quantization.")
-    derived.append(
-        "Per-layer sensitivity (KL with one layer quantized) and per-layer speed gain are not "
-        "part of this record."
-    )
+    if "quantization-aware" not in stated:
+        derived.append(
+            "No quantization-aware training: quantstudy does post-training quantization."
+        )
+    if "sensitivity" not in stated:
+        derived.append(
+            "Per-layer sensitivity (KL with one layer quantized) and per-layer speed gain are "
+            "not part of this record."
+        )
     if r.speed is None:
         derived.append("No timing at all: the study has no speed section.")
     else:
-        if not r.speed.meaningful:
+        if not r.speed.meaningful and "gpu timing" not in stated:
             derived.append(f"No GPU timing: timings were taken on {r.speed.device}.")
         derived.append(
             "Timed batches: " + ", ".join(str(b.batch) for b in r.speed.batches) + "; no other."
         )
         if not r.speed.kernels:
             derived.append("No profiler kernel breakdown.")
-        if not r.speed.package_bytes:
+        if not r.speed.package_bytes and "package size" not in stated:
             derived.append("No compiled package size.")
     if r.calibration is not None:
         derived.append(
@@ -1141,34 +1144,15 @@ def _revisit(r: StudyRecord) -> list[str]:
         ]
     failed = [g for g in d.gates if not g.passed]
     off_gpu = [g for g in failed if g.kind == "speed" and g.measured.startswith(NOT_ON_GPU)]
+    random = [g for g in failed if g.measured.startswith(RANDOM_WEIGHTS)]
     unmeasured = [
         g for g in failed if g not in off_gpu and g.measured.startswith(("not measured", "timed"))
     ]
-    random = [g for g in failed if g.measured.startswith(RANDOM_WEIGHTS)]
     speed = [
         g
         for g in failed
         if g.name.startswith((SPEED_MARGIN, SPEED_SPREAD)) and g not in off_gpu + unmeasured
     ]
-    groups: list[tuple[str, list[Gate]]] = []
-    if off_gpu:
-        groups.append(
-            ("Run the study on a GPU: the speed gates cannot pass without GPU timings.", off_gpu)
-        )
-    if speed:
-        groups.append(
-            (
-                "Speed: when an FP8 matrix-product kernel (1x1 convolution or linear) is faster "
-                "than fp16 at these shapes and the activation quantize fuses into its producer.",
-                speed,
-            )
-        )
-    if random:
-        groups.append(
-            ("With pretrained weights: quality measured on random weights is not evidence.", random)
-        )
-    if unmeasured:
-        groups.append(("When the missing measurements exist.", unmeasured))
     leads = {
         AGREEMENT: "Quality: when a calibration or layer choice keeps top-1 agreement within "
         "the threshold.",
@@ -1179,13 +1163,39 @@ def _revisit(r: StudyRecord) -> list[str]:
         "(not measured here).",
         FINITE: "Quality: when no engine produces a non-finite logit.",
     }
-    grouped = {id(g) for _, gs in groups for g in gs}
+
+    def detailed(lead: str, gs: list[Gate]) -> list[str]:
+        return [
+            f"- {lead} Failed here:",
+            *(f"  - {g.name}: {g.measured} (needs {g.threshold})." for g in gs),
+        ]
+
+    def shared(lead: str, gs: list[Gate]) -> list[str]:
+        return [f"- {lead} Failed for that reason: {', '.join(g.name for g in gs)}."]
+
+    if off_gpu:
+        lines += shared(
+            "Run the study on a GPU: the speed gates cannot pass without GPU timings "
+            f"({off_gpu[0].measured}).",
+            off_gpu,
+        )
+    if speed:
+        lines += detailed(
+            "Speed: when an FP8 matrix-product kernel (1x1 convolution or linear) is faster "
+            "than fp16 at these shapes and the activation quantize fuses into its producer.",
+            speed,
+        )
+    if random:
+        lines += shared(
+            "With pretrained weights: quality measured on random weights is not evidence.",
+            random,
+        )
+    if unmeasured:
+        lines += detailed("When the missing measurements exist.", unmeasured)
+    grouped = {id(g) for g in off_gpu + speed + random + unmeasured}
     for g in failed:
         if id(g) not in grouped:
-            groups.append((leads.get(g.name, f"When {g.name} passes."), [g]))
-    for lead, gs in groups:
-        lines.append(f"- {lead} Failed here:")
-        lines += [f"  - {g.name}: measured {g.measured}; needs {g.threshold}." for g in gs]
+            lines += detailed(leads.get(g.name, f"When {g.name} passes."), [g])
     return [*lines, ""]
 
 

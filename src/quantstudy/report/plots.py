@@ -89,7 +89,12 @@ def _latency(record: StudyRecord) -> bytes:
             label=label,
             color=color,
         )
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xticks(xs, [str(b.batch) for b in sp.batches])
     ax.set_xlabel("batch")
     ax.set_ylabel("ms per call (median, q1-q3)")
@@ -112,21 +117,27 @@ def _latency(record: StudyRecord) -> bytes:
 def _kernels(record: StudyRecord) -> bytes:
     sp = record.speed
     assert sp is not None
-    fig = _figure(8.0, 1.2 + 0.45 * len(sp.kernels))
-    ax = fig.subplots()
-    labels = [f"{k.engine}, batch {k.batch}" for k in sp.kernels]
-    left = [0.0] * len(sp.kernels)
-    ys = list(range(len(sp.kernels)))
-    for group, color in zip(_GROUP_ORDER, _GROUP_COLORS, strict=True):
-        widths = [next((g.time_us for g in k.groups if g.group == group), 0.0) for k in sp.kernels]
-        ax.barh(ys, widths, left=left, color=color, label=group)
-        left = [a + b for a, b in zip(left, widths, strict=True)]
-    ax.set_yticks(ys, labels)
-    ax.invert_yaxis()
-    ax.set_xlabel("profiler time per call, us")
-    ax.legend(fontsize=7, loc="lower right")
-    ax.set_title("kernel time per group", fontsize=10)
-    fig.tight_layout()
+    batches = sorted({k.batch for k in sp.kernels})
+    per_batch = [[k for k in sp.kernels if k.batch == b] for b in batches]
+    fig = _figure(8.5, 0.9 + sum(0.5 * len(ks) + 0.5 for ks in per_batch))
+    axes = fig.subplots(
+        len(batches), 1, squeeze=False, height_ratios=[len(ks) for ks in per_batch]
+    )[:, 0]
+    for ax, batch, ks in zip(axes, batches, per_batch, strict=True):
+        ys = list(range(len(ks)))
+        left = [0.0] * len(ks)
+        for group, color in zip(_GROUP_ORDER, _GROUP_COLORS, strict=True):
+            widths = [next((g.time_us for g in k.groups if g.group == group), 0.0) for k in ks]
+            ax.barh(ys, widths, left=left, color=color, label=group)
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+        ax.set_yticks(ys, [k.engine for k in ks])
+        ax.invert_yaxis()
+        ax.set_title(f"batch {batch}", fontsize=9, loc="left")
+    axes[-1].set_xlabel("profiler time per call, us")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="upper right", ncols=len(_GROUP_ORDER))
+    fig.suptitle("kernel time per group", fontsize=10, x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     return _png(fig)
 
 

@@ -12,22 +12,25 @@ What is timed (on CUDA), exactly:
 - Rounds of the engines alternate, in ABBA order: fp16 first in even rounds, FP8 first in odd
   rounds. Round i of fp16 and round i of FP8 are neighbours in time and form a pair for the ratio
   (see `stats.py`); swapping the order every round cancels a linear drift (clocks, temperature)
-  that would otherwise always favour the engine that runs second.
+  that would otherwise bias every pair in the same direction.
 - Inputs are real preprocessed images (tiled when there are fewer than the batch). Replays rotate
   over up to `max_buffers` input buffers holding different images, one graph captured per buffer,
   all graphs of an engine sharing one memory pool (so intermediate activations reuse the same
   memory from call to call, as in one deployed engine; only input and output differ). The number
-  of buffers is the largest that (a) does not exceed `max_buffers`, (b) keeps all buffers of one
-  engine together within the GPU's L2 cache, so rotating adds no DRAM traffic that a single input
-  would not have, and (c) uses distinct images in each buffer. At large batches this is 1.
+  of buffers is the largest that (a) does not exceed `max_buffers`, (b) fits, all buffers of one
+  engine together, in the GPU's L2 cache, so the rotated inputs could all stay cache-resident as
+  a single input could (the rotation varies the pixels; it is not meant to flush the cache), and
+  (c) gives each buffer different images. At large batches this is 1.
 - `iters` is fixed (not adapted to the call's duration) so every round of every batch has the same
   structure; at 20 replays of even a 0.1 ms call a round spans 2 ms, far above the ~0.5 us
   resolution of CUDA events.
 
-The engines must not capture CUDA graphs of their own (torch.compile modes "reduce-overhead" and
-"max-autotune"): the harness captures the call itself. They should be compiled for static shapes
-(`dynamic=False`): after a second batch size, automatic dynamic shapes would otherwise time a
-shape-generic kernel.
+The engines must not capture CUDA graphs of their own (torch.compile's "reduce-overhead" and
+"max-autotune" modes do; "max-autotune-no-cudagraphs" does not): the harness captures the call
+itself, and Inductor's graphs would be captured inside ours, which is not a supported setup.
+`compile_mode` is only recorded here, as the engines' builder names it. The engines should be
+compiled for static shapes (`dynamic=False`): after a second batch size, automatic dynamic
+shapes would otherwise time a shape-generic kernel.
 
 On CPU the same interleaved rounds run eagerly with `time.perf_counter` and few rounds; the section
 is marked not meaningful and has no kernel profile.
@@ -59,9 +62,6 @@ MAX_INPUT_BUFFERS = 4
 
 CPU_ROUNDS, CPU_ITERS, CPU_WARMUP = 3, 2, 1
 """Caps on CPU: CPU timings are not evidence, so they are kept short."""
-
-GRAPHED_COMPILE_MODES = frozenset({"reduce-overhead", "max-autotune"})
-"""torch.compile modes that capture CUDA graphs themselves, which would nest in ours."""
 
 CPU_MEANINGLESS_REASON = "timed on CPU: not evidence for a GPU deployment decision"
 
@@ -224,15 +224,17 @@ def timed_region_text(
     iters: int,
     warmup: int,
     buffers: Mapping[int, int],
+    n_images: int,
 ) -> str:
     """The one-sentence description of what each timing contains, for the record and report."""
     if not on_gpu:
         return (
-            f"eager call of the engine's module (compile mode '{compile_mode}') on a CPU input "
+            f"direct call of the engine's module (compile mode '{compile_mode}') on a CPU input "
             f"already cast to the engine's dtype and memory format; {iters} calls timed with "
             f"time.perf_counter per round, ms per call = elapsed / {iters}; {rounds} rounds per "
-            f"engine after {warmup} warm-up calls; fp16 and fp8 rounds alternate in ABBA order; "
-            "no CUDA graphs and no kernel profile (the profiler groups CUDA kernels only)"
+            f"engine after {warmup} warm-up call(s); fp16 and fp8 rounds alternate in ABBA "
+            f"order; inputs from {n_images} real preprocessed images, repeated when fewer than the "
+            "batch; no CUDA graphs and no kernel profile (the profiler groups CUDA kernels only)"
         )
     per_batch = ", ".join(f"batch {b}: {n}" for b, n in buffers.items())
     return (
@@ -240,12 +242,13 @@ def timed_region_text(
         f"'{compile_mode}', on a device-resident input already cast to the engine's dtype and "
         "memory format); no host transfer, no preprocessing, no synchronisation inside; "
         f"{iters} replays between two CUDA events per round, ms per call = elapsed / {iters}; "
-        f"{rounds} rounds per engine after max({warmup}, {CAPTURE_WARMUP_MIN}) eager warm-up "
+        f"{rounds} rounds per engine after {max(warmup, CAPTURE_WARMUP_MIN)} eager warm-up "
         f"calls before capture and {warmup} warm-up replays of each graph; fp16 and fp8 rounds "
         "alternate in ABBA order (fp16 first in even rounds, fp8 first in odd rounds), one "
-        "synchronisation after each round, outside the timed region; replays rotate over input "
-        "buffers of distinct real images, one graph per buffer, the graphs of an engine sharing "
-        f"one memory pool (buffers per engine: {per_batch})"
+        "synchronisation after each round, outside the timed region; inputs from "
+        f"{n_images} real preprocessed images, repeated when fewer than the batch; replays rotate "
+        "over input buffers holding different images, one graph per buffer, the graphs of an "
+        f"engine sharing one memory pool (buffers per engine: {per_batch})"
     )
 
 
@@ -306,12 +309,6 @@ def measure_speed(
     if on_gpu:
         if not torch.cuda.is_available():
             raise UserError(f"the engines are on {device} but no CUDA GPU is available")
-        if compile_mode in GRAPHED_COMPILE_MODES:
-            raise UserError(
-                f"compile mode '{compile_mode}' captures CUDA graphs itself, and the timing "
-                "harness captures each engine call in its own CUDA graph; build the engines "
-                "with 'max-autotune-no-cudagraphs' or 'default'"
-            )
         l2_bytes = int(torch.cuda.get_device_properties(device).L2_cache_size)
     else:
         rounds, iters, warmup = (
@@ -370,6 +367,7 @@ def measure_speed(
             iters=iters,
             warmup=warmup,
             buffers=buffers,
+            n_images=int(images.shape[0]),
         ),
         rounds=rounds,
         iters_per_round=iters,

@@ -58,27 +58,28 @@ def paired_ratios(fp16_ms: Sequence[float], fp8_ms: Sequence[float]) -> list[flo
     return [a / b for a, b in zip(fp16_ms, fp8_ms, strict=True)]
 
 
-def speed_warnings(
-    batch: int, fp16: TimingStats, fp8: TimingStats, ratio: TimingStats
-) -> list[str]:
-    """The pyperf-style warnings for one batch size; empty when the evidence is clean."""
+def speed_warnings(fp16: TimingStats, fp8: TimingStats, ratio: TimingStats) -> list[str]:
+    """The pyperf-style warnings for one batch size; empty when the evidence is clean.
+
+    The batch size is not repeated in the text: a warning belongs to its `BatchSpeed`.
+    """
     warnings: list[str] = []
     if ratio.n < MIN_ROUNDS:
         warnings.append(
-            f"batch {batch}: only {ratio.n} rounds (fewer than {MIN_ROUNDS}); "
+            f"only {ratio.n} rounds (fewer than {MIN_ROUNDS}); "
             "the quartiles are not a reliable spread"
         )
     for name, stats in (("fp16", fp16), ("fp8", fp8)):
         spread = relative_spread(stats)
         if spread > MAX_RELATIVE_SPREAD:
             warnings.append(
-                f"batch {batch}: {name} timings are noisy: IQR/median {spread:.1%} "
+                f"{name} timings are noisy: IQR/median {spread:.1%} "
                 f"exceeds {MAX_RELATIVE_SPREAD:.0%} (median {stats.median:.4f} ms, "
                 f"IQR {stats.q1:.4f} to {stats.q3:.4f} ms)"
             )
     if ratio.q1 <= 1.0 <= ratio.q3:
         warnings.append(
-            f"batch {batch}: the IQR of the per-round ratio x = fp16/fp8 "
+            "the IQR of the per-round ratio x = fp16/fp8 "
             f"({ratio.q1:.3f} to {ratio.q3:.3f}) contains 1.0; these rounds do not support "
             "the sign of the gain"
         )
@@ -95,5 +96,5 @@ def summarize_batch(batch: int, fp16_ms: Sequence[float], fp8_ms: Sequence[float
         fp16_ms=fp16,
         fp8_ms=fp8,
         ratio=ratio,
-        warnings=speed_warnings(batch, fp16, fp8, ratio),
+        warnings=speed_warnings(fp16, fp8, ratio),
     )

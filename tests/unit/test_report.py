@@ -1,0 +1,297 @@
+"""Study report: Markdown structure, the self-check (and that it fails), plots, re-rendering."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+from _records import FIXTURE, build_record, fixture_json
+
+from quantstudy.errors import UserError
+from quantstudy.report.markdown import render_markdown
+from quantstudy.report.plots import KERNELS_PNG, KL_PNG, LATENCY_PNG, write_plots
+from quantstudy.report.render import render_study
+from quantstudy.report.selfcheck import allowed_numbers, check_markdown, number_tokens
+from quantstudy.study.schema import StudyRecord
+
+SECTIONS = [
+    "## Summary and decision",
+    "## Recipe",
+    "## Method",
+    "## Results",
+    "### Speed and size",
+    "### Quality",
+    "### Emulation gap",
+    "### NaN/Inf scan",
+    "### Kernel time per group",
+    "### Variants",
+    "## Warnings",
+    "## Other formats",
+    "## What was not tried",
+    "## When to revisit",
+]
+
+
+@pytest.fixture(scope="module")
+def record() -> StudyRecord:
+    return StudyRecord.model_validate_json(FIXTURE.read_text())
+
+
+@pytest.fixture(scope="module")
+def md(record) -> str:
+    return render_markdown(record)
+
+
+def test_fixture_is_the_builders_record(record):
+    # regenerate with: python tests/unit/_records.py
+    assert fixture_json(build_record()) == FIXTURE.read_text()
+    assert record.model.architecture == "mobilenetv4_conv_large"
+    assert len(record.recipe.selected) == 54
+    assert [b.batch for b in record.speed.batches] == [1, 32, 128]
+    assert len(record.quality.engines) == 5 and record.decision is not None
+
+
+def test_rendered_report_passes_the_self_check(record, md):
+    assert check_markdown(md, record) == []
+    assert check_markdown(md, record.model_dump(mode="json")) == []
+
+
+def test_report_structure_follows_the_seeds(record, md):
+    assert md.startswith(
+        "# FP8 quantization study (not shipped): mobilenetv4_conv_large.e500_r256_in1k\n"
+    )
+    positions = [md.index(s + "\n") for s in SECTIONS]
+    assert positions == sorted(positions)
+    # the gate table lists every gate with threshold, measured value and result
+    for g in record.decision.gates:
+        row = next(line for line in md.splitlines() if line.startswith(f"| {g.name} |"))
+        assert g.measured in row and ("**fail**" in row) == (not g.passed)
+    # the net change and the differing count are both reported, and not confused
+    assert "(43 of 1500 images differ)" in md
+    assert "a net change of -2 correct predictions (20 gained, 22 lost" in md
+    # the recipe: real FP8, emulated and fp16 counts; the layer tables collapsed
+    assert "53 of 54 selected layers" in md and "1 of 54 selected layers" in md
+    assert "<summary>54 selected layers</summary>" in md
+    assert "<summary>49 excluded candidates</summary>" in md
+    # the timed region verbatim, in a fence
+    assert "```text\n" + record.speed.timed_region + "\n```" in md
+    # other formats are statements, never results
+    assert "NVFP4: not tried" in md and "is a Hopper GPU" in md and "INT8: not tried" in md
+    assert "No TensorRT engine was built" in md
+    for item in record.not_run:
+        assert f"- {item}\n" in md
+    # when to revisit, from the failed gates
+    assert "activation quantize fuses into its producer" in md
+    assert "random weights" not in md.split("## When to revisit")[1]
+
+
+def test_numbers_are_formatted_from_the_record(record, md):
+    fp8 = next(e for e in record.quality.engines if e.engine == "fp8")
+    b1 = record.speed.batches[0]
+    assert f"{100 * fp8.agreement:.2f}%" in md
+    assert f"{b1.fp16_ms.median:.3f} [{b1.fp16_ms.q1:.3f}, {b1.fp16_ms.q3:.3f}]" in md
+    assert f"{b1.ratio.median:.2f} [{b1.ratio.q1:.2f}, {b1.ratio.q3:.2f}]" in md
+    assert f"{record.speed.weight_bytes['fp8']} |" in md
+    # the FP8 row of the quality table, cell by cell
+    quality = md.split("### Quality\n")[1].split("### Emulation gap")[0]
+    row = next(line for line in quality.splitlines() if line.startswith("| FP8 | "))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:8] == [
+        "FP8",
+        f"{100 * fp8.top1:.2f}%",
+        f"{100 * fp8.top5:.2f}%",
+        f"{100 * fp8.agreement:.2f}%",
+        "43",
+        "20",
+        "22",
+        "-2",
+    ]
+    assert cells[8] == (
+        f"{100 * fp8.top1_change:+.2f} [{100 * fp8.ci_low:+.2f}, {100 * fp8.ci_high:+.2f}]"
+    )
+
+
+def test_hypotheses_are_stated_as_hypotheses(md):
+    summary = md.split("## Recipe")[0]
+    assert "we have not measured" in summary
+    assert "likely" in summary
+
+
+def test_self_check_flags_a_number_not_in_the_record(record, md):
+    assert "81.99%" not in allowed_numbers(record)
+    bad = md.replace("## Warnings\n", "## Warnings\n\nFP8 top-1 is 81.99% here.\n", 1)
+    problems = check_markdown(bad, record)
+    assert len(problems) == 1 and "81.99%" in problems[0]
+    # a derived number (a difference the record does not hold) is caught too
+    assert check_markdown(md + "\nFP8 saves 26.16 MiB.\n", record)
+
+
+def test_self_check_flags_a_changed_number(record, md):
+    fp8 = next(e for e in record.quality.engines if e.engine == "fp8")
+    real = f"{100 * fp8.agreement:.2f}%"
+    assert real == "97.13%"
+    problems = check_markdown(md.replace(real, "97.31%"), record)
+    assert problems and all("97.31%" in p for p in problems)
+
+
+def test_self_check_flags_a_table_row_with_a_wrong_cell_count(record, md):
+    bad = md.replace("| fp16 | 65175264 | 62.16 |", "| fp16 | 65175264 | 62.16 | extra |", 1)
+    assert bad != md
+    problems = check_markdown(bad, record)
+    assert len(problems) == 1 and "4 cells, header has 3" in problems[0]
+    short = md.replace("| FP8 | 37748736 | 36.00 |", "| FP8 | 37748736 |", 1)
+    assert "2 cells, header has 3" in check_markdown(short, record)[0]
+
+
+def test_self_check_flags_a_bad_separator_row(record):
+    md = "# FP8 quantization study (not shipped): m\n\n| a | b |\n| --- |\n| 1 | 1 |\n"
+    problems = check_markdown(md, record)
+    assert problems == ["line 4: separator row has 1 cells, header has 2"]
+    no_sep = "# FP8 quantization study (not shipped): m\n\n| a | b |\n| 1 | 1 |\n"
+    assert "not a separator row" in check_markdown(no_sep, record)[0]
+
+
+def test_self_check_flags_an_unbalanced_fence(record, md):
+    bad = md.replace("## Warnings\n", "## Warnings\n\n```text\nnot closed\n", 1)
+    problems = check_markdown(bad, record)
+    assert any("never closed" in p for p in problems)
+    # a shorter closing fence does not close a longer one
+    assert check_markdown("# FP8 quantization study (not shipped): m\n````\nx\n```\n", record)
+
+
+def test_self_check_flags_a_title_that_contradicts_the_decision(record, md):
+    bad = md.replace("(not shipped)", "(shipped)", 1)
+    assert any("title" in p for p in check_markdown(bad, record))
+
+
+def test_self_check_ignores_code_links_and_identifiers(record):
+    md = (
+        "# FP8 quantization study (not shipped): mobilenetv4_conv_large\n\n"
+        "1. fp16, fp8, e4m3, top-1, top-5, p99, H200, 1x1, `blocks.1.0.conv_pw`, sm90_xmma.\n"
+        "![plot](figures/plot_77.png) [link](https://x.org/9999)\n\n"
+        "```text\n12345.678 inside a fence\n```\n"
+    )
+    assert check_markdown(md, record) == []
+
+
+def test_number_tokens_rule():
+    text = "x 1.05x, -0.13 points, [0.99, 1.02], 0.99-1.04, top-1, 81.53%, v2.14.1, 2.14.1"
+    assert list(number_tokens(text)) == [
+        "1.05",
+        "-0.13",
+        "0.99",
+        "1.02",
+        "0.99",
+        "1.04",
+        "81.53%",
+        "2.14.1",
+    ]
+
+
+def test_render_study_is_deterministic_and_writes_plots(tmp_path):
+    study = tmp_path / "study"
+    study.mkdir()
+    shutil.copy(FIXTURE, study / "study.json")
+    out = render_study(study)
+    assert out == study / "report.md"
+    first = {p.name: p.read_bytes() for p in study.iterdir()}
+    assert {LATENCY_PNG, KERNELS_PNG, KL_PNG, "report.md", "study.json"} == set(first)
+    for name in (LATENCY_PNG, KERNELS_PNG, KL_PNG):
+        assert first[name].startswith(b"\x89PNG\r\n\x1a\n") and len(first[name]) > 5000
+        assert f"]({name})" in first["report.md"].decode()
+    render_study(study)
+    second = {p.name: p.read_bytes() for p in study.iterdir()}
+    assert first == second
+    assert not [p for p in study.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_render_study_errors(tmp_path):
+    with pytest.raises(UserError, match="study folder not found"):
+        render_study(tmp_path / "missing")
+    with pytest.raises(UserError, match="no study record"):
+        render_study(tmp_path)
+    (tmp_path / "study.json").write_text("{not json")
+    with pytest.raises(UserError, match="not valid JSON"):
+        render_study(tmp_path)
+    data = json.loads(FIXTURE.read_text())
+    del data["model"]
+    (tmp_path / "study.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match="model"):
+        render_study(tmp_path)
+    data = json.loads(FIXTURE.read_text())
+    data["schema_version"] = 99
+    (tmp_path / "study.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match="schema_version"):
+        render_study(tmp_path)
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_partial_record_renders_with_not_measured(tmp_path):
+    record = build_record(partial=True, with_decision=False)
+    md = render_markdown(record)
+    assert check_markdown(md, record) == []
+    assert md.startswith("# FP8 quantization study (not shipped)")
+    assert "**Partial study** (status partial): not measured: quality, speed and decision." in md
+    for s in ("Speed: not measured.", "Quality: not measured.", "Timing: not measured."):
+        assert s in md
+    assert "No decision is recorded" in md
+    (tmp_path / "study.json").write_text(fixture_json(record))
+    render_study(tmp_path)
+    assert not any(p.suffix == ".png" for p in tmp_path.iterdir())  # no data, no plot
+
+
+def test_stale_plots_are_removed(tmp_path):
+    (tmp_path / "study.json").write_text(FIXTURE.read_text())
+    render_study(tmp_path)
+    (tmp_path / "study.json").write_text(fixture_json(build_record(partial=True)))
+    render_study(tmp_path)
+    assert not (tmp_path / LATENCY_PNG).exists()
+    assert "latency.png" not in (tmp_path / "report.md").read_text()
+
+
+def test_random_weights_banner():
+    record = build_record(random_weights=True)
+    md = render_markdown(record)
+    assert check_markdown(md, record) == []
+    head = md.split("## Summary and decision")[0]
+    assert "quality numbers are meaningless: random weights" in head
+    assert "With pretrained weights" in md.split("## When to revisit")[1]
+
+
+def test_cpu_banner_and_speed_gates(tmp_path):
+    record = build_record(device="cpu")
+    md = render_markdown(record)
+    assert check_markdown(md, record) == []
+    head = md.split("## Summary and decision")[0]
+    assert "timings on CPU are not meaningful" in head
+    assert "Run the study on a GPU" in md
+    assert "this study ran on cpu, without a GPU" in md
+    assert re.search(r"\| speed margin at batch 1 \|.*not measured on GPU.*\*\*fail\*\*", md)
+
+
+def test_shipped_record_renders_shipped(tmp_path):
+    record = build_record(
+        speedup={1: 1.12, 32: 1.09, 128: 1.10}, outcomes={"fp8": (5, 4, 1, 0.004)}
+    )
+    assert record.decision.ship
+    md = render_markdown(record)
+    assert check_markdown(md, record) == []
+    assert md.startswith("# FP8 quantization study (shipped):")
+    assert "FP8 shipped under this policy" in md
+    assert "**fail**" not in md
+
+
+def test_unlabelled_record_renders(tmp_path):
+    record = build_record(labelled=False, with_variant=False)
+    md = render_markdown(record)
+    assert check_markdown(md, record) == []
+    assert "no labels" in md and "skipped: held-out set is unlabelled" in md
+    assert "No recipe variant was studied." in md
+
+
+def test_write_plots_skips_absent_data(tmp_path):
+    record = build_record(device="cpu")  # no kernel breakdown on CPU
+    written = write_plots(record, tmp_path)
+    assert [p.name for p in written] == [LATENCY_PNG, KL_PNG]
