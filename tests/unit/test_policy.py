@@ -254,6 +254,7 @@ def test_unlabelled_data_skips_the_top1_gate_unless_required():
     g = _gate(d, "top-1 change CI")
     assert g.passed and g.skipped_reason and "unlabelled" in g.measured
     assert d.ship
+    assert "(1 skipped: top-1 change CI)" in d.summary
     strict = Policy(quality={"require_labels": True})
     d2 = _decide(record, strict)
     assert d2.failed == ["top-1 change CI"]

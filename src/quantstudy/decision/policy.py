@@ -160,11 +160,6 @@ def _ms(v: float) -> str:
     return f"{v:.3f}"
 
 
-def _vs_points(v: float, threshold: float) -> str:
-    s = _vs(v, threshold, 100.0)
-    return s if s.startswith("-") else "+" + s
-
-
 def _ratio(v: float) -> str:
     return f"{v:.2f}"
 
@@ -188,6 +183,12 @@ def _vs(v: float, threshold: float, scale: float = 1.0, suffix: str = "") -> str
         if a != b or v == threshold:
             break
     return a + suffix
+
+
+def _vs_points(v: float, threshold: float) -> str:
+    """`_vs` in signed percentage points."""
+    s = _vs(v, threshold, 100.0)
+    return s if s.startswith("-") else "+" + s
 
 
 # --- gates --------------------------------------------------------------------------------
@@ -364,7 +365,9 @@ def _quality_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
 
 def _summary(ship: bool, gates: list[Gate], label: str) -> str:
     if ship:
-        return f"Shipped under {label}: all {len(gates)} gates passed."
+        skipped = [g.name for g in gates if g.skipped_reason]
+        note = f" ({len(skipped)} skipped: {', '.join(skipped)})" if skipped else ""
+        return f"Shipped under {label}: all {len(gates)} gates passed{note}."
     failed = [g.name for g in gates if not g.passed]
     return (
         f"Not shipped under {label}: {len(failed)} of {len(gates)} gates failed "

@@ -368,10 +368,12 @@ def _kernel_sentence(r: StudyRecord) -> str | None:
         k16, k8 = _breakdown(r, FP16, batch), _breakdown(r, FP8, batch)
         if k16 is None or k8 is None:
             continue
-        mm16 = _group_us(k16, "fp16_matmul_conv") or 0.0
-        mm8 = _group_us(k8, "fp8_matmul") or 0.0
-        rest16 = _group_us(k8, "fp16_matmul_conv") or 0.0
-        qc = _group_us(k8, "quantize_convert") or 0.0
+        mm16 = _group_us(k16, "fp16_matmul_conv")
+        mm8 = _group_us(k8, "fp8_matmul")
+        qc = _group_us(k8, "quantize_convert")
+        if mm16 is None or mm8 is None or qc is None:
+            continue  # printed values must exist in the record
+        rest16 = _group_us(k8, "fp16_matmul_conv") or 0.0  # compared, never printed
         saved = mm16 - (mm8 + rest16)
         if qc >= saved:
             guess = (
@@ -518,11 +520,25 @@ def _recipe(r: StudyRecord) -> list[str]:
 
 
 def _method(r: StudyRecord) -> list[str]:
-    env, m, pre, data = r.environment, r.model, r.preprocessing, r.data
-    lines = ["## Method", "", "### Environment", ""]
-    gpu = NOT_MEASURED if not env.gpu_name else env.gpu_name
+    lines = ["## Method", ""]
+    for part in (
+        _method_environment,
+        _method_model,
+        _method_data,
+        _method_preprocessing,
+        _method_calibration,
+        _method_timing,
+        _method_quality,
+    ):
+        lines += [*part(r), ""]
+    return lines
+
+
+def _method_environment(r: StudyRecord) -> list[str]:
+    env = r.environment
+    lines = ["### Environment", ""]
     if env.gpu_name:
-        gpu += f" (compute capability {env.gpu_capability or 'unknown'}, driver "
+        gpu = f"{env.gpu_name} (compute capability {env.gpu_capability or 'unknown'}, driver "
         gpu += f"{env.gpu_driver or 'unknown'})"
     else:
         gpu = "none (no GPU in this study)"
@@ -558,7 +574,12 @@ def _method(r: StudyRecord) -> list[str]:
         ],
     )
 
-    lines += ["", "### Model and engines", ""]
+    return lines
+
+
+def _method_model(r: StudyRecord) -> list[str]:
+    m = r.model
+    lines = ["### Model and engines", ""]
     tag = f", pretrained tag {_code(m.pretrained_tag)}" if m.pretrained_tag else ""
     sha = f", sha256 {_code(m.weights_sha256)}" if m.weights_sha256 else ""
     lines += [
@@ -603,7 +624,12 @@ def _method(r: StudyRecord) -> list[str]:
     else:
         lines.append(f"Engines: {NOT_MEASURED}.")
 
-    lines += ["", "### Data", ""]
+    return lines
+
+
+def _method_data(r: StudyRecord) -> list[str]:
+    data = r.data
+    lines = ["### Data", ""]
     lines += [
         f"Data folder {_code(data.data_dir)}, calibration folder "
         f"{_code(data.calib_dir) if data.calib_dir else 'the same'}, class list "
@@ -653,7 +679,12 @@ def _method(r: StudyRecord) -> list[str]:
         sk = _table(["Image", "Reason"], [[_code(x.id), x.reason] for x in data.skipped])
         lines += _maybe_collapsed(f"{len(data.skipped)} skipped images", sk, len(data.skipped))
 
-    lines += ["### Preprocessing", ""]
+    return lines
+
+
+def _method_preprocessing(r: StudyRecord) -> list[str]:
+    pre = r.preprocessing
+    lines = ["### Preprocessing", ""]
     size = " x ".join(str(v) for v in pre.input_size)
     lines += [
         f"- Input {size} (channels x height x width), crop_pct {fmt_plain(pre.crop_pct)}, crop "
@@ -664,7 +695,11 @@ def _method(r: StudyRecord) -> list[str]:
         "",
     ]
 
-    lines += ["### Calibration", ""]
+    return lines
+
+
+def _method_calibration(r: StudyRecord) -> list[str]:
+    lines = ["### Calibration", ""]
     cal = r.calibration
     if cal is None:
         lines += [f"Calibration: {NOT_MEASURED}.", ""]
@@ -698,7 +733,11 @@ def _method(r: StudyRecord) -> list[str]:
         )
         lines += _maybe_collapsed(f"{len(cal.tensors)} activation scales", tt, len(cal.tensors))
 
-    lines += ["### Timing", ""]
+    return lines
+
+
+def _method_timing(r: StudyRecord) -> list[str]:
+    lines = ["### Timing", ""]
     sp = r.speed
     if sp is None:
         lines += [f"Timing: {NOT_MEASURED}.", ""]
@@ -717,7 +756,11 @@ def _method(r: StudyRecord) -> list[str]:
             "",
         ]
 
-    lines += ["### Quality method", ""]
+    return lines
+
+
+def _method_quality(r: StudyRecord) -> list[str]:
+    lines = ["### Quality method", ""]
     q = r.quality
     if q is None:
         lines += [f"Quality: {NOT_MEASURED}.", ""]
@@ -1167,7 +1210,7 @@ def _revisit(r: StudyRecord) -> list[str]:
     def detailed(lead: str, gs: list[Gate]) -> list[str]:
         return [
             f"- {lead} Failed here:",
-            *(f"  - {g.name}: {g.measured} (needs {g.threshold})." for g in gs),
+            *(f"  - {g.name}: {g.measured}; needs {g.threshold}." for g in gs),
         ]
 
     def shared(lead: str, gs: list[Gate]) -> list[str]:
