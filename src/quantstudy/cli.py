@@ -91,7 +91,7 @@ def _print_outcome(record, report: Path) -> None:
     decision = record.decision
     verdict = "SHIP" if decision and decision.ship else "DO NOT SHIP"
     print(f"\n{record.model.name} / {record.recipe.name if record.recipe else '-'}: {verdict}")
-    if decision:
+    if decision is not None:
         print(decision.summary)
         for gate in decision.gates:
             mark = "pass" if gate.passed else "FAIL"

@@ -22,7 +22,12 @@ import torch
 
 from quantstudy.quality.balance import precision_warnings, sample_balance
 from quantstudy.quality.nonfinite import finite_rows
-from quantstudy.quality.paired import mcnemar_exact, paired_bootstrap, paired_counts
+from quantstudy.quality.paired import (
+    CI_LEVEL,
+    mcnemar_exact,
+    paired_bootstrap,
+    paired_counts,
+)
 from quantstudy.study.schema import EmulationGap, EngineQuality, NonFiniteScan, QualitySection
 
 # Fixed, log-spaced KL bins shared by every engine and study, so histograms compare directly:
@@ -135,7 +140,9 @@ def score_engine(
     labelled = (
         {}
         if label_array is None
-        else _labelled_fields(ref, eng, agree, logits, label_array, bootstrap_resamples, seed)
+        else _labelled_fields(
+            ref, eng, agree, logits, ref_logits, label_array, bootstrap_resamples, seed
+        )
     )
     return EngineQuality(
         engine=engine,
@@ -154,14 +161,23 @@ def score_engine(
     )
 
 
-def emulation_gap(fp8_logits: torch.Tensor, fakequant_logits: torch.Tensor) -> EmulationGap:
+def emulation_gap(
+    fp8_logits: torch.Tensor,
+    fakequant_logits: torch.Tensor,
+    reordered_logits: torch.Tensor | None = None,
+) -> EmulationGap:
     """FP8 engine against its fake-quant emulation: top-1 agreement and KL(fakequant || fp8).
 
     Compared image by image, not by mean KL alone: two engines can have equal mean KL against
     fp32 and still err on different images. Non-finite rows count as differing and are left out
     of KL, as in `score_engine`.
+
+    `reordered_logits` is the emulation run again with only its fp32 summation order changed; its
+    agreement with the emulation is the floor below which no distinct kernel can be expected to
+    go, since FP8 rounding amplifies reassociation noise.
     """
     _check_inputs(fakequant_logits, fp8_logits, None)
+    floor = None if reordered_logits is None else emulation_gap(reordered_logits, fakequant_logits)
     emu, fp8 = Predictions.of(fakequant_logits), Predictions.of(fp8_logits)
     agree = emu.agrees_with(fp8)
     finite = torch.from_numpy(emu.valid & fp8.valid)
@@ -171,6 +187,9 @@ def emulation_gap(fp8_logits: torch.Tensor, fakequant_logits: torch.Tensor) -> E
         differ_count=int(agree.size - agree.sum()),
         kl_mean=stats.mean,
         kl_max=stats.max,
+        floor_agreement=floor.agreement if floor else None,
+        floor_differ_count=floor.differ_count if floor else None,
+        floor_kl_mean=floor.kl_mean if floor else None,
     )
 
 
@@ -231,6 +250,7 @@ def _labelled_fields(
     eng: Predictions,
     agree: np.ndarray,
     logits: torch.Tensor,
+    ref_logits: torch.Tensor,
     labels: np.ndarray,
     resamples: int,
     seed: int,
@@ -243,6 +263,8 @@ def _labelled_fields(
         "top1": float(eng_correct.mean()),
         "top5": float(topk_correct(logits, labels, TOP5).mean()),
         "top1_reference": float(ref_correct.mean()),
+        "top5_reference": float(topk_correct(ref_logits, labels, TOP5).mean()),
+        "ci_level": CI_LEVEL,
         "gained": counts.gained,
         "lost": counts.lost,
         "wrong_to_wrong": counts.wrong_to_wrong,

@@ -171,6 +171,7 @@ class EngineQuality(Section):
     top1: float | None = None
     top5: float | None = None
     top1_reference: float | None = None
+    top5_reference: float | None = None
     agreement: float
     differ_count: int
     gained: int | None = None  # reference wrong, engine right
@@ -180,6 +181,7 @@ class EngineQuality(Section):
     top1_change: float | None = None  # engine top1 - reference top1
     ci_low: float | None = None  # paired bootstrap 95% CI on top1_change
     ci_high: float | None = None
+    ci_level: float | None = None  # e.g. 0.95
     bootstrap_resamples: int | None = None
     bootstrap_seed: int | None = None
     mcnemar_p: float | None = None
@@ -207,6 +209,11 @@ class EmulationGap(Section):
     differ_count: int
     kl_mean: float
     kl_max: float
+    # The emulation against itself with only its fp32 summation order changed (channels-last):
+    # FP8 rounding amplifies such reassociation, so no distinct kernel can agree better.
+    floor_agreement: float | None = None
+    floor_differ_count: int | None = None
+    floor_kl_mean: float | None = None
 
 
 class QualitySection(Section):
