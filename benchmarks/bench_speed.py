@@ -6,7 +6,8 @@ images, the fp16 and FP8 engines compiled with Inductor, and the study's own har
 and IQR over rounds, the ratio x = fp16 / FP8 per round pair, kernel count and kernel time per
 group from the profiler. Prints one table and writes JSON.
 
-    python benchmarks/bench_speed.py --images DIR --out results.json [--models a,b] [--batches 1,32,128]
+    python benchmarks/bench_speed.py --images DIR --out results.json \
+        [--models a,b] [--batches 1,32,128]
 
 The seed families run with random weights (speed only); EfficientNet-Lite0 with its real weights.
 """
@@ -14,7 +15,6 @@ The seed families run with random weights (speed only); EfficientNet-Lite0 with 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -44,8 +44,17 @@ MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def bench_model(name: str, weights: str, recipe_name: str, images_dir: Path, n_images: int,
-                batches: list[int], compile_mode: str, rounds: int, iters: int) -> dict:
+def bench_model(
+    name: str,
+    weights: str,
+    recipe_name: str,
+    images_dir: Path,
+    n_images: int,
+    batches: list[int],
+    compile_mode: str,
+    rounds: int,
+    iters: int,
+) -> dict:
     loaded = load_model(name, weights)
     model = loaded.model
     pre = resolve_preprocessing(model)
@@ -57,43 +66,90 @@ def bench_model(name: str, weights: str, recipe_name: str, images_dir: Path, n_i
     layers = [d.name for d in res.selected]
     device = torch.device("cuda")
     model_dev = model.to(device)
-    cal = calibrate(model_dev, layers, (x[i : i + 32].to(device) for i in range(0, len(x), 32)),
-                    recipe.activations.calibrator, recipe.activations.params)
+    cal = calibrate(
+        model_dev,
+        layers,
+        (x[i : i + 32].to(device) for i in range(0, len(x), 32)),
+        recipe.activations.calibrator,
+        recipe.activations.params,
+    )
     model = model_dev.cpu()
     plan = QuantPlan(layers, recipe.weights.granularity == "per_channel", cal)
     t0 = time.perf_counter()
-    fp16 = build_half(model, device, example, fold=recipe.weights.fold_bn, compile_mode=compile_mode)
-    fp8 = build_fp8(model, device, example, plan, fold=recipe.weights.fold_bn,
-                    compile_mode=compile_mode)
-    speed = measure_speed(fp16, fp8, x, batches, rounds=rounds, iters=iters,
-                          compile_mode=COMPILE_MODES[compile_mode] or "default")
+    fp16 = build_half(
+        model, device, example, fold=recipe.weights.fold_bn, compile_mode=compile_mode
+    )
+    fp8 = build_fp8(
+        model, device, example, plan, fold=recipe.weights.fold_bn, compile_mode=compile_mode
+    )
+    speed = measure_speed(
+        fp16,
+        fp8,
+        x,
+        batches,
+        rounds=rounds,
+        iters=iters,
+        compile_mode=COMPILE_MODES[compile_mode] or "default",
+    )
     info = fp8.info()
     return {
-        "model": name, "weights": loaded.info.weights_detail, "recipe": source,
-        "selected": len(layers), "fp8_real": len(info.fp8_real),
-        "fp8_emulated": len(info.fp8_emulated), "build_and_time_s": time.perf_counter() - t0,
+        "model": name,
+        "weights": loaded.info.weights_detail,
+        "recipe": source,
+        "selected": len(layers),
+        "fp8_real": len(info.fp8_real),
+        "fp8_emulated": len(info.fp8_emulated),
+        "build_and_time_s": time.perf_counter() - t0,
         "speed": speed.model_dump(mode="json"),
     }
 
 
+def _ratio(r: dict) -> str:
+    return f"{r['median']:.2f} [{r['q1']:.2f}-{r['q3']:.2f}]"
+
+
+def _count(k: dict | None) -> str:
+    return str(k["kernel_count"]) if k else "-"
+
+
 def print_table(results: list[dict]) -> None:
-    head = ("model", "recipe", "batch", "fp16 ms", "FP8 ms", "x [q1-q3]", "kernels fp16/FP8",
-            "FP8 groups us (fp8mm/fp16mm/dw/quant/other)")
+    head = (
+        "model",
+        "recipe",
+        "batch",
+        "fp16 ms",
+        "FP8 ms",
+        "x [q1-q3]",
+        "kernels fp16/FP8",
+        "FP8 groups us (fp8mm/fp16mm/dw/quant/other)",
+    )
     print(" | ".join(head))
     for r in results:
         kernels = {(k["engine"], k["batch"]): k for k in r["speed"]["kernels"]}
         for b in r["speed"]["batches"]:
             k16, k8 = kernels.get(("fp16", b["batch"])), kernels.get(("fp8", b["batch"]))
             groups = {g["group"]: g["time_us"] for g in k8["groups"]} if k8 else {}
-            order = ("fp8_matmul", "fp16_matmul_conv", "depthwise_conv", "quantize_convert",
-                     "other")
-            print(" | ".join([
-                r["model"], r["recipe"], str(b["batch"]),
-                f"{b['fp16_ms']['median']:.3f}", f"{b['fp8_ms']['median']:.3f}",
-                f"{b['ratio']['median']:.2f} [{b['ratio']['q1']:.2f}-{b['ratio']['q3']:.2f}]",
-                f"{k16['kernel_count'] if k16 else '-'}/{k8['kernel_count'] if k8 else '-'}",
-                "/".join(f"{groups.get(g, 0):.0f}" for g in order),
-            ]))
+            order = (
+                "fp8_matmul",
+                "fp16_matmul_conv",
+                "depthwise_conv",
+                "quantize_convert",
+                "other",
+            )
+            print(
+                " | ".join(
+                    [
+                        r["model"],
+                        r["recipe"],
+                        str(b["batch"]),
+                        f"{b['fp16_ms']['median']:.3f}",
+                        f"{b['fp8_ms']['median']:.3f}",
+                        _ratio(b["ratio"]),
+                        f"{_count(k16)}/{_count(k8)}",
+                        "/".join(f"{groups.get(g, 0):.0f}" for g in order),
+                    ]
+                )
+            )
 
 
 def main() -> None:
@@ -117,10 +173,27 @@ def main() -> None:
         weights, variants = MODELS.get(name, ("random", ()))
         for recipe in (default_recipe_for(name), *variants):
             print(f"== {name} / {recipe}", flush=True)
-            results.append(bench_model(name, weights, recipe, args.images, args.n_images,
-                                       batches, args.compile_mode, args.rounds, args.iters))
-            write_json_atomic(args.out, {"environment": env, "command": vars(args) | {
-                "images": str(args.images), "out": str(args.out)}, "results": results})
+            results.append(
+                bench_model(
+                    name,
+                    weights,
+                    recipe,
+                    args.images,
+                    args.n_images,
+                    batches,
+                    args.compile_mode,
+                    args.rounds,
+                    args.iters,
+                )
+            )
+            write_json_atomic(
+                args.out,
+                {
+                    "environment": env,
+                    "command": vars(args) | {"images": str(args.images), "out": str(args.out)},
+                    "results": results,
+                },
+            )
     print_table(results)
 
 

@@ -25,13 +25,24 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calib", type=int, default=500, help="calibration images (default 500)")
     p.add_argument("--heldout", type=int, default=1500, help="held-out images (default 1500)")
     p.add_argument("--seed", type=int, default=0, help="split and random-weight seed (default 0)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
-                   help="default: cuda when available, else cpu")
-    p.add_argument("--batches", type=_batches, default=(1, 32, 128),
-                   help="timed batch sizes, comma-separated (default 1,32,128)")
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default=None,
+        help="default: cuda when available, else cpu",
+    )
+    p.add_argument(
+        "--batches",
+        type=_batches,
+        default=(1, 32, 128),
+        help="timed batch sizes, comma-separated (default 1,32,128)",
+    )
     p.add_argument("--compile-mode", choices=["default", "max-autotune"], default="default")
-    p.add_argument("--test-settings", action="store_true",
-                   help="use the checkpoint's test-time input size and crop")
+    p.add_argument(
+        "--test-settings",
+        action="store_true",
+        help="use the checkpoint's test-time input size and crop",
+    )
     p.add_argument("--policy", type=Path, help="decision policy YAML (default: built-in)")
     p.add_argument("--no-speed", action="store_true", help="skip the timing stage")
     p.add_argument("--out", type=Path, help="study folder (default studies/<model>/<name>/)")
@@ -45,16 +56,27 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a study of MODEL")
-    run.add_argument("model", help="timm name, optionally with tag, e.g. "
-                     "mobilenetv4_conv_large.e500_r256_in1k")
-    run.add_argument("--data", type=Path, required=True,
-                     help="held-out images: ImageNet-style <wnid>/<image> folder or plain folder")
+    run.add_argument(
+        "model", help="timm name, optionally with tag, e.g. mobilenetv4_conv_large.e500_r256_in1k"
+    )
+    run.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="held-out images: ImageNet-style <wnid>/<image> folder or plain folder",
+    )
     run.add_argument("--calib-data", type=Path, help="calibration images from another folder")
-    run.add_argument("--class-list", type=Path,
-                     help="wnids in label order, one a line (default: the 1000 ImageNet classes)")
-    run.add_argument("--weights", default="cache",
-                     help="checkpoint file, 'cache' (local timm/HF cache, never the network), "
-                          "'random', or a named source (efficientnet-lite0); default cache")
+    run.add_argument(
+        "--class-list",
+        type=Path,
+        help="wnids in label order, one a line (default: the 1000 ImageNet classes)",
+    )
+    run.add_argument(
+        "--weights",
+        default="cache",
+        help="checkpoint file, 'cache' (local timm/HF cache, never the network), "
+        "'random', or a named source (efficientnet-lite0); default cache",
+    )
     run.add_argument("--strip-prefix", help="strip this prefix from checkpoint keys")
     _add_study_args(run)
 
@@ -80,10 +102,18 @@ def _config(args: argparse.Namespace, **fixed):
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     return StudyConfig(
-        recipe=args.recipe, calib=args.calib, heldout=args.heldout, seed=args.seed,
-        device=device, batches=args.batches, compile_mode=args.compile_mode,
-        test_settings=args.test_settings, policy=args.policy, speed=not args.no_speed,
-        out=args.out, **fixed,
+        recipe=args.recipe,
+        calib=args.calib,
+        heldout=args.heldout,
+        seed=args.seed,
+        device=device,
+        batches=args.batches,
+        compile_mode=args.compile_mode,
+        test_settings=args.test_settings,
+        policy=args.policy,
+        speed=not args.no_speed,
+        out=args.out,
+        **fixed,
     )
 
 
@@ -102,9 +132,15 @@ def _print_outcome(record, report: Path) -> None:
 def _cmd_run(args: argparse.Namespace) -> None:
     from quantstudy.study.run import run_study
 
-    config = _config(args, model=args.model, data=args.data, calib_data=args.calib_data,
-                     class_list=args.class_list, weights=args.weights,
-                     strip_prefix=args.strip_prefix)
+    config = _config(
+        args,
+        model=args.model,
+        data=args.data,
+        calib_data=args.calib_data,
+        class_list=args.class_list,
+        weights=args.weights,
+        strip_prefix=args.strip_prefix,
+    )
     _print_outcome(*run_study(config))
 
 
@@ -114,8 +150,14 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
     demo = demo_data()
     print(f"demo data: {demo.description}")
-    config = _config(args, model="tf_efficientnet_lite0", weights="efficientnet-lite0",
-                     data=demo.data_dir, calib_data=demo.calib_dir, class_list=demo.class_list)
+    config = _config(
+        args,
+        model="tf_efficientnet_lite0",
+        weights="efficientnet-lite0",
+        data=demo.data_dir,
+        calib_data=demo.calib_dir,
+        class_list=demo.class_list,
+    )
     _print_outcome(*run_study(config))
 
 

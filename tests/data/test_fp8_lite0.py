@@ -41,7 +41,8 @@ def lite0(shared_data):
     calib_x, _ = load_images(calib_items, tf)
     x, labels = load_images(held_items, tf)
     layers = [
-        n for n, m in model.named_modules()
+        n
+        for n, m in model.named_modules()
         if isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and m.groups == 1
     ]
     plan = QuantPlan(
@@ -55,8 +56,16 @@ def lite0(shared_data):
     fq_engine.channels_last = True  # same arithmetic, fp32 sums in another order
     fq_engine.module = fq_engine.module.to(memory_format=torch.channels_last)
     floor = _agree(run_engine(fq_engine, x, 100), fq)
-    return {"floor": floor,"model": model, "plan": plan, "x": x, "labels": labels, "ref": ref, "fq": fq,
-            "example": example}
+    return {
+        "floor": floor,
+        "model": model,
+        "plan": plan,
+        "x": x,
+        "labels": labels,
+        "ref": ref,
+        "fq": fq,
+        "example": example,
+    }
 
 
 def _agree(a: torch.Tensor, b: torch.Tensor) -> float:

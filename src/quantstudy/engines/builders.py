@@ -129,7 +129,14 @@ def build_half(
     m = m.to(memory_format=torch.channels_last)
     fn, compiled = _compile(m, device, compile_mode)
     return BuiltEngine(
-        "fp16", device, dtype, True, fn, m, compiled, compile_mode if compiled else None,
+        "fp16",
+        device,
+        dtype,
+        True,
+        fn,
+        m,
+        compiled,
+        compile_mode if compiled else None,
         float_layers=count_float_layers(m),
     )
 
@@ -152,8 +159,16 @@ def build_fp8(
     m = m.to(device).to(memory_format=torch.channels_last)
     fn, compiled = _compile(m, device, compile_mode)
     return BuiltEngine(
-        "fp8", device, dtype, True, fn, m, compiled, compile_mode if compiled else None,
-        applied=applied, float_layers=count_float_layers(model) - len(plan.layers),
+        "fp8",
+        device,
+        dtype,
+        True,
+        fn,
+        m,
+        compiled,
+        compile_mode if compiled else None,
+        applied=applied,
+        float_layers=count_float_layers(model) - len(plan.layers),
     )
 
 
@@ -173,6 +188,14 @@ def build_fakequant(
     applied = apply_fake_quant(m, plan, weights=weights, activations=activations)
     m = m.to(device)
     return BuiltEngine(
-        name, device, torch.float32, False, m, m, False, None,
-        applied=applied, float_layers=count_float_layers(model) - len(plan.layers),
+        name,
+        device,
+        torch.float32,
+        False,
+        m,
+        m,
+        False,
+        None,
+        applied=applied,
+        float_layers=count_float_layers(model) - len(plan.layers),
     )

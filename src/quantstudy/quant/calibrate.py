@@ -85,7 +85,8 @@ def _group_consumers(
     missing = [n for n in layers if not any(n in c for c in groups.values())]
     if missing:
         raise UserError(
-            f"selected layers never ran in a forward pass, so they cannot be calibrated: {missing[:5]}"
+            "selected layers never ran in a forward pass, so they cannot be calibrated: "
+            f"{missing[:5]}"
         )
     return groups
 

@@ -129,7 +129,10 @@ class _SearchCalibrator(Calibrator):
             return self.amax
         centres, counts = self._centres(), self.hist
         candidates = self.amax * torch.logspace(
-            torch.log2(torch.tensor(self.min_ratio)), 0, self.num_candidates, base=2,
+            torch.log2(torch.tensor(self.min_ratio)),
+            0,
+            self.num_candidates,
+            base=2,
             dtype=torch.float64,
         )
         losses = [(self._loss(float(c), centres, counts), float(c)) for c in candidates]

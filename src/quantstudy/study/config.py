@@ -43,7 +43,9 @@ class StudyConfig:
         if not self.batches or any(b <= 0 for b in self.batches):
             raise UserError(f"batch sizes must be positive integers, got {self.batches}")
         if self.compile_mode not in ("default", "max-autotune"):
-            raise UserError(f"--compile-mode must be default or max-autotune, not {self.compile_mode}")
+            raise UserError(
+                f"--compile-mode must be default or max-autotune, not {self.compile_mode}"
+            )
 
     def study_name(self, recipe: str) -> str:
         return f"{recipe}-seed{self.seed}-{self.device}"

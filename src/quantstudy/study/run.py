@@ -109,8 +109,9 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
     device = _device(config.device)
 
     # --- inputs, all checked before heavy work ---------------------------------------------
-    loaded = load_model(config.model, config.weights, seed=config.seed,
-                        strip_prefix=config.strip_prefix)
+    loaded = load_model(
+        config.model, config.weights, seed=config.seed, strip_prefix=config.strip_prefix
+    )
     model = loaded.model
     pre = resolve_preprocessing(model, test_settings=config.test_settings)
     scan = scan_folder(config.data, config.class_list)
@@ -125,7 +126,10 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
     policy, policy_label = load_policy(config.policy)
 
     calib_items, heldout_items = split_items(
-        scan.items, config.calib, config.heldout, seed=config.seed,
+        scan.items,
+        config.calib,
+        config.heldout,
+        seed=config.seed,
         calib_items=calib_scan.items if calib_scan else None,
     )
     labelled = scan.labelled
@@ -137,7 +141,9 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
         seed=config.seed,
         skipped=scan.skipped + (calib_scan.skipped if calib_scan else []),
         calibration=summarize_set(
-            "calibration", str(config.calib_data or config.data), calib_items,
+            "calibration",
+            str(config.calib_data or config.data),
+            calib_items,
             calib_scan.labelled if calib_scan else labelled,
         ),
         heldout=summarize_set("heldout", str(config.data), heldout_items, labelled),
@@ -158,8 +164,14 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
 
     key = hashlib.sha256(
         json.dumps(
-            [record.config.model_dump(mode="json"), recipe_info.sha256, loaded.info.weights_sha256,
-             data.calibration.ids_sha256, data.heldout.ids_sha256, pre.model_dump(mode="json")],
+            [
+                record.config.model_dump(mode="json"),
+                recipe_info.sha256,
+                loaded.info.weights_sha256,
+                data.calibration.ids_sha256,
+                data.heldout.ids_sha256,
+                pre.model_dump(mode="json"),
+            ],
             sort_keys=True,
         ).encode()
     ).hexdigest()
@@ -172,10 +184,14 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
     layers = [d.name for d in recipe_info.selected]
     ref_model = model.to(device)
     calibration = calibrate(
-        ref_model, layers,
-        (calib_x[i : i + config.eval_batch].to(device)
-         for i in range(0, calib_x.shape[0], config.eval_batch)),
-        recipe.activations.calibrator, recipe.activations.params,
+        ref_model,
+        layers,
+        (
+            calib_x[i : i + config.eval_batch].to(device)
+            for i in range(0, calib_x.shape[0], config.eval_batch)
+        ),
+        recipe.activations.calibrator,
+        recipe.activations.params,
     )
     model = ref_model.cpu()
     plan = QuantPlan(layers, recipe.weights.granularity == "per_channel", calibration)
@@ -189,13 +205,18 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
     stress_names = [n for n, _ in stress]
     builders: dict[str, Callable[[], Engine]] = {
         "fp32": lambda: build_fp32(model, device),
-        "fp16": lambda: build_half(model, device, example, fold=fold,
-                                   compile_mode=config.compile_mode),
-        "fp8": lambda: build_fp8(model, device, example, plan, fold=fold,
-                                 compile_mode=config.compile_mode),
+        "fp16": lambda: build_half(
+            model, device, example, fold=fold, compile_mode=config.compile_mode
+        ),
+        "fp8": lambda: build_fp8(
+            model, device, example, plan, fold=fold, compile_mode=config.compile_mode
+        ),
         **{
-            name: (lambda w=w, a=a, name=name: build_fakequant(
-                model, device, example, plan, fold=fold, weights=w, activations=a, name=name))
+            name: (
+                lambda w=w, a=a, name=name: build_fakequant(
+                    model, device, example, plan, fold=fold, weights=w, activations=a, name=name
+                )
+            )
             for name, (w, a) in ATTRIBUTION.items()
         },
     }
@@ -225,14 +246,19 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
     ids = [item.id for item in heldout_items]
     scores = [
         score_engine(name, logits["fp32"], logits[name], labels, seed=config.seed)
-        for name in builders if name != "fp32"
+        for name in builders
+        if name != "fp32"
     ]
     scans = [
         scan_nonfinite(name, logits[name], ids, stress_logits[name], stress_names)
         for name in builders
     ]
     quality = build_quality_section(
-        "fp32", scores, scans, stress_names, labels,
+        "fp32",
+        scores,
+        scans,
+        stress_names,
+        labels,
         emulation_gap(logits["fp8"], logits["fakequant"], logits["fakequant_reordered"]),
         loaded.info.random_weights,
     )
@@ -243,7 +269,10 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
     if config.speed:
         console.print("speed: timing fp16 and fp8 engines")
         speed = measure_speed(
-            engines["fp16"], engines["fp8"], heldout_x, list(config.batches),
+            engines["fp16"],
+            engines["fp8"],
+            heldout_x,
+            list(config.batches),
             compile_mode=COMPILE_MODES[config.compile_mode] or "default",
         )
         record = record.model_copy(
