@@ -36,16 +36,19 @@ class SmallNet(nn.Module):
         self.dw = nn.Conv2d(64, 64, 3, padding=1, groups=64, bias=False)
         self.bn2 = nn.BatchNorm2d(64)
         self.pw2 = nn.Conv2d(64, 32, 1)
+        self.odd = nn.Conv2d(32, 24, 1)  # 24 channels: padded to 32 for torch._scaled_mm
+        self.back = nn.Conv2d(24, 32, 1)
         self.short = nn.Conv2d(32, 32, 1, stride=2)
         self.down = nn.Conv2d(32, 32, 1, stride=2)
         self.fc1 = nn.Linear(32, 48)
-        self.fc2 = nn.Linear(48, 16)
+        self.fc2 = nn.Linear(48, 20)  # 20 outputs: not a multiple of 16, padded
 
     def forward(self, x):
         x = F.relu(self.bn0(self.stem(x)))
         y = F.relu(self.bn1(self.pw1(x)))
         y = F.relu(self.bn2(self.dw(y)))
         x = x + self.pw2(y)
+        x = x + self.back(F.relu(self.odd(x)))
         x = self.short(x) + self.down(x)  # one tensor, two FP8 consumers
         x = x.mean((2, 3))
         return self.fc2(F.gelu(self.fc1(x)))
@@ -134,12 +137,14 @@ def test_shared_scale_for_two_consumers():
 def test_fp8_engine_matches_emulation_in_fp32():
     m = _net()
     x = torch.randn(16, 3, 16, 16)
-    layers = ["stem", "pw1", "dw", "pw2", "short", "down", "fc1", "fc2"]
+    layers = ["stem", "pw1", "dw", "pw2", "odd", "back", "short", "down", "fc1", "fc2"]
     plan = _plan(m, layers, x)
     cpu = torch.device("cpu")
     fp8 = build_fp8(m, cpu, x[:1], plan, dtype=torch.float32)
     fq = build_fakequant(m, cpu, x[:1], plan)
-    assert sorted(fp8.applied.real) == ["down", "fc1", "fc2", "pw1", "pw2", "short"]
+    assert sorted(fp8.applied.real) == [
+        "back", "down", "fc1", "fc2", "odd", "pw1", "pw2", "short"
+    ]
     assert sorted(n for n, _ in fp8.applied.emulated) == ["dw", "stem"]
     a, b = fp8(x), fq(x)
     assert torch.linalg.norm(a - b) / torch.linalg.norm(b) < 1e-4
@@ -165,7 +170,7 @@ def test_engine_info_lists_layers_and_bytes():
     cpu = torch.device("cpu")
     info = build_fp8(m, cpu, x[:1], plan).info()
     assert info.fp8_real == ["pw1"] and info.fp8_emulated == ["dw"]
-    assert info.fp16_layers == 8 - 2
+    assert info.fp16_layers == 10 - 2
     half = build_half(m, cpu, x[:1]).info()
     assert info.weight_bytes < half.weight_bytes  # pw1's weight went from 2 bytes to 1 per value
 

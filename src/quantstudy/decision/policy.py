@@ -257,6 +257,12 @@ def _speed_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
     return gates
 
 
+def _first(names: list[str], shown: int = 5) -> str:
+    """The first few names, and how many more: a gate's text must stay readable."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f", and {more} more" if more > 0 else "")
+
+
 def _finite_gate(scans: list[NonFiniteScan], engine: str) -> Gate:
     threshold = FINITE_THRESHOLD
     if not scans:
@@ -270,7 +276,7 @@ def _finite_gate(scans: list[NonFiniteScan], engine: str) -> Gate:
             names = [*s.nonfinite_heldout, *s.nonfinite_stress]
             parts.append(
                 f"{s.engine}: {len(s.nonfinite_heldout)} held-out, "
-                f"{len(s.nonfinite_stress)} stress ({', '.join(names)})"
+                f"{len(s.nonfinite_stress)} stress ({_first(names)})"
             )
         return _gate(FINITE, "quality", threshold, "non-finite in " + "; ".join(parts), False)
     counts = {(s.heldout_checked, s.stress_checked) for s in scans}

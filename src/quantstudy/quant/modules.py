@@ -12,11 +12,16 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from quantstudy.quant.fp8 import dequantize_weight, fake_quant, quantize_weight, to_fp8
 
 _ALIGN = 16  # torch._scaled_mm needs both matrix dimensions of the weight divisible by 16
+
+
+def _ceil(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
 
 
 def real_fp8_blocker(layer: nn.Module) -> str | None:
@@ -28,13 +33,8 @@ def real_fp8_blocker(layer: nn.Module) -> str | None:
             return "grouped/depthwise conv has no FP8 kernel"
         if layer.padding not in ((0, 0), "valid") or layer.dilation != (1, 1):
             return "padded or dilated 1x1 conv"
-        k, n = layer.in_channels, layer.out_channels
-    elif isinstance(layer, nn.Linear):
-        k, n = layer.in_features, layer.out_features
-    else:
+    elif not isinstance(layer, nn.Linear):
         return f"{type(layer).__name__} is not a conv2d or linear layer"
-    if k % _ALIGN or n % _ALIGN:
-        return f"channels {k}->{n} not multiples of {_ALIGN} (torch._scaled_mm alignment)"
     return None
 
 
@@ -43,7 +43,10 @@ class FP8Matmul(nn.Module):
 
     Weights: FP8 E4M3 with a per-output-channel or per-tensor scale. Activations: one static
     per-tensor scale. Per-channel weight scales use torch._scaled_mm's row-wise scaling, whose
-    CUDA kernels write bf16; the result is then cast to the engine's dtype.
+    CUDA kernels write bf16; the result is then cast to the engine's dtype. Channel counts that
+    are not multiples of 16 (torch._scaled_mm's alignment) are zero-padded: the weight once at
+    build time, the activation inside its quantize step; padded outputs are sliced off. Zero
+    padding adds exact zeros to every sum, so the result is unchanged.
     """
 
     def __init__(
@@ -53,7 +56,14 @@ class FP8Matmul(nn.Module):
         weight = layer.weight.detach().float()
         self.is_conv = isinstance(layer, nn.Conv2d)
         self.stride = layer.stride if self.is_conv else (1, 1)
-        w8, w_scale = quantize_weight(weight.reshape(weight.shape[0], -1), per_channel)
+        weight = weight.reshape(weight.shape[0], -1)
+        self.n, self.k = weight.shape
+        self.k_pad = _ceil(self.k) - self.k
+        n_pad = _ceil(self.n) - self.n
+        w8, w_scale = quantize_weight(weight, per_channel)
+        w8 = F.pad(w8.float(), (0, self.k_pad, 0, n_pad)).to(w8.dtype)  # exact: zeros
+        if per_channel:
+            w_scale = F.pad(w_scale, (0, n_pad), value=1.0)
         self.register_buffer("w8", w8.contiguous())  # (N, K) row-major; .t() is column-major
         self.register_buffer("w_scale", w_scale.reshape(1, -1) if per_channel else w_scale)
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
@@ -68,6 +78,8 @@ class FP8Matmul(nn.Module):
             self.mm_dtype = torch.bfloat16 if per_channel else dtype
 
     def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
+        if self.k_pad:
+            x2d = F.pad(x2d, (0, self.k_pad))
         xq = to_fp8(x2d, self.x_scale)
         if self.per_channel:
             scale_a = self.x_scale.reshape(1, 1).expand(x2d.shape[0], 1).contiguous()
@@ -75,7 +87,8 @@ class FP8Matmul(nn.Module):
             scale_a = self.x_scale
         y = torch._scaled_mm(
             xq, self.w8.t(), scale_a=scale_a, scale_b=self.w_scale, out_dtype=self.mm_dtype
-        ).to(self.dtype)
+        )
+        y = y[:, : self.n].to(self.dtype)
         return y + self.bias if self.bias is not None else y
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1030,7 +1030,7 @@ def _kernel_results(r: StudyRecord, plots: set[str]) -> list[str]:
     if top:
         tt = _table(["Engine", "Batch", "Kernel", "us"], top)
         lines += ["Largest kernels:", ""]
-        lines += _maybe_collapsed(f"{len(top)} largest kernels", tt, len(top))
+        lines += _maybe_collapsed("largest kernels per engine and batch", tt, len(top))
     return lines
 
 
