@@ -32,7 +32,7 @@ for stage in "$@"; do
       python3 -m quantstudy.cli run "$model" --weights "$weights" ${recipe:+--recipe "$recipe"} \
         --data "$DATA/val-1300" --calib-data "$DATA/calib-500" --class-list "$DATA/classes.txt" \
         --heldout 1300 --device cuda --out "$dir" 2>&1 | grep -v Warning | tail -15 | tee -a "$OUT/log.txt"
-      tar -C /tmp -czf "$OUT/study-$model.tgz" "study-$model" --exclude .cache ;;
+      tar -C /tmp --exclude .cache -czf "$OUT/study-$model.tgz" "study-$model" ;;
   esac
 done
 echo "=== done $(date -u +%T)" | tee -a "$OUT/log.txt"
