@@ -29,6 +29,14 @@ def _groups(k: dict | None) -> list[str]:
     return [f"{by.get(g, 0.0):.0f}" for g in GROUPS]
 
 
+def _spread(t: dict, digits: int) -> str:
+    return f"{t['median']:.{digits}f} [{t['q1']:.{digits}f}-{t['q3']:.{digits}f}]"
+
+
+def _count(k: dict | None) -> str:
+    return str(k["kernel_count"]) if k else "-"
+
+
 def speed_table(results: list[dict]) -> list[str]:
     head = [
         "model",
@@ -52,10 +60,10 @@ def speed_table(results: list[dict]) -> list[str]:
                         r["recipe"].removeprefix("builtin:"),
                         f"{r['fp8_real']}/{r['fp8_emulated']}",
                         str(b["batch"]),
-                        f"{b['fp16_ms']['median']:.3f} [{b['fp16_ms']['q1']:.3f}-{b['fp16_ms']['q3']:.3f}]",
-                        f"{b['fp8_ms']['median']:.3f} [{b['fp8_ms']['q1']:.3f}-{b['fp8_ms']['q3']:.3f}]",
-                        f"{b['ratio']['median']:.2f} [{b['ratio']['q1']:.2f}-{b['ratio']['q3']:.2f}]",
-                        f"{k16['kernel_count'] if k16 else '-'}/{k8['kernel_count'] if k8 else '-'}",
+                        _spread(b["fp16_ms"], 3),
+                        _spread(b["fp8_ms"], 3),
+                        _spread(b["ratio"], 2),
+                        f"{_count(k16)}/{_count(k8)}",
                     ]
                 )
             )
