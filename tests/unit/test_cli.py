@@ -1,0 +1,139 @@
+"""The CLI: clean errors for user mistakes, and a small real study end to end on the CPU."""
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+from quantstudy.cli import main
+
+WNIDS = ["n01440764", "n01443537"]  # label 0 and 1 of the ImageNet class list
+
+
+@pytest.fixture
+def tiny_imagenet(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    for wnid in WNIDS:
+        (tmp_path / "data" / wnid).mkdir(parents=True)
+        for i in range(6):
+            pixels = (torch.rand(48, 48, 3, generator=g) * 255).to(torch.uint8).numpy()
+            Image.fromarray(pixels).save(tmp_path / "data" / wnid / f"img{i}.jpg")
+    return tmp_path / "data"
+
+
+def test_missing_data_folder_is_a_clean_error(tmp_path, capsys):
+    code = main(
+        [
+            "run",
+            "mobilenetv4_conv_small",
+            "--weights",
+            "random",
+            "--device",
+            "cpu",
+            "--data",
+            str(tmp_path / "nope"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith("quantstudy: error:") and "Traceback" not in err
+
+
+def test_unknown_model_is_a_clean_error(tmp_path, capsys):
+    assert (
+        main(["run", "mobilenetv4_conv_smal", "--weights", "random", "--data", str(tmp_path)]) == 1
+    )
+    assert "mobilenetv4_conv_small" in capsys.readouterr().err  # suggests the close match
+
+
+def test_cuda_without_gpu_is_a_clean_error(tiny_imagenet, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    code = main(
+        [
+            "run",
+            "mobilenetv4_conv_small",
+            "--weights",
+            "random",
+            "--device",
+            "cuda",
+            "--data",
+            str(tiny_imagenet),
+        ]
+    )
+    assert code == 1 and "--device cpu" in capsys.readouterr().err
+
+
+def test_recipes_list_and_show(capsys):
+    assert main(["recipes"]) == 0
+    assert "mobilenetv4_pointwise" in capsys.readouterr().out
+    assert main(["recipes", "show", "--model", "mobilenetv4_conv_small", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["selected"]
+
+
+def test_small_study_end_to_end_on_cpu(tiny_imagenet, tmp_path, capsys):
+    out = tmp_path / "study"
+    code = main(
+        [
+            "run",
+            "mobilenetv4_conv_small",
+            "--weights",
+            "random",
+            "--device",
+            "cpu",
+            "--data",
+            str(tiny_imagenet),
+            "--calib",
+            "4",
+            "--heldout",
+            "8",
+            "--batches",
+            "1,2",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "DO NOT SHIP" in printed and "report:" in printed
+    record = json.loads((out / "study.json").read_text())
+    assert record["status"] == "complete"
+    assert {e["name"] for e in record["engines"]} == {
+        "fp32",
+        "fp16",
+        "fp8",
+        "fakequant",
+        "fakequant_weights",
+        "fakequant_activations",
+    }
+    assert record["data"]["heldout"]["n_images"] == 8
+    assert record["quality"]["meaningful"] is False  # random weights
+    assert record["speed"]["meaningful"] is False  # CPU timings
+    assert (out / "report.md").exists()
+    # resumable: a second run reuses the cached engine outputs
+    assert (
+        main(
+            [
+                "run",
+                "mobilenetv4_conv_small",
+                "--weights",
+                "random",
+                "--device",
+                "cpu",
+                "--data",
+                str(tiny_imagenet),
+                "--calib",
+                "4",
+                "--heldout",
+                "8",
+                "--batches",
+                "1,2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert "resumed logits-fp8" in capsys.readouterr().err
