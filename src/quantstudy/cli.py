@@ -45,6 +45,11 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--policy", type=Path, help="decision policy YAML (default: built-in)")
     p.add_argument("--no-speed", action="store_true", help="skip the timing stage")
+    p.add_argument(
+        "--package",
+        action="store_true",
+        help="also build AOTInductor packages (CUDA) and record their size; minutes",
+    )
     p.add_argument("--out", type=Path, help="study folder (default studies/<model>/<name>/)")
 
 

@@ -32,6 +32,7 @@ class StudyConfig:
     out: Path | None = None
     eval_batch: int = 64
     speed: bool = True
+    package: bool = False  # also build torch.export + AOTInductor packages and record their size
     strip_prefix: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 

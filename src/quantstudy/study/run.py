@@ -274,6 +274,7 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
             heldout_x,
             list(config.batches),
             compile_mode=COMPILE_MODES[config.compile_mode] or "default",
+            package_dir=out_dir / "packages" if config.package else None,
         )
         record = record.model_copy(
             update={"speed": speed, "not_run": [*record.not_run, *speed_not_run(speed)]}
