@@ -23,6 +23,7 @@ import torch
 from quantstudy.data.folders import scan_folder
 from quantstudy.data.images import load_images
 from quantstudy.engines.builders import COMPILE_MODES, build_fp8, build_half, set_numerics
+from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 from quantstudy.quant.apply import QuantPlan
@@ -66,6 +67,8 @@ def bench_model(
     layers = [d.name for d in res.selected]
     device = torch.device("cuda")
     model_dev = model.to(device)
+    if loaded.info.random_weights:  # keep random-weight activations finite in fp16
+        reestimate_batchnorm(model_dev, (x[i : i + 32].to(device) for i in range(0, len(x), 32)))
     cal = calibrate(
         model_dev,
         layers,

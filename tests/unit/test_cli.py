@@ -110,6 +110,7 @@ def test_small_study_end_to_end_on_cpu(tiny_imagenet, tmp_path, capsys):
     }
     assert record["data"]["heldout"]["n_images"] == 8
     assert record["quality"]["meaningful"] is False  # random weights
+    assert "BatchNorm statistics" in record["model"]["weights_detail"]
     assert record["speed"]["meaningful"] is False  # CPU timings
     assert (out / "report.md").exists()
     # resumable: a second run reuses the cached engine outputs

@@ -32,6 +32,7 @@ from quantstudy.engines.builders import (
 )
 from quantstudy.engines.run import run_engine
 from quantstudy.errors import UserError
+from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 from quantstudy.quality.metrics import build_quality_section, emulation_gap, score_engine
@@ -183,13 +184,19 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
     heldout_x, labels = load_images(heldout_items, transform, desc="held-out images")
     layers = [d.name for d in recipe_info.selected]
     ref_model = model.to(device)
+    if loaded.info.random_weights:
+        n_bn = reestimate_batchnorm(ref_model, _batches(calib_x, config.eval_batch, device))
+        detail = (
+            f"{loaded.info.weights_detail}; BatchNorm statistics of {n_bn} layers re-estimated "
+            f"on the {calib_x.shape[0]} calibration images (keeps fp16 activations finite)"
+        )
+        record = record.model_copy(
+            update={"model": record.model.model_copy(update={"weights_detail": detail})}
+        )
     calibration = calibrate(
         ref_model,
         layers,
-        (
-            calib_x[i : i + config.eval_batch].to(device)
-            for i in range(0, calib_x.shape[0], config.eval_batch)
-        ),
+        _batches(calib_x, config.eval_batch, device),
         recipe.activations.calibrator,
         recipe.activations.params,
     )
@@ -289,6 +296,10 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
     record = record.model_copy(update={"decision": decision, "status": "complete"})
     _save(record, out_dir)
     return record, render_study(out_dir)
+
+
+def _batches(x: torch.Tensor, size: int, device: torch.device):
+    return (x[i : i + size].to(device) for i in range(0, x.shape[0], size))
 
 
 def _run_reordered(engine: Engine, images: torch.Tensor, config: StudyConfig) -> torch.Tensor:

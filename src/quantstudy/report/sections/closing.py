@@ -1,0 +1,192 @@
+"""The closing sections: warnings, other formats, what was not tried, and when to revisit.
+
+They say what the record does not show; the gaps the study recorded come first, verbatim, and
+what follows from the record is not repeated when the study already says it.
+"""
+
+from __future__ import annotations
+
+from quantstudy.decision.policy import (
+    AGREEMENT,
+    FINITE,
+    KL_MEAN,
+    NOT_ON_GPU,
+    RANDOM_WEIGHTS,
+    SPEED_MARGIN,
+    SPEED_SPREAD,
+    TOP1_CI,
+)
+from quantstudy.report.format import code
+from quantstudy.report.lookups import ACT_ONLY, WEIGHT_ONLY, engine_quality
+from quantstudy.study.schema import Gate, StudyRecord
+
+
+def render_warnings(r: StudyRecord) -> list[str]:
+    items = []
+    if r.quality is not None:
+        items += r.quality.warnings
+        if not r.quality.meaningful and r.quality.meaningless_reason:
+            items.append(f"quality not meaningful: {r.quality.meaningless_reason}")
+    if r.speed is not None:
+        items += [f"batch {b.batch}: {w}" for b in r.speed.batches for w in b.warnings]
+        if not r.speed.meaningful and r.speed.meaningless_reason:
+            items.append(f"timings not meaningful: {r.speed.meaningless_reason}")
+    body = [f"- {w}" for w in items] or ["None recorded."]
+    return ["## Warnings", "", *body, ""]
+
+
+def _arch_words(capability: str | None) -> str | None:
+    if not capability:
+        return None
+    major = capability.split(".")[0]
+    if not major.isdigit():
+        return None
+    if int(major) >= 10:
+        return "a Blackwell or later GPU"
+    return {"7": "a Volta or Turing GPU", "8": "an Ampere or Ada GPU", "9": "a Hopper GPU"}.get(
+        major
+    )
+
+
+def render_other_formats(r: StudyRecord) -> list[str]:
+    env = r.environment
+    if env.gpu_name:
+        arch = _arch_words(env.gpu_capability)
+        gpu = f"this study's GPU, the {env.gpu_name}"
+        if env.gpu_capability:
+            gpu += f" (compute capability {env.gpu_capability})"
+        gpu += f", is {arch}" if arch else ""
+    else:
+        gpu = f"this study ran on {r.config.device}, without a GPU"
+    return [
+        "## Other formats",
+        "",
+        "- NVFP4: not tried. quantstudy has no NVFP4 path in this engine, and FP4 tensor cores "
+        f"need a Blackwell GPU; {gpu}.",
+        "- INT8: not tried. quantstudy has no INT8 path yet.",
+        "",
+        "These are statements about the tool, not measured results.",
+        "",
+    ]
+
+
+def render_not_tried(r: StudyRecord) -> list[str]:
+    lines = ["## What was not tried", ""]
+    recorded = [f"- {x}" for x in r.not_run] or ["- (the study recorded no further gaps)"]
+    lines += ["Recorded by the study:", "", *recorded, "", "Following from this record:", ""]
+    derived = []
+    stated = " ".join(r.not_run).lower()  # what the study already says is not repeated
+    if "tensorrt" in stated:
+        pass
+    elif not any("tensorrt" in e.name.lower() or "trt" in e.name.lower() for e in r.engines):
+        names = ", ".join(e.name for e in r.engines) or "none"
+        derived.append(
+            f"No TensorRT engine was built; the engines here ({names}) are PyTorch modules, "
+            "compiled with torch.compile where marked."
+        )
+    if "quantization-aware" not in stated:
+        derived.append(
+            "No quantization-aware training: quantstudy does post-training quantization."
+        )
+    if "sensitivity" not in stated:
+        derived.append(
+            "Per-layer sensitivity (KL with one layer quantized) and per-layer speed gain are "
+            "not part of this record."
+        )
+    if r.speed is None:
+        derived.append("No timing at all: the study has no speed section.")
+    else:
+        if not r.speed.meaningful and "gpu timing" not in stated:
+            derived.append(f"No GPU timing: timings were taken on {r.speed.device}.")
+        derived.append(
+            "Timed batches: " + ", ".join(str(b.batch) for b in r.speed.batches) + "; no other."
+        )
+        if not r.speed.kernels:
+            derived.append("No profiler kernel breakdown.")
+        if not r.speed.package_bytes and "package size" not in stated:
+            derived.append("No compiled package size.")
+    if r.calibration is not None:
+        derived.append(
+            f"Only the {code(r.calibration.calibrator)} calibrator was run for the main recipe."
+        )
+    if engine_quality(r, WEIGHT_ONLY) is None or engine_quality(r, ACT_ONLY) is None:
+        derived.append("No weight-only and activation-only runs: the loss is not attributed.")
+    if not r.variants:
+        derived.append("No recipe variant.")
+    if not r.data.labelled:
+        derived.append("No accuracy against labels: the data is unlabelled.")
+    lines += [f"- {x}" for x in derived]
+    return [*lines, ""]
+
+
+def render_revisit(r: StudyRecord) -> list[str]:
+    lines = ["## When to revisit", ""]
+    d = r.decision
+    if d is None:
+        return [
+            *lines,
+            "When the study is complete: no decision is recorded, so nothing here can ship.",
+            "",
+        ]
+    if d.ship:
+        return [
+            *lines,
+            "FP8 shipped under this policy. Re-run the study when the GPU, driver, torch, model "
+            "or recipe changes: every gate was measured for this combination only.",
+            "",
+        ]
+    failed = [g for g in d.gates if not g.passed]
+    off_gpu = [g for g in failed if g.kind == "speed" and g.measured.startswith(NOT_ON_GPU)]
+    random = [g for g in failed if g.measured.startswith(RANDOM_WEIGHTS)]
+    unmeasured = [
+        g for g in failed if g not in off_gpu and g.measured.startswith(("not measured", "timed"))
+    ]
+    speed = [
+        g
+        for g in failed
+        if g.name.startswith((SPEED_MARGIN, SPEED_SPREAD)) and g not in off_gpu + unmeasured
+    ]
+    leads = {
+        AGREEMENT: "Quality: when a calibration or layer choice keeps top-1 agreement within "
+        "the threshold.",
+        KL_MEAN: "Quality: when a calibration or layer choice keeps the mean KL within the "
+        "threshold.",
+        TOP1_CI: "Quality: when the top-1 change's CI clears the threshold; a larger held-out "
+        "set likely narrows the CI, and fewer FP8 layers or another calibrator may move it "
+        "(not measured here).",
+        FINITE: "Quality: when no engine produces a non-finite logit.",
+    }
+
+    def detailed(lead: str, gs: list[Gate]) -> list[str]:
+        return [
+            f"- {lead} Failed here:",
+            *(f"  - {g.name}: {g.measured}; needs {g.threshold}." for g in gs),
+        ]
+
+    def shared(lead: str, gs: list[Gate]) -> list[str]:
+        return [f"- {lead} Failed for that reason: {', '.join(g.name for g in gs)}."]
+
+    if off_gpu:
+        lines += shared(
+            "Run the study on a GPU: the speed gates cannot pass without GPU timings "
+            f"({off_gpu[0].measured}).",
+            off_gpu,
+        )
+    if speed:
+        lines += detailed(
+            "Speed: when an FP8 matrix-product kernel (1x1 convolution or linear) is faster "
+            "than fp16 at these shapes and the activation quantize fuses into its producer.",
+            speed,
+        )
+    if random:
+        lines += shared(
+            "With pretrained weights: quality measured on random weights is not evidence.",
+            random,
+        )
+    if unmeasured:
+        lines += detailed("When the missing measurements exist.", unmeasured)
+    grouped = {id(g) for g in off_gpu + speed + random + unmeasured}
+    for g in failed:
+        if id(g) not in grouped:
+            lines += detailed(leads.get(g.name, f"When {g.name} passes."), [g])
+    return [*lines, ""]

@@ -1,0 +1,283 @@
+"""The method section: environment, model and engines, data, preprocessing, calibration, timing
+and quality method, as recorded, so that a reader can repeat the study."""
+
+from __future__ import annotations
+
+from quantstudy.report.format import (
+    NOT_MEASURED,
+    code,
+    fence,
+    fmt_plain,
+    fmt_sig,
+    maybe_collapsed,
+    opt,
+    table,
+)
+from quantstudy.report.lookups import FP8, engine_quality, label
+from quantstudy.study.schema import StudyRecord
+
+
+def render_method(r: StudyRecord) -> list[str]:
+    lines = ["## Method", ""]
+    for part in (
+        _method_environment,
+        _method_model,
+        _method_data,
+        _method_preprocessing,
+        _method_calibration,
+        _method_timing,
+        _method_quality,
+    ):
+        lines += [*part(r), ""]
+    return lines
+
+
+def _method_environment(r: StudyRecord) -> list[str]:
+    env = r.environment
+    lines = ["### Environment", ""]
+    if env.gpu_name:
+        gpu = f"{env.gpu_name} (compute capability {env.gpu_capability or 'unknown'}, driver "
+        gpu += f"{env.gpu_driver or 'unknown'})"
+    else:
+        gpu = "none (no GPU in this study)"
+    rows = [
+        ["GPU", gpu],
+        ["CUDA, cuDNN", f"{env.cuda or 'none'}, {env.cudnn or 'none'}"],
+        ["torch, timm, numpy", f"{env.torch}, {env.timm}, {env.numpy}"],
+        ["Python", env.python],
+        ["Platform", env.platform],
+        ["CPU", f"{env.cpu} ({env.cpu_count} cores, {env.torch_threads} torch threads)"],
+        ["quantstudy", f"{env.quantstudy} (commit {env.git_commit or 'unknown'})"],
+        ["Created (UTC)", env.created_utc],
+    ]
+    lines += table(["Item", "Value"], rows)
+    c = r.config
+    lines += ["", "Study configuration as recorded:", ""]
+    lines += table(
+        ["Setting", "Value"],
+        [
+            ["model", c.model],
+            ["weights", c.weights],
+            ["data", c.data],
+            ["calibration data", c.calib_data or "same folder as data"],
+            ["recipe", c.recipe],
+            ["calibration images", str(c.calib)],
+            ["held-out images", str(c.heldout)],
+            ["seed", str(c.seed)],
+            ["device", c.device],
+            ["batches", ", ".join(str(b) for b in c.batches)],
+            ["compile mode", c.compile_mode],
+            ["test-size settings", "yes" if c.test_settings else "no"],
+            ["policy", c.policy],
+        ],
+    )
+
+    return lines
+
+
+def _method_model(r: StudyRecord) -> list[str]:
+    m = r.model
+    lines = ["### Model and engines", ""]
+    tag = f", pretrained tag {code(m.pretrained_tag)}" if m.pretrained_tag else ""
+    sha = f", sha256 {code(m.weights_sha256)}" if m.weights_sha256 else ""
+    lines += [
+        f"Model {code(m.name)} (architecture {code(m.architecture)}{tag}), {m.num_params} "
+        f"parameters, {m.num_classes} classes, seed {m.seed}. Weights: {m.weights}, "
+        f"{m.weights_detail}{sha}.",
+        "",
+    ]
+    if r.engines:
+        rows = [
+            [
+                label(e.name),
+                e.compute_dtype,
+                e.device,
+                "yes" if e.compiled else "no",
+                e.compile_mode or "none",
+                "yes" if e.cuda_graphs else "no",
+                "yes" if e.channels_last else "no",
+                str(len(e.fp8_real)),
+                str(len(e.fp8_emulated)),
+                str(e.fp16_layers),
+                ", ".join(f"{k}={v}" for k, v in e.numerics.items()) or "none",
+            ]
+            for e in r.engines
+        ]
+        lines += table(
+            [
+                "Engine",
+                "Compute dtype",
+                "Device",
+                "Compiled",
+                "Compile mode",
+                "CUDA graphs",
+                "channels_last",
+                "FP8 real",
+                "FP8 emulated",
+                "Other conv/linear",
+                "Numerics",
+            ],
+            rows,
+        )
+    else:
+        lines.append(f"Engines: {NOT_MEASURED}.")
+
+    return lines
+
+
+def _method_data(r: StudyRecord) -> list[str]:
+    data = r.data
+    lines = ["### Data", ""]
+    lines += [
+        f"Data folder {code(data.data_dir)}, calibration folder "
+        f"{code(data.calib_dir) if data.calib_dir else 'the same'}, class list "
+        f"{code(data.class_list) if data.class_list else 'none'}, labelled: "
+        f"{'yes' if data.labelled else 'no'}, split seed {data.seed}.",
+        "",
+    ]
+    sets = [data.calibration, data.heldout]
+    lines += table(
+        [
+            "Set",
+            "Folder",
+            "Labelled",
+            "Images",
+            "Classes",
+            "Per class min",
+            "Per class max",
+            "ids sha256",
+        ],
+        [
+            [
+                s.role,
+                code(s.folder),
+                "yes" if s.labelled else "no",
+                str(s.n_images),
+                opt(s.n_classes, str, "unlabelled"),
+                opt(s.per_class_min, str, "unlabelled"),
+                opt(s.per_class_max, str, "unlabelled"),
+                code(s.ids_sha256),
+            ]
+            for s in sets
+        ],
+    )
+    lines.append("")
+    for s in sets:
+        if s.per_class_min is not None and s.per_class_max is not None and s.n_classes:
+            balance = (
+                "class-balanced" if s.per_class_min == s.per_class_max else "not class-balanced"
+            )
+            lines.append(
+                f"- {s.role.capitalize()} set: images per class min {s.per_class_min}, max "
+                f"{s.per_class_max}, over {s.n_classes} classes: {balance}."
+            )
+    lines.append(f"- Images skipped while scanning: {len(data.skipped)}.")
+    lines.append("")
+    if data.skipped:
+        sk = table(["Image", "Reason"], [[code(x.id), x.reason] for x in data.skipped])
+        lines += maybe_collapsed(f"{len(data.skipped)} skipped images", sk, len(data.skipped))
+
+    return lines
+
+
+def _method_preprocessing(r: StudyRecord) -> list[str]:
+    pre = r.preprocessing
+    lines = ["### Preprocessing", ""]
+    size = " x ".join(str(v) for v in pre.input_size)
+    lines += [
+        f"- Input {size} (channels x height x width), crop_pct {fmt_plain(pre.crop_pct)}, crop "
+        f"mode {pre.crop_mode}, interpolation {pre.interpolation}.",
+        f"- Normalisation mean ({', '.join(fmt_plain(v) for v in pre.mean)}), std "
+        f"({', '.join(fmt_plain(v) for v in pre.std)}).",
+        f"- The pretrained config's {pre.settings} settings were used; source: {pre.source}.",
+        "",
+    ]
+
+    return lines
+
+
+def _method_calibration(r: StudyRecord) -> list[str]:
+    lines = ["### Calibration", ""]
+    cal = r.calibration
+    if cal is None:
+        lines += [f"Calibration: {NOT_MEASURED}.", ""]
+    else:
+        params = ", ".join(f"{k} {fmt_plain(v)}" for k, v in cal.params.items()) or "none"
+        shared = [t for t in cal.tensors if len(t.consumers) > 1]
+        lines.append(
+            f"Calibrator {code(cal.calibrator)} (parameters: {params}) on {cal.n_images} "
+            f"calibration images: {len(cal.tensors)} activation tensors, one static per-tensor "
+            "scale each."
+        )
+        if shared:
+            lines.append(
+                "Shared scales (one quantizer for several FP8 consumers): "
+                + "; ".join(
+                    f"{code(t.tensor)} feeds {len(t.consumers)} layers "
+                    f"({', '.join(code(x) for x in t.consumers)})"
+                    for t in shared
+                )
+                + "."
+            )
+        else:
+            lines.append("Shared scales: none; every tensor has a single FP8 consumer.")
+        lines.append("")
+        tt = table(
+            ["Tensor", "Consumers", "amax", "scale"],
+            [
+                [code(t.tensor), ", ".join(t.consumers), fmt_sig(t.amax), fmt_sig(t.scale)]
+                for t in cal.tensors
+            ],
+        )
+        lines += maybe_collapsed(f"{len(cal.tensors)} activation scales", tt, len(cal.tensors))
+
+    return lines
+
+
+def _method_timing(r: StudyRecord) -> list[str]:
+    lines = ["### Timing", ""]
+    sp = r.speed
+    if sp is None:
+        lines += [f"Timing: {NOT_MEASURED}.", ""]
+    else:
+        clocks = ", ".join(f"{k} {v}" for k, v in sp.clocks.items()) or "not recorded"
+        lines += [
+            f"On {sp.device}, compile mode {sp.compile_mode}, fp16 and FP8 rounds interleaved: "
+            f"rounds {sp.rounds}, calls per round {sp.iters_per_round}, warm-up calls "
+            f"{sp.warmup}, input buffers {sp.input_buffers}; clocks: {clocks}. x is "
+            "fp16 time / FP8 time of one round pair; tables give the median over rounds and "
+            "[q1, q3], the first and third quartiles.",
+            "",
+            "The timed region, verbatim from the study:",
+            "",
+            *fence(sp.timed_region),
+            "",
+        ]
+
+    return lines
+
+
+def _method_quality(r: StudyRecord) -> list[str]:
+    lines = ["### Quality method", ""]
+    q = r.quality
+    if q is None:
+        lines += [f"Quality: {NOT_MEASURED}.", ""]
+    else:
+        eq8 = engine_quality(r, FP8)
+        boot = ""
+        if eq8 is not None and eq8.bootstrap_resamples is not None:
+            boot = (
+                f" The top-1 change CI is a paired bootstrap over images ({eq8.bootstrap_resamples}"
+                f" resamples, seed {eq8.bootstrap_seed}); McNemar's test uses the discordant "
+                "pairs (gained, lost)."
+            )
+        lines += [
+            f"Every engine is compared with the {q.reference} reference on the same held-out "
+            "images: top-1 and top-5 against labels where labelled, top-1 agreement with the "
+            "reference (and the count of images that differ), the net change in correct "
+            f"predictions split into gained and lost, and KL({q.reference}, engine) per "
+            f"image.{boot} The NaN/Inf scan runs every held-out image and {len(q.stress_inputs)} "
+            f"stress inputs: {', '.join(q.stress_inputs) or 'none'}.",
+            "",
+        ]
+    return lines
