@@ -14,6 +14,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     --target /tmp/site .carry/wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
+# The GPU machine gets no .git: write `git rev-parse --short HEAD` (plus "+dirty") into
+# .carry/COMMIT before the call so the records name the code that ran.
+[ -f .carry/COMMIT ] && export QUANTSTUDY_GIT_COMMIT=$(cat .carry/COMMIT)
 DATA=.carry/data/imagenet
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee -a "$OUT/log.txt"
 python3 -c "import torch, timm, triton; print('torch', torch.__version__, 'timm', timm.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/log.txt"

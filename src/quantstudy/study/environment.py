@@ -17,10 +17,13 @@ from quantstudy.study.schema import Environment
 
 
 def _git_commit() -> str | None:
-    """The commit of the quantstudy checkout, when it runs from one."""
+    """The commit of the quantstudy checkout, when it runs from one.
+
+    A copy without `.git` (a remote GPU machine) can name it in QUANTSTUDY_GIT_COMMIT.
+    """
     root = Path(quantstudy.__file__).resolve().parents[2]
     if not (root / ".git").exists():
-        return None
+        return os.environ.get("QUANTSTUDY_GIT_COMMIT")
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
