@@ -75,26 +75,11 @@ def test_recipes_list_and_show(capsys):
 
 def test_small_study_end_to_end_on_cpu(tiny_imagenet, tmp_path, capsys):
     out = tmp_path / "study"
-    code = main(
-        [
-            "run",
-            "mobilenetv4_conv_small",
-            "--weights",
-            "random",
-            "--device",
-            "cpu",
-            "--data",
-            str(tiny_imagenet),
-            "--calib",
-            "4",
-            "--heldout",
-            "8",
-            "--batches",
-            "1,2",
-            "--out",
-            str(out),
-        ]
-    )
+    argv = (
+        "run mobilenetv4_conv_small --weights random --device cpu --calib 4 --heldout 8 "
+        f"--batches 1,2 --data {tiny_imagenet} --out {out}"
+    ).split()
+    code = main(argv)
     assert code == 0
     printed = capsys.readouterr().out
     assert "DO NOT SHIP" in printed and "report:" in printed
@@ -114,27 +99,5 @@ def test_small_study_end_to_end_on_cpu(tiny_imagenet, tmp_path, capsys):
     assert record["speed"]["meaningful"] is False  # CPU timings
     assert (out / "report.md").exists()
     # resumable: a second run reuses the cached engine outputs
-    assert (
-        main(
-            [
-                "run",
-                "mobilenetv4_conv_small",
-                "--weights",
-                "random",
-                "--device",
-                "cpu",
-                "--data",
-                str(tiny_imagenet),
-                "--calib",
-                "4",
-                "--heldout",
-                "8",
-                "--batches",
-                "1,2",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert main(argv) == 0
     assert "resumed logits-fp8" in capsys.readouterr().err

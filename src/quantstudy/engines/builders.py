@@ -97,6 +97,16 @@ def _compile(module: nn.Module, device: torch.device, mode: str) -> tuple[Callab
     return torch.compile(module, mode=COMPILE_MODES[mode], dynamic=False, fullgraph=False), True
 
 
+def _compiled_engine(
+    name: str, m: nn.Module, device: torch.device, dtype: torch.dtype, compile_mode: str, **extra
+) -> BuiltEngine:
+    """A channels-last engine around `m`, compiled on CUDA, eager elsewhere."""
+    fn, compiled = _compile(m, device, compile_mode)
+    return BuiltEngine(
+        name, device, dtype, True, fn, m, compiled, compile_mode if compiled else None, **extra
+    )
+
+
 def build_fp32(model: nn.Module, device: torch.device) -> BuiltEngine:
     """The reference: the original model, eager, float32, BatchNorm unfolded."""
     m = copy.deepcopy(model).eval().to(device)
@@ -127,17 +137,8 @@ def build_half(
     dtype = dtype or half_dtype(device)
     m = _folded_copy(model, example, fold).to(device, dtype)
     m = m.to(memory_format=torch.channels_last)
-    fn, compiled = _compile(m, device, compile_mode)
-    return BuiltEngine(
-        "fp16",
-        device,
-        dtype,
-        True,
-        fn,
-        m,
-        compiled,
-        compile_mode if compiled else None,
-        float_layers=count_float_layers(m),
+    return _compiled_engine(
+        "fp16", m, device, dtype, compile_mode, float_layers=count_float_layers(m)
     )
 
 
@@ -157,16 +158,12 @@ def build_fp8(
     m = copy.deepcopy(source).to(dtype)
     applied = apply_fp8(m, source, plan, dtype)
     m = m.to(device).to(memory_format=torch.channels_last)
-    fn, compiled = _compile(m, device, compile_mode)
-    return BuiltEngine(
+    return _compiled_engine(
         "fp8",
+        m,
         device,
         dtype,
-        True,
-        fn,
-        m,
-        compiled,
-        compile_mode if compiled else None,
+        compile_mode,
         applied=applied,
         float_layers=count_float_layers(model) - len(plan.layers),
     )

@@ -46,10 +46,10 @@ class LayerSpeed(Section):
     """fp16 against FP8 time of one layer's own operation at its real input shape and batch."""
 
     layer: str
-    kind: str
+    kind: str | None = None  # None when the gains come from a plain gains file
     batch: int
-    input_shape: list[int]
-    fp8_path: Literal["real", "emulated"]  # emulated: no FP8 kernel here, quantize-dequantize
+    input_shape: list[int] | None = None
+    fp8_path: Literal["real", "emulated"] | None = None  # emulated: no FP8 kernel, Q/DQ in fp16
     rank: int  # 1: the largest saving
     saved_ms: float  # fp16 median - FP8 median; negative when FP8 is slower
     fp16_ms: TimingStats | None = None  # None when the gains come from a plain gains file
