@@ -35,11 +35,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from quantstudy.errors import UserError
+from quantstudy.report.format import fmt_ms, fmt_pct, fmt_points, fmt_ratio, fmt_sig
 from quantstudy.study.schema import (
     BatchSpeed,
     Decision,
@@ -153,27 +153,7 @@ def load_policy(path: Path | None) -> tuple[Policy, str]:
     return parse_policy(path.read_text(encoding="utf-8"), str(path)), str(path)
 
 
-# --- formatting of measured values (same conventions as the report) -----------------------
-
-
-def _ms(v: float) -> str:
-    return f"{v:.3f}"
-
-
-def _ratio(v: float) -> str:
-    return f"{v:.2f}"
-
-
-def _pct(v: float) -> str:
-    return f"{100 * v:.2f}%"
-
-
-def _points(v: float) -> str:
-    return f"{100 * v:+.2f}"
-
-
-def _sig(v: float) -> str:
-    return np.format_float_positional(v, precision=3, unique=False, fractional=False, trim="-")
+# --- formatting of measured values: the report's own formatters, so the two read alike ------
 
 
 def _vs(v: float, threshold: float, scale: float = 1.0, suffix: str = "") -> str:
@@ -185,7 +165,7 @@ def _vs(v: float, threshold: float, scale: float = 1.0, suffix: str = "") -> str
     return a + suffix
 
 
-def _vs_points(v: float, threshold: float) -> str:
+def _vsfmt_points(v: float, threshold: float) -> str:
     """`_vs` in signed percentage points."""
     s = _vs(v, threshold, 100.0)
     return s if s.startswith("-") else "+" + s
@@ -202,8 +182,8 @@ def _speed_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
     sp = policy.speed
     speed = record.speed
     mode = sp.compile_mode or (speed.compile_mode if speed else record.config.compile_mode)
-    margin_thr = f"median x >= {_ratio(sp.min_speedup)} (compile mode {mode})"
-    spread_thr = f"q1 of per-round x > {_ratio(sp.q1_speedup_above)} (compile mode {mode})"
+    margin_thr = f"median x >= {fmt_ratio(sp.min_speedup)} (compile mode {mode})"
+    spread_thr = f"q1 of per-round x > {fmt_ratio(sp.q1_speedup_above)} (compile mode {mode})"
     if sp.batches is not None:
         targets = list(sp.batches)
     elif speed is not None and speed.batches:
@@ -240,8 +220,8 @@ def _speed_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
                 margin,
                 "speed",
                 margin_thr,
-                f"median x {_vs(r.median, sp.min_speedup)} (fp16 {_ms(bs.fp16_ms.median)} ms, "
-                f"FP8 {_ms(bs.fp8_ms.median)} ms)",
+                f"median x {_vs(r.median, sp.min_speedup)} (fp16 {fmt_ms(bs.fp16_ms.median)} ms, "
+                f"FP8 {fmt_ms(bs.fp8_ms.median)} ms)",
                 r.median >= sp.min_speedup,
             )
         )
@@ -250,7 +230,7 @@ def _speed_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
                 spread,
                 "speed",
                 spread_thr,
-                f"q1 x {_vs(r.q1, sp.q1_speedup_above)} (q3 {_ratio(r.q3)}, {r.n} rounds)",
+                f"q1 x {_vs(r.q1, sp.q1_speedup_above)} (q3 {fmt_ratio(r.q3)}, {r.n} rounds)",
                 r.q1 > sp.q1_speedup_above,
             )
         )
@@ -292,9 +272,9 @@ def _quality_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
     qp = policy.quality
     engine = policy.engine
     ci_thr_v = qp.top1_change_ci_low_above
-    ci_thr = f"CI low of top-1 change > {_points(qp.top1_change_ci_low_above)} points"
-    agree_thr = f">= {_pct(qp.min_agreement)} of held-out images"
-    kl_thr = f"mean KL(fp32 || {engine}) <= {_sig(qp.max_kl_mean)}"
+    ci_thr = f"CI low of top-1 change > {fmt_points(qp.top1_change_ci_low_above)} points"
+    agree_thr = f">= {fmt_pct(qp.min_agreement)} of held-out images"
+    kl_thr = f"mean KL(fp32 || {engine}) <= {fmt_sig(qp.max_kl_mean)}"
     quality = record.quality
 
     if quality is None:
@@ -324,8 +304,8 @@ def _quality_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
             label = f"not meaningful ({quality.meaningless_reason or 'marked so by the study'})"
         return [
             _gate(TOP1_CI, "quality", ci_thr, label, False),
-            _gate(AGREEMENT, "quality", agree_thr, f"{label}; {_pct(eq.agreement)} seen", False),
-            _gate(KL_MEAN, "quality", kl_thr, f"{label}; {_sig(eq.kl_mean)} seen", False),
+            _gate(AGREEMENT, "quality", agree_thr, f"{label}; {fmt_pct(eq.agreement)} seen", False),
+            _gate(KL_MEAN, "quality", kl_thr, f"{label}; {fmt_sig(eq.kl_mean)} seen", False),
             finite,
         ]
 
@@ -350,8 +330,8 @@ def _quality_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
             TOP1_CI,
             "quality",
             ci_thr,
-            f"{_points(eq.top1_change)} points, CI [{_vs_points(eq.ci_low, ci_thr_v)}, "
-            f"{_points(eq.ci_high)}]",
+            f"{fmt_points(eq.top1_change)} points, CI [{_vsfmt_points(eq.ci_low, ci_thr_v)}, "
+            f"{fmt_points(eq.ci_high)}]",
             eq.ci_low > qp.top1_change_ci_low_above,
         )
     agree = _gate(
@@ -362,8 +342,8 @@ def _quality_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
         f"({eq.differ_count} of {eq.n_images} differ)",
         eq.agreement >= qp.min_agreement,
     )
-    kl_measured = _sig(eq.kl_mean)
-    if kl_measured == _sig(qp.max_kl_mean) and eq.kl_mean != qp.max_kl_mean:
+    kl_measured = fmt_sig(eq.kl_mean)
+    if kl_measured == fmt_sig(qp.max_kl_mean) and eq.kl_mean != qp.max_kl_mean:
         kl_measured = repr(eq.kl_mean)
     kl = _gate(KL_MEAN, "quality", kl_thr, kl_measured, eq.kl_mean <= qp.max_kl_mean)
     return [ci, agree, kl, finite]
