@@ -165,7 +165,7 @@ def _vs(v: float, threshold: float, scale: float = 1.0, suffix: str = "") -> str
     return a + suffix
 
 
-def _vsfmt_points(v: float, threshold: float) -> str:
+def _vs_points(v: float, threshold: float) -> str:
     """`_vs` in signed percentage points."""
     s = _vs(v, threshold, 100.0)
     return s if s.startswith("-") else "+" + s
@@ -330,7 +330,7 @@ def _quality_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
             TOP1_CI,
             "quality",
             ci_thr,
-            f"{fmt_points(eq.top1_change)} points, CI [{_vsfmt_points(eq.ci_low, ci_thr_v)}, "
+            f"{fmt_points(eq.top1_change)} points, CI [{_vs_points(eq.ci_low, ci_thr_v)}, "
             f"{fmt_points(eq.ci_high)}]",
             eq.ci_low > qp.top1_change_ci_low_above,
         )
