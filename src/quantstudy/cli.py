@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from quantstudy.errors import UserError
@@ -18,6 +19,29 @@ def _batches(text: str) -> tuple[int, ...]:
         return tuple(int(b) for b in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"batches must look like 1,32,128, not '{text}'") from None
+
+
+def _add_model_data_args(p: argparse.ArgumentParser) -> None:
+    """Where the model's weights and the images come from (run and search)."""
+    p.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="held-out images: ImageNet-style <wnid>/<image> folder or plain folder",
+    )
+    p.add_argument("--calib-data", type=Path, help="calibration images from another folder")
+    p.add_argument(
+        "--class-list",
+        type=Path,
+        help="wnids in label order, one a line (default: the 1000 ImageNet classes)",
+    )
+    p.add_argument(
+        "--weights",
+        default="cache",
+        help="checkpoint file, 'cache' (local timm/HF cache, never the network), "
+        "'random', or a named source (efficientnet-lite0); default cache",
+    )
+    p.add_argument("--strip-prefix", help="strip this prefix from checkpoint keys")
 
 
 def _add_study_args(p: argparse.ArgumentParser) -> None:
@@ -64,25 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "model", help="timm name, optionally with tag, e.g. mobilenetv4_conv_large.e500_r256_in1k"
     )
-    run.add_argument(
-        "--data",
-        type=Path,
-        required=True,
-        help="held-out images: ImageNet-style <wnid>/<image> folder or plain folder",
-    )
-    run.add_argument("--calib-data", type=Path, help="calibration images from another folder")
-    run.add_argument(
-        "--class-list",
-        type=Path,
-        help="wnids in label order, one a line (default: the 1000 ImageNet classes)",
-    )
-    run.add_argument(
-        "--weights",
-        default="cache",
-        help="checkpoint file, 'cache' (local timm/HF cache, never the network), "
-        "'random', or a named source (efficientnet-lite0); default cache",
-    )
-    run.add_argument("--strip-prefix", help="strip this prefix from checkpoint keys")
+    _add_model_data_args(run)
     _add_study_args(run)
 
     demo = sub.add_parser("demo", help="the embedded default study (EfficientNet-Lite0)")
@@ -94,6 +100,36 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("name", nargs="?", help="recipe (default: the model's family default)")
     show.add_argument("--model", required=True)
     show.add_argument("--json", action="store_true")
+
+    search = sub.add_parser(
+        "search", help="find the subset of a candidate recipe that pays under the quality budget"
+    )
+    search.add_argument("model")
+    _add_model_data_args(search)
+    _add_study_args(search)
+    search.add_argument(
+        "--gains", type=Path, help="per-layer gains JSON (default: measure them on CUDA)"
+    )
+    search.add_argument(
+        "--batch",
+        type=int,
+        help="batch of the gains and the prediction (default: largest --batches)",
+    )
+    search.add_argument(
+        "--sensitivity-images",
+        type=int,
+        default=256,
+        help="held-out images scored per layer (default 256)",
+    )
+    search.add_argument(
+        "--all-but", action="store_true", help="also score the recipe with each layer left out"
+    )
+    search.add_argument(
+        "--margin",
+        type=float,
+        default=0.5,
+        help="share of the policy's quality budget the search may spend",
+    )
 
     report = sub.add_parser("report", help="(re)render report.md and plots from study.json")
     report.add_argument("study_dir", type=Path)
@@ -149,6 +185,33 @@ def _cmd_run(args: argparse.Namespace) -> None:
     _print_outcome(*run_study(config))
 
 
+def _cmd_search(args: argparse.Namespace) -> None:
+    from quantstudy.search.run import SearchConfig, run_search, summary_lines
+
+    study = _config(
+        args,
+        model=args.model,
+        data=args.data,
+        calib_data=args.calib_data,
+        class_list=args.class_list,
+        weights=args.weights,
+        strip_prefix=args.strip_prefix,
+    )
+    result = run_search(
+        SearchConfig(
+            study=replace(study, out=None),
+            gains=args.gains,
+            batch=args.batch,
+            sensitivity_images=args.sensitivity_images,
+            all_but=args.all_but,
+            margin=args.margin,
+            out=args.out,
+        )
+    )
+    print("\n".join(summary_lines(result.search)))
+    print(f"recipe: {result.search.recipe_file}")
+
+
 def _cmd_demo(args: argparse.Namespace) -> None:
     from quantstudy.data.demo import demo_data
     from quantstudy.study.run import run_study
@@ -194,7 +257,13 @@ def _cmd_report(args: argparse.Namespace) -> None:
     print(render_study(args.study_dir))
 
 
-COMMANDS = {"run": _cmd_run, "demo": _cmd_demo, "recipes": _cmd_recipes, "report": _cmd_report}
+COMMANDS = {
+    "run": _cmd_run,
+    "demo": _cmd_demo,
+    "recipes": _cmd_recipes,
+    "search": _cmd_search,
+    "report": _cmd_report,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

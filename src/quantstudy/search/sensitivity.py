@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -94,7 +93,9 @@ def measure_sensitivity(
     if not plan.layers:
         raise UserError("sensitivity needs at least one candidate layer; the recipe selects none")
     if images.ndim != 4 or images.shape[0] < 1:
-        raise UserError(f"sensitivity needs a non-empty NCHW image batch, got {tuple(images.shape)}")
+        raise UserError(
+            f"sensitivity needs a non-empty NCHW image batch, got {tuple(images.shape)}"
+        )
     if batch < 1:
         raise UserError(f"sensitivity batch must be positive, got {batch}")
     device = torch.device(device)
@@ -108,9 +109,9 @@ def measure_sensitivity(
     work = work.to(device)
     originals = {name: work.get_submodule(name) for name in plan.layers}
     quantized = {
-        name: QDQ(
-            layer, plan.calibration.scale_of(name), True, plan.per_channel, torch.float32
-        ).to(device)
+        name: QDQ(layer, plan.calibration.scale_of(name), True, plan.per_channel, torch.float32).to(
+            device
+        )
         for name, layer in originals.items()
     }
 
@@ -163,8 +164,3 @@ def measure_sensitivity(
         all_agreement=every.agreement,
         layers=rows,
     )
-
-
-def top_layers(section: SensitivitySection, n: int) -> Sequence[str]:
-    """The `n` most sensitive layers, most sensitive first."""
-    return [row.layer for row in section.layers[:n]]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from quantstudy.study.schema import Section, TimingStats
 
 Mode = Literal["only", "all_but"]
@@ -55,7 +57,7 @@ class LayerSpeed(Section):
     fp16_ms: TimingStats | None = None  # None when the gains come from a plain gains file
     fp8_ms: TimingStats | None = None
     ratio: TimingStats | None = None  # x = fp16 / FP8 per round pair
-    warnings: list[str] = []
+    warnings: list[str] = Field(default_factory=list)
 
 
 class LayerSpeedSection(Section):
@@ -98,7 +100,7 @@ class SearchPrediction(Section):
     batch: int
     saved_ms: float  # sum of per-layer savings
     kl_mean: float  # sum of per-layer KL means: the additive quality proxy
-    agreement: float  # 1 - sum of per-layer disagreements
+    agreement: float  # 1 - sum of per-layer disagreements, at least 0
     fp16_ms: float | None = None  # whole-model fp16 median at `batch`, from the candidate study
     fp8_ms: float | None = None  # fp16_ms - saved_ms
     speedup: float | None = None  # fp16_ms / fp8_ms
@@ -110,8 +112,10 @@ class Measured(Section):
     study: str  # study folder
     recipe: str
     n_layers: int
-    kl_mean: float
+    kl_mean: float  # FP8 engine against fp32, whole held-out set
     agreement: float
+    fakequant_kl_mean: float | None = None  # the recipe's fp32 emulation, same images
+    fakequant_agreement: float | None = None
     batch: int | None = None
     fp16_ms: float | None = None
     fp8_ms: float | None = None

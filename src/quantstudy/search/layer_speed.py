@@ -1,0 +1,249 @@
+"""Per-layer speed: fp16 against FP8 time of each candidate layer's own operation, on CUDA.
+
+For each layer, two modules are timed against each other with the study's harness
+(`speed.harness.time_interleaved`: CUDA graphs, ABBA-interleaved rounds, CUDA events):
+
+- fp16: the layer (BatchNorm folded, as in the fp16 engine) in fp16, on a channels-last input
+  for convolutions, as the fp16 engine runs it;
+- FP8: what the FP8 engine puts in the layer's place, built by the same classes: `FP8Matmul`
+  (input quantize, padding to 16, `torch._scaled_mm`, scale, bias) where a real FP8 kernel
+  exists, else the fp16 quantize-dequantize stand-in `QDQ` (path "emulated": it can only cost).
+
+Both run at the layer's real input shape (captured by a hook in one forward pass of the model,
+batch dimension set to `batch`), on random normal inputs of that shape (values do not change
+GEMM time; the activation scale is the calibrated one when given), compiled one layer at a time
+with Inductor like the engines (`torch._dynamo.reset()` between layers, so every layer gets its
+own compilation instead of hitting the recompile limit). The input quantize is inside the
+timed call, so each layer pays its own quantize even where a deployed engine would share one
+quantized tensor between two consumers.
+
+The gains can also come from a JSON file (`load_layer_gains`), so the search can run where no
+GPU is present; the record then says the gains were not measured by this study.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from torch import nn
+
+from quantstudy.engines.builders import COMPILE_MODES
+from quantstudy.errors import UserError
+from quantstudy.quant.calibrate import Calibration
+from quantstudy.quant.fold import fold_batchnorm
+from quantstudy.quant.fp8 import E4M3_MAX
+from quantstudy.quant.modules import QDQ, FP8Matmul, real_fp8_blocker
+from quantstudy.search.sensitivity import kind_of
+from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
+from quantstudy.speed.harness import time_interleaved
+from quantstudy.speed.stats import summarize_batch
+
+NEEDS_CUDA = (
+    "per-layer speed needs a CUDA GPU: PyTorch sees none here. Run `quantstudy search` on a "
+    "machine with a GPU, or pass per-layer gains measured there with --gains FILE"
+)
+
+
+def layer_input_shapes(
+    model: nn.Module, example: torch.Tensor, layers: list[str]
+) -> dict[str, tuple[int, ...]]:
+    """Shape of each layer's first positional input in one forward pass on `example`."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    hooks = []
+    for name in layers:
+
+        def hook(_m, args, name=name):
+            if name not in shapes and args and isinstance(args[0], torch.Tensor):
+                shapes[name] = tuple(int(s) for s in args[0].shape)
+
+        hooks.append(model.get_submodule(name).register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            model.eval()(example)
+    finally:
+        for h in hooks:
+            h.remove()
+    missing = [n for n in layers if n not in shapes]
+    if missing:
+        raise UserError(f"layers never ran in a forward pass, so they have no shape: {missing[:5]}")
+    return shapes
+
+
+def _timed_region(compile_mode: str, rounds: int, iters: int, warmup: int) -> str:
+    return (
+        "CUDA graph replay of one layer's operation (fp16: the BN-folded layer in fp16; FP8: the "
+        "FP8 engine's replacement module, input quantize included), each compiled alone with "
+        f"Inductor (compile mode '{compile_mode}'), on one device-resident random input of the "
+        f"layer's real shape; {iters} replays between two CUDA events per round, {rounds} "
+        f"rounds per module after warm-up ({warmup} replays), fp16 and FP8 rounds in ABBA order"
+    )
+
+
+def measure_layer_speed(
+    model: nn.Module,
+    example: torch.Tensor,
+    layers: list[str],
+    *,
+    batch: int,
+    per_channel: bool = True,
+    calibration: Calibration | None = None,
+    fold: bool = True,
+    compile_mode: str = "default",
+    rounds: int = 30,
+    iters: int = 20,
+    warmup: int = 10,
+    device: torch.device | str = "cuda",
+) -> LayerSpeedSection:
+    """Time every layer of `layers` in fp16 and in FP8 at its real input shape with `batch`.
+
+    Raises `UserError` without a CUDA GPU: CPU timings of single layers are not evidence.
+    """
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise UserError(NEEDS_CUDA)
+    if batch < 1:
+        raise UserError(f"per-layer speed batch must be positive, got {batch}")
+    if compile_mode not in COMPILE_MODES:
+        raise UserError(f"compile mode must be one of {', '.join(COMPILE_MODES)}")
+    source = copy.deepcopy(model).eval()
+    if fold:
+        fold_batchnorm(source, example)
+    shapes = layer_input_shapes(source, example, layers)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    rows: list[LayerSpeed] = []
+    for name in layers:
+        layer = source.get_submodule(name)
+        shape = (batch, *shapes[name][1:])
+        x = torch.randn(shape, generator=gen).to(device, torch.float16)
+        if x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        if calibration is not None:
+            scale = calibration.scale_of(name)
+        else:
+            scale = float(x.float().abs().amax()) / E4M3_MAX
+        blocker = real_fp8_blocker(layer)
+        fp16 = copy.deepcopy(layer).to(device, torch.float16)
+        if blocker is None:
+            fp8: nn.Module = FP8Matmul(layer, scale, per_channel, torch.float16)
+        else:
+            fp8 = QDQ(layer, scale, True, per_channel, torch.float16)
+        fp8 = fp8.to(device)
+        for m in (fp16, fp8):
+            m.eval().requires_grad_(False)
+        if fp16.weight.dim() == 4:
+            fp16 = fp16.to(memory_format=torch.channels_last)
+        torch._dynamo.reset()  # one compilation per layer; never the recompile limit's fallback
+        mode = COMPILE_MODES[compile_mode]
+        f16 = torch.compile(fp16, mode=mode, dynamic=False)
+        f8 = torch.compile(fp8, mode=mode, dynamic=False)
+
+        def call16(f=f16, x=x):
+            with torch.no_grad():
+                return f(x)
+
+        def call8(f=f8, x=x):
+            with torch.no_grad():
+                return f(x)
+
+        times = time_interleaved(
+            {"fp16": call16, "fp8": call8}, rounds, iters, warmup, device=device
+        )
+        bs = summarize_batch(batch, times["fp16"], times["fp8"])
+        rows.append(
+            LayerSpeed(
+                layer=name,
+                kind=kind_of(layer),
+                batch=batch,
+                input_shape=list(shape),
+                fp8_path="real" if blocker is None else "emulated",
+                rank=0,
+                saved_ms=bs.fp16_ms.median - bs.fp8_ms.median,
+                fp16_ms=bs.fp16_ms,
+                fp8_ms=bs.fp8_ms,
+                ratio=bs.ratio,
+                warnings=bs.warnings,
+            )
+        )
+    torch._dynamo.reset()
+    return LayerSpeedSection(
+        source="measured",
+        source_detail=f"{device} ({torch.cuda.get_device_name(device)})",
+        meaningful=True,
+        batch=batch,
+        compile_mode=compile_mode,
+        timed_region=_timed_region(compile_mode, rounds, iters, warmup),
+        rounds=rounds,
+        iters_per_round=iters,
+        warmup=warmup,
+        layers=rank_by_saving(rows),
+    )
+
+
+def rank_by_saving(rows: list[LayerSpeed]) -> list[LayerSpeed]:
+    """Rows sorted by saving, largest first (ties by name), with their rank set."""
+    ordered = sorted(rows, key=lambda r: (-r.saved_ms, r.layer))
+    return [r.model_copy(update={"rank": i}) for i, r in enumerate(ordered, start=1)]
+
+
+class _PlainGains(BaseModel):
+    """The short gains file: `{"batch": 32, "saved_ms": {"layer.name": 0.012, ...}}`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    batch: int = Field(ge=1)
+    saved_ms: dict[str, float] = Field(min_length=1)
+
+
+def load_layer_gains(path: Path) -> LayerSpeedSection:
+    """Per-layer gains from a JSON file: a saved `LayerSpeedSection` (what a CUDA measurement
+    writes) or the short form `{"batch": B, "saved_ms": {layer: ms}}`."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"gains file not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"gains file {path} is not valid JSON: {err}") from None
+    if isinstance(data, dict) and "layers" in data:
+        try:
+            table = LayerSpeedSection.model_validate(data)
+        except ValidationError as err:
+            raise UserError(f"gains file {path}: not a per-layer speed table: {err}") from None
+        return table.model_copy(
+            update={"source_detail": f"{table.source_detail}; read from {path}"}
+        )
+    try:
+        plain = _PlainGains.model_validate(data)
+    except ValidationError as err:
+        raise UserError(
+            f'gains file {path}: expected {{"batch": B, "saved_ms": {{layer: ms}}}} or a '
+            f"per-layer speed table written by quantstudy: {err}"
+        ) from None
+    rows = [
+        LayerSpeed(layer=name, batch=plain.batch, rank=0, saved_ms=ms)
+        for name, ms in plain.saved_ms.items()
+    ]
+    return LayerSpeedSection(
+        source="file",
+        source_detail=str(path),
+        meaningful=False,
+        batch=plain.batch,
+        layers=rank_by_saving(rows),
+    )
+
+
+def gains_for(section: LayerSpeedSection, layers: list[str]) -> dict[str, float]:
+    """Saved ms per candidate layer; every candidate must have a figure."""
+    by_name = {row.layer: row.saved_ms for row in section.layers}
+    missing = [n for n in layers if n not in by_name]
+    if missing:
+        raise UserError(
+            f"per-layer gains ({section.source_detail}) lack {len(missing)} candidate layer(s), "
+            f"e.g. {', '.join(missing[:3])}; measure them, or give a file with every layer of "
+            "the candidate recipe"
+        )
+    return {n: by_name[n] for n in layers}

@@ -1,0 +1,359 @@
+"""`run_search`: from a candidate recipe to the searched recipe and its verifying study.
+
+1. The candidate study (`run_study` with the candidate recipe; resumable like any study): the
+   calibration scales, the held-out split, the whole-model fp16 time and the candidate's own
+   measured figures come from it.
+2. Per-layer sensitivity on a seeded subset of that study's held-out images.
+3. Per-layer gains: measured on CUDA, or read from a gains file.
+4. The budgeted choice (`select.py`) under the policy's quality budget, times `margin`.
+5. The recipe file, checked to resolve to exactly the chosen layers.
+6. The verifying study of that recipe (real engines, real timing where there is a GPU).
+
+Everything lands in the search folder: `candidate/` and `searched/` (two ordinary studies),
+`<recipe>.searched.yaml`, `search.json` (the sensitivity table, the per-layer speed table and the
+search section, written after each step) and `sensitivity.png`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from quantstudy.data.folders import scan_folder
+from quantstudy.data.images import load_images
+from quantstudy.data.split import split_items
+from quantstudy.decision.policy import load_policy
+from quantstudy.errors import UserError
+from quantstudy.model.loading import load_model
+from quantstudy.model.preprocess import build_transform
+from quantstudy.quant.apply import QuantPlan
+from quantstudy.recipe.builtin import default_recipe_for, load_recipe
+from quantstudy.recipe.resolve import resolve
+from quantstudy.search.emit import write_recipe
+from quantstudy.search.layer_speed import (
+    NEEDS_CUDA,
+    gains_for,
+    load_layer_gains,
+    measure_layer_speed,
+)
+from quantstudy.search.plots import write_sensitivity_plot
+from quantstudy.search.select import (
+    DEFAULT_MARGIN,
+    LayerEvidence,
+    budget_from_policy,
+    predict,
+    select_layers,
+)
+from quantstudy.search.sensitivity import calibration_from_info, measure_sensitivity
+from quantstudy.search.tables import (
+    LayerSpeedSection,
+    Measured,
+    SearchSection,
+    SensitivitySection,
+)
+from quantstudy.study.config import StudyConfig
+from quantstudy.study.io import write_json_atomic
+from quantstudy.study.run import run_study
+from quantstudy.study.schema import StudyRecord
+
+console = Console(stderr=True)
+
+SEARCH_JSON = "search.json"
+OVERLAP_NOTE = (
+    "The sensitivity images are a subset of the held-out images the verifying study scores, so "
+    "its quality figures are not independent of the choice (mild selection bias)"
+)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """A search: the candidate study's config (its recipe is the candidate) and the search's own
+    settings."""
+
+    study: StudyConfig
+    gains: Path | None = None  # per-layer gains JSON; None: measure them on CUDA
+    batch: int | None = None  # batch of the gains and the prediction (default: see `_batch`)
+    sensitivity_images: int = 256
+    all_but: bool = False
+    margin: float = DEFAULT_MARGIN
+    out: Path | None = None
+
+    def out_dir(self, recipe: str) -> Path:
+        if self.out is not None:
+            return Path(self.out)
+        s = self.study
+        return Path("studies") / s.model.replace("/", "_") / f"search-{recipe}-seed{s.seed}"
+
+    def __post_init__(self) -> None:
+        if self.sensitivity_images < 1:
+            raise UserError("--sensitivity-images must be a positive image count")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    folder: Path
+    sensitivity: SensitivitySection
+    layer_speed: LayerSpeedSection
+    search: SearchSection
+
+
+def _batch(config: SearchConfig, gains: LayerSpeedSection | None) -> int:
+    batch = config.batch or (gains.batch if gains else max(config.study.batches))
+    if gains is not None and gains.batch != batch:
+        raise UserError(f"the gains file is for batch {gains.batch}, not --batch {batch}")
+    if config.study.speed and batch not in config.study.batches:
+        raise UserError(
+            f"the prediction is for batch {batch}, which the studies would not time; add it to "
+            f"--batches (now {','.join(map(str, config.study.batches))})"
+        )
+    return batch
+
+
+def _heldout_subset(
+    study: StudyConfig, record: StudyRecord, n: int
+) -> tuple[torch.Tensor, str, str]:
+    """A seeded subset of the candidate study's held-out images: tensor, description, ids hash."""
+    scan = scan_folder(study.data, study.class_list)
+    calib_scan = scan_folder(study.calib_data, study.class_list) if study.calib_data else None
+    _, heldout = split_items(
+        scan.items,
+        study.calib,
+        study.heldout,
+        seed=study.seed,
+        calib_items=calib_scan.items if calib_scan else None,
+    )
+    if sorted(i.id for i in heldout) != record.data.heldout.ids:
+        raise UserError(
+            "the held-out images differ from the candidate study's (the data folder changed?); "
+            "remove the search folder and run again"
+        )
+    rng = random.Random(f"{study.seed}:sensitivity")
+    subset = sorted(rng.sample(heldout, min(n, len(heldout))), key=lambda i: i.id)
+    images, _ = load_images(
+        subset, build_transform(record.preprocessing), desc="sensitivity images"
+    )
+    ids_sha = hashlib.sha256("\n".join(i.id for i in subset).encode()).hexdigest()
+    what = (
+        f"{len(subset)} of the {len(heldout)} held-out images, sampled with seed "
+        f"'{study.seed}:sensitivity'"
+    )
+    return images, what, ids_sha
+
+
+def measured(record: StudyRecord, folder: Path, batch: int) -> Measured:
+    """The figures a finished study measured, for the prediction table."""
+    if record.quality is None or record.recipe is None:
+        raise RuntimeError(f"study {folder} is not complete")
+    by_engine = {e.engine: e for e in record.quality.engines}
+    fp8, fq = by_engine["fp8"], by_engine.get("fakequant")
+    bs = None
+    if record.speed is not None:
+        bs = next((b for b in record.speed.batches if b.batch == batch), None)
+    return Measured(
+        study=str(folder),
+        recipe=record.recipe.name,
+        n_layers=len(record.recipe.selected),
+        kl_mean=fp8.kl_mean,
+        agreement=fp8.agreement,
+        fakequant_kl_mean=fq.kl_mean if fq else None,
+        fakequant_agreement=fq.agreement if fq else None,
+        batch=batch if bs else None,
+        fp16_ms=bs.fp16_ms.median if bs else None,
+        fp8_ms=bs.fp8_ms.median if bs else None,
+        speedup=bs.ratio.median if bs else None,
+        speed_meaningful=bool(record.speed and record.speed.meaningful),
+        ship=record.decision.ship if record.decision else None,
+    )
+
+
+def _save(folder: Path, sensitivity, layer_speed, search) -> None:
+    write_json_atomic(
+        folder / SEARCH_JSON,
+        {
+            "sensitivity": sensitivity.model_dump(mode="json") if sensitivity else None,
+            "layer_speed": layer_speed.model_dump(mode="json") if layer_speed else None,
+            "search": search.model_dump(mode="json") if search else None,
+        },
+    )
+
+
+def run_search(config: SearchConfig) -> SearchResult:
+    """Run the whole search (module docstring); returns its tables and folder."""
+    study = config.study
+    # --- user input first: recipe, policy, gains, GPU --------------------------------------
+    loaded = load_model(
+        study.model, study.weights, seed=study.seed, strip_prefix=study.strip_prefix
+    )
+    recipe_name = study.recipe or default_recipe_for(loaded.info.architecture)
+    base, _ = load_recipe(recipe_name)
+    policy, policy_label = load_policy(study.policy)
+    budget = budget_from_policy(policy, policy_label, config.margin)
+    gains_table = load_layer_gains(config.gains) if config.gains is not None else None
+    if gains_table is None and (study.device != "cuda" or not torch.cuda.is_available()):
+        raise UserError(NEEDS_CUDA)
+    batch = _batch(config, gains_table)
+    folder = config.out_dir(base.name)
+
+    # --- 1. the candidate study ------------------------------------------------------------
+    console.print(f"search: candidate study of [bold]{base.name}[/bold]")
+    candidate, _ = run_study(replace(study, recipe=recipe_name, out=folder / "candidate"))
+    assert candidate.recipe is not None and candidate.calibration is not None
+    model = loaded.model
+    example = torch.zeros(1, *candidate.preprocessing.input_size)
+    layers = resolve(base, model, example).selected_names
+    if layers != [d.name for d in candidate.recipe.selected]:
+        raise RuntimeError("the candidate recipe resolves differently from its study")
+    plan = QuantPlan(
+        layers,
+        base.weights.granularity == "per_channel",
+        calibration_from_info(candidate.calibration),
+    )
+
+    # --- 2. sensitivity --------------------------------------------------------------------
+    images, what, ids_sha = _heldout_subset(study, candidate, config.sensitivity_images)
+    console.print(f"search: sensitivity of {len(layers)} layers on {images.shape[0]} images")
+    sensitivity = measure_sensitivity(
+        model,
+        example,
+        plan,
+        images,
+        fold=base.weights.fold_bn,
+        all_but=config.all_but,
+        batch=study.eval_batch,
+        device=study.device,
+        subset=what,
+        ids_sha256=ids_sha,
+    )
+    _save(folder, sensitivity, None, None)
+    write_sensitivity_plot(sensitivity, folder)
+
+    # --- 3. per-layer gains ----------------------------------------------------------------
+    if gains_table is None:
+        console.print(f"search: per-layer fp16/FP8 timing of {len(layers)} layers, batch {batch}")
+        gains_table = measure_layer_speed(
+            model,
+            example,
+            layers,
+            batch=batch,
+            per_channel=plan.per_channel,
+            calibration=plan.calibration,
+            fold=base.weights.fold_bn,
+            compile_mode=study.compile_mode,
+        )
+    gains = gains_for(gains_table, layers)
+
+    # --- 4. the choice ---------------------------------------------------------------------
+    by_name = {row.layer: row for row in sensitivity.layers}
+    evidence = [
+        LayerEvidence(n, by_name[n].kl_mean, 1.0 - by_name[n].agreement, gains[n]) for n in layers
+    ]
+    choices, method = select_layers(evidence, budget)
+    chosen = [c.layer for c in choices if c.chosen]
+    cand_measured = measured(candidate, folder / "candidate", batch)
+    fp16_ms = cand_measured.fp16_ms if cand_measured.speed_meaningful else None
+    search = SearchSection(
+        candidate_recipe=recipe_name,
+        method=f"{method}. {OVERLAP_NOTE}",
+        budget=budget,
+        choices=choices,
+        predicted=predict(evidence, chosen, batch, fp16_ms),
+        candidate_predicted=predict(evidence, layers, batch, fp16_ms),
+        candidate_measured=cand_measured,
+    )
+    _save(folder, sensitivity, gains_table, search)
+    if not chosen:
+        raise UserError(
+            f"no layer pays under the quality budget ({budget.margin:g} of the policy's); no "
+            f"recipe written. The tables are in {folder / SEARCH_JSON}"
+        )
+
+    # --- 5. the recipe file, 6. its study --------------------------------------------------
+    name = f"{base.name}.searched"
+    path = folder / f"{name}.yaml"
+    p = search.predicted
+    write_recipe(
+        path,
+        base,
+        chosen,
+        model,
+        example,
+        name=name,
+        description=(
+            f"{len(chosen)} of the {len(layers)} layers of {base.name}, chosen by quantstudy "
+            f"search for batch {batch} under {budget.margin:g} of the quality budget of "
+            f"{policy_label}"
+        ),
+        reasons={c.layer: c.reason for c in choices},
+        header=[
+            f"Written by `quantstudy search {study.model}` from {recipe_name}.",
+            f"Predicted (additive): saves {p.saved_ms:.4f} ms at batch {batch}, KL mean "
+            f"{p.kl_mean:.3g}, agreement {100 * p.agreement:.2f}%;",
+            "see search.json and the verifying study in searched/.",
+        ],
+    )
+    console.print(f"search: verifying study of [bold]{name}[/bold]")
+    verified, _ = run_study(replace(study, recipe=str(path), out=folder / "searched"))
+    search = search.model_copy(
+        update={
+            "recipe_file": str(path),
+            "verified": measured(verified, folder / "searched", batch),
+        }
+    )
+    _save(folder, sensitivity, gains_table, search)
+    return SearchResult(folder, sensitivity, gains_table, search)
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def summary_lines(search: SearchSection) -> list[str]:
+    """Prediction next to measurement, for the terminal: candidate recipe and searched recipe."""
+    lines = [
+        f"{'':28} {'layers':>6} {'KL mean':>10} {'agreement':>9} {'saved ms':>9} "
+        f"{'fp8 ms':>8} {'x':>6}",
+    ]
+
+    def row(label: str, n: int, kl: float, agree: float, saved, fp8, x) -> str:
+        return (
+            f"{label:28} {n:>6} {kl:>10.3g} {100 * agree:>8.2f}% {_fmt(saved, '.4f'):>9} "
+            f"{_fmt(fp8, '.4f'):>8} {_fmt(x, '.3f'):>6}"
+        )
+
+    for label, pred, meas in (
+        ("candidate", search.candidate_predicted, search.candidate_measured),
+        ("searched", search.predicted, search.verified),
+    ):
+        lines.append(
+            row(
+                f"{label} predicted",
+                len(pred.layers),
+                pred.kl_mean,
+                pred.agreement,
+                pred.saved_ms,
+                pred.fp8_ms,
+                pred.speedup,
+            )
+        )
+        if meas is not None:
+            saved = None
+            if meas.fp16_ms is not None and meas.fp8_ms is not None:
+                saved = meas.fp16_ms - meas.fp8_ms
+            note = "" if meas.speed_meaningful else " (CPU time)"
+            lines.append(
+                row(
+                    f"{label} measured{note}",
+                    meas.n_layers,
+                    meas.kl_mean,
+                    meas.agreement,
+                    saved,
+                    meas.fp8_ms,
+                    meas.speedup,
+                )
+            )
+    return lines

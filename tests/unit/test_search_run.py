@@ -1,0 +1,90 @@
+"""`run_search` end to end on the CPU: gains from a file, two real (CPU) studies, a recipe."""
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+from quantstudy.errors import UserError
+from quantstudy.model.loading import load_model
+from quantstudy.recipe.builtin import load_recipe
+from quantstudy.recipe.resolve import resolve
+from quantstudy.search.run import SearchConfig, run_search, summary_lines
+from quantstudy.study.config import StudyConfig
+
+torch.set_num_threads(1)
+WNIDS = ["n01440764", "n01443537"]
+
+
+@pytest.fixture
+def tiny_imagenet(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    for wnid in WNIDS:
+        (tmp_path / "data" / wnid).mkdir(parents=True)
+        for i in range(6):
+            pixels = (torch.rand(48, 48, 3, generator=g) * 255).to(torch.uint8).numpy()
+            Image.fromarray(pixels).save(tmp_path / "data" / wnid / f"img{i}.jpg")
+    return tmp_path / "data"
+
+
+def _study(data, tmp_path) -> StudyConfig:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("quality:\n  max_kl_mean: 1.0\n  min_agreement: 0.5\n")
+    return StudyConfig(
+        model="mobilenetv4_conv_small",
+        data=data,
+        weights="random",
+        calib=4,
+        heldout=8,
+        device="cpu",
+        batches=(2,),
+        policy=policy,
+        eval_batch=8,
+    )
+
+
+def test_search_on_cpu_with_a_gains_file(tiny_imagenet, tmp_path):
+    study = _study(tiny_imagenet, tmp_path)
+    model = load_model("mobilenetv4_conv_small", "random").model
+    example = torch.zeros(1, 3, 224, 224)
+    base, _ = load_recipe("mobilenetv4_pointwise")
+    layers = resolve(base, model, example).selected_names
+    # the first three layers slow down, every other one saves a little
+    gains = {name: (-0.01 if i < 3 else 0.001 * (i + 1)) for i, name in enumerate(layers)}
+    gains_path = tmp_path / "gains.json"
+    gains_path.write_text(json.dumps({"batch": 2, "saved_ms": gains}))
+
+    result = run_search(
+        SearchConfig(study=study, gains=gains_path, sensitivity_images=6, out=tmp_path / "s")
+    )
+    search = result.search
+    chosen = [c.layer for c in search.choices if c.chosen]
+    assert chosen and not set(chosen) & set(layers[:3])
+    assert search.predicted.kl_mean <= search.budget.kl_budget
+    assert 1 - search.predicted.agreement <= search.budget.disagreement_budget + 1e-12
+    assert search.predicted.saved_ms == pytest.approx(sum(gains[n] for n in chosen))
+    assert search.predicted.fp16_ms is None  # CPU timings: no whole-model prediction
+
+    recipe, _ = load_recipe(search.recipe_file)
+    assert resolve(recipe, model, example).selected_names == chosen
+    verified = json.loads((tmp_path / "s" / "searched" / "study.json").read_text())
+    assert verified["status"] == "complete"
+    assert [d["name"] for d in verified["recipe"]["selected"]] == chosen
+    assert search.verified is not None and search.verified.n_layers == len(chosen)
+    assert search.candidate_measured.n_layers == len(layers)
+
+    saved = json.loads((tmp_path / "s" / "search.json").read_text())
+    assert len(saved["sensitivity"]["layers"]) == len(layers)
+    assert saved["layer_speed"]["source"] == "file"
+    assert saved["search"]["verified"]["recipe"] == "mobilenetv4_pointwise.searched"
+    assert (tmp_path / "s" / "sensitivity.png").stat().st_size > 0
+    assert any(line.startswith("searched measured") for line in summary_lines(search))
+
+
+def test_search_without_gpu_or_gains_is_refused_before_any_work(tiny_imagenet, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("checks the refusal without a GPU")
+    with pytest.raises(UserError, match="per-layer speed needs a CUDA GPU"):
+        run_search(SearchConfig(study=_study(tiny_imagenet, tmp_path), out=tmp_path / "s"))
+    assert not (tmp_path / "s").exists()
