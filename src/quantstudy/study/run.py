@@ -1,26 +1,21 @@
 """`run_study`: one study from model name to decision, in the order of the brief.
 
-All user input is checked before any heavy work (model, folders, recipe). After each stage the
-record is written atomically with status "partial"; engine outputs are cached under
-`<out>/.cache`, keyed by everything that decides them, so an interrupted study resumes where it
-stopped and a finished one re-renders without recomputing.
+All user input is checked before any heavy work (`inputs.py`). After each stage the record is
+written atomically with status "partial"; engine outputs are cached under `<out>/.cache`, keyed by
+everything that decides them, so an interrupted study resumes where it stopped.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from rich.console import Console
+from torch import nn
 
-from quantstudy.data.folders import scan_folder
 from quantstudy.data.images import load_images
-from quantstudy.data.split import split_items, summarize_set
-from quantstudy.decision.policy import decide, load_policy
+from quantstudy.decision.policy import decide
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import (
     COMPILE_MODES,
@@ -33,23 +28,20 @@ from quantstudy.engines.builders import (
 from quantstudy.engines.run import run_engine
 from quantstudy.errors import UserError
 from quantstudy.model.batchnorm import reestimate_batchnorm
-from quantstudy.model.loading import load_model
-from quantstudy.model.preprocess import build_transform, resolve_preprocessing
+from quantstudy.model.preprocess import build_transform
 from quantstudy.quality.metrics import build_quality_section, emulation_gap, score_engine
 from quantstudy.quality.nonfinite import scan_nonfinite
 from quantstudy.quality.stress import stress_inputs
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calibrate import calibrate
-from quantstudy.recipe.builtin import default_recipe_for, load_recipe
-from quantstudy.recipe.resolve import resolve
 from quantstudy.report.render import render_study
 from quantstudy.speed.harness import measure_speed, speed_not_run
+from quantstudy.study.cache import StageCache, console
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.environment import collect_environment
+from quantstudy.study.inputs import StudyInputs, prepare_inputs
 from quantstudy.study.io import write_json_atomic
-from quantstudy.study.schema import DataInfo, StudyRecord
-
-console = Console(stderr=True)
+from quantstudy.study.schema import QualitySection, StudyRecord
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
 ATTRIBUTION = {
@@ -60,26 +52,203 @@ ATTRIBUTION = {
 
 
 @dataclass
-class StageCache:
-    """Tensors of finished stages, keyed by a hash of everything that decides them."""
+class EngineOutputs:
+    """Logits of every engine on the held-out and stress inputs, and the two timed engines."""
 
-    folder: Path
-    key: str
+    heldout: dict[str, torch.Tensor]
+    stress: dict[str, torch.Tensor]
+    timed: dict[str, Engine]
 
-    def _path(self, name: str) -> Path:
-        return self.folder / f"{name}-{self.key[:16]}.pt"
 
-    def get_or_compute(self, name: str, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-        path = self._path(name)
-        if path.exists():
-            console.print(f"[dim]resumed {name} from {path}[/dim]")
-            return torch.load(path, weights_only=True)
-        value = compute()
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(value, tmp)
-        tmp.replace(path)
-        return value
+def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
+    """Run one study; returns the record and the path of its Markdown report."""
+    set_numerics()
+    device = _device(config.device)
+    inputs = prepare_inputs(config)
+    if inputs.recipe_is_default:
+        console.print(f"recipe: [bold]{inputs.recipe.name}[/bold] (the family default)")
+    out_dir = config.out_dir(inputs.recipe.name)
+    record = StudyRecord(
+        name=config.study_name(inputs.recipe.name),
+        status="partial",
+        config=config.record(inputs.recipe_source),
+        environment=collect_environment(device),
+        model=inputs.loaded.info,
+        preprocessing=inputs.pre,
+        data=inputs.data,
+        recipe=inputs.recipe_info,
+        not_run=_not_run(device, inputs.loaded.info.random_weights),
+    )
+    _save(record, out_dir)
+    cache = StageCache.keyed(
+        out_dir / ".cache",
+        [
+            record.config.model_dump(mode="json"),
+            inputs.recipe_info.sha256,
+            inputs.loaded.info.weights_sha256,
+            inputs.data.calibration.ids_sha256,
+            inputs.data.heldout.ids_sha256,
+            inputs.pre.model_dump(mode="json"),
+        ],
+    )
+
+    transform = build_transform(inputs.pre)
+    calib_x, _ = load_images(inputs.calib_items, transform, desc="calibration images")
+    heldout_x, labels = load_images(inputs.heldout_items, transform, desc="held-out images")
+
+    plan, record = _calibrate(config, inputs, record, calib_x, device)
+    _save(record, out_dir)
+
+    outputs, infos = _run_engines(config, inputs, plan, heldout_x, cache, device)
+    record = record.model_copy(update={"engines": infos})
+    _save(record, out_dir)
+
+    quality = _score(config, inputs, outputs, labels)
+    record = record.model_copy(update={"quality": quality})
+    _save(record, out_dir)
+
+    record = _time(config, record, outputs, heldout_x, out_dir)
+    decision = decide(record, inputs.policy, inputs.policy_label)
+    record = record.model_copy(update={"decision": decision, "status": "complete"})
+    _save(record, out_dir)
+    return record, render_study(out_dir)
+
+
+def _calibrate(
+    config: StudyConfig,
+    inputs: StudyInputs,
+    record: StudyRecord,
+    calib_x: torch.Tensor,
+    device: torch.device,
+) -> tuple[QuantPlan, StudyRecord]:
+    """Activation scales from the fp32 model (BatchNorm re-estimated first for random weights)."""
+    model = inputs.loaded.model.to(device)
+    if inputs.loaded.info.random_weights:
+        n_bn = reestimate_batchnorm(model, _batches(calib_x, config.eval_batch, device))
+        detail = (
+            f"{inputs.loaded.info.weights_detail}; BatchNorm statistics of {n_bn} layers "
+            f"re-estimated on the {calib_x.shape[0]} calibration images (keeps fp16 activations "
+            "finite)"
+        )
+        record = record.model_copy(
+            update={"model": record.model.model_copy(update={"weights_detail": detail})}
+        )
+    layers = [d.name for d in inputs.recipe_info.selected]
+    calibration = calibrate(
+        model,
+        layers,
+        _batches(calib_x, config.eval_batch, device),
+        inputs.recipe.activations.calibrator,
+        inputs.recipe.activations.params,
+    )
+    model.cpu()
+    plan = QuantPlan(layers, inputs.recipe.weights.granularity == "per_channel", calibration)
+    return plan, record.model_copy(update={"calibration": calibration.info()})
+
+
+def _builders(
+    config: StudyConfig,
+    model: nn.Module,
+    example: torch.Tensor,
+    plan: QuantPlan,
+    fold: bool,
+    device: torch.device,
+) -> dict[str, Callable[[], Engine]]:
+    """Every engine of the study, built lazily, in the order they run."""
+    mode = config.compile_mode
+    return {
+        "fp32": lambda: build_fp32(model, device),
+        "fp16": lambda: build_half(model, device, example, fold=fold, compile_mode=mode),
+        "fp8": lambda: build_fp8(model, device, example, plan, fold=fold, compile_mode=mode),
+        **{
+            name: (
+                lambda w=w, a=a, name=name: build_fakequant(
+                    model, device, example, plan, fold=fold, weights=w, activations=a, name=name
+                )
+            )
+            for name, (w, a) in ATTRIBUTION.items()
+        },
+    }
+
+
+def _run_engines(
+    config: StudyConfig,
+    inputs: StudyInputs,
+    plan: QuantPlan,
+    heldout_x: torch.Tensor,
+    cache: StageCache,
+    device: torch.device,
+) -> tuple[EngineOutputs, list]:
+    """Build each engine and run it on the held-out and stress inputs (cached per engine)."""
+    stress_x = torch.stack([t for _, t in stress_inputs(inputs.pre)])
+    builders = _builders(
+        config, inputs.loaded.model, inputs.example, plan, inputs.recipe.weights.fold_bn, device
+    )
+    outputs = EngineOutputs({}, {}, {})
+    infos = []
+    for name, build in builders.items():
+        console.print(f"engine [bold]{name}[/bold]: building")
+        engine = build()
+        infos.append(engine.info())
+        outputs.heldout[name] = cache.get_or_compute(
+            f"logits-{name}", lambda e=engine: run_engine(e, heldout_x, config.eval_batch)
+        )
+        outputs.stress[name] = cache.get_or_compute(
+            f"stress-{name}", lambda e=engine: run_engine(e, stress_x, config.eval_batch)
+        )
+        if name in ("fp16", "fp8"):
+            outputs.timed[name] = engine
+        if name == "fakequant":
+            outputs.heldout["fakequant_reordered"] = cache.get_or_compute(
+                "logits-fakequant_reordered", lambda e=engine: _run_reordered(e, heldout_x, config)
+            )
+    return outputs, infos
+
+
+def _score(
+    config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs, labels: torch.Tensor | None
+) -> QualitySection:
+    """Every engine against fp32, the NaN/Inf scan, and the FP8 engine against its emulation."""
+    ref = outputs.heldout["fp32"]
+    names = list(outputs.stress)  # the engines, in build order
+    stress_names = [n for n, _ in stress_inputs(inputs.pre)]
+    ids = [item.id for item in inputs.heldout_items]
+    h = outputs.heldout
+    return build_quality_section(
+        "fp32",
+        [score_engine(n, ref, h[n], labels, seed=config.seed) for n in names if n != "fp32"],
+        [scan_nonfinite(n, h[n], ids, outputs.stress[n], stress_names) for n in names],
+        stress_names,
+        labels,
+        emulation_gap(h["fp8"], h["fakequant"], h["fakequant_reordered"]),
+        inputs.loaded.info.random_weights,
+    )
+
+
+def _time(
+    config: StudyConfig,
+    record: StudyRecord,
+    outputs: EngineOutputs,
+    heldout_x: torch.Tensor,
+    out_dir: Path,
+) -> StudyRecord:
+    """The speed section: fp16 against FP8 with the study's harness."""
+    if not config.speed:
+        return record.model_copy(
+            update={"not_run": [*record.not_run, "Speed was not measured (--no-speed)."]}
+        )
+    console.print("speed: timing fp16 and fp8 engines")
+    speed = measure_speed(
+        outputs.timed["fp16"],
+        outputs.timed["fp8"],
+        heldout_x,
+        list(config.batches),
+        compile_mode=COMPILE_MODES[config.compile_mode] or "default",
+        package_dir=out_dir / "packages" if config.package else None,
+    )
+    return record.model_copy(
+        update={"speed": speed, "not_run": [*record.not_run, *speed_not_run(speed)]}
+    )
 
 
 def _device(name: str) -> torch.device:
@@ -104,201 +273,7 @@ def _not_run(device: torch.device, random_weights: bool) -> list[str]:
     return items
 
 
-def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
-    """Run one study; returns the record and the path of its Markdown report."""
-    set_numerics()
-    device = _device(config.device)
-
-    # --- inputs, all checked before heavy work ---------------------------------------------
-    loaded = load_model(
-        config.model, config.weights, seed=config.seed, strip_prefix=config.strip_prefix
-    )
-    model = loaded.model
-    pre = resolve_preprocessing(model, test_settings=config.test_settings)
-    scan = scan_folder(config.data, config.class_list)
-    calib_scan = scan_folder(config.calib_data, config.class_list) if config.calib_data else None
-    recipe_name = config.recipe or default_recipe_for(loaded.info.architecture)
-    if config.recipe is None:
-        console.print(f"recipe: [bold]{recipe_name}[/bold] (the family default)")
-    recipe, recipe_source = load_recipe(recipe_name)
-    example = torch.zeros(1, *pre.input_size)
-    resolution = resolve(recipe, model, example)
-    recipe_info = resolution.to_info(recipe, recipe_source)
-    policy, policy_label = load_policy(config.policy)
-
-    calib_items, heldout_items = split_items(
-        scan.items,
-        config.calib,
-        config.heldout,
-        seed=config.seed,
-        calib_items=calib_scan.items if calib_scan else None,
-    )
-    labelled = scan.labelled
-    data = DataInfo(
-        data_dir=str(config.data),
-        calib_dir=str(config.calib_data) if config.calib_data else None,
-        class_list=str(scan.class_list) if scan.class_list else None,
-        labelled=labelled,
-        seed=config.seed,
-        skipped=scan.skipped + (calib_scan.skipped if calib_scan else []),
-        calibration=summarize_set(
-            "calibration",
-            str(config.calib_data or config.data),
-            calib_items,
-            calib_scan.labelled if calib_scan else labelled,
-        ),
-        heldout=summarize_set("heldout", str(config.data), heldout_items, labelled),
-    )
-    out_dir = config.out_dir(recipe.name)
-    record = StudyRecord(
-        name=config.study_name(recipe.name),
-        status="partial",
-        config=config.record(recipe_source),
-        environment=collect_environment(device),
-        model=loaded.info,
-        preprocessing=pre,
-        data=data,
-        recipe=recipe_info,
-        not_run=_not_run(device, loaded.info.random_weights),
-    )
-    _save(record, out_dir)
-
-    key = hashlib.sha256(
-        json.dumps(
-            [
-                record.config.model_dump(mode="json"),
-                recipe_info.sha256,
-                loaded.info.weights_sha256,
-                data.calibration.ids_sha256,
-                data.heldout.ids_sha256,
-                pre.model_dump(mode="json"),
-            ],
-            sort_keys=True,
-        ).encode()
-    ).hexdigest()
-    cache = StageCache(out_dir / ".cache", key)
-
-    # --- calibration ------------------------------------------------------------------------
-    transform = build_transform(pre)
-    calib_x, _ = load_images(calib_items, transform, desc="calibration images")
-    heldout_x, labels = load_images(heldout_items, transform, desc="held-out images")
-    layers = [d.name for d in recipe_info.selected]
-    ref_model = model.to(device)
-    if loaded.info.random_weights:
-        n_bn = reestimate_batchnorm(ref_model, _batches(calib_x, config.eval_batch, device))
-        detail = (
-            f"{loaded.info.weights_detail}; BatchNorm statistics of {n_bn} layers re-estimated "
-            f"on the {calib_x.shape[0]} calibration images (keeps fp16 activations finite)"
-        )
-        record = record.model_copy(
-            update={"model": record.model.model_copy(update={"weights_detail": detail})}
-        )
-    calibration = calibrate(
-        ref_model,
-        layers,
-        _batches(calib_x, config.eval_batch, device),
-        recipe.activations.calibrator,
-        recipe.activations.params,
-    )
-    model = ref_model.cpu()
-    plan = QuantPlan(layers, recipe.weights.granularity == "per_channel", calibration)
-    record = record.model_copy(update={"calibration": calibration.info()})
-    _save(record, out_dir)
-
-    # --- engines and quality ----------------------------------------------------------------
-    fold = recipe.weights.fold_bn
-    stress = stress_inputs(pre)
-    stress_x = torch.stack([t for _, t in stress])
-    stress_names = [n for n, _ in stress]
-    builders: dict[str, Callable[[], Engine]] = {
-        "fp32": lambda: build_fp32(model, device),
-        "fp16": lambda: build_half(
-            model, device, example, fold=fold, compile_mode=config.compile_mode
-        ),
-        "fp8": lambda: build_fp8(
-            model, device, example, plan, fold=fold, compile_mode=config.compile_mode
-        ),
-        **{
-            name: (
-                lambda w=w, a=a, name=name: build_fakequant(
-                    model, device, example, plan, fold=fold, weights=w, activations=a, name=name
-                )
-            )
-            for name, (w, a) in ATTRIBUTION.items()
-        },
-    }
-    logits: dict[str, torch.Tensor] = {}
-    stress_logits: dict[str, torch.Tensor] = {}
-    infos = []
-    engines: dict[str, Engine] = {}
-    for name, build in builders.items():
-        console.print(f"engine [bold]{name}[/bold]: building")
-        engine = build()
-        infos.append(engine.info())
-        logits[name] = cache.get_or_compute(
-            f"logits-{name}", lambda e=engine: run_engine(e, heldout_x, config.eval_batch)
-        )
-        stress_logits[name] = cache.get_or_compute(
-            f"stress-{name}", lambda e=engine: run_engine(e, stress_x, config.eval_batch)
-        )
-        if name in ("fp16", "fp8"):
-            engines[name] = engine
-        if name == "fakequant":
-            logits["fakequant_reordered"] = cache.get_or_compute(
-                "logits-fakequant_reordered", lambda e=engine: _run_reordered(e, heldout_x, config)
-            )
-    record = record.model_copy(update={"engines": infos})
-    _save(record, out_dir)
-
-    ids = [item.id for item in heldout_items]
-    scores = [
-        score_engine(name, logits["fp32"], logits[name], labels, seed=config.seed)
-        for name in builders
-        if name != "fp32"
-    ]
-    scans = [
-        scan_nonfinite(name, logits[name], ids, stress_logits[name], stress_names)
-        for name in builders
-    ]
-    quality = build_quality_section(
-        "fp32",
-        scores,
-        scans,
-        stress_names,
-        labels,
-        emulation_gap(logits["fp8"], logits["fakequant"], logits["fakequant_reordered"]),
-        loaded.info.random_weights,
-    )
-    record = record.model_copy(update={"quality": quality})
-    _save(record, out_dir)
-
-    # --- speed ------------------------------------------------------------------------------
-    if config.speed:
-        console.print("speed: timing fp16 and fp8 engines")
-        speed = measure_speed(
-            engines["fp16"],
-            engines["fp8"],
-            heldout_x,
-            list(config.batches),
-            compile_mode=COMPILE_MODES[config.compile_mode] or "default",
-            package_dir=out_dir / "packages" if config.package else None,
-        )
-        record = record.model_copy(
-            update={"speed": speed, "not_run": [*record.not_run, *speed_not_run(speed)]}
-        )
-    else:
-        record = record.model_copy(
-            update={"not_run": [*record.not_run, "Speed was not measured (--no-speed)."]}
-        )
-
-    # --- decision and report ----------------------------------------------------------------
-    decision = decide(record, policy, policy_label)
-    record = record.model_copy(update={"decision": decision, "status": "complete"})
-    _save(record, out_dir)
-    return record, render_study(out_dir)
-
-
-def _batches(x: torch.Tensor, size: int, device: torch.device):
+def _batches(x: torch.Tensor, size: int, device: torch.device) -> Iterator[torch.Tensor]:
     return (x[i : i + size].to(device) for i in range(0, x.shape[0], size))
 
 

@@ -1,0 +1,93 @@
+"""Everything a study reads, resolved and checked before any heavy work starts.
+
+A bad model name, folder, recipe or policy fails here, in seconds, not after calibration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from quantstudy.data.folders import ImageItem, scan_folder
+from quantstudy.data.split import split_items, summarize_set
+from quantstudy.decision.policy import Policy, load_policy
+from quantstudy.model.loading import LoadedModel, load_model
+from quantstudy.model.preprocess import resolve_preprocessing
+from quantstudy.recipe.builtin import default_recipe_for, load_recipe
+from quantstudy.recipe.resolve import resolve
+from quantstudy.recipe.schema import Recipe
+from quantstudy.study.config import StudyConfig
+from quantstudy.study.schema import DataInfo, Preprocessing, RecipeInfo
+
+
+@dataclass(frozen=True)
+class StudyInputs:
+    """The resolved inputs of one study."""
+
+    loaded: LoadedModel
+    pre: Preprocessing
+    recipe: Recipe
+    recipe_source: str
+    recipe_info: RecipeInfo
+    recipe_is_default: bool
+    policy: Policy
+    policy_label: str
+    calib_items: list[ImageItem]
+    heldout_items: list[ImageItem]
+    data: DataInfo
+
+    @property
+    def example(self) -> torch.Tensor:
+        """A zero image of the model's input size, for passes that need only shapes."""
+        return torch.zeros(1, *self.pre.input_size)
+
+
+def prepare_inputs(config: StudyConfig) -> StudyInputs:
+    """Load the model, scan and split the data, resolve the recipe, read the policy."""
+    loaded = load_model(
+        config.model, config.weights, seed=config.seed, strip_prefix=config.strip_prefix
+    )
+    pre = resolve_preprocessing(loaded.model, test_settings=config.test_settings)
+    scan = scan_folder(config.data, config.class_list)
+    calib_scan = scan_folder(config.calib_data, config.class_list) if config.calib_data else None
+    recipe_name = config.recipe or default_recipe_for(loaded.info.architecture)
+    recipe, recipe_source = load_recipe(recipe_name)
+    resolution = resolve(recipe, loaded.model, torch.zeros(1, *pre.input_size))
+    policy, policy_label = load_policy(config.policy)
+
+    calib_items, heldout_items = split_items(
+        scan.items,
+        config.calib,
+        config.heldout,
+        seed=config.seed,
+        calib_items=calib_scan.items if calib_scan else None,
+    )
+    data = DataInfo(
+        data_dir=str(config.data),
+        calib_dir=str(config.calib_data) if config.calib_data else None,
+        class_list=str(scan.class_list) if scan.class_list else None,
+        labelled=scan.labelled,
+        seed=config.seed,
+        skipped=scan.skipped + (calib_scan.skipped if calib_scan else []),
+        calibration=summarize_set(
+            "calibration",
+            str(config.calib_data or config.data),
+            calib_items,
+            calib_scan.labelled if calib_scan else scan.labelled,
+        ),
+        heldout=summarize_set("heldout", str(config.data), heldout_items, scan.labelled),
+    )
+    return StudyInputs(
+        loaded=loaded,
+        pre=pre,
+        recipe=recipe,
+        recipe_source=recipe_source,
+        recipe_info=resolution.to_info(recipe, recipe_source),
+        recipe_is_default=config.recipe is None,
+        policy=policy,
+        policy_label=policy_label,
+        calib_items=calib_items,
+        heldout_items=heldout_items,
+        data=data,
+    )
