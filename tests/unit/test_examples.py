@@ -6,19 +6,43 @@ from pathlib import Path
 
 import pytest
 
-from quantstudy.report.render import render_study
+from quantstudy.report.render import load_record, render_study
 from quantstudy.report.selfcheck import check_markdown
 from quantstudy.study.schema import SCHEMA_VERSION, StudyRecord
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*/study.json"))
 
 
+NEW_IN_VERSION_2 = {"sensitivity", "layer_speed", "search"}
+NEW_IN_VERSION_2_VARIANT = {"predicted", "measured"}
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)
 def test_study_json_round_trips_its_schema(path):
     raw = json.loads(path.read_text())
     record = StudyRecord.model_validate(raw)
-    assert record.schema_version == SCHEMA_VERSION
-    assert record.model_dump(mode="json") == raw
+    # the committed examples were written by schema version 1: old files, which still load and
+    # keep their version
+    assert raw["schema_version"] == 1 < SCHEMA_VERSION
+    assert record.schema_version == raw["schema_version"]
+    assert record.model_dump(mode="json", exclude_unset=True) == raw
+    # in full, the dump differs from the file only by the keys added since, all empty
+    full = record.model_dump(mode="json")
+    assert set(full) - set(raw) == NEW_IN_VERSION_2
+    assert all(full[k] is None for k in NEW_IN_VERSION_2)
+    assert {k: v for k, v in full.items() if k in raw and k != "variants"} == {
+        k: v for k, v in raw.items() if k != "variants"
+    }
+    for var, raw_var in zip(full["variants"], raw["variants"], strict=True):
+        assert set(var) - set(raw_var) == NEW_IN_VERSION_2_VARIANT
+        assert {k: v for k, v in var.items() if k in raw_var} == raw_var
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)
+def test_version_1_file_loads_for_the_report(path):
+    record = load_record(path)
+    assert record.schema_version == 1
+    assert record.sensitivity is None and record.layer_speed is None and record.search is None
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)

@@ -14,7 +14,7 @@ from quantstudy.report.markdown import render_markdown
 from quantstudy.report.plots import KERNELS_PNG, KL_PNG, LATENCY_PNG, write_plots
 from quantstudy.report.render import render_study
 from quantstudy.report.selfcheck import allowed_numbers, check_markdown, number_tokens
-from quantstudy.study.schema import StudyRecord
+from quantstudy.study.schema import SCHEMA_VERSION, StudyRecord
 
 SECTIONS = [
     "## Summary and decision",
@@ -44,9 +44,28 @@ def md(record) -> str:
     return render_markdown(record)
 
 
+def _as_version_1(data: dict) -> str:
+    """A current record's JSON as schema version 1 wrote it: without the keys added since."""
+    assert all(data[k] is None for k in ("sensitivity", "layer_speed", "search"))
+    out = {k: v for k, v in data.items() if k not in ("sensitivity", "layer_speed", "search")}
+    out["variants"] = [
+        {k: v for k, v in var.items() if k not in ("predicted", "measured")}
+        for var in data["variants"]
+    ]
+    assert all(var["predicted"] is None and var["measured"] is None for var in data["variants"])
+    out["schema_version"] = 1
+    return json.dumps(out, indent=2, sort_keys=True) + "\n"
+
+
 def test_fixture_is_the_builders_record(record):
     # regenerate with: python tests/unit/_records.py
-    assert fixture_json(build_record()) == FIXTURE.read_text()
+    built = build_record()
+    assert built.schema_version == SCHEMA_VERSION
+    if record.schema_version == SCHEMA_VERSION:
+        assert fixture_json(built) == FIXTURE.read_text()
+    else:  # a fixture written by schema version 1: an old file, which still loads
+        assert record.schema_version == 1
+        assert _as_version_1(built.model_dump(mode="json")) == FIXTURE.read_text()
     assert record.model.architecture == "mobilenetv4_conv_large"
     assert len(record.recipe.selected) == 54
     assert [b.batch for b in record.speed.batches] == [1, 32, 128]

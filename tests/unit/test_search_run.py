@@ -10,8 +10,12 @@ from quantstudy.errors import UserError
 from quantstudy.model.loading import load_model
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
-from quantstudy.search.run import SearchConfig, run_search, summary_lines
+from quantstudy.report.markdown import render_markdown
+from quantstudy.report.render import load_record
+from quantstudy.report.selfcheck import check_markdown
+from quantstudy.search.run import SEARCH_NOT_RUN, SearchConfig, run_search, summary_lines
 from quantstudy.study.config import StudyConfig
+from quantstudy.study.schema import SCHEMA_VERSION
 
 torch.set_num_threads(1)
 WNIDS = ["n01440764", "n01443537"]
@@ -80,6 +84,30 @@ def test_search_on_cpu_with_a_gains_file(tiny_imagenet, tmp_path):
     assert saved["search"]["verified"]["recipe"] == "mobilenetv4_pointwise.searched"
     assert (tmp_path / "s" / "sensitivity.png").stat().st_size > 0
     assert any(line.startswith("searched measured") for line in summary_lines(search))
+
+    # the tables are in the verifying study's own record too, and in its report
+    searched = tmp_path / "s" / "searched"
+    record = load_record(searched / "study.json")
+    assert record.schema_version == SCHEMA_VERSION
+    assert record.sensitivity == result.sensitivity and record.search == search
+    assert record.layer_speed == result.layer_speed and record.layer_speed.source == "file"
+    assert SEARCH_NOT_RUN not in record.not_run
+    # a decision that does not ship is still a decision (`Decision.__bool__` is `ship`)
+    assert record.decision is not None and search.verified.ship == record.decision.ship
+    assert search.candidate_measured.ship is not None
+    (variant,) = record.variants
+    assert variant.name == "candidate" and variant.selected_count == len(layers)
+    assert variant.predicted == search.candidate_predicted
+    assert variant.measured == search.candidate_measured
+    assert variant.quality is not None and variant.quality.engine == "fp8"
+    md = (searched / "report.md").read_text()
+    assert check_markdown(md, record) == []
+    assert md == render_markdown(record)
+    assert "#### Per-layer sensitivity" in md and "#### Recipe search" in md
+    assert "**These per-layer gains were not measured by this study**" in md
+    assert "| searched | measured" in md and "| candidate | predicted" in md
+    assert (searched / "sensitivity.png").stat().st_size > 0
+    assert "](sensitivity.png)" in md
 
 
 def test_search_without_gpu_or_gains_is_refused_before_any_work(tiny_imagenet, tmp_path):

@@ -1,6 +1,6 @@
 """PNG plots of a study record, drawn with matplotlib's Agg canvas and written atomically.
 
-Three plots, each only when the record holds its data (`available_plots` says which; the
+Four plots, each only when the record holds its data (`available_plots` says which; the
 Markdown links exactly those):
 
 - `latency.png`: fp16 and FP8 median latency per batch with q1-q3 error bars, and the per-round
@@ -8,6 +8,8 @@ Markdown links exactly those):
 - `kernel_time.png`: profiler time per kernel group, stacked, one bar per (engine, batch).
 - `kl.png`: per-image KL(fp32 || engine) histogram per engine (`kl_histogram` over
   `kl_bin_edges`), log x.
+- `sensitivity.png`: KL mean per layer with only that layer quantized, in rank order (the
+  record's `sensitivity` section; drawn by `quantstudy.search.plots`).
 
 No pyplot: figures are built on `matplotlib.figure.Figure` with an Agg canvas, so nothing
 global (backend, rcParams, open figures) changes. Output is deterministic for a given record
@@ -19,13 +21,14 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from quantstudy.search.plots import SENSITIVITY_PNG, sensitivity_png
 from quantstudy.study.io import write_bytes_atomic
 from quantstudy.study.schema import EngineQuality, StudyRecord
 
 LATENCY_PNG = "latency.png"
 KERNELS_PNG = "kernel_time.png"
 KL_PNG = "kl.png"
-PLOT_FILES = (LATENCY_PNG, KERNELS_PNG, KL_PNG)
+PLOT_FILES = (LATENCY_PNG, KERNELS_PNG, KL_PNG, SENSITIVITY_PNG)
 
 _GROUP_ORDER = ("fp8_matmul", "fp16_matmul_conv", "depthwise_conv", "quantize_convert", "other")
 _GROUP_COLORS = ("#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#7f7f7f")
@@ -49,6 +52,8 @@ def available_plots(record: StudyRecord) -> list[tuple[str, str]]:
         out.append((KERNELS_PNG, "kernel time per group per engine"))
     if record.quality is not None and any(_kl_drawable(e) for e in record.quality.engines):
         out.append((KL_PNG, "per-image KL distribution per engine"))
+    if record.sensitivity is not None and record.sensitivity.layers:
+        out.append((SENSITIVITY_PNG, "KL mean per layer with only that layer quantized"))
     return out
 
 
@@ -165,7 +170,17 @@ def _kl(record: StudyRecord) -> bytes:
     return _png(fig)
 
 
-_DRAW = {LATENCY_PNG: _latency, KERNELS_PNG: _kernels, KL_PNG: _kl}
+def _sensitivity(record: StudyRecord) -> bytes:
+    assert record.sensitivity is not None
+    return sensitivity_png(record.sensitivity)
+
+
+_DRAW = {
+    LATENCY_PNG: _latency,
+    KERNELS_PNG: _kernels,
+    KL_PNG: _kl,
+    SENSITIVITY_PNG: _sensitivity,
+}
 
 
 def write_plots(record: StudyRecord, out_dir: Path) -> list[Path]:

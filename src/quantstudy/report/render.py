@@ -18,7 +18,7 @@ from quantstudy.report.markdown import render_markdown
 from quantstudy.report.plots import PLOT_FILES, write_plots
 from quantstudy.report.selfcheck import check_markdown
 from quantstudy.study.io import write_text_atomic
-from quantstudy.study.schema import SCHEMA_VERSION, StudyRecord
+from quantstudy.study.schema import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, StudyRecord
 
 RECORD_FILE = "study.json"
 REPORT_FILE = "report.md"
@@ -43,9 +43,11 @@ def load_record(path: Path) -> StudyRecord:
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a study record (a JSON object)")
     version = data.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
+    known = range(OLDEST_SCHEMA_VERSION, SCHEMA_VERSION + 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version not in known:
         raise UserError(
-            f"{path} has schema_version {version!r}; this quantstudy reads version {SCHEMA_VERSION}"
+            f"{path} has schema_version {version!r}; this quantstudy reads versions "
+            f"{OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION}"
         )
     try:
         return StudyRecord.model_validate(data)

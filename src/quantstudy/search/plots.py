@@ -10,8 +10,8 @@ import io
 import math
 from pathlib import Path
 
-from quantstudy.search.tables import SensitivitySection
 from quantstudy.study.io import write_bytes_atomic
+from quantstudy.study.schema import SensitivitySection
 
 SENSITIVITY_PNG = "sensitivity.png"
 MAX_BARS = 40

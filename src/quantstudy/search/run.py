@@ -12,6 +12,10 @@
 Everything lands in the search folder: `candidate/` and `searched/` (two ordinary studies),
 `<recipe>.searched.yaml`, `search.json` (the sensitivity table, the per-layer speed table and the
 search section, written after each step) and `sensitivity.png`.
+
+7. The tables go into the verifying study's own record too (`searched/study.json`, schema version
+   2: `sensitivity`, `layer_speed`, `search`, and the candidate recipe as a variant with its
+   prediction and measurement), and its report is rendered again from it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from quantstudy.model.preprocess import build_transform
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
+from quantstudy.report.render import RECORD_FILE, load_record, render_study
 from quantstudy.search.emit import write_recipe
 from quantstudy.search.layer_speed import (
     NEEDS_CUDA,
@@ -59,11 +64,13 @@ from quantstudy.search.tables import (
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.io import write_json_atomic
 from quantstudy.study.run import run_study
-from quantstudy.study.schema import StudyRecord
+from quantstudy.study.schema import StudyRecord, Variant
 
 console = Console(stderr=True)
 
 SEARCH_JSON = "search.json"
+# The line `run_study` records in `not_run`; the searched study's record does hold the search.
+SEARCH_NOT_RUN = "Per-layer sensitivity and the recipe search were not run in this study."
 OVERLAP_NOTE = (
     "The sensitivity images are a subset of the held-out images the verifying study scores, so "
     "its quality figures are not independent of the choice (mild selection bias)"
@@ -167,7 +174,7 @@ def measured(record: StudyRecord, folder: Path, batch: int) -> Measured:
         fp8_ms=bs.fp8_ms.median if bs else None,
         speedup=bs.ratio.median if bs else None,
         speed_meaningful=bool(record.speed and record.speed.meaningful),
-        ship=record.decision.ship if record.decision else None,
+        ship=record.decision.ship if record.decision is not None else None,
     )
 
 
@@ -305,7 +312,43 @@ def run_search(config: SearchConfig) -> SearchResult:
         }
     )
     _save(folder, sensitivity, gains_table, search)
+    _record_search(folder / "searched", candidate, sensitivity, gains_table, search)
     return SearchResult(folder, sensitivity, gains_table, search)
+
+
+def _record_search(
+    study_dir: Path,
+    candidate: StudyRecord,
+    sensitivity: SensitivitySection,
+    layer_speed: LayerSpeedSection,
+    search: SearchSection,
+) -> None:
+    """Put the search's tables into the verifying study's record and render its report again."""
+    assert candidate.recipe is not None and candidate.quality is not None
+    record = load_record(study_dir / RECORD_FILE)
+    fp8 = next((e for e in candidate.quality.engines if e.engine == "fp8"), None)
+    variant = Variant(
+        name="candidate",
+        recipe=candidate.recipe.source,
+        selected_count=len(candidate.recipe.selected),
+        quality=fp8,
+        speed=candidate.speed.batches if candidate.speed and candidate.speed.batches else None,
+        predicted=search.candidate_predicted,
+        measured=search.candidate_measured,
+    )
+    record = record.model_copy(
+        update={
+            "sensitivity": sensitivity,
+            "layer_speed": layer_speed,
+            "search": search,
+            "variants": [*record.variants, variant],
+            "not_run": [x for x in record.not_run if x != SEARCH_NOT_RUN],
+        }
+    )
+    # validate the whole record again: `model_copy` does not
+    record = StudyRecord.model_validate(record.model_dump(mode="json"))
+    write_json_atomic(study_dir / RECORD_FILE, record.model_dump(mode="json"))
+    render_study(study_dir)
 
 
 def _fmt(v: float | None, spec: str) -> str:

@@ -88,10 +88,19 @@ def render_not_tried(r: StudyRecord) -> list[str]:
         derived.append(
             "No quantization-aware training: quantstudy does post-training quantization."
         )
-    if "sensitivity" not in stated:
+    if r.sensitivity is None and r.layer_speed is None:
+        if "sensitivity" not in stated:
+            derived.append(
+                "Per-layer sensitivity (KL with one layer quantized) and per-layer speed gain "
+                "are not part of this record."
+            )
+    elif r.sensitivity is None:
+        derived.append("Per-layer sensitivity (KL with one layer quantized) is not recorded.")
+    elif r.layer_speed is None:
+        derived.append("Per-layer speed gain is not part of this record.")
+    elif r.layer_speed.source == "file":
         derived.append(
-            "Per-layer sensitivity (KL with one layer quantized) and per-layer speed gain are "
-            "not part of this record."
+            "Per-layer speed gains were not measured by this study: they were read from a file."
         )
     if r.speed is None:
         derived.append("No timing at all: the study has no speed section.")

@@ -1,11 +1,16 @@
 """The results section: speed and size, quality, emulation gap, NaN/Inf scan, kernel groups and
-recipe variants, each table next to the plot drawn from the same record."""
+recipe variants, each table next to the plot drawn from the same record.
+
+Under the variants come the tables of `quantstudy search` when the record holds them (schema
+version 2): per-layer sensitivity, per-layer speed, and the search's prediction set beside what
+the studies measured. A record without them renders exactly as before."""
 
 from __future__ import annotations
 
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
+    fence,
     fmt_mib,
     fmt_ms,
     fmt_pct,
@@ -26,8 +31,20 @@ from quantstudy.report.lookups import (
     label,
     weight_bytes,
 )
-from quantstudy.report.plots import KERNELS_PNG, KL_PNG, LATENCY_PNG, available_plots
-from quantstudy.study.schema import BatchSpeed, EngineQuality, StudyRecord
+from quantstudy.report.plots import (
+    KERNELS_PNG,
+    KL_PNG,
+    LATENCY_PNG,
+    SENSITIVITY_PNG,
+    available_plots,
+)
+from quantstudy.study.schema import (
+    BatchSpeed,
+    EngineQuality,
+    Measured,
+    SearchPrediction,
+    StudyRecord,
+)
 
 KERNEL_GROUPS = ("fp8_matmul", "fp16_matmul_conv", "depthwise_conv", "quantize_convert", "other")
 
@@ -332,6 +349,268 @@ def _variants(r: StudyRecord) -> list[str]:
     return lines
 
 
+NOT_RECORDED = "not recorded"
+
+
+def _sensitivity(r: StudyRecord, plots: set[str]) -> list[str]:
+    s = r.sensitivity
+    if s is None:
+        return []
+    all_but = "all_but" in s.modes or any(x.all_but_kl_mean is not None for x in s.layers)
+    lines = [
+        "#### Per-layer sensitivity",
+        "",
+        f"The fake-quant model against {s.reference} with only one candidate layer quantized, "
+        f"on {s.n_images} images ({s.subset}), ranked by {s.ranked_by}. Agreement is top-1 "
+        f"agreement with {s.reference}; Differ counts the images whose top-1 differs from it."
+        + (
+            " The all-but columns quantize every candidate layer except that one."
+            if all_but
+            else ""
+        ),
+        "",
+        f"Every candidate layer quantized, on the same images: KL mean {fmt_sig(s.all_kl_mean)}, "
+        f"agreement {fmt_pct(s.all_agreement)}.",
+        "",
+    ]
+    if s.ids_sha256:
+        lines += [f"SHA-256 of the images' ids: {code(s.ids_sha256)}.", ""]
+    header = ["Rank", "Layer", "Kind", "KL mean", "KL max", "Agreement", "Differ"]
+    if all_but:
+        header += ["All-but KL mean", "All-but agreement", "All-but differ"]
+    rows = []
+    for x in s.layers:
+        row = [
+            str(x.rank),
+            code(x.layer),
+            x.kind,
+            fmt_sig(x.kl_mean),
+            fmt_sig(x.kl_max),
+            fmt_pct(x.agreement),
+            str(x.differ_count),
+        ]
+        if all_but:
+            row += [
+                opt(x.all_but_kl_mean, fmt_sig),
+                opt(x.all_but_agreement, fmt_pct),
+                opt(x.all_but_differ_count, str),
+            ]
+        rows.append(row)
+    lines += maybe_collapsed(
+        f"{len(s.layers)} layers ranked by sensitivity", table(header, rows), len(rows)
+    )
+    if SENSITIVITY_PNG in plots:
+        lines += [
+            f"![KL mean per layer with only that layer quantized, log x]({SENSITIVITY_PNG})",
+            "",
+        ]
+    return lines
+
+
+def _layer_speed(r: StudyRecord) -> list[str]:
+    ls = r.layer_speed
+    if ls is None:
+        return []
+    lines = ["#### Per-layer speed", ""]
+    if ls.source == "file":
+        lines += [
+            "**These per-layer gains were not measured by this study**: they were read from "
+            f"the file {code(ls.source_detail)}, for batch {ls.batch}. They are evidence only "
+            "as far as that file is.",
+            "",
+        ]
+    else:
+        how = [f"compile mode {ls.compile_mode}"] if ls.compile_mode else []
+        if ls.rounds is not None:
+            how.append(f"{ls.rounds} rounds")
+        if ls.iters_per_round is not None:
+            how.append(f"{ls.iters_per_round} calls per round")
+        if ls.warmup is not None:
+            how.append(f"{ls.warmup} warm-up calls")
+        lines += [
+            f"Measured by this study on {ls.source_detail}, batch {ls.batch}: each layer's own "
+            "operation at its real input shape, fp16 against FP8"
+            + (f" ({', '.join(how)})" if how else "")
+            + ". Saved ms is the fp16 median minus the FP8 median; negative when FP8 is slower.",
+            "",
+        ]
+        if not ls.meaningful:
+            lines += ["**Warning: these per-layer timings are not meaningful.**", ""]
+        if ls.timed_region:
+            lines += ["Timed region:", "", *fence(ls.timed_region), ""]
+    timed = any(x.fp16_ms is not None or x.fp8_ms is not None for x in ls.layers)
+    header = ["Rank", "Layer", "Kind"]
+    if timed:
+        header += [
+            "Input shape",
+            "FP8 path",
+            "fp16 ms median [q1, q3]",
+            "FP8 ms median [q1, q3]",
+            "x median [q1, q3]",
+        ]
+    header.append("Saved ms")
+    rows = []
+    for x in ls.layers:
+        row = [str(x.rank), code(x.layer), x.kind or NOT_RECORDED]
+        if timed:
+            row += [
+                " x ".join(str(d) for d in x.input_shape) if x.input_shape else NOT_RECORDED,
+                x.fp8_path or NOT_RECORDED,
+                spread(x.fp16_ms, fmt_sig) if x.fp16_ms else NOT_MEASURED,
+                spread(x.fp8_ms, fmt_sig) if x.fp8_ms else NOT_MEASURED,
+                spread(x.ratio, fmt_ratio) if x.ratio else NOT_MEASURED,
+            ]
+        row.append(fmt_sig(x.saved_ms))
+        rows.append(row)
+    lines += maybe_collapsed(
+        f"{len(ls.layers)} layers ranked by saved time", table(header, rows), len(rows)
+    )
+    warn = [(x.layer, w) for x in ls.layers for w in x.warnings]
+    for layer, w in warn:
+        lines.append(f"- {code(layer)}: {w}")
+    if warn:
+        lines.append("")
+    return lines
+
+
+PREDICTION_HEADER = [
+    "Recipe",
+    "Figures",
+    "Layers",
+    "KL mean",
+    "Agreement",
+    "Fake-quant KL mean",
+    "Fake-quant agreement",
+    "Saved ms",
+    "fp16 ms",
+    "FP8 ms",
+    "x",
+    "Decision",
+]
+
+
+def _predicted_row(name: str, p: SearchPrediction) -> list[str]:
+    return [
+        name,
+        f"predicted, batch {p.batch}",
+        str(len(p.layers)),
+        fmt_sig(p.kl_mean),
+        fmt_pct(p.agreement),
+        "n/a",
+        "n/a",
+        fmt_sig(p.saved_ms),
+        opt(p.fp16_ms, fmt_ms),
+        opt(p.fp8_ms, fmt_ms),
+        opt(p.speedup, fmt_ratio),
+        "n/a",
+    ]
+
+
+def _measured_row(name: str, m: Measured) -> list[str]:
+    def ms(v: float | None, fmt=fmt_ms) -> str:
+        if v is None:
+            return NOT_MEASURED
+        return fmt(v) + ("" if m.speed_meaningful else " (not meaningful)")
+
+    decision = "no decision"
+    if m.ship is not None:
+        decision = "ships" if m.ship else "does not ship"
+    return [
+        name,
+        "measured" + (f", batch {m.batch}" if m.batch is not None else ""),
+        str(m.n_layers),
+        fmt_sig(m.kl_mean),
+        fmt_pct(m.agreement),
+        opt(m.fakequant_kl_mean, fmt_sig),
+        opt(m.fakequant_agreement, fmt_pct),
+        NOT_RECORDED,
+        ms(m.fp16_ms),
+        ms(m.fp8_ms),
+        ms(m.speedup, fmt_ratio),
+        decision,
+    ]
+
+
+def _predictions(r: StudyRecord) -> list[tuple[str, SearchPrediction | None, Measured | None]]:
+    """(name, prediction, measurement) of each recipe the record predicts something for."""
+    out = [(v.name, v.predicted, v.measured) for v in r.variants if v.predicted or v.measured]
+    s = r.search
+    if s is not None:
+        if not out:
+            out.append(("candidate", s.candidate_predicted, s.candidate_measured))
+        out.append(("searched", s.predicted, s.verified))
+    return out
+
+
+def _search(r: StudyRecord) -> list[str]:
+    s = r.search
+    rows = []
+    studies = []
+    for name, p, m in _predictions(r):
+        if p is not None:
+            rows.append(_predicted_row(name, p))
+        if m is not None:
+            rows.append(_measured_row(name, m))
+            studies.append(
+                f"- {name}: measured by the study in {code(m.study)} ({code(m.recipe)})."
+            )
+    if s is None and not rows:
+        return []
+    lines = ["#### Recipe search" if s is not None else "#### Predicted and measured", ""]
+    if s is not None:
+        b = s.budget
+        written = f", written to {code(s.recipe_file)}" if s.recipe_file else ""
+        method = s.method if s.method.endswith(".") else s.method + "."
+        lines += [
+            f"From the candidate recipe {code(s.candidate_recipe)}, {len(s.predicted.layers)} of "
+            f"{len(s.choices)} candidate layers were chosen for batch {s.predicted.batch}"
+            f"{written}.",
+            "",
+            f"Quality budget: {fmt_pct(b.margin)} of the policy's ({code(b.policy)}): a predicted "
+            f"KL mean of at most {fmt_sig(b.kl_budget)} (the policy allows "
+            f"{fmt_sig(b.max_kl_mean)}) and a predicted disagreement of at most "
+            f"{fmt_pct(b.disagreement_budget)} (the policy's minimum agreement is "
+            f"{fmt_pct(b.min_agreement)}).",
+            "",
+            f"Method: {method}",
+            "",
+        ]
+    if rows:
+        lines += [
+            "The prediction beside the measurement. Predicted: the additive model, sums over the "
+            "chosen layers of the per-layer KL means, disagreements and savings of the tables "
+            "above; fp16 ms is the candidate study's whole-model median when its timings are "
+            "meaningful. Measured: the recipe's own study, the FP8 engine against fp32 on the "
+            "whole held-out set, and the recipe's fake-quant emulation on the same images; x is "
+            "the median of the per-round ratio fp16 / FP8.",
+            "",
+            *table(PREDICTION_HEADER, rows),
+            "",
+            *studies,
+            "",
+        ]
+    if s is not None and s.choices:
+        choice_rows = [
+            [
+                code(c.layer),
+                "yes" if c.chosen else "no",
+                fmt_sig(c.kl_mean),
+                fmt_pct(c.disagreement),
+                fmt_sig(c.saved_ms),
+                c.reason,
+            ]
+            for c in s.choices
+        ]
+        tt = table(
+            ["Layer", "Chosen", "KL mean", "Disagreement", "Saved ms", "Reason"], choice_rows
+        )
+        lines += ["The choice, layer by layer:", ""]
+        lines += maybe_collapsed(
+            f"{len(s.choices)} candidate layers: choice and reason", tt, len(choice_rows)
+        )
+    return lines
+
+
 def render_results(r: StudyRecord) -> list[str]:
     plots = {name for name, _ in available_plots(r)}
     return [
@@ -341,4 +620,7 @@ def render_results(r: StudyRecord) -> list[str]:
         *_quality_results(r, plots),
         *_kernel_results(r, plots),
         *_variants(r),
+        *_sensitivity(r, plots),
+        *_layer_speed(r),
+        *_search(r),
     ]
