@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
 torch.set_num_threads(2)
 
@@ -25,3 +26,15 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     return SHARED_DATA
+
+
+@pytest.fixture
+def tiny_imagenet(tmp_path) -> Path:
+    """An ImageNet-style folder of 2 classes (labels 0 and 1) with 6 random 48x48 JPEGs each."""
+    g = torch.Generator().manual_seed(0)
+    for wnid in ("n01440764", "n01443537"):
+        (tmp_path / "data" / wnid).mkdir(parents=True)
+        for i in range(6):
+            pixels = (torch.rand(48, 48, 3, generator=g) * 255).to(torch.uint8).numpy()
+            Image.fromarray(pixels).save(tmp_path / "data" / wnid / f"img{i}.jpg")
+    return tmp_path / "data"

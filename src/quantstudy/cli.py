@@ -158,6 +158,19 @@ def _config(args: argparse.Namespace, **fixed):
     )
 
 
+def _model_config(args: argparse.Namespace):
+    """The study config of `run` and `search`: the model, its weights and the data from args."""
+    return _config(
+        args,
+        model=args.model,
+        data=args.data,
+        calib_data=args.calib_data,
+        class_list=args.class_list,
+        weights=args.weights,
+        strip_prefix=args.strip_prefix,
+    )
+
+
 def _print_outcome(record, report: Path) -> None:
     decision = record.decision
     verdict = "SHIP" if decision and decision.ship else "DO NOT SHIP"
@@ -173,30 +186,14 @@ def _print_outcome(record, report: Path) -> None:
 def _cmd_run(args: argparse.Namespace) -> None:
     from quantstudy.study.run import run_study
 
-    config = _config(
-        args,
-        model=args.model,
-        data=args.data,
-        calib_data=args.calib_data,
-        class_list=args.class_list,
-        weights=args.weights,
-        strip_prefix=args.strip_prefix,
-    )
+    config = _model_config(args)
     _print_outcome(*run_study(config))
 
 
 def _cmd_search(args: argparse.Namespace) -> None:
     from quantstudy.search.run import SearchConfig, run_search, summary_lines
 
-    study = _config(
-        args,
-        model=args.model,
-        data=args.data,
-        calib_data=args.calib_data,
-        class_list=args.class_list,
-        weights=args.weights,
-        strip_prefix=args.strip_prefix,
-    )
+    study = _model_config(args)
     result = run_search(
         SearchConfig(
             study=replace(study, out=None),

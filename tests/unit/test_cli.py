@@ -4,22 +4,8 @@ import json
 
 import pytest
 import torch
-from PIL import Image
 
 from quantstudy.cli import main
-
-WNIDS = ["n01440764", "n01443537"]  # label 0 and 1 of the ImageNet class list
-
-
-@pytest.fixture
-def tiny_imagenet(tmp_path):
-    g = torch.Generator().manual_seed(0)
-    for wnid in WNIDS:
-        (tmp_path / "data" / wnid).mkdir(parents=True)
-        for i in range(6):
-            pixels = (torch.rand(48, 48, 3, generator=g) * 255).to(torch.uint8).numpy()
-            Image.fromarray(pixels).save(tmp_path / "data" / wnid / f"img{i}.jpg")
-    return tmp_path / "data"
 
 
 def test_missing_data_folder_is_a_clean_error(tmp_path, capsys):

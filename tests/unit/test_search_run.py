@@ -4,7 +4,6 @@ import json
 
 import pytest
 import torch
-from PIL import Image
 
 from quantstudy.errors import UserError
 from quantstudy.model.loading import load_model
@@ -18,18 +17,6 @@ from quantstudy.study.config import StudyConfig
 from quantstudy.study.schema import SCHEMA_VERSION
 
 torch.set_num_threads(1)
-WNIDS = ["n01440764", "n01443537"]
-
-
-@pytest.fixture
-def tiny_imagenet(tmp_path):
-    g = torch.Generator().manual_seed(0)
-    for wnid in WNIDS:
-        (tmp_path / "data" / wnid).mkdir(parents=True)
-        for i in range(6):
-            pixels = (torch.rand(48, 48, 3, generator=g) * 255).to(torch.uint8).numpy()
-            Image.fromarray(pixels).save(tmp_path / "data" / wnid / f"img{i}.jpg")
-    return tmp_path / "data"
 
 
 def _study(data, tmp_path) -> StudyConfig:
