@@ -358,13 +358,13 @@ def _fmt(v: float | None, spec: str) -> str:
 def summary_lines(search: SearchSection) -> list[str]:
     """Prediction next to measurement, for the terminal: candidate recipe and searched recipe."""
     lines = [
-        f"{'':28} {'layers':>6} {'KL mean':>10} {'agreement':>9} {'saved ms':>9} "
+        f"{'':30} {'layers':>6} {'KL mean':>10} {'agreement':>9} {'saved ms':>9} "
         f"{'fp8 ms':>8} {'x':>6}",
     ]
 
     def row(label: str, n: int, kl: float, agree: float, saved, fp8, x) -> str:
         return (
-            f"{label:28} {n:>6} {kl:>10.3g} {100 * agree:>8.2f}% {_fmt(saved, '.4f'):>9} "
+            f"{label:30} {n:>6} {kl:>10.3g} {100 * agree:>8.2f}% {_fmt(saved, '.4f'):>9} "
             f"{_fmt(fp8, '.4f'):>8} {_fmt(x, '.3f'):>6}"
         )
 
