@@ -215,6 +215,8 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
     demo = demo_data()
     print(f"demo data: {demo.description}")
+    if demo.calib is not None:
+        args.calib, args.heldout = demo.calib, demo.heldout
     config = _config(
         args,
         model="tf_efficientnet_lite0",

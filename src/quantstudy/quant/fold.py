@@ -11,8 +11,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-_CONVS = (nn.Conv2d,)
 _NORMS = (nn.BatchNorm2d,)
+
+
+def _foldable(module: nn.Module) -> bool:
+    """Only convs whose forward uses their weight as is: folding into timm's `StdConv2d` (which
+    standardizes its weight in forward) would be undone by the standardization."""
+    from timm.layers import Conv2dSame
+
+    return type(module) in (nn.Conv2d, Conv2dSame)
 
 
 def find_conv_bn_pairs(model: nn.Module, example: torch.Tensor) -> list[tuple[str, str]]:
@@ -38,7 +45,7 @@ def find_conv_bn_pairs(model: nn.Module, example: torch.Tensor) -> list[tuple[st
         return hook
 
     for name, mod in model.named_modules():
-        if isinstance(mod, _CONVS):
+        if _foldable(mod):
             hooks.append(mod.register_forward_hook(conv_hook(name)))
         elif isinstance(mod, _NORMS):
             hooks.append(mod.register_forward_pre_hook(bn_hook(name)))

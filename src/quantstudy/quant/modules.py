@@ -24,8 +24,24 @@ def _ceil(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
+def _plain_layer_types() -> tuple[type, ...]:
+    """Layer classes whose forward is exactly conv2d/linear of their own weight.
+
+    timm's `Conv2dSame` pads dynamically, which for a 1x1 kernel is always zero padding; timm's
+    `Linear` only differs under TorchScript. Subclasses that transform the weight in `forward`
+    (timm's `StdConv2d`, `ScaledStdConv2d`) are not plain: their FP8 weight would be wrong.
+    """
+    from timm.layers import Conv2dSame, Linear
+
+    return (nn.Conv2d, nn.Linear, Conv2dSame, Linear)
+
+
 def real_fp8_blocker(layer: nn.Module) -> str | None:
     """Why `layer` cannot run as a real FP8 matrix product here; None when it can."""
+    if type(layer) not in _plain_layer_types():
+        if isinstance(layer, (nn.Conv2d, nn.Linear)):
+            return f"{type(layer).__name__} has its own forward (weight quantized before it)"
+        return f"{type(layer).__name__} is not a conv2d or linear layer"
     if isinstance(layer, nn.Conv2d):
         if layer.kernel_size != (1, 1):
             return f"kernel {layer.kernel_size[0]}x{layer.kernel_size[1]} has no FP8 conv kernel"
@@ -33,8 +49,6 @@ def real_fp8_blocker(layer: nn.Module) -> str | None:
             return "grouped/depthwise conv has no FP8 kernel"
         if layer.padding not in ((0, 0), "valid") or layer.dilation != (1, 1):
             return "padded or dilated 1x1 conv"
-    elif not isinstance(layer, nn.Linear):
-        return f"{type(layer).__name__} is not a conv2d or linear layer"
     return None
 
 

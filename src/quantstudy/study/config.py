@@ -43,6 +43,8 @@ class StudyConfig:
             raise UserError(f"--device must be cpu or cuda, not '{self.device}'")
         if not self.batches or any(b <= 0 for b in self.batches):
             raise UserError(f"batch sizes must be positive integers, got {self.batches}")
+        if len(set(self.batches)) != len(self.batches):
+            raise UserError(f"batch sizes must differ, got {self.batches}")
         if self.compile_mode not in ("default", "max-autotune"):
             raise UserError(
                 f"--compile-mode must be default or max-autotune, not {self.compile_mode}"

@@ -12,6 +12,7 @@ import torch
 from quantstudy.data.folders import ImageItem, scan_folder
 from quantstudy.data.split import split_items, summarize_set
 from quantstudy.decision.policy import Policy, load_policy
+from quantstudy.errors import UserError
 from quantstudy.model.loading import LoadedModel, load_model
 from quantstudy.model.preprocess import resolve_preprocessing
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
@@ -63,6 +64,21 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
         seed=config.seed,
         calib_items=calib_scan.items if calib_scan else None,
     )
+    if not calib_items or not heldout_items:
+        empty = "calibration" if not calib_items else "held-out"
+        raise UserError(
+            f"the {empty} set is empty: {config.data} has {len(scan.items)} usable images and "
+            f"--calib {config.calib} takes them first. Lower --calib, or give calibration "
+            "images of their own with --calib-data"
+        )
+    if scan.labelled:
+        top = max(item.label for item in scan.items if item.label is not None)
+        if top >= loaded.info.num_classes:
+            raise UserError(
+                f"label index {top} (from the class list) is outside the model's "
+                f"{loaded.info.num_classes} classes; give the --class-list the model was "
+                "trained with"
+            )
     data = DataInfo(
         data_dir=str(config.data),
         calib_dir=str(config.calib_data) if config.calib_data else None,
