@@ -77,7 +77,11 @@ CALIBRATORS: dict[str, dict[str, CalibParam]] = {
     # below 50 a percentile clips most values: surely a typo for 99.x
     "percentile": {"percentile": CalibParam(99.99, 50.0, 100.0, doc="percentile of |x|")},
     "mse": _SEARCH,
-    "entropy": _SEARCH,
+    "entropy": {
+        **_SEARCH,
+        # TensorRT's INT8 range; below it the objective degenerates (quant/calibrators.py)
+        "min_ratio": CalibParam(1 / 16, 1e-6, 1.0, doc="smallest clip tried, x max |x|"),
+    },
 }
 
 
