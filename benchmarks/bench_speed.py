@@ -92,7 +92,7 @@ def bench_model(
         batches,
         rounds=rounds,
         iters=iters,
-        compile_mode=COMPILE_MODES[compile_mode] or "default",
+        compile_mode=compile_mode,
     )
     info = fp8.info()
     return {

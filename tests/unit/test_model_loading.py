@@ -309,3 +309,11 @@ def test_build_transform_applies_recorded_values():
     assert out.shape == (3, 160, 160) and out.dtype == torch.float32
     expected = [(0.2 - m) / s for m, s in zip(_CFG["mean"], _CFG["std"], strict=True)]
     assert torch.allclose(out.mean(dim=(1, 2)), torch.tensor(expected), atol=1e-5)
+
+
+def test_corrupt_safetensors_is_a_user_error(tmp_path):
+    pytest.importorskip("safetensors")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\xff" * 64)
+    with pytest.raises(UserError, match=r"not a readable \.safetensors"):
+        load_model("resnet10t", str(bad))

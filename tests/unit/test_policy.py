@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from _records import build_record
+from pydantic import ValidationError
 
 from quantstudy.decision import policy as pol
 from quantstudy.decision.policy import Policy, decide, load_policy
@@ -296,10 +297,21 @@ def test_target_batches_from_the_policy(ship_record):
 
 
 def test_compile_mode_mismatch_fails_speed(ship_record):
-    d = _decide(ship_record, Policy(speed={"compile_mode": "reduce-overhead"}))
+    d = _decide(ship_record, Policy(speed={"compile_mode": "default"}))
     assert not d.ship
     speed = [g for g in d.gates if g.kind == "speed"]
     assert all(not g.passed and "max-autotune" in g.measured for g in speed)
+
+
+def test_compile_mode_the_pipeline_records_can_pass(ship_record):
+    """The record names our modes (default, max-autotune), and so does the policy."""
+    assert ship_record.speed.compile_mode == "max-autotune"
+    assert _decide(ship_record, Policy(speed={"compile_mode": "max-autotune"})).ship
+
+
+def test_unknown_compile_mode_in_policy_is_refused():
+    with pytest.raises(ValidationError):
+        Policy(speed={"compile_mode": "reduce-overhead"})
 
 
 def test_margin_is_configurable(ship_record):

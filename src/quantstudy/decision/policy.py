@@ -73,7 +73,7 @@ class SpeedPolicy(_PolicyPart):
     min_speedup: float = Field(1.05, ge=1.0, le=100.0)
     q1_speedup_above: float = Field(1.0, ge=1.0, le=100.0)
     batches: list[int] | None = None
-    compile_mode: str | None = None
+    compile_mode: Literal["default", "max-autotune"] | None = None
 
     @field_validator("batches")
     @classmethod
@@ -100,7 +100,7 @@ class Policy(_PolicyPart):
     """A decision policy; the defaults are the ones documented in `default_policy.yaml`."""
 
     version: Literal[1] = 1
-    engine: str = "fp8"
+    engine: Literal["fp8"] = "fp8"  # the engine the speed gates time; quality must be its own
     speed: SpeedPolicy = SpeedPolicy()
     quality: QualityPolicy = QualityPolicy()
 

@@ -78,7 +78,8 @@ class BuiltEngine(Engine):
             device=str(self.device),
             compiled=self.compiled,
             compile_mode=self.compile_mode,
-            cuda_graphs=self.compiled and self.device.type == "cuda",
+            # The engine captures no graph itself; the timing harness does (SpeedSection).
+            cuda_graphs=False,
             channels_last=self.channels_last,
             fp8_real=list(self.applied.real),
             fp8_emulated=[name for name, _ in self.applied.emulated],

@@ -244,9 +244,13 @@ def _read(path: Path) -> object:
     if path.suffix == ".safetensors":
         if importlib.util.find_spec("safetensors") is None:
             raise UserError(f"{path} is a .safetensors file: pip install safetensors")
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(str(path), device="cpu")
+        try:
+            return load_file(str(path), device="cpu")
+        except (SafetensorError, OSError) as e:
+            raise UserError(f"{path} is not a readable .safetensors checkpoint: {e}") from None
     if not (zipfile.is_zipfile(path) or _starts_like_pickle(path)):
         raise UserError(
             f"{path} is not a PyTorch checkpoint (neither a torch.save zip nor a pickle); pass "

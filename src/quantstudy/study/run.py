@@ -18,7 +18,6 @@ from quantstudy.data.images import load_images
 from quantstudy.decision.policy import decide
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import (
-    COMPILE_MODES,
     build_fakequant,
     build_fp8,
     build_fp32,
@@ -243,7 +242,7 @@ def _time(
         outputs.timed["fp8"],
         heldout_x,
         list(config.batches),
-        compile_mode=COMPILE_MODES[config.compile_mode] or "default",
+        compile_mode=config.compile_mode,  # our name; COMPILE_MODES maps it to torch's
         package_dir=out_dir / "packages" if config.package else None,
     )
     return record.model_copy(
