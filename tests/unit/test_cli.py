@@ -8,19 +8,25 @@ import torch
 from quantstudy.cli import main
 
 
-def test_missing_data_folder_is_a_clean_error(tmp_path, capsys):
-    code = main(
+def _run(data, *extra: str, device: str = "cpu") -> int:
+    """`quantstudy run` of a random-weight mobilenetv4_conv_small on `data`."""
+    return main(
         [
             "run",
             "mobilenetv4_conv_small",
             "--weights",
             "random",
             "--device",
-            "cpu",
+            device,
             "--data",
-            str(tmp_path / "nope"),
+            str(data),
+            *extra,
         ]
     )
+
+
+def test_missing_data_folder_is_a_clean_error(tmp_path, capsys):
+    code = _run(tmp_path / "nope")
     err = capsys.readouterr().err
     assert code == 1
     assert err.startswith("quantstudy: error:") and "Traceback" not in err
@@ -36,18 +42,7 @@ def test_unknown_model_is_a_clean_error(tmp_path, capsys):
 def test_cuda_without_gpu_is_a_clean_error(tiny_imagenet, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    code = main(
-        [
-            "run",
-            "mobilenetv4_conv_small",
-            "--weights",
-            "random",
-            "--device",
-            "cuda",
-            "--data",
-            str(tiny_imagenet),
-        ]
-    )
+    code = _run(tiny_imagenet, device="cuda")
     assert code == 1 and "--device cpu" in capsys.readouterr().err
 
 
@@ -90,21 +85,7 @@ def test_small_study_end_to_end_on_cpu(tiny_imagenet, tmp_path, capsys):
 
 
 def test_folder_too_small_for_the_split_is_a_clean_error(tiny_imagenet, capsys):
-    code = main(
-        [
-            "run",
-            "mobilenetv4_conv_small",
-            "--weights",
-            "random",
-            "--device",
-            "cpu",
-            "--data",
-            str(tiny_imagenet),
-            "--calib",
-            "500",
-            "--no-speed",
-        ]
-    )
+    code = _run(tiny_imagenet, "--calib", "500", "--no-speed")
     assert code == 1
     assert "held-out set is empty" in capsys.readouterr().err
 
@@ -114,42 +95,13 @@ def test_label_outside_the_model_is_a_clean_error(tiny_imagenet, tmp_path, capsy
     classes.write_text(
         "\n".join([f"n{i:08d}" for i in range(1000)] + ["n01440764", "n01443537"]) + "\n"
     )
-    code = main(
-        [
-            "run",
-            "mobilenetv4_conv_small",
-            "--weights",
-            "random",
-            "--device",
-            "cpu",
-            "--data",
-            str(tiny_imagenet),
-            "--class-list",
-            str(classes),
-            "--calib",
-            "4",
-            "--no-speed",
-        ]
-    )
+    code = _run(tiny_imagenet, "--class-list", str(classes), "--calib", "4", "--no-speed")
     assert code == 1
     assert "outside the model's 1000 classes" in capsys.readouterr().err
 
 
 def test_duplicate_batches_are_refused_before_work(tiny_imagenet, capsys):
-    code = main(
-        [
-            "run",
-            "mobilenetv4_conv_small",
-            "--weights",
-            "random",
-            "--device",
-            "cpu",
-            "--data",
-            str(tiny_imagenet),
-            "--batches",
-            "32,32",
-        ]
-    )
+    code = _run(tiny_imagenet, "--batches", "32,32")
     assert code == 1 and "batch sizes must differ" in capsys.readouterr().err
 
 
