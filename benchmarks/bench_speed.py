@@ -23,6 +23,7 @@ import torch
 from quantstudy.data.folders import scan_folder
 from quantstudy.data.images import load_images
 from quantstudy.engines.builders import COMPILE_MODES, build_fp8, build_half, set_numerics
+from quantstudy.engines.run import run_engine
 from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
@@ -43,6 +44,8 @@ MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "res2net50_26w_4s": ("random", ()),
     "tf_efficientnet_lite0": ("efficientnet-lite0", ()),
 }
+# The FP8 engines timed against fp16, side by side: the fused kernel and the unfused one.
+KERNELS = ("fused", "scaled_mm")
 
 
 def bench_model(
@@ -55,6 +58,8 @@ def bench_model(
     compile_mode: str,
     rounds: int,
     iters: int,
+    agree_images: torch.Tensor | None = None,
+    fp16_autotune_batch: int | None = None,
 ) -> dict:
     loaded = load_model(name, weights)
     model = loaded.model
@@ -79,32 +84,65 @@ def bench_model(
     model = model_dev.cpu()
     plan = QuantPlan(layers, recipe.weights.granularity == "per_channel", cal)
     t0 = time.perf_counter()
-    fp16 = build_half(
-        model, device, example, fold=recipe.weights.fold_bn, compile_mode=compile_mode
-    )
-    fp8 = build_fp8(
-        model, device, example, plan, fold=recipe.weights.fold_bn, compile_mode=compile_mode
-    )
-    speed = measure_speed(
-        fp16,
-        fp8,
-        x,
-        batches,
-        rounds=rounds,
-        iters=iters,
-        compile_mode=compile_mode,
-    )
-    info = fp8.info()
-    return {
+    fold = recipe.weights.fold_bn
+    fp16 = build_half(model, device, example, fold=fold, compile_mode=compile_mode)
+    engines = {
+        kernel: build_fp8(
+            model, device, example, plan, fold=fold, compile_mode=compile_mode, kernel=kernel
+        )
+        for kernel in KERNELS
+    }
+    out = {
         "model": name,
         "weights": loaded.info.weights_detail,
         "recipe": source,
         "selected": len(layers),
-        "fp8_real": len(info.fp8_real),
-        "fp8_emulated": len(info.fp8_emulated),
-        "build_and_time_s": time.perf_counter() - t0,
-        "speed": speed.model_dump(mode="json"),
+        "kernels": {},
     }
+    for kernel, fp8 in engines.items():
+        speed = measure_speed(
+            fp16, fp8, x, batches, rounds=rounds, iters=iters, compile_mode=compile_mode
+        )
+        info = fp8.info()
+        out["kernels"][kernel] = {
+            "fp8_real": len(info.fp8_real),
+            "fp8_emulated": len(info.fp8_emulated),
+            "epilogue_activations": len(info.fp8_epilogue),
+            "speed": speed.model_dump(mode="json"),
+        }
+    if agree_images is not None:
+        out["fused_vs_unfused"] = agreement(engines, agree_images)
+    if fp16_autotune_batch is not None:
+        out["fp16_max_autotune"] = fp16_autotune(
+            model, device, example, fold, x, fp16_autotune_batch, rounds, iters
+        )
+    out["build_and_time_s"] = time.perf_counter() - t0
+    return out
+
+
+def agreement(engines: dict, images: torch.Tensor) -> dict:
+    """Top-1 agreement of the fused and unfused FP8 engines on `images` (all of them)."""
+    with torch.no_grad():
+        top = {k: run_engine(e, images, 128).argmax(1) for k, e in engines.items()}
+    same = int((top["fused"] == top["scaled_mm"]).sum())
+    return {"n_images": len(images), "same_top1": same, "agreement": same / len(images)}
+
+
+def fp16_autotune(model, device, example, fold, x, batch, rounds, iters) -> dict:
+    """The fp16 engine under Inductor's default mode against itself under max-autotune.
+
+    Timed with the study's harness in its fp16/FP8 slots: "fp16_ms" is the default-mode engine,
+    "fp8_ms" the max-autotune one, so x > 1 means max-autotune made fp16 faster.
+    """
+    default = build_half(model, device, example, fold=fold, compile_mode="default")
+    tuned = build_half(model, device, example, fold=fold, compile_mode="max-autotune")
+    tuned.name = "fp16-max-autotune"
+    speed = measure_speed(
+        default, tuned, x, [batch], rounds=rounds, iters=iters, compile_mode="max-autotune"
+    )
+    return {"slots": "fp16_ms = default mode, fp8_ms = max-autotune"} | speed.model_dump(
+        mode="json"
+    )
 
 
 def _ratio(r: dict) -> str:
@@ -118,7 +156,7 @@ def _count(k: dict | None) -> str:
 def print_table(results: list[dict]) -> None:
     head = (
         "model",
-        "recipe",
+        "FP8 kernel",
         "batch",
         "fp16 ms",
         "FP8 ms",
@@ -126,32 +164,37 @@ def print_table(results: list[dict]) -> None:
         "kernels fp16/FP8",
         "FP8 groups us (fp8mm/fp16mm/dw/quant/other)",
     )
+    order = ("fp8_matmul", "fp16_matmul_conv", "depthwise_conv", "quantize_convert", "other")
     print(" | ".join(head))
     for r in results:
-        kernels = {(k["engine"], k["batch"]): k for k in r["speed"]["kernels"]}
-        for b in r["speed"]["batches"]:
-            k16, k8 = kernels.get(("fp16", b["batch"])), kernels.get(("fp8", b["batch"]))
-            groups = {g["group"]: g["time_us"] for g in k8["groups"]} if k8 else {}
-            order = (
-                "fp8_matmul",
-                "fp16_matmul_conv",
-                "depthwise_conv",
-                "quantize_convert",
-                "other",
-            )
+        for kernel, k in r["kernels"].items():
+            speed = k["speed"]
+            kernels = {(p["engine"], p["batch"]): p for p in speed["kernels"]}
+            for b in speed["batches"]:
+                k16, k8 = kernels.get(("fp16", b["batch"])), kernels.get(("fp8", b["batch"]))
+                groups = {g["group"]: g["time_us"] for g in k8["groups"]} if k8 else {}
+                cells = [
+                    r["model"],
+                    kernel,
+                    str(b["batch"]),
+                    f"{b['fp16_ms']['median']:.3f}",
+                    f"{b['fp8_ms']['median']:.3f}",
+                    _ratio(b["ratio"]),
+                    f"{_count(k16)}/{_count(k8)}",
+                    "/".join(f"{groups.get(g, 0):.0f}" for g in order),
+                ]
+                print(" | ".join(cells))
+        if "fused_vs_unfused" in r:
+            a = r["fused_vs_unfused"]
             print(
-                " | ".join(
-                    [
-                        r["model"],
-                        r["recipe"],
-                        str(b["batch"]),
-                        f"{b['fp16_ms']['median']:.3f}",
-                        f"{b['fp8_ms']['median']:.3f}",
-                        _ratio(b["ratio"]),
-                        f"{_count(k16)}/{_count(k8)}",
-                        "/".join(f"{groups.get(g, 0):.0f}" for g in order),
-                    ]
-                )
+                f"{r['model']}: fused vs unfused top-1 agreement {a['agreement']:.4f} "
+                f"({a['same_top1']}/{a['n_images']})"
+            )
+        if "fp16_max_autotune" in r:
+            b = r["fp16_max_autotune"]["batches"][0]
+            print(
+                f"{r['model']}: fp16 default {b['fp16_ms']['median']:.3f} ms, max-autotune "
+                f"{b['fp8_ms']['median']:.3f} ms at batch {b['batch']}"
             )
 
 
@@ -165,6 +208,16 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--agreement",
+        action="store_true",
+        help="real-weight models: top-1 agreement of fused and unfused FP8 on all --images",
+    )
+    p.add_argument(
+        "--fp16-autotune-batch",
+        type=int,
+        help="also time the fp16 engine under max-autotune against default mode at this batch",
+    )
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_speed.py needs a CUDA GPU")
@@ -174,6 +227,12 @@ def main() -> None:
     env = collect_environment(torch.device("cuda")).model_dump(mode="json")
     for name in args.models.split(","):
         weights, variants = MODELS.get(name, ("random", ()))
+        agree = None
+        if args.agreement and weights != "random":
+            loaded = load_model(name, weights)
+            items = scan_folder(args.images).items
+            tf = build_transform(resolve_preprocessing(loaded.model))
+            agree, _ = load_images(items, tf, desc=f"{name}: agreement images")
         for recipe in (default_recipe_for(name), *variants):
             print(f"== {name} / {recipe}", flush=True)
             results.append(
@@ -187,6 +246,8 @@ def main() -> None:
                     args.compile_mode,
                     args.rounds,
                     args.iters,
+                    agree,
+                    args.fp16_autotune_batch,
                 )
             )
             write_json_atomic(

@@ -2,7 +2,8 @@
 # One device session on a lent H200: install the carried wheels, then run the named stages.
 # Usage (repository root, on the GPU machine): bash benchmarks/h200.sh STAGE...
 #   gputests      pytest tests/gpu
-#   bench:M1,M2   benchmarks/bench_speed.py for those models (all three batches)
+#   bench:M1,M2   benchmarks/bench_speed.py for those models ($BENCH_ARGS appended, e.g.
+#                 "--batches 1,128 --agreement --fp16-autotune-batch 128")
 #   study:MODEL:WEIGHTS[:RECIPE]  quantstudy run on CUDA with the carried data, tarred into $OUT
 #   search:MODEL:WEIGHTS[:RECIPE] quantstudy search on CUDA (sensitivity, per-layer speed, the
 #                 verifying study) with the carried data, tarred into $OUT
@@ -25,12 +26,12 @@ python3 -c "import torch, timm, triton; print('torch', torch.__version__, 'timm'
 for stage in "$@"; do
   echo "=== $stage $(date -u +%T)" | tee -a "$OUT/log.txt"
   case "$stage" in
-    gputests)
-      python3 -m pytest tests/gpu -q -rs -p no:cacheprovider 2>&1 | tail -25 | tee -a "$OUT/log.txt" ;;
+    gputests|gputests:*)
+      python3 -m pytest tests/gpu/${stage#gputests:} -q -rs -p no:cacheprovider 2>&1 | tail -25 | tee -a "$OUT/log.txt" ;;
     bench:*)
       models=${stage#bench:}
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
-        --out "$OUT/bench-${models//[,.]/_}.json" 2>&1 | grep -v Warning | tail -40 | tee -a "$OUT/log.txt" ;;
+        --out "$OUT/bench-${models//[,.]/_}.json" ${BENCH_ARGS:-} 2>&1 | grep -v Warning | tail -40 | tee -a "$OUT/log.txt" ;;
     study:*)
       IFS=: read -r _ model weights recipe <<< "$stage"
       dir=/tmp/study-$model

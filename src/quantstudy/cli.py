@@ -63,6 +63,13 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--compile-mode", choices=["default", "max-autotune"], default="default")
     p.add_argument(
+        "--fp8-kernel",
+        choices=["fused", "scaled_mm"],
+        default="fused",
+        help="FP8 layer kernel: fused (one Triton kernel with scale, bias and activation; "
+        "default) or scaled_mm (torch._scaled_mm, then a separate pass)",
+    )
+    p.add_argument(
         "--test-settings",
         action="store_true",
         help="use the checkpoint's test-time input size and crop",
@@ -150,6 +157,7 @@ def _config(args: argparse.Namespace, **fixed):
         device=device,
         batches=args.batches,
         compile_mode=args.compile_mode,
+        fp8_kernel=args.fp8_kernel,
         test_settings=args.test_settings,
         policy=args.policy,
         speed=not args.no_speed,

@@ -1,5 +1,6 @@
 """The compiled FP8 engine on CUDA: real FP8 kernels, and outputs close to the emulation."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -25,14 +26,16 @@ class Net(nn.Module):
         return self.fc(x)
 
 
-def test_fp8_engine_on_cuda_runs_fp8_kernels_and_matches_emulation():
+@pytest.mark.parametrize("kernel", ["fused", "scaled_mm"])
+def test_fp8_engine_on_cuda_runs_fp8_kernels_and_matches_emulation(kernel):
     torch.manual_seed(0)
     m = Net().eval()
     x = torch.randn(32, 3, 32, 32)
     layers = ["pw1", "dw", "pw2", "fc"]
     plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
     cuda = torch.device("cuda")
-    fp8 = build_fp8(m, cuda, x[:1], plan)
+    fp8 = build_fp8(m, cuda, x[:1], plan, kernel=kernel)
+    assert fp8.info().fp8_kernel == kernel
     assert sorted(fp8.applied.real) == ["fc", "pw1", "pw2"]
     assert fp8.compiled
     out = fp8(x)

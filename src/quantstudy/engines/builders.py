@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine
-from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8
+from quantstudy.quant.absorb import absorbable_activations, remove_activations
+from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8, real_layers
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.speed.size import weight_bytes
 from quantstudy.study.schema import EngineInfo
@@ -70,6 +71,8 @@ class BuiltEngine(Engine):
     compile_mode: str | None
     applied: Applied = field(default_factory=lambda: Applied([], []))
     float_layers: int = 0
+    fp8_kernel: str | None = None
+    fp8_epilogue: dict[str, str] = field(default_factory=dict)
 
     def info(self) -> EngineInfo:
         return EngineInfo(
@@ -83,10 +86,29 @@ class BuiltEngine(Engine):
             channels_last=self.channels_last,
             fp8_real=list(self.applied.real),
             fp8_emulated=[name for name, _ in self.applied.emulated],
+            fp8_kernel=self.fp8_kernel if self.applied.real else None,
+            fp8_epilogue=dict(self.fp8_epilogue),
             fp16_layers=self.float_layers,
             weight_bytes=weight_bytes(self.eager),
             numerics=numerics(),
         )
+
+
+# Dynamo keeps its compiled entries per code object: every engine of a model shares timm's
+# `forward`, so engines x batch sizes x the scoring batch pass dynamo's default limit of 8, and
+# past it dynamo runs the frame eagerly without failing (a `quantstudy search` on the H200 timed
+# eager engines that way). A study compiles a few dozen entries at most.
+RECOMPILE_LIMIT = 256
+
+
+def allow_recompiles() -> None:
+    """Raise dynamo's recompile limits to `RECOMPILE_LIMIT`; hitting one is then an error."""
+    cfg = torch._dynamo.config
+    for key in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(cfg, key):
+            setattr(cfg, key, max(getattr(cfg, key), RECOMPILE_LIMIT))
+    if hasattr(cfg, "fail_on_recompile_limit_hit"):
+        cfg.fail_on_recompile_limit_hit = True
 
 
 def _compile(module: nn.Module, device: torch.device, mode: str) -> tuple[Callable, bool]:
@@ -95,6 +117,7 @@ def _compile(module: nn.Module, device: torch.device, mode: str) -> tuple[Callab
     os.environ.setdefault(
         "TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "quantstudy" / "inductor")
     )
+    allow_recompiles()
     return torch.compile(module, mode=COMPILE_MODES[mode], dynamic=False, fullgraph=False), True
 
 
@@ -152,12 +175,24 @@ def build_fp8(
     fold: bool = True,
     compile_mode: str = "default",
     dtype: torch.dtype | None = None,
+    kernel: str = "fused",
 ) -> BuiltEngine:
-    """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules."""
+    """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules.
+
+    `kernel` "fused" (default): each real FP8 layer is one fused product that also applies the
+    activation that consumes it (`quant/absorb.py` finds and checks those); "scaled_mm": the
+    unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both).
+    """
     dtype = dtype or half_dtype(device)
     source = _folded_copy(model, example, fold)
-    m = copy.deepcopy(source).to(dtype)
-    applied = apply_fp8(m, source, plan, dtype)
+    absorbed = {}
+    if kernel == "fused":
+        absorbed = absorbable_activations(source, real_layers(source, plan), example)
+    m = copy.deepcopy(source)
+    remove_activations(m, absorbed)
+    m = m.to(dtype)
+    epilogue = {layer: act for layer, (_, act) in absorbed.items()}
+    applied = apply_fp8(m, source, plan, dtype, kernel, epilogue)
     m = m.to(device).to(memory_format=torch.channels_last)
     return _compiled_engine(
         "fp8",
@@ -167,6 +202,8 @@ def build_fp8(
         compile_mode,
         applied=applied,
         float_layers=count_float_layers(model) - len(plan.layers),
+        fp8_kernel=kernel,
+        fp8_epilogue=epilogue,
     )
 
 

@@ -8,7 +8,10 @@ import torch
 from torch import nn
 
 from quantstudy.quant.calibrate import Calibration
+from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.modules import QDQ, FP8Matmul, real_fp8_blocker
+
+FP8_KERNELS = ("fused", "scaled_mm")
 
 
 @dataclass(frozen=True)
@@ -34,12 +37,29 @@ def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(parent, child, new)
 
 
-def apply_fp8(model: nn.Module, source: nn.Module, plan: QuantPlan, dtype: torch.dtype) -> Applied:
+def real_layers(model: nn.Module, plan: QuantPlan) -> list[str]:
+    """The plan's layers that can run a real FP8 product."""
+    return [n for n in plan.layers if real_fp8_blocker(model.get_submodule(n)) is None]
+
+
+def apply_fp8(
+    model: nn.Module,
+    source: nn.Module,
+    plan: QuantPlan,
+    dtype: torch.dtype,
+    kernel: str = "scaled_mm",
+    epilogue: dict[str, str] | None = None,
+) -> Applied:
     """Swap the plan's layers of `model` (already in `dtype`) for FP8 modules built from `source`.
 
     `source` is the float32 model with the same structure (BatchNorm folded when the recipe folds),
-    so weight scales come from full-precision weights, not from their fp16 copies.
+    so weight scales come from full-precision weights, not from their fp16 copies. `kernel`
+    "fused" builds `FusedFP8Matmul` layers with the activations of `epilogue` (layer -> name)
+    in their epilogue; the caller has removed those activation modules from `model`.
     """
+    if kernel not in FP8_KERNELS:
+        raise ValueError(f"FP8 kernel must be one of {FP8_KERNELS}, not {kernel!r}")
+    epilogue = epilogue or {}
     real: list[str] = []
     emulated: list[tuple[str, str]] = []
     for name in plan.layers:
@@ -47,7 +67,12 @@ def apply_fp8(model: nn.Module, source: nn.Module, plan: QuantPlan, dtype: torch
         x_scale = plan.calibration.scale_of(name)
         blocker = real_fp8_blocker(layer)
         if blocker is None:
-            _replace(model, name, FP8Matmul(layer, x_scale, plan.per_channel, dtype))
+            if kernel == "fused":
+                act = epilogue.get(name, "none")
+                new = FusedFP8Matmul(layer, x_scale, plan.per_channel, dtype, act)
+            else:
+                new = FP8Matmul(layer, x_scale, plan.per_channel, dtype)
+            _replace(model, name, new)
             real.append(name)
         else:
             _replace(model, name, QDQ(layer, x_scale, True, plan.per_channel, dtype))

@@ -5,9 +5,12 @@ For each layer, two modules are timed against each other with the study's harnes
 
 - fp16: the layer (BatchNorm folded, as in the fp16 engine) in fp16, on a channels-last input
   for convolutions, as the fp16 engine runs it;
-- FP8: what the FP8 engine puts in the layer's place, built by the same classes: `FP8Matmul`
-  (input quantize, padding to 16, `torch._scaled_mm`, scale, bias) where a real FP8 kernel
-  exists, else the fp16 quantize-dequantize stand-in `QDQ` (path "emulated": it can only cost).
+- FP8: what the FP8 engine puts in the layer's place, built by the same classes: with the
+  default `kernel` "fused", `FusedFP8Matmul` (input quantize, one fused product with scale, bias
+  and the activation it absorbs), with "scaled_mm" the unfused `FP8Matmul`, where a real FP8
+  kernel exists; else the fp16 quantize-dequantize stand-in `QDQ` (path "emulated": it can only
+  cost). Where the fused layer absorbs an activation (`quant/absorb.py`), the fp16 module is
+  the layer followed by that activation, so both sides compute the same thing.
 
 Both run at the layer's real input shape (captured by a hook in one forward pass of the model,
 batch dimension set to `batch`), on random normal inputs of that shape (values do not change
@@ -31,11 +34,14 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
-from quantstudy.engines.builders import COMPILE_MODES
+from quantstudy.engines.builders import COMPILE_MODES, allow_recompiles
 from quantstudy.errors import UserError
+from quantstudy.quant.absorb import absorbable_activations
+from quantstudy.quant.apply import FP8_KERNELS
 from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fp8 import E4M3_MAX
+from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.modules import QDQ, FP8Matmul, real_fp8_blocker
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
@@ -73,10 +79,12 @@ def layer_input_shapes(
     return shapes
 
 
-def _timed_region(compile_mode: str, rounds: int, iters: int, warmup: int) -> str:
+def _timed_region(compile_mode: str, rounds: int, iters: int, warmup: int, kernel: str) -> str:
     return (
-        "CUDA graph replay of one layer's operation (fp16: the BN-folded layer in fp16; FP8: the "
-        "FP8 engine's replacement module, input quantize included), each compiled alone with "
+        "CUDA graph replay of one layer's operation (fp16: the BN-folded layer in fp16, followed "
+        "by the activation the fused FP8 layer absorbs, if any; FP8: the FP8 engine's "
+        f"replacement module with the '{kernel}' kernel, input quantize included), each compiled "
+        "alone with "
         f"Inductor (compile mode '{compile_mode}'), on one device-resident random input of the "
         f"layer's real shape; {iters} replays between two CUDA events per round, {rounds} "
         f"rounds per module after warm-up ({warmup} replays), fp16 and FP8 rounds in ABBA order"
@@ -97,6 +105,7 @@ def measure_layer_speed(
     iters: int = 20,
     warmup: int = 10,
     device: torch.device | str = "cuda",
+    kernel: str = "fused",
 ) -> LayerSpeedSection:
     """Time every layer of `layers` in fp16 and in FP8 at its real input shape with `batch`.
 
@@ -109,10 +118,15 @@ def measure_layer_speed(
         raise UserError(f"per-layer speed batch must be positive, got {batch}")
     if compile_mode not in COMPILE_MODES:
         raise UserError(f"compile mode must be one of {', '.join(COMPILE_MODES)}")
+    if kernel not in FP8_KERNELS:
+        raise UserError(f"FP8 kernel must be one of {', '.join(FP8_KERNELS)}")
+    allow_recompiles()
     source = copy.deepcopy(model).eval()
     if fold:
         fold_batchnorm(source, example)
     shapes = layer_input_shapes(source, example, layers)
+    real = [n for n in layers if real_fp8_blocker(source.get_submodule(n)) is None]
+    absorbed = absorbable_activations(source, real, example) if kernel == "fused" else {}
     gen = torch.Generator(device="cpu").manual_seed(0)
     rows: list[LayerSpeed] = []
     for name in layers:
@@ -127,8 +141,11 @@ def measure_layer_speed(
             scale = float(x.float().abs().amax()) / E4M3_MAX
         blocker = real_fp8_blocker(layer)
         fp16 = copy.deepcopy(layer).to(device, torch.float16)
-        if blocker is None:
-            fp8: nn.Module = FP8Matmul(layer, scale, per_channel, torch.float16)
+        act_name, act = absorbed.get(name, (None, "none"))
+        if kernel == "fused" and blocker is None:
+            fp8: nn.Module = FusedFP8Matmul(layer, scale, per_channel, torch.float16, act)
+        elif blocker is None:
+            fp8 = FP8Matmul(layer, scale, per_channel, torch.float16)
         else:
             fp8 = QDQ(layer, scale, True, per_channel, torch.float16)
         fp8 = fp8.to(device)
@@ -136,6 +153,8 @@ def measure_layer_speed(
             m.eval().requires_grad_(False)
         if fp16.weight.dim() == 4:
             fp16 = fp16.to(memory_format=torch.channels_last)
+        if act_name is not None:
+            fp16 = nn.Sequential(fp16, copy.deepcopy(source.get_submodule(act_name)))
         torch._dynamo.reset()  # one compilation per layer; never the recompile limit's fallback
         mode = COMPILE_MODES[compile_mode]
         f16 = torch.compile(fp16, mode=mode, dynamic=False)
@@ -175,7 +194,7 @@ def measure_layer_speed(
         meaningful=True,
         batch=batch,
         compile_mode=compile_mode,
-        timed_region=_timed_region(compile_mode, rounds, iters, warmup),
+        timed_region=_timed_region(compile_mode, rounds, iters, warmup, kernel),
         rounds=rounds,
         iters_per_round=iters,
         warmup=warmup,

@@ -251,6 +251,7 @@ def run_search(config: SearchConfig) -> SearchResult:
             calibration=plan.calibration,
             fold=base.weights.fold_bn,
             compile_mode=study.compile_mode,
+            kernel=study.fp8_kernel,
         )
     gains = gains_for(gains_table, layers)
 

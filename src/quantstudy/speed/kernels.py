@@ -13,7 +13,8 @@ are searched case-insensitively. The heuristics, and what they cannot see:
 - FP8 matrix products are recognised by a matrix-product token together with an FP8 type token
   (`e4m3`, `e5m2`, `f8f8`, `fp8`, `float8`), by cuBLAS "nvjet" kernels whose type code starts with
   `q` (FP8 operands: `nvjet_qqtst_...`, `nvjet_qqhsh_...`), by a dense convolution kernel with an
-  FP8 type (an FP8 implicit GEMM), or by Inductor's `_scaled_mm` template. A depthwise kernel with
+  FP8 type (an FP8 implicit GEMM), by Inductor's `_scaled_mm` template, or by quantstudy's own
+  fused kernel (`_fp8_gemm_kernel`). A depthwise kernel with
   an FP8 type counts as depthwise.
 - A non-matrix kernel with an FP8 type in its name is quantize/convert work (an eager cast to
   float8). Inductor fuses the FP8 cast into the producing elementwise kernel; with Inductor's
@@ -112,6 +113,11 @@ RULES: tuple[Rule, ...] = (
         (CONV, FP8_TYPE),
         none_of=(DEPTHWISE,),
         why="a dense convolution kernel with an FP8 type: an FP8 implicit GEMM",
+    ),
+    Rule(
+        "fp8_matmul",
+        (r"^_fp8_gemm_kernel",),
+        why="quantstudy's fused FP8 product (quant/triton_fp8.py)",
     ),
     Rule(
         "fp8_matmul",

@@ -27,6 +27,7 @@ class StudyConfig:
     device: str = "cuda"
     batches: tuple[int, ...] = DEFAULT_BATCHES
     compile_mode: str = "default"
+    fp8_kernel: str = "fused"  # "fused" (one Triton kernel per FP8 layer) or "scaled_mm"
     test_settings: bool = False
     policy: Path | None = None
     out: Path | None = None
@@ -49,6 +50,8 @@ class StudyConfig:
             raise UserError(
                 f"--compile-mode must be default or max-autotune, not {self.compile_mode}"
             )
+        if self.fp8_kernel not in ("fused", "scaled_mm"):
+            raise UserError(f"--fp8-kernel must be fused or scaled_mm, not {self.fp8_kernel}")
 
     def study_name(self, recipe: str) -> str:
         return f"{recipe}-seed{self.seed}-{self.device}"
@@ -71,6 +74,7 @@ class StudyConfig:
             device=self.device,
             batches=list(self.batches),
             compile_mode=self.compile_mode,
+            fp8_kernel=self.fp8_kernel,
             test_settings=self.test_settings,
             policy=str(self.policy) if self.policy else "builtin:default",
         )

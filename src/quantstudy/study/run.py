@@ -158,7 +158,9 @@ def _builders(
     return {
         "fp32": lambda: build_fp32(model, device),
         "fp16": lambda: build_half(model, device, example, fold=fold, compile_mode=mode),
-        "fp8": lambda: build_fp8(model, device, example, plan, fold=fold, compile_mode=mode),
+        "fp8": lambda: build_fp8(
+            model, device, example, plan, fold=fold, compile_mode=mode, kernel=config.fp8_kernel
+        ),
         **{
             name: (
                 lambda w=w, a=a, name=name: build_fakequant(

@@ -6,6 +6,7 @@ stage produces its own section model, and `StudyRecord` composes them.
 Schema history:
   1 (0.1.0): first version.
   2: sensitivity, layer_speed and search sections; Variant.predicted/measured.
+  3: EngineInfo.fp8_kernel and EngineInfo.fp8_epilogue (the fused FP8 kernel).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -17,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 
@@ -161,6 +162,10 @@ class EngineInfo(Section):
     channels_last: bool = False
     fp8_real: list[str]  # layers running a real FP8 matrix product
     fp8_emulated: list[str]  # layers quantized but computed by quantize-dequantize
+    # Which FP8 product ran the real layers: "fused" (Triton on CUDA, torch on CPU) or
+    # "scaled_mm" (torch._scaled_mm plus a separate cast/bias pass); None: no real FP8 layer.
+    fp8_kernel: str | None = None
+    fp8_epilogue: dict[str, str] = Field(default_factory=dict)  # layer -> absorbed activation
     fp16_layers: int  # conv/linear layers left in the engine's compute dtype
     weight_bytes: int
     numerics: dict[str, str]  # explicit global settings, e.g. {"allow_tf32": "False"}
@@ -458,6 +463,7 @@ class StudyConfigRecord(Section):
     device: str
     batches: list[int]
     compile_mode: str
+    fp8_kernel: str | None = None  # None in records before version 3: they ran "scaled_mm"
     test_settings: bool
     policy: str
 

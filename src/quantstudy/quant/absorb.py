@@ -1,0 +1,100 @@
+"""Which activations can move into the epilogue of the FP8 layer that feeds them.
+
+An activation module is absorbed into layer L when, in one traced forward pass, it is called
+exactly once, is registered once, and its input is exactly L's output tensor (an `nn.Identity`
+left by BatchNorm folding passes the same tensor through). That covers timm's `BatchNormAct2d`
+after folding, `nn.Sequential(conv, bn, act)` and `Mlp` (fc1 -> act). A functional use of L's raw
+output elsewhere would be invisible to hooks, so the absorption is then checked: the float model
+with every absorption applied must give bit-identical output on the example (same operations in
+the same order); candidates that break it are dropped one by one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import torch
+from torch import nn
+
+from quantstudy.quant.fused import activation_name
+
+
+def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, new)
+
+
+def _candidates(model: nn.Module, layers: list[str], example: torch.Tensor) -> dict[str, str]:
+    """layer -> name of the activation module that consumes exactly its output."""
+    wanted = set(layers)
+    produced: dict[int, tuple[torch.Tensor, str]] = {}
+    consumed: dict[str, str] = {}
+    calls: Counter[str] = Counter()
+    hooks = []
+
+    def out_hook(name: str):
+        def hook(_m, _inp, out):
+            produced[id(out)] = (out, name)
+
+        return hook
+
+    def act_hook(name: str):
+        def hook(_m, inp):
+            calls[name] += 1
+            hit = produced.get(id(inp[0])) if inp else None
+            if hit is not None and hit[0] is inp[0]:
+                consumed.setdefault(hit[1], name)
+
+        return hook
+
+    registered = Counter(id(m) for _, m in model.named_modules(remove_duplicate=False))
+    for name, mod in model.named_modules():
+        if name in wanted:
+            hooks.append(mod.register_forward_hook(out_hook(name)))
+        elif activation_name(mod) is not None and registered[id(mod)] == 1:
+            hooks.append(mod.register_forward_pre_hook(act_hook(name)))
+    try:
+        with torch.no_grad():
+            model.eval()(example)
+    finally:
+        for h in hooks:
+            h.remove()
+    return {layer: act for layer, act in consumed.items() if calls[act] == 1}
+
+
+def _absorbed_copy(model: nn.Module, pairs: dict[str, str]) -> nn.Module:
+    trial = copy.deepcopy(model)
+    for layer, act in pairs.items():
+        act_module = trial.get_submodule(act)
+        _replace(trial, act, nn.Identity())
+        _replace(trial, layer, nn.Sequential(trial.get_submodule(layer), act_module))
+    return trial
+
+
+def _same_output(model: nn.Module, pairs: dict[str, str], example: torch.Tensor, ref) -> bool:
+    with torch.no_grad():
+        return torch.equal(_absorbed_copy(model, pairs).eval()(example), ref)
+
+
+def absorbable_activations(
+    model: nn.Module, layers: list[str], example: torch.Tensor
+) -> dict[str, tuple[str, str]]:
+    """layer -> (activation module name, epilogue activation), checked on `example`."""
+    pairs = _candidates(model, layers, example)
+    if pairs:
+        with torch.no_grad():
+            ref = model.eval()(example)
+        if not _same_output(model, pairs, example, ref):
+            pairs = {k: v for k, v in pairs.items() if _same_output(model, {k: v}, example, ref)}
+    return {
+        layer: (act, activation_name(model.get_submodule(act)) or "none")
+        for layer, act in pairs.items()
+    }
+
+
+def remove_activations(model: nn.Module, absorbed: dict[str, tuple[str, str]]) -> None:
+    """Replace each absorbed activation module of `model` by `nn.Identity` (in place)."""
+    for act, _ in absorbed.values():
+        _replace(model, act, nn.Identity())

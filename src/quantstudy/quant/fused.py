@@ -1,0 +1,128 @@
+"""The fused FP8 layer: one kernel for the product, per-channel scale, bias and activation.
+
+Why: on the H200 the unfused layer (`FP8Matmul`: `torch._scaled_mm` writing bf16, then cast, bias
+and activation in a separate pass) lost to fp16 at every batch (benchmarks/RESULTS.md); the byte
+counts (benchmarks/FP8_NOTES.md) put most of the loss in the extra passes over the layer's output.
+`FusedFP8Matmul` writes its output once, activation applied, in the engine's dtype. The input
+quantize stays a plain torch expression so that Inductor fuses it into the producing kernel.
+
+On CUDA the product is the Triton kernel of `quant/triton_fp8.py`; elsewhere the same arithmetic
+in torch (exact FP8 products summed in float32), so CPU tests check the layer and the activation
+absorption without a GPU. Both run behind one custom op, opaque to Inductor.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from quantstudy.quant.fp8 import quantize_weight, to_fp8
+
+# Activation modules the epilogue computes, by exact type (subclasses may change the forward).
+ACTIVATIONS: dict[type, str] = {
+    nn.ReLU: "relu",
+    nn.ReLU6: "relu6",
+    nn.SiLU: "silu",
+    nn.Hardswish: "hardswish",
+}
+
+
+def activation_name(module: nn.Module) -> str | None:
+    """The epilogue's name for `module`, or None when the epilogue cannot compute it."""
+    if type(module) in ACTIVATIONS:
+        return ACTIVATIONS[type(module)]
+    if type(module) is nn.GELU and module.approximate == "none":
+        return "gelu"
+    try:
+        from timm.layers.activations import GELU
+    except ImportError:  # pragma: no cover - timm is a dependency
+        return None
+    return "gelu" if type(module) is GELU else None
+
+
+def _act_reference(y: torch.Tensor, act: str) -> torch.Tensor:
+    if act == "relu":
+        return y.clamp_min(0.0)
+    if act == "relu6":
+        return y.clamp(0.0, 6.0)
+    if act == "silu":
+        return torch.nn.functional.silu(y)
+    if act == "hardswish":
+        return y * (y + 3.0).clamp(0.0, 6.0) / 6.0
+    if act == "gelu":
+        return torch.nn.functional.gelu(y)
+    return y
+
+
+@torch.library.custom_op("quantstudy::fp8_gemm", mutates_args=())
+def fp8_gemm(
+    xq: torch.Tensor,
+    w8: torch.Tensor,
+    w_scale: torch.Tensor,
+    x_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    act: str,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8."""
+    if xq.is_cuda:
+        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+
+        return fp8_gemm_triton(xq.contiguous(), w8, w_scale, x_scale, bias, act, out_dtype)
+    y = (xq.float() @ w8.float().t()) * (w_scale * x_scale)
+    if bias is not None:
+        y = y + bias
+    return _act_reference(y, act).to(out_dtype)
+
+
+@fp8_gemm.register_fake
+def _(xq, w8, w_scale, x_scale, bias, act, out_dtype):
+    return xq.new_empty((xq.shape[0], w8.shape[0]), dtype=out_dtype)
+
+
+class FusedFP8Matmul(nn.Module):
+    """A 1x1 conv or linear layer as one fused FP8 product (see the module docstring).
+
+    Same quantization as `FP8Matmul` (static per-tensor activation scale, per-channel or
+    per-tensor FP8 weights from the float32 layer); the bias and scales stay float32.
+    """
+
+    def __init__(
+        self,
+        layer: nn.Linear | nn.Conv2d,
+        x_scale: float,
+        per_channel: bool,
+        dtype: torch.dtype,
+        act: str = "none",
+    ) -> None:
+        super().__init__()
+        weight = layer.weight.detach().float()
+        self.is_conv = isinstance(layer, nn.Conv2d)
+        self.stride = layer.stride if self.is_conv else (1, 1)
+        weight = weight.reshape(weight.shape[0], -1)
+        w8, w_scale = quantize_weight(weight, per_channel)
+        self.register_buffer("w8", w8.contiguous())
+        self.register_buffer("w_scale", w_scale.expand(weight.shape[0]).contiguous())
+        self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
+        bias = layer.bias.detach().float() if layer.bias is not None else None
+        self.register_buffer("bias", bias)
+        self.act = act
+        self.dtype = dtype
+
+    def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
+        xq = to_fp8(x2d, self.x_scale)
+        return fp8_gemm(xq, self.w8, self.w_scale, self.x_scale, self.bias, self.act, self.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.is_conv:
+            lead = x.shape[:-1]
+            return self._matmul(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
+        sh, sw = self.stride
+        if (sh, sw) != (1, 1):
+            x = x[:, :, ::sh, ::sw]
+        b, c, h, w = x.shape
+        y = self._matmul(x.permute(0, 2, 3, 1).reshape(-1, c))
+        return y.reshape(b, h, w, -1).permute(0, 3, 1, 2)
+
+    def extra_repr(self) -> str:
+        return f"n={self.w8.shape[0]}, k={self.w8.shape[1]}, act={self.act}"
