@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session on a lent H200: install the carried wheels, then run the named stages.
 # Usage (repository root, on the GPU machine): bash benchmarks/h200.sh STAGE...
-#   gputests      pytest tests/gpu
+#   gputests[:FILE]  pytest tests/gpu (or one file of it)
 #   bench:M1,M2   benchmarks/bench_speed.py for those models ($BENCH_ARGS appended, e.g.
 #                 "--batches 1,128 --agreement --fp16-autotune-batch 128")
 #   study:MODEL:WEIGHTS[:RECIPE]  quantstudy run on CUDA with the carried data, tarred into $OUT
@@ -27,7 +27,8 @@ for stage in "$@"; do
   echo "=== $stage $(date -u +%T)" | tee -a "$OUT/log.txt"
   case "$stage" in
     gputests|gputests:*)
-      python3 -m pytest tests/gpu/${stage#gputests:} -q -rs -p no:cacheprovider 2>&1 | tail -25 | tee -a "$OUT/log.txt" ;;
+      sel=tests/gpu; [ "$stage" != gputests ] && sel=tests/gpu/${stage#gputests:}
+      python3 -m pytest $sel -q -rs -p no:cacheprovider 2>&1 | tail -25 | tee -a "$OUT/log.txt" ;;
     bench:*)
       models=${stage#bench:}
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
