@@ -100,6 +100,7 @@ def bench_model(
         "kernels": {},
     }
     for kernel, fp8 in engines.items():
+        print(f"  {time.perf_counter() - t0:6.1f} s  timing fp16 vs FP8 {kernel}", flush=True)
         speed = measure_speed(
             fp16, fp8, x, batches, rounds=rounds, iters=iters, compile_mode=compile_mode
         )
@@ -111,8 +112,10 @@ def bench_model(
             "speed": speed.model_dump(mode="json"),
         }
     if agree_images is not None:
+        print(f"  {time.perf_counter() - t0:6.1f} s  fused vs unfused agreement", flush=True)
         out["fused_vs_unfused"] = agreement(engines, agree_images)
     if fp16_autotune_batch is not None:
+        print(f"  {time.perf_counter() - t0:6.1f} s  fp16 max-autotune", flush=True)
         out["fp16_max_autotune"] = fp16_autotune(
             model, device, example, fold, x, fp16_autotune_batch, rounds, iters
         )
@@ -258,7 +261,7 @@ def main() -> None:
                     "results": results,
                 },
             )
-    print_table(results)
+            print_table(results[-1:])
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ for stage in "$@"; do
     bench:*)
       models=${stage#bench:}
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
-        --out "$OUT/bench-${models//[,.]/_}.json" ${BENCH_ARGS:-} 2>&1 | grep -v Warning | tail -40 | tee -a "$OUT/log.txt" ;;
+        --out "$OUT/bench-${models//[,.]/_}.json" ${BENCH_ARGS:-} 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
     study:*)
       IFS=: read -r _ model weights recipe <<< "$stage"
       dir=/tmp/study-$model
