@@ -82,7 +82,8 @@ def bench_model(
         recipe.activations.params,
     )
     model = model_dev.cpu()
-    plan = QuantPlan(layers, recipe.weights.granularity == "per_channel", cal)
+    per_channel = recipe.weights.granularity == "per_channel"
+    plan = QuantPlan(layers, per_channel, cal, recipe.weights.bias_correction)
     t0 = time.perf_counter()
     fold = recipe.weights.fold_bn
     fp16 = build_half(model, device, example, fold=fold, compile_mode=compile_mode)

@@ -53,6 +53,16 @@ def _as_version_1(data: dict) -> str:
         for var in data["variants"]
     ]
     assert all(var["predicted"] is None and var["measured"] is None for var in data["variants"])
+    assert out["config"].get("fp8_kernel") is None
+    out["config"] = {k: v for k, v in out["config"].items() if k != "fp8_kernel"}
+    assert out["recipe"]["bias_correction"] is False
+    out["recipe"] = {k: v for k, v in out["recipe"].items() if k != "bias_correction"}
+    for engine in data["engines"]:
+        assert engine["fp8_kernel"] is None and engine["fp8_epilogue"] == {}
+    out["engines"] = [
+        {k: v for k, v in e.items() if k not in ("fp8_kernel", "fp8_epilogue")}
+        for e in data["engines"]
+    ]
     out["schema_version"] = 1
     return json.dumps(out, indent=2, sort_keys=True) + "\n"
 

@@ -19,6 +19,7 @@ from torch import nn
 from quantstudy.engines.base import Engine
 from quantstudy.quant.absorb import absorbable_activations, remove_activations
 from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8, real_layers
+from quantstudy.quant.bias_correction import correct_biases
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.speed.size import weight_bytes
 from quantstudy.study.schema import EngineInfo
@@ -138,10 +139,16 @@ def build_fp32(model: nn.Module, device: torch.device) -> BuiltEngine:
     return BuiltEngine("fp32", device, torch.float32, False, m, m, False, None, float_layers=n)
 
 
-def _folded_copy(model: nn.Module, example: torch.Tensor, fold: bool) -> nn.Module:
+def _folded_copy(
+    model: nn.Module, example: torch.Tensor, fold: bool, corrected: QuantPlan | None = None
+) -> nn.Module:
+    """A float32 copy, BatchNorm folded when asked, biases corrected for `corrected`'s FP8
+    weights when its recipe asks (`quant/bias_correction.py`)."""
     m = copy.deepcopy(model).eval()
     if fold:
         fold_batchnorm(m, example)
+    if corrected is not None and corrected.bias_correction:
+        correct_biases(m, corrected.layers, corrected.calibration, corrected.per_channel)
     return m
 
 
@@ -184,7 +191,7 @@ def build_fp8(
     unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both).
     """
     dtype = dtype or half_dtype(device)
-    source = _folded_copy(model, example, fold)
+    source = _folded_copy(model, example, fold, plan)
     absorbed = {}
     if kernel == "fused":
         absorbed = absorbable_activations(source, real_layers(source, plan), example)
@@ -218,8 +225,12 @@ def build_fakequant(
     activations: bool = True,
     name: str = "fakequant",
 ) -> BuiltEngine:
-    """The recipe emulated in fp32, eager: same quantization points as the FP8 engine."""
-    m = _folded_copy(model, example, fold)
+    """The recipe emulated in fp32, eager: same quantization points as the FP8 engine.
+
+    Bias correction follows the weights: an activation-only run keeps float weights, so it has
+    no rounding shift to correct.
+    """
+    m = _folded_copy(model, example, fold, plan if weights else None)
     applied = apply_fake_quant(m, plan, weights=weights, activations=activations)
     m = m.to(device)
     return BuiltEngine(

@@ -21,6 +21,7 @@ class QuantPlan:
     layers: list[str]
     per_channel: bool
     calibration: Calibration
+    bias_correction: bool = False  # `quant/bias_correction.py`, from the recipe's weights
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ Sharing is found by identity of the input tensor in the first calibration batch.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -29,6 +29,9 @@ class Calibration:
     n_images: int
     groups: dict[str, list[str]]  # tensor key (first consumer) -> consumers
     amax: dict[str, float]  # tensor key -> amax
+    # layer -> mean of its input per channel (dim 1 of a conv input, last dim of a linear's)
+    # over the calibration images; what weight bias correction needs
+    channel_mean: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
 
     def scale_of(self, layer: str) -> float:
         """Scale (amax/448) of the tensor that `layer` reads."""
@@ -113,6 +116,13 @@ def calibrate(
         )
         for key, cal in cals.items()
     ]
+    means = {
+        name: _ChannelMean(isinstance(model.get_submodule(name), nn.Conv2d)) for name in layers
+    }
+    hooks += [
+        model.get_submodule(name).register_forward_pre_hook(lambda _m, inp, m=m: m.collect(inp[0]))
+        for name, m in means.items()
+    ]
     n_images = 0
     try:
         with torch.no_grad():
@@ -136,4 +146,26 @@ def calibrate(
                 "gives no usable FP8 scale. Exclude this layer in the recipe"
             )
         amax[key] = value
-    return Calibration(calibrator, params, n_images, groups, amax)
+    channel_mean = {name: m.mean() for name, m in means.items()}
+    return Calibration(calibrator, params, n_images, groups, amax, channel_mean)
+
+
+class _ChannelMean:
+    """Running float64 per-channel sum of a layer's input."""
+
+    def __init__(self, conv: bool) -> None:
+        self.conv = conv
+        self.total: torch.Tensor | None = None
+        self.count = 0
+
+    def collect(self, x: torch.Tensor) -> None:
+        x = x.detach().double()
+        x = x.movedim(1, -1) if self.conv else x
+        flat = x.reshape(-1, x.shape[-1])
+        s = flat.sum(0).cpu()
+        self.total = s if self.total is None else self.total + s
+        self.count += flat.shape[0]
+
+    def mean(self) -> torch.Tensor:
+        assert self.total is not None  # every layer ran (checked by _group_consumers)
+        return (self.total / self.count).float()

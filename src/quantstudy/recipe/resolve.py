@@ -51,6 +51,7 @@ class Resolution:
             format=recipe.format,
             weight_granularity=recipe.weights.granularity,
             fold_bn=recipe.weights.fold_bn,
+            bias_correction=recipe.weights.bias_correction,
             calibrator=recipe.activations.calibrator,
             calibrator_params=dict(recipe.activations.params),
             selected=list(self.selected),

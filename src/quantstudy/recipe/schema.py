@@ -9,6 +9,7 @@ A recipe (YAML) says which layers to quantize and how::
     weights:
       granularity: per_channel            # or per_tensor; scale = amax / 448 (FP8 E4M3 max)
       fold_bn: true                       # fold BatchNorm into the conv before taking amax
+      bias_correction: false              # subtract the mean output shift of FP8 weight rounding
     activations:
       granularity: per_tensor             # static per-tensor scales (the only option)
       calibrator: max                     # max | percentile | mse | entropy
@@ -90,10 +91,16 @@ class Strict(BaseModel):
 
 
 class WeightSpec(Strict):
-    """Weight scales: per output channel or per tensor, amax / 448 of the (BN-folded) kernel."""
+    """Weight scales: per output channel or per tensor, amax / 448 of the (BN-folded) kernel.
+
+    `bias_correction`: fold the expected output shift of FP8 weight rounding, (Wq - W) . E[x]
+    with E[x] the per-channel mean of the layer's input over the calibration images, into the
+    bias (`quant/bias_correction.py`).
+    """
 
     granularity: Literal["per_channel", "per_tensor"] = "per_channel"
     fold_bn: bool = True
+    bias_correction: bool = False
 
 
 class ActivationSpec(Strict):

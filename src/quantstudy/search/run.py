@@ -198,6 +198,13 @@ def run_search(config: SearchConfig) -> SearchResult:
     )
     recipe_name = study.recipe or default_recipe_for(loaded.info.architecture)
     base, _ = load_recipe(recipe_name)
+    if base.weights.bias_correction:
+        # The per-layer sensitivity rebuilds the calibration from the candidate's record, which
+        # keeps the scales but not the per-channel input means the correction needs.
+        raise UserError(
+            f"recipe {base.name} uses weights.bias_correction, which quantstudy search does not "
+            "support yet; search from the recipe without it (the emitted recipe can turn it on)"
+        )
     policy, policy_label = load_policy(study.policy)
     budget = budget_from_policy(policy, policy_label, config.margin)
     gains_table = load_layer_gains(config.gains) if config.gains is not None else None

@@ -19,11 +19,16 @@ from quantstudy.study.schema import Environment
 def _git_commit() -> str | None:
     """The commit of the quantstudy checkout, when it runs from one.
 
-    A copy without `.git` (a remote GPU machine) can name it in QUANTSTUDY_GIT_COMMIT.
+    QUANTSTUDY_GIT_COMMIT, when set, wins: a copied tree (a remote GPU machine) may carry a
+    `.git` whose HEAD is not the code that was copied (seen on the lent H200: an older HEAD
+    reported "+dirty").
     """
+    named = os.environ.get("QUANTSTUDY_GIT_COMMIT")
+    if named:
+        return named
     root = Path(quantstudy.__file__).resolve().parents[2]
     if not (root / ".git").exists():
-        return os.environ.get("QUANTSTUDY_GIT_COMMIT")
+        return None
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5

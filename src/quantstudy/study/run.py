@@ -141,7 +141,10 @@ def _calibrate(
         inputs.recipe.activations.params,
     )
     model.cpu()
-    plan = QuantPlan(layers, inputs.recipe.weights.granularity == "per_channel", calibration)
+    weights = inputs.recipe.weights
+    plan = QuantPlan(
+        layers, weights.granularity == "per_channel", calibration, weights.bias_correction
+    )
     return plan, record.model_copy(update={"calibration": calibration.info()})
 
 

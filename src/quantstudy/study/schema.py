@@ -6,7 +6,8 @@ stage produces its own section model, and `StudyRecord` composes them.
 Schema history:
   1 (0.1.0): first version.
   2: sensitivity, layer_speed and search sections; Variant.predicted/measured.
-  3: EngineInfo.fp8_kernel and EngineInfo.fp8_epilogue (the fused FP8 kernel).
+  3: EngineInfo.fp8_kernel and EngineInfo.fp8_epilogue (the fused FP8 kernel);
+     StudyConfigRecord.fp8_kernel; RecipeInfo.bias_correction.
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -128,6 +129,7 @@ class RecipeInfo(Section):
     format: str
     weight_granularity: Literal["per_channel", "per_tensor"]
     fold_bn: bool
+    bias_correction: bool = False  # version 3
     calibrator: str
     calibrator_params: dict[str, float]
     selected: list[LayerDecision]

@@ -40,6 +40,12 @@ def _layer_rows(
     return rows
 
 
+BIAS_CORRECTION = (
+    ", biases corrected by the mean output shift of FP8 weight rounding ((Wq - W) . E[x], E[x] "
+    "the per-channel input mean over the calibration images)"
+)
+
+
 def render_recipe(r: StudyRecord) -> list[str]:
     lines = ["## Recipe", ""]
     rc = r.recipe
@@ -51,7 +57,8 @@ def render_recipe(r: StudyRecord) -> list[str]:
         f"{rc.description}",
         "",
         f"- Format: {code(rc.format)}; weight scales: {rc.weight_granularity.replace('_', '-')} "
-        f"of the {'BatchNorm-folded' if rc.fold_bn else 'unfolded'} weights; activations: "
+        f"of the {'BatchNorm-folded' if rc.fold_bn else 'unfolded'} weights"
+        f"{BIAS_CORRECTION if rc.bias_correction else ''}; activations: "
         f"static per-tensor scales from the {code(rc.calibrator)} calibrator (parameters: "
         f"{params}).",
     ]

@@ -203,9 +203,16 @@ def _kernel_sentence(r: StudyRecord) -> str | None:
         qc = _group_us(k8, "quantize_convert")
         if mm16 is None or mm8 is None or qc is None:
             continue  # printed values must exist in the record
-        rest16 = _group_us(k8, "fp16_matmul_conv") or 0.0  # compared, never printed
+        rest16 = _group_us(k8, "fp16_matmul_conv") or 0.0
         saved = mm16 - (mm8 + rest16)
-        if qc >= saved:
+        if saved <= 0:
+            guess = (
+                f"with the FP8 engine's remaining fp16 matrix products and convs "
+                f"({fmt_us(rest16)} us), its matrix work takes at least as long as the fp16 "
+                "engine's, so the FP8 products themselves do not save time at this batch; "
+                "we have not measured why further"
+            )
+        elif qc >= saved:
             guess = (
                 "this suggests that the quantize/convert work takes at least the time the FP8 "
                 "products save, likely because the activation quantize does not fuse into its "
