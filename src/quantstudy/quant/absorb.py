@@ -17,59 +17,32 @@ from collections import Counter
 import torch
 from torch import nn
 
+from quantstudy.quant.apply import replace_module
 from quantstudy.quant.fused import activation_name
-
-
-def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, new)
+from quantstudy.quant.trace import tensor_links
 
 
 def _candidates(model: nn.Module, layers: list[str], example: torch.Tensor) -> dict[str, str]:
     """layer -> name of the activation module that consumes exactly its output."""
-    wanted = set(layers)
-    produced: dict[int, tuple[torch.Tensor, str]] = {}
-    consumed: dict[str, str] = {}
-    calls: Counter[str] = Counter()
-    hooks = []
-
-    def out_hook(name: str):
-        def hook(_m, _inp, out):
-            produced[id(out)] = (out, name)
-
-        return hook
-
-    def act_hook(name: str):
-        def hook(_m, inp):
-            calls[name] += 1
-            hit = produced.get(id(inp[0])) if inp else None
-            if hit is not None and hit[0] is inp[0]:
-                consumed.setdefault(hit[1], name)
-
-        return hook
-
     registered = Counter(id(m) for _, m in model.named_modules(remove_duplicate=False))
-    for name, mod in model.named_modules():
-        if name in wanted:
-            hooks.append(mod.register_forward_hook(out_hook(name)))
-        elif activation_name(mod) is not None and registered[id(mod)] == 1:
-            hooks.append(mod.register_forward_pre_hook(act_hook(name)))
-    try:
-        with torch.no_grad():
-            model.eval()(example)
-    finally:
-        for h in hooks:
-            h.remove()
-    return {layer: act for layer, act in consumed.items() if calls[act] == 1}
+    acts = [
+        name
+        for name, mod in model.named_modules()
+        if name not in layers and activation_name(mod) is not None and registered[id(mod)] == 1
+    ]
+    links, calls = tensor_links(model, example, layers, acts)
+    found: dict[str, str] = {}
+    for layer, act in links:
+        found.setdefault(layer, act)
+    return {layer: act for layer, act in found.items() if calls[act] == 1}
 
 
 def _absorbed_copy(model: nn.Module, pairs: dict[str, str]) -> nn.Module:
     trial = copy.deepcopy(model)
     for layer, act in pairs.items():
         act_module = trial.get_submodule(act)
-        _replace(trial, act, nn.Identity())
-        _replace(trial, layer, nn.Sequential(trial.get_submodule(layer), act_module))
+        replace_module(trial, act, nn.Identity())
+        replace_module(trial, layer, nn.Sequential(trial.get_submodule(layer), act_module))
     return trial
 
 
@@ -97,4 +70,4 @@ def absorbable_activations(
 def remove_activations(model: nn.Module, absorbed: dict[str, tuple[str, str]]) -> None:
     """Replace each absorbed activation module of `model` by `nn.Identity` (in place)."""
     for act, _ in absorbed.values():
-        _replace(model, act, nn.Identity())
+        replace_module(model, act, nn.Identity())

@@ -32,7 +32,8 @@ class Applied:
     emulated: list[tuple[str, str]]
 
 
-def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
+def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
+    """Put `new` where the submodule `name` of `model` is."""
     parent_name, _, child = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
     setattr(parent, child, new)
@@ -73,10 +74,10 @@ def apply_fp8(
                 new = FusedFP8Matmul(layer, x_scale, plan.per_channel, dtype, act)
             else:
                 new = FP8Matmul(layer, x_scale, plan.per_channel, dtype)
-            _replace(model, name, new)
+            replace_module(model, name, new)
             real.append(name)
         else:
-            _replace(model, name, QDQ(layer, x_scale, True, plan.per_channel, dtype))
+            replace_module(model, name, QDQ(layer, x_scale, True, plan.per_channel, dtype))
             emulated.append((name, blocker))
     return Applied(real, emulated)
 
@@ -88,5 +89,5 @@ def apply_fake_quant(
     for name in plan.layers:
         layer = model.get_submodule(name)
         x_scale = plan.calibration.scale_of(name) if activations else None
-        _replace(model, name, QDQ(layer, x_scale, weights, plan.per_channel, torch.float32))
+        replace_module(model, name, QDQ(layer, x_scale, weights, plan.per_channel, torch.float32))
     return Applied([], [(n, "fake-quant emulation in fp32") for n in plan.layers])

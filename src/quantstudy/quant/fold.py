@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from quantstudy.quant.trace import tensor_links
+
 _NORMS = (nn.BatchNorm2d,)
 
 
@@ -24,37 +26,10 @@ def _foldable(module: nn.Module) -> bool:
 
 def find_conv_bn_pairs(model: nn.Module, example: torch.Tensor) -> list[tuple[str, str]]:
     """(conv name, bn name) pairs where the BN consumes exactly the conv's output tensor."""
-    # Conv outputs are kept alive during the pass so that identity, not a reused address, links
-    # a BN to its producer.
-    conv_out: dict[int, tuple[torch.Tensor, str]] = {}
-    pairs: list[tuple[str, str]] = []
-    hooks = []
-
-    def conv_hook(name: str):
-        def hook(_m, _inp, out):
-            conv_out[id(out)] = (out, name)
-
-        return hook
-
-    def bn_hook(name: str):
-        def hook(_m, inp):
-            hit = conv_out.get(id(inp[0]))
-            if hit is not None and hit[0] is inp[0] and (hit[1], name) not in pairs:
-                pairs.append((hit[1], name))
-
-        return hook
-
-    for name, mod in model.named_modules():
-        if _foldable(mod):
-            hooks.append(mod.register_forward_hook(conv_hook(name)))
-        elif isinstance(mod, _NORMS):
-            hooks.append(mod.register_forward_pre_hook(bn_hook(name)))
-    try:
-        with torch.no_grad():
-            model.eval()(example)
-    finally:
-        for h in hooks:
-            h.remove()
+    modules = list(model.named_modules())
+    convs = [name for name, mod in modules if _foldable(mod)]
+    norms = [name for name, mod in modules if isinstance(mod, _NORMS)]
+    pairs, _ = tensor_links(model, example, convs, norms)
     return pairs
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from quantstudy.quant.fp8 import quantize_weight, to_fp8
+from quantstudy.quant.modules import PointwiseMatmul
 
 # Activation modules the epilogue computes, by exact type (subclasses may change the forward).
 ACTIVATIONS: dict[type, str] = {
@@ -80,7 +81,7 @@ def _(xq, w8, w_scale, x_scale, bias, act, out_dtype):
     return xq.new_empty((xq.shape[0], w8.shape[0]), dtype=out_dtype)
 
 
-class FusedFP8Matmul(nn.Module):
+class FusedFP8Matmul(PointwiseMatmul):
     """A 1x1 conv or linear layer as one fused FP8 product (see the module docstring).
 
     Same quantization as `FP8Matmul` (static per-tensor activation scale, per-channel or
@@ -96,9 +97,8 @@ class FusedFP8Matmul(nn.Module):
         act: str = "none",
     ) -> None:
         super().__init__()
+        self._take_shape(layer)
         weight = layer.weight.detach().float()
-        self.is_conv = isinstance(layer, nn.Conv2d)
-        self.stride = layer.stride if self.is_conv else (1, 1)
         weight = weight.reshape(weight.shape[0], -1)
         w8, w_scale = quantize_weight(weight, per_channel)
         self.register_buffer("w8", w8.contiguous())
@@ -112,17 +112,6 @@ class FusedFP8Matmul(nn.Module):
     def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
         xq = to_fp8(x2d, self.x_scale)
         return fp8_gemm(xq, self.w8, self.w_scale, self.x_scale, self.bias, self.act, self.dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.is_conv:
-            lead = x.shape[:-1]
-            return self._matmul(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
-        sh, sw = self.stride
-        if (sh, sw) != (1, 1):
-            x = x[:, :, ::sh, ::sw]
-        b, c, h, w = x.shape
-        y = self._matmul(x.permute(0, 2, 3, 1).reshape(-1, c))
-        return y.reshape(b, h, w, -1).permute(0, 3, 1, 2)
 
     def extra_repr(self) -> str:
         return f"n={self.w8.shape[0]}, k={self.w8.shape[1]}, act={self.act}"

@@ -52,7 +52,31 @@ def real_fp8_blocker(layer: nn.Module) -> str | None:
     return None
 
 
-class FP8Matmul(nn.Module):
+class PointwiseMatmul(nn.Module):
+    """A linear layer or dense 1x1 conv as one matrix product over rows: a linear's leading
+    dimensions, or a conv's pixels (channels-last, strided convs subsampled first). Subclasses
+    give the product of one (rows, K) matrix in `_matmul`."""
+
+    def _take_shape(self, layer: nn.Linear | nn.Conv2d) -> None:
+        self.is_conv = isinstance(layer, nn.Conv2d)
+        self.stride = layer.stride if self.is_conv else (1, 1)
+
+    def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.is_conv:
+            lead = x.shape[:-1]
+            return self._matmul(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
+        sh, sw = self.stride
+        if (sh, sw) != (1, 1):
+            x = x[:, :, ::sh, ::sw]
+        b, c, h, w = x.shape
+        y = self._matmul(x.permute(0, 2, 3, 1).reshape(-1, c))
+        return y.reshape(b, h, w, -1).permute(0, 3, 1, 2)
+
+
+class FP8Matmul(PointwiseMatmul):
     """y = (q(x) @ q(W)^T) * s_x * s_w + b with FP8 operands and float32 accumulation.
 
     Weights: FP8 E4M3 with a per-output-channel or per-tensor scale. Activations: one static
@@ -67,9 +91,8 @@ class FP8Matmul(nn.Module):
         self, layer: nn.Linear | nn.Conv2d, x_scale: float, per_channel: bool, dtype: torch.dtype
     ) -> None:
         super().__init__()
+        self._take_shape(layer)
         weight = layer.weight.detach().float()
-        self.is_conv = isinstance(layer, nn.Conv2d)
-        self.stride = layer.stride if self.is_conv else (1, 1)
         weight = weight.reshape(weight.shape[0], -1)
         self.n, self.k = weight.shape
         self.k_pad = _ceil(self.k) - self.k
@@ -104,17 +127,6 @@ class FP8Matmul(nn.Module):
         )
         y = y[:, : self.n].to(self.dtype)
         return y + self.bias if self.bias is not None else y
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.is_conv:
-            lead = x.shape[:-1]
-            return self._matmul(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
-        sh, sw = self.stride
-        if (sh, sw) != (1, 1):
-            x = x[:, :, ::sh, ::sw]
-        b, c, h, w = x.shape
-        y = self._matmul(x.permute(0, 2, 3, 1).reshape(-1, c))
-        return y.reshape(b, h, w, -1).permute(0, 3, 1, 2)
 
 
 class QDQ(nn.Module):

@@ -43,6 +43,7 @@ from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fp8 import E4M3_MAX
 from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.modules import QDQ, FP8Matmul, real_fp8_blocker
+from quantstudy.quant.trace import forward_once
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
 from quantstudy.speed.harness import time_interleaved
@@ -67,12 +68,7 @@ def layer_input_shapes(
                 shapes[name] = tuple(int(s) for s in args[0].shape)
 
         hooks.append(model.get_submodule(name).register_forward_pre_hook(hook))
-    try:
-        with torch.no_grad():
-            model.eval()(example)
-    finally:
-        for h in hooks:
-            h.remove()
+    forward_once(model, example, hooks)
     missing = [n for n in layers if n not in shapes]
     if missing:
         raise UserError(f"layers never ran in a forward pass, so they have no shape: {missing[:5]}")

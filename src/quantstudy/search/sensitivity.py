@@ -21,7 +21,7 @@ from torch import nn
 
 from quantstudy.errors import UserError
 from quantstudy.quality.metrics import score_engine
-from quantstudy.quant.apply import QuantPlan
+from quantstudy.quant.apply import QuantPlan, replace_module
 from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.modules import QDQ
@@ -49,12 +49,6 @@ def kind_of(layer: nn.Module) -> str:
     if isinstance(layer, nn.Linear):
         return "linear"
     raise TypeError(f"{type(layer).__name__} is not a conv2d or linear layer")
-
-
-def _set(model: nn.Module, name: str, module: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, module)
 
 
 @torch.no_grad()
@@ -120,19 +114,19 @@ def measure_sensitivity(
 
     only: dict[str, EngineQuality] = {}
     for name in plan.layers:
-        _set(work, name, quantized[name])
+        replace_module(work, name, quantized[name])
         only[name] = score(f"only:{name}")
-        _set(work, name, originals[name])
+        replace_module(work, name, originals[name])
 
     for name in plan.layers:
-        _set(work, name, quantized[name])
+        replace_module(work, name, quantized[name])
     every = score("all")
     rest: dict[str, EngineQuality] = {}
     if all_but:
         for name in plan.layers:
-            _set(work, name, originals[name])
+            replace_module(work, name, originals[name])
             rest[name] = score(f"all_but:{name}")
-            _set(work, name, quantized[name])
+            replace_module(work, name, quantized[name])
 
     order = sorted(plan.layers, key=lambda n: _sort_key(only[n], n))
     rows = []

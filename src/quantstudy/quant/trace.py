@@ -1,0 +1,55 @@
+"""One traced forward pass: which module consumes exactly the tensor another one produced.
+
+BatchNorm folding (a BN reading a conv's output) and activation absorption (an activation reading
+an FP8 layer's output) both link modules by the identity of the tensor between them. Outputs are
+kept alive during the pass so that identity, not a reused address, makes the link.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+
+def forward_once(model: nn.Module, example: torch.Tensor, handles: list[RemovableHandle]) -> None:
+    """Run `model` in eval mode without grad on `example`, then remove `handles` (always)."""
+    try:
+        with torch.no_grad():
+            model.eval()(example)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def tensor_links(
+    model: nn.Module, example: torch.Tensor, producers: Iterable[str], consumers: Iterable[str]
+) -> tuple[list[tuple[str, str]], Counter[str]]:
+    """(producer, consumer) pairs, in call order and each once, where the consumer's first input
+    is exactly a tensor the producer returned; and how often each consumer was called."""
+    produced: dict[int, tuple[torch.Tensor, str]] = {}
+    links: list[tuple[str, str]] = []
+    calls: Counter[str] = Counter()
+
+    def out_hook(name: str):
+        def hook(_m, _inp, out):
+            produced[id(out)] = (out, name)
+
+        return hook
+
+    def in_hook(name: str):
+        def hook(_m, inp):
+            calls[name] += 1
+            hit = produced.get(id(inp[0])) if inp else None
+            if hit is not None and hit[0] is inp[0] and (hit[1], name) not in links:
+                links.append((hit[1], name))
+
+        return hook
+
+    handles = [model.get_submodule(n).register_forward_hook(out_hook(n)) for n in producers]
+    handles += [model.get_submodule(n).register_forward_pre_hook(in_hook(n)) for n in consumers]
+    forward_once(model, example, handles)
+    return links, calls
