@@ -111,3 +111,16 @@ def test_activation_names():
     assert activation_name(nn.ReLU(inplace=True)) == "relu"
     assert activation_name(nn.GELU(approximate="tanh")) is None
     assert activation_name(nn.Sigmoid()) is None
+
+
+def test_gpu_without_fp8_tensor_cores_is_a_clear_error(monkeypatch):
+    from quantstudy.errors import UserError
+    from quantstudy.study.run import _device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100")
+    with pytest.raises(UserError, match=r"A100 \(compute capability 8.0\) has no FP8"):
+        _device("cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert _device("cuda").type == "cuda"

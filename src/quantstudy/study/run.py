@@ -255,12 +255,23 @@ def _time(
     )
 
 
+FP8_CAPABILITY = (8, 9)  # Ada and newer: FP8 tensor cores (cuBLASLt FP8, Triton fp8 dot)
+
+
 def _device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise UserError(
             "--device cuda asked for, but PyTorch sees no CUDA GPU here. Run with --device cpu "
             "(quality only; timings are then marked not meaningful) or on a machine with a GPU"
         )
+    if name == "cuda":
+        major, minor = torch.cuda.get_device_capability()
+        if (major, minor) < FP8_CAPABILITY:
+            raise UserError(
+                f"{torch.cuda.get_device_name()} (compute capability {major}.{minor}) has no FP8 "
+                "tensor cores: FP8 matrix products need compute capability 8.9 or newer (Ada, "
+                "Hopper, Blackwell). Run with --device cpu for quality only"
+            )
     return torch.device(name)
 
 
