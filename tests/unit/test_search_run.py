@@ -1,9 +1,11 @@
 """`run_search` end to end on the CPU: gains from a file, two real (CPU) studies, a recipe."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
+import yaml
 
 from quantstudy.errors import UserError
 from quantstudy.model.loading import load_model
@@ -103,3 +105,31 @@ def test_search_without_gpu_or_gains_is_refused_before_any_work(tiny_imagenet, t
     with pytest.raises(UserError, match="per-layer speed needs a CUDA GPU"):
         run_search(SearchConfig(study=_study(tiny_imagenet, tmp_path), out=tmp_path / "s"))
     assert not (tmp_path / "s").exists()
+
+
+def test_search_keeps_the_recipes_bias_correction(tiny_imagenet, tmp_path):
+    base, _ = load_recipe("mobilenetv4_pointwise")
+    data = base.model_dump(mode="json")
+    data["name"] = "pointwise_bc"
+    data["weights"]["bias_correction"] = True
+    recipe_file = tmp_path / "pointwise_bc.yaml"
+    recipe_file.write_text(yaml.safe_dump(data))
+    model = load_model("mobilenetv4_conv_small", "random").model
+    layers = resolve(base, model, torch.zeros(1, 3, 224, 224)).selected_names
+    gains_path = tmp_path / "gains.json"
+    gains_path.write_text(json.dumps({"batch": 2, "saved_ms": dict.fromkeys(layers, 0.001)}))
+    study = replace(_study(tiny_imagenet, tmp_path), recipe=str(recipe_file))
+
+    result = run_search(
+        SearchConfig(study=study, gains=gains_path, sensitivity_images=6, out=tmp_path / "s")
+    )
+    candidate = load_record(tmp_path / "s" / "candidate" / "study.json")
+    assert candidate.recipe.bias_correction
+    # the means that rebuild the correction are in the record, one per input channel
+    for t in candidate.calibration.tensors:
+        layer = model.get_submodule(t.consumers[0])
+        assert t.channel_mean is not None and len(t.channel_mean) == layer.in_channels
+    emitted, _ = load_recipe(result.search.recipe_file)
+    assert emitted.weights.bias_correction
+    searched = load_record(tmp_path / "s" / "searched" / "study.json")
+    assert searched.recipe.bias_correction and searched.status == "complete"

@@ -40,7 +40,9 @@ class Calibration:
                 return self.amax[key] / E4M3_MAX
         raise KeyError(f"layer {layer} was not calibrated")
 
-    def info(self) -> CalibrationInfo:
+    def info(self, with_means: bool = False) -> CalibrationInfo:
+        """The calibration section of the record; `with_means` adds each tensor's per-channel
+        mean (needed to rebuild a weight bias correction from the record)."""
         return CalibrationInfo(
             calibrator=self.calibrator,
             params=self.params,
@@ -51,6 +53,11 @@ class Calibration:
                     consumers=self.groups[key],
                     amax=self.amax[key],
                     scale=self.amax[key] / E4M3_MAX,
+                    channel_mean=(
+                        self.channel_mean[key].tolist()
+                        if with_means and key in self.channel_mean
+                        else None
+                    ),
                 )
                 for key in self.groups
             ],

@@ -198,13 +198,6 @@ def run_search(config: SearchConfig) -> SearchResult:
     )
     recipe_name = study.recipe or default_recipe_for(loaded.info.architecture)
     base, _ = load_recipe(recipe_name)
-    if base.weights.bias_correction:
-        # The per-layer sensitivity rebuilds the calibration from the candidate's record, which
-        # keeps the scales but not the per-channel input means the correction needs.
-        raise UserError(
-            f"recipe {base.name} uses weights.bias_correction, which quantstudy search does not "
-            "support yet; search from the recipe without it (the emitted recipe can turn it on)"
-        )
     policy, policy_label = load_policy(study.policy)
     budget = budget_from_policy(policy, policy_label, config.margin)
     gains_table = load_layer_gains(config.gains) if config.gains is not None else None
@@ -222,10 +215,18 @@ def run_search(config: SearchConfig) -> SearchResult:
     layers = resolve(base, model, example).selected_names
     if layers != [d.name for d in candidate.recipe.selected]:
         raise RuntimeError("the candidate recipe resolves differently from its study")
+    calibration = calibration_from_info(candidate.calibration)
+    if base.weights.bias_correction and set(calibration.channel_mean) != set(layers):
+        raise UserError(
+            f"{folder / 'candidate'} records no per-channel input means, which the recipe's "
+            "bias correction needs: it was written before they were recorded; delete it and search "
+            "again"
+        )
     plan = QuantPlan(
         layers,
         base.weights.granularity == "per_channel",
-        calibration_from_info(candidate.calibration),
+        calibration,
+        base.weights.bias_correction,
     )
 
     # --- 2. sensitivity --------------------------------------------------------------------

@@ -22,6 +22,7 @@ from torch import nn
 from quantstudy.errors import UserError
 from quantstudy.quality.metrics import score_engine
 from quantstudy.quant.apply import QuantPlan, replace_module
+from quantstudy.quant.bias_correction import correct_biases
 from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.modules import QDQ
@@ -39,7 +40,13 @@ def calibration_from_info(info: CalibrationInfo) -> Calibration:
     """The activation scales of a finished study, as `calibrate` returned them (no new pass)."""
     groups = {t.tensor.removesuffix(":input"): list(t.consumers) for t in info.tensors}
     amax = {t.tensor.removesuffix(":input"): t.amax for t in info.tensors}
-    return Calibration(info.calibrator, dict(info.params), info.n_images, groups, amax)
+    means = {
+        consumer: torch.tensor(t.channel_mean, dtype=torch.float32)
+        for t in info.tensors
+        if t.channel_mean is not None
+        for consumer in t.consumers
+    }
+    return Calibration(info.calibrator, dict(info.params), info.n_images, groups, amax, means)
 
 
 def kind_of(layer: nn.Module) -> str:
@@ -100,13 +107,20 @@ def measure_sensitivity(
     work = copy.deepcopy(model).eval()
     if fold:
         fold_batchnorm(work, example)
+    source = copy.deepcopy(work)  # the quantized layers' float32 source, biases corrected
+    if plan.bias_correction:
+        correct_biases(source, plan.layers, plan.calibration, plan.per_channel)
     work = work.to(device)
     originals = {name: work.get_submodule(name) for name in plan.layers}
     quantized = {
-        name: QDQ(layer, plan.calibration.scale_of(name), True, plan.per_channel, torch.float32).to(
-            device
-        )
-        for name, layer in originals.items()
+        name: QDQ(
+            source.get_submodule(name),
+            plan.calibration.scale_of(name),
+            True,
+            plan.per_channel,
+            torch.float32,
+        ).to(device)
+        for name in plan.layers
     }
 
     def score(label: str) -> EngineQuality:

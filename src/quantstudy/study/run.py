@@ -145,7 +145,8 @@ def _calibrate(
     plan = QuantPlan(
         layers, weights.granularity == "per_channel", calibration, weights.bias_correction
     )
-    return plan, record.model_copy(update={"calibration": calibration.info()})
+    info = calibration.info(with_means=plan.bias_correction)
+    return plan, record.model_copy(update={"calibration": info})
 
 
 def _builders(

@@ -7,7 +7,7 @@ Schema history:
   1 (0.1.0): first version.
   2: sensitivity, layer_speed and search sections; Variant.predicted/measured.
   3: EngineInfo.fp8_kernel and EngineInfo.fp8_epilogue (the fused FP8 kernel);
-     StudyConfigRecord.fp8_kernel; RecipeInfo.bias_correction.
+     StudyConfigRecord.fp8_kernel; RecipeInfo.bias_correction; TensorScale.channel_mean.
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -142,6 +142,9 @@ class TensorScale(Section):
     consumers: list[str]
     amax: float
     scale: float
+    # Per-channel mean of the tensor over the calibration images, recorded when the recipe asks
+    # for weight bias correction (version 3), so a search can rebuild the correction.
+    channel_mean: list[float] | None = None
 
 
 class CalibrationInfo(Section):
