@@ -37,7 +37,19 @@ def _without_version_3(full: dict) -> dict:
         for key, empty in NEW_IN_VERSION_3_ENGINE.items():
             assert engine.pop(key) == empty
         engines.append(engine)
-    return out | {"config": config, "recipe": recipe, "engines": engines}
+    calibration = dict(out["calibration"])
+    tensors = []
+    for t in calibration["tensors"]:
+        t = dict(t)
+        assert t.pop("channel_mean") is None
+        tensors.append(t)
+    calibration["tensors"] = tensors
+    return out | {
+        "config": config,
+        "recipe": recipe,
+        "engines": engines,
+        "calibration": calibration,
+    }
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=_id)

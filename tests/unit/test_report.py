@@ -63,6 +63,13 @@ def _as_version_1(data: dict) -> str:
         {k: v for k, v in e.items() if k not in ("fp8_kernel", "fp8_epilogue")}
         for e in data["engines"]
     ]
+    assert all(t["channel_mean"] is None for t in out["calibration"]["tensors"])
+    out["calibration"] = out["calibration"] | {
+        "tensors": [
+            {k: v for k, v in t.items() if k != "channel_mean"}
+            for t in out["calibration"]["tensors"]
+        ]
+    }
     out["schema_version"] = 1
     return json.dumps(out, indent=2, sort_keys=True) + "\n"
 
