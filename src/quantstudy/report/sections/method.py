@@ -3,6 +3,8 @@ and quality method, as recorded, so that a reader can repeat the study."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
@@ -67,6 +69,7 @@ def _method_environment(r: StudyRecord) -> list[str]:
             ["device", c.device],
             ["batches", ", ".join(str(b) for b in c.batches)],
             ["compile mode", c.compile_mode],
+            *([["FP8 kernel", c.fp8_kernel]] if c.fp8_kernel else []),
             ["test-size settings", "yes" if c.test_settings else "no"],
             ["policy", c.policy],
         ],
@@ -119,9 +122,36 @@ def _method_model(r: StudyRecord) -> list[str]:
             ],
             rows,
         )
+        lines += _kernel_lines(r)
     else:
         lines.append(f"Engines: {NOT_MEASURED}.")
 
+    return lines
+
+
+KERNELS = {
+    "fused": "one fused kernel per real FP8 layer (Triton on CUDA, the same arithmetic in torch "
+    "elsewhere): FP8 operands, float32 sums, per-channel scale, folded-BatchNorm bias and any "
+    "absorbed activation applied before one write",
+    "scaled_mm": "torch._scaled_mm (cuBLASLt on CUDA) per real FP8 layer, its bf16 result then "
+    "cast, biased and activated by the engine's other kernels",
+}
+
+
+def _kernel_lines(r: StudyRecord) -> list[str]:
+    """Which FP8 product the engines ran, and the activations it absorbed (schema 3 on)."""
+    lines = []
+    for e in r.engines or []:
+        if e.fp8_kernel is None:
+            continue
+        acts = Counter(e.fp8_epilogue.values())
+        absorbed = ", ".join(f"{name} x{n}" for name, n in sorted(acts.items())) or "none"
+        lines += [
+            "",
+            f"The {label(e.name)} engine's real FP8 layers ran the {code(e.fp8_kernel)} kernel: "
+            f"{KERNELS.get(e.fp8_kernel, 'not described')}. Activations computed in the FP8 "
+            f"layers' epilogue ({len(e.fp8_epilogue)} of {len(e.fp8_real)} layers): {absorbed}.",
+        ]
     return lines
 
 
