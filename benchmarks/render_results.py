@@ -217,7 +217,8 @@ def main() -> None:
         "of real images; fp16 and FP8 rounds interleaved; x = fp16 ms / FP8 ms per round pair "
         "(see `src/quantstudy/speed/harness.py`). Seed families use random weights (speed only); "
         "EfficientNet-Lite0 uses its real ImageNet weights. FP8 layers (real/emulated): layers "
-        "running torch._scaled_mm / layers quantize-dequantized around an fp16 op (kxk and "
+        "running a real FP8 product (the FP8 kernel column) / layers quantize-dequantized around "
+        "an fp16 op (kxk and "
         "depthwise convs, and in runs 1-2 also channel counts not multiples of 16).",
         "",
         "FP8 kernel: `scaled_mm` is the unfused layer (`quant/modules.py`: torch._scaled_mm "
