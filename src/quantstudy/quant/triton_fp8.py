@@ -21,7 +21,7 @@ ACT_CODES = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu"
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): tall tiles for the large-M, thin-channel 1x1 convs
 # of batch-128 CNNs, square ones for the compute-bound layers, small ones for batch 1.
-_CONFIGS = [
+CONFIGS = [
     (128, 64, 32, 4, 4),
     (128, 128, 32, 8, 3),
     (128, 32, 64, 4, 4),
@@ -110,7 +110,7 @@ def _fp8_gemm_kernel(
 _fp8_gemm_tuned = triton.autotune(
     configs=[
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-        for bm, bn, bk, w, s in _CONFIGS
+        for bm, bn, bk, w, s in CONFIGS
     ],
     key=["M", "N", "K", "ACT", "HAS_BIAS"],
     prune_configs_by={"early_config_prune": _prune},
@@ -126,11 +126,11 @@ def fp8_gemm_triton(
     bias: torch.Tensor | None,
     act: str,
     out_dtype: torch.dtype,
-    tile: tuple[int, int, int] | None = None,
+    tile: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor; returns (M, N) in `out_dtype`. `tile`
-    (BLOCK_M, BLOCK_N, BLOCK_K) skips the autotuner."""
+    (BLOCK_M, BLOCK_N, BLOCK_K[, warps, stages]) skips the autotuner."""
     m, k = xq.shape
     n = w8.shape[0]
     out = torch.empty((m, n), device=xq.device, dtype=out_dtype)
@@ -149,6 +149,7 @@ def fp8_gemm_triton(
     if tile is None:
         _fp8_gemm_tuned[grid](*args, **meta)
     else:
-        bm, bn, bk = tile
-        _fp8_gemm_kernel[grid](*args, **meta, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+        bm, bn, bk, *launch = tile
+        extra = {"num_warps": launch[0], "num_stages": launch[1]} if launch else {}
+        _fp8_gemm_kernel[grid](*args, **meta, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **extra)
     return out
