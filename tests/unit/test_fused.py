@@ -88,6 +88,29 @@ def test_absorption_takes_only_what_keeps_the_output():
     assert found == {"fc1": ("gelu", "gelu")}
 
 
+class ReluReuse(nn.Module):
+    """relu(y) + y: absorbing the ReLU into y's conv is wrong, yet on an input whose y is all
+    positive the outputs agree."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pw = nn.Conv2d(4, 4, 1)
+        self.relu = nn.ReLU()
+
+    def forward(self, x):
+        y = self.pw(x)
+        return self.relu(y) + y
+
+
+def test_absorption_check_sees_what_an_all_positive_example_hides():
+    m = ReluReuse().eval()
+    with torch.no_grad():
+        m.pw.weight.copy_(torch.eye(4).reshape(4, 4, 1, 1))
+        m.pw.bias.fill_(2.0)  # y > 0 for the example below
+    example = torch.rand(1, 4, 3, 3)
+    assert absorbable_activations(m, ["pw"], example) == {}
+
+
 def test_fused_engine_equals_unfused_in_fp32():
     torch.manual_seed(0)
     m = Block().eval()

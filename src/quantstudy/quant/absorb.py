@@ -5,8 +5,8 @@ exactly once, is registered once, and its input is exactly L's output tensor (an
 left by BatchNorm folding passes the same tensor through). That covers timm's `BatchNormAct2d`
 after folding, `nn.Sequential(conv, bn, act)` and `Mlp` (fc1 -> act). A functional use of L's raw
 output elsewhere would be invisible to hooks, so the absorption is then checked: the float model
-with every absorption applied must give bit-identical output on the example (same operations in
-the same order); candidates that break it are dropped one by one.
+with every absorption applied must give bit-identical output (same operations in the same order)
+on the example and on a seeded wide random input; candidates that break it are dropped.
 """
 
 from __future__ import annotations
@@ -46,21 +46,33 @@ def _absorbed_copy(model: nn.Module, pairs: dict[str, str]) -> nn.Module:
     return trial
 
 
-def _same_output(model: nn.Module, pairs: dict[str, str], example: torch.Tensor, ref) -> bool:
+def _probes(example: torch.Tensor) -> list[torch.Tensor]:
+    """The example plus a seeded wide random input: a check on inputs that never drive a
+    pre-activation negative could not tell ReLU(y) from y."""
+    g = torch.Generator().manual_seed(0)
+    noise = torch.randn(example.shape, generator=g).to(example.device, example.dtype) * 3
+    return [example, noise]
+
+
+def _same_output(model: nn.Module, pairs: dict[str, str], probes, refs) -> bool:
+    trial = _absorbed_copy(model, pairs).eval()
     with torch.no_grad():
-        return torch.equal(_absorbed_copy(model, pairs).eval()(example), ref)
+        return all(torch.equal(trial(x), ref) for x, ref in zip(probes, refs, strict=True))
 
 
 def absorbable_activations(
     model: nn.Module, layers: list[str], example: torch.Tensor
 ) -> dict[str, tuple[str, str]]:
-    """layer -> (activation module name, epilogue activation), checked on `example`."""
+    """layer -> (activation module name, epilogue activation), checked bit-exactly."""
     pairs = _candidates(model, layers, example)
     if pairs:
+        probes = _probes(example)
         with torch.no_grad():
-            ref = model.eval()(example)
-        if not _same_output(model, pairs, example, ref):
-            pairs = {k: v for k, v in pairs.items() if _same_output(model, {k: v}, example, ref)}
+            refs = [model.eval()(x) for x in probes]
+        if not _same_output(model, pairs, probes, refs):
+            pairs = {k: v for k, v in pairs.items() if _same_output(model, {k: v}, probes, refs)}
+            if pairs and not _same_output(model, pairs, probes, refs):
+                pairs = {}  # each passes alone, not together: absorb nothing
     return {
         layer: (act, activation_name(model.get_submodule(act)) or "none")
         for layer, act in pairs.items()
