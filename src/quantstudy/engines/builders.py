@@ -194,7 +194,7 @@ def build_fp8(
     source = _folded_copy(model, example, fold, plan)
     absorbed = {}
     if kernel == "fused":
-        absorbed = absorbable_activations(source, real_layers(source, plan), example)
+        absorbed = absorbable_activations(source, real_layers(source, plan.layers), example)
     m = copy.deepcopy(source)
     remove_activations(m, absorbed)
     m = m.to(dtype)

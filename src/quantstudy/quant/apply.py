@@ -39,9 +39,9 @@ def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(parent, child, new)
 
 
-def real_layers(model: nn.Module, plan: QuantPlan) -> list[str]:
-    """The plan's layers that can run a real FP8 product."""
-    return [n for n in plan.layers if real_fp8_blocker(model.get_submodule(n)) is None]
+def real_layers(model: nn.Module, layers: list[str]) -> list[str]:
+    """The layers of `layers` that can run a real FP8 product."""
+    return [n for n in layers if real_fp8_blocker(model.get_submodule(n)) is None]
 
 
 def apply_fp8(

@@ -37,7 +37,7 @@ from torch import nn
 from quantstudy.engines.builders import COMPILE_MODES, allow_recompiles
 from quantstudy.errors import UserError
 from quantstudy.quant.absorb import absorbable_activations
-from quantstudy.quant.apply import FP8_KERNELS
+from quantstudy.quant.apply import FP8_KERNELS, real_layers
 from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fp8 import E4M3_MAX
@@ -121,7 +121,7 @@ def measure_layer_speed(
     if fold:
         fold_batchnorm(source, example)
     shapes = layer_input_shapes(source, example, layers)
-    real = [n for n in layers if real_fp8_blocker(source.get_submodule(n)) is None]
+    real = real_layers(source, layers)
     absorbed = absorbable_activations(source, real, example) if kernel == "fused" else {}
     gen = torch.Generator(device="cpu").manual_seed(0)
     rows: list[LayerSpeed] = []
