@@ -28,9 +28,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from quantstudy.data.folders import scan_folder
 from quantstudy.data.images import load_images
-from quantstudy.data.split import split_items
 from quantstudy.decision.policy import load_policy
 from quantstudy.errors import UserError
 from quantstudy.model.loading import load_model
@@ -62,6 +60,7 @@ from quantstudy.search.tables import (
     SensitivitySection,
 )
 from quantstudy.study.config import StudyConfig
+from quantstudy.study.inputs import split_study_data
 from quantstudy.study.io import write_json_atomic
 from quantstudy.study.run import run_study
 from quantstudy.study.schema import StudyRecord, Variant
@@ -125,15 +124,7 @@ def _heldout_subset(
     study: StudyConfig, record: StudyRecord, n: int
 ) -> tuple[torch.Tensor, str, str]:
     """A seeded subset of the candidate study's held-out images: tensor, description, ids hash."""
-    scan = scan_folder(study.data, study.class_list)
-    calib_scan = scan_folder(study.calib_data, study.class_list) if study.calib_data else None
-    _, heldout = split_items(
-        scan.items,
-        study.calib,
-        study.heldout,
-        seed=study.seed,
-        calib_items=calib_scan.items if calib_scan else None,
-    )
+    heldout = split_study_data(study).heldout_items
     if sorted(i.id for i in heldout) != record.data.heldout.ids:
         raise UserError(
             "the held-out images differ from the candidate study's (the data folder changed?); "

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from quantstudy.data.folders import ImageItem, scan_folder
+from quantstudy.data.folders import FolderScan, ImageItem, scan_folder
 from quantstudy.data.split import split_items, summarize_set
 from quantstudy.decision.policy import Policy, load_policy
 from quantstudy.errors import UserError
@@ -44,19 +44,21 @@ class StudyInputs:
         return torch.zeros(1, *self.pre.input_size)
 
 
-def prepare_inputs(config: StudyConfig) -> StudyInputs:
-    """Load the model, scan and split the data, resolve the recipe, read the policy."""
-    loaded = load_model(
-        config.model, config.weights, seed=config.seed, strip_prefix=config.strip_prefix
-    )
-    pre = resolve_preprocessing(loaded.model, test_settings=config.test_settings)
+@dataclass(frozen=True)
+class StudySplit:
+    """The scanned folders and the calibration/held-out split of a study's config."""
+
+    scan: FolderScan
+    calib_scan: FolderScan | None
+    calib_items: list[ImageItem]
+    heldout_items: list[ImageItem]
+
+
+def split_study_data(config: StudyConfig) -> StudySplit:
+    """Scan the data (and calibration) folders and split them as the study of `config` does:
+    a search finds the same held-out images through this."""
     scan = scan_folder(config.data, config.class_list)
     calib_scan = scan_folder(config.calib_data, config.class_list) if config.calib_data else None
-    recipe_name = config.recipe or default_recipe_for(loaded.info.architecture)
-    recipe, recipe_source = load_recipe(recipe_name)
-    resolution = resolve(recipe, loaded.model, torch.zeros(1, *pre.input_size))
-    policy, policy_label = load_policy(config.policy)
-
     calib_items, heldout_items = split_items(
         scan.items,
         config.calib,
@@ -64,6 +66,23 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
         seed=config.seed,
         calib_items=calib_scan.items if calib_scan else None,
     )
+    return StudySplit(scan, calib_scan, calib_items, heldout_items)
+
+
+def prepare_inputs(config: StudyConfig) -> StudyInputs:
+    """Load the model, scan and split the data, resolve the recipe, read the policy."""
+    loaded = load_model(
+        config.model, config.weights, seed=config.seed, strip_prefix=config.strip_prefix
+    )
+    pre = resolve_preprocessing(loaded.model, test_settings=config.test_settings)
+    split = split_study_data(config)
+    scan, calib_scan = split.scan, split.calib_scan
+    calib_items, heldout_items = split.calib_items, split.heldout_items
+    recipe_name = config.recipe or default_recipe_for(loaded.info.architecture)
+    recipe, recipe_source = load_recipe(recipe_name)
+    resolution = resolve(recipe, loaded.model, torch.zeros(1, *pre.input_size))
+    policy, policy_label = load_policy(config.policy)
+
     if not calib_items or not heldout_items:
         empty = "calibration" if not calib_items else "held-out"
         raise UserError(
