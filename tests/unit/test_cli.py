@@ -105,6 +105,20 @@ def test_duplicate_batches_are_refused_before_work(tiny_imagenet, capsys):
     assert code == 1 and "batch sizes must differ" in capsys.readouterr().err
 
 
+def test_unknown_fp8_kernel_is_refused(tiny_imagenet, capsys):
+    with pytest.raises(SystemExit) as exit_info:  # argparse: a choice outside fused/scaled_mm
+        _run(tiny_imagenet, "--fp8-kernel", "cutlass")
+    assert exit_info.value.code == 2 and "invalid choice: 'cutlass'" in capsys.readouterr().err
+
+
+def test_study_config_refuses_an_unknown_fp8_kernel(tiny_imagenet):
+    from quantstudy.errors import UserError
+    from quantstudy.study.config import StudyConfig
+
+    with pytest.raises(UserError, match="--fp8-kernel must be fused or scaled_mm"):
+        StudyConfig(model="m", data=tiny_imagenet, fp8_kernel="cutlass")
+
+
 def test_demo_fallback_on_the_foolbox_images(monkeypatch, tmp_path, capsys):
     from pathlib import Path
 
