@@ -9,7 +9,10 @@ shapes) at one batch and times, on the GPU, with `triton.testing.do_bench_cudagr
   (stride-1 convs only; linears: the fp16 matmul);
 - fp16 mm: the same product as a cuBLAS fp16 matmul;
 - scaled_mm: torch._scaled_mm with row-wise scales (K and N padded to 16), bf16 out;
-- every tile of the fused Triton kernel (`quant/triton_fp8.py` CONFIGS), with bias, no activation.
+- the fused Triton kernel (`quant/triton_fp8.py`), with bias, no activation, both ways it reads
+  its operands (pointer loads; tensor descriptors, Hopper's copy engine, where K allows): as
+  autotuned (what the engine runs; its result checked against torch) and, unless `--quick`, every
+  tile of both autotuners' lists and of EXTRA_TILES.
 
 No input quantize in any of them. Each row gets its roofline (bytes at 4.3 TB/s for the fused
 kernel: FP8 input and weight, fp16 output) and the achieved fraction. Prints a table, writes JSON.
@@ -74,9 +77,25 @@ def _time_us(fn) -> float:
     return float(do_bench_cudagraph(fn, rep=20)) * 1e3
 
 
-def time_shape(row: dict) -> dict:
-    """Every way of running one product; microseconds per call."""
-    from quantstudy.quant.triton_fp8 import CONFIGS, fp8_gemm_triton
+# Tiles tried beyond the autotuners' lists: narrow N for the projection convs, deep K steps, and
+# deeper pipelines. Each row says which of them (and which load path) was fastest.
+EXTRA_TILES = [
+    (64, 16, 128, 4, 4),
+    (128, 16, 128, 4, 4),
+    (64, 32, 128, 4, 6),
+    (128, 32, 128, 4, 3),
+    (128, 64, 128, 4, 4),
+    (128, 128, 128, 8, 4),
+    (256, 32, 64, 8, 4),
+    (256, 64, 64, 8, 4),
+    (128, 64, 64, 4, 6),
+]
+
+
+def time_shape(row: dict, quick: bool) -> dict:
+    """Every way of running one product; microseconds per call. `quick`: autotuned kernels only."""
+    from quantstudy.quant.fused import _act_reference
+    from quantstudy.quant.triton_fp8 import CONFIGS, TMA_CONFIGS, fp8_gemm_triton, tma_ok
 
     m, k, n = row["m"], row["k"], row["n"]
     dev = torch.device("cuda")
@@ -87,6 +106,7 @@ def time_shape(row: dict) -> dict:
     w_scale = torch.full((n,), 1 / 64, device=dev)
     x_scale = torch.tensor(1.0, device=dev)
     bias = torch.zeros(n, device=dev)
+    ref = _act_reference((a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias, "none")
     times: dict[str, float] = {"fp16 mm": _time_us(lambda: a16 @ w16.t())}
     if row["conv_map"] is not None:
         b, c, h, w = row["conv_map"]
@@ -101,22 +121,34 @@ def time_shape(row: dict) -> dict:
     times["scaled_mm"] = _time_us(
         lambda: torch._scaled_mm(a8p, w8p.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
     )
-    for cfg in CONFIGS:
-        label = "triton " + "x".join(str(v) for v in cfg)
-        try:
-            times[label] = _time_us(
-                lambda cfg=cfg: fp8_gemm_triton(
-                    a8, w8, w_scale, x_scale, bias, "none", torch.float16, tile=cfg
+    loads = ["pointer", "tma"] if tma_ok(a8, w8) else ["pointer"]
+    tiles = [] if quick else sorted(set(CONFIGS) | set(TMA_CONFIGS) | set(EXTRA_TILES))
+    errors: dict[str, float] = {}
+    for load in loads:
+        for cfg in [None, *tiles]:
+            label = f"{load} " + ("autotuned" if cfg is None else "x".join(map(str, cfg)))
+
+            def call(cfg=cfg, load=load):
+                return fp8_gemm_triton(
+                    a8, w8, w_scale, x_scale, bias, "none", torch.float16, tile=cfg, loads=load
                 )
-            )
-        except Exception as err:  # a tile the compiler refuses (shared memory): recorded
-            times[label] = float("nan")
-            row.setdefault("refused", {})[label] = str(err).splitlines()[0][:200]
-    triton_times = {k: v for k, v in times.items() if k.startswith("triton") and v == v}
+
+            try:
+                if cfg is None:  # the autotuned launch is what the engine runs: check it
+                    err = (call().float() - ref).abs() / (ref.abs() + 1)
+                    errors[label] = float(err.max())
+                times[label] = _time_us(call)
+            except Exception as exc:  # a tile the compiler refuses (shared memory): recorded
+                times[label] = float("nan")
+                row.setdefault("refused", {})[label] = str(exc).splitlines()[0][:200]
+    triton_times = {
+        key: v for key, v in times.items() if key.split()[0] in ("pointer", "tma") and v == v
+    }
     best = min(triton_times, key=triton_times.get) if triton_times else None
     roof_us = fused_bytes(m, k, n) / BW * 1e6
     return row | {
         "us": times,
+        "max_rel_error": errors,
         "best_triton": best,
         "roofline_us": roof_us,
         "best_triton_of_roofline": triton_times[best] / roof_us if best else None,
@@ -129,6 +161,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--out", type=Path)
     p.add_argument("--dry-run", action="store_true", help="shapes and bytes only, no GPU")
+    p.add_argument("--quick", action="store_true", help="autotuned kernels only, no tile sweep")
     args = p.parse_args()
     results = []
     for model_name in args.models.split(","):
@@ -143,14 +176,16 @@ def main() -> None:
                 results.append(row)
                 continue
             t0 = time.perf_counter()
-            row = time_shape(row)
+            row = time_shape(row, args.quick)
             us = row["us"]
             best = row["best_triton"]
+            auto = {key: v for key, v in us.items() if key.endswith("autotuned")}
             print(
                 f"{line}  fp16 conv {us.get('fp16 conv', float('nan')):7.1f}  fp16 mm "
                 f"{us['fp16 mm']:7.1f}  scaled_mm {us['scaled_mm']:7.1f}  best triton "
-                f"{us.get(best, float('nan')):7.1f} ({best})  roofline {row['roofline_us']:6.1f} "
-                f"us  [{time.perf_counter() - t0:.0f} s]",
+                f"{us.get(best, float('nan')):7.1f} ({best})  "
+                + "  ".join(f"{key} {v:7.1f}" for key, v in auto.items())
+                + f"  roofline {row['roofline_us']:6.1f} us  [{time.perf_counter() - t0:.0f} s]",
                 flush=True,
             )
             results.append(row)

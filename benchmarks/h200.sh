@@ -5,6 +5,7 @@
 #   bench:M1,M2   benchmarks/bench_speed.py for those models ($BENCH_ARGS appended, e.g.
 #                 "--batches 1,128 --agreement --fp16-autotune-batch 128")
 #   gemm:M1,M2    benchmarks/bench_fp8_gemm.py: each FP8 product alone, fp16/cuBLASLt/every tile
+#                 ($GEMM_ARGS appended, e.g. --quick)
 #   study:MODEL:WEIGHTS[:RECIPE]  quantstudy run on CUDA with the carried data, tarred into $OUT
 #   search:MODEL:WEIGHTS[:RECIPE] quantstudy search on CUDA (sensitivity, per-layer speed, the
 #                 verifying study) with the carried data, tarred into $OUT
@@ -35,7 +36,7 @@ for stage in "$@"; do
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
         --out "$OUT/bench-${models//[,.]/_}.json" ${BENCH_ARGS:-} 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
     gemm:*)
-      python3 benchmarks/bench_fp8_gemm.py --models "${stage#gemm:}" --batch 128 \
+      python3 benchmarks/bench_fp8_gemm.py --models "${stage#gemm:}" --batch 128 ${GEMM_ARGS:-} \
         --out "$OUT/gemm-${stage#gemm:}.json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;
     study:*)
       IFS=: read -r _ model weights recipe <<< "$stage"
