@@ -9,10 +9,10 @@ shapes) at one batch and times, on the GPU, with `triton.testing.do_bench_cudagr
   (stride-1 convs only; linears: the fp16 matmul);
 - fp16 mm: the same product as a cuBLAS fp16 matmul;
 - scaled_mm: torch._scaled_mm with row-wise scales (K and N padded to 16), bf16 out;
-- the fused Triton kernel (`quant/triton_fp8.py`), with bias, no activation, both ways it reads
-  its operands (pointer loads; tensor descriptors, Hopper's copy engine, where K allows): as
-  autotuned (what the engine runs; its result checked against torch) and, unless `--quick`, every
-  tile of both autotuners' lists and of EXTRA_TILES.
+- the fused Triton kernel (`quant/triton_fp8.py`), with bias, no activation: autotuned as the
+  engine runs it (every I/O path: pointers or tensor descriptors, Hopper's copy engine, for the
+  loads and for the store) and autotuned on pointers only (the kernel of runs 4-5), each checked
+  against torch; unless `--quick`, every tile of TILES on every path the product allows.
 
 No input quantize in any of them. Each row gets its roofline (bytes at 4.3 TB/s for the fused
 kernel: FP8 input and weight, fp16 output) and the achieved fraction. Prints a table, writes JSON.
@@ -77,25 +77,10 @@ def _time_us(fn) -> float:
     return float(do_bench_cudagraph(fn, rep=20)) * 1e3
 
 
-# Tiles tried beyond the autotuners' lists: narrow N for the projection convs, deep K steps, and
-# deeper pipelines. Each row says which of them (and which load path) was fastest.
-EXTRA_TILES = [
-    (64, 16, 128, 4, 4),
-    (128, 16, 128, 4, 4),
-    (64, 32, 128, 4, 6),
-    (128, 32, 128, 4, 3),
-    (128, 64, 128, 4, 4),
-    (128, 128, 128, 8, 4),
-    (256, 32, 64, 8, 4),
-    (256, 64, 64, 8, 4),
-    (128, 64, 64, 4, 6),
-]
-
-
 def time_shape(row: dict, quick: bool) -> dict:
     """Every way of running one product; microseconds per call. `quick`: autotuned kernels only."""
     from quantstudy.quant.fused import _act_reference
-    from quantstudy.quant.triton_fp8 import CONFIGS, TMA_CONFIGS, fp8_gemm_triton, tma_ok
+    from quantstudy.quant.triton_fp8 import TILES, fp8_gemm_triton, tma_ok
 
     m, k, n = row["m"], row["k"], row["n"]
     dev = torch.device("cuda")
@@ -121,28 +106,38 @@ def time_shape(row: dict, quick: bool) -> dict:
     times["scaled_mm"] = _time_us(
         lambda: torch._scaled_mm(a8p, w8p.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
     )
-    loads = ["pointer", "tma"] if tma_ok(a8, w8) else ["pointer"]
-    tiles = [] if quick else sorted(set(CONFIGS) | set(TMA_CONFIGS) | set(EXTRA_TILES))
+    # The autotuned launches (what the engine runs, all paths; and pointers only, the kernel of
+    # runs 4-5), then unless `quick` every tile on every path this product allows.
+    runs: list[tuple[str, tuple | None, str | None, str | None]] = [
+        ("autotuned", None, None, None),
+        ("autotuned pointer", None, "pointer", "pointer"),
+    ]
+    if not quick:
+        can_load = tma_ok(a8) and tma_ok(w8)
+        can_store = n * 2 % 16 == 0
+        for loads in ["pointer", "tma"] if can_load else ["pointer"]:
+            for store in ["pointer", "tma"] if can_store else ["pointer"]:
+                for cfg in TILES:
+                    label = f"{loads}/{store} " + "x".join(map(str, cfg))
+                    runs.append((label, cfg, loads, store))
     errors: dict[str, float] = {}
-    for load in loads:
-        for cfg in [None, *tiles]:
-            label = f"{load} " + ("autotuned" if cfg is None else "x".join(map(str, cfg)))
+    for label, cfg, loads, store in runs:
 
-            def call(cfg=cfg, load=load):
-                return fp8_gemm_triton(
-                    a8, w8, w_scale, x_scale, bias, "none", torch.float16, tile=cfg, loads=load
-                )
+        def call(cfg=cfg, loads=loads, store=store):
+            return fp8_gemm_triton(
+                a8, w8, w_scale, x_scale, bias, "none", torch.float16, cfg, loads, store
+            )
 
-            try:
-                if cfg is None:  # the autotuned launch is what the engine runs: check it
-                    err = (call().float() - ref).abs() / (ref.abs() + 1)
-                    errors[label] = float(err.max())
-                times[label] = _time_us(call)
-            except Exception as exc:  # a tile the compiler refuses (shared memory): recorded
-                times[label] = float("nan")
-                row.setdefault("refused", {})[label] = str(exc).splitlines()[0][:200]
+        try:
+            if cfg is None:  # the autotuned launch is what the engine runs: check it
+                err = (call().float() - ref).abs() / (ref.abs() + 1)
+                errors[label] = float(err.max())
+            times[label] = _time_us(call)
+        except Exception as exc:  # a tile the compiler refuses (shared memory): recorded
+            times[label] = float("nan")
+            row.setdefault("refused", {})[label] = str(exc).splitlines()[0][:200]
     triton_times = {
-        key: v for key, v in times.items() if key.split()[0] in ("pointer", "tma") and v == v
+        key: v for key, v in times.items() if key not in ("fp16 mm", "fp16 conv", "scaled_mm")
     }
     best = min(triton_times, key=triton_times.get) if triton_times else None
     roof_us = fused_bytes(m, k, n) / BW * 1e6
@@ -179,7 +174,7 @@ def main() -> None:
             row = time_shape(row, args.quick)
             us = row["us"]
             best = row["best_triton"]
-            auto = {key: v for key, v in us.items() if key.endswith("autotuned")}
+            auto = {key: v for key, v in us.items() if key.startswith("autotuned")}
             print(
                 f"{line}  fp16 conv {us.get('fp16 conv', float('nan')):7.1f}  fp16 mm "
                 f"{us['fp16 mm']:7.1f}  scaled_mm {us['scaled_mm']:7.1f}  best triton "

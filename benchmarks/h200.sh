@@ -13,12 +13,15 @@
 # data/imagenet/{val-1300,calib-500,classes.txt}.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
+# Two copies may run side by side, one per GPU (CUDA_VISIBLE_DEVICES), each with its own OUT
+# and SITE: nothing below is shared between them but the read-only tree and Triton's cache.
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/site
+SITE=${SITE:-/tmp/site}
+mkdir -p "$OUT" "$SITE"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .carry/wheels/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src
-export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
+    --target "$SITE" .carry/wheels/*.whl || exit 1
+export PYTHONPATH=$SITE:$PWD/src
+export TORCHINDUCTOR_CACHE_DIR=$SITE-inductor-cache
 # The GPU machine gets no .git: write `git rev-parse --short HEAD` (plus "+dirty") into
 # .carry/COMMIT before the call so the records name the code that ran.
 [ -f .carry/COMMIT ] && export QUANTSTUDY_GIT_COMMIT=$(cat .carry/COMMIT)

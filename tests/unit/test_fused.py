@@ -19,30 +19,46 @@ CPU = torch.device("cpu")
 
 
 def test_triton_kernel_under_the_interpreter_matches_torch():
-    """Both load paths (pointers; tensor descriptors where K's rows are 16-byte aligned), with
-    edges in M, N and K that do not fill a tile."""
+    """Every I/O path (pointers; tensor descriptors for the loads where K's rows are 16-byte
+    aligned, for the store where N's are), with edges in M, N and K that do not fill a tile."""
     pytest.importorskip("triton")
     script = textwrap.dedent(
         """
         import torch
         from quantstudy.quant.fused import _act_reference
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton, tma_ok
+        import itertools
+        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
         g = torch.Generator().manual_seed(0)
-        worst, runs = 0.0, {"pointer": 0, "tma": 0}
+        # which (loads, store) paths each (K, N) allows: 16-byte rows of FP8 K, fp16 N
+        ok = {  # (tma loads allowed, tma store allowed)
+            (24, 40): (False, True), (16, 16): (True, True), (100, 33): (False, False),
+            (48, 40): (True, True),
+        }
+        worst, runs = 0.0, {"pointer": 0, "tma": 0, "refused": 0}
         for m, k, n in [(70, 24, 40), (5, 16, 16), (130, 100, 33), (70, 48, 40)]:
             for act in ["none", "relu", "relu6", "silu", "hardswish", "gelu"]:
                 xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
                 w8 = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn)
                 ws, xs, b = torch.rand(n, generator=g) + 0.5, torch.tensor(0.7), torch.randn(n)
                 ref = _act_reference((xq.float() @ w8.float().t()) * (ws * xs) + b, act)
-                for loads in ["pointer", "tma"] if tma_ok(xq, w8) else ["pointer"]:
+                for loads, store in itertools.product(["pointer", "tma"], repeat=2):
+                    can_load, can_store = ok[(k, n)]
+                    if (loads == "tma" and not can_load) or (store == "tma" and not can_store):
+                        try:  # refused with a clear message, never run misaligned
+                            fp8_gemm_triton(
+                                xq, w8, ws, xs, b, act, torch.float16, (32, 32, 32), loads, store
+                            )
+                        except ValueError:
+                            runs["refused"] += 1
+                        continue
                     y = fp8_gemm_triton(
-                        xq, w8, ws, xs, b, act, torch.float16, tile=(32, 32, 32), loads=loads
+                        xq, w8, ws, xs, b, act, torch.float16, (32, 32, 32), loads, store
                     )
                     err = ((y.float() - ref).abs() / (ref.abs() + 1)).max().item()
                     worst = max(worst, err)
                     runs[loads] += 1
-        print(runs["pointer"], runs["tma"], worst)
+                    runs[store] += 1
+        print(runs["pointer"], runs["tma"], runs["refused"], worst)
         """
     )
     env = dict(os.environ, TRITON_INTERPRET="1")
@@ -50,8 +66,11 @@ def test_triton_kernel_under_the_interpreter_matches_torch():
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    pointer, tma, worst = run.stdout.strip().splitlines()[-1].split()
-    assert (int(pointer), int(tma)) == (24, 12)  # K 16 and 48 are aligned; 24 and 100 are not
+    pointer, tma, refused, worst = run.stdout.strip().splitlines()[-1].split()
+    # per activation, sides read or written by each path: (70, 24, 40) runs 2 paths (pointer 3
+    # sides, tma 1), (5, 16, 16) and (70, 48, 40) 4 each (4 and 4), (130, 100, 33) 1 (2 and 0);
+    # the 2 + 3 misaligned combinations are refused
+    assert (int(pointer), int(tma), int(refused)) == (6 * 13, 6 * 9, 6 * 5)
     assert float(worst) < 1e-3  # one fp16 rounding (2^-11 relative) and fp32 summation order
 
 

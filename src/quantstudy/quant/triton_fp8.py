@@ -7,6 +7,11 @@ here the per-channel scale, folded-BatchNorm bias and activation ride in the epi
 activation scale is read from device memory (no host sync, no M-sized tensor), and any K and N
 work (masked loads: no zero padding to multiples of 16).
 
+Operands are read, and the output written, either through pointers or through tensor
+descriptors (Hopper's bulk copy engine, TMA); the autotuner picks per product. The H200 sweep
+that motivated the choice (benchmarks/FP8_NOTES.md): on the thin-K expansion convs, whose cost
+is writing the output, the pointer store ran at about half the fp16 conv's write bandwidth.
+
 Imported lazily: Triton ships with CUDA builds of torch only.
 """
 
@@ -21,45 +26,54 @@ import triton.language as tl
 # Activation codes of the epilogue; `quant.fused.ACTIVATIONS` maps modules to them.
 ACT_CODES = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5}
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): tall tiles for the large-M, thin-channel 1x1 convs
-# of batch-128 CNNs, square ones for the compute-bound layers, small ones for batch 1.
-CONFIGS = [
-    (128, 64, 32, 4, 4),
-    (128, 128, 32, 8, 3),
-    (128, 32, 64, 4, 4),
-    (256, 64, 32, 8, 3),
-    (64, 64, 64, 4, 4),
-    (128, 128, 64, 8, 3),
-    (128, 256, 64, 8, 3),
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages). The first nine won or tied (within 5%) on at least
+# one of the 19 products of EfficientNet-Lite0 at batch 128 in a sweep of 27 tiles x 2 load paths
+# on the H200 (benchmarks/results/gemm-tf_efficientnet_lite0-h200.json); the last three keep the
+# batch-1 rows (M 49-12544) and the wide linears of vision transformers covered.
+TILES = [
     (256, 128, 64, 8, 3),
+    (256, 32, 64, 8, 4),
+    (256, 64, 32, 8, 3),
+    (128, 64, 32, 4, 4),
+    (128, 64, 64, 4, 4),
+    (128, 64, 128, 4, 4),
+    (128, 128, 64, 8, 3),
     (64, 128, 128, 4, 3),
+    (64, 64, 128, 4, 4),
     (64, 32, 64, 4, 4),
     (32, 64, 128, 4, 3),
+    (128, 256, 64, 8, 3),
 ]
 
-# Tiles of the tensor-descriptor kernel (Hopper): the copy engine keeps more stages in flight
-# with fewer registers, so deeper pipelines and larger K steps pay.
-TMA_CONFIGS = [
-    (128, 64, 64, 4, 4),
-    (128, 128, 64, 8, 3),
-    (128, 32, 128, 4, 4),
-    (64, 64, 128, 4, 4),
-    (128, 128, 128, 8, 3),
-    (128, 256, 64, 8, 3),
-    (64, 128, 128, 4, 3),
-    (64, 32, 128, 4, 4),
-]
+# Tiles tried per I/O path (TMA loads, TMA store): every tile with pointers; with descriptors
+# the tiles that won with them in that sweep (loads) and the store-bound winners (store), so
+# that autotuning stays at about 30 configs per product.
+_STORE_BOUND = [(256, 64, 32, 8, 3), (128, 64, 32, 4, 4), (256, 32, 64, 8, 4)]
+_TMA_LOADS = [(256, 128, 64, 8, 3), (128, 64, 128, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 4, 3)]
+PATH_TILES = {
+    (False, False): TILES,
+    (False, True): [*_STORE_BOUND, (256, 128, 64, 8, 3), (128, 64, 64, 4, 4), (128, 128, 64, 8, 3)],
+    (True, False): _TMA_LOADS,
+    (True, True): [*_TMA_LOADS, (128, 64, 64, 4, 4), (128, 128, 64, 8, 3)],
+}
+
+# How the kernel reads its operands and writes its output: through pointers (any layout), or
+# through tensor descriptors (Hopper's copy engine; needs 16-byte aligned rows, see `tma_ok`).
+IO_PATHS = ("pointer", "tma")
 
 
 def _prune(configs, named_args, **kwargs):
-    """Drop tiles far wider than the problem: they only waste the autotuner's time."""
+    """Drop tiles far wider than the problem (they only waste the autotuner's time) and the
+    descriptor paths a launch has no descriptor for."""
     m, n, k = named_args["M"], named_args["N"], named_args["K"]
+    has = {"TMA_LOADS": named_args["tma_loads_ok"], "TMA_STORE": named_args["tma_store_ok"]}
     keep = [
         c
         for c in configs
         if c.kwargs["BLOCK_N"] <= max(32, triton.next_power_of_2(n))
         and c.kwargs["BLOCK_K"] <= max(32, triton.next_power_of_2(k))
         and c.kwargs["BLOCK_M"] <= max(32, triton.next_power_of_2(m))
+        and all(has[flag] or not c.kwargs[flag] for flag in has)
     ]
     return keep or configs[:1]
 
@@ -81,11 +95,38 @@ def _tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.c
 
 
 @triton.jit
-def _epilogue(
-    acc, offs_m, offs_n, M, N, c_ptr, stride_cm, stride_cn, w_scale_ptr, x_scale_ptr, bias_ptr,
-    ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+def _fp8_gemm_kernel(
+    a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
+    tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
-    """Scales, bias and activation on the float32 sums; one masked store in the output dtype."""
+    pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if TMA_LOADS:
+        # No address arithmetic or masks in the loop: tiles past an edge arrive zero-filled,
+        # so they add nothing to the sums.
+        for k0 in range(0, tl.cdiv(K, BLOCK_K)):
+            a = a_desc.load([pid_m * BLOCK_M, k0 * BLOCK_K])
+            b = b_desc.load([pid_n * BLOCK_N, k0 * BLOCK_K])
+            acc = tl.dot(a, b.T, acc)
+    else:
+        offs_k = tl.arange(0, BLOCK_K)
+        a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+        b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+        for k0 in range(0, tl.cdiv(K, BLOCK_K)):
+            k_left = K - k0 * BLOCK_K
+            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=(offs_n[None, :] < N) & (offs_k[:, None] < k_left), other=0.0)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+
+    # Epilogue: both scales, the bias and the activation on the float32 sums; one write.
     n_mask = offs_n < N
     scale = tl.load(w_scale_ptr + offs_n, mask=n_mask, other=0.0) * tl.load(x_scale_ptr)
     y = acc * scale[None, :]
@@ -101,107 +142,50 @@ def _epilogue(
         y = y * tl.minimum(tl.maximum(y + 3.0, 0.0), 6.0) / 6.0
     elif ACT == 5:
         y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & n_mask[None, :])
-
-
-@triton.jit
-def _fp8_gemm_kernel(
-    a_ptr, b_ptr, c_ptr, w_scale_ptr, x_scale_ptr, bias_ptr,
-    M, N, K,
-    stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
-    ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):  # fmt: skip
-    """Pointer loads, masked on every edge: any strides, any K and N."""
-    pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k0 * BLOCK_K
-        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
-        b = tl.load(b_ptrs, mask=(offs_n[None, :] < N) & (offs_k[:, None] < k_left), other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    _epilogue(
-        acc, offs_m, offs_n, M, N, c_ptr, stride_cm, stride_cn, w_scale_ptr, x_scale_ptr,
-        bias_ptr, ACT, HAS_BIAS,
-    )  # fmt: skip
-
-
-@triton.jit
-def _fp8_gemm_kernel_tma(
-    a_desc, b_desc, c_ptr, w_scale_ptr, x_scale_ptr, bias_ptr,
-    M, N, K, stride_cm, stride_cn,
-    ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):  # fmt: skip
-    """Tensor-descriptor loads (Hopper's copy engine): no address arithmetic or masks in the
-    loop; tiles past an edge arrive zero-filled, so they add nothing to the sums."""
-    pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    off_m = pid_m * BLOCK_M
-    off_n = pid_n * BLOCK_N
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, tl.cdiv(K, BLOCK_K)):
-        a = a_desc.load([off_m, k0 * BLOCK_K])
-        b = b_desc.load([off_n, k0 * BLOCK_K])
-        acc = tl.dot(a, b.T, acc)
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    _epilogue(
-        acc, offs_m, offs_n, M, N, c_ptr, stride_cm, stride_cn, w_scale_ptr, x_scale_ptr,
-        bias_ptr, ACT, HAS_BIAS,
-    )  # fmt: skip
-
-
-# The autotuned kernels (CUDA). The plain ones stay callable with one fixed tile, which is how
-# the CPU tests run them under TRITON_INTERPRET=1 (the autotuner needs a GPU to time configs).
-def _configs(tiles, pre_hook=None):
-    return [
-        triton.Config(
-            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk},
-            num_warps=w,
-            num_stages=s,
-            pre_hook=pre_hook,
-        )
-        for bm, bn, bk, w, s in tiles
-    ]
+    if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], y.to(c_desc.dtype))
+    else:
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & n_mask[None, :])
 
 
 def _set_block_shapes(nargs) -> None:
-    """Give the descriptors the tile of the config about to run (descriptors carry it)."""
+    """Give the descriptors the tile of the config about to run (a descriptor carries it)."""
     bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
-    nargs["a_desc"].block_shape = [bm, bk]
-    nargs["b_desc"].block_shape = [bn, bk]
+    for name, shape in (("a_desc", [bm, bk]), ("b_desc", [bn, bk]), ("c_desc", [bm, bn])):
+        if nargs[name] is not None:
+            nargs[name].block_shape = shape
 
 
-_TUNING = {
-    "key": ["M", "N", "K", "ACT", "HAS_BIAS"],
-    "prune_configs_by": {"early_config_prune": _prune},
-    "do_bench": _bench,
-}
-_fp8_gemm_tuned = triton.autotune(configs=_configs(CONFIGS), **_TUNING)(_fp8_gemm_kernel)
-_fp8_gemm_tma_tuned = triton.autotune(configs=_configs(TMA_CONFIGS, _set_block_shapes), **_TUNING)(
-    _fp8_gemm_kernel_tma
-)
+# The autotuned kernel (CUDA) over `PATH_TILES`, pointer paths first (they always apply). The
+# plain kernel stays callable with one fixed tile, which is how the CPU tests run it under
+# TRITON_INTERPRET=1 (the autotuner needs a GPU to time configs).
+_fp8_gemm_tuned = triton.autotune(
+    configs=[
+        triton.Config(
+            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "TMA_LOADS": loads, "TMA_STORE": store},
+            num_warps=w,
+            num_stages=s,
+            pre_hook=_set_block_shapes,
+        )
+        for (loads, store), tiles in PATH_TILES.items()
+        for bm, bn, bk, w, s in tiles
+    ],
+    key=["M", "N", "K", "ACT", "HAS_BIAS", "tma_loads_ok", "tma_store_ok"],
+    prune_configs_by={"early_config_prune": _prune},
+    do_bench=_bench,
+)(_fp8_gemm_kernel)
 
-LOADS = ("auto", "pointer", "tma")
 
-
-def tma_ok(xq: torch.Tensor, w8: torch.Tensor) -> bool:
-    """Whether both operands can be read through tensor descriptors: a Hopper or newer GPU (or
-    the interpreter), unit last stride, 16-byte aligned base and row strides."""
-    if xq.is_cuda and torch.cuda.get_device_capability(xq.device)[0] < 9:
+def tma_ok(t: torch.Tensor) -> bool:
+    """Whether a 2-D operand can go through a tensor descriptor: a Hopper or newer GPU (or the
+    interpreter), unit last stride, 16-byte aligned base and row stride."""
+    if t.is_cuda and torch.cuda.get_device_capability(t.device)[0] < 9:
         return False
-    if not xq.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+    if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         return False
-    return all(
-        t.stride(1) == 1 and t.stride(0) % 16 == 0 and t.data_ptr() % 16 == 0 for t in (xq, w8)
+    return (
+        t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
     )
 
 
@@ -214,45 +198,59 @@ def fp8_gemm_triton(
     act: str,
     out_dtype: torch.dtype,
     tile: tuple[int, ...] | None = None,
-    loads: str = "auto",
+    loads: str | None = None,
+    store: str | None = None,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
-    float32, x_scale a float32 scalar tensor; returns (M, N) in `out_dtype`. `tile`
-    (BLOCK_M, BLOCK_N, BLOCK_K[, warps, stages]) skips the autotuner. `loads` "auto" reads
-    through tensor descriptors where `tma_ok`, else through pointers."""
-    if loads not in LOADS:
-        raise ValueError(f"loads must be one of {LOADS}, got {loads!r}")
+    float32, x_scale a float32 scalar tensor; returns (M, N) in `out_dtype`.
+
+    By default the autotuner picks the tile and, where `tma_ok` allows, the I/O paths; `loads`
+    or `store` "pointer" keeps it off the descriptor path for that side. `tile` (BLOCK_M,
+    BLOCK_N, BLOCK_K[, warps, stages]) fixes the tile, with pointers unless "tma" is asked."""
+    for path in (loads, store):
+        if path is not None and path not in IO_PATHS:
+            raise ValueError(f"I/O path must be one of {IO_PATHS}, got {path!r}")
     m, k = xq.shape
     n = w8.shape[0]
     out = torch.empty((m, n), device=xq.device, dtype=out_dtype)
     if m == 0:
         return out
-    use_tma = loads == "tma" or (loads == "auto" and tma_ok(xq, w8))
+    default = "pointer" if tile is not None else "tma"
+    use_loads = (loads or default) == "tma" and tma_ok(xq) and tma_ok(w8)
+    use_store = (store or default) == "tma" and tma_ok(out)
+    if (loads == "tma" and not use_loads) or (store == "tma" and not use_store):
+        raise ValueError("tensor descriptors need 16-byte aligned rows on a Hopper GPU")
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    # Placeholder block shapes; the autotuner's pre-hook (or the fixed tile) sets the real ones.
+    def desc(t, on):
+        return TensorDescriptor.from_tensor(t, [16, 16]) if on else None
+
+    descs = {
+        "a_desc": desc(xq, use_loads),
+        "b_desc": desc(w8, use_loads),
+        "c_desc": desc(out, use_store),
+    }
+    args = (
+        xq, descs["a_desc"], w8, descs["b_desc"], out, descs["c_desc"],
+        w_scale, x_scale, bias if bias is not None else w_scale,
+        m, n, k,
+        xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1), out.stride(0), out.stride(1),
+        int(use_loads), int(use_store),
+    )  # fmt: skip
+    meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
 
     def grid(meta):
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
-    epilogue = (out, w_scale, x_scale, bias if bias is not None else w_scale)
-    meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
-    if tile is not None:
-        bm, bn, bk, *launch = tile
-        meta |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-        if launch:
-            meta |= {"num_warps": launch[0], "num_stages": launch[1]}
-    if use_tma:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        # Placeholder tiles; the autotuner's pre-hook (or the fixed tile) sets the real ones.
-        bm, bn, bk = (meta.get(key, 32) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-        a_desc = TensorDescriptor.from_tensor(xq, [bm, bk])
-        b_desc = TensorDescriptor.from_tensor(w8, [bn, bk])
-        args = (a_desc, b_desc, *epilogue, m, n, k, out.stride(0), out.stride(1))
-        kernel = _fp8_gemm_kernel_tma if tile is not None else _fp8_gemm_tma_tuned
-    else:
-        args = (
-            xq, w8, *epilogue, m, n, k,
-            xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1), out.stride(0), out.stride(1),
-        )  # fmt: skip
-        kernel = _fp8_gemm_kernel if tile is not None else _fp8_gemm_tuned
-    kernel[grid](*args, **meta)
+    if tile is None:
+        _fp8_gemm_tuned[grid](*args, **meta)
+        return out
+    bm, bn, bk, *launch = tile
+    meta |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+    meta |= {"TMA_LOADS": use_loads, "TMA_STORE": use_store}
+    if launch:
+        meta |= {"num_warps": launch[0], "num_stages": launch[1]}
+    _set_block_shapes({**descs, **meta})
+    _fp8_gemm_kernel[grid](*args, **meta)
     return out
