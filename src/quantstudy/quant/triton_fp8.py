@@ -79,8 +79,10 @@ def _prune(configs, named_args, **kwargs):
 
 
 def _bench(fn, quantiles=None):
-    # Short autotuning runs: tens of shapes per engine, each picked once per process.
-    return triton.testing.do_bench(fn, warmup=5, rep=25, quantiles=quantiles)
+    """Time a config as the engines run it: replayed from a CUDA graph. Timed from the host
+    (triton's default), a 5-10 us product measures its launch, and descriptor configs, whose
+    launch encodes the tensor maps, lost to slower pointer tiles (H200, h200-call11-log.txt)."""
+    return triton.testing.do_bench_cudagraph(fn, rep=20, quantiles=quantiles)
 
 
 @triton.jit
