@@ -27,3 +27,24 @@ def test_fused_kernel_matches_torch(m, k, n, act, paths):
     ref = _act_reference((xq.float() @ w8.float().t()) * (w_scale * x_scale) + bias, act)
     # fp32 sums in another order, one fp16 rounding: half an fp16 ulp plus summation noise
     assert torch.allclose(out, ref, rtol=2e-3, atol=2e-3), (out - ref).abs().max()
+
+
+@pytest.mark.parametrize("k", [40, 728])
+def test_fused_layer_with_unaligned_k_matches_its_cpu_reference(k):
+    """K padded to 16 on the GPU path computes what the CPU reference computes unpadded."""
+    from torch import nn
+
+    from quantstudy.quant.fused import FusedFP8Matmul
+
+    torch.manual_seed(k)
+    conv = nn.Conv2d(k, 96, 1)
+    x = torch.randn(4, k, 7, 7).half().float()  # both paths see the same fp16 input
+    ref = FusedFP8Matmul(conv, 0.02, True, torch.float32, "relu6")
+    gpu = FusedFP8Matmul(conv, 0.02, True, torch.float16, "relu6").cuda()
+    with torch.no_grad():
+        want = ref(x)
+        x_cl = x.cuda().half().contiguous(memory_format=torch.channels_last)
+        got = gpu(x_cl).float().cpu()
+    assert gpu.k_pad == (-k) % 16
+    # same FP8 operands; fp32 sums in another order and one fp16 rounding of the output
+    assert torch.allclose(got, want, rtol=1e-2, atol=1e-2), (got - want).abs().max()

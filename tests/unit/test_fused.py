@@ -173,3 +173,52 @@ def test_gpu_without_fp8_tensor_cores_is_a_clear_error(monkeypatch):
         _device("cuda")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     assert _device("cuda").type == "cuda"
+
+
+def test_fused_layer_pads_k_to_16_with_exact_zeros():
+    """K 24 becomes 32 (16-byte FP8 rows for vector and descriptor loads); the result is the
+    unpadded product's, to the bit, in fp32 compute."""
+    from quantstudy.quant.fp8 import quantize_weight, to_fp8
+
+    torch.manual_seed(0)
+    conv = nn.Conv2d(24, 40, 1)
+    x = torch.randn(2, 24, 5, 5)
+    layer = FusedFP8Matmul(conv, 0.01, True, torch.float32, "relu")
+    assert layer.k_pad == 8 and tuple(layer.w8.shape) == (40, 32)
+    w8, w_scale = quantize_weight(conv.weight.detach().reshape(40, 24), True)
+    x2d = x.permute(0, 2, 3, 1).reshape(-1, 24)
+    ref = (to_fp8(x2d, torch.tensor(0.01)).float() @ w8.float().t()) * (w_scale * 0.01)
+    ref = (ref + conv.bias.detach()).clamp_min(0).reshape(2, 5, 5, 40).permute(0, 3, 1, 2)
+    with torch.no_grad():
+        assert torch.equal(layer(x), ref)
+    assert "k=24, k_pad=8" in repr(layer)
+
+
+def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
+    pytest.importorskip("triton")
+    from quantstudy.quant.triton_fp8 import _fp8_gemm_tuned, _prune
+
+    configs = _fp8_gemm_tuned.configs
+
+    def kept(m, n, k, loads, store):
+        args = {"M": m, "N": n, "K": k, "tma_loads_ok": loads, "tma_store_ok": store}
+        return _prune(configs, args)
+
+    thin = kept(1_605_632, 16, 32, 0, 0)  # Lite0's first pointwise conv
+    tiles = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in thin}
+    assert (256, 32, 64) in tiles and all(bn <= 64 and bk <= 64 for _, bn, bk in tiles)
+    assert not any(c.kwargs["TMA_LOADS"] or c.kwargs["TMA_STORE"] for c in thin)
+    both = kept(25_088, 112, 672, 1, 1)
+    assert {(c.kwargs["TMA_LOADS"], c.kwargs["TMA_STORE"]) for c in both} == {
+        (False, False), (False, True), (True, False), (True, True)
+    }  # fmt: skip
+    small = kept(1, 8, 8, 0, 0)
+    assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in small] == [
+        (64, 32, 64)
+    ]
+    wide = [c for c in configs if c.kwargs["BLOCK_M"] >= 128]  # all overhang: the smallest
+    args = {"M": 1, "N": 8, "K": 8, "tma_loads_ok": 0, "tma_store_ok": 0}
+    fallback = _prune(wide, args)
+    assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in fallback] == [
+        (128, 64, 32)
+    ]

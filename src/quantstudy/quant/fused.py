@@ -14,10 +14,11 @@ absorption without a GPU. Both run behind one custom op, opaque to Inductor.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from quantstudy.quant.fp8 import quantize_weight, to_fp8
-from quantstudy.quant.modules import PointwiseMatmul
+from quantstudy.quant.modules import PointwiseMatmul, align
 
 # Activation modules the epilogue computes, by exact type (subclasses may change the forward).
 ACTIVATIONS: dict[type, str] = {
@@ -85,7 +86,11 @@ class FusedFP8Matmul(PointwiseMatmul):
     """A 1x1 conv or linear layer as one fused FP8 product (see the module docstring).
 
     Same quantization as `FP8Matmul` (static per-tensor activation scale, per-channel or
-    per-tensor FP8 weights from the float32 layer); the bias and scales stay float32.
+    per-tensor FP8 weights from the float32 layer); the bias and scales stay float32. K is
+    zero-padded to a multiple of 16 (the weight once, the activation inside its quantize, which
+    Inductor fuses into the producer): FP8 rows of 728 bytes (xception41) cannot be read with
+    16-byte vector or descriptor loads, and the H200 ran those products 4x slower than cuBLASLt
+    on padded ones (benchmarks/RESULTS.md run 10). Zero columns add exact zeros to every sum.
     """
 
     def __init__(
@@ -101,6 +106,8 @@ class FusedFP8Matmul(PointwiseMatmul):
         weight = layer.weight.detach().float()
         weight = weight.reshape(weight.shape[0], -1)
         w8, w_scale = quantize_weight(weight, per_channel)
+        self.k_pad = align(weight.shape[1]) - weight.shape[1]
+        w8 = F.pad(w8.float(), (0, self.k_pad)).to(w8.dtype)  # exact: FP8 zeros
         self.register_buffer("w8", w8.contiguous())
         self.register_buffer("w_scale", w_scale.expand(weight.shape[0]).contiguous())
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
@@ -110,8 +117,11 @@ class FusedFP8Matmul(PointwiseMatmul):
         self.dtype = dtype
 
     def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
+        if self.k_pad:
+            x2d = F.pad(x2d, (0, self.k_pad))
         xq = to_fp8(x2d, self.x_scale)
         return fp8_gemm(xq, self.w8, self.w_scale, self.x_scale, self.bias, self.act, self.dtype)
 
     def extra_repr(self) -> str:
-        return f"n={self.w8.shape[0]}, k={self.w8.shape[1]}, act={self.act}"
+        k = self.w8.shape[1] - self.k_pad
+        return f"n={self.w8.shape[0]}, k={k}, k_pad={self.k_pad}, act={self.act}"

@@ -17,11 +17,14 @@ from torch import nn
 
 from quantstudy.quant.fp8 import dequantize_weight, fake_quant, quantize_weight, to_fp8
 
-_ALIGN = 16  # torch._scaled_mm needs both matrix dimensions of the weight divisible by 16
+# torch._scaled_mm needs both matrix dimensions of the weight divisible by 16; the fused kernel
+# needs FP8 rows of 16-byte multiples for vector and descriptor loads.
+ALIGN = 16
 
 
-def _ceil(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
+def align(n: int) -> int:
+    """n rounded up to a multiple of ALIGN."""
+    return -(-n // ALIGN) * ALIGN
 
 
 def _plain_layer_types() -> tuple[type, ...]:
@@ -95,8 +98,8 @@ class FP8Matmul(PointwiseMatmul):
         weight = layer.weight.detach().float()
         weight = weight.reshape(weight.shape[0], -1)
         self.n, self.k = weight.shape
-        self.k_pad = _ceil(self.k) - self.k
-        n_pad = _ceil(self.n) - self.n
+        self.k_pad = align(self.k) - self.k
+        n_pad = align(self.n) - self.n
         w8, w_scale = quantize_weight(weight, per_channel)
         w8 = F.pad(w8.float(), (0, self.k_pad, 0, n_pad)).to(w8.dtype)  # exact: zeros
         if per_channel:
