@@ -23,6 +23,11 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # Triton 3.3+ (torch 2.7+); older ones keep the pointer paths only
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    TensorDescriptor = None
+
 # Activation codes of the epilogue; `quant.fused.ACTIVATIONS` maps modules to them.
 ACT_CODES = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5}
 
@@ -88,8 +93,10 @@ def _prune(configs, named_args, **kwargs):
 def _bench(fn, quantiles=None):
     """Time a config as the engines run it: replayed from a CUDA graph. Timed from the host
     (triton's default), a 5-10 us product measures its launch, and descriptor configs, whose
-    launch encodes the tensor maps, lost to slower pointer tiles (H200, h200-call11-log.txt)."""
-    return triton.testing.do_bench_cudagraph(fn, rep=20, quantiles=quantiles)
+    launch encodes the tensor maps, lost to slower pointer tiles (H200, FP8_NOTES.md, calls 11-12).
+    Each graph holds about `rep` ms of launches, captured from Python one launch at a time: 5 ms
+    (about 1000 launches of a 5 us product) keeps a ~30-config search to seconds per product."""
+    return triton.testing.do_bench_cudagraph(fn, rep=5, quantiles=quantiles)
 
 
 @triton.jit
@@ -188,7 +195,10 @@ _fp8_gemm_tuned = triton.autotune(
 
 def tma_ok(t: torch.Tensor) -> bool:
     """Whether a 2-D operand can go through a tensor descriptor: a Hopper or newer GPU (or the
-    interpreter), unit last stride, 16-byte aligned base and row stride."""
+    interpreter) and a Triton that has them, unit last stride, 16-byte aligned base and row
+    stride."""
+    if TensorDescriptor is None:
+        return False
     if t.is_cuda and torch.cuda.get_device_capability(t.device)[0] < 9:
         return False
     if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
@@ -229,8 +239,6 @@ def fp8_gemm_triton(
     use_store = (store or default) == "tma" and tma_ok(out)
     if (loads == "tma" and not use_loads) or (store == "tma" and not use_store):
         raise ValueError("tensor descriptors need 16-byte aligned rows on a Hopper GPU")
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     # Placeholder block shapes; the autotuner's pre-hook (or the fixed tile) sets the real ones.
     def desc(t, on):
         return TensorDescriptor.from_tensor(t, [16, 16]) if on else None
