@@ -12,7 +12,8 @@ shapes) at one batch and times, on the GPU, with `triton.testing.do_bench_cudagr
 - the fused Triton kernel (`quant/triton_fp8.py`), with bias, no activation: autotuned as the
   engine runs it (every I/O path: pointers or tensor descriptors, Hopper's copy engine, for the
   loads and for the store) and autotuned on pointers only (the kernel of runs 4-5), each checked
-  against torch; unless `--quick`, every tile of TILES on every path the product allows.
+  against torch; unless `--quick`, every tile of TILES on every path the product allows and,
+  for thin products, the streaming tiles (STREAM_TILES) that hold all of K and N.
 
 No input quantize in any of them. Each row gets its roofline (bytes at 4.3 TB/s for the fused
 kernel: FP8 input and weight, fp16 output) and the achieved fraction. Prints a table, writes JSON.
@@ -80,7 +81,7 @@ def _time_us(fn) -> float:
 def time_shape(row: dict, quick: bool) -> dict:
     """Every way of running one product; microseconds per call. `quick`: autotuned kernels only."""
     from quantstudy.quant.fused import _act_reference
-    from quantstudy.quant.triton_fp8 import TILES, fp8_gemm_triton, tma_ok
+    from quantstudy.quant.triton_fp8 import STREAM_TILES, TILES, fp8_gemm_triton, tma_ok
 
     m, k, n = row["m"], row["k"], row["n"]
     dev = torch.device("cuda")
@@ -108,9 +109,9 @@ def time_shape(row: dict, quick: bool) -> dict:
     )
     # The autotuned launches (what the engine runs, all paths; and pointers only, the kernel of
     # runs 4-5), then unless `quick` every tile on every path this product allows.
-    runs: list[tuple[str, tuple | None, str | None, str | None]] = [
-        ("autotuned", None, None, None),
-        ("autotuned pointer", None, "pointer", "pointer"),
+    runs: list[tuple[str, tuple | None, str | None, str | None, int]] = [
+        ("autotuned", None, None, None, 0),
+        ("autotuned pointer", None, "pointer", "pointer", 0),
     ]
     if not quick:
         can_load = tma_ok(a8) and tma_ok(w8)
@@ -119,13 +120,19 @@ def time_shape(row: dict, quick: bool) -> dict:
             for store in ["pointer", "tma"] if can_store else ["pointer"]:
                 for cfg in TILES:
                     label = f"{loads}/{store} " + "x".join(map(str, cfg))
-                    runs.append((label, cfg, loads, store))
+                    runs.append((label, cfg, loads, store, 0))
+        for store in ["pointer", "tma"] if can_store else ["pointer"]:
+            for *cfg, per_sm in STREAM_TILES:
+                bn, bk = cfg[1], cfg[2]
+                if n <= bn <= max(16, 2 * n) and k <= bk <= max(32, 2 * k):
+                    label = f"stream{per_sm}/{store} " + "x".join(map(str, cfg))
+                    runs.append((label, tuple(cfg), "pointer", store, per_sm))
     errors: dict[str, float] = {}
-    for label, cfg, loads, store in runs:
+    for label, cfg, loads, store, per_sm in runs:
 
-        def call(cfg=cfg, loads=loads, store=store):
+        def call(cfg=cfg, loads=loads, store=store, per_sm=per_sm):
             return fp8_gemm_triton(
-                a8, w8, w_scale, x_scale, bias, "none", torch.float16, cfg, loads, store
+                a8, w8, w_scale, x_scale, bias, "none", torch.float16, cfg, loads, store, per_sm
             )
 
         try:

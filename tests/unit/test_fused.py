@@ -74,6 +74,47 @@ def test_triton_kernel_under_the_interpreter_matches_torch():
     assert float(worst) < 1e-3  # one fp16 rounding (2^-11 relative) and fp32 summation order
 
 
+def test_streaming_programs_under_the_interpreter_match_torch():
+    """Programs that keep the weight and walk over row tiles (8 programs here, so several tiles
+    each and a ragged last one), with both stores; and a tile too small for K is refused."""
+    pytest.importorskip("triton")
+    script = textwrap.dedent(
+        """
+        import torch
+        from quantstudy.quant.fused import _act_reference
+        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        g = torch.Generator().manual_seed(1)
+        worst, runs = 0.0, 0
+        shapes = [(700, 32, 40, 64, 32), (530, 16, 16, 16, 32), (1000, 48, 96, 128, 64)]
+        for m, k, n, bn, bk in shapes:
+            for act in ["none", "relu6", "gelu"]:
+                xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
+                w8 = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn)
+                ws, xs, b = torch.rand(n, generator=g) + 0.5, torch.tensor(0.7), torch.randn(n)
+                ref = _act_reference((xq.float() @ w8.float().t()) * (ws * xs) + b, act)
+                for store in ("pointer", "tma"):
+                    y = fp8_gemm_triton(
+                        xq, w8, ws, xs, b, act, torch.float16, (64, bn, bk), None, store, 2
+                    )
+                    err = ((y.float() - ref).abs() / (ref.abs() + 1)).max().item()
+                    worst, runs = max(worst, err), runs + 1
+        try:
+            fp8_gemm_triton(xq, w8, ws, xs, b, "none", torch.float16, (64, 128, 32), stream=2)
+        except ValueError:
+            runs += 100
+        print(runs, worst)
+        """
+    )
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    run = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    runs, worst = run.stdout.strip().splitlines()[-1].split()
+    assert int(runs) == 3 * 3 * 2 + 100
+    assert float(worst) < 1e-3
+
+
 class Block(nn.Module):
     """conv -> BN -> ReLU6 (absorbable), a shared ReLU called twice, and a raw output reused."""
 
@@ -212,11 +253,18 @@ def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
     assert {(c.kwargs["TMA_LOADS"], c.kwargs["TMA_STORE"]) for c in both} == {
         (False, False), (False, True), (True, False), (True, True)
     }  # fmt: skip
+    assert not any(c.kwargs["STREAM"] for c in both)  # K 672: no streaming tile holds it
+    # a thin expansion conv (Lite0, K 16, N 96): streaming tiles that hold all of K and N exactly
+    stream = [c for c in kept(1_605_632, 96, 16, 0, 1) if c.kwargs["STREAM"]]
+    assert {(c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["PER_SM"]) for c in stream} == {
+        (128, 32, 2), (128, 32, 4)
+    }  # fmt: skip
+    assert {c.kwargs["TMA_STORE"] for c in stream} == {False, True}
     small = kept(1, 8, 8, 0, 0)
     assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in small] == [
         (64, 32, 64)
     ]
-    wide = [c for c in configs if c.kwargs["BLOCK_M"] >= 128]  # all overhang: the smallest
+    wide = [c for c in configs if c.kwargs["BLOCK_M"] >= 128]  # none fits: the smallest tile
     args = {"M": 1, "N": 8, "K": 8, "tma_loads_ok": 0, "tma_store_ok": 0}
     fallback = _prune(wide, args)
     assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in fallback] == [

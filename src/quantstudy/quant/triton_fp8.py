@@ -17,6 +17,7 @@ Imported lazily: Triton ships with CUDA builds of torch only.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -62,14 +63,26 @@ PATH_TILES = {
     (True, True): [*_TMA_LOADS, (128, 64, 64, 4, 4), (128, 128, 64, 8, 3)],
 }
 
+# Streaming programs for thin products (K <= 64, N <= 256): (BLOCK_M, BLOCK_N, BLOCK_K, warps,
+# stages, programs per SM). The H200 sweep found the thin-K expansion convs, which only write
+# their output, at about half the fp16 conv's write bandwidth with one tile per program
+# (FP8_NOTES.md); these tiles are offered to the autotuner beside the others, unmeasured so far.
+STREAM_TILES = [
+    (128, bn, bk, 4 if bn <= 64 else 8, 3, per_sm)
+    for bn in (16, 32, 64, 128, 256)
+    for bk in (32, 64)
+    for per_sm in (2, 4)
+]
+
 # How the kernel reads its operands and writes its output: through pointers (any layout), or
 # through tensor descriptors (Hopper's copy engine; needs 16-byte aligned rows, see `tma_ok`).
 IO_PATHS = ("pointer", "tma")
 
 
 def _prune(configs, named_args, **kwargs):
-    """Drop tiles far wider than the problem (they only waste the autotuner's time) and the
-    descriptor paths this launch cannot take.
+    """Drop tiles far wider than the problem (they only waste the autotuner's time), streaming
+    tiles that do not hold the whole of K and N, and the descriptor paths this launch cannot
+    take.
 
     A tile may overhang a dimension up to 64 (K 16-32 products ran fastest with BLOCK_K 64 in the
     H200 sweep); an earlier bound of 32 left no tile for N 16 / K 32 (Lite0's first layer) and
@@ -77,17 +90,27 @@ def _prune(configs, named_args, **kwargs):
     m, n, k = named_args["M"], named_args["N"], named_args["K"]
     has = {"TMA_LOADS": named_args["tma_loads_ok"], "TMA_STORE": named_args["tma_store_ok"]}
     usable = [c for c in configs if all(has[flag] or not c.kwargs[flag] for flag in has)]
-    keep = [
-        c
-        for c in usable
-        if c.kwargs["BLOCK_N"] <= max(64, triton.next_power_of_2(n))
-        and c.kwargs["BLOCK_K"] <= max(64, triton.next_power_of_2(k))
-        and c.kwargs["BLOCK_M"] <= max(64, triton.next_power_of_2(m))
-    ]
+
+    def fits(c) -> bool:
+        bm, bn, bk = (c.kwargs[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+        if c.kwargs["STREAM"]:
+            return (
+                n <= bn <= max(16, triton.next_power_of_2(n))
+                and k <= bk <= max(32, triton.next_power_of_2(k))
+                and m >= 4 * bm
+            )
+        return (
+            bn <= max(64, triton.next_power_of_2(n))
+            and bk <= max(64, triton.next_power_of_2(k))
+            and bm <= max(64, triton.next_power_of_2(m))
+        )
+
+    keep = [c for c in usable if fits(c)]
     if keep:
         return keep
+    tiles = [c for c in usable if not c.kwargs["STREAM"]]
     area = lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"]  # noqa: E731
-    return [min(usable, key=area)]
+    return [min(tiles, key=area)]
 
 
 def _bench(fn, quantiles=None):
@@ -111,43 +134,25 @@ def _tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.c
 
 
 @triton.jit
-def _fp8_gemm_kernel(
-    a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr,
-    M, N, K,
-    stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
-    tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
-    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):  # fmt: skip
-    pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if TMA_LOADS:
-        # No address arithmetic or masks in the loop: tiles past an edge arrive zero-filled,
-        # so they add nothing to the sums.
-        for k0 in range(0, tl.cdiv(K, BLOCK_K)):
-            a = a_desc.load([pid_m * BLOCK_M, k0 * BLOCK_K])
-            b = b_desc.load([pid_n * BLOCK_N, k0 * BLOCK_K])
-            acc = tl.dot(a, b.T, acc)
-    else:
-        offs_k = tl.arange(0, BLOCK_K)
-        a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-        b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
-        for k0 in range(0, tl.cdiv(K, BLOCK_K)):
-            k_left = K - k0 * BLOCK_K
-            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
-            b = tl.load(b_ptrs, mask=(offs_n[None, :] < N) & (offs_k[:, None] < k_left), other=0.0)
-            acc = tl.dot(a, b, acc)
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
-
-    # Epilogue: both scales, the bias and the activation on the float32 sums; one write.
+def _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS: tl.constexpr):
+    """Per-output-channel scale (weight scale x activation scale) and bias, float32."""
     n_mask = offs_n < N
     scale = tl.load(w_scale_ptr + offs_n, mask=n_mask, other=0.0) * tl.load(x_scale_ptr)
-    y = acc * scale[None, :]
     if HAS_BIAS:
-        y += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0)[None, :]
+        bias = tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0)
+    else:
+        bias = tl.zeros_like(scale)
+    return scale, bias
+
+
+@triton.jit
+def _finish(
+    acc, scale, bias, first_m, first_n, M, N, c_ptr, c_desc, stride_cm, stride_cn,
+    ACT: tl.constexpr, TMA_STORE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Epilogue: scales, bias and activation on the float32 sums, then one write of the tile
+    whose first row and column are `first_m`, `first_n`."""
+    y = acc * scale[None, :] + bias[None, :]
     if ACT == 1:
         y = tl.maximum(y, 0.0)
     elif ACT == 2:
@@ -159,10 +164,73 @@ def _fp8_gemm_kernel(
     elif ACT == 5:
         y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
     if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
-        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], y.to(c_desc.dtype))
+        c_desc.store([first_m, first_n], y.to(c_desc.dtype))
     else:
+        offs_m = first_m + tl.arange(0, BLOCK_M)
+        offs_n = first_n + tl.arange(0, BLOCK_N)
         c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & n_mask[None, :])
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _fp8_gemm_kernel(
+    a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
+    tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
+):  # fmt: skip
+    if STREAM:
+        # Thin products (K <= BLOCK_K, N <= BLOCK_N, see `_prune`): each program keeps the whole
+        # weight, its scales and bias in registers and walks over row tiles, so the loads of the
+        # next tile are in flight (software-pipelined loop) while this one is finished and stored.
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
+        b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+        b = tl.load(b_ptrs, mask=(offs_n[None, :] < N) & (offs_k[:, None] < K), other=0.0)
+        scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS)
+        for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
+            offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+            a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
+            acc = tl.dot(a, b, out_dtype=tl.float32)
+            _finish(
+                acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
+                ACT, TMA_STORE, BLOCK_M, BLOCK_N,
+            )  # fmt: skip
+    else:
+        pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if TMA_LOADS:
+            # No address arithmetic or masks in the loop: tiles past an edge arrive
+            # zero-filled, so they add nothing to the sums.
+            for k0 in range(0, tl.cdiv(K, BLOCK_K)):
+                a = a_desc.load([pid_m * BLOCK_M, k0 * BLOCK_K])
+                b = b_desc.load([pid_n * BLOCK_N, k0 * BLOCK_K])
+                acc = tl.dot(a, b.T, acc)
+        else:
+            offs_k = tl.arange(0, BLOCK_K)
+            a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+            b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+            for k0 in range(0, tl.cdiv(K, BLOCK_K)):
+                k_left = K - k0 * BLOCK_K
+                a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
+                b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
+                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+                b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+                acc = tl.dot(a, b, acc)
+                a_ptrs += BLOCK_K * stride_ak
+                b_ptrs += BLOCK_K * stride_bk
+        scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS)
+        _finish(
+            acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
+            stride_cm, stride_cn, ACT, TMA_STORE, BLOCK_M, BLOCK_N,
+        )  # fmt: skip
 
 
 def _set_block_shapes(nargs) -> None:
@@ -176,21 +244,28 @@ def _set_block_shapes(nargs) -> None:
 # The autotuned kernel (CUDA) over `PATH_TILES`, pointer paths first (they always apply). The
 # plain kernel stays callable with one fixed tile, which is how the CPU tests run it under
 # TRITON_INTERPRET=1 (the autotuner needs a GPU to time configs).
+def _config(bm, bn, bk, warps, stages, loads=False, store=False, per_sm=0):
+    meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "TMA_LOADS": loads, "TMA_STORE": store}
+    meta |= {"STREAM": per_sm > 0, "PER_SM": per_sm}
+    return triton.Config(meta, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
+
+
 _fp8_gemm_tuned = triton.autotune(
     configs=[
-        triton.Config(
-            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "TMA_LOADS": loads, "TMA_STORE": store},
-            num_warps=w,
-            num_stages=s,
-            pre_hook=_set_block_shapes,
-        )
-        for (loads, store), tiles in PATH_TILES.items()
-        for bm, bn, bk, w, s in tiles
+        *(_config(*t, loads, store) for (loads, store), tiles in PATH_TILES.items() for t in tiles),
+        *(_config(*t[:5], False, store, t[5]) for store in (False, True) for t in STREAM_TILES),
     ],
     key=["M", "N", "K", "ACT", "HAS_BIAS", "tma_loads_ok", "tma_store_ok"],
     prune_configs_by={"early_config_prune": _prune},
     do_bench=_bench,
 )(_fp8_gemm_kernel)
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # the interpreter: any count exercises the loop over tiles
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def tma_ok(t: torch.Tensor) -> bool:
@@ -219,13 +294,16 @@ def fp8_gemm_triton(
     tile: tuple[int, ...] | None = None,
     loads: str | None = None,
     store: str | None = None,
+    stream: int = 0,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor; returns (M, N) in `out_dtype`.
 
-    By default the autotuner picks the tile and, where `tma_ok` allows, the I/O paths; `loads`
-    or `store` "pointer" keeps it off the descriptor path for that side. `tile` (BLOCK_M,
-    BLOCK_N, BLOCK_K[, warps, stages]) fixes the tile, with pointers unless "tma" is asked."""
+    By default the autotuner picks the tile, the streaming programs for thin products and,
+    where `tma_ok` allows, the I/O paths; `loads` or `store` "pointer" keeps it off the
+    descriptor path for that side. `tile` (BLOCK_M, BLOCK_N, BLOCK_K[, warps, stages]) fixes the
+    tile, with pointers unless "tma" is asked, and `stream` > 0 runs it as that many streaming
+    programs per SM (the tile must hold all of K and N)."""
     for path in (loads, store):
         if path is not None and path not in IO_PATHS:
             raise ValueError(f"I/O path must be one of {IO_PATHS}, got {path!r}")
@@ -239,6 +317,7 @@ def fp8_gemm_triton(
     use_store = (store or default) == "tma" and tma_ok(out)
     if (loads == "tma" and not use_loads) or (store == "tma" and not use_store):
         raise ValueError("tensor descriptors need 16-byte aligned rows on a Hopper GPU")
+
     # Placeholder block shapes; the autotuner's pre-hook (or the fixed tile) sets the real ones.
     def desc(t, on):
         return TensorDescriptor.from_tensor(t, [16, 16]) if on else None
@@ -258,13 +337,20 @@ def fp8_gemm_triton(
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
 
     def grid(meta):
-        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+        tiles_m = triton.cdiv(m, meta["BLOCK_M"])
+        if meta["STREAM"]:
+            return (min(tiles_m, _sm_count(xq.device) * meta["PER_SM"]),)
+        return (tiles_m * triton.cdiv(n, meta["BLOCK_N"]),)
 
     if tile is None:
         _fp8_gemm_tuned[grid](*args, **meta)
         return out
     bm, bn, bk, *launch = tile
-    meta |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+    if stream and (k > bk or n > bn or use_loads):
+        raise ValueError(
+            f"a streaming tile holds all of K and N and loads through pointers: {tile}"
+        )
+    meta |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "STREAM": stream > 0, "PER_SM": stream}
     meta |= {"TMA_LOADS": use_loads, "TMA_STORE": use_store}
     if launch:
         meta |= {"num_warps": launch[0], "num_stages": launch[1]}
