@@ -46,3 +46,32 @@ def test_fp8_engine_on_cuda_runs_fp8_kernels_and_matches_emulation(kernel):
     assert groups["fp8_matmul"] >= 3, kernels.top_kernels
     half = build_half(m, cuda, x[:1])
     assert half.info().compute_dtype == "float16"
+
+
+class Mlp(nn.Module):
+    """Tokens through fc1 -> GELU -> fc2: the fused engine hands fc1's output to fc2 in FP8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(64, 256)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(256, 64)
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x):
+        t = x.flatten(2).transpose(1, 2)
+        t = t + self.fc2(self.act(self.fc1(t)))
+        return self.head(t.mean(1))
+
+
+def test_fp8_handoff_on_cuda_matches_the_emulation():
+    torch.manual_seed(0)
+    m = Mlp().eval()
+    x = torch.randn(16, 64, 7, 7)
+    layers = ["fc1", "fc2", "head"]
+    plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
+    fp8 = build_fp8(m, torch.device("cuda"), x[:1], plan, kernel="fused")
+    assert fp8.info().fp8_handoff == {"fc1": "fc2"}
+    out = fp8(x)
+    ref = build_fakequant(m, torch.device("cpu"), x[:1], plan)(x)
+    assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) < 2e-2

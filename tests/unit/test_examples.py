@@ -22,10 +22,12 @@ def _id(path: Path) -> str:
 NEW_IN_VERSION_2 = {"sensitivity", "layer_speed", "search"}
 NEW_IN_VERSION_2_VARIANT = {"predicted", "measured"}
 NEW_IN_VERSION_3_ENGINE = {"fp8_kernel": None, "fp8_epilogue": {}}
+NEW_IN_VERSION_4_ENGINE = {"fp8_handoff": {}}
 
 
 def _without_version_3(full: dict) -> dict:
-    """The full dump less the version-3 keys, after checking they hold their empty defaults."""
+    """The full dump less the version-3 and -4 keys, after checking they hold their empty
+    defaults."""
     out = dict(full)
     config = dict(out["config"])
     assert config.pop("fp8_kernel") is None
@@ -34,7 +36,7 @@ def _without_version_3(full: dict) -> dict:
     engines = []
     for engine in out["engines"]:
         engine = dict(engine)
-        for key, empty in NEW_IN_VERSION_3_ENGINE.items():
+        for key, empty in (NEW_IN_VERSION_3_ENGINE | NEW_IN_VERSION_4_ENGINE).items():
             assert engine.pop(key) == empty
         engines.append(engine)
     calibration = dict(out["calibration"])

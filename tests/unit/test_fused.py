@@ -270,3 +270,54 @@ def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
     assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in fallback] == [
         (128, 64, 32)
     ]
+
+
+class MlpPair(nn.Module):
+    """fc1 -> GELU -> dropout -> fc2 (a hand-off), and fc3 whose output is also reused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.act = nn.GELU()
+        self.drop = nn.Dropout(0.1)
+        self.fc2 = nn.Linear(32, 16)
+        self.fc3 = nn.Linear(16, 16)
+        self.fc4 = nn.Linear(16, 8)
+
+    def forward(self, x):
+        x = x.flatten(2).transpose(1, 2)  # (B, 16, H, W) images -> (B, HW, 16) tokens
+        x = self.fc2(self.drop(self.act(self.fc1(x))))
+        y = self.fc3(x)
+        return self.fc4(y) + y.mean()  # fc3's output is read by fc4 and by the mean
+
+
+def test_handoff_takes_the_mlp_pair_and_not_a_reused_output():
+    from quantstudy.quant.handoff import fp8_handoffs
+
+    torch.manual_seed(0)
+    m = MlpPair().eval()
+    x = torch.randn(4, 16, 3, 3)
+    layers = ["fc1", "fc2", "fc3", "fc4"]
+    absorbed = absorbable_activations(m, layers, x)
+    assert absorbed == {"fc1": ("act", "gelu")}
+    # fc1 -> (gelu, dropout) -> fc2 and fc2 -> fc3 hand off; fc3 -> fc4 links by tensor identity
+    # too, but fc3's output is also read by the mean, which only the exactness check sees
+    assert fp8_handoffs(m, layers, x, absorbed) == {"fc1": "fc2", "fc2": "fc3"}
+
+
+def test_fp8_engine_with_handoff_matches_the_engine_without():
+    """The hand-off moves the consumer's quantize into the producer's epilogue: same FP8 values
+    (fp32 compute on CPU quantizes the same float32 numbers), same output."""
+    torch.manual_seed(0)
+    m = MlpPair().eval()
+    x = torch.randn(4, 16, 3, 3)
+    layers = ["fc1", "fc2", "fc3", "fc4"]
+    plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
+    fused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="fused")
+    unfused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="scaled_mm")
+    assert fused.info().fp8_handoff == {"fc1": "fc2", "fc2": "fc3"}
+    assert unfused.info().fp8_handoff == {}
+    assert fused.eager.fc1.out_scale is not None and fused.eager.fc2.fp8_input
+    with torch.no_grad():
+        a, b = fused(x), unfused(x)
+    assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()

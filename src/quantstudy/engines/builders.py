@@ -21,6 +21,7 @@ from quantstudy.quant.absorb import absorbable_activations, remove_activations
 from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8, real_layers
 from quantstudy.quant.bias_correction import correct_biases
 from quantstudy.quant.fold import fold_batchnorm
+from quantstudy.quant.handoff import fp8_handoffs
 from quantstudy.speed.size import weight_bytes
 from quantstudy.study.schema import EngineInfo
 
@@ -74,6 +75,7 @@ class BuiltEngine(Engine):
     float_layers: int = 0
     fp8_kernel: str | None = None
     fp8_epilogue: dict[str, str] = field(default_factory=dict)
+    fp8_handoff: dict[str, str] = field(default_factory=dict)
 
     def info(self) -> EngineInfo:
         return EngineInfo(
@@ -89,6 +91,7 @@ class BuiltEngine(Engine):
             fp8_emulated=[name for name, _ in self.applied.emulated],
             fp8_kernel=self.fp8_kernel if self.applied.real else None,
             fp8_epilogue=dict(self.fp8_epilogue),
+            fp8_handoff=dict(self.fp8_handoff),
             fp16_layers=self.float_layers,
             weight_bytes=weight_bytes(self.eager),
             numerics=numerics(),
@@ -192,14 +195,16 @@ def build_fp8(
     """
     dtype = dtype or half_dtype(device)
     source = _folded_copy(model, example, fold, plan)
-    absorbed = {}
+    absorbed, handoff = {}, {}
     if kernel == "fused":
-        absorbed = absorbable_activations(source, real_layers(source, plan.layers), example)
+        real = real_layers(source, plan.layers)
+        absorbed = absorbable_activations(source, real, example)
+        handoff = fp8_handoffs(source, real, example, absorbed)
     m = copy.deepcopy(source)
     remove_activations(m, absorbed)
     m = m.to(dtype)
     epilogue = {layer: act for layer, (_, act) in absorbed.items()}
-    applied = apply_fp8(m, source, plan, dtype, kernel, epilogue)
+    applied = apply_fp8(m, source, plan, dtype, kernel, epilogue, handoff)
     m = m.to(device).to(memory_format=torch.channels_last)
     return _compiled_engine(
         "fp8",
@@ -211,6 +216,7 @@ def build_fp8(
         float_layers=count_float_layers(model) - len(plan.layers),
         fp8_kernel=kernel,
         fp8_epilogue=epilogue,
+        fp8_handoff=handoff,
     )
 
 

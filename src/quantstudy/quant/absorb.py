@@ -37,7 +37,9 @@ def _candidates(model: nn.Module, layers: list[str], example: torch.Tensor) -> d
     return {layer: act for layer, act in found.items() if calls[act] == 1}
 
 
-def _absorbed_copy(model: nn.Module, pairs: dict[str, str]) -> nn.Module:
+def with_absorbed(model: nn.Module, pairs: dict[str, str]) -> nn.Module:
+    """A copy of `model` with each activation of `pairs` (layer -> activation) moved behind its
+    layer: `nn.Sequential(layer, act)` in the layer's place, `nn.Identity` in the act's."""
     trial = copy.deepcopy(model)
     for layer, act in pairs.items():
         act_module = trial.get_submodule(act)
@@ -46,7 +48,7 @@ def _absorbed_copy(model: nn.Module, pairs: dict[str, str]) -> nn.Module:
     return trial
 
 
-def _probes(example: torch.Tensor) -> list[torch.Tensor]:
+def probe_inputs(example: torch.Tensor) -> list[torch.Tensor]:
     """The example plus a seeded wide random input: a check on inputs that never drive a
     pre-activation negative could not tell ReLU(y) from y."""
     g = torch.Generator().manual_seed(0)
@@ -55,7 +57,7 @@ def _probes(example: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _same_output(model: nn.Module, pairs: dict[str, str], probes, refs) -> bool:
-    trial = _absorbed_copy(model, pairs).eval()
+    trial = with_absorbed(model, pairs).eval()
     with torch.no_grad():
         return all(torch.equal(trial(x), ref) for x, ref in zip(probes, refs, strict=True))
 
@@ -66,7 +68,7 @@ def absorbable_activations(
     """layer -> (activation module name, epilogue activation), checked bit-exactly."""
     pairs = _candidates(model, layers, example)
     if pairs:
-        probes = _probes(example)
+        probes = probe_inputs(example)
         with torch.no_grad():
             refs = [model.eval()(x) for x in probes]
         if not _same_output(model, pairs, probes, refs):

@@ -51,17 +51,24 @@ def apply_fp8(
     dtype: torch.dtype,
     kernel: str = "scaled_mm",
     epilogue: dict[str, str] | None = None,
+    handoff: dict[str, str] | None = None,
 ) -> Applied:
     """Swap the plan's layers of `model` (already in `dtype`) for FP8 modules built from `source`.
 
     `source` is the float32 model with the same structure (BatchNorm folded when the recipe folds),
     so weight scales come from full-precision weights, not from their fp16 copies. `kernel`
     "fused" builds `FusedFP8Matmul` layers with the activations of `epilogue` (layer -> name)
-    in their epilogue; the caller has removed those activation modules from `model`.
+    in their epilogue; the caller has removed those activation modules from `model`. `handoff`
+    (producer -> consumer, `quant/handoff.py`) makes each producer write its consumer's FP8
+    input and the consumer read it as is.
     """
     if kernel not in FP8_KERNELS:
         raise ValueError(f"FP8 kernel must be one of {FP8_KERNELS}, not {kernel!r}")
     epilogue = epilogue or {}
+    handoff = handoff or {}
+    if handoff and kernel != "fused":
+        raise ValueError("FP8 hand-offs need the fused kernel")
+    consumers = set(handoff.values())
     real: list[str] = []
     emulated: list[tuple[str, str]] = []
     for name in plan.layers:
@@ -71,7 +78,11 @@ def apply_fp8(
         if blocker is None:
             if kernel == "fused":
                 act = epilogue.get(name, "none")
-                new = FusedFP8Matmul(layer, x_scale, plan.per_channel, dtype, act)
+                nxt = handoff.get(name)
+                out_scale = plan.calibration.scale_of(nxt) if nxt is not None else None
+                new = FusedFP8Matmul(
+                    layer, x_scale, plan.per_channel, dtype, act, out_scale, name in consumers
+                )
             else:
                 new = FP8Matmul(layer, x_scale, plan.per_channel, dtype)
             replace_module(model, name, new)

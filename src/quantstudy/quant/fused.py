@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.fp8 import quantize_weight, to_fp8
+from quantstudy.quant.fp8 import E4M3, quantize_weight, to_fp8
 from quantstudy.quant.modules import PointwiseMatmul, align
 
 # Activation modules the epilogue computes, by exact type (subclasses may change the forward).
@@ -65,20 +65,24 @@ def fp8_gemm(
     bias: torch.Tensor | None,
     act: str,
     out_dtype: torch.dtype,
+    out_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8."""
+    """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8.
+    With `out_scale` the result is written as the next layer's FP8 input (`to_fp8`)."""
     if xq.is_cuda:
         from quantstudy.quant.triton_fp8 import fp8_gemm_triton
 
-        return fp8_gemm_triton(xq.contiguous(), w8, w_scale, x_scale, bias, act, out_dtype)
+        xq = xq.contiguous()
+        return fp8_gemm_triton(xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=out_scale)
     y = (xq.float() @ w8.float().t()) * (w_scale * x_scale)
     if bias is not None:
         y = y + bias
-    return _act_reference(y, act).to(out_dtype)
+    y = _act_reference(y, act)
+    return to_fp8(y, out_scale) if out_scale is not None else y.to(out_dtype)
 
 
 @fp8_gemm.register_fake
-def _(xq, w8, w_scale, x_scale, bias, act, out_dtype):
+def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=None):
     return xq.new_empty((xq.shape[0], w8.shape[0]), dtype=out_dtype)
 
 
@@ -100,6 +104,8 @@ class FusedFP8Matmul(PointwiseMatmul):
         per_channel: bool,
         dtype: torch.dtype,
         act: str = "none",
+        out_scale: float | None = None,
+        fp8_input: bool = False,
     ) -> None:
         super().__init__()
         self._take_shape(layer)
@@ -115,13 +121,31 @@ class FusedFP8Matmul(PointwiseMatmul):
         self.register_buffer("bias", bias)
         self.act = act
         self.dtype = dtype
+        # FP8 hand-off (`quant/handoff.py`): this layer writes the next one's FP8 input, or
+        # reads its input already quantized by the layer before.
+        out = torch.tensor(out_scale, dtype=torch.float32) if out_scale is not None else None
+        self.register_buffer("out_scale", out)
+        self.fp8_input = fp8_input
+        if fp8_input and self.k_pad:
+            raise ValueError("an FP8 input cannot be padded here: its producer writes K columns")
 
     def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
-        if self.k_pad:
-            x2d = F.pad(x2d, (0, self.k_pad))
-        xq = to_fp8(x2d, self.x_scale)
-        return fp8_gemm(xq, self.w8, self.w_scale, self.x_scale, self.bias, self.act, self.dtype)
+        if self.fp8_input:
+            if x2d.dtype != E4M3:
+                raise TypeError(f"this layer reads FP8 from the layer before, got {x2d.dtype}")
+            xq = x2d
+        else:
+            if self.k_pad:
+                x2d = F.pad(x2d, (0, self.k_pad))
+            xq = to_fp8(x2d, self.x_scale)
+        out_dtype = E4M3 if self.out_scale is not None else self.dtype
+        return fp8_gemm(
+            xq, self.w8, self.w_scale, self.x_scale, self.bias, self.act, out_dtype, self.out_scale
+        )
 
     def extra_repr(self) -> str:
         k = self.w8.shape[1] - self.k_pad
-        return f"n={self.w8.shape[0]}, k={k}, k_pad={self.k_pad}, act={self.act}"
+        io = (", fp8 in" if self.fp8_input else "") + (
+            ", fp8 out" if self.out_scale is not None else ""
+        )
+        return f"n={self.w8.shape[0]}, k={k}, k_pad={self.k_pad}, act={self.act}{io}"

@@ -147,11 +147,14 @@ def _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS: tl.c
 
 @triton.jit
 def _finish(
-    acc, scale, bias, first_m, first_n, M, N, c_ptr, c_desc, stride_cm, stride_cn,
-    ACT: tl.constexpr, TMA_STORE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    acc, scale, bias, first_m, first_n, M, N, c_ptr, c_desc, stride_cm, stride_cn, out_scale_ptr,
+    ACT: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """Epilogue: scales, bias and activation on the float32 sums, then one write of the tile
-    whose first row and column are `first_m`, `first_n`."""
+    whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the next
+    FP8 layer's quantized input (divide by its scale, saturate at 448, round to nearest even:
+    `quant.fp8.to_fp8`'s arithmetic)."""
     y = acc * scale[None, :] + bias[None, :]
     if ACT == 1:
         y = tl.maximum(y, 0.0)
@@ -163,23 +166,26 @@ def _finish(
         y = y * tl.minimum(tl.maximum(y + 3.0, 0.0), 6.0) / 6.0
     elif ACT == 5:
         y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    if OUT_FP8:
+        y = tl.minimum(tl.maximum(y / tl.load(out_scale_ptr), -448.0), 448.0)
     if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
-        c_desc.store([first_m, first_n], y.to(c_desc.dtype))
+        c_desc.store([first_m, first_n], y.to(c_desc.dtype, fp_downcast_rounding="rtne"))
     else:
         offs_m = first_m + tl.arange(0, BLOCK_M)
         offs_n = first_n + tl.arange(0, BLOCK_N)
         c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask)
+        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
 
 
 @triton.jit
 def _fp8_gemm_kernel(
-    a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr,
+    a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
     M, N, K,
     stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
     tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
+    OUT_FP8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
 ):  # fmt: skip
@@ -199,7 +205,7 @@ def _fp8_gemm_kernel(
             acc = tl.dot(a, b, out_dtype=tl.float32)
             _finish(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
-                ACT, TMA_STORE, BLOCK_M, BLOCK_N,
+                out_scale_ptr, ACT, TMA_STORE, OUT_FP8, BLOCK_M, BLOCK_N,
             )  # fmt: skip
     else:
         pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -229,7 +235,7 @@ def _fp8_gemm_kernel(
         scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS)
         _finish(
             acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
-            stride_cm, stride_cn, ACT, TMA_STORE, BLOCK_M, BLOCK_N,
+            stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, BLOCK_M, BLOCK_N,
         )  # fmt: skip
 
 
@@ -255,7 +261,7 @@ _fp8_gemm_tuned = triton.autotune(
         *(_config(*t, loads, store) for (loads, store), tiles in PATH_TILES.items() for t in tiles),
         *(_config(*t[:5], False, store, t[5]) for store in (False, True) for t in STREAM_TILES),
     ],
-    key=["M", "N", "K", "ACT", "HAS_BIAS", "tma_loads_ok", "tma_store_ok"],
+    key=["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "tma_loads_ok", "tma_store_ok"],
     prune_configs_by={"early_config_prune": _prune},
     do_bench=_bench,
 )(_fp8_gemm_kernel)
@@ -295,6 +301,7 @@ def fp8_gemm_triton(
     loads: str | None = None,
     store: str | None = None,
     stream: int = 0,
+    out_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor; returns (M, N) in `out_dtype`.
@@ -303,7 +310,10 @@ def fp8_gemm_triton(
     where `tma_ok` allows, the I/O paths; `loads` or `store` "pointer" keeps it off the
     descriptor path for that side. `tile` (BLOCK_M, BLOCK_N, BLOCK_K[, warps, stages]) fixes the
     tile, with pointers unless "tma" is asked, and `stream` > 0 runs it as that many streaming
-    programs per SM (the tile must hold all of K and N)."""
+    programs per SM (the tile must hold all of K and N). `out_scale` (a float32 scalar tensor)
+    writes the output quantized to FP8 with that scale (`out_dtype` must then be E4M3)."""
+    if (out_scale is not None) != (out_dtype == torch.float8_e4m3fn):
+        raise ValueError("an FP8 output needs out_scale, and out_scale needs an FP8 output")
     for path in (loads, store):
         if path is not None and path not in IO_PATHS:
             raise ValueError(f"I/O path must be one of {IO_PATHS}, got {path!r}")
@@ -330,11 +340,13 @@ def fp8_gemm_triton(
     args = (
         xq, descs["a_desc"], w8, descs["b_desc"], out, descs["c_desc"],
         w_scale, x_scale, bias if bias is not None else w_scale,
+        out_scale if out_scale is not None else x_scale,
         m, n, k,
         xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1), out.stride(0), out.stride(1),
         int(use_loads), int(use_store),
     )  # fmt: skip
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
+    meta |= {"OUT_FP8": out_scale is not None}
 
     def grid(meta):
         tiles_m = triton.cdiv(m, meta["BLOCK_M"])

@@ -8,6 +8,7 @@ Schema history:
   2: sensitivity, layer_speed and search sections; Variant.predicted/measured.
   3: EngineInfo.fp8_kernel and EngineInfo.fp8_epilogue (the fused FP8 kernel);
      StudyConfigRecord.fp8_kernel; RecipeInfo.bias_correction; TensorScale.channel_mean.
+  4: EngineInfo.fp8_handoff (FP8 layers that write the next FP8 layer's input).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -19,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 
@@ -171,6 +172,8 @@ class EngineInfo(Section):
     # "scaled_mm" (torch._scaled_mm plus a separate cast/bias pass); None: no real FP8 layer.
     fp8_kernel: str | None = None
     fp8_epilogue: dict[str, str] = Field(default_factory=dict)  # layer -> absorbed activation
+    # producer -> consumer: the producer writes the consumer's FP8 input (schema 4 on)
+    fp8_handoff: dict[str, str] = Field(default_factory=dict)
     fp16_layers: int  # conv/linear layers left in the engine's compute dtype
     weight_bytes: int
     numerics: dict[str, str]  # explicit global settings, e.g. {"allow_tf32": "False"}

@@ -152,6 +152,12 @@ def _kernel_lines(r: StudyRecord) -> list[str]:
             f"{KERNELS.get(e.fp8_kernel, 'not described')}. Activations computed in the FP8 "
             f"layers' epilogue ({len(e.fp8_epilogue)} of {len(e.fp8_real)} layers): {absorbed}.",
         ]
+        if e.fp8_handoff:
+            pairs = ", ".join(f"{code(p)} -> {code(c)}" for p, c in sorted(e.fp8_handoff.items()))
+            lines[-1] += (
+                f" {len(e.fp8_handoff)} FP8 layers wrote the next FP8 layer's input already "
+                f"quantized (no fp16 output, no quantize pass between them): {pairs}."
+            )
     return lines
 
 
