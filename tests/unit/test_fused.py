@@ -321,3 +321,39 @@ def test_fp8_engine_with_handoff_matches_the_engine_without():
     with torch.no_grad():
         a, b = fused(x), unfused(x)
     assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+
+
+class ResidualBlock(nn.Module):
+    """conv3 -> bn3 (zero-initialised, as timm's ResNets) -> `out += shortcut` -> act -> next
+    conv: the act and the next conv read conv3's output object after an in-place change."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(16, 16, 1)
+        self.conv3 = nn.Conv2d(16, 16, 1)
+        self.bn3 = nn.BatchNorm2d(16)
+        nn.init.zeros_(self.bn3.weight)
+        self.act = nn.ReLU(inplace=True)
+        self.conv_next = nn.Conv2d(16, 16, 1)
+
+    def forward(self, x):
+        shortcut = torch.relu(self.conv1(x))
+        out = self.bn3(self.conv3(shortcut))
+        out += shortcut
+        return self.conv_next(self.act(out))
+
+
+def test_in_place_residual_add_breaks_absorption_and_handoff():
+    """With the zero-initialised BN the branch adds exact zeros, so a value check alone would
+    pass; the tensor's version counter shows the in-place add."""
+    from quantstudy.quant.fold import fold_batchnorm
+    from quantstudy.quant.handoff import fp8_handoffs
+
+    torch.manual_seed(0)
+    m = ResidualBlock().eval()
+    x = torch.randn(2, 16, 4, 4)
+    fold_batchnorm(m, x)
+    layers = ["conv1", "conv3", "conv_next"]
+    absorbed = absorbable_activations(m, layers, x)
+    assert absorbed == {}
+    assert fp8_handoffs(m, layers, x, absorbed) == {}

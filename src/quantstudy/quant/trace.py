@@ -1,8 +1,12 @@
 """One traced forward pass: which module consumes exactly the tensor another one produced.
 
-BatchNorm folding (a BN reading a conv's output) and activation absorption (an activation reading
-an FP8 layer's output) both link modules by the identity of the tensor between them. Outputs are
-kept alive during the pass so that identity, not a reused address, makes the link.
+BatchNorm folding (a BN reading a conv's output), activation absorption (an activation reading
+an FP8 layer's output) and FP8 hand-offs (an FP8 layer reading another's) link modules by the
+identity of the tensor between them. Outputs are kept alive during the pass so that identity,
+not a reused address, makes the link; and the tensor's version counter must not have moved, so
+that an in-place change in between (ResNet's `out += shortcut` before its ReLU) breaks the link.
+A value check cannot see that change where it happens to be a no-op (timm zero-initialises the
+last BatchNorm of residual blocks, so with random weights the branch adds exact zeros).
 """
 
 from __future__ import annotations
@@ -29,14 +33,16 @@ def tensor_links(
     model: nn.Module, example: torch.Tensor, producers: Iterable[str], consumers: Iterable[str]
 ) -> tuple[list[tuple[str, str]], Counter[str]]:
     """(producer, consumer) pairs, in call order and each once, where the consumer's first input
-    is exactly a tensor the producer returned; and how often each consumer was called."""
-    produced: dict[int, tuple[torch.Tensor, str]] = {}
+    is exactly a tensor the producer returned, unchanged since; and how often each consumer was
+    called."""
+    produced: dict[int, tuple[torch.Tensor, str, int]] = {}
     links: list[tuple[str, str]] = []
     calls: Counter[str] = Counter()
 
     def out_hook(name: str):
         def hook(_m, _inp, out):
-            produced[id(out)] = (out, name)
+            if isinstance(out, torch.Tensor):
+                produced[id(out)] = (out, name, out._version)
 
         return hook
 
@@ -44,7 +50,9 @@ def tensor_links(
         def hook(_m, inp):
             calls[name] += 1
             hit = produced.get(id(inp[0])) if inp else None
-            if hit is not None and hit[0] is inp[0] and (hit[1], name) not in links:
+            if hit is None or hit[0] is not inp[0] or hit[2] != inp[0]._version:
+                return
+            if (hit[1], name) not in links:
                 links.append((hit[1], name))
 
         return hook
