@@ -89,6 +89,9 @@ NAMES = [
     ("triton_poi_fused__to_copy_clamp_div_0", "quantize_convert"),
     ("triton_poi_fused__to_copy_add_clamp_div_hardswish_4", "quantize_convert"),
     ("triton_red_fused_abs_amax_5", "quantize_convert"),
+    # the fused FP8 layer's input quantize, named after the custom op that reads it (H200 run 9)
+    ("triton_poi_fused__to_copy_clamp_div_fp8_gemm_6", "quantize_convert"),
+    ("_fp8_gemm_kernel", "fp8_matmul"),
     ("triton_poi_fused__to_copy_6", "other"),
     ("triton_poi_fused_convolution_hardswish_7", "other"),
     ("triton_poi_fused_addmm_relu_8", "other"),

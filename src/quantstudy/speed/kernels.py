@@ -24,7 +24,11 @@ are searched case-insensitively. The heuristics, and what they cannot see:
   That whole fused kernel then counts as quantize/convert, including the producer's own
   elementwise work fused into it. A plain `_to_copy` without `clamp` (an fp32/fp16 cast) is
   "other"; so would be a cast to FP8 written without a clamp. An Inductor reduction of `abs` and
-  `amax` (a dynamic FP8 scale) also counts as quantize/convert.
+  `amax` (a dynamic FP8 scale) also counts as quantize/convert. Inductor also names such a
+  kernel after the op that consumes its output, so the input quantize of the fused FP8 layer is
+  `triton_poi_fused__to_copy_clamp_div_fp8_gemm_6`: an Inductor pointwise kernel is never a
+  matrix product, whatever product its name mentions (before this rule, benchmark runs 4-10
+  counted those kernels as FP8 matrix products).
 - Depthwise convolutions are recognised only where the library names them: PyTorch's native
   `conv_depthwise2d_*` kernels, names containing `depthwise`, and cuDNN's
   `conv2d_grouped_direct_kernel` (a direct kernel for grouped convolutions, which covers depthwise
@@ -105,13 +109,14 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "fp8_matmul",
         (MATMUL, FP8_TYPE),
+        none_of=(INDUCTOR_ELEMENTWISE,),
         why="a GEMM/CUTLASS/xmma kernel with an FP8 type in its name "
         "(sm90_xmma_gemm_e4m3..., cutlass ...float_e4m3_t..., f8f8bf16_rowwise)",
     ),
     Rule(
         "fp8_matmul",
         (CONV, FP8_TYPE),
-        none_of=(DEPTHWISE,),
+        none_of=(DEPTHWISE, INDUCTOR_ELEMENTWISE),
         why="a dense convolution kernel with an FP8 type: an FP8 implicit GEMM",
     ),
     Rule(
