@@ -1,16 +1,17 @@
 """The fused FP8 matrix product as a Triton kernel: FP8 operands, float32 accumulation, epilogue.
 
 y[m, n] = act(acc[m, n] * x_scale * w_scale[n] + bias[n]), acc = sum_k xq[m, k] * w8[n, k],
-written once in the engine's dtype. cuBLASLt's FP8 kernel (torch._scaled_mm) writes bf16 and
-needs a row-wise activation scale tensor of M elements plus a separate pass for the activation;
-here the per-channel scale, folded-BatchNorm bias and activation ride in the epilogue, the
-activation scale is read from device memory (no host sync, no M-sized tensor), and any K and N
-work (masked loads: no zero padding to multiples of 16).
+written once in the engine's dtype, or as the next FP8 layer's quantized input (FP8 hand-off).
+cuBLASLt's FP8 kernel (torch._scaled_mm) writes bf16 and needs a row-wise activation scale
+tensor of M elements plus a separate pass for the activation; here the per-channel scale,
+folded-BatchNorm bias and activation ride in the epilogue, the activation scale is read from
+device memory (no host sync, no M-sized tensor), and any K and N work (masked loads; the fused
+layer still pads K to 16 so that rows take 16-byte loads, see `quant/fused.py`).
 
-Operands are read, and the output written, either through pointers or through tensor
-descriptors (Hopper's bulk copy engine, TMA); the autotuner picks per product. The H200 sweep
-that motivated the choice (benchmarks/FP8_NOTES.md): on the thin-K expansion convs, whose cost
-is writing the output, the pointer store ran at about half the fp16 conv's write bandwidth.
+Per product the autotuner picks the tile, whether operands are read and the output written
+through pointers or through tensor descriptors (Hopper's bulk copy engine, TMA), and, for thin
+products, streaming programs that keep the weight and walk over row tiles. Why each exists, and
+what the H200 measured, is in benchmarks/FP8_NOTES.md.
 
 Imported lazily: Triton ships with CUDA builds of torch only.
 """
@@ -53,14 +54,18 @@ TILES = [
 
 # Tiles tried per I/O path (TMA loads, TMA store): every tile with pointers; with descriptors
 # the tiles that won with them in that sweep (loads) and the store-bound winners (store), so
-# that autotuning stays at about 30 configs per product.
+# that autotuning stays at about 35 configs per product.
 _STORE_BOUND = [(256, 64, 32, 8, 3), (128, 64, 32, 4, 4), (256, 32, 64, 8, 4)]
 _TMA_LOADS = [(256, 128, 64, 8, 3), (128, 64, 128, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 4, 3)]
+# Deeper K steps for the wider linears of vision transformers (crossvit's ran 1.37x slower than
+# cuBLASLt in run 9); added after that run, unmeasured. A tile whose shared memory does not fit
+# is skipped by the autotuner.
+_WIDE = [(128, 128, 128, 8, 4), (128, 256, 128, 8, 3)]
 PATH_TILES = {
     (False, False): TILES,
     (False, True): [*_STORE_BOUND, (256, 128, 64, 8, 3), (128, 64, 64, 4, 4), (128, 128, 64, 8, 3)],
-    (True, False): _TMA_LOADS,
-    (True, True): [*_TMA_LOADS, (128, 64, 64, 4, 4), (128, 128, 64, 8, 3)],
+    (True, False): [*_TMA_LOADS, *_WIDE],
+    (True, True): [*_TMA_LOADS, *_WIDE, (128, 64, 64, 4, 4), (128, 128, 64, 8, 3)],
 }
 
 # Streaming programs for thin products (K <= 64, N <= 256): (BLOCK_M, BLOCK_N, BLOCK_K, warps,
