@@ -332,3 +332,24 @@ def test_write_plots_skips_absent_data(tmp_path):
     record = build_record(device="cpu")  # no kernel breakdown on CPU
     written = write_plots(record, tmp_path)
     assert [p.name for p in written] == [LATENCY_PNG, KL_PNG]
+
+
+def test_fused_engine_sentence_names_absorptions_and_handoffs(record):
+    engines = []
+    for e in record.engines:
+        if e.name == "fp8":
+            real = e.fp8_real[:3]
+            e = e.model_copy(
+                update={
+                    "fp8_kernel": "fused",
+                    "fp8_epilogue": {real[0]: "relu"},
+                    "fp8_handoff": {real[1]: real[2]},
+                }
+            )
+        engines.append(e)
+    fused = record.model_copy(update={"engines": engines})
+    md = render_markdown(fused)
+    assert "Activations computed in the FP8 layers' epilogue (1 of" in md
+    assert "1 FP8 layers wrote the next FP8 layer's input already quantized" in md
+    assert f"`{real[1]}` -> `{real[2]}`" in md
+    assert check_markdown(md, fused) == []

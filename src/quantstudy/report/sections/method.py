@@ -154,9 +154,10 @@ def _kernel_lines(r: StudyRecord) -> list[str]:
         ]
         if e.fp8_handoff:
             pairs = ", ".join(f"{code(p)} -> {code(c)}" for p, c in sorted(e.fp8_handoff.items()))
+            n = len(e.fp8_handoff)
             lines[-1] += (
-                f" {len(e.fp8_handoff)} FP8 layers wrote the next FP8 layer's input already "
-                f"quantized (no fp16 output, no quantize pass between them): {pairs}."
+                f" {n} FP8 {'layer' if n == 1 else 'layers'} wrote the next FP8 layer's input "
+                f"already quantized (no fp16 output, no quantize pass between them): {pairs}."
             )
     return lines
 
