@@ -350,6 +350,6 @@ def test_fused_engine_sentence_names_absorptions_and_handoffs(record):
     fused = record.model_copy(update={"engines": engines})
     md = render_markdown(fused)
     assert "Activations computed in the FP8 layers' epilogue (1 of" in md
-    assert "1 FP8 layers wrote the next FP8 layer's input already quantized" in md
+    assert "1 FP8 layer wrote the next FP8 layer's input already quantized" in md
     assert f"`{real[1]}` -> `{real[2]}`" in md
     assert check_markdown(md, fused) == []
