@@ -7,7 +7,12 @@ BatchNorm folding, the activations each FP8 layer absorbs (`quant/absorb.py`), t
 the streaming programs can take (K <= 64, N <= 256). For the hand-offs it prices, at one batch,
 the bytes they remove: the producer's fp16 output write and the consumer's quantize pass (read
 fp16, write FP8) become one FP8 write, 4 bytes per element, at `fp8_bytes.BW` (a lower bound on
-time, not a measurement). Prints a table, writes JSON.
+time, not a measurement). It also prices a recipe extension not built yet, FP8 storage around
+the depthwise convolutions (their arithmetic in fp16 or fp32): an FP8 layer whose output only a
+depthwise conv reads would write it in FP8 (2 bytes per element less: one byte written, one
+read), and a depthwise conv whose output (after its activation, which its kernel would apply)
+only an FP8 layer reads would write that layer's input (4 bytes per element, as a hand-off).
+Prints a table, writes JSON.
 
     .venv/bin/python benchmarks/fused_plan.py --out benchmarks/results/fused_plan.json
 """
@@ -25,11 +30,47 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fp8_bytes import BW, MODELS, price, selected_layers
 
 from quantstudy.model.preprocess import resolve_preprocessing
-from quantstudy.quant.absorb import absorbable_activations
+from quantstudy.quant.absorb import absorbable_activations, with_absorbed
 from quantstudy.quant.apply import real_layers
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.handoff import fp8_handoffs
+from quantstudy.quant.trace import tensor_links
+from quantstudy.search.layer_speed import layer_input_shapes
 from quantstudy.study.io import write_json_atomic
+
+
+def _depthwise(model: torch.nn.Module) -> list[str]:
+    return [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels
+    ]
+
+
+def depthwise_fp8_io(model, real, absorbed, example, batch) -> dict:
+    """Bytes the FP8-storage-around-depthwise extension would remove (see the docstring). Pairs
+    come from tensor links alone, without the exactness check of a hand-off: an upper bound."""
+    dws = _depthwise(model)
+    if not dws:
+        return {"into_depthwise": {}, "out_of_depthwise": {}, "bytes_saved": 0}
+    # the depthwise kernel would apply its own bias and activation, as the FP8 layers do
+    absorbed = absorbed | absorbable_activations(model, dws, example)
+    base = with_absorbed(model, {layer: act for layer, (act, _) in absorbed.items()}).eval()
+    links, _ = tensor_links(base, example, [*real, *dws], [*real, *dws])
+    feeds = {p: [c for q, c in links if q == p] for p, _ in links}
+    shapes = layer_input_shapes(model, example, dws)
+    into = {p: c for p, c in links if p in real and c in dws and len(feeds[p]) == 1}
+    out = {p: c for p, c in links if p in dws and c in real and len(feeds[p]) == 1}
+    saved = 0
+    for dw in into.values():  # the depthwise input: M x C elements at this batch
+        _, c, h, w = shapes[dw]
+        saved += 2 * batch * h * w * c
+    for dw in out:
+        conv = model.get_submodule(dw)
+        _, c, h, w = shapes[dw]
+        ho, wo = (-(-h // conv.stride[0]), -(-w // conv.stride[1]))
+        saved += 4 * batch * ho * wo * c
+    return {"into_depthwise": into, "out_of_depthwise": out, "bytes_saved": saved}
 
 
 def plan(model_name: str, batch: int) -> dict:
@@ -43,6 +84,7 @@ def plan(model_name: str, batch: int) -> dict:
     handoff = fp8_handoffs(model, real, example, absorbed)
     shapes = {n: price(n, model.get_submodule(n), maps[n], batch, per_channel) for n in real}
     saved = sum(4 * shapes[p].m * shapes[p].n for p in handoff)
+    dw = depthwise_fp8_io(model, real, absorbed, example, batch)
     return {
         "model": model_name,
         "recipe": recipe,
@@ -55,6 +97,8 @@ def plan(model_name: str, batch: int) -> dict:
         "handoff_roofline_us_saved": saved / BW * 1e6,
         "k_padded": [n for n in real if shapes[n].k % 16],
         "thin": [n for n in real if shapes[n].k <= 64 and shapes[n].n <= 256],
+        "depthwise_fp8_io": dw,
+        "depthwise_fp8_io_roofline_us_saved": dw["bytes_saved"] / BW * 1e6,
     }
 
 
@@ -67,7 +111,7 @@ def main() -> None:
     torch.set_num_threads(2)
     rows = []
     head = "model | FP8 layers | absorbed | hand-offs | MB saved | us saved (roofline)"
-    head += " | K padded | thin"
+    head += " | K padded | thin | FP8 around depthwise: in/out, MB, us (not built)"
     print(head)
     for name in args.models.split(","):
         r = plan(name, args.batch)
@@ -76,7 +120,11 @@ def main() -> None:
         print(
             f"{name} | {r['real_fp8_layers']} | {len(r['absorbed'])} ({acts or 'none'}) | "
             f"{len(r['handoff'])} | {r['handoff_bytes_saved'] / 1e6:.1f} | "
-            f"{r['handoff_roofline_us_saved']:.1f} | {len(r['k_padded'])} | {len(r['thin'])}",
+            f"{r['handoff_roofline_us_saved']:.1f} | {len(r['k_padded'])} | {len(r['thin'])} | "
+            f"{len(r['depthwise_fp8_io']['into_depthwise'])}/"
+            f"{len(r['depthwise_fp8_io']['out_of_depthwise'])}, "
+            f"{r['depthwise_fp8_io']['bytes_saved'] / 1e6:.0f}, "
+            f"{r['depthwise_fp8_io_roofline_us_saved']:.0f}",
             flush=True,
         )
         if args.out:
