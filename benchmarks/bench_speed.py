@@ -110,6 +110,7 @@ def bench_model(
             "fp8_real": len(info.fp8_real),
             "fp8_emulated": len(info.fp8_emulated),
             "epilogue_activations": len(info.fp8_epilogue),
+            "fp8_handoffs": len(info.fp8_handoff),
             "speed": speed.model_dump(mode="json"),
         }
     if agree_images is not None:

@@ -52,6 +52,7 @@ def speed_table(results: list[dict]) -> list[str]:
         "FP8 kernel",
         "recipe",
         "FP8 layers (real/emulated)",
+        "absorbed acts / hand-offs",
         "batch",
         "fp16 ms [q1-q3]",
         "FP8 ms [q1-q3]",
@@ -75,6 +76,7 @@ def _speed_rows(r: dict, kernel: str, e: dict) -> list[str]:
             kernel,
             r["recipe"].removeprefix("builtin:"),
             f"{e['fp8_real']}/{e['fp8_emulated']}",
+            f"{e.get('epilogue_activations', '-')}/{e.get('fp8_handoffs', '-')}",
             str(b["batch"]),
             _spread(b["fp16_ms"], 3),
             _spread(b["fp8_ms"], 3),
@@ -242,7 +244,10 @@ def main() -> None:
         "writing bf16, then cast, bias and activation in Inductor's kernels); `fused` is one "
         "Triton kernel per FP8 layer (`quant/triton_fp8.py`) with the per-channel scale, bias and "
         "the absorbed activation in its epilogue (`quant/fused.py`, `quant/absorb.py`). Runs 1-3 "
-        "timed `scaled_mm` only; runs 4+ time both against the same fp16 engine.",
+        "timed `scaled_mm` only; runs 4+ time both against the same fp16 engine. Absorbed acts / "
+        "hand-offs: activations computed in the fused layers' epilogue, and FP8 layers that write "
+        "the next FP8 layer's input (`quant/handoff.py`); '-' where the run predates the count "
+        "(no hand-off existed before run 11).",
         "",
         "### Targets (issue 9): every fused run per model, latest first",
         "",
