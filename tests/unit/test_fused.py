@@ -357,3 +357,36 @@ def test_in_place_residual_add_breaks_absorption_and_handoff():
     absorbed = absorbable_activations(m, layers, x)
     assert absorbed == {}
     assert fp8_handoffs(m, layers, x, absorbed) == {}
+
+
+class ConvFFN(nn.Module):
+    """MobileNetV4's FFN block shape: pw expand -> BN -> ReLU -> pw project, plus a residual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pw_exp = nn.Conv2d(16, 64, 1)
+        self.bn = nn.BatchNorm2d(64)
+        self.act = nn.ReLU()
+        self.pw_proj = nn.Conv2d(64, 16, 1)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = x + self.pw_proj(self.act(self.bn(self.pw_exp(x))))
+        return self.head(x.mean((2, 3)))
+
+
+def test_conv_to_conv_handoff_runs_channels_last_fp8_between_them():
+    torch.manual_seed(0)
+    m = ConvFFN().eval()
+    m.bn.running_mean.normal_()
+    m.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(4, 16, 6, 6)
+    layers = ["pw_exp", "pw_proj", "head"]
+    plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
+    fused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="fused")
+    unfused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="scaled_mm")
+    assert fused.info().fp8_handoff == {"pw_exp": "pw_proj"}
+    assert fused.info().fp8_epilogue == {"pw_exp": "relu"}
+    with torch.no_grad():
+        a, b = fused(x), unfused(x)
+    assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
