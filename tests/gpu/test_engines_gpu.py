@@ -75,3 +75,31 @@ def test_fp8_handoff_on_cuda_matches_the_emulation():
     out = fp8(x)
     ref = build_fakequant(m, torch.device("cpu"), x[:1], plan)(x)
     assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) < 2e-2
+
+
+class ConvFFN(nn.Module):
+    """pw expand -> ReLU -> pw project with a residual: a conv-to-conv hand-off, channels-last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pw_exp = nn.Conv2d(64, 256, 1)
+        self.act = nn.ReLU()
+        self.pw_proj = nn.Conv2d(256, 64, 1)
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = x + self.pw_proj(self.act(self.pw_exp(x)))
+        return self.head(x.mean((2, 3)))
+
+
+def test_conv_fp8_handoff_on_cuda_matches_the_emulation():
+    torch.manual_seed(0)
+    m = ConvFFN().eval()
+    x = torch.randn(16, 64, 14, 14)
+    layers = ["pw_exp", "pw_proj", "head"]
+    plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
+    fp8 = build_fp8(m, torch.device("cuda"), x[:1], plan, kernel="fused")
+    assert fp8.info().fp8_handoff == {"pw_exp": "pw_proj"}
+    out = fp8(x)
+    ref = build_fakequant(m, torch.device("cpu"), x[:1], plan)(x)
+    assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) < 2e-2
