@@ -93,7 +93,7 @@ class FusedFP8Matmul(PointwiseMatmul):
     per-tensor FP8 weights from the float32 layer); the bias and scales stay float32. K is
     zero-padded to a multiple of 16 (the weight once, the activation inside its quantize, which
     Inductor fuses into the producer): FP8 rows of 728 bytes (xception41) cannot be read with
-    16-byte vector or descriptor loads, and the H200 ran those products 4x slower than cuBLASLt
+    16-byte vector or descriptor loads, and the H200 ran those products 3.5x slower than cuBLASLt
     on padded ones (benchmarks/RESULTS.md run 10). Zero columns add exact zeros to every sum.
     """
 
