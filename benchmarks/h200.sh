@@ -6,6 +6,8 @@
 #                 "--batches 1,128 --agreement --fp16-autotune-batch 128")
 #   gemm:M1,M2    benchmarks/bench_fp8_gemm.py: each FP8 product alone, fp16/cuBLASLt/every tile
 #                 ($GEMM_ARGS appended, e.g. --quick)
+#   dw:M1,M2      benchmarks/bench_depthwise.py: each depthwise conv alone, cuDNN fp16 against
+#                 our Triton kernel with fp16 and FP8 input/output
 #   study:MODEL:WEIGHTS[:RECIPE]  quantstudy run on CUDA with the carried data, tarred into $OUT
 #   search:MODEL:WEIGHTS[:RECIPE] quantstudy search on CUDA (sensitivity, per-layer speed, the
 #                 verifying study) with the carried data, tarred into $OUT
@@ -41,6 +43,9 @@ for stage in "$@"; do
     gemm:*)
       python3 benchmarks/bench_fp8_gemm.py --models "${stage#gemm:}" --batch 128 ${GEMM_ARGS:-} \
         --out "$OUT/gemm-${stage#gemm:}.json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;
+    dw:*)
+      python3 benchmarks/bench_depthwise.py --models "${stage#dw:}" --batch 128 \
+        --out "$OUT/dw-${stage#dw:}.json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;
     study:*)
       IFS=: read -r _ model weights recipe <<< "$stage"
       dir=/tmp/study-$model

@@ -1,0 +1,126 @@
+"""A depthwise convolution as a Triton kernel on channels-last maps, FP8 or fp16 in and out.
+
+Why: the largest byte saving left in the inverted-residual CNNs is the expanded tensor around
+each depthwise conv (benchmarks/FP8_NOTES.md, "FP8 storage around the depthwise convolutions"):
+the 1x1 conv before it could write it in FP8, and the depthwise conv could write the next FP8
+layer's input, if the depthwise conv read and wrote FP8. cuDNN's depthwise kernels read and
+write fp16 only. This kernel reads either (an FP8 map with its per-tensor scale), sums in
+float32, applies bias and activation, and writes fp16 or FP8 (divide by the next layer's scale,
+saturate, round to nearest even). `benchmarks/bench_depthwise.py` times it against cuDNN before
+any engine uses it.
+
+Each program computes BLOCK_P output pixels x BLOCK_C channels; channels are contiguous in a
+channels-last map, so every tap is one coalesced load per pixel row. Padding is given as the
+top/left amount (TensorFlow "same" padding is asymmetric); pixels past the map read zero.
+
+Imported lazily: Triton ships with CUDA builds of torch only.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from quantstudy.quant.triton_fp8 import ACT_CODES
+
+
+@triton.jit
+def _dw_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, x_scale_ptr, out_scale_ptr,
+    P, H, W, C, HO, WO, PAD_H, PAD_W,
+    sxb, sxh, sxw, syp,
+    STRIDE: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, ACT: tl.constexpr,
+    X_FP8: tl.constexpr, OUT_FP8: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    offs_p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    p_mask = offs_p < P
+    c_mask = offs_c < C
+    wo = offs_p % WO
+    ho = (offs_p // WO) % HO
+    b = offs_p // (WO * HO)
+    acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
+    for i in tl.static_range(KH):
+        hi = ho * STRIDE - PAD_H + i
+        for j in tl.static_range(KW):
+            wi = wo * STRIDE - PAD_W + j
+            ok = p_mask & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
+            rows = x_ptr + b * sxb + hi * sxh + wi * sxw
+            x = tl.load(
+                rows[:, None] + offs_c[None, :], mask=ok[:, None] & c_mask[None, :], other=0.0
+            )
+            w = tl.load(w_ptr + (i * KW + j) * C + offs_c, mask=c_mask, other=0.0)
+            acc += x.to(tl.float32) * w[None, :]
+    if X_FP8:
+        acc = acc * tl.load(x_scale_ptr)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_c, mask=c_mask, other=0.0)[None, :]
+    if ACT == 1:
+        acc = tl.maximum(acc, 0.0)
+    elif ACT == 2:
+        acc = tl.minimum(tl.maximum(acc, 0.0), 6.0)
+    elif ACT == 3:
+        acc = acc * tl.sigmoid(acc)
+    elif ACT == 4:
+        acc = acc * tl.minimum(tl.maximum(acc + 3.0, 0.0), 6.0) / 6.0
+    elif ACT == 5:
+        acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+    if OUT_FP8:
+        acc = tl.minimum(tl.maximum(acc / tl.load(out_scale_ptr), -448.0), 448.0)
+    y = acc.to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+    ptrs = y_ptr + offs_p[:, None] * syp + offs_c[None, :]
+    tl.store(ptrs, y, mask=p_mask[:, None] & c_mask[None, :])
+
+
+def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
+    """TensorFlow "same" padding (timm's Conv2dSame): output ceil(size / stride), the odd pixel
+    of padding at the end. Returns (output size, padding before)."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return out, total // 2
+
+
+def depthwise_conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: int,
+    pad: tuple[int, int],
+    out_hw: tuple[int, int],
+    act: str = "none",
+    x_scale: torch.Tensor | None = None,
+    out_scale: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.float16,
+    tile: tuple[int, int, int] = (64, 64, 4),
+) -> torch.Tensor:
+    """Depthwise conv of a channels-last map `x` (B, C, H, W; FP8 with `x_scale`, or float)
+    with `weight` (C, 1, KH, KW) and `bias` (C,), both float32; returns a channels-last
+    (B, C, HO, WO) map in `out_dtype`, or FP8 quantized with `out_scale`. `pad` is the top/left
+    padding, `tile` (BLOCK_P, BLOCK_C, warps)."""
+    if not x.is_contiguous(memory_format=torch.channels_last):
+        raise ValueError("the depthwise kernel reads channels-last maps")
+    if (x.dtype == torch.float8_e4m3fn) != (x_scale is not None):
+        raise ValueError("an FP8 input needs x_scale, and x_scale an FP8 input")
+    if (out_scale is not None) != (out_dtype == torch.float8_e4m3fn):
+        raise ValueError("an FP8 output needs out_scale, and out_scale an FP8 output")
+    b, c, h, w = x.shape
+    kh, kw = weight.shape[-2:]
+    ho, wo = out_hw
+    y = torch.empty((b, c, ho, wo), device=x.device, dtype=out_dtype)
+    y = y.contiguous(memory_format=torch.channels_last)
+    taps = weight.reshape(c, kh * kw).t().contiguous().float()  # (KH*KW, C): channel rows
+    one = torch.ones((), device=x.device)
+    block_p, block_c, warps = tile
+    grid = (triton.cdiv(b * ho * wo, block_p), triton.cdiv(c, block_c))
+    _dw_kernel[grid](
+        x, taps, bias if bias is not None else taps, y,
+        x_scale if x_scale is not None else one, out_scale if out_scale is not None else one,
+        b * ho * wo, h, w, c, ho, wo, pad[0], pad[1],
+        x.stride(0), x.stride(2), x.stride(3), y.stride(3),
+        STRIDE=stride, KH=kh, KW=kw, ACT=ACT_CODES[act],
+        X_FP8=x_scale is not None, OUT_FP8=out_scale is not None, HAS_BIAS=bias is not None,
+        BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps,
+    )  # fmt: skip
+    return y
