@@ -42,10 +42,10 @@ for stage in "$@"; do
         --out "$OUT/bench-${models//[,.]/_}.json" ${BENCH_ARGS:-} 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
     gemm:*)
       python3 benchmarks/bench_fp8_gemm.py --models "${stage#gemm:}" --batch 128 ${GEMM_ARGS:-} \
-        --out "$OUT/gemm-${stage#gemm:}.json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;
+        --out "$OUT/gemm-$(echo "${stage#gemm:}" | tr ',.' '__').json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;
     dw:*)
       python3 benchmarks/bench_depthwise.py --models "${stage#dw:}" --batch 128 \
-        --out "$OUT/dw-${stage#dw:}.json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;
+        --out "$OUT/dw-$(echo "${stage#dw:}" | tr ',.' '__').json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;
     study:*)
       IFS=: read -r _ model weights recipe <<< "$stage"
       dir=/tmp/study-$model
