@@ -64,19 +64,6 @@ class Mlp(nn.Module):
         return self.head(t.mean(1))
 
 
-def test_fp8_handoff_on_cuda_matches_the_emulation():
-    torch.manual_seed(0)
-    m = Mlp().eval()
-    x = torch.randn(16, 64, 7, 7)
-    layers = ["fc1", "fc2", "head"]
-    plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
-    fp8 = build_fp8(m, torch.device("cuda"), x[:1], plan, kernel="fused")
-    assert fp8.info().fp8_handoff == {"fc1": "fc2"}
-    out = fp8(x)
-    ref = build_fakequant(m, torch.device("cpu"), x[:1], plan)(x)
-    assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) < 2e-2
-
-
 class ConvFFN(nn.Module):
     """pw expand -> ReLU -> pw project with a residual: a conv-to-conv hand-off, channels-last."""
 
@@ -92,14 +79,21 @@ class ConvFFN(nn.Module):
         return self.head(x.mean((2, 3)))
 
 
-def test_conv_fp8_handoff_on_cuda_matches_the_emulation():
+@pytest.mark.parametrize(
+    "net,shape,layers,handoff",
+    [
+        (Mlp, (16, 64, 7, 7), ["fc1", "fc2", "head"], {"fc1": "fc2"}),
+        (ConvFFN, (16, 64, 14, 14), ["pw_exp", "pw_proj", "head"], {"pw_exp": "pw_proj"}),
+    ],
+    ids=["linear", "conv"],
+)
+def test_fp8_handoff_on_cuda_matches_the_emulation(net, shape, layers, handoff):
     torch.manual_seed(0)
-    m = ConvFFN().eval()
-    x = torch.randn(16, 64, 14, 14)
-    layers = ["pw_exp", "pw_proj", "head"]
+    m = net().eval()
+    x = torch.randn(shape)
     plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
     fp8 = build_fp8(m, torch.device("cuda"), x[:1], plan, kernel="fused")
-    assert fp8.info().fp8_handoff == {"pw_exp": "pw_proj"}
+    assert fp8.info().fp8_handoff == handoff
     out = fp8(x)
     ref = build_fakequant(m, torch.device("cpu"), x[:1], plan)(x)
     assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) < 2e-2

@@ -1,13 +1,10 @@
 """The depthwise Triton kernel (`quant/triton_dw.py`) under Triton's interpreter, against torch."""
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
 pytest.importorskip("triton")  # CUDA builds of torch ship it; CPU-only builds do not
+
+from _interpreter import run_interpreted
 
 from quantstudy.quant.triton_dw import depthwise_conv, same_padding
 
@@ -23,7 +20,7 @@ def test_depthwise_kernel_under_the_interpreter_matches_torch():
     """Symmetric and "same" (asymmetric) padding, strides 1 and 2, 3x3 and 5x5, channel counts
     that do not fill a block, fp32 and FP8 inputs (fp32 output: the interpreter converts to FP8
     wrongly, so FP8 writes are checked on the GPU only)."""
-    script = textwrap.dedent(
+    runs, worst = run_interpreted(
         """
         import torch, torch.nn.functional as F
         from quantstudy.quant.fused import _act_reference
@@ -56,12 +53,6 @@ def test_depthwise_kernel_under_the_interpreter_matches_torch():
         print(runs, worst)
         """
     )
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    run = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    runs, worst = run.stdout.strip().splitlines()[-1].split()
     assert int(runs) == 6
     assert float(worst) < 1e-5  # float32 sums of at most 25 taps in another order
 

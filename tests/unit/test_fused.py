@@ -1,12 +1,8 @@
 """The fused FP8 layer on CPU: its Triton kernel (interpreted), activation absorption, engine."""
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
+from _interpreter import run_interpreted
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8
@@ -22,7 +18,7 @@ def test_triton_kernel_under_the_interpreter_matches_torch():
     """Every I/O path (pointers; tensor descriptors for the loads where K's rows are 16-byte
     aligned, for the store where N's are), with edges in M, N and K that do not fill a tile."""
     pytest.importorskip("triton")
-    script = textwrap.dedent(
+    pointer, tma, refused, worst = run_interpreted(
         """
         import torch
         from quantstudy.quant.fused import _act_reference
@@ -61,12 +57,6 @@ def test_triton_kernel_under_the_interpreter_matches_torch():
         print(runs["pointer"], runs["tma"], runs["refused"], worst)
         """
     )
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    run = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    pointer, tma, refused, worst = run.stdout.strip().splitlines()[-1].split()
     # per activation, sides read or written by each path: (70, 24, 40) runs 2 paths (pointer 3
     # sides, tma 1), (5, 16, 16) and (70, 48, 40) 4 each (4 and 4), (130, 100, 33) 1 (2 and 0);
     # the 2 + 3 misaligned combinations are refused
@@ -78,7 +68,7 @@ def test_streaming_programs_under_the_interpreter_match_torch():
     """Programs that keep the weight and walk over row tiles (8 programs here, so several tiles
     each and a ragged last one), with both stores; and a tile too small for K is refused."""
     pytest.importorskip("triton")
-    script = textwrap.dedent(
+    runs, worst = run_interpreted(
         """
         import torch
         from quantstudy.quant.fused import _act_reference
@@ -105,12 +95,6 @@ def test_streaming_programs_under_the_interpreter_match_torch():
         print(runs, worst)
         """
     )
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    run = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    runs, worst = run.stdout.strip().splitlines()[-1].split()
     assert int(runs) == 3 * 3 * 2 + 100
     assert float(worst) < 1e-3
 

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.triton_fp8 import ACT_CODES
+from quantstudy.quant.triton_fp8 import ACT_CODES, activation
 
 
 @triton.jit
@@ -57,16 +57,7 @@ def _dw_kernel(
         acc = acc * tl.load(x_scale_ptr)
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_c, mask=c_mask, other=0.0)[None, :]
-    if ACT == 1:
-        acc = tl.maximum(acc, 0.0)
-    elif ACT == 2:
-        acc = tl.minimum(tl.maximum(acc, 0.0), 6.0)
-    elif ACT == 3:
-        acc = acc * tl.sigmoid(acc)
-    elif ACT == 4:
-        acc = acc * tl.minimum(tl.maximum(acc + 3.0, 0.0), 6.0) / 6.0
-    elif ACT == 5:
-        acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+    acc = activation(acc, ACT)
     if OUT_FP8:
         acc = tl.minimum(tl.maximum(acc / tl.load(out_scale_ptr), -448.0), 448.0)
     y = acc.to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")

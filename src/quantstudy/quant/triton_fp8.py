@@ -139,6 +139,22 @@ def _tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.c
 
 
 @triton.jit
+def activation(y, ACT: tl.constexpr):
+    """The epilogue's activation (`ACT_CODES`), in float32; shared with `quant/triton_dw.py`."""
+    if ACT == 1:
+        y = tl.maximum(y, 0.0)
+    elif ACT == 2:
+        y = tl.minimum(tl.maximum(y, 0.0), 6.0)
+    elif ACT == 3:
+        y = y * tl.sigmoid(y)
+    elif ACT == 4:
+        y = y * tl.minimum(tl.maximum(y + 3.0, 0.0), 6.0) / 6.0
+    elif ACT == 5:
+        y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    return y
+
+
+@triton.jit
 def _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS: tl.constexpr):
     """Per-output-channel scale (weight scale x activation scale) and bias, float32."""
     n_mask = offs_n < N
@@ -160,17 +176,7 @@ def _finish(
     whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the next
     FP8 layer's quantized input (divide by its scale, saturate at 448, round to nearest even:
     `quant.fp8.to_fp8`'s arithmetic)."""
-    y = acc * scale[None, :] + bias[None, :]
-    if ACT == 1:
-        y = tl.maximum(y, 0.0)
-    elif ACT == 2:
-        y = tl.minimum(tl.maximum(y, 0.0), 6.0)
-    elif ACT == 3:
-        y = y * tl.sigmoid(y)
-    elif ACT == 4:
-        y = y * tl.minimum(tl.maximum(y + 3.0, 0.0), 6.0) / 6.0
-    elif ACT == 5:
-        y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    y = activation(acc * scale[None, :] + bias[None, :], ACT)
     if OUT_FP8:
         y = tl.minimum(tl.maximum(y / tl.load(out_scale_ptr), -448.0), 448.0)
     if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
