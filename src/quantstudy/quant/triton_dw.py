@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.triton_fp8 import ACT_CODES, activation
+from quantstudy.quant.triton_fp8 import ACT_CODES, activation, fp8_range
 
 
 @triton.jit
@@ -59,7 +59,7 @@ def _dw_kernel(
         acc += tl.load(b_ptr + offs_c, mask=c_mask, other=0.0)[None, :]
     acc = activation(acc, ACT)
     if OUT_FP8:
-        acc = tl.minimum(tl.maximum(acc / tl.load(out_scale_ptr), -448.0), 448.0)
+        acc = fp8_range(acc, out_scale_ptr)
     y = acc.to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
     ptrs = y_ptr + offs_p[:, None] * syp + offs_c[None, :]
     tl.store(ptrs, y, mask=p_mask[:, None] & c_mask[None, :])

@@ -155,6 +155,13 @@ def activation(y, ACT: tl.constexpr):
 
 
 @triton.jit
+def fp8_range(y, out_scale_ptr):
+    """`quant.fp8.to_fp8` up to its cast: divide by the scale, saturate at +-448 (E4M3's
+    largest value); the caller's store rounds to nearest even. Shared with `quant/triton_dw.py`."""
+    return tl.minimum(tl.maximum(y / tl.load(out_scale_ptr), -448.0), 448.0)
+
+
+@triton.jit
 def _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS: tl.constexpr):
     """Per-output-channel scale (weight scale x activation scale) and bias, float32."""
     n_mask = offs_n < N
@@ -178,7 +185,7 @@ def _finish(
     `quant.fp8.to_fp8`'s arithmetic)."""
     y = activation(acc * scale[None, :] + bias[None, :], ACT)
     if OUT_FP8:
-        y = tl.minimum(tl.maximum(y / tl.load(out_scale_ptr), -448.0), 448.0)
+        y = fp8_range(y, out_scale_ptr)
     if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
         c_desc.store([first_m, first_n], y.to(c_desc.dtype, fp_downcast_rounding="rtne"))
     else:
