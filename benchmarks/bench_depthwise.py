@@ -32,7 +32,8 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fp8_bytes import BW
+from bench_fp8_gemm import time_us
+from fp8_bytes import BW, out_hw
 
 from quantstudy.model.preprocess import resolve_preprocessing
 from quantstudy.search.layer_speed import layer_input_shapes
@@ -58,12 +59,13 @@ def depthwise_layers(model_name: str, batch: int) -> list[dict]:
     for name in names:
         conv = model.get_submodule(name)
         _, c, h, w = shapes[name]
-        (k, _), (s, _) = conv.kernel_size, conv.stride
-        if isinstance(conv.padding, str) or type(conv).__name__ == "Conv2dSame":
-            (ho, pt), (wo, pl) = same_padding(h, k, s), same_padding(w, k, s)
-        else:
-            p = conv.padding[0]
-            ho, wo, pt, pl = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1, p, p
+        (k, _), (s, s_w) = conv.kernel_size, conv.stride
+        same = isinstance(conv.padding, str) or type(conv).__name__ == "Conv2dSame"
+        if s != s_w or conv.dilation != (1, 1) or (not same and len(set(conv.padding)) > 1):
+            print(f"  skipped {name}: the kernel runs one stride, no dilation", flush=True)
+            continue
+        ho, wo = out_hw(conv, h, w)
+        pt, pl = (same_padding(h, k, s)[1], same_padding(w, k, s)[1]) if same else conv.padding
         key = (c, k, s, h, w)
         row = rows.setdefault(
             key,
@@ -78,14 +80,6 @@ def moved_bytes(row: dict, x_bytes: int, y_bytes: int) -> int:
     b, c, h, w = row["in"]
     _, _, ho, wo = row["out"]
     return b * c * h * w * x_bytes + b * c * ho * wo * y_bytes
-
-
-def _time_us(fn) -> float:
-    from triton.testing import do_bench_cudagraph
-
-    fn()
-    torch.cuda.synchronize()
-    return float(do_bench_cudagraph(fn, rep=20)) * 1e3
 
 
 def time_row(row: dict) -> dict:
@@ -110,7 +104,7 @@ def time_row(row: dict) -> dict:
         "triton fp8 in": (x8, x_scale, None, torch.float16),
         "triton fp8 in/out": (x8, x_scale, out_scale, torch.float8_e4m3fn),
     }
-    times = {"cudnn fp16": _time_us(lambda: conv(x16))}
+    times = {"cudnn fp16": time_us(lambda: conv(x16))}
     best_tile, errors = {}, {}
     for label, (x, xs, os_, dtype) in variants.items():
         best = float("inf")
@@ -119,7 +113,7 @@ def time_row(row: dict) -> dict:
             def call(x=x, xs=xs, os_=os_, dtype=dtype, tile=tile):
                 return depthwise_conv(x, weight, bias, s, pad, hw, "none", xs, os_, dtype, tile)
 
-            t = _time_us(call)
+            t = time_us(call)
             if t < best:
                 best, best_tile[label] = t, tile
         times[label] = best

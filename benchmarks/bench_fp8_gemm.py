@@ -68,7 +68,7 @@ def fused_bytes(m: int, k: int, n: int) -> int:
     return m * k + n * k + 2 * m * n  # FP8 input and weight, fp16 output
 
 
-def _time_us(fn) -> float:
+def time_us(fn) -> float:
     """Mean time of CUDA-graph replays (triton's do_bench_cudagraph), after one eager call
     so that compilation and cuBLAS/cuDNN heuristics happen outside the capture."""
     from triton.testing import do_bench_cudagraph
@@ -93,18 +93,18 @@ def time_shape(row: dict, quick: bool) -> dict:
     x_scale = torch.tensor(1.0, device=dev)
     bias = torch.zeros(n, device=dev)
     ref = _act_reference((a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias, "none")
-    times: dict[str, float] = {"fp16 mm": _time_us(lambda: a16 @ w16.t())}
+    times: dict[str, float] = {"fp16 mm": time_us(lambda: a16 @ w16.t())}
     if row["conv_map"] is not None:
         b, c, h, w = row["conv_map"]
         x = a16.reshape(b, h, w, c).permute(0, 3, 1, 2)  # channels-last view
         w4 = w16.reshape(n, k, 1, 1).contiguous(memory_format=torch.channels_last)
-        times["fp16 conv"] = _time_us(lambda: F.conv2d(x, w4))
+        times["fp16 conv"] = time_us(lambda: F.conv2d(x, w4))
     kp, np_ = -(-k // 16) * 16, -(-n // 16) * 16
     a8p = F.pad(a16, (0, kp - k)).to(torch.float8_e4m3fn)
     w8p = F.pad(w16.mul(64), (0, kp - k, 0, np_ - n)).to(torch.float8_e4m3fn)
     sa = torch.ones(m, 1, device=dev)
     sb = torch.full((1, np_), 1 / 64, device=dev)
-    times["scaled_mm"] = _time_us(
+    times["scaled_mm"] = time_us(
         lambda: torch._scaled_mm(a8p, w8p.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
     )
     # The autotuned launches (what the engine runs, all paths; and pointers only, the kernel of
@@ -139,7 +139,7 @@ def time_shape(row: dict, quick: bool) -> dict:
             if cfg is None:  # the autotuned launch is what the engine runs: check it
                 err = (call().float() - ref).abs() / (ref.abs() + 1)
                 errors[label] = float(err.max())
-            times[label] = _time_us(call)
+            times[label] = time_us(call)
         except Exception as exc:  # a tile the compiler refuses (shared memory): recorded
             times[label] = float("nan")
             row.setdefault("refused", {})[label] = str(exc).splitlines()[0][:200]

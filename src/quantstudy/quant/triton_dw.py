@@ -68,9 +68,9 @@ def _dw_kernel(
 def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
     """TensorFlow "same" padding (timm's Conv2dSame): output ceil(size / stride), the odd pixel
     of padding at the end. Returns (output size, padding before)."""
-    out = -(-size // stride)
-    total = max((out - 1) * stride + kernel - size, 0)
-    return out, total // 2
+    from timm.layers.padding import get_same_padding
+
+    return -(-size // stride), get_same_padding(size, kernel, stride, 1) // 2
 
 
 def depthwise_conv(
