@@ -107,7 +107,7 @@ class Layer:
         return self.us8_gemm + self.us8_fill
 
 
-def _out_hw(conv: nn.Conv2d, h: int, w: int) -> tuple[int, int]:
+def out_hw(conv: nn.Conv2d, h: int, w: int) -> tuple[int, int]:
     """Output map of a conv; string padding ('same', timm's Conv2dSame) keeps ceil(H / stride)."""
     (kh, kw), (sh, sw), (dh, dw) = conv.kernel_size, conv.stride, conv.dilation
     if isinstance(conv.padding, str) or type(conv).__name__ == "Conv2dSame":
@@ -122,7 +122,7 @@ def price(
     """M, K, N of one layer, and its bytes and roofline time in the three engines."""
     h, w = hw
     if isinstance(module, nn.Conv2d):
-        ho, wo = _out_hw(module, h, w)
+        ho, wo = out_hw(module, h, w)
         m = batch * ho * wo
         k = module.in_channels // module.groups * module.kernel_size[0] * module.kernel_size[1]
         n = module.out_channels
@@ -195,13 +195,16 @@ def selected_layers(
 
 
 def measured(model_name: str) -> dict[int, dict] | None:
-    """Whole-engine ms and kernel groups from the latest benchmark JSON holding this model."""
+    """Whole-engine ms and kernel groups of the unfused FP8 engine (`scaled_mm`, the engine
+    these predictions price) from the latest benchmark JSON holding this model."""
+    from render_results import engines_of, run_number
+
     arch = model_name.split(".", 1)[0]
     found = None
-    for path in sorted((HERE / "results").glob("run*-bench-*.json")):
-        for r in json.loads(path.read_text())["results"]:
-            if r["model"].split(".", 1)[0] == arch:
-                found = (path.name, r)
+    for path in sorted((HERE / "results").glob("run*-bench-*.json"), key=run_number):
+        for result in json.loads(path.read_text())["results"]:
+            if result["model"].split(".", 1)[0] == arch:
+                found = (path.name, dict(engines_of(result))["scaled_mm"])
     if found is None:
         return None
     source, r = found
