@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -48,7 +49,7 @@ def with_absorbed(model: nn.Module, pairs: dict[str, str]) -> nn.Module:
     return trial
 
 
-def probe_inputs(example: torch.Tensor) -> list[torch.Tensor]:
+def _probes(example: torch.Tensor) -> list[torch.Tensor]:
     """The example plus a seeded wide random input: a check on inputs that never drive a
     pre-activation negative could not tell ReLU(y) from y."""
     g = torch.Generator().manual_seed(0)
@@ -56,25 +57,37 @@ def probe_inputs(example: torch.Tensor) -> list[torch.Tensor]:
     return [example, noise]
 
 
-def _same_output(model: nn.Module, pairs: dict[str, str], probes, refs) -> bool:
-    trial = with_absorbed(model, pairs).eval()
+def exact_subset(
+    model: nn.Module,
+    example: torch.Tensor,
+    pairs: dict[str, str],
+    rewrite: Callable[[nn.Module, dict[str, str]], nn.Module],
+) -> dict[str, str]:
+    """The pairs whose rewrite of `model` (a copy built by `rewrite(model, pairs)`) leaves its
+    output bit-identical on the example and a seeded wide random input: all of them if that
+    holds together, else those that pass alone, if they also pass together; else none."""
+    if not pairs:
+        return {}
+    probes = _probes(example)
     with torch.no_grad():
-        return all(torch.equal(trial(x), ref) for x, ref in zip(probes, refs, strict=True))
+        refs = [model.eval()(x) for x in probes]
+
+    def exact(chosen: dict[str, str]) -> bool:
+        trial = rewrite(model, chosen).eval()
+        with torch.no_grad():
+            return all(torch.equal(trial(x), ref) for x, ref in zip(probes, refs, strict=True))
+
+    if exact(pairs):
+        return pairs
+    pairs = {k: v for k, v in pairs.items() if exact({k: v})}
+    return pairs if pairs and exact(pairs) else {}  # each passes alone, not together: none
 
 
 def absorbable_activations(
     model: nn.Module, layers: list[str], example: torch.Tensor
 ) -> dict[str, tuple[str, str]]:
     """layer -> (activation module name, epilogue activation), checked bit-exactly."""
-    pairs = _candidates(model, layers, example)
-    if pairs:
-        probes = probe_inputs(example)
-        with torch.no_grad():
-            refs = [model.eval()(x) for x in probes]
-        if not _same_output(model, pairs, probes, refs):
-            pairs = {k: v for k, v in pairs.items() if _same_output(model, {k: v}, probes, refs)}
-            if pairs and not _same_output(model, pairs, probes, refs):
-                pairs = {}  # each passes alone, not together: absorb nothing
+    pairs = exact_subset(model, example, _candidates(model, layers, example), with_absorbed)
     return {
         layer: (act, activation_name(model.get_submodule(act)) or "none")
         for layer, act in pairs.items()

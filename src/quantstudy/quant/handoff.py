@@ -20,7 +20,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-from quantstudy.quant.absorb import probe_inputs, with_absorbed
+from quantstudy.quant.absorb import exact_subset, with_absorbed
 from quantstudy.quant.apply import replace_module
 from quantstudy.quant.trace import tensor_links
 
@@ -74,20 +74,5 @@ def fp8_handoffs(
 ) -> dict[str, str]:
     """producer -> consumer among `layers` (real FP8 layers of a fused engine, `absorbed` the
     activations moved into their epilogues), checked as the module docstring says."""
-    base = with_absorbed(model, {layer: act for layer, (act, _) in absorbed.items()}).eval()
-    pairs = _candidates(model, base, layers, example)
-    if not pairs:
-        return {}
-    probes = probe_inputs(example)
-    with torch.no_grad():
-        refs = [base(x) for x in probes]
-
-    def exact(chosen: dict[str, str]) -> bool:
-        trial = _marked(base, chosen).eval()
-        with torch.no_grad():
-            return all(torch.equal(trial(x), ref) for x, ref in zip(probes, refs, strict=True))
-
-    if exact(pairs):
-        return pairs
-    pairs = {p: c for p, c in pairs.items() if exact({p: c})}
-    return pairs if pairs and exact(pairs) else {}
+    base = with_absorbed(model, {layer: act for layer, (act, _) in absorbed.items()})
+    return exact_subset(base, example, _candidates(model, base, layers, example), _marked)
