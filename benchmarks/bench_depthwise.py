@@ -29,11 +29,11 @@ from pathlib import Path
 
 import timm
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_fp8_gemm import time_us
 from fp8_bytes import BW, out_hw
+from fused_plan import depthwise_names
 
 from quantstudy.model.preprocess import resolve_preprocessing
 from quantstudy.search.layer_speed import layer_input_shapes
@@ -49,11 +49,7 @@ def depthwise_layers(model_name: str, batch: int) -> list[dict]:
 
     model = timm.create_model(model_name, pretrained=False).eval()
     _, height, width = resolve_preprocessing(model).input_size
-    names = [
-        n
-        for n, m in model.named_modules()
-        if isinstance(m, nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels
-    ]
+    names = depthwise_names(model)
     shapes = layer_input_shapes(model, torch.randn(1, 3, height, width), names)
     rows: dict[tuple, dict] = {}
     for name in names:

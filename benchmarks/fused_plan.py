@@ -36,21 +36,23 @@ from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.handoff import fp8_handoffs
 from quantstudy.quant.trace import tensor_links
 from quantstudy.search.layer_speed import layer_input_shapes
+from quantstudy.search.sensitivity import kind_of
 from quantstudy.study.io import write_json_atomic
 
 
-def _depthwise(model: torch.nn.Module) -> list[str]:
+def depthwise_names(model: torch.nn.Module) -> list[str]:
+    """The model's depthwise convolutions, as the recipe counts them (`kind_of`)."""
     return [
         name
         for name, m in model.named_modules()
-        if isinstance(m, torch.nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels
+        if isinstance(m, torch.nn.Conv2d) and kind_of(m) == "conv2d.depthwise"
     ]
 
 
 def depthwise_fp8_io(model, real, absorbed, example, batch) -> dict:
     """Bytes the FP8-storage-around-depthwise extension would remove (see the docstring). Pairs
     come from tensor links alone, without the exactness check of a hand-off: an upper bound."""
-    dws = _depthwise(model)
+    dws = depthwise_names(model)
     if not dws:
         return {"into_depthwise": {}, "out_of_depthwise": {}, "bytes_saved": 0}
     # the depthwise kernel would apply its own bias and activation, as the FP8 layers do
