@@ -129,6 +129,19 @@ def _plan(m, x, layers):
     return QuantPlan(layers, True, calibrate(m, layers, [x]))
 
 
+def _both_engines(m, x, layers):
+    """The fused and the unfused FP8 engine of `m` in fp32 on CPU, from one calibration."""
+    plan = _plan(m, x, layers)
+    fused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="fused")
+    return fused, build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="scaled_mm")
+
+
+def _assert_same_output(a_engine, b_engine, x):
+    with torch.no_grad():
+        a, b = a_engine(x), b_engine(x)
+    assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+
+
 def test_absorption_takes_only_what_keeps_the_output():
     torch.manual_seed(0)
     m = Block().eval()
@@ -169,16 +182,12 @@ def test_fused_engine_equals_unfused_in_fp32():
     m.bn1.running_var.uniform_(0.5, 2)
     x = torch.randn(4, 8, 6, 6)
     layers = ["pw1", "pw2", "pw3", "pw4", "fc1", "fc2"]
-    plan = _plan(m, x, layers)
-    fused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="fused")
-    unfused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="scaled_mm")
+    fused, unfused = _both_engines(m, x, layers)
     # BN folded into pw1 leaves act1 consuming pw1's output: absorbed, as is the GELU
     assert fused.fp8_epilogue == {"pw1": "relu6", "fc1": "gelu"}
     assert fused.info().fp8_kernel == "fused" and unfused.info().fp8_epilogue == {}
     assert isinstance(fused.eager.pw1, FusedFP8Matmul) and isinstance(fused.eager.act1, nn.Identity)
-    with torch.no_grad():
-        a, b = fused(x), unfused(x)
-    assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+    _assert_same_output(fused, unfused, x)
 
 
 def test_activation_names():
@@ -296,15 +305,11 @@ def test_fp8_engine_with_handoff_matches_the_engine_without():
     m = MlpPair().eval()
     x = torch.randn(4, 16, 3, 3)
     layers = ["fc1", "fc2", "fc3", "fc4"]
-    plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
-    fused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="fused")
-    unfused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="scaled_mm")
+    fused, unfused = _both_engines(m, x, layers)
     assert fused.info().fp8_handoff == {"fc1": "fc2", "fc2": "fc3"}
     assert unfused.info().fp8_handoff == {}
     assert fused.eager.fc1.out_scale is not None and fused.eager.fc2.fp8_input
-    with torch.no_grad():
-        a, b = fused(x), unfused(x)
-    assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+    _assert_same_output(fused, unfused, x)
 
 
 class ResidualBlock(nn.Module):
@@ -366,11 +371,7 @@ def test_conv_to_conv_handoff_runs_channels_last_fp8_between_them():
     m.bn.running_var.uniform_(0.5, 2)
     x = torch.randn(4, 16, 6, 6)
     layers = ["pw_exp", "pw_proj", "head"]
-    plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
-    fused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="fused")
-    unfused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="scaled_mm")
+    fused, unfused = _both_engines(m, x, layers)
     assert fused.info().fp8_handoff == {"pw_exp": "pw_proj"}
     assert fused.info().fp8_epilogue == {"pw_exp": "relu"}
-    with torch.no_grad():
-        a, b = fused(x), unfused(x)
-    assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+    _assert_same_output(fused, unfused, x)
