@@ -375,3 +375,23 @@ def test_conv_to_conv_handoff_runs_channels_last_fp8_between_them():
     assert fused.info().fp8_handoff == {"pw_exp": "pw_proj"}
     assert fused.info().fp8_epilogue == {"pw_exp": "relu"}
     _assert_same_output(fused, unfused, x)
+
+
+def test_fp8_io_is_refused_where_it_cannot_be_right():
+    """A hand-off consumer whose K would need padding, a consumer given a float input, and an
+    FP8 output without its scale (or a scale without an FP8 output) are clear errors."""
+    pytest.importorskip("triton")
+    from quantstudy.quant.fp8 import E4M3
+    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+
+    with pytest.raises(ValueError, match="cannot be padded"):
+        FusedFP8Matmul(nn.Linear(24, 8), 0.1, True, torch.float32, fp8_input=True)
+    consumer = FusedFP8Matmul(nn.Linear(32, 8), 0.1, True, torch.float32, fp8_input=True)
+    with pytest.raises(TypeError, match="reads FP8"):
+        consumer(torch.randn(2, 32))
+    xq, w8 = torch.zeros(4, 32, dtype=E4M3), torch.zeros(8, 32, dtype=E4M3)
+    ws, xs = torch.ones(8), torch.tensor(1.0)
+    with pytest.raises(ValueError, match="needs out_scale"):
+        fp8_gemm_triton(xq, w8, ws, xs, None, "none", E4M3)
+    with pytest.raises(ValueError, match="needs out_scale"):
+        fp8_gemm_triton(xq, w8, ws, xs, None, "none", torch.float16, out_scale=xs)
