@@ -35,7 +35,7 @@ for stage in "$@"; do
   case "$stage" in
     gputests|gputests:*)
       sel=tests/gpu; [ "$stage" != gputests ] && sel=tests/gpu/${stage#gputests:}
-      python3 -m pytest $sel -q -rs -p no:cacheprovider 2>&1 | tail -25 | tee -a "$OUT/log.txt" ;;
+      python3 -m pytest $sel -q -rfs -s -p no:cacheprovider > "$OUT/pytest.txt" 2>&1; grep -v "^tests.*PASSED\|Warning\|warn" "$OUT/pytest.txt" | tail -40 | tee -a "$OUT/log.txt" ;;
     bench:*)
       models=${stage#bench:}
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \

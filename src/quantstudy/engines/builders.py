@@ -22,6 +22,7 @@ from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_f
 from quantstudy.quant.bias_correction import correct_biases
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.handoff import fp8_handoffs
+from quantstudy.quant.modules import bind_scaled_mm
 from quantstudy.speed.size import weight_bytes
 from quantstudy.study.schema import EngineInfo
 
@@ -206,6 +207,7 @@ def build_fp8(
     epilogue = {layer: act for layer, (_, act) in absorbed.items()}
     applied = apply_fp8(m, source, plan, dtype, kernel, epilogue, handoff)
     m = m.to(device).to(memory_format=torch.channels_last)
+    bind_scaled_mm(m, device)
     return _compiled_engine(
         "fp8",
         m,

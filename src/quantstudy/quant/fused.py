@@ -1,8 +1,9 @@
 """The fused FP8 layer: one kernel for the product, per-channel scale, bias and activation.
 
-Why: on the H200 the unfused layer (`FP8Matmul`: `torch._scaled_mm` writing bf16, then cast, bias
-and activation in a separate pass) lost to fp16 at every batch (benchmarks/RESULTS.md); the byte
-counts (benchmarks/FP8_NOTES.md) put most of the loss in the extra passes over the layer's output.
+Why: on the H200 the unfused layer (`FP8Matmul`, as first measured: `torch._scaled_mm` writing
+bf16, then cast, bias and activation in a separate pass) lost to fp16 at every batch
+(benchmarks/RESULTS.md); the byte counts (benchmarks/FP8_NOTES.md) put most of the loss in the
+extra passes over the layer's output.
 `FusedFP8Matmul` writes its output once, activation applied, in the engine's dtype. The input
 quantize stays a plain torch expression so that Inductor fuses it into the producing kernel.
 
@@ -66,23 +67,33 @@ def fp8_gemm(
     act: str,
     out_dtype: torch.dtype,
     out_scale: torch.Tensor | None = None,
+    round_to: torch.dtype | None = None,
 ) -> torch.Tensor:
     """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8.
-    With `out_scale` the result is written as the next layer's FP8 input (`to_fp8`)."""
+    With `out_scale` the result is written as the next layer's FP8 input (`to_fp8`).
+    `round_to` (the engine's dtype) rounds the sum before the activation and the activated
+    value before an FP8 write, where the unfused engine stores them: both engines then
+    quantize the same numbers."""
     if xq.is_cuda:
         from quantstudy.quant.triton_fp8 import fp8_gemm_triton
 
         xq = xq.contiguous()
-        return fp8_gemm_triton(xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=out_scale)
+        return fp8_gemm_triton(
+            xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=out_scale, round_to=round_to
+        )
+
+    def rounded(t: torch.Tensor) -> torch.Tensor:
+        return t.to(round_to).float() if round_to is not None else t
+
     y = (xq.float() @ w8.float().t()) * (w_scale * x_scale)
     if bias is not None:
         y = y + bias
-    y = _act_reference(y, act)
-    return to_fp8(y, out_scale) if out_scale is not None else y.to(out_dtype)
+    y = _act_reference(rounded(y), act)
+    return to_fp8(rounded(y), out_scale) if out_scale is not None else y.to(out_dtype)
 
 
 @fp8_gemm.register_fake
-def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=None):
+def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=None, round_to=None):
     return xq.new_empty((xq.shape[0], w8.shape[0]), dtype=out_dtype)
 
 
@@ -140,7 +151,15 @@ class FusedFP8Matmul(PointwiseMatmul):
             xq = to_fp8(x2d, self.x_scale)
         out_dtype = E4M3 if self.out_scale is not None else self.dtype
         return fp8_gemm(
-            xq, self.w8, self.w_scale, self.x_scale, self.bias, self.act, out_dtype, self.out_scale
+            xq,
+            self.w8,
+            self.w_scale,
+            self.x_scale,
+            self.bias,
+            self.act,
+            out_dtype,
+            self.out_scale,
+            self.dtype,
         )
 
     def extra_repr(self) -> str:

@@ -10,12 +10,13 @@ emulated in the engine's description.
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.fp8 import dequantize_weight, fake_quant, quantize_weight, to_fp8
+from quantstudy.quant.fp8 import E4M3, dequantize_weight, fake_quant, quantize_weight, to_fp8
 
 # torch._scaled_mm needs both matrix dimensions of the weight divisible by 16; the fused kernel
 # needs FP8 rows of 16-byte multiples for vector and descriptor loads.
@@ -79,15 +80,47 @@ class PointwiseMatmul(nn.Module):
         return y.reshape(b, h, w, -1).permute(0, 3, 1, 2)
 
 
+@functools.cache
+def scaled_mm_output(device: str, dtype: torch.dtype, rowwise: bool) -> tuple[torch.dtype, bool]:
+    """The output dtype `torch._scaled_mm` writes on `device`, and whether the bias goes into
+    its epilogue, best first: the engine's dtype with the bias inside (one rounding of
+    sum x scales + bias, the fused kernel's arithmetic), the engine's dtype with the bias added
+    after, then bf16 (cuBLASLt's row-wise scaling wrote bf16 only before CUDA 12.9 and torch
+    2.10). bf16 keeps 8 significant bits where fp16 keeps 11, which moves the next layer's FP8
+    rounding often enough that a bf16 unfused engine agreed with the fused one on 98.2% of
+    Lite0's top-1 answers (benchmarks/RESULTS.md, run 11). Probed once per device, dtype and
+    scaling."""
+    a = torch.zeros(16, 16, device=device).to(E4M3)
+    ones = torch.ones((), device=device)
+    sa, sb = (
+        (ones.expand(16, 1).contiguous(), ones.expand(1, 16).contiguous())
+        if rowwise
+        else (
+            ones,
+            ones,
+        )
+    )
+    for out, with_bias in ((dtype, True), (dtype, False), (torch.bfloat16, False)):
+        bias = torch.zeros(16, device=device, dtype=out) if with_bias else None
+        try:
+            torch._scaled_mm(a, a.t(), scale_a=sa, scale_b=sb, bias=bias, out_dtype=out)
+        except RuntimeError:
+            continue
+        return out, with_bias
+    raise RuntimeError(f"torch._scaled_mm runs no FP8 product on {device}")
+
+
 class FP8Matmul(PointwiseMatmul):
     """y = (q(x) @ q(W)^T) * s_x * s_w + b with FP8 operands and float32 accumulation.
 
     Weights: FP8 E4M3 with a per-output-channel or per-tensor scale. Activations: one static
-    per-tensor scale. Per-channel weight scales use torch._scaled_mm's row-wise scaling, whose
-    CUDA kernels write bf16; the result is then cast to the engine's dtype. Channel counts that
-    are not multiples of 16 (torch._scaled_mm's alignment) are zero-padded: the weight once at
-    build time, the activation inside its quantize step; padded outputs are sliced off. Zero
-    padding adds exact zeros to every sum, so the result is unchanged.
+    per-tensor scale. Per-channel weight scales use torch._scaled_mm's row-wise scaling. The
+    output dtype and the bias's place follow what the device's torch._scaled_mm supports
+    (`scaled_mm_output`, chosen by `use_device` once the module is on its device; until then
+    bf16 with the bias added after, which runs everywhere). Channel counts that are not
+    multiples of 16 (torch._scaled_mm's alignment) are zero-padded: the weight once at build
+    time, the activation inside its quantize step; padded outputs are sliced off. Zero padding
+    adds exact zeros to every sum, so the result is unchanged.
     """
 
     def __init__(
@@ -99,23 +132,25 @@ class FP8Matmul(PointwiseMatmul):
         weight = weight.reshape(weight.shape[0], -1)
         self.n, self.k = weight.shape
         self.k_pad = align(self.k) - self.k
-        n_pad = align(self.n) - self.n
+        self.n_pad = align(self.n) - self.n
         w8, w_scale = quantize_weight(weight, per_channel)
-        w8 = F.pad(w8.float(), (0, self.k_pad, 0, n_pad)).to(w8.dtype)  # exact: zeros
+        w8 = F.pad(w8.float(), (0, self.k_pad, 0, self.n_pad)).to(w8.dtype)  # exact: zeros
         if per_channel:
-            w_scale = F.pad(w_scale, (0, n_pad), value=1.0)
+            w_scale = F.pad(w_scale, (0, self.n_pad), value=1.0)
         self.register_buffer("w8", w8.contiguous())  # (N, K) row-major; .t() is column-major
         self.register_buffer("w_scale", w_scale.reshape(1, -1) if per_channel else w_scale)
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
-        bias = layer.bias.detach().to(dtype) if layer.bias is not None else None
+        bias = layer.bias.detach().float() if layer.bias is not None else None
         self.register_buffer("bias", bias)
         self.per_channel = per_channel
         self.dtype = dtype
-        # Row-wise scaling writes bf16 on CUDA; fp32 compute (CPU checks) keeps fp32 throughout.
-        if dtype == torch.float32:
-            self.mm_dtype = torch.float32
-        else:
-            self.mm_dtype = torch.bfloat16 if per_channel else dtype
+        self.mm_dtype, self.bias_in_mm = (dtype, False)
+        if dtype != torch.float32 and per_channel:
+            self.mm_dtype = torch.bfloat16
+
+    def use_device(self, device: torch.device) -> None:
+        """Take the best output `torch._scaled_mm` supports on `device` (`scaled_mm_output`)."""
+        self.mm_dtype, self.bias_in_mm = scaled_mm_output(str(device), self.dtype, self.per_channel)
 
     def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
         if self.k_pad:
@@ -125,11 +160,29 @@ class FP8Matmul(PointwiseMatmul):
             scale_a = self.x_scale.reshape(1, 1).expand(x2d.shape[0], 1).contiguous()
         else:
             scale_a = self.x_scale
+        bias = self.bias
+        inside = None
+        if bias is not None and self.bias_in_mm:
+            inside, bias = F.pad(bias, (0, self.n_pad)).to(self.mm_dtype), None
         y = torch._scaled_mm(
-            xq, self.w8.t(), scale_a=scale_a, scale_b=self.w_scale, out_dtype=self.mm_dtype
+            xq,
+            self.w8.t(),
+            scale_a=scale_a,
+            scale_b=self.w_scale,
+            bias=inside,
+            out_dtype=self.mm_dtype,
         )
-        y = y[:, : self.n].to(self.dtype)
-        return y + self.bias if self.bias is not None else y
+        y = y[:, : self.n]
+        if bias is not None:  # in float32, one rounding to the engine's dtype below
+            y = y.float() + bias
+        return y.to(self.dtype)
+
+
+def bind_scaled_mm(model: nn.Module, device: torch.device) -> None:
+    """Let every `FP8Matmul` in `model` (already on `device`) take its output there."""
+    for module in model.modules():
+        if isinstance(module, FP8Matmul):
+            module.use_device(device)
 
 
 class QDQ(nn.Module):

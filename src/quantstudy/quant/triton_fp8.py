@@ -158,7 +158,22 @@ def activation(y, ACT: tl.constexpr):
 def fp8_range(y, out_scale_ptr):
     """`quant.fp8.to_fp8` up to its cast: divide by the scale, saturate at +-448 (E4M3's
     largest value); the caller's store rounds to nearest even. Shared with `quant/triton_dw.py`."""
-    return tl.minimum(tl.maximum(y / tl.load(out_scale_ptr), -448.0), 448.0)
+    y = tl.math.div_rn(y, tl.load(out_scale_ptr))  # `/` is approximate on the GPU
+    return tl.minimum(tl.maximum(y, -448.0), 448.0)
+
+
+# The engine dtype the epilogue rounds through (`_round`): none (float32), fp16, bf16.
+ROUND_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+@triton.jit
+def _round(y, ROUND: tl.constexpr):
+    """y rounded (to nearest even) to the engine's dtype and back to float32."""
+    if ROUND == 1:
+        y = y.to(tl.float16, fp_downcast_rounding="rtne").to(tl.float32)
+    elif ROUND == 2:
+        y = y.to(tl.bfloat16, fp_downcast_rounding="rtne").to(tl.float32)
+    return y
 
 
 @triton.jit
@@ -176,16 +191,18 @@ def _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS: tl.c
 @triton.jit
 def _finish(
     acc, scale, bias, first_m, first_n, M, N, c_ptr, c_desc, stride_cm, stride_cn, out_scale_ptr,
-    ACT: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr,
+    ACT: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr, ROUND: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """Epilogue: scales, bias and activation on the float32 sums, then one write of the tile
-    whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the next
-    FP8 layer's quantized input (divide by its scale, saturate at 448, round to nearest even:
-    `quant.fp8.to_fp8`'s arithmetic)."""
-    y = activation(acc * scale[None, :] + bias[None, :], ACT)
+    """Epilogue: scales and bias on the float32 sums, the activation, then one write of the
+    tile whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the
+    next FP8 layer's quantized input (divide by its scale, saturate at 448, round to nearest
+    even: `quant.fp8.to_fp8`'s arithmetic). The values are rounded to the engine's dtype
+    (ROUND) wherever the unfused engine stores them, before the activation and before the
+    FP8 write, so fused and unfused engines quantize the same numbers."""
+    y = activation(_round(acc * scale[None, :] + bias[None, :], ROUND), ACT)
     if OUT_FP8:
-        y = fp8_range(y, out_scale_ptr)
+        y = fp8_range(_round(y, ROUND), out_scale_ptr)
     if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
         c_desc.store([first_m, first_n], y.to(c_desc.dtype, fp_downcast_rounding="rtne"))
     else:
@@ -203,7 +220,7 @@ def _fp8_gemm_kernel(
     stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
     tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
-    OUT_FP8: tl.constexpr,
+    OUT_FP8: tl.constexpr, ROUND: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
 ):  # fmt: skip
@@ -223,7 +240,7 @@ def _fp8_gemm_kernel(
             acc = tl.dot(a, b, out_dtype=tl.float32)
             _finish(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
-                out_scale_ptr, ACT, TMA_STORE, OUT_FP8, BLOCK_M, BLOCK_N,
+                out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
             )  # fmt: skip
     else:
         pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -253,7 +270,7 @@ def _fp8_gemm_kernel(
         scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS)
         _finish(
             acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
-            stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, BLOCK_M, BLOCK_N,
+            stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
         )  # fmt: skip
 
 
@@ -320,6 +337,7 @@ def fp8_gemm_triton(
     store: str | None = None,
     stream: int = 0,
     out_scale: torch.Tensor | None = None,
+    round_to: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor; returns (M, N) in `out_dtype`.
@@ -329,7 +347,8 @@ def fp8_gemm_triton(
     descriptor path for that side. `tile` (BLOCK_M, BLOCK_N, BLOCK_K[, warps, stages]) fixes the
     tile, with pointers unless "tma" is asked, and `stream` > 0 runs it as that many streaming
     programs per SM (the tile must hold all of K and N). `out_scale` (a float32 scalar tensor)
-    writes the output quantized to FP8 with that scale (`out_dtype` must then be E4M3)."""
+    writes the output quantized to FP8 with that scale (`out_dtype` must then be E4M3).
+    `round_to` (the engine's dtype; None: float32) is where the epilogue rounds (`_finish`)."""
     if (out_scale is not None) != (out_dtype == torch.float8_e4m3fn):
         raise ValueError("an FP8 output needs out_scale, and out_scale needs an FP8 output")
     for path in (loads, store):
@@ -364,7 +383,7 @@ def fp8_gemm_triton(
         int(use_loads), int(use_store),
     )  # fmt: skip
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
-    meta |= {"OUT_FP8": out_scale is not None}
+    meta |= {"OUT_FP8": out_scale is not None, "ROUND": ROUND_CODES[round_to or torch.float32]}
 
     def grid(meta):
         tiles_m = triton.cdiv(m, meta["BLOCK_M"])

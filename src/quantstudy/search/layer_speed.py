@@ -42,7 +42,7 @@ from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fp8 import E4M3_MAX
 from quantstudy.quant.fused import FusedFP8Matmul
-from quantstudy.quant.modules import QDQ, FP8Matmul, real_fp8_blocker
+from quantstudy.quant.modules import QDQ, FP8Matmul, bind_scaled_mm, real_fp8_blocker
 from quantstudy.quant.trace import forward_once
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
@@ -145,6 +145,7 @@ def measure_layer_speed(
         else:
             fp8 = QDQ(layer, scale, True, per_channel, torch.float16)
         fp8 = fp8.to(device)
+        bind_scaled_mm(fp8, device)
         for m in (fp16, fp8):
             m.eval().requires_grad_(False)
         if fp16.weight.dim() == 4:
