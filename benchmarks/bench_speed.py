@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -60,7 +61,10 @@ def bench_model(
     iters: int,
     agree_images: torch.Tensor | None = None,
     fp16_autotune_batch: int | None = None,
+    save: Callable[[dict], None] = lambda partial: None,
 ) -> dict:
+    """One model's record; `save` gets it after each phase (timings, agreement, max-autotune),
+    so a run cut short keeps what it finished."""
     loaded = load_model(name, weights)
     model = loaded.model
     pre = resolve_preprocessing(model)
@@ -113,15 +117,21 @@ def bench_model(
             "fp8_handoffs": len(info.fp8_handoff),
             "speed": speed.model_dump(mode="json"),
         }
+    print_table([out])
+    save(out)
     if agree_images is not None:
         print(f"  {time.perf_counter() - t0:6.1f} s  fused vs unfused agreement", flush=True)
         out["fused_vs_unfused"] = agreement(engines, agree_images)
+        save(out)
     if fp16_autotune_batch is not None:
         print(f"  {time.perf_counter() - t0:6.1f} s  fp16 max-autotune", flush=True)
         out["fp16_max_autotune"] = fp16_autotune(
             model, device, example, fold, x, fp16_autotune_batch, rounds, iters
         )
     out["build_and_time_s"] = time.perf_counter() - t0
+    out["complete"] = True
+    save(out)
+    print_table([out], timings=False)
     return out
 
 
@@ -158,7 +168,8 @@ def _count(k: dict | None) -> str:
     return str(k["kernel_count"]) if k else "-"
 
 
-def print_table(results: list[dict]) -> None:
+def print_table(results: list[dict], timings: bool = True) -> None:
+    """The timing rows (`timings`), then the agreement and max-autotune lines where measured."""
     head = (
         "model",
         "FP8 kernel",
@@ -170,9 +181,10 @@ def print_table(results: list[dict]) -> None:
         "FP8 groups us (fp8mm/fp16mm/dw/quant/other)",
     )
     order = ("fp8_matmul", "fp16_matmul_conv", "depthwise_conv", "quantize_convert", "other")
-    print(" | ".join(head))
+    if timings:
+        print(" | ".join(head))
     for r in results:
-        for kernel, k in r["kernels"].items():
+        for kernel, k in r["kernels"].items() if timings else ():
             speed = k["speed"]
             kernels = {(p["engine"], p["batch"]): p for p in speed["kernels"]}
             for b in speed["batches"]:
@@ -240,6 +252,17 @@ def main() -> None:
             agree, _ = load_images(items, tf, desc=f"{name}: agreement images")
         for recipe in (default_recipe_for(name), *variants):
             print(f"== {name} / {recipe}", flush=True)
+
+            def save(partial: dict) -> None:
+                write_json_atomic(
+                    args.out,
+                    {
+                        "environment": env,
+                        "command": vars(args) | {"images": str(args.images), "out": str(args.out)},
+                        "results": [*results, partial],
+                    },
+                )
+
             results.append(
                 bench_model(
                     name,
@@ -253,17 +276,9 @@ def main() -> None:
                     args.iters,
                     agree,
                     args.fp16_autotune_batch,
+                    save,
                 )
             )
-            write_json_atomic(
-                args.out,
-                {
-                    "environment": env,
-                    "command": vars(args) | {"images": str(args.images), "out": str(args.out)},
-                    "results": results,
-                },
-            )
-            print_table(results[-1:])
 
 
 if __name__ == "__main__":

@@ -177,6 +177,22 @@ def _round(y, ROUND: tl.constexpr):
 
 
 @triton.jit
+def _dot(a, b, acc):
+    """acc + a @ b with the sums moved into float32 registers after every 32 products (one
+    Hopper FP8 MMA's K).
+
+    Hopper's FP8 tensor cores align products to the largest exponent and keep about 14 bits
+    while they accumulate, and Triton leaves the whole K loop in them by default on sm90.
+    cuBLASLt promotes to float32 unless asked for fast accumulation (torch._scaled_mm's
+    use_fast_accum=False). On the H200 (call 15, Triton's default) the fused layer wrote the
+    same fp16 values as torch._scaled_mm for only 75.5% of a 4096x256x384 product's outputs,
+    and values near zero came out up to four FP8 subnormal steps from the float32 reference;
+    the accumulation is the suspected cause, and this promotion is the fix, not yet re-measured
+    there (tests/gpu/test_fused_gpu.py checks both)."""
+    return tl.dot(a, b, acc, max_num_imprecise_acc=32)
+
+
+@triton.jit
 def _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS: tl.constexpr):
     """Per-output-channel scale (weight scale x activation scale) and bias, float32."""
     n_mask = offs_n < N
@@ -237,7 +253,7 @@ def _fp8_gemm_kernel(
             offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
             a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
             a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
-            acc = tl.dot(a, b, out_dtype=tl.float32)
+            acc = _dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
             _finish(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
                 out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
@@ -253,7 +269,7 @@ def _fp8_gemm_kernel(
             for k0 in range(0, tl.cdiv(K, BLOCK_K)):
                 a = a_desc.load([pid_m * BLOCK_M, k0 * BLOCK_K])
                 b = b_desc.load([pid_n * BLOCK_N, k0 * BLOCK_K])
-                acc = tl.dot(a, b.T, acc)
+                acc = _dot(a, b.T, acc)
         else:
             offs_k = tl.arange(0, BLOCK_K)
             a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
@@ -264,7 +280,7 @@ def _fp8_gemm_kernel(
                 b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
                 a = tl.load(a_ptrs, mask=a_mask, other=0.0)
                 b = tl.load(b_ptrs, mask=b_mask, other=0.0)
-                acc = tl.dot(a, b, acc)
+                acc = _dot(a, b, acc)
                 a_ptrs += BLOCK_K * stride_ak
                 b_ptrs += BLOCK_K * stride_bk
         scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS)
