@@ -4,6 +4,8 @@
 #   gputests[:FILE]  pytest tests/gpu (or one file of it)
 #   bench:M1,M2   benchmarks/bench_speed.py for those models ($BENCH_ARGS appended, e.g.
 #                 "--batches 1,128 --agreement --fp16-autotune-batch 128")
+#   autotune:M1,M2  bench_speed.py --fp16-autotune-only at batch 128: the fp16 engine under
+#                 max-autotune against default mode, no FP8 engine
 #   gemm:M1,M2    benchmarks/bench_fp8_gemm.py: each FP8 product alone, fp16/cuBLASLt/every tile
 #                 ($GEMM_ARGS appended, e.g. --quick)
 #   dw:M1,M2      benchmarks/bench_depthwise.py: each depthwise conv alone, cuDNN fp16 against
@@ -40,6 +42,11 @@ for stage in "$@"; do
       models=${stage#bench:}
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
         --out "$OUT/bench-${models//[,.]/_}.json" ${BENCH_ARGS:-} 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
+    autotune:*)
+      models=${stage#autotune:}
+      python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
+        --fp16-autotune-only --fp16-autotune-batch 128 --rounds 20 \
+        --out "$OUT/autotune-${models//[,.]/_}.json" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    \|AUTOTUNE\|^  triton\|^strides\|^dtypes\|Autotune Choices\|^{" | tee -a "$OUT/log.txt" ;;
     gemm:*)
       python3 benchmarks/bench_fp8_gemm.py --models "${stage#gemm:}" --batch 128 ${GEMM_ARGS:-} \
         --out "$OUT/gemm-$(echo "${stage#gemm:}" | tr ',.' '__').json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;
