@@ -107,11 +107,14 @@ def time_shape(row: dict, quick: bool) -> dict:
     times["scaled_mm"] = time_us(
         lambda: torch._scaled_mm(a8p, w8p.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
     )
-    # The autotuned launches (what the engine runs, all paths; and pointers only, the kernel of
-    # runs 4-5), then unless `quick` every tile on every path this product allows.
-    runs: list[tuple[str, tuple | None, str | None, str | None, int]] = [
-        ("autotuned", None, None, None, 0),
-        ("autotuned pointer", None, "pointer", "pointer", 0),
+    # The autotuned launches (what the engine runs, all paths; the same with Triton's default
+    # reduced-precision FP8 accumulation, the kernel of runs 4-15, to price the float32
+    # promotion; and pointers only, the kernel of runs 4-5), then unless `quick` every tile on
+    # every path this product allows. The last field: fast accumulation.
+    runs: list[tuple[str, tuple | None, str | None, str | None, int, bool]] = [
+        ("autotuned", None, None, None, 0, False),
+        ("autotuned fast-accum", None, None, None, 0, True),
+        ("autotuned pointer", None, "pointer", "pointer", 0, False),
     ]
     if not quick:
         can_load = tma_ok(a8) and tma_ok(w8)
@@ -120,20 +123,21 @@ def time_shape(row: dict, quick: bool) -> dict:
             for store in ["pointer", "tma"] if can_store else ["pointer"]:
                 for cfg in TILES:
                     label = f"{loads}/{store} " + "x".join(map(str, cfg))
-                    runs.append((label, cfg, loads, store, 0))
+                    runs.append((label, cfg, loads, store, 0, False))
         for store in ["pointer", "tma"] if can_store else ["pointer"]:
             for *cfg, per_sm in STREAM_TILES:
                 bn, bk = cfg[1], cfg[2]
                 if n <= bn <= max(16, 2 * n) and k <= bk <= max(32, 2 * k):
                     label = f"stream{per_sm}/{store} " + "x".join(map(str, cfg))
-                    runs.append((label, tuple(cfg), "pointer", store, per_sm))
+                    runs.append((label, tuple(cfg), "pointer", store, per_sm, False))
     errors: dict[str, float] = {}
-    for label, cfg, loads, store, per_sm in runs:
+    for label, cfg, loads, store, per_sm, fast in runs:
 
-        def call(cfg=cfg, loads=loads, store=store, per_sm=per_sm):
+        def call(cfg=cfg, loads=loads, store=store, per_sm=per_sm, fast=fast):
             return fp8_gemm_triton(
-                a8, w8, w_scale, x_scale, bias, "none", torch.float16, cfg, loads, store, per_sm
-            )
+                a8, w8, w_scale, x_scale, bias, "none", torch.float16, cfg, loads, store, per_sm,
+                fast_accum=fast,
+            )  # fmt: skip
 
         try:
             if cfg is None:  # the autotuned launch is what the engine runs: check it
@@ -143,9 +147,8 @@ def time_shape(row: dict, quick: bool) -> dict:
         except Exception as exc:  # a tile the compiler refuses (shared memory): recorded
             times[label] = float("nan")
             row.setdefault("refused", {})[label] = str(exc).splitlines()[0][:200]
-    triton_times = {
-        key: v for key, v in times.items() if key not in ("fp16 mm", "fp16 conv", "scaled_mm")
-    }
+    others = ("fp16 mm", "fp16 conv", "scaled_mm", "autotuned fast-accum")  # not what engines run
+    triton_times = {key: v for key, v in times.items() if key not in others}
     best = min(triton_times, key=triton_times.get) if triton_times else None
     roof_us = fused_bytes(m, k, n) / BW * 1e6
     return row | {

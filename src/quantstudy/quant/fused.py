@@ -128,7 +128,9 @@ class FusedFP8Matmul(PointwiseMatmul):
         self.register_buffer("w8", w8.contiguous())
         self.register_buffer("w_scale", w_scale.expand(weight.shape[0]).contiguous())
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
-        bias = layer.bias.detach().float() if layer.bias is not None else None
+        # The bias as the fp16 engine and torch._scaled_mm's epilogue hold it (the engine's
+        # dtype), kept in float32 for the epilogue.
+        bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
         self.register_buffer("bias", bias)
         self.act = act
         self.dtype = dtype

@@ -91,15 +91,8 @@ def scaled_mm_output(device: str, dtype: torch.dtype, rowwise: bool) -> tuple[to
     Lite0's top-1 answers (benchmarks/RESULTS.md, run 11). Probed once per device, dtype and
     scaling."""
     a = torch.zeros(16, 16, device=device).to(E4M3)
-    ones = torch.ones((), device=device)
-    sa, sb = (
-        (ones.expand(16, 1).contiguous(), ones.expand(1, 16).contiguous())
-        if rowwise
-        else (
-            ones,
-            ones,
-        )
-    )
+    sa = torch.ones((16, 1) if rowwise else (), device=device)
+    sb = torch.ones((1, 16) if rowwise else (), device=device)
     for out, with_bias in ((dtype, True), (dtype, False), (torch.bfloat16, False)):
         bias = torch.zeros(16, device=device, dtype=out) if with_bias else None
         try:
@@ -140,7 +133,8 @@ class FP8Matmul(PointwiseMatmul):
         self.register_buffer("w8", w8.contiguous())  # (N, K) row-major; .t() is column-major
         self.register_buffer("w_scale", w_scale.reshape(1, -1) if per_channel else w_scale)
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
-        bias = layer.bias.detach().float() if layer.bias is not None else None
+        # Rounded to the engine's dtype (as the fp16 engine and the fused layer hold it).
+        bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
         self.register_buffer("bias", bias)
         self.per_channel = per_channel
         self.dtype = dtype
