@@ -1,5 +1,6 @@
 """FP8 quantization: folding, calibrators, shared scales, engine vs emulation (CPU)."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -209,3 +210,46 @@ def test_conv_with_its_own_forward_is_emulated_not_real_and_not_folded():
     m = nn.Sequential(StdConv2d(3, 8, 1), nn.BatchNorm2d(8)).eval()
     _randomize_bn(m)
     assert fold_batchnorm(m, torch.randn(1, 3, 4, 4)) == []
+
+
+def test_scaled_mm_output_takes_the_best_the_device_supports(monkeypatch):
+    """The probe's order: engine dtype with the bias in the epilogue, then without it, then
+    bf16 (what row-wise scaling wrote before CUDA 12.9); each refusal moves one step down."""
+    from quantstudy.quant import modules
+
+    def refusing(*refused):
+        def fake(a, b, *, scale_a, scale_b, bias=None, out_dtype):
+            if (out_dtype, bias is not None) in refused:
+                raise RuntimeError("not supported")
+            return torch.zeros(a.shape[0], b.shape[1], dtype=out_dtype)
+
+        return fake
+
+    half, bf16 = torch.float16, torch.bfloat16
+    cases = [
+        ((), (half, True)),
+        (((half, True),), (half, False)),
+        (((half, True), (half, False)), (bf16, False)),
+    ]
+    for refused, best in cases:
+        modules.scaled_mm_output.cache_clear()
+        monkeypatch.setattr(torch, "_scaled_mm", refusing(*refused))
+        assert modules.scaled_mm_output("cpu", half, True) == best
+    modules.scaled_mm_output.cache_clear()
+    monkeypatch.setattr(torch, "_scaled_mm", refusing((half, True), (half, False), (bf16, False)))
+    with pytest.raises(RuntimeError, match="no FP8 product"):
+        modules.scaled_mm_output("cpu", half, True)
+    modules.scaled_mm_output.cache_clear()
+
+
+def test_unfused_layer_with_the_bias_inside_equals_the_bias_after():
+    """On CPU in fp32 the bias inside torch._scaled_mm and added after give the same layer."""
+    from quantstudy.quant.modules import FP8Matmul
+
+    lin = nn.Linear(40, 24)
+    x = torch.randn(64, 40)
+    layer = FP8Matmul(lin, 0.02, True, torch.float32)
+    layer.use_device(torch.device("cpu"))
+    after = layer(x)
+    layer.bias_in_mm = True
+    assert torch.allclose(layer(x), after, rtol=1e-5, atol=1e-5)
