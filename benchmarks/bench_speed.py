@@ -117,6 +117,7 @@ def bench_model(
             "fp8_emulated": len(info.fp8_emulated),
             "epilogue_activations": len(info.fp8_epilogue),
             "fp8_handoffs": len(info.fp8_handoff),
+            "scaled_mm_output": info.fp8_scaled_mm_output,
             "speed": speed.model_dump(mode="json"),
         }
     print_table([out])

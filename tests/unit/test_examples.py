@@ -23,10 +23,11 @@ NEW_IN_VERSION_2 = {"sensitivity", "layer_speed", "search"}
 NEW_IN_VERSION_2_VARIANT = {"predicted", "measured"}
 NEW_IN_VERSION_3_ENGINE = {"fp8_kernel": None, "fp8_epilogue": {}}
 NEW_IN_VERSION_4_ENGINE = {"fp8_handoff": {}}
+NEW_IN_VERSION_5_ENGINE = {"fp8_scaled_mm_output": None}
 
 
 def _without_version_3(full: dict) -> dict:
-    """The full dump less the version-3 and -4 keys, after checking they hold their empty
+    """The full dump less the version-3 to -5 keys, after checking they hold their empty
     defaults."""
     out = dict(full)
     config = dict(out["config"])
@@ -36,7 +37,8 @@ def _without_version_3(full: dict) -> dict:
     engines = []
     for engine in out["engines"]:
         engine = dict(engine)
-        for key, empty in (NEW_IN_VERSION_3_ENGINE | NEW_IN_VERSION_4_ENGINE).items():
+        added = NEW_IN_VERSION_3_ENGINE | NEW_IN_VERSION_4_ENGINE | NEW_IN_VERSION_5_ENGINE
+        for key, empty in added.items():
             assert engine.pop(key) == empty
         engines.append(engine)
     calibration = dict(out["calibration"])

@@ -186,6 +186,9 @@ def test_fused_engine_equals_unfused_in_fp32():
     # BN folded into pw1 leaves act1 consuming pw1's output: absorbed, as is the GELU
     assert fused.fp8_epilogue == {"pw1": "relu6", "fc1": "gelu"}
     assert fused.info().fp8_kernel == "fused" and unfused.info().fp8_epilogue == {}
+    # what torch._scaled_mm wrote is recorded for the unfused engine only
+    assert fused.info().fp8_scaled_mm_output is None
+    assert unfused.info().fp8_scaled_mm_output.startswith("float32, bias ")
     assert isinstance(fused.eager.pw1, FusedFP8Matmul) and isinstance(fused.eager.act1, nn.Identity)
     _assert_same_output(fused, unfused, x)
 

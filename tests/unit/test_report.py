@@ -59,11 +59,9 @@ def _as_version_1(data: dict) -> str:
     out["recipe"] = {k: v for k, v in out["recipe"].items() if k != "bias_correction"}
     for engine in data["engines"]:
         assert engine["fp8_kernel"] is None and engine["fp8_epilogue"] == {}
-        assert engine["fp8_handoff"] == {}
-    out["engines"] = [
-        {k: v for k, v in e.items() if k not in ("fp8_kernel", "fp8_epilogue", "fp8_handoff")}
-        for e in data["engines"]
-    ]
+        assert engine["fp8_handoff"] == {} and engine["fp8_scaled_mm_output"] is None
+    added = ("fp8_kernel", "fp8_epilogue", "fp8_handoff", "fp8_scaled_mm_output")
+    out["engines"] = [{k: v for k, v in e.items() if k not in added} for e in data["engines"]]
     assert all(t["channel_mean"] is None for t in out["calibration"]["tensors"])
     out["calibration"] = out["calibration"] | {
         "tensors": [

@@ -22,7 +22,7 @@ from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_f
 from quantstudy.quant.bias_correction import correct_biases
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.handoff import fp8_handoffs
-from quantstudy.quant.modules import bind_scaled_mm
+from quantstudy.quant.modules import bind_scaled_mm, scaled_mm_output_of
 from quantstudy.speed.size import weight_bytes
 from quantstudy.study.schema import EngineInfo
 
@@ -93,6 +93,7 @@ class BuiltEngine(Engine):
             fp8_kernel=self.fp8_kernel if self.applied.real else None,
             fp8_epilogue=dict(self.fp8_epilogue),
             fp8_handoff=dict(self.fp8_handoff),
+            fp8_scaled_mm_output=scaled_mm_output_of(self.eager),
             fp16_layers=self.float_layers,
             weight_bytes=weight_bytes(self.eager),
             numerics=numerics(),

@@ -179,6 +179,18 @@ def bind_scaled_mm(model: nn.Module, device: torch.device) -> None:
             module.use_device(device)
 
 
+def scaled_mm_output_of(model: nn.Module) -> str | None:
+    """What the `FP8Matmul` layers of `model` have torch._scaled_mm write, in words (one
+    probe per device and dtype, so one answer per engine); None without such layers."""
+    found = {
+        (str(m.mm_dtype).removeprefix("torch."), m.bias_in_mm)
+        for m in model.modules()
+        if isinstance(m, FP8Matmul)
+    }
+    place = {True: "bias in its epilogue", False: "bias added after, in float32"}
+    return "; ".join(f"{dtype}, {place[inside]}" for dtype, inside in sorted(found)) or None
+
+
 class QDQ(nn.Module):
     """A copy of the original layer with quantize-dequantized weights, behind an input quantizer.
 

@@ -9,6 +9,7 @@ Schema history:
   3: EngineInfo.fp8_kernel and EngineInfo.fp8_epilogue (the fused FP8 kernel);
      StudyConfigRecord.fp8_kernel; RecipeInfo.bias_correction; TensorScale.channel_mean.
   4: EngineInfo.fp8_handoff (FP8 layers that write the next FP8 layer's input).
+  5: EngineInfo.fp8_scaled_mm_output (what torch._scaled_mm wrote in an unfused engine).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -20,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 
@@ -174,6 +175,9 @@ class EngineInfo(Section):
     fp8_epilogue: dict[str, str] = Field(default_factory=dict)  # layer -> absorbed activation
     # producer -> consumer: the producer writes the consumer's FP8 input (schema 4 on)
     fp8_handoff: dict[str, str] = Field(default_factory=dict)
+    # "scaled_mm" engines: the output torch._scaled_mm wrote, e.g. "float16, bias in its
+    # epilogue" (`quant.modules.scaled_mm_output`); None otherwise (schema 5 on)
+    fp8_scaled_mm_output: str | None = None
     fp16_layers: int  # conv/linear layers left in the engine's compute dtype
     weight_bytes: int
     numerics: dict[str, str]  # explicit global settings, e.g. {"allow_tf32": "False"}

@@ -153,6 +153,8 @@ def _kernel_lines(r: StudyRecord) -> list[str]:
             f"{KERNELS.get(e.fp8_kernel, 'not described')}. Activations computed in the FP8 "
             f"layers' epilogue ({len(e.fp8_epilogue)} of {len(e.fp8_real)} layers): {absorbed}.",
         ]
+        if e.fp8_scaled_mm_output:
+            lines[-1] += f" torch._scaled_mm wrote {e.fp8_scaled_mm_output}."
         if e.fp8_handoff:
             pairs = ", ".join(f"{code(p)} -> {code(c)}" for p, c in sorted(e.fp8_handoff.items()))
             n = len(e.fp8_handoff)
