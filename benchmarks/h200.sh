@@ -6,6 +6,8 @@
 #                 "--batches 1,128 --agreement --fp16-autotune-batch 128")
 #   autotune:M1,M2  bench_speed.py --fp16-autotune-only at batch 128: the fp16 engine under
 #                 max-autotune against default mode, no FP8 engine
+#   kernels:MODEL benchmarks/kernel_dump.py at batch 128: every kernel of the fp16 and fused FP8
+#                 engines over two fresh compiles, and the source of the slowest Inductor kernels
 #   gemm:M1,M2    benchmarks/bench_fp8_gemm.py: each FP8 product alone, fp16/cuBLASLt/every tile
 #                 ($GEMM_ARGS appended, e.g. --quick)
 #   dw:M1,M2      benchmarks/bench_depthwise.py: each depthwise conv alone, cuDNN fp16 against
@@ -47,6 +49,10 @@ for stage in "$@"; do
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
         --fp16-autotune-only --fp16-autotune-batch 128 --rounds 20 \
         --out "$OUT/autotune-${models//[,.]/_}.json" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    \|AUTOTUNE\|^  triton\|^strides\|^dtypes\|Autotune Choices\|^{" | tee -a "$OUT/log.txt" ;;
+    kernels:*)
+      model=${stage#kernels:}
+      python3 benchmarks/kernel_dump.py --images "$DATA/val-1300" --model "$model" --batch 128 \
+        --out "$OUT/kernels-${model//[,.]/_}" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
     gemm:*)
       python3 benchmarks/bench_fp8_gemm.py --models "${stage#gemm:}" --batch 128 ${GEMM_ARGS:-} \
         --out "$OUT/gemm-$(echo "${stage#gemm:}" | tr ',.' '__').json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;

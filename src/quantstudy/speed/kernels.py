@@ -222,7 +222,13 @@ def summarize_kernels(
 
 
 def profile_kernels(engine: Engine, x: torch.Tensor, batch: int) -> KernelBreakdown:
-    """Kernel time per group of ONE ordinary call of `engine.module` on a CUDA device.
+    """Kernel time per group of ONE ordinary call of `engine.module` on a CUDA device
+    (`kernel_events`)."""
+    return summarize_kernels(engine.name, batch, kernel_events(engine, x, batch))
+
+
+def kernel_events(engine: Engine, x: torch.Tensor, batch: int) -> list[tuple[str, float]]:
+    """(name, us) of every kernel of ONE ordinary call of `engine.module` on a CUDA device.
 
     `x` is a float32 NCHW batch (or one already prepared: `engine.prepare` is then a no-op). The
     module is called `PROFILE_WARMUP` times first, outside the profiler, so compilation, autotuning
@@ -250,4 +256,4 @@ def profile_kernels(engine: Engine, x: torch.Tensor, batch: int) -> KernelBreakd
             f"the profiler recorded no kernel for one call of {engine.name} at batch {batch}; "
             "is CUPTI available and the module running on the GPU?"
         )
-    return summarize_kernels(engine.name, batch, kernels)
+    return kernels
