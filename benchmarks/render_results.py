@@ -281,9 +281,12 @@ def main() -> None:
         "",
         *target_table(runs),
         "",
-        "Fused against unfused on real weights and all of val-1300 (the same quantization; the "
-        "GPU engines compute in fp16 between layers, so summation order and rounding place "
-        "differ):",
+        "Fused against unfused on real weights and all of val-1300 (the same quantization, "
+        "computed differently: in runs 4-11 the unfused layer rounded its products to bf16, the "
+        "fused one applied activations and FP8 hand-offs to float32 values the unfused engine "
+        "rounds to fp16 first, and Triton left the FP8 sums in the tensor cores' reduced-"
+        "precision accumulation; the first two changed in run 15's code (its Lite0 run was "
+        "lost), the third after it, none measured yet; `benchmarks/FP8_NOTES.md`):",
         "",
         *(agreement_lines(runs) or ["- not measured"]),
         "",
