@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+import torch._inductor.codecache
 
 from quantstudy.data.folders import scan_folder
 from quantstudy.data.images import load_images
@@ -79,6 +80,9 @@ def main() -> None:
         cache = Path(tempfile.mkdtemp(prefix=f"inductor-{i}-"))
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
         torch._dynamo.reset()
+        code_cache = getattr(torch._inductor.codecache, "PyCodeCache", None)
+        if code_cache is not None and hasattr(code_cache, "cache_clear"):
+            code_cache.cache_clear()  # loaded kernels keep their autotuned launch in memory
         engines = {
             "fp16": build_half(model, device, x[:1], fold=fold),
             "fp8": build_fp8(model, device, x[:1], plan, fold=fold),
