@@ -64,6 +64,40 @@ def test_triton_kernel_under_the_interpreter_matches_torch():
     assert float(worst) < 1e-3  # one fp16 rounding (2^-11 relative) and fp32 summation order
 
 
+def test_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
+    """With `round_to` the epilogue rounds the sum to fp16 before the activation, as the
+    unfused engine stores it: the kernel then equals the op's torch path with the same rounding
+    (GELU left out: the interpreter's erf and torch's differ by more than an fp16 step where
+    1 + erf cancels), and outputs that differ from the unrounded kernel's show that the rounding
+    happened."""
+    pytest.importorskip("triton")
+    same, worst, moved = run_interpreted(
+        """
+        import torch
+        from quantstudy.quant.fused import fp8_gemm
+        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        g = torch.Generator().manual_seed(5)
+        m, k, n = 96, 48, 40
+        xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
+        w8 = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn)
+        ws, xs, b = torch.rand(n, generator=g) / 7 + 0.01, torch.tensor(0.37), torch.randn(n)
+        same, worst, moved = 1.0, 0.0, 0
+        for act in ["none", "relu6", "silu", "gelu"]:
+            args = (xq, w8, ws, xs, b, act, torch.float16)
+            y = fp8_gemm_triton(*args, (32, 32, 32), round_to=torch.float16).float()
+            ref = fp8_gemm(*args, None, torch.float16).float()
+            unrounded = fp8_gemm_triton(*args, (32, 32, 32)).float()
+            moved += int((y != unrounded).sum())
+            if act != "gelu":
+                same = min(same, (y == ref).float().mean().item())
+                worst = max(worst, ((y - ref).abs() / ref.abs().clamp_min(2**-14)).max().item())
+        print(same, worst, moved)
+        """
+    )
+    assert float(same) > 0.999 and float(worst) <= 2**-10  # at most one fp16 step
+    assert int(moved) > 0  # the rounding place changes some outputs: the path is exercised
+
+
 def test_streaming_programs_under_the_interpreter_match_torch():
     """Programs that keep the weight and walk over row tiles (8 programs here, so several tiles
     each and a ragged last one), with both stores; and a tile too small for K is refused."""
