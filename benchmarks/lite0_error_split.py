@@ -32,6 +32,19 @@ from quantstudy.study.io import write_json_atomic
 MODES = {"weights only": (True, False), "activations only": (False, True), "both": (True, True)}
 
 
+def lite0_inputs(args: argparse.Namespace) -> tuple:
+    """Lite0 with its real weights (fp32, eval), the held-out and calibration images, the
+    recipe, its source and its selected layers; two CPU threads."""
+    torch.set_num_threads(2)
+    model = load_model("tf_efficientnet_lite0", "efficientnet-lite0").model.eval()
+    tf = build_transform(resolve_preprocessing(model))
+    val, _ = load_images(scan_folder(args.data).items, tf, desc="held-out")
+    cal, _ = load_images(scan_folder(args.calib).items[: args.n_calib], tf, desc="calibration")
+    recipe, source = load_recipe(args.recipe)
+    layers = [d.name for d in resolve(recipe, model, val[:1]).selected]
+    return model, val, cal, recipe, source, layers
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, required=True, help="held-out images (ImageNet folder)")
@@ -40,14 +53,8 @@ def main() -> None:
     p.add_argument("--recipe", default="generic_pointwise_bc")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    torch.set_num_threads(2)
     cpu = torch.device("cpu")
-    model = load_model("tf_efficientnet_lite0", "efficientnet-lite0").model.eval()
-    tf = build_transform(resolve_preprocessing(model))
-    val, _ = load_images(scan_folder(args.data).items, tf, desc="held-out")
-    cal, _ = load_images(scan_folder(args.calib).items[: args.n_calib], tf, desc="calibration")
-    recipe, source = load_recipe(args.recipe)
-    layers = [d.name for d in resolve(recipe, model, val[:1]).selected]
+    model, val, cal, recipe, source, layers = lite0_inputs(args)
     a = recipe.activations
     calibration = calibrate(
         model, layers, (cal[i : i + 50] for i in range(0, len(cal), 50)), a.calibrator, a.params

@@ -20,17 +20,12 @@ import copy
 from pathlib import Path
 
 import torch
+from lite0_error_split import lite0_inputs
 from torch import nn
 
-from quantstudy.data.folders import scan_folder
-from quantstudy.data.images import load_images
-from quantstudy.model.loading import load_model
-from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 from quantstudy.quality.metrics import kl_per_image
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fp8 import E4M3, E4M3_MAX, dequantize_weight, quantize_weight
-from quantstudy.recipe.builtin import load_recipe
-from quantstudy.recipe.resolve import resolve
 from quantstudy.study.io import write_json_atomic
 
 
@@ -95,13 +90,7 @@ def main() -> None:
     p.add_argument("--recipe", default="generic_pointwise")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    torch.set_num_threads(2)
-    model = load_model("tf_efficientnet_lite0", "efficientnet-lite0").model.eval()
-    tf = build_transform(resolve_preprocessing(model))
-    val, _ = load_images(scan_folder(args.data).items, tf, desc="held-out")
-    cal, _ = load_images(scan_folder(args.calib).items[: args.n_calib], tf, desc="calibration")
-    recipe, source = load_recipe(args.recipe)
-    layers = [d.name for d in resolve(recipe, model, val[:1]).selected]
+    model, val, cal, _, source, layers = lite0_inputs(args)
     fold_batchnorm(model, val[:1])
     moments = second_moments(model, layers, cal)
     rows = []
