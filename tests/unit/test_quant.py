@@ -242,14 +242,18 @@ def test_scaled_mm_output_takes_the_best_the_device_supports(monkeypatch):
     modules.scaled_mm_output.cache_clear()
 
 
-def test_unfused_layer_with_the_bias_inside_equals_the_bias_after():
-    """On CPU in fp32 the bias inside torch._scaled_mm and added after give the same layer."""
-    from quantstudy.quant.modules import FP8Matmul
+def test_unfused_layer_with_the_bias_inside_equals_the_bias_after(monkeypatch):
+    """On CPU in fp32 the bias inside torch._scaled_mm and added after give the same layer
+    (N = 24 is padded to 32, so the bias handed to torch._scaled_mm is padded too)."""
+    from quantstudy.quant import modules
 
     lin = nn.Linear(40, 24)
     x = torch.randn(64, 40)
-    layer = FP8Matmul(lin, 0.02, True, torch.float32)
-    layer.use_device(torch.device("cpu"))
-    after = layer(x)
-    layer.bias_in_mm = True
-    assert torch.allclose(layer(x), after, rtol=1e-5, atol=1e-5)
+    layer = modules.FP8Matmul(lin, 0.02, True, torch.float32)
+    outputs = {}
+    for inside in (False, True):
+        monkeypatch.setattr(modules, "scaled_mm_output", lambda *a, inside=inside: (a[1], inside))
+        layer.use_device(torch.device("cpu"))
+        assert (layer.mm_bias is not None) == inside
+        outputs[inside] = layer(x)
+    assert torch.allclose(outputs[True], outputs[False], rtol=1e-5, atol=1e-5)

@@ -141,10 +141,15 @@ class FP8Matmul(PointwiseMatmul):
         self.mm_dtype, self.bias_in_mm = (dtype, False)
         if dtype != torch.float32 and per_channel:
             self.mm_dtype = torch.bfloat16
+        self.register_buffer("mm_bias", None)  # the bias as torch._scaled_mm takes it
 
     def use_device(self, device: torch.device) -> None:
-        """Take the best output `torch._scaled_mm` supports on `device` (`scaled_mm_output`)."""
+        """Take the best output `torch._scaled_mm` supports on `device` (`scaled_mm_output`),
+        and, where the bias goes into its epilogue, pad and cast the bias for it once."""
         self.mm_dtype, self.bias_in_mm = scaled_mm_output(str(device), self.dtype, self.per_channel)
+        self.mm_bias = None
+        if self.bias is not None and self.bias_in_mm:
+            self.mm_bias = F.pad(self.bias, (0, self.n_pad)).to(device, self.mm_dtype)
 
     def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
         if self.k_pad:
@@ -154,21 +159,17 @@ class FP8Matmul(PointwiseMatmul):
             scale_a = self.x_scale.reshape(1, 1).expand(x2d.shape[0], 1).contiguous()
         else:
             scale_a = self.x_scale
-        bias = self.bias
-        inside = None
-        if bias is not None and self.bias_in_mm:
-            inside, bias = F.pad(bias, (0, self.n_pad)).to(self.mm_dtype), None
         y = torch._scaled_mm(
             xq,
             self.w8.t(),
             scale_a=scale_a,
             scale_b=self.w_scale,
-            bias=inside,
+            bias=self.mm_bias,
             out_dtype=self.mm_dtype,
         )
         y = y[:, : self.n]
-        if bias is not None:  # in float32, one rounding to the engine's dtype below
-            y = y.float() + bias
+        if self.bias is not None and self.mm_bias is None:  # float32, one rounding below
+            y = y.float() + self.bias
         return y.to(self.dtype)
 
 
