@@ -51,6 +51,32 @@ MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
 KERNELS = ("fused", "scaled_mm")
 
 
+def prepare(name: str, weights: str, recipe_name: str, images_dir: Path, n_images: int):
+    """What every GPU benchmark starts from: the model (on the CPU; random-weight models with
+    BatchNorm statistics re-estimated on the images so fp16 activations stay finite), the
+    first `n_images` images, the recipe, its source and its plan, calibrated on the GPU.
+    Returns (loaded, model, images, recipe, source, plan)."""
+    loaded = load_model(name, weights)
+    pre = resolve_preprocessing(loaded.model)
+    items = scan_folder(images_dir).items[:n_images]
+    x, _ = load_images(items, build_transform(pre), desc=f"{name}: images")
+    recipe, source = load_recipe(recipe_name)
+    layers = [d.name for d in resolve(recipe, loaded.model, x[:1]).selected]
+    device = torch.device("cuda")
+    model = loaded.model.to(device)
+
+    def batches():
+        return (x[i : i + 32].to(device) for i in range(0, len(x), 32))
+
+    if loaded.info.random_weights:
+        reestimate_batchnorm(model, batches())
+    a = recipe.activations
+    cal = calibrate(model, layers, batches(), a.calibrator, a.params)
+    per_channel = recipe.weights.granularity == "per_channel"
+    plan = QuantPlan(layers, per_channel, cal, recipe.weights.bias_correction)
+    return loaded, model.cpu(), x, recipe, source, plan
+
+
 def bench_model(
     name: str,
     weights: str,
@@ -67,29 +93,11 @@ def bench_model(
 ) -> dict:
     """One model's record; `save` gets it after each phase (timings, agreement, max-autotune),
     so a run cut short keeps what it finished."""
-    loaded = load_model(name, weights)
-    model = loaded.model
-    pre = resolve_preprocessing(model)
-    items = scan_folder(images_dir).items[:n_images]
-    x, _ = load_images(items, build_transform(pre), desc=f"{name}: images")
-    recipe, source = load_recipe(recipe_name)
-    example = x[:1]
-    res = resolve(recipe, model, example)
-    layers = [d.name for d in res.selected]
-    device = torch.device("cuda")
-    model_dev = model.to(device)
-    if loaded.info.random_weights:  # keep random-weight activations finite in fp16
-        reestimate_batchnorm(model_dev, (x[i : i + 32].to(device) for i in range(0, len(x), 32)))
-    cal = calibrate(
-        model_dev,
-        layers,
-        (x[i : i + 32].to(device) for i in range(0, len(x), 32)),
-        recipe.activations.calibrator,
-        recipe.activations.params,
+    loaded, model, x, recipe, source, plan = prepare(
+        name, weights, recipe_name, images_dir, n_images
     )
-    model = model_dev.cpu()
-    per_channel = recipe.weights.granularity == "per_channel"
-    plan = QuantPlan(layers, per_channel, cal, recipe.weights.bias_correction)
+    example = x[:1]
+    device = torch.device("cuda")
     t0 = time.perf_counter()
     fold = recipe.weights.fold_bn
     fp16 = build_half(model, device, example, fold=fold, compile_mode=compile_mode)
@@ -103,7 +111,7 @@ def bench_model(
         "model": name,
         "weights": loaded.info.weights_detail,
         "recipe": source,
-        "selected": len(layers),
+        "selected": len(plan.layers),
         "kernels": {},
     }
     for kernel, fp8 in engines.items():
@@ -150,16 +158,11 @@ def fp16_autotune_record(name: str, args: argparse.Namespace) -> dict:
     """The max-autotune check alone for one model: its recipe's BatchNorm folding, real images,
     no FP8 engine (about half of a full run's compile time)."""
     weights, _ = MODELS.get(name, ("random", ()))
-    loaded = load_model(name, weights)
-    pre = resolve_preprocessing(loaded.model)
-    items = scan_folder(args.images).items[: args.n_images]
-    x, _ = load_images(items, build_transform(pre), desc=f"{name}: images")
-    recipe, source = load_recipe(default_recipe_for(name))
+    recipe_name = default_recipe_for(name)
+    loaded, model, x, recipe, source, _ = prepare(
+        name, weights, recipe_name, args.images, args.n_images
+    )
     device = torch.device("cuda")
-    model = loaded.model.to(device)
-    if loaded.info.random_weights:  # as bench_model: finite fp16 activations
-        reestimate_batchnorm(model, (x[i : i + 32].to(device) for i in range(0, len(x), 32)))
-    model = model.cpu()
     t0 = time.perf_counter()
     result = fp16_autotune(
         model,
@@ -289,11 +292,14 @@ def main() -> None:
     results = []
     env = collect_environment(torch.device("cuda")).model_dump(mode="json")
     command = vars(args) | {"images": str(args.images), "out": str(args.out)}
+
+    def write(records: list[dict]) -> None:
+        write_json_atomic(args.out, {"environment": env, "command": command, "results": records})
+
     if args.fp16_autotune_only:
         for name in args.models.split(","):
             results.append(fp16_autotune_record(name, args))
-            record = {"environment": env, "command": command, "results": results}
-            write_json_atomic(args.out, record)
+            write(results)
             print_table(results[-1:], timings=False)
         return
     for name in args.models.split(","):
@@ -306,17 +312,6 @@ def main() -> None:
             agree, _ = load_images(items, tf, desc=f"{name}: agreement images")
         for recipe in (default_recipe_for(name), *variants):
             print(f"== {name} / {recipe}", flush=True)
-
-            def save(partial: dict) -> None:
-                write_json_atomic(
-                    args.out,
-                    {
-                        "environment": env,
-                        "command": command,
-                        "results": [*results, partial],
-                    },
-                )
-
             results.append(
                 bench_model(
                     name,
@@ -330,7 +325,7 @@ def main() -> None:
                     args.iters,
                     agree,
                     args.fp16_autotune_batch,
-                    save,
+                    lambda partial: write([*results, partial]),
                 )
             )
 

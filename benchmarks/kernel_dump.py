@@ -20,17 +20,10 @@ from pathlib import Path
 
 import torch
 import torch._inductor.codecache
+from bench_speed import prepare
 
-from quantstudy.data.folders import scan_folder
-from quantstudy.data.images import load_images
 from quantstudy.engines.builders import build_fp8, build_half, set_numerics
-from quantstudy.model.batchnorm import reestimate_batchnorm
-from quantstudy.model.loading import load_model
-from quantstudy.model.preprocess import build_transform, resolve_preprocessing
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
-from quantstudy.recipe.builtin import default_recipe_for, load_recipe
-from quantstudy.recipe.resolve import resolve
+from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.speed.kernels import group_kernel, kernel_events
 from quantstudy.study.io import write_json_atomic
 
@@ -59,19 +52,10 @@ def main() -> None:
         raise SystemExit("kernel_dump.py needs a CUDA GPU")
     set_numerics()
     device = torch.device("cuda")
-    loaded = load_model(args.model, args.weights)
-    tf = build_transform(resolve_preprocessing(loaded.model))
-    x, _ = load_images(scan_folder(args.images).items[: args.batch], tf, desc="images")
-    recipe, _ = load_recipe(default_recipe_for(args.model))
-    layers = [d.name for d in resolve(recipe, loaded.model, x[:1]).selected]
-    model = loaded.model.to(device)
-    if loaded.info.random_weights:
-        reestimate_batchnorm(model, (x[i : i + 32].to(device) for i in range(0, len(x), 32)))
-    a = recipe.activations
-    cal = calibrate(model, layers, (x[i : i + 32].to(device) for i in range(0, len(x), 32)),
-                    a.calibrator, a.params)  # fmt: skip
-    model = model.cpu()
-    plan = QuantPlan(layers, recipe.weights.granularity == "per_channel", cal)
+    recipe_name = default_recipe_for(args.model)
+    _, model, x, recipe, _, plan = prepare(
+        args.model, args.weights, recipe_name, args.images, args.batch
+    )
     fold = recipe.weights.fold_bn
     args.out.mkdir(parents=True, exist_ok=True)
     record: dict = {"model": args.model, "batch": args.batch, "compiles": []}
