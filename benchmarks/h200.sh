@@ -39,7 +39,8 @@ for stage in "$@"; do
   case "$stage" in
     gputests|gputests:*)
       sel=tests/gpu; [ "$stage" != gputests ] && sel=tests/gpu/${stage#gputests:}
-      python3 -m pytest $sel -q -rfs -s -p no:cacheprovider > "$OUT/pytest.txt" 2>&1; grep -v "^tests.*PASSED\|Warning\|warn" "$OUT/pytest.txt" | tail -40 | tee -a "$OUT/log.txt" ;;
+      name=$(echo "${stage#gputests}" | tr -c 'A-Za-z0-9_\n' '_'); log=$OUT/pytest${name}.txt  # one per stage
+      python3 -m pytest $sel -q -rfs -s -p no:cacheprovider > "$log" 2>&1; grep -v "^tests.*PASSED\|Warning\|warn" "$log" | tail -40 | tee -a "$OUT/log.txt" ;;
     bench:*)
       models=${stage#bench:}
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
