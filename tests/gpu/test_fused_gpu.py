@@ -86,7 +86,10 @@ def test_fp8_output_is_the_next_layers_quantized_input(store):
     bias, out_scale = torch.randn(n, generator=g), torch.tensor(0.01)
     cuda = [t.cuda() for t in (xq, w8, w_scale, x_scale, bias)]
     tile = (128, 128, 64, 8, 3)
-    got = fp8_gemm_triton(*cuda, "gelu", E4M3, tile, None, store, out_scale=out_scale.cuda()).cpu()
+    # promote every MMA: this checks the epilogue's FP8 write against float32 sums
+    got = fp8_gemm_triton(
+        *cuda, "gelu", E4M3, tile, None, store, out_scale=out_scale.cuda(), promote=32
+    ).cpu()
     y = _act_reference((xq.float() @ w8.float().t()) * (w_scale * x_scale) + bias, "gelu")
     want = to_fp8(y, out_scale)
     got, want = got.float(), want.float()
@@ -124,4 +127,43 @@ def test_fused_and_unfused_layers_write_the_same_fp16_numbers():
     print(f"torch._scaled_mm out {unfused.mm_dtype}, bias inside {unfused.bias_in_mm}: "
           f"{same:.4f} of outputs identical, worst relative difference {worst:.2e}")  # fmt: skip
     if unfused.mm_dtype == torch.float16:
+        assert same >= 0.999
         assert torch.allclose(a, b, rtol=2**-10, atol=2**-14)  # one fp16 ulp
+
+
+@pytest.mark.parametrize("k", [96, 256, 1024])
+def test_promotion_interval_that_reproduces_scaled_mm(k):
+    """Which promotion interval (`triton_fp8._mma`) writes torch._scaled_mm's numbers (row-wise
+    scales, fp16 out, bias in its epilogue, use_fast_accum=False): printed for every interval
+    and tile depth, asserted for the default."""
+    from quantstudy.quant.triton_fp8 import PROMOTE, fp8_gemm_triton
+
+    g = torch.Generator().manual_seed(k)
+    m, n = 4096, 384
+    xq = (torch.randn(m, k, generator=g) * 16).to(torch.float8_e4m3fn).cuda()
+    w8 = (torch.randn(n, k, generator=g) * 16).to(torch.float8_e4m3fn).cuda()
+    w_scale = (torch.rand(n, generator=g) / 1000 + 1e-4).cuda()
+    x_scale = torch.tensor(0.02).cuda()
+    bias = torch.randn(n, generator=g).half().cuda()
+    scale_a, scale_b = x_scale.expand(m, 1).contiguous(), w_scale[None, :].contiguous()
+    want = torch._scaled_mm(
+        xq, w8.t(), scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=torch.float16
+    ).float()
+    rows = {}
+    for promote in (0, 32, 64, 128, 256):
+        for bk in (32, 64, 128):
+            if promote and bk > promote:
+                continue
+            got = fp8_gemm_triton(
+                xq, w8, w_scale, x_scale, bias.float(), "none", torch.float16, (128, 128, bk, 8, 3),
+                promote=promote, round_to=torch.float16,
+            ).float()  # fmt: skip
+            rows[(promote, bk)] = (got == want).float().mean().item()
+    auto = fp8_gemm_triton(
+        xq, w8, w_scale, x_scale, bias.float(), "none", torch.float16, round_to=torch.float16
+    ).float()
+    same_auto = (auto == want).float().mean().item()
+    print(f"\nK {k}: identical to torch._scaled_mm (promote, BLOCK_K): "
+          + ", ".join(f"{p}/{bk} {v:.4f}" for (p, bk), v in rows.items())
+          + f"; autotuned default ({PROMOTE}) {same_auto:.4f}")  # fmt: skip
+    assert same_auto >= 0.999

@@ -64,6 +64,41 @@ def test_triton_kernel_under_the_interpreter_matches_torch():
     assert float(worst) < 1e-3  # one fp16 rounding (2^-11 relative) and fp32 summation order
 
 
+def test_every_promotion_interval_counts_each_k_step_once_under_the_interpreter():
+    """The tensor-core and float32 accumulators (`_mma`) hand over at every PROMOTE products:
+    across K steps (BLOCK_K < PROMOTE), within one (BLOCK_K == PROMOTE), or never (0). The
+    interpreter sums in float32 either way, so each must give the plain product; a K step lost
+    or added at a hand-over would not. A tile deeper than PROMOTE is refused."""
+    pytest.importorskip("triton")
+    (worst, refused) = run_interpreted(
+        """
+        import torch
+        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        g = torch.Generator().manual_seed(1)
+        m, k, n = 40, 304, 24  # 10 K steps of 32, the last one half empty
+        xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
+        w8 = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn)
+        ws, xs = torch.rand(n, generator=g) / 100 + 1e-3, torch.tensor(0.05)
+        ref = (xq.float() @ w8.float().t()) * (ws * xs)
+        worst = 0.0
+        for bk, promote in [(32, 0), (32, 32), (32, 64), (32, 128), (64, 64), (64, 256)]:
+            for loads in ["pointer", "tma"]:
+                y = fp8_gemm_triton(
+                    xq, w8, ws, xs, None, "none", torch.float32, (32, 32, bk), loads,
+                    promote=promote,
+                )
+                worst = max(worst, ((y - ref).abs() / (ref.abs() + 1)).max().item())
+        try:
+            fp8_gemm_triton(xq, w8, ws, xs, None, "none", torch.float32, (32, 32, 64), promote=32)
+            refused = 0
+        except ValueError:
+            refused = 1
+        print(worst, refused)
+        """
+    )
+    assert float(worst) < 1e-5 and int(refused) == 1
+
+
 def test_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
     """With `round_to` the epilogue rounds the sum to fp16 before the activation, as the
     unfused engine stores it: the kernel then equals the op's torch path with the same rounding
@@ -284,6 +319,10 @@ def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
         (False, False), (False, True), (True, False), (True, True)
     }  # fmt: skip
     assert not any(c.kwargs["STREAM"] for c in both)  # K 672: no streaming tile holds it
+    assert max(c.kwargs["BLOCK_K"] for c in both) == 128  # the default promotes every 128
+    shallow = _prune(configs, {"M": 25_088, "N": 112, "K": 672, "tma_loads_ok": 1,
+                               "tma_store_ok": 1}, PROMOTE=64)  # fmt: skip
+    assert shallow and max(c.kwargs["BLOCK_K"] for c in shallow) == 64
     # a thin expansion conv (Lite0, K 16, N 96): streaming tiles that hold all of K and N exactly
     stream = [c for c in kept(1_605_632, 96, 16, 0, 1) if c.kwargs["STREAM"]]
     assert {(c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["PER_SM"]) for c in stream} == {

@@ -94,7 +94,13 @@ def _prune(configs, named_args, **kwargs):
     fell back to a 256x128 tile at 2.7x the best time (runs 6-10)."""
     m, n, k = named_args["M"], named_args["N"], named_args["K"]
     has = {"TMA_LOADS": named_args["tma_loads_ok"], "TMA_STORE": named_args["tma_store_ok"]}
-    usable = [c for c in configs if all(has[flag] or not c.kwargs[flag] for flag in has)]
+    promote = {**named_args, **kwargs}.get("PROMOTE", PROMOTE)  # where Triton puts constexprs
+    usable = [
+        c
+        for c in configs
+        if all(has[flag] or not c.kwargs[flag] for flag in has)
+        and not (promote and c.kwargs["BLOCK_K"] > promote)
+    ]
 
     def fits(c) -> bool:
         bm, bn, bk = (c.kwargs[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
@@ -176,24 +182,34 @@ def _round(y, ROUND: tl.constexpr):
     return y
 
 
-@triton.jit
-def _dot(a, b, acc, FAST_ACCUM: tl.constexpr):
-    """acc + a @ b with the sums moved into float32 registers after every 32 products (one
-    Hopper FP8 MMA's K).
+# Products summed in the tensor cores before the sums move to float32 registers (`_mma`): 128,
+# one K tile of cuBLASLt's FP8 kernels (torch._scaled_mm, use_fast_accum=False), so that the
+# fused engine rounds where the unfused one does. 0: never (all of K in the tensor cores).
+PROMOTE = 128
 
-    Hopper's FP8 tensor cores align products to the largest exponent and keep about 14 bits
-    while they accumulate, and Triton leaves the whole K loop in them by default on sm90.
-    cuBLASLt promotes to float32 unless asked for fast accumulation (torch._scaled_mm's
-    use_fast_accum=False). On the H200 (call 15, Triton's default) the fused layer wrote the
-    same fp16 values as torch._scaled_mm for only 75.5% of a 4096x256x384 product's outputs,
-    and values near zero came out up to four FP8 subnormal steps from the float32 reference;
-    the accumulation is the suspected cause, and this promotion is the fix, not yet re-measured
-    there (tests/gpu/test_fused_gpu.py checks both). FAST_ACCUM keeps Triton's default, for
-    benchmarks that price the promotion (`fp8_gemm_triton(fast_accum=True)`); engines never
-    set it."""
-    if FAST_ACCUM:
-        return tl.dot(a, b, acc)
-    return tl.dot(a, b, acc, max_num_imprecise_acc=32)
+
+@triton.jit
+def _mma(a, b, acc, part, step, BLOCK_K: tl.constexpr, PROMOTE: tl.constexpr):
+    """One K step: `part` += a @ b in the tensor cores, moved into the float32 `acc` after
+    every PROMOTE products (K step `step`, from 0); returns (acc, part), the caller adds the
+    last `part`.
+
+    Hopper's FP8 tensor cores align each MMA's products and the running sum to the largest
+    exponent and keep about 14 bits, and Triton leaves the whole K loop in them on sm90 unless
+    told otherwise; cuBLASLt promotes once per K tile. Call 15 (H200, whole K in the tensor
+    cores) wrote torch._scaled_mm's fp16 values for 75.5% of a 4096x256x384 product's outputs,
+    call 16 (promoting after every 32-product MMA) for 77.0%: both engines must promote at the
+    same K, hence PROMOTE. Tiles have BLOCK_K <= PROMOTE or PROMOTE == 0 (`_prune`)."""
+    if PROMOTE == 0:
+        part = tl.dot(a, b, part)
+    elif BLOCK_K == PROMOTE:
+        acc = tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE)
+    else:
+        part = tl.dot(a, b, part)
+        if (step + 1) % (PROMOTE // BLOCK_K) == 0:
+            acc += part
+            part = tl.zeros_like(part)
+    return acc, part
 
 
 @triton.jit
@@ -240,7 +256,7 @@ def _fp8_gemm_kernel(
     stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
     tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
-    OUT_FP8: tl.constexpr, ROUND: tl.constexpr, FAST_ACCUM: tl.constexpr,
+    OUT_FP8: tl.constexpr, ROUND: tl.constexpr, PROMOTE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
 ):  # fmt: skip
@@ -257,7 +273,9 @@ def _fp8_gemm_kernel(
             offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
             a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
             a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
-            acc = _dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), FAST_ACCUM)
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc, part = _mma(a, b, acc, tl.zeros_like(acc), 0, BLOCK_K, PROMOTE)
+            acc += part
             _finish(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
                 out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
@@ -267,13 +285,14 @@ def _fp8_gemm_kernel(
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if TMA_LOADS:
             # No address arithmetic or masks in the loop: tiles past an edge arrive
             # zero-filled, so they add nothing to the sums.
             for k0 in range(0, tl.cdiv(K, BLOCK_K)):
                 a = a_desc.load([pid_m * BLOCK_M, k0 * BLOCK_K])
                 b = b_desc.load([pid_n * BLOCK_N, k0 * BLOCK_K])
-                acc = _dot(a, b.T, acc, FAST_ACCUM)
+                acc, part = _mma(a, b.T, acc, part, k0, BLOCK_K, PROMOTE)
         else:
             offs_k = tl.arange(0, BLOCK_K)
             a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
@@ -284,9 +303,10 @@ def _fp8_gemm_kernel(
                 b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
                 a = tl.load(a_ptrs, mask=a_mask, other=0.0)
                 b = tl.load(b_ptrs, mask=b_mask, other=0.0)
-                acc = _dot(a, b, acc, FAST_ACCUM)
+                acc, part = _mma(a, b, acc, part, k0, BLOCK_K, PROMOTE)
                 a_ptrs += BLOCK_K * stride_ak
                 b_ptrs += BLOCK_K * stride_bk
+        acc += part
         scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS)
         _finish(
             acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
@@ -316,7 +336,7 @@ _fp8_gemm_tuned = triton.autotune(
         *(_config(*t, loads, store) for (loads, store), tiles in PATH_TILES.items() for t in tiles),
         *(_config(*t[:5], False, store, t[5]) for store in (False, True) for t in STREAM_TILES),
     ],
-    key=["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "FAST_ACCUM", "tma_loads_ok", "tma_store_ok"],
+    key=["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "PROMOTE", "tma_loads_ok", "tma_store_ok"],
     prune_configs_by={"early_config_prune": _prune},
     do_bench=_bench,
 )(_fp8_gemm_kernel)
@@ -358,7 +378,7 @@ def fp8_gemm_triton(
     stream: int = 0,
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
-    fast_accum: bool = False,
+    promote: int = PROMOTE,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor; returns (M, N) in `out_dtype`.
@@ -370,7 +390,10 @@ def fp8_gemm_triton(
     programs per SM (the tile must hold all of K and N). `out_scale` (a float32 scalar tensor)
     writes the output quantized to FP8 with that scale (`out_dtype` must then be E4M3).
     `round_to` (the engine's dtype; None: float32) is where the epilogue rounds (`_finish`);
-    `fast_accum` leaves the sums in the tensor cores' reduced precision (`_dot`)."""
+    `promote` is how many products the tensor cores sum before float32 takes over (`_mma`;
+    0: all of K), a multiple of the tile's BLOCK_K."""
+    if promote < 0 or (promote and promote & (promote - 1)):
+        raise ValueError(f"promote must be 0 or a power of two, got {promote}")
     if (out_scale is not None) != (out_dtype == torch.float8_e4m3fn):
         raise ValueError("an FP8 output needs out_scale, and out_scale needs an FP8 output")
     for path in (loads, store):
@@ -406,7 +429,7 @@ def fp8_gemm_triton(
     )  # fmt: skip
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
     meta |= {"OUT_FP8": out_scale is not None, "ROUND": ROUND_CODES[round_to or torch.float32]}
-    meta |= {"FAST_ACCUM": fast_accum}
+    meta |= {"PROMOTE": promote}
 
     def grid(meta):
         tiles_m = triton.cdiv(m, meta["BLOCK_M"])
@@ -418,6 +441,8 @@ def fp8_gemm_triton(
         _fp8_gemm_tuned[grid](*args, **meta)
         return out
     bm, bn, bk, *launch = tile
+    if promote and bk > promote:
+        raise ValueError(f"BLOCK_K {bk} is more than the {promote} products per promotion")
     if stream and (k > bk or n > bn or use_loads):
         raise ValueError(
             f"a streaming tile holds all of K and N and loads through pointers: {tile}"
