@@ -8,6 +8,7 @@
 #                 max-autotune against default mode, no FP8 engine
 #   kernels:MODEL benchmarks/kernel_dump.py at batch 128: every kernel of the fp16 and fused FP8
 #                 engines over two fresh compiles, and the source of the slowest Inductor kernels
+#   probe:MODEL   benchmarks/agreement_probe.py: why fused and unfused FP8 engines disagree
 #   gemm:M1,M2    benchmarks/bench_fp8_gemm.py: each FP8 product alone, fp16/cuBLASLt/every tile
 #                 ($GEMM_ARGS appended, e.g. --quick)
 #   dw:M1,M2      benchmarks/bench_depthwise.py: each depthwise conv alone, cuDNN fp16 against
@@ -54,6 +55,9 @@ for stage in "$@"; do
       model=${stage#kernels:}
       python3 benchmarks/kernel_dump.py --images "$DATA/val-1300" --model "$model" --batch 128 \
         --out "$OUT/kernels-${model//[,.]/_}" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
+    probe:*)
+      python3 benchmarks/agreement_probe.py --images "$DATA/val-1300" --model "${stage#probe:}" \
+        --out "$OUT/probe-${stage#probe:}.json" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
     gemm:*)
       python3 benchmarks/bench_fp8_gemm.py --models "${stage#gemm:}" --batch 128 ${GEMM_ARGS:-} \
         --out "$OUT/gemm-$(echo "${stage#gemm:}" | tr ',.' '__').json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;
