@@ -123,14 +123,22 @@ TARGETS_128 = {
 TARGET_1 = 0.98
 
 
-def target_table(runs: dict[str, dict]) -> list[str]:
-    """Every fused run's x per target model and batch, latest first, against the targets."""
+def target_table(runs: dict[str, dict], logged: dict[str, dict] | None = None) -> list[str]:
+    """Every fused run's x per target model and batch, latest first, against the targets;
+    `logged` (name -> provenance) adds the runs known from their log, first."""
     measured: dict[str, list[tuple[str, dict]]] = {}
     for name, run in runs.items():  # in run order
         for r in run["results"]:
             for kernel, e in engines_of(r):
                 if kernel == "fused":
                     measured.setdefault(r["model"], []).insert(0, (name, e))
+    for name, prov in (logged or {}).items():
+        ratios = log_fused_ratios(log_lines(prov)[0])
+        batches = [{"batch": b, "ratio": x} for b, x in ratios.items()]
+        if batches:
+            measured.setdefault(prov["model"], []).insert(
+                0, (name, {"speed": {"batches": batches}})
+            )
     head = ["model", "batch", "target x", "measured x median [q1-q3] (fused)", "met", "run"]
     lines = [_row(head), _row(["---"] * len(head))]
     for model, target in TARGETS_128.items():
@@ -154,6 +162,33 @@ def target_table(runs: dict[str, dict]) -> list[str]:
 def run_number(path: Path) -> int:
     """Runs sort by number (run10 after run9), not by name."""
     return int(re.match(r"run(\d+)", path.name)[1])
+
+
+LOG_HEAD = "model | FP8 kernel | batch | fp16 ms | FP8 ms | x [q1-q3] | kernels fp16/FP8 | "
+LOG_HEAD += "FP8 groups us (fp8mm/fp16mm/dw/quant/other)"  # bench_speed.print_table's header
+
+
+def log_lines(prov: dict) -> tuple[list[str], list[str]]:
+    """A run known only from its call's log (its JSON did not come back from the device): the
+    model's rows of bench_speed's printed table, and its printed summary lines, verbatim."""
+    model = prov["model"]
+    text = (HERE / "results" / prov["log"]).read_text().splitlines()
+    rows = [line for line in text if line.startswith(f"{model} | ")]
+    notes = [line for line in text if line.startswith(f"{model}: ")]
+    return rows, notes
+
+
+def log_fused_ratios(rows: list[str]) -> dict[int, dict]:
+    """batch -> x median, q1, q3 of the fused engine, parsed from `log_lines` rows."""
+    out = {}
+    for row in rows:
+        cells = [c.strip() for c in row.split("|")]
+        if cells[1] == "fused":
+            m = re.fullmatch(r"([\d.]+) \[([\d.]+)-([\d.]+)\]", cells[5])
+            out[int(cells[2])] = dict(
+                zip(("median", "q1", "q3"), map(float, m.groups()), strict=True)
+            )
+    return out
 
 
 def agreement_lines(runs: dict[str, dict]) -> list[str]:
@@ -238,10 +273,27 @@ def run_section(name: str, run: dict, prov: dict) -> list[str]:
     ]
 
 
+def log_section(name: str, prov: dict) -> list[str]:
+    rows, notes = log_lines(prov)
+    head = [c.strip() for c in LOG_HEAD.split("|")]
+    return [
+        f"### {name}",
+        "",
+        f"- code: commit `{prov.get('commit', 'unknown')}`; engine: {prov.get('engine', '-')}",
+        f"- device call: `{prov.get('call', '-')}`",
+        f"- figures: copied from `results/{prov['log']}` (the JSON did not come back)",
+        "",
+        *([_row(head), _row(["---"] * len(head)), *(r.strip() for r in rows), ""] if rows else []),
+        *(f"- {n}" for n in notes),
+        "",
+    ]
+
+
 def main() -> None:
     files = sorted((HERE / "results").glob("run*-bench-*.json"), key=run_number)
     runs = {p.name: json.loads(p.read_text()) for p in files}
     provenance = yaml.safe_load((HERE / "results" / "runs.yaml").read_text())
+    logged = {name: p for name, p in provenance.items() if name.startswith("log-")}
     env = next(iter(runs.values()))["environment"]
     out = [
         "# Speed results",
@@ -270,8 +322,9 @@ def main() -> None:
         "`fused` is one Triton kernel per FP8 layer (`quant/triton_fp8.py`) with the per-channel "
         "scale, bias and the absorbed activation in its epilogue (`quant/fused.py`, "
         "`quant/absorb.py`); runs 4-15 let Triton keep each product's whole K loop in the "
-        "Hopper tensor cores' reduced-precision FP8 accumulation (its sm90 default; promoted to "
-        "float32 after every MMA since, not yet timed). Runs 1-3 "
+        "Hopper tensor cores' reduced-precision FP8 accumulation (its sm90 default), run 16 "
+        "moved the sums to float32 after every 32-product MMA, runs 17+ every 128 products as "
+        "cuBLASLt does (`triton_fp8.PROMOTE`: bit-identical products). Runs 1-3 "
         "timed `scaled_mm` only; runs 4+ time both against the same fp16 engine. Absorbed acts / "
         "hand-offs: activations computed in the fused layers' epilogue, and FP8 layers that write "
         "the next FP8 layer's input (`quant/handoff.py`); '-' where the run predates the count "
@@ -279,29 +332,43 @@ def main() -> None:
         "",
         "### Targets (issue 9): every fused run per model, latest first",
         "",
-        *target_table(runs),
+        *target_table(runs, logged),
         "",
         "Fused against unfused on real weights and all of val-1300 (the same quantization, "
         "computed differently: in runs 4-11 the unfused layer rounded its products to bf16, the "
         "fused one applied activations and FP8 hand-offs to float32 values the unfused engine "
         "rounds to fp16 first, and Triton left the FP8 sums in the tensor cores' reduced-"
         "precision accumulation; the first two changed in run 15's code (its Lite0 run was "
-        "lost), the third after it, none measured yet; `benchmarks/FP8_NOTES.md`):",
+        "lost), the third in runs 16 (float32 after every MMA) and 17 (after every 128 products, "
+        'as cuBLASLt); `benchmarks/FP8_NOTES.md`, "Fifth GPU session"):',
         "",
         *(agreement_lines(runs) or ["- not measured"]),
         "",
         "The fp16 engine under Inductor's max-autotune against default mode (issue 9 asks for one "
         "model at batch 128; `bench_speed.py --fp16-autotune-batch`):",
         "",
-        *(autotune_lines(runs) or ["- not measured yet (call 15's run was cut by its timeout)"]),
+        *(
+            autotune_lines(runs)
+            + [
+                f"- {note} ({name}, from its log)"
+                for name, prov in logged.items()
+                for note in log_lines(prov)[1]
+                if "max-autotune" in note
+            ]
+            or ["- not measured"]
+        ),
         "",
         "Where a target is missed, the kernel-time breakdown of the run (its section below) and "
-        "what it says would close the miss are in `benchmarks/FP8_NOTES.md`, section "
-        '"Fourth GPU session".',
+        "what it says would close the miss are in `benchmarks/FP8_NOTES.md`, sections "
+        '"Fourth GPU session" (runs 11-15) and "Fifth GPU session" (runs 16-21).',
         "",
     ]
     for name, run in runs.items():
         out += run_section(name, run, provenance.get(name, {}))
+    if logged:
+        out += ["## Runs known from their log", ""]
+        for name, prov in logged.items():
+            out += log_section(name, prov)
     seed_path = HERE / "seed_tensorrt.yaml"
     if seed_path.exists():
         seed = yaml.safe_load(seed_path.read_text())

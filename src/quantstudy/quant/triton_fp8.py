@@ -198,8 +198,11 @@ def _mma(a, b, acc, part, step, BLOCK_K: tl.constexpr, PROMOTE: tl.constexpr):
     exponent and keep about 14 bits, and Triton leaves the whole K loop in them on sm90 unless
     told otherwise; cuBLASLt promotes once per K tile. Call 15 (H200, whole K in the tensor
     cores) wrote torch._scaled_mm's fp16 values for 75.5% of a 4096x256x384 product's outputs,
-    call 16 (promoting after every 32-product MMA) for 77.0%: both engines must promote at the
-    same K, hence PROMOTE. Tiles have BLOCK_K <= PROMOTE or PROMOTE == 0 (`_prune`)."""
+    call 16 (promoting after every 32-product MMA) for 77.0%, call 17 (every 128 products,
+    any BLOCK_K) for all of them at K 96, 256 and 1024 (tests/gpu/test_fused_gpu.py): both
+    engines must promote at the same K, hence PROMOTE. Tiles have BLOCK_K <= PROMOTE or
+    PROMOTE == 0 (`_prune`). Runs 17-21 priced it: the fused products took 5-20% longer than
+    with Triton's default (benchmarks/FP8_NOTES.md, "Fifth GPU session")."""
     if PROMOTE == 0:
         part = tl.dot(a, b, part)
     elif BLOCK_K == PROMOTE:
@@ -391,7 +394,7 @@ def fp8_gemm_triton(
     writes the output quantized to FP8 with that scale (`out_dtype` must then be E4M3).
     `round_to` (the engine's dtype; None: float32) is where the epilogue rounds (`_finish`);
     `promote` is how many products the tensor cores sum before float32 takes over (`_mma`;
-    0: all of K), a multiple of the tile's BLOCK_K."""
+    0: all of K); where K is larger, a multiple of the tile's BLOCK_K."""
     if promote < 0 or (promote and promote & (promote - 1)):
         raise ValueError(f"promote must be 0 or a power of two, got {promote}")
     if (out_scale is not None) != (out_dtype == torch.float8_e4m3fn):
@@ -429,6 +432,9 @@ def fp8_gemm_triton(
     )  # fmt: skip
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
     meta |= {"OUT_FP8": out_scale is not None, "ROUND": ROUND_CODES[round_to or torch.float32]}
+    # K within one promotion: the whole sum is one tensor-core chain from zero whatever the tile
+    # (the same bits), so the K loop needs no hand-over and every tile depth stays open.
+    promote = 0 if k <= promote else promote
     meta |= {"PROMOTE": promote}
 
     def grid(meta):
