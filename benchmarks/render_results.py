@@ -204,6 +204,35 @@ def agreement_lines(runs: dict[str, dict]) -> list[str]:
     return out
 
 
+# Studies whose emulation floor (`quality.metrics.emulation_gap`: the fake-quant emulation
+# against itself with only its fp32 summation order changed) bounds the fused/unfused agreement.
+FLOOR_STUDIES = (
+    "examples/tf_efficientnet_lite0-search-h200/candidate/study.json",
+    "examples/tf_efficientnet_lite0-h200/study.json",
+)
+
+
+def floor_lines() -> list[str]:
+    out = []
+    for rel in FLOOR_STUDIES:
+        path = HERE.parent / rel
+        if not path.exists():
+            continue
+        study = json.loads(path.read_text())
+        gap = study["quality"].get("emulation_gap") or {}
+        if gap.get("floor_differ_count") is None:
+            continue
+        fp8 = next(e for e in study["engines"] if e["name"] == "fp8")
+        n = study["quality"]["engines"][0]["n_images"]
+        out.append(
+            f"- `{rel}` ({study['config']['recipe']}, {len(fp8['fp8_real'])} FP8 layers, "
+            f"{study['environment'].get('gpu_name') or study['config']['device']}): the emulation "
+            f"against itself with fp32 sums reordered, top-1 agreement "
+            f"{gap['floor_agreement']:.4f} ({gap['floor_differ_count']} of {n} images differ)"
+        )
+    return out
+
+
 def autotune_lines(runs: dict[str, dict]) -> list[str]:
     """The fp16 engine under default mode against itself under max-autotune, where measured."""
     out = []
@@ -343,6 +372,13 @@ def main() -> None:
         'as cuBLASLt); `benchmarks/FP8_NOTES.md`, "Fifth GPU session"):',
         "",
         *(agreement_lines(runs) or ["- not measured"]),
+        "",
+        "The floor under that agreement: two computations of the same FP8 recipe that differ "
+        "only in fp32 summation order already disagree on about as many images, because FP8 "
+        "rounding turns last-bit differences into whole FP8 steps (from the studies' own JSON; "
+        "the studies calibrate on calib-1000 images, bench_speed on its first 128 images):",
+        "",
+        *(floor_lines() or ["- no study with the floor measured"]),
         "",
         "The fp16 engine under Inductor's max-autotune against default mode (issue 9 asks for one "
         "model at batch 128; `bench_speed.py --fp16-autotune-batch`):",
