@@ -261,7 +261,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--images", type=Path, required=True, help="real images (ImageNet folder)")
     p.add_argument("--n-images", type=int, default=128)
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help="comma-separated; MODEL@RECIPE times that recipe alone instead of the model's "
+        "built-in recipe and its variants",
+    )
     p.add_argument("--batches", default="1,32,128")
     p.add_argument("--compile-mode", default="default", choices=list(COMPILE_MODES))
     p.add_argument("--rounds", type=int, default=30)
@@ -302,7 +307,8 @@ def main() -> None:
             write(results)
             print_table(results[-1:], timings=False)
         return
-    for name in args.models.split(","):
+    for spec in args.models.split(","):
+        name, _, only = spec.partition("@")  # MODEL@RECIPE: that recipe alone
         weights, variants = MODELS.get(name, ("random", ()))
         agree = None
         if args.agreement and weights != "random":
@@ -310,7 +316,7 @@ def main() -> None:
             items = scan_folder(args.images).items
             tf = build_transform(resolve_preprocessing(loaded.model))
             agree, _ = load_images(items, tf, desc=f"{name}: agreement images")
-        for recipe in (default_recipe_for(name), *variants):
+        for recipe in (only,) if only else (default_recipe_for(name), *variants):
             print(f"== {name} / {recipe}", flush=True)
             results.append(
                 bench_model(

@@ -2,7 +2,8 @@
 # One device session on a lent H200: install the carried wheels, then run the named stages.
 # Usage (repository root, on the GPU machine): bash benchmarks/h200.sh STAGE...
 #   gputests[:FILE]  pytest tests/gpu (or one file of it; $PYTEST_ARGS appended, e.g. "-k promotion")
-#   bench:M1,M2   benchmarks/bench_speed.py for those models ($BENCH_ARGS appended, e.g.
+#   bench:M1,M2   benchmarks/bench_speed.py for those models (M@RECIPE: that recipe alone;
+#                 $BENCH_ARGS appended, e.g.
 #                 "--batches 1,128 --agreement --fp16-autotune-batch 128")
 #   autotune:M1,M2  bench_speed.py --fp16-autotune-only at batch 128: the fp16 engine under
 #                 max-autotune against default mode, no FP8 engine
@@ -45,7 +46,7 @@ for stage in "$@"; do
     bench:*)
       models=${stage#bench:}
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
-        --out "$OUT/bench-${models//[,.]/_}.json" ${BENCH_ARGS:-} 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
+        --out "$OUT/bench-${models//[,.@]/_}.json" ${BENCH_ARGS:-} 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
     autotune:*)
       models=${stage#autotune:}
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
