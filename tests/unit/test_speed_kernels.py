@@ -63,6 +63,7 @@ NAMES = [
         "(bool)0, (bool)0, int, __half, __half, ...>(...)",
         "depthwise_conv",
     ),
+    ("conv2d_c1_k1_nhwc_specialized", "depthwise_conv"),  # as the H200's profiler names it
     (
         "void at::native::(anonymous namespace)::conv_depthwise2d_forward_kernel<3, c10::Half, "
         "int>(at::GenericPackedTensorAccessor<c10::Half const, 4ul, at::DefaultPtrTraits, int>, "

@@ -32,7 +32,8 @@ are searched case-insensitively. The heuristics, and what they cannot see:
 - Depthwise convolutions are recognised only where the library names them: PyTorch's native
   `conv_depthwise2d_*` kernels, names containing `depthwise`, and cuDNN's
   `conv2d_grouped_direct_kernel` (a direct kernel for grouped convolutions, which covers depthwise
-  ones and also other grouped convolutions). A depthwise convolution that cuDNN runs as an implicit
+  ones and also other grouped convolutions) and `conv2d_c1_k1_nhwc_*` (one channel in and out per
+  group). A depthwise convolution that cuDNN runs as an implicit
   GEMM (`sm90_xmma_fprop_...`) or that Inductor generates as a Triton kernel carries no group
   information in its name and lands in "fp16_matmul_conv" or "other": this group is a lower bound.
 - Dense matrix products and convolutions not in FP8 (fp16/bf16, or fp32 if any) are
@@ -77,7 +78,11 @@ PROFILE_WARMUP = 3
 FP8_TYPE = r"e4m3|e5m2|f8f8|fp8|float8"
 MATMUL = r"gemm|gemv|matmul|scaled_mm|nvjet|xmma|cutlass|tensorop|wgmma|hmma|s16816|^triton_tem_"
 CONV = r"fprop|conv2d|convolution|convolve|implicit_gemm|winograd"
-DEPTHWISE = r"depthwise|conv_depthwise|grouped_direct"
+# `conv2d_c1_k1_nhwc_specialized`: cuDNN's NHWC kernel for one input and one output channel per
+# group. On the H200 (runs 1-21, benchmarks/results) it ran in every model with depthwise convs
+# (EfficientNet-Lite0, MobileNetV4, ghostnet, xception41) and in none without (crossvit,
+# res2net), at 140-1900 us, so the "fp16 products" of those runs hold it.
+DEPTHWISE = r"depthwise|conv_depthwise|grouped_direct|conv2d_c1_k1"
 ATTENTION = r"flash_fwd|flash_attn|fmha|sdpa|attention"
 INDUCTOR_ELEMENTWISE = r"^triton_(poi|red|per)_"
 """Inductor pointwise/reduction kernels: named after the aten ops they absorbed, so an epilogue
