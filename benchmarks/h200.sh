@@ -10,6 +10,7 @@
 #   kernels:MODEL benchmarks/kernel_dump.py at batch 128: every kernel of the fp16 and fused FP8
 #                 engines over two fresh compiles, and the source of the slowest Inductor kernels
 #   probe:MODEL   benchmarks/agreement_probe.py: why fused and unfused FP8 engines disagree
+#   layers:MODEL  benchmarks/layer_kernels.py at batch 128: per FP8 layer, fused against unfused
 #   gemm:M1,M2    benchmarks/bench_fp8_gemm.py: each FP8 product alone, fp16/cuBLASLt/every tile
 #                 ($GEMM_ARGS appended, e.g. --quick)
 #   dw:M1,M2      benchmarks/bench_depthwise.py: each depthwise conv alone, cuDNN fp16 against
@@ -59,6 +60,10 @@ for stage in "$@"; do
     probe:*)
       python3 benchmarks/agreement_probe.py --images "$DATA/val-1300" --model "${stage#probe:}" \
         --out "$OUT/probe-${stage#probe:}.json" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
+    layers:*)
+      model=${stage#layers:}
+      python3 benchmarks/layer_kernels.py --images "$DATA/val-1300" --model "$model" --batch 128 \
+        --out "$OUT/layers-${model//[,.]/_}.json" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
     gemm:*)
       python3 benchmarks/bench_fp8_gemm.py --models "${stage#gemm:}" --batch 128 ${GEMM_ARGS:-} \
         --out "$OUT/gemm-$(echo "${stage#gemm:}" | tr ',.' '__').json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;
