@@ -312,7 +312,11 @@ def log_section(name: str, prov: dict) -> list[str]:
         f"- device call: `{prov.get('call', '-')}`",
         f"- figures: copied from `results/{prov['log']}` (the JSON did not come back)",
         "",
-        *([_row(head), _row(["---"] * len(head)), *(r.strip() for r in rows), ""] if rows else []),
+        *(
+            [_row(head), _row(["---"] * len(head)), *(f"| {r.strip()} |" for r in rows), ""]
+            if rows
+            else []
+        ),
         *(f"- {n}" for n in notes),
         "",
     ]
