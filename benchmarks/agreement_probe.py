@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 import torch
-from bench_speed import prepare
+from bench_speed import gpu_setup, prepare
 
 from quantstudy.data.folders import scan_folder
 from quantstudy.data.images import load_images
-from quantstudy.engines.builders import build_fp8, build_half, set_numerics
+from quantstudy.engines.builders import build_fp8, build_half
 from quantstudy.engines.run import run_engine
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 from quantstudy.recipe.builtin import default_recipe_for
@@ -62,16 +62,14 @@ def main() -> None:
     p.add_argument("--calib-images", type=int, default=128, help="as bench_speed's --n-images")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("agreement_probe.py needs a CUDA GPU")
-    set_numerics()
+    device = gpu_setup("agreement_probe.py")
     t0 = time.perf_counter()
     loaded, model, _, recipe, source, plan = prepare(
         args.model, args.weights, default_recipe_for(args.model), args.images, args.calib_images
     )
     items = scan_folder(args.images).items
     images, _ = load_images(items, build_transform(resolve_preprocessing(loaded.model)))
-    device, example, fold = torch.device("cuda"), images[:1], recipe.weights.fold_bn
+    example, fold = images[:1], recipe.weights.fold_bn
     record: dict = {
         "environment": collect_environment(device).model_dump(mode="json"),
         "model": args.model,

@@ -51,6 +51,14 @@ MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
 KERNELS = ("fused", "scaled_mm")
 
 
+def gpu_setup(script: str) -> torch.device:
+    """What every GPU benchmark does first: stop without CUDA, set the study's numerics."""
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{script} needs a CUDA GPU")
+    set_numerics()
+    return torch.device("cuda")
+
+
 def prepare(name: str, weights: str, recipe_name: str, images_dir: Path, n_images: int):
     """What every GPU benchmark starts from: the model (on the CPU; random-weight models with
     BatchNorm statistics re-estimated on the images so fp16 activations stay finite), the
@@ -288,14 +296,12 @@ def main() -> None:
         help="time only the fp16 engine, default mode against max-autotune (no FP8 engines)",
     )
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_speed.py needs a CUDA GPU")
     if args.fp16_autotune_only and args.fp16_autotune_batch is None:
         raise SystemExit("--fp16-autotune-only needs --fp16-autotune-batch")
-    set_numerics()
+    device = gpu_setup("bench_speed.py")
     batches = [int(b) for b in args.batches.split(",")]
     results = []
-    env = collect_environment(torch.device("cuda")).model_dump(mode="json")
+    env = collect_environment(device).model_dump(mode="json")
     command = vars(args) | {"images": str(args.images), "out": str(args.out)}
 
     def write(records: list[dict]) -> None:

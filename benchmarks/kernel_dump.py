@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 import torch._inductor.codecache
-from bench_speed import prepare
+from bench_speed import gpu_setup, prepare
 
-from quantstudy.engines.builders import build_fp8, build_half, set_numerics
+from quantstudy.engines.builders import build_fp8, build_half
 from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.speed.kernels import group_kernel, kernel_events
 from quantstudy.study.io import write_json_atomic
@@ -48,10 +48,7 @@ def main() -> None:
     p.add_argument("--sources", type=int, default=6, help="Inductor kernels to copy per engine")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("kernel_dump.py needs a CUDA GPU")
-    set_numerics()
-    device = torch.device("cuda")
+    device = gpu_setup("kernel_dump.py")
     recipe_name = default_recipe_for(args.model)
     _, model, x, recipe, _, plan = prepare(
         args.model, args.weights, recipe_name, args.images, args.batch

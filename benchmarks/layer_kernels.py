@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-from bench_speed import MODELS, prepare
+from bench_speed import MODELS, gpu_setup, prepare
 
-from quantstudy.engines.builders import set_numerics
 from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.search.layer_speed import measure_layer_speed
 from quantstudy.study.environment import collect_environment
@@ -48,9 +46,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("layer_kernels.py needs a CUDA GPU")
-    set_numerics()
+    device = gpu_setup("layer_kernels.py")
     weights = MODELS.get(args.model, ("random", ()))[0]
     recipe_name = args.recipe or default_recipe_for(args.model)
     _, model, x, recipe, source, plan = prepare(args.model, weights, recipe_name, args.images, 128)
@@ -91,7 +87,7 @@ def main() -> None:
     write_json_atomic(
         args.out,
         {
-            "environment": collect_environment(torch.device("cuda")).model_dump(mode="json"),
+            "environment": collect_environment(device).model_dump(mode="json"),
             "model": args.model,
             "recipe": source,
             "batch": args.batch,
