@@ -37,6 +37,10 @@ export TORCHINDUCTOR_CACHE_DIR=$SITE-inductor-cache
 DATA=.carry/data/imagenet
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee -a "$OUT/log.txt"
 python3 -c "import torch, timm, triton; print('torch', torch.__version__, 'timm', timm.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/log.txt"
+# Run a benchmark script, its output (less warnings and compile chatter) to the console and log.
+logged() {
+  "$@" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt"
+}
 for stage in "$@"; do
   echo "=== $stage $(date -u +%T)" | tee -a "$OUT/log.txt"
   case "$stage" in
@@ -46,8 +50,8 @@ for stage in "$@"; do
       python3 -m pytest $sel -q -rfs -s -p no:cacheprovider ${PYTEST_ARGS:-} > "$log" 2>&1; grep -v "^tests.*PASSED\|Warning\|warn" "$log" | tail -40 | tee -a "$OUT/log.txt" ;;
     bench:*)
       models=${stage#bench:}
-      python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
-        --out "$OUT/bench-${models//[,.@]/_}.json" ${BENCH_ARGS:-} 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
+      logged python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
+        --out "$OUT/bench-${models//[,.@]/_}.json" ${BENCH_ARGS:-} ;;
     autotune:*)
       models=${stage#autotune:}
       python3 benchmarks/bench_speed.py --images "$DATA/val-1300" --models "$models" \
@@ -55,15 +59,15 @@ for stage in "$@"; do
         --out "$OUT/autotune-${models//[,.]/_}.json" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    \|AUTOTUNE\|^  triton\|^strides\|^dtypes\|Autotune Choices\|^{" | tee -a "$OUT/log.txt" ;;
     kernels:*)
       model=${stage#kernels:}
-      python3 benchmarks/kernel_dump.py --images "$DATA/val-1300" --model "$model" --batch 128 \
-        --out "$OUT/kernels-${model//[,.]/_}" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
+      logged python3 benchmarks/kernel_dump.py --images "$DATA/val-1300" --model "$model" \
+        --batch 128 --out "$OUT/kernels-${model//[,.]/_}" ;;
     probe:*)
-      python3 benchmarks/agreement_probe.py --images "$DATA/val-1300" --model "${stage#probe:}" \
-        --out "$OUT/probe-${stage#probe:}.json" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
+      logged python3 benchmarks/agreement_probe.py --images "$DATA/val-1300" \
+        --model "${stage#probe:}" --out "$OUT/probe-${stage#probe:}.json" ;;
     layers:*)
       model=${stage#layers:}
-      python3 benchmarks/layer_kernels.py --images "$DATA/val-1300" --model "$model" --batch 128 \
-        --out "$OUT/layers-${model//[,.]/_}.json" 2>&1 | grep --line-buffered -v "Warning\|warn\|^W1\|^    " | tee -a "$OUT/log.txt" ;;
+      logged python3 benchmarks/layer_kernels.py --images "$DATA/val-1300" --model "$model" \
+        --batch 128 --out "$OUT/layers-${model//[,.]/_}.json" ;;
     gemm:*)
       python3 benchmarks/bench_fp8_gemm.py --models "${stage#gemm:}" --batch 128 ${GEMM_ARGS:-} \
         --out "$OUT/gemm-$(echo "${stage#gemm:}" | tr ',.' '__').json" 2>&1 | grep --line-buffered -v "Warning\|warn" | tee -a "$OUT/log.txt" ;;
