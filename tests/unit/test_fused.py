@@ -99,6 +99,18 @@ def test_every_promotion_interval_counts_each_k_step_once_under_the_interpreter(
     assert float(worst) < 1e-5 and int(refused) == 1
 
 
+@pytest.mark.parametrize("promote", [-128, 96])
+def test_promotion_interval_must_be_zero_or_a_power_of_two(promote):
+    pytest.importorskip("triton")
+    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+
+    xq = torch.zeros(4, 256).to(torch.float8_e4m3fn)
+    w8 = torch.zeros(8, 256).to(torch.float8_e4m3fn)
+    args = (xq, w8, torch.ones(8), torch.tensor(1.0), None, "none", torch.float16)
+    with pytest.raises(ValueError, match="power of two"):
+        fp8_gemm_triton(*args, promote=promote)
+
+
 def test_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
     """With `round_to` the epilogue rounds the sum to fp16 before the activation, as the
     unfused engine stores it: the kernel then equals the op's torch path with the same rounding
