@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -123,21 +124,20 @@ TARGETS_128 = {
 TARGET_1 = 0.98
 
 
-def target_table(runs: dict[str, dict], logged: dict[str, dict] | None = None) -> list[str]:
+def target_table(runs: dict[str, dict], logged: list[LoggedRun] | None = None) -> list[str]:
     """Every fused run's x per target model and batch, latest first, against the targets;
-    `logged` (name -> provenance) adds the runs known from their log, first."""
+    `logged` adds the runs known from their log, first."""
     measured: dict[str, list[tuple[str, dict]]] = {}
     for name, run in runs.items():  # in run order
         for r in run["results"]:
             for kernel, e in engines_of(r):
                 if kernel == "fused":
                     measured.setdefault(r["model"], []).insert(0, (name, e))
-    for name, prov in (logged or {}).items():
-        ratios = log_fused_ratios(log_lines(prov)[0])
-        batches = [{"batch": b, "ratio": x} for b, x in ratios.items()]
+    for log in logged or []:
+        batches = [{"batch": b, "ratio": x} for b, x in log_fused_ratios(log.rows).items()]
         if batches:
-            measured.setdefault(prov["model"], []).insert(
-                0, (name, {"speed": {"batches": batches}})
+            measured.setdefault(log.prov["model"], []).insert(
+                0, (log.name, {"speed": {"batches": batches}})
             )
     head = ["model", "batch", "target x", "measured x median [q1-q3] (fused)", "met", "run"]
     lines = [_row(head), _row(["---"] * len(head))]
@@ -164,22 +164,32 @@ def run_number(path: Path) -> int:
     return int(re.match(r"run(\d+)", path.name)[1])
 
 
-LOG_HEAD = "model | FP8 kernel | batch | fp16 ms | FP8 ms | x [q1-q3] | kernels fp16/FP8 | "
-LOG_HEAD += "FP8 groups us (fp8mm/fp16mm/dw/quant/other)"  # bench_speed.print_table's header
+@dataclass(frozen=True)
+class LoggedRun:
+    """A run known only from its call's log (its JSON did not come back from the device): its
+    `runs.yaml` entry, and, verbatim, bench_speed's printed table header, the model's rows of
+    that table and its printed summary lines."""
 
+    name: str
+    prov: dict
+    head: str | None
+    rows: list[str]
+    notes: list[str]
 
-def log_lines(prov: dict) -> tuple[list[str], list[str]]:
-    """A run known only from its call's log (its JSON did not come back from the device): the
-    model's rows of bench_speed's printed table, and its printed summary lines, verbatim."""
-    model = prov["model"]
-    text = (HERE / "results" / prov["log"]).read_text().splitlines()
-    rows = [line for line in text if line.startswith(f"{model} | ")]
-    notes = [line for line in text if line.startswith(f"{model}: ")]
-    return rows, notes
+    @classmethod
+    def read(cls, name: str, prov: dict) -> LoggedRun:
+        model = prov["model"]
+        text = (HERE / "results" / prov["log"]).read_text().splitlines()
+        head = next((line for line in text if line.startswith("model | FP8 kernel | ")), None)
+        rows = [line for line in text if line.startswith(f"{model} | ")]
+        if rows and head is None:
+            raise SystemExit(f"{prov['log']}: rows of {model} but no bench_speed table header")
+        notes = [line for line in text if line.startswith(f"{model}: ")]
+        return cls(name, prov, head, rows, notes)
 
 
 def log_fused_ratios(rows: list[str]) -> dict[int, dict]:
-    """batch -> x median, q1, q3 of the fused engine, parsed from `log_lines` rows."""
+    """batch -> x median, q1, q3 of the fused engine, parsed from `LoggedRun.rows`."""
     out = {}
     for row in rows:
         cells = [c.strip() for c in row.split("|")]
@@ -302,9 +312,9 @@ def run_section(name: str, run: dict, prov: dict) -> list[str]:
     ]
 
 
-def log_section(name: str, prov: dict) -> list[str]:
-    rows, notes = log_lines(prov)
-    head = [c.strip() for c in LOG_HEAD.split("|")]
+def log_section(log: LoggedRun) -> list[str]:
+    name, prov, rows, notes = log.name, log.prov, log.rows, log.notes
+    head = [c.strip() for c in log.head.split("|")] if log.head else []
     return [
         f"### {name}",
         "",
@@ -326,7 +336,7 @@ def main() -> None:
     files = sorted((HERE / "results").glob("run*-bench-*.json"), key=run_number)
     runs = {p.name: json.loads(p.read_text()) for p in files}
     provenance = yaml.safe_load((HERE / "results" / "runs.yaml").read_text())
-    logged = {name: p for name, p in provenance.items() if name.startswith("log-")}
+    logged = [LoggedRun.read(n, p) for n, p in provenance.items() if n.startswith("log-")]
     env = next(iter(runs.values()))["environment"]
     out = [
         "# Speed results",
@@ -390,9 +400,9 @@ def main() -> None:
         *(
             autotune_lines(runs)
             + [
-                f"- {note} ({name}, from its log)"
-                for name, prov in logged.items()
-                for note in log_lines(prov)[1]
+                f"- {note} ({log.name}, from its log)"
+                for log in logged
+                for note in log.notes
                 if "max-autotune" in note
             ]
             or ["- not measured"]
@@ -407,8 +417,8 @@ def main() -> None:
         out += run_section(name, run, provenance.get(name, {}))
     if logged:
         out += ["## Runs known from their log", ""]
-        for name, prov in logged.items():
-            out += log_section(name, prov)
+        for log in logged:
+            out += log_section(log)
     seed_path = HERE / "seed_tensorrt.yaml"
     if seed_path.exists():
         seed = yaml.safe_load(seed_path.read_text())
