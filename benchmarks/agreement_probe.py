@@ -30,8 +30,8 @@ from quantstudy.engines.builders import build_fp8, build_half
 from quantstudy.engines.run import run_engine
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 from quantstudy.recipe.builtin import default_recipe_for
+from quantstudy.record.io import write_json_atomic
 from quantstudy.study.environment import collect_environment
-from quantstudy.study.io import write_json_atomic
 
 
 def layer_inputs(engine, layers: list[str], x: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -36,8 +36,8 @@ from fp8_bytes import BW, out_hw
 from fused_plan import depthwise_names
 
 from quantstudy.model.preprocess import resolve_preprocessing
+from quantstudy.record.io import write_json_atomic
 from quantstudy.search.layer_speed import layer_input_shapes
-from quantstudy.study.io import write_json_atomic
 
 DEFAULT_MODELS = "tf_efficientnet_lite0,mobilenetv4_conv_large.e500_r256_in1k"
 TILES = [(64, 64, 4), (32, 128, 4), (128, 32, 4), (64, 128, 8), (16, 256, 8), (128, 64, 8)]

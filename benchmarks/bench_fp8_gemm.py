@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fp8_bytes import BW, selected_layers
 
 from quantstudy.quant.modules import real_fp8_blocker
-from quantstudy.study.io import write_json_atomic
+from quantstudy.record.io import write_json_atomic
 
 DEFAULT_MODELS = "tf_efficientnet_lite0,mobilenetv4_conv_large.e500_r256_in1k"
 

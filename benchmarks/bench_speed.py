@@ -23,7 +23,7 @@ import torch
 
 from quantstudy.data.folders import scan_folder
 from quantstudy.data.images import load_images
-from quantstudy.engines.builders import COMPILE_MODES, build_fp8, build_half, set_numerics
+from quantstudy.engines.builders import build_fp8, build_half, set_numerics
 from quantstudy.engines.run import run_engine
 from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.loading import load_model
@@ -32,9 +32,10 @@ from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calibrate import calibrate
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
+from quantstudy.record.io import write_json_atomic
+from quantstudy.record.vocab import CompileMode, choices
 from quantstudy.speed.harness import measure_speed
 from quantstudy.study.environment import collect_environment
-from quantstudy.study.io import write_json_atomic
 
 # model -> (weights, extra recipe variants to time beside the family default)
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -276,7 +277,7 @@ def main() -> None:
         "built-in recipe and its variants",
     )
     p.add_argument("--batches", default="1,32,128")
-    p.add_argument("--compile-mode", default="default", choices=list(COMPILE_MODES))
+    p.add_argument("--compile-mode", default="default", choices=choices(CompileMode))
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--out", type=Path, required=True)

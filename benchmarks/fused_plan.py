@@ -35,9 +35,9 @@ from quantstudy.quant.apply import real_layers
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.handoff import fp8_handoffs
 from quantstudy.quant.trace import tensor_links
+from quantstudy.record.io import write_json_atomic
 from quantstudy.search.layer_speed import layer_input_shapes
 from quantstudy.search.sensitivity import kind_of
-from quantstudy.study.io import write_json_atomic
 
 
 def depthwise_names(model: torch.nn.Module) -> list[str]:

@@ -24,8 +24,8 @@ from bench_speed import gpu_setup, prepare
 
 from quantstudy.engines.builders import build_fp8, build_half
 from quantstudy.recipe.builtin import default_recipe_for
+from quantstudy.record.io import write_json_atomic
 from quantstudy.speed.kernels import group_kernel, kernel_events
-from quantstudy.study.io import write_json_atomic
 
 
 def kernel_source(name: str, cache: Path) -> str | None:

@@ -23,9 +23,9 @@ from pathlib import Path
 from bench_speed import MODELS, gpu_setup, prepare
 
 from quantstudy.recipe.builtin import default_recipe_for
+from quantstudy.record.io import write_json_atomic
 from quantstudy.search.layer_speed import measure_layer_speed
 from quantstudy.study.environment import collect_environment
-from quantstudy.study.io import write_json_atomic
 
 KERNELS = ("fused", "scaled_mm")
 

@@ -27,7 +27,7 @@ from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calibrate import calibrate
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
-from quantstudy.study.io import write_json_atomic
+from quantstudy.record.io import write_json_atomic
 
 MODES = {"weights only": (True, False), "activations only": (False, True), "both": (True, True)}
 

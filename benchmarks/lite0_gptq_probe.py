@@ -26,7 +26,7 @@ from torch import nn
 from quantstudy.quality.metrics import kl_per_image
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fp8 import E4M3, E4M3_MAX, dequantize_weight, quantize_weight
-from quantstudy.study.io import write_json_atomic
+from quantstudy.record.io import write_json_atomic
 
 
 def second_moments(model: nn.Module, layers: list[str], images: torch.Tensor) -> dict:

@@ -20,7 +20,7 @@ def __getattr__(name: str):
 
         return StudyConfig
     if name == "UserError":
-        from quantstudy.errors import UserError
+        from quantstudy.record.errors import UserError
 
         return UserError
     raise AttributeError(name)

@@ -11,7 +11,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from quantstudy.errors import UserError
+from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import CompileMode, Fp8Kernel, choices
 
 
 def _batches(text: str) -> tuple[int, ...]:
@@ -61,10 +62,10 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
         default=(1, 32, 128),
         help="timed batch sizes, comma-separated (default 1,32,128)",
     )
-    p.add_argument("--compile-mode", choices=["default", "max-autotune"], default="default")
+    p.add_argument("--compile-mode", choices=choices(CompileMode), default="default")
     p.add_argument(
         "--fp8-kernel",
-        choices=["fused", "scaled_mm"],
+        choices=choices(Fp8Kernel),
         default="fused",
         help="FP8 layer kernel: fused (one Triton kernel with scale, bias and activation; "
         "default) or scaled_mm (torch._scaled_mm, then a separate pass)",

@@ -13,10 +13,10 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine
+from quantstudy.engines.size import package_bytes, weight_bytes
+from quantstudy.record import EngineInfo
 from quantstudy.speed.env import gpu_clocks
 from quantstudy.speed.harness import measure_speed, time_interleaved
-from quantstudy.speed.size import package_bytes, weight_bytes
-from quantstudy.study.schema import EngineInfo
 
 pytestmark = pytest.mark.gpu
 

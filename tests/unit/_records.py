@@ -23,7 +23,7 @@ import numpy as np
 from scipy import stats
 
 from quantstudy.decision.policy import decide, load_policy
-from quantstudy.study.schema import (
+from quantstudy.record import (
     BatchSpeed,
     CalibrationInfo,
     DataInfo,
@@ -432,7 +432,7 @@ def build_record(
     calibration = CalibrationInfo(calibrator="max", params={}, n_images=N_CALIB, tensors=tensors)
     dev = "cuda:0" if on_gpu else "cpu"
     compiled = on_gpu
-    mode = "max-autotune" if on_gpu else "none"
+    mode = "max-autotune" if on_gpu else "default"
     numerics = {"allow_tf32": "False", "matmul_precision": "highest"}
 
     def einfo(name, dtype, wbytes, fp8_real=(), fp8_emulated=(), fp16_layers=0):

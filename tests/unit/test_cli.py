@@ -112,7 +112,7 @@ def test_unknown_fp8_kernel_is_refused(tiny_imagenet, capsys):
 
 
 def test_study_config_refuses_an_unknown_fp8_kernel(tiny_imagenet):
-    from quantstudy.errors import UserError
+    from quantstudy.record.errors import UserError
     from quantstudy.study.config import StudyConfig
 
     with pytest.raises(UserError, match="--fp8-kernel must be fused or scaled_mm"):

@@ -14,9 +14,9 @@ from PIL import Image
 from quantstudy.data import demo
 from quantstudy.data.folders import read_class_list, scan_folder
 from quantstudy.data.images import load_images
-from quantstudy.errors import UserError
 from quantstudy.model.preprocess import build_transform
-from quantstudy.study.schema import Preprocessing
+from quantstudy.record import Preprocessing
+from quantstudy.record.errors import UserError
 
 WNIDS = timm.data.ImageNetInfo().label_names()
 FOOLBOX_WHEEL = Path("/tmp/fb/foolbox-3.3.4-py3-none-any.whl")

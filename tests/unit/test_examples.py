@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from quantstudy.record import SCHEMA_VERSION, StudyRecord
 from quantstudy.report.render import load_record, render_study
 from quantstudy.report.selfcheck import check_markdown
-from quantstudy.study.schema import SCHEMA_VERSION, StudyRecord
 
 ROOT = Path(__file__).resolve().parents[2] / "examples"
 EXAMPLES = sorted(ROOT.glob("**/study.json"))

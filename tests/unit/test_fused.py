@@ -281,7 +281,7 @@ def test_activation_names():
 
 
 def test_gpu_without_fp8_tensor_cores_is_a_clear_error(monkeypatch):
-    from quantstudy.errors import UserError
+    from quantstudy.record.errors import UserError
     from quantstudy.study.run import _device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -11,9 +11,9 @@ import torch
 from PIL import Image
 from torch import nn
 
-from quantstudy.errors import UserError
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
+from quantstudy.record.errors import UserError
 
 TINY = "test_efficientnet"  # 356k parameters, 88 state-dict entries, 1000 classes
 

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from quantstudy.decision import policy as pol
 from quantstudy.decision.policy import Policy, decide, load_policy
-from quantstudy.errors import UserError
-from quantstudy.study.schema import StudyRecord
+from quantstudy.record import StudyRecord
+from quantstudy.record.errors import UserError
 
 FAST = {1: 1.12, 32: 1.09, 128: 1.10}
 # fp8: 5 gained, 4 lost, 1 wrong-to-wrong: agreement 99.33%, CI low about -0.35 points

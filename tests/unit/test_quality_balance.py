@@ -3,7 +3,7 @@
 import torch
 
 from quantstudy.quality.balance import precision_warnings, sample_balance
-from quantstudy.study.schema import EngineQuality
+from quantstudy.record import EngineQuality
 
 torch.set_num_threads(1)
 

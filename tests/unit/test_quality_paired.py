@@ -7,10 +7,10 @@ import pytest
 import torch
 from scipy.stats import binomtest
 
-from quantstudy.errors import UserError
 from quantstudy.quality.balance import precision_warnings
 from quantstudy.quality.metrics import score_engine
 from quantstudy.quality.paired import mcnemar_exact, paired_bootstrap, paired_counts
+from quantstudy.record.errors import UserError
 
 torch.set_num_threads(1)
 

@@ -7,7 +7,7 @@ import torch
 
 from quantstudy.quality import stress
 from quantstudy.quality.stress import STRESS_INPUTS, stress_inputs
-from quantstudy.study.schema import Preprocessing
+from quantstudy.record import Preprocessing
 
 torch.set_num_threads(1)
 

@@ -18,7 +18,6 @@ import timm
 import torch
 from torch import nn
 
-from quantstudy.errors import UserError
 from quantstudy.recipe.builtin import (
     FALLBACK_RECIPE,
     FAMILY_DEFAULTS,
@@ -29,6 +28,7 @@ from quantstudy.recipe.builtin import (
     variants_of,
 )
 from quantstudy.recipe.resolve import Resolution, resolve
+from quantstudy.record.errors import UserError
 
 torch.set_num_threads(1)
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from quantstudy.errors import UserError
 from quantstudy.recipe.resolve import NO_RULE_REASON, collect_candidates, resolve
 from quantstudy.recipe.schema import Recipe, parse_recipe
-from quantstudy.study.schema import RecipeInfo
+from quantstudy.record import RecipeInfo
+from quantstudy.record.errors import UserError
 
 torch.set_num_threads(1)
 

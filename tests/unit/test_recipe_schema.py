@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from quantstudy.errors import UserError
 from quantstudy.recipe.schema import CALIBRATORS, Recipe, parse_recipe
 from quantstudy.recipe.selectors import Selector
+from quantstudy.record.errors import UserError
 
 
 def parse(text: str, origin: str = "recipe.yaml") -> Recipe:

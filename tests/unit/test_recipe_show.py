@@ -11,7 +11,7 @@ from quantstudy.recipe.builtin import builtin_names, load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.recipe.show import format_recipe_list, format_resolution
-from quantstudy.study.schema import LayerDecision
+from quantstudy.record import LayerDecision
 
 torch.set_num_threads(1)
 

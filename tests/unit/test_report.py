@@ -9,12 +9,12 @@ import shutil
 import pytest
 from _records import FIXTURE, build_record, fixture_json
 
-from quantstudy.errors import UserError
+from quantstudy.record import SCHEMA_VERSION, StudyRecord
+from quantstudy.record.errors import UserError
 from quantstudy.report.markdown import render_markdown
 from quantstudy.report.plots import KERNELS_PNG, KL_PNG, LATENCY_PNG, write_plots
 from quantstudy.report.render import render_study
 from quantstudy.report.selfcheck import allowed_numbers, check_markdown, number_tokens
-from quantstudy.study.schema import SCHEMA_VERSION, StudyRecord
 
 SECTIONS = [
     "## Summary and decision",

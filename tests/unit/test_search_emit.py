@@ -5,9 +5,9 @@ import timm
 import torch
 from torch import nn
 
-from quantstudy.errors import UserError
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
+from quantstudy.record.errors import UserError
 from quantstudy.search.emit import recipe_text, write_recipe
 
 torch.set_num_threads(1)

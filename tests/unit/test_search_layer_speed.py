@@ -6,7 +6,8 @@ import pytest
 import torch
 from _search_nets import LAYERS, small_net
 
-from quantstudy.errors import UserError
+from quantstudy.record.errors import UserError
+from quantstudy.record.io import write_json_atomic
 from quantstudy.search.layer_speed import (
     gains_for,
     layer_input_shapes,
@@ -14,7 +15,6 @@ from quantstudy.search.layer_speed import (
     measure_layer_speed,
 )
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
-from quantstudy.study.io import write_json_atomic
 
 torch.set_num_threads(1)
 

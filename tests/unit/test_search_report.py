@@ -9,19 +9,7 @@ import pytest
 from _records import build_record, fixture_json
 
 from quantstudy.decision.policy import Policy, QualityPolicy
-from quantstudy.errors import UserError
-from quantstudy.report.markdown import render_markdown
-from quantstudy.report.plots import SENSITIVITY_PNG, available_plots
-from quantstudy.report.render import load_record, render_study
-from quantstudy.report.selfcheck import check_markdown
-from quantstudy.search.select import (
-    LayerEvidence,
-    budget_from_policy,
-    predict,
-    select_layers,
-)
-from quantstudy.search.tables import SearchSection as ReExported
-from quantstudy.study.schema import (
+from quantstudy.record import (
     SCHEMA_VERSION,
     LayerSensitivity,
     LayerSpeed,
@@ -33,6 +21,18 @@ from quantstudy.study.schema import (
     TimingStats,
     Variant,
 )
+from quantstudy.record.errors import UserError
+from quantstudy.report.markdown import render_markdown
+from quantstudy.report.plots import SENSITIVITY_PNG, available_plots
+from quantstudy.report.render import load_record, render_study
+from quantstudy.report.selfcheck import check_markdown
+from quantstudy.search.select import (
+    LayerEvidence,
+    budget_from_policy,
+    predict,
+    select_layers,
+)
+from quantstudy.search.tables import SearchSection as ReExported
 
 POLICY = Policy(quality=QualityPolicy(max_kl_mean=0.02, min_agreement=0.97))
 
@@ -84,7 +84,7 @@ def _search_record(n_layers: int = 20, source: str = "measured", all_but: bool =
             source_detail="NVIDIA H200",
             meaningful=True,
             batch=128,
-            compile_mode="max-autotune-no-cudagraphs",
+            compile_mode="max-autotune",
             timed_region="one layer's forward at its recorded input shape",
             rounds=9,
             iters_per_round=50,

@@ -7,16 +7,16 @@ import pytest
 import torch
 import yaml
 
-from quantstudy.errors import UserError
 from quantstudy.model.loading import load_model
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
+from quantstudy.record import SCHEMA_VERSION
+from quantstudy.record.errors import UserError
 from quantstudy.report.markdown import render_markdown
 from quantstudy.report.render import load_record
 from quantstudy.report.selfcheck import check_markdown
 from quantstudy.search.run import SEARCH_NOT_RUN, SearchConfig, run_search, summary_lines
 from quantstudy.study.config import StudyConfig
-from quantstudy.study.schema import SCHEMA_VERSION
 
 torch.set_num_threads(1)
 

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from quantstudy.decision.policy import Policy, QualityPolicy
-from quantstudy.errors import UserError
+from quantstudy.record.errors import UserError
 from quantstudy.search.select import (
     EXACT_MAX,
     LayerEvidence,

@@ -6,9 +6,9 @@ import pytest
 import torch
 from _search_nets import FRAGILE, LAYERS, make_fragile, small_net
 
-from quantstudy.errors import UserError
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calibrate import calibrate
+from quantstudy.record.errors import UserError
 from quantstudy.search.sensitivity import calibration_from_info, measure_sensitivity
 
 torch.set_num_threads(1)

@@ -7,7 +7,9 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine
-from quantstudy.errors import UserError
+from quantstudy.engines.size import weight_bytes
+from quantstudy.record import EngineInfo, SpeedSection
+from quantstudy.record.errors import UserError
 from quantstudy.speed.harness import (
     CPU_MEANINGLESS_REASON,
     CPU_ROUNDS,
@@ -17,8 +19,6 @@ from quantstudy.speed.harness import (
     tile_images,
     time_interleaved,
 )
-from quantstudy.speed.size import weight_bytes
-from quantstudy.study.schema import EngineInfo, SpeedSection
 
 torch.set_num_threads(1)
 
@@ -116,7 +116,7 @@ def test_tile_images_wraps_around():
 def test_measure_speed_on_cpu_is_marked_not_meaningful():
     fp16, fp8 = TinyEngine("fp16", 4), TinyEngine("fp8", 6)
     images = torch.rand(3, 3, 8, 8)
-    section = measure_speed(fp16, fp8, images, [1, 4], rounds=30, compile_mode="none")
+    section = measure_speed(fp16, fp8, images, [1, 4], rounds=30, compile_mode="default")
 
     assert section.meaningful is False
     assert section.meaningless_reason == CPU_MEANINGLESS_REASON

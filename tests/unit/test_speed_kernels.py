@@ -4,10 +4,10 @@ The names follow what cuBLAS/cuBLASLt, cuDNN, CUTLASS, PyTorch's own CUDA kernel
 show in torch.profiler / Nsight traces; long template argument lists are shortened ("...").
 """
 
-from typing import get_args
-
 import pytest
 
+from quantstudy.record import KernelGroupTime
+from quantstudy.record.vocab import KernelGroup
 from quantstudy.speed.kernels import (
     GROUPS,
     TOP_KERNELS,
@@ -15,7 +15,6 @@ from quantstudy.speed.kernels import (
     kernels_from_trace,
     summarize_kernels,
 )
-from quantstudy.study.schema import KernelGroupTime
 
 NAMES = [
     # cuBLAS(Lt) GEMMs. nvjet type codes: qq = FP8 operands, h = fp16, t = bf16.
@@ -129,8 +128,9 @@ def test_every_group_is_reached_by_the_examples():
     assert {group for _, group in NAMES} == set(GROUPS)
 
 
-def test_groups_match_the_schema():
-    assert GROUPS == get_args(KernelGroupTime.model_fields["group"].annotation)
+def test_groups_are_the_schema_vocabulary():
+    assert KernelGroupTime.model_fields["group"].annotation is KernelGroup
+    assert GROUPS == tuple(KernelGroup)
 
 
 def test_grouping_ignores_case():

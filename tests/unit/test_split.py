@@ -11,7 +11,7 @@ import pytest
 
 from quantstudy.data.folders import ImageItem
 from quantstudy.data.split import split_items, summarize_set
-from quantstudy.errors import UserError
+from quantstudy.record.errors import UserError
 
 
 def _items(counts: dict[int, int], root: str = "/data", stem: str = "img") -> list[ImageItem]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantstudy.data.folders import read_class_list
-from quantstudy.errors import UserError
+from quantstudy.record.errors import UserError
 
 SHARED_ENV = "QUANTSTUDY_SHARED_DATA"
 WHEEL_ENV = "QUANTSTUDY_FOOLBOX_WHEEL"

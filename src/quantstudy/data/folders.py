@@ -14,8 +14,8 @@ from pathlib import Path
 import timm.data
 from PIL import Image
 
-from quantstudy.errors import UserError
-from quantstudy.study.schema import SkippedImage
+from quantstudy.record import SkippedImage
+from quantstudy.record.errors import UserError
 
 IMAGE_SUFFIXES = frozenset(
     {".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff", ".ppm", ".pgm"}

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Literal
 
 from quantstudy.data.folders import ImageItem
-from quantstudy.errors import UserError
-from quantstudy.study.schema import ImageSet
+from quantstudy.record import ImageSet
+from quantstudy.record.errors import UserError
 
 
 def split_items(

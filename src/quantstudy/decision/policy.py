@@ -38,9 +38,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from quantstudy.errors import UserError
-from quantstudy.report.format import fmt_ms, fmt_pct, fmt_points, fmt_ratio, fmt_sig
-from quantstudy.study.schema import (
+from quantstudy.record import (
     BatchSpeed,
     Decision,
     EngineQuality,
@@ -48,6 +46,9 @@ from quantstudy.study.schema import (
     NonFiniteScan,
     StudyRecord,
 )
+from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import CompileMode
+from quantstudy.report.format import fmt_ms, fmt_pct, fmt_points, fmt_ratio, fmt_sig
 
 DEFAULT_POLICY_LABEL = "builtin:default"
 DEFAULT_POLICY_FILE = "default_policy.yaml"
@@ -73,7 +74,7 @@ class SpeedPolicy(_PolicyPart):
     min_speedup: float = Field(1.05, ge=1.0, le=100.0)
     q1_speedup_above: float = Field(1.0, ge=1.0, le=100.0)
     batches: list[int] | None = None
-    compile_mode: Literal["default", "max-autotune"] | None = None
+    compile_mode: CompileMode | None = None
 
     @field_validator("batches")
     @classmethod

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from quantstudy.study.schema import EngineInfo
+from quantstudy.record import EngineInfo
 
 
 class Engine(ABC):

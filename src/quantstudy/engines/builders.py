@@ -17,20 +17,15 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine
+from quantstudy.engines.size import weight_bytes
 from quantstudy.quant.absorb import absorbable_activations, remove_activations
 from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8, real_layers
 from quantstudy.quant.bias_correction import correct_biases
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.handoff import fp8_handoffs
 from quantstudy.quant.modules import bind_scaled_mm, scaled_mm_output_of
-from quantstudy.speed.size import weight_bytes
-from quantstudy.study.schema import EngineInfo
-
-COMPILE_MODES = {
-    # Our own name -> torch.compile mode. CUDA graphs are captured by the harness, not Inductor.
-    "default": None,
-    "max-autotune": "max-autotune-no-cudagraphs",
-}
+from quantstudy.record import EngineInfo
+from quantstudy.record.vocab import CompileMode
 
 
 def numerics() -> dict[str, str]:
@@ -124,7 +119,10 @@ def _compile(module: nn.Module, device: torch.device, mode: str) -> tuple[Callab
         "TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "quantstudy" / "inductor")
     )
     allow_recompiles()
-    return torch.compile(module, mode=COMPILE_MODES[mode], dynamic=False, fullgraph=False), True
+    compiled = torch.compile(
+        module, mode=CompileMode(mode).torch_mode, dynamic=False, fullgraph=False
+    )
+    return compiled, True
 
 
 def _compiled_engine(

@@ -24,8 +24,8 @@ import timm
 import torch
 from torch import nn
 
-from quantstudy.errors import UserError
-from quantstudy.study.schema import ModelInfo
+from quantstudy.record import ModelInfo
+from quantstudy.record.errors import UserError
 
 MappingMode = Literal["auto", "names", "ordered"]
 

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from quantstudy.study.schema import Preprocessing
+from quantstudy.record import Preprocessing
 
 
 def resolve_preprocessing(

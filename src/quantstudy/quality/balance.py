@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from quantstudy.study.schema import EngineQuality
+from quantstudy.record import EngineQuality
 
 IMBALANCE_RATIO = 2.0  # largest class over smallest class above this: imbalanced
 SMALL_SAMPLE = 1000  # fewer held-out images than this: the top-1 interval is wide

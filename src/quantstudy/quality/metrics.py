@@ -28,7 +28,7 @@ from quantstudy.quality.paired import (
     paired_bootstrap,
     paired_counts,
 )
-from quantstudy.study.schema import EmulationGap, EngineQuality, NonFiniteScan, QualitySection
+from quantstudy.record import EmulationGap, EngineQuality, NonFiniteScan, QualitySection
 
 # Fixed, log-spaced KL bins shared by every engine and study, so histograms compare directly:
 # 36 bins from 1e-6 to 10 nats; smaller values (including 0) land in the first bin, larger in the

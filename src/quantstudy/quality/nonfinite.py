@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from quantstudy.study.schema import NonFiniteScan
+from quantstudy.record import NonFiniteScan
 
 
 def finite_rows(logits: torch.Tensor) -> np.ndarray:

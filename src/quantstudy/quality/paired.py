@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binomtest
 
-from quantstudy.errors import UserError
+from quantstudy.record.errors import UserError
 
 MIN_RESAMPLES = 1000
 CI_LEVEL = 0.95

@@ -58,7 +58,7 @@ from typing import Literal
 
 import torch
 
-from quantstudy.study.schema import Preprocessing
+from quantstudy.record import Preprocessing
 
 
 @dataclass(frozen=True)

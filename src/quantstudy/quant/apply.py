@@ -10,8 +10,7 @@ from torch import nn
 from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.modules import QDQ, FP8Matmul, real_fp8_blocker
-
-FP8_KERNELS = ("fused", "scaled_mm")
+from quantstudy.record.vocab import Fp8Kernel, choices
 
 
 @dataclass(frozen=True)
@@ -62,8 +61,8 @@ def apply_fp8(
     (producer -> consumer, `quant/handoff.py`) makes each producer write its consumer's FP8
     input and the consumer read it as is.
     """
-    if kernel not in FP8_KERNELS:
-        raise ValueError(f"FP8 kernel must be one of {FP8_KERNELS}, not {kernel!r}")
+    if kernel not in choices(Fp8Kernel):
+        raise ValueError(f"FP8 kernel must be one of {choices(Fp8Kernel)}, not {kernel!r}")
     epilogue = epilogue or {}
     handoff = handoff or {}
     if handoff and kernel != "fused":

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from quantstudy.errors import UserError
 from quantstudy.quant.calibrators import Calibrator, make_calibrator
 from quantstudy.quant.fp8 import E4M3_MAX
-from quantstudy.study.schema import CalibrationInfo, TensorScale
+from quantstudy.record import CalibrationInfo, TensorScale
+from quantstudy.record.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from collections.abc import Callable
 
 import torch
 
-from quantstudy.errors import UserError
 from quantstudy.quant.fp8 import E4M3_MAX, fake_quant
+from quantstudy.record.errors import UserError
 
 _LOG2_LO, _LOG2_HI, _PER_OCTAVE = -24, 24, 64
 _BINS = (_LOG2_HI - _LOG2_LO) * _PER_OCTAVE

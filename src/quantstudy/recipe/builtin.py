@@ -12,8 +12,8 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from quantstudy.errors import UserError
 from quantstudy.recipe.schema import Recipe, parse_recipe
+from quantstudy.record.errors import UserError
 
 BUILTIN_PREFIX = "builtin:"
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from quantstudy.errors import UserError
 from quantstudy.recipe.schema import Recipe
 from quantstudy.recipe.selectors import KINDS, PATTERNS, Candidate
-from quantstudy.study.schema import LayerDecision, RecipeInfo
+from quantstudy.record import LayerDecision, RecipeInfo
+from quantstudy.record.errors import UserError
 
 NO_RULE_REASON = "no include rule matched"
 

@@ -44,8 +44,8 @@ from pydantic import (
     model_validator,
 )
 
-from quantstudy.errors import UserError
 from quantstudy.recipe.selectors import Selector
+from quantstudy.record.errors import UserError
 
 # Formats the schema knows; a message means "reserved, not implemented yet".
 FORMATS: dict[str, str | None] = {

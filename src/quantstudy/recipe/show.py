@@ -10,7 +10,7 @@ import json
 from quantstudy.recipe.builtin import FALLBACK_RECIPE, FAMILY_DEFAULTS, builtin_names, load_recipe
 from quantstudy.recipe.resolve import Resolution
 from quantstudy.recipe.selectors import layer_kind
-from quantstudy.study.schema import LayerDecision
+from quantstudy.record import LayerDecision
 
 COLUMNS = ("#", "layer", "kind", "shape", "input", "rule", "why")
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from quantstudy.study.schema import TimingStats
+from quantstudy.record import TimingStats
 
 COLLAPSE_ROWS = 12  # tables longer than this go into <details>
 NOT_MEASURED = "not measured"

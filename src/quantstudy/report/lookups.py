@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quantstudy.study.schema import EngineInfo, EngineQuality, StudyRecord
+from quantstudy.record import EngineInfo, EngineQuality, StudyRecord
 
 FP32, FP16, FP8 = "fp32", "fp16", "fp8"
 FAKEQUANT, WEIGHT_ONLY, ACT_ONLY = "fakequant", "fakequant_weights", "fakequant_activations"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from quantstudy.record import StudyRecord
 from quantstudy.report.format import FORMATTERS
 from quantstudy.report.sections.closing import (
     render_not_tried,
@@ -28,7 +29,6 @@ from quantstudy.report.sections.method import render_method
 from quantstudy.report.sections.recipe import render_recipe
 from quantstudy.report.sections.results import render_results
 from quantstudy.report.sections.summary import render_summary, render_title
-from quantstudy.study.schema import StudyRecord
 
 __all__ = ["FORMATTERS", "render_markdown"]
 

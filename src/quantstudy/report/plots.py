@@ -9,7 +9,7 @@ Markdown links exactly those):
 - `kl.png`: per-image KL(fp32 || engine) histogram per engine (`kl_histogram` over
   `kl_bin_edges`), log x.
 - `sensitivity.png`: KL mean per layer with only that layer quantized, in rank order (the
-  record's `sensitivity` section; drawn by `quantstudy.search.plots`).
+  record's `sensitivity` section; drawn by `quantstudy.report.search_plots`).
 
 No pyplot: figures are built on `matplotlib.figure.Figure` with an Agg canvas, so nothing
 global (backend, rcParams, open figures) changes. Output is deterministic for a given record
@@ -21,16 +21,17 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from quantstudy.search.plots import SENSITIVITY_PNG, sensitivity_png
-from quantstudy.study.io import write_bytes_atomic
-from quantstudy.study.schema import EngineQuality, StudyRecord
+from quantstudy.record import EngineQuality, StudyRecord
+from quantstudy.record.io import write_bytes_atomic
+from quantstudy.record.vocab import KernelGroup, choices
+from quantstudy.report.search_plots import SENSITIVITY_PNG, sensitivity_png
 
 LATENCY_PNG = "latency.png"
 KERNELS_PNG = "kernel_time.png"
 KL_PNG = "kl.png"
 PLOT_FILES = (LATENCY_PNG, KERNELS_PNG, KL_PNG, SENSITIVITY_PNG)
 
-_GROUP_ORDER = ("fp8_matmul", "fp16_matmul_conv", "depthwise_conv", "quantize_convert", "other")
+_GROUP_ORDER = choices(KernelGroup)
 _GROUP_COLORS = ("#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#7f7f7f")
 _DPI = 100
 

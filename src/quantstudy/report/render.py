@@ -13,12 +13,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from quantstudy.errors import UserError
+from quantstudy.record import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, StudyRecord
+from quantstudy.record.errors import UserError
+from quantstudy.record.io import write_text_atomic
 from quantstudy.report.markdown import render_markdown
 from quantstudy.report.plots import PLOT_FILES, write_plots
 from quantstudy.report.selfcheck import check_markdown
-from quantstudy.study.io import write_text_atomic
-from quantstudy.study.schema import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, StudyRecord
 
 RECORD_FILE = "study.json"
 REPORT_FILE = "report.md"

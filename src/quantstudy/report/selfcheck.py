@@ -44,8 +44,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from quantstudy.record import StudyRecord
 from quantstudy.report.markdown import FORMATTERS
-from quantstudy.study.schema import StudyRecord
 
 _DIGITS = re.compile(r"\d+(?:\.\d+)*")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")

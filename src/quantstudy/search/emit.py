@@ -16,10 +16,10 @@ import torch
 import yaml
 from torch import nn
 
-from quantstudy.errors import UserError
 from quantstudy.recipe.resolve import resolve
 from quantstudy.recipe.schema import Recipe, parse_recipe
-from quantstudy.study.io import write_text_atomic
+from quantstudy.record.errors import UserError
+from quantstudy.record.io import write_text_atomic
 
 
 def exact_pattern(layer: str) -> str:

@@ -34,16 +34,17 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
-from quantstudy.engines.builders import COMPILE_MODES, allow_recompiles
-from quantstudy.errors import UserError
+from quantstudy.engines.builders import allow_recompiles
 from quantstudy.quant.absorb import absorbable_activations
-from quantstudy.quant.apply import FP8_KERNELS, real_layers
+from quantstudy.quant.apply import real_layers
 from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fp8 import E4M3_MAX
 from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.modules import QDQ, FP8Matmul, bind_scaled_mm, real_fp8_blocker
 from quantstudy.quant.trace import forward_once
+from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import CompileMode, Fp8Kernel, choices
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
 from quantstudy.speed.harness import time_interleaved
@@ -112,10 +113,10 @@ def measure_layer_speed(
         raise UserError(NEEDS_CUDA)
     if batch < 1:
         raise UserError(f"per-layer speed batch must be positive, got {batch}")
-    if compile_mode not in COMPILE_MODES:
-        raise UserError(f"compile mode must be one of {', '.join(COMPILE_MODES)}")
-    if kernel not in FP8_KERNELS:
-        raise UserError(f"FP8 kernel must be one of {', '.join(FP8_KERNELS)}")
+    if compile_mode not in choices(CompileMode):
+        raise UserError(f"compile mode must be one of {', '.join(choices(CompileMode))}")
+    if kernel not in choices(Fp8Kernel):
+        raise UserError(f"FP8 kernel must be one of {', '.join(choices(Fp8Kernel))}")
     allow_recompiles()
     source = copy.deepcopy(model).eval()
     if fold:
@@ -153,7 +154,7 @@ def measure_layer_speed(
         if act_name is not None:
             fp16 = nn.Sequential(fp16, copy.deepcopy(source.get_submodule(act_name)))
         torch._dynamo.reset()  # one compilation per layer; never the recompile limit's fallback
-        mode = COMPILE_MODES[compile_mode]
+        mode = CompileMode(compile_mode).torch_mode
         f16 = torch.compile(fp16, mode=mode, dynamic=False)
         f8 = torch.compile(fp8, mode=mode, dynamic=False)
 

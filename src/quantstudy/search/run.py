@@ -30,13 +30,16 @@ from rich.console import Console
 
 from quantstudy.data.images import load_images
 from quantstudy.decision.policy import load_policy
-from quantstudy.errors import UserError
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
+from quantstudy.record import StudyRecord, Variant
+from quantstudy.record.errors import UserError
+from quantstudy.record.io import write_json_atomic
 from quantstudy.report.render import RECORD_FILE, load_record, render_study
+from quantstudy.report.search_plots import write_sensitivity_plot
 from quantstudy.search.emit import write_recipe
 from quantstudy.search.layer_speed import (
     NEEDS_CUDA,
@@ -44,7 +47,6 @@ from quantstudy.search.layer_speed import (
     load_layer_gains,
     measure_layer_speed,
 )
-from quantstudy.search.plots import write_sensitivity_plot
 from quantstudy.search.select import (
     DEFAULT_MARGIN,
     LayerEvidence,
@@ -61,9 +63,7 @@ from quantstudy.search.tables import (
 )
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.inputs import split_study_data
-from quantstudy.study.io import write_json_atomic
 from quantstudy.study.run import run_study
-from quantstudy.study.schema import StudyRecord, Variant
 
 console = Console(stderr=True)
 

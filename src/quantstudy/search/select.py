@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from quantstudy.decision.policy import Policy
-from quantstudy.errors import UserError
+from quantstudy.record.errors import UserError
 from quantstudy.search.tables import LayerChoice, SearchBudget, SearchPrediction
 
 EXACT_MAX = 12

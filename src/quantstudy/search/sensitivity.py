@@ -19,7 +19,6 @@ import math
 import torch
 from torch import nn
 
-from quantstudy.errors import UserError
 from quantstudy.quality.metrics import score_engine
 from quantstudy.quant.apply import QuantPlan, replace_module
 from quantstudy.quant.bias_correction import correct_biases
@@ -27,8 +26,9 @@ from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.modules import QDQ
 from quantstudy.recipe.selectors import layer_kind
+from quantstudy.record import CalibrationInfo, EngineQuality
+from quantstudy.record.errors import UserError
 from quantstudy.search.tables import LayerSensitivity, Mode, SensitivitySection
-from quantstudy.study.schema import CalibrationInfo, EngineQuality
 
 RANKED_BY = (
     "KL mean with only the layer quantized, largest first (a non-finite result ranks first); "

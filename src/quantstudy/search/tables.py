@@ -1,13 +1,13 @@
 """Record sections of the search: the sensitivity table, the per-layer speed table, the outcome.
 
-The models live in the study schema (`quantstudy.study.schema`, version 2: `StudyRecord.
+The models live in the study schema (`quantstudy.record`, version 2: `StudyRecord.
 sensitivity`, `StudyRecord.layer_speed`, `StudyRecord.search`, `Variant.predicted` and
 `Variant.measured`); this module re-exports them for the search code.
 """
 
 from __future__ import annotations
 
-from quantstudy.study.schema import (
+from quantstudy.record import (
     LayerChoice,
     LayerSensitivity,
     LayerSpeed,

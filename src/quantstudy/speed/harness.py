@@ -47,12 +47,12 @@ from typing import Protocol
 import torch
 
 from quantstudy.engines.base import Engine
-from quantstudy.errors import UserError
+from quantstudy.engines.size import package_bytes, weight_bytes
+from quantstudy.record import BatchSpeed, KernelBreakdown, SpeedSection
+from quantstudy.record.errors import UserError
 from quantstudy.speed.env import gpu_clocks
 from quantstudy.speed.kernels import profile_kernels
-from quantstudy.speed.size import package_bytes, weight_bytes
 from quantstudy.speed.stats import summarize_batch
-from quantstudy.study.schema import BatchSpeed, KernelBreakdown, SpeedSection
 
 CAPTURE_WARMUP_MIN = 3
 """Eager calls of each callable before its CUDA graph capture, at least (PyTorch docs: a few)."""

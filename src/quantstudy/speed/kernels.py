@@ -57,16 +57,17 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
 import torch
 
 from quantstudy.engines.base import Engine
-from quantstudy.study.schema import KernelBreakdown, KernelGroupTime
+from quantstudy.record import KernelBreakdown, KernelGroupTime
+from quantstudy.record.vocab import KernelGroup
 
-Group = Literal["fp8_matmul", "fp16_matmul_conv", "depthwise_conv", "quantize_convert", "other"]
-GROUPS: tuple[Group, ...] = get_args(Group)
-"""Group names in report order; the same names as schema.KernelGroupTime.group."""
+Group = KernelGroup
+GROUPS: tuple[Group, ...] = tuple(KernelGroup)
+"""Group names in report order (`record.vocab.KernelGroup`)."""
 
 TOP_KERNELS = 8
 """How many kernel names (by summed time) a breakdown lists for the reader."""

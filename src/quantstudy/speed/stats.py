@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from quantstudy.study.schema import BatchSpeed, TimingStats
+from quantstudy.record import BatchSpeed, TimingStats
 
 MIN_ROUNDS = 10
 """Fewer rounds than this get a warning: quartiles of a handful of values are not a spread."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantstudy.errors import UserError
-from quantstudy.study.schema import StudyConfigRecord
+from quantstudy.record import StudyConfigRecord
+from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import CompileMode, Fp8Kernel, choices
 
 DEFAULT_BATCHES = (1, 32, 128)
 
@@ -46,12 +47,12 @@ class StudyConfig:
             raise UserError(f"batch sizes must be positive integers, got {self.batches}")
         if len(set(self.batches)) != len(self.batches):
             raise UserError(f"batch sizes must differ, got {self.batches}")
-        if self.compile_mode not in ("default", "max-autotune"):
-            raise UserError(
-                f"--compile-mode must be default or max-autotune, not {self.compile_mode}"
-            )
-        if self.fp8_kernel not in ("fused", "scaled_mm"):
-            raise UserError(f"--fp8-kernel must be fused or scaled_mm, not {self.fp8_kernel}")
+        if self.compile_mode not in choices(CompileMode):
+            modes = " or ".join(choices(CompileMode))
+            raise UserError(f"--compile-mode must be {modes}, not {self.compile_mode}")
+        if self.fp8_kernel not in choices(Fp8Kernel):
+            kernels = " or ".join(choices(Fp8Kernel))
+            raise UserError(f"--fp8-kernel must be {kernels}, not {self.fp8_kernel}")
 
     def study_name(self, recipe: str) -> str:
         return f"{recipe}-seed{self.seed}-{self.device}"

@@ -13,7 +13,7 @@ import timm
 import torch
 
 import quantstudy
-from quantstudy.study.schema import Environment
+from quantstudy.record import Environment
 
 
 def _git_commit() -> str | None:

@@ -12,14 +12,14 @@ import torch
 from quantstudy.data.folders import FolderScan, ImageItem, scan_folder
 from quantstudy.data.split import split_items, summarize_set
 from quantstudy.decision.policy import Policy, load_policy
-from quantstudy.errors import UserError
 from quantstudy.model.loading import LoadedModel, load_model
 from quantstudy.model.preprocess import resolve_preprocessing
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.recipe.schema import Recipe
+from quantstudy.record import DataInfo, Preprocessing, RecipeInfo
+from quantstudy.record.errors import UserError
 from quantstudy.study.config import StudyConfig
-from quantstudy.study.schema import DataInfo, Preprocessing, RecipeInfo
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from quantstudy.engines.builders import (
     set_numerics,
 )
 from quantstudy.engines.run import run_engine
-from quantstudy.errors import UserError
 from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.preprocess import build_transform
 from quantstudy.quality.metrics import build_quality_section, emulation_gap, score_engine
@@ -33,14 +32,15 @@ from quantstudy.quality.nonfinite import scan_nonfinite
 from quantstudy.quality.stress import stress_inputs
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calibrate import calibrate
+from quantstudy.record import QualitySection, StudyRecord
+from quantstudy.record.errors import UserError
+from quantstudy.record.io import write_json_atomic
 from quantstudy.report.render import render_study
 from quantstudy.speed.harness import measure_speed, speed_not_run
 from quantstudy.study.cache import StageCache, console
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.environment import collect_environment
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
-from quantstudy.study.io import write_json_atomic
-from quantstudy.study.schema import QualitySection, StudyRecord
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
 ATTRIBUTION = {

@@ -16,9 +16,9 @@ from quantstudy.decision.policy import (
     SPEED_SPREAD,
     TOP1_CI,
 )
+from quantstudy.record import Gate, StudyRecord
 from quantstudy.report.format import code
 from quantstudy.report.lookups import ACT_ONLY, WEIGHT_ONLY, engine_quality
-from quantstudy.study.schema import Gate, StudyRecord
 
 
 def render_warnings(r: StudyRecord) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from quantstudy.record import StudyRecord
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
@@ -16,7 +17,6 @@ from quantstudy.report.format import (
     table,
 )
 from quantstudy.report.lookups import FP8, engine_quality, label
-from quantstudy.study.schema import StudyRecord
 
 
 def render_method(r: StudyRecord) -> list[str]:

@@ -3,6 +3,7 @@ how the FP8 engine ran each selected layer."""
 
 from __future__ import annotations
 
+from quantstudy.record import LayerDecision, StudyRecord
 from quantstudy.report.format import (
     COLLAPSE_ROWS,
     NOT_MEASURED,
@@ -13,7 +14,6 @@ from quantstudy.report.format import (
     table,
 )
 from quantstudy.report.lookups import FP8, engine_info
-from quantstudy.study.schema import LayerDecision, StudyRecord
 
 
 def _layer_rows(

@@ -7,6 +7,14 @@ the studies measured. A record without them renders exactly as before."""
 
 from __future__ import annotations
 
+from quantstudy.record import (
+    BatchSpeed,
+    EngineQuality,
+    Measured,
+    SearchPrediction,
+    StudyRecord,
+)
+from quantstudy.record.vocab import KernelGroup, choices
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
@@ -38,15 +46,8 @@ from quantstudy.report.plots import (
     SENSITIVITY_PNG,
     available_plots,
 )
-from quantstudy.study.schema import (
-    BatchSpeed,
-    EngineQuality,
-    Measured,
-    SearchPrediction,
-    StudyRecord,
-)
 
-KERNEL_GROUPS = ("fp8_matmul", "fp16_matmul_conv", "depthwise_conv", "quantize_convert", "other")
+KERNEL_GROUPS = choices(KernelGroup)
 
 
 def _random(r: StudyRecord) -> bool:

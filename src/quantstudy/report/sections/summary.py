@@ -6,6 +6,7 @@ only, its arithmetic is never printed.
 
 from __future__ import annotations
 
+from quantstudy.record import Gate, KernelBreakdown, StudyRecord
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
@@ -30,7 +31,6 @@ from quantstudy.report.lookups import (
     shipped,
     weight_bytes,
 )
-from quantstudy.study.schema import Gate, KernelBreakdown, StudyRecord
 
 
 def _timings_meaningless(r: StudyRecord) -> bool:

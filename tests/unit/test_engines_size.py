@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from quantstudy.speed.size import weight_bytes
+from quantstudy.engines.size import weight_bytes
 
 
 class ScaledFp8(torch.Tensor):

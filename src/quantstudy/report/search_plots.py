@@ -10,8 +10,8 @@ import io
 import math
 from pathlib import Path
 
-from quantstudy.study.io import write_bytes_atomic
-from quantstudy.study.schema import SensitivitySection
+from quantstudy.record import SensitivitySection
+from quantstudy.record.io import write_bytes_atomic
 
 SENSITIVITY_PNG = "sensitivity.png"
 MAX_BARS = 40

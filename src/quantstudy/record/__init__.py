@@ -1,0 +1,83 @@
+"""The study record: the schema every stage writes into, its atomic IO and its error type.
+
+This package is the ground floor: it imports nothing else of quantstudy, and every stage
+imports its sections from here (`from quantstudy.record import StudyRecord`).
+"""
+
+from quantstudy.record.base import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, Section
+from quantstudy.record.decision import Decision, Gate
+from quantstudy.record.engines import EngineInfo
+from quantstudy.record.errors import UserError
+from quantstudy.record.inputs import (
+    DataInfo,
+    Environment,
+    ImageSet,
+    ModelInfo,
+    Preprocessing,
+    SkippedImage,
+    StudyConfigRecord,
+)
+from quantstudy.record.quality import EmulationGap, EngineQuality, NonFiniteScan, QualitySection
+from quantstudy.record.recipe import CalibrationInfo, LayerDecision, RecipeInfo, TensorScale
+from quantstudy.record.search import (
+    LayerChoice,
+    LayerSensitivity,
+    LayerSpeed,
+    LayerSpeedSection,
+    Measured,
+    Mode,
+    SearchBudget,
+    SearchPrediction,
+    SearchSection,
+    SensitivitySection,
+)
+from quantstudy.record.speed import (
+    BatchSpeed,
+    KernelBreakdown,
+    KernelGroupTime,
+    SpeedSection,
+    TimingStats,
+)
+from quantstudy.record.study import StudyRecord, Variant
+
+__all__ = [
+    "OLDEST_SCHEMA_VERSION",
+    "SCHEMA_VERSION",
+    "BatchSpeed",
+    "CalibrationInfo",
+    "DataInfo",
+    "Decision",
+    "EmulationGap",
+    "EngineInfo",
+    "EngineQuality",
+    "Environment",
+    "Gate",
+    "ImageSet",
+    "KernelBreakdown",
+    "KernelGroupTime",
+    "LayerChoice",
+    "LayerDecision",
+    "LayerSensitivity",
+    "LayerSpeed",
+    "LayerSpeedSection",
+    "Measured",
+    "Mode",
+    "ModelInfo",
+    "NonFiniteScan",
+    "Preprocessing",
+    "QualitySection",
+    "RecipeInfo",
+    "SearchBudget",
+    "SearchPrediction",
+    "SearchSection",
+    "Section",
+    "SensitivitySection",
+    "SkippedImage",
+    "SpeedSection",
+    "StudyConfigRecord",
+    "StudyRecord",
+    "TensorScale",
+    "TimingStats",
+    "UserError",
+    "Variant",
+]

@@ -1,0 +1,29 @@
+"""The study record (`study.json`): typed, frozen, versioned; the ground floor of the package.
+
+Every number in a report is a field here; the Markdown renderer reads nothing else. Each pipeline
+stage produces its own section model, and `StudyRecord` composes them.
+
+Schema history:
+  1 (0.1.0): first version.
+  2: sensitivity, layer_speed and search sections; Variant.predicted/measured.
+  3: EngineInfo.fp8_kernel and EngineInfo.fp8_epilogue (the fused FP8 kernel);
+     StudyConfigRecord.fp8_kernel; RecipeInfo.bias_correction; TensorScale.channel_mean.
+  4: EngineInfo.fp8_handoff (FP8 layers that write the next FP8 layer's input).
+  5: EngineInfo.fp8_scaled_mm_output (what torch._scaled_mm wrote in an unfused engine).
+
+Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
+reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+SCHEMA_VERSION = 5
+OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
+
+
+class Section(BaseModel):
+    """Base of every record section: immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")

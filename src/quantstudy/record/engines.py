@@ -1,0 +1,32 @@
+"""What each built engine is: dtype, compilation, which layers ran real FP8."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from quantstudy.record.base import Section
+from quantstudy.record.vocab import CompileMode, Fp8Kernel
+
+
+class EngineInfo(Section):
+    name: str  # "fp32", "fp16", "fp8", "fakequant", "fakequant_weights", ...
+    compute_dtype: str
+    device: str
+    compiled: bool
+    compile_mode: CompileMode | None = None
+    cuda_graphs: bool = False
+    channels_last: bool = False
+    fp8_real: list[str]  # layers running a real FP8 matrix product
+    fp8_emulated: list[str]  # layers quantized but computed by quantize-dequantize
+    # Which FP8 product ran the real layers: "fused" (Triton on CUDA, torch on CPU) or
+    # "scaled_mm" (torch._scaled_mm plus a separate cast/bias pass); None: no real FP8 layer.
+    fp8_kernel: Fp8Kernel | None = None
+    fp8_epilogue: dict[str, str] = Field(default_factory=dict)  # layer -> absorbed activation
+    # producer -> consumer: the producer writes the consumer's FP8 input (schema 4 on)
+    fp8_handoff: dict[str, str] = Field(default_factory=dict)
+    # "scaled_mm" engines: the output torch._scaled_mm wrote, e.g. "float16, bias in its
+    # epilogue" (`quant.modules.scaled_mm_output`); None otherwise (schema 5 on)
+    fp8_scaled_mm_output: str | None = None
+    fp16_layers: int  # conv/linear layers left in the engine's compute dtype
+    weight_bytes: int
+    numerics: dict[str, str]  # explicit global settings, e.g. {"allow_tf32": "False"}

@@ -1,0 +1,55 @@
+"""The recipe resolved against the model, and the calibrated activation scales."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from quantstudy.record.base import Section
+
+
+class LayerDecision(Section):
+    name: str
+    op: Literal["conv2d", "linear"]
+    module_class: str
+    kernel: tuple[int, int] | None = None
+    stride: tuple[int, int] | None = None
+    groups: int = 1
+    in_channels: int
+    out_channels: int
+    input_hw: tuple[int, int] | None = None  # spatial size seen in the calibration forward pass
+    selected: bool
+    rule: int | None = None  # index of the deciding rule; None: no rule matched (default off)
+    reason: str
+
+
+class RecipeInfo(Section):
+    name: str
+    source: str  # "builtin:<name>" or a file path
+    sha256: str
+    description: str
+    format: str
+    weight_granularity: Literal["per_channel", "per_tensor"]
+    fold_bn: bool
+    bias_correction: bool = False  # version 3
+    calibrator: str
+    calibrator_params: dict[str, float]
+    selected: list[LayerDecision]
+    excluded: list[LayerDecision]
+    counts: dict[str, int]  # e.g. {"selected.conv2d.1x1": 54, "excluded.conv2d.depthwise": 45}
+
+
+class TensorScale(Section):
+    tensor: str  # name of the first consumer's input, e.g. "blocks.1.0.conv_pw:input"
+    consumers: list[str]
+    amax: float
+    scale: float
+    # Per-channel mean of the tensor over the calibration images, recorded when the recipe asks
+    # for weight bias correction (version 3), so a search can rebuild the correction.
+    channel_mean: list[float] | None = None
+
+
+class CalibrationInfo(Section):
+    calibrator: str
+    params: dict[str, float]
+    n_images: int
+    tensors: list[TensorScale]

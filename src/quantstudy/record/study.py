@@ -1,0 +1,64 @@
+"""`StudyRecord`: every section of one study, composed."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from quantstudy.record.base import SCHEMA_VERSION, Section
+from quantstudy.record.decision import Decision
+from quantstudy.record.engines import EngineInfo
+from quantstudy.record.inputs import (
+    DataInfo,
+    Environment,
+    ModelInfo,
+    Preprocessing,
+    StudyConfigRecord,
+)
+from quantstudy.record.quality import EngineQuality, QualitySection
+from quantstudy.record.recipe import CalibrationInfo, RecipeInfo
+from quantstudy.record.search import (
+    LayerSpeedSection,
+    Measured,
+    SearchPrediction,
+    SearchSection,
+    SensitivitySection,
+)
+from quantstudy.record.speed import BatchSpeed, SpeedSection
+
+
+class Variant(Section):
+    """A recipe variant studied next to the main recipe (e.g. weight-only, no layer1)."""
+
+    name: str
+    recipe: str
+    selected_count: int
+    quality: EngineQuality | None = None
+    speed: list[BatchSpeed] | None = None
+    predicted: SearchPrediction | None = None  # the additive model's prediction for this recipe
+    measured: Measured | None = None  # what this recipe's own study measured
+
+
+class StudyRecord(Section):
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    status: Literal["complete", "partial"]
+    config: StudyConfigRecord
+    environment: Environment
+    model: ModelInfo
+    preprocessing: Preprocessing
+    data: DataInfo
+    recipe: RecipeInfo | None = None
+    calibration: CalibrationInfo | None = None
+    engines: list[EngineInfo] = Field(default_factory=list)
+    quality: QualitySection | None = None
+    speed: SpeedSection | None = None
+    decision: Decision | None = None
+    variants: list[Variant] = Field(default_factory=list)
+    sensitivity: SensitivitySection | None = None
+    layer_speed: LayerSpeedSection | None = None
+    search: SearchSection | None = None
+    not_run: list[str] = Field(
+        default_factory=list
+    )  # plain statements of what this study did not measure
