@@ -33,6 +33,7 @@ from quantstudy.record.search import (
 )
 from quantstudy.record.speed import (
     BatchSpeed,
+    IdealSpeed,
     KernelBreakdown,
     KernelGroupTime,
     SpeedSection,
@@ -52,6 +53,7 @@ __all__ = [
     "EngineQuality",
     "Environment",
     "Gate",
+    "IdealSpeed",
     "ImageSet",
     "KernelBreakdown",
     "KernelGroupTime",

@@ -10,6 +10,7 @@ Schema history:
      StudyConfigRecord.fp8_kernel; RecipeInfo.bias_correction; TensorScale.channel_mean.
   4: EngineInfo.fp8_handoff (FP8 layers that write the next FP8 layer's input).
   5: EngineInfo.fp8_scaled_mm_output (what torch._scaled_mm wrote in an unfused engine).
+  6: SpeedSection.ideal (the ideal x per batch size at the FP8 roofline, `speed/ideal.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

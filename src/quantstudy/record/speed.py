@@ -38,6 +38,23 @@ class KernelBreakdown(Section):
     top_kernels: list[tuple[str, float]]  # (name, us) of the largest kernels, for the reader
 
 
+class IdealSpeed(Section):
+    """The limit of one batch size (`speed/ideal.py`): the FP8 engine's x if every selected
+    layer, its product and the elementwise work fused into it, ran at its FP8 roofline and the
+    rest of the engine took what it took in the fp16 engine (schema 6 on)."""
+
+    batch: int
+    peaks: str  # the GPU's peaks used, and where they come from
+    layers: int  # selected layers priced (dense convs and linears that ran in the example)
+    fp16_products_us: float  # the fp16 engine's kernel time on those layers' products
+    fp16_elementwise_us: float  # their bias/activation passes in the fp16 engine, priced
+    fp8_roofline_us: float  # the same layers at the FP8 roofline, epilogue included
+    fp16_ms: float  # the fp16 engine's median ms per call
+    ideal_x: float
+    measured_x: float  # the FP8 engine's median x at this batch
+    fraction: float  # measured_x / ideal_x
+
+
 class SpeedSection(Section):
     device: str
     meaningful: bool  # False on CPU: timings are not evidence for the decision
@@ -53,3 +70,4 @@ class SpeedSection(Section):
     kernels: list[KernelBreakdown]
     weight_bytes: dict[str, int]
     package_bytes: dict[str, int] | None = None
+    ideal: list[IdealSpeed] | None = None  # schema 6 on; None: not computed (see not_run)

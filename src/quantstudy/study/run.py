@@ -37,6 +37,7 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.report.render import render_study
 from quantstudy.speed.harness import measure_speed, speed_not_run
+from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.cache import StageCache, console
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.environment import collect_environment
@@ -251,9 +252,10 @@ def _time(
         compile_mode=config.compile_mode,  # our name; COMPILE_MODES maps it to torch's
         package_dir=out_dir / "packages" if config.package else None,
     )
-    return record.model_copy(
-        update={"speed": speed, "not_run": [*record.not_run, *speed_not_run(speed)]}
-    )
+    ideal, why_not = ideal_speed(speed, record.recipe, record.engines, record.environment.gpu_name)
+    speed = speed.model_copy(update={"ideal": ideal})
+    missing = [*speed_not_run(speed), *([why_not] if why_not and speed.meaningful else [])]
+    return record.model_copy(update={"speed": speed, "not_run": [*record.not_run, *missing]})
 
 
 FP8_CAPABILITY = (8, 9)  # Ada and newer: FP8 tensor cores (cuBLASLt FP8, Triton fp8 dot)
