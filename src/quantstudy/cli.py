@@ -8,11 +8,38 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
+from enum import StrEnum
 from pathlib import Path
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
+
+from pydantic.fields import FieldInfo
 
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import CompileMode, Fp8Kernel, choices
+from quantstudy.record.inputs import PathText, StudyConfig, option
+from quantstudy.record.vocab import choices
+
+# The study options of `run`, `search` and `demo`: fields of `StudyConfig`, which gives each its
+# flag, type, choices, default and help (`_add_config_args`).
+MODEL_DATA_OPTIONS = ("data", "calib_data", "class_list", "weights", "strip_prefix")
+STUDY_OPTIONS = (
+    "recipe",
+    "calib",
+    "heldout",
+    "seed",
+    "device",
+    "batches",
+    "compile_mode",
+    "fp8_kernel",
+    "test_settings",
+    "policy",
+    "speed",
+    "package",
+    "out",
+)
+# --device alone defaults to what this machine has, not to the config's default.
+CLI_DEFAULTS: dict[str, Any] = {"device": None}
+CLI_HELP = {"device": "default: cuda when available, else cpu"}
 
 
 def _batches(text: str) -> tuple[int, ...]:
@@ -22,67 +49,41 @@ def _batches(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"batches must look like 1,32,128, not '{text}'") from None
 
 
-def _add_model_data_args(p: argparse.ArgumentParser) -> None:
-    """Where the model's weights and the images come from (run and search)."""
-    p.add_argument(
-        "--data",
-        type=Path,
-        required=True,
-        help="held-out images: ImageNet-style <wnid>/<image> folder or plain folder",
-    )
-    p.add_argument("--calib-data", type=Path, help="calibration images from another folder")
-    p.add_argument(
-        "--class-list",
-        type=Path,
-        help="wnids in label order, one a line (default: the 1000 ImageNet classes)",
-    )
-    p.add_argument(
-        "--weights",
-        default="cache",
-        help="checkpoint file, 'cache' (local timm/HF cache, never the network), "
-        "'random', or a named source (efficientnet-lite0); default cache",
-    )
-    p.add_argument("--strip-prefix", help="strip this prefix from checkpoint keys")
+def _argument(name: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
+    """The argparse flag(s) and keywords of one config field."""
+    optional = get_origin(field.annotation) in (Union, UnionType)
+    types = [t for t in get_args(field.annotation) if t is not type(None)] if optional else []
+    kind = types[0] if types else field.annotation
+    default = CLI_DEFAULTS.get(name, field.default)
+    help_text = CLI_HELP.get(name, field.description or "")
+    kw: dict[str, Any] = {"dest": name}
+    if kind is bool:
+        if default:  # an option that is on unless switched off
+            kw |= {"action": "store_false", "help": f"do not {help_text}"}
+            return [option(f"no_{name}")], kw
+        return [option(name)], kw | {"action": "store_true", "help": help_text}
+    if field.is_required():
+        kw["required"] = True
+    elif default is not None and name not in CLI_HELP:
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        help_text += f" (default {shown})"
+    if isinstance(kind, type) and issubclass(kind, StrEnum):
+        kw["choices"] = choices(kind)
+        default = None if default is None else str(default)
+    elif get_origin(kind) is tuple:
+        kw["type"] = _batches
+    elif kind is int:
+        kw["type"] = int
+    elif PathText in types or tuple(field.metadata) == PathText.__metadata__:
+        kw["type"] = Path  # as the old CLI did: the record shows the path Path() normalised
+    return [option(name)], kw | {"default": default, "help": help_text}
 
 
-def _add_study_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--recipe", help="built-in recipe name or YAML file (default: family default)")
-    p.add_argument("--calib", type=int, default=500, help="calibration images (default 500)")
-    p.add_argument("--heldout", type=int, default=1500, help="held-out images (default 1500)")
-    p.add_argument("--seed", type=int, default=0, help="split and random-weight seed (default 0)")
-    p.add_argument(
-        "--device",
-        choices=["cpu", "cuda"],
-        default=None,
-        help="default: cuda when available, else cpu",
-    )
-    p.add_argument(
-        "--batches",
-        type=_batches,
-        default=(1, 32, 128),
-        help="timed batch sizes, comma-separated (default 1,32,128)",
-    )
-    p.add_argument("--compile-mode", choices=choices(CompileMode), default="default")
-    p.add_argument(
-        "--fp8-kernel",
-        choices=choices(Fp8Kernel),
-        default="fused",
-        help="FP8 layer kernel: fused (one Triton kernel with scale, bias and activation; "
-        "default) or scaled_mm (torch._scaled_mm, then a separate pass)",
-    )
-    p.add_argument(
-        "--test-settings",
-        action="store_true",
-        help="use the checkpoint's test-time input size and crop",
-    )
-    p.add_argument("--policy", type=Path, help="decision policy YAML (default: built-in)")
-    p.add_argument("--no-speed", action="store_true", help="skip the timing stage")
-    p.add_argument(
-        "--package",
-        action="store_true",
-        help="also build AOTInductor packages (CUDA) and record their size; minutes",
-    )
-    p.add_argument("--out", type=Path, help="study folder (default studies/<model>/<name>/)")
+def _add_config_args(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """One option per `StudyConfig` field of `names`."""
+    for name in names:
+        flags, kw = _argument(name, StudyConfig.model_fields[name])
+        p.add_argument(*flags, **kw)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -96,11 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "model", help="timm name, optionally with tag, e.g. mobilenetv4_conv_large.e500_r256_in1k"
     )
-    _add_model_data_args(run)
-    _add_study_args(run)
+    _add_config_args(run, MODEL_DATA_OPTIONS + STUDY_OPTIONS)
 
     demo = sub.add_parser("demo", help="the embedded default study (EfficientNet-Lite0)")
-    _add_study_args(demo)
+    _add_config_args(demo, STUDY_OPTIONS)
 
     rec = sub.add_parser("recipes", help="list built-in recipes, or show a resolution")
     rec_sub = rec.add_subparsers(dest="recipes_command")
@@ -113,8 +113,7 @@ def _parser() -> argparse.ArgumentParser:
         "search", help="find the subset of a candidate recipe that pays under the quality budget"
     )
     search.add_argument("model")
-    _add_model_data_args(search)
-    _add_study_args(search)
+    _add_config_args(search, MODEL_DATA_OPTIONS + STUDY_OPTIONS)
     search.add_argument(
         "--gains", type=Path, help="per-layer gains JSON (default: measure them on CUDA)"
     )
@@ -144,40 +143,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config(args: argparse.Namespace, **fixed):
+def _config(args: argparse.Namespace, **fixed: Any) -> StudyConfig:
+    """The study config of the parsed options; `fixed` gives the fields the command sets."""
     import torch
 
-    from quantstudy.study.config import StudyConfig
-
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return StudyConfig(
-        recipe=args.recipe,
-        calib=args.calib,
-        heldout=args.heldout,
-        seed=args.seed,
-        device=device,
-        batches=args.batches,
-        compile_mode=args.compile_mode,
-        fp8_kernel=args.fp8_kernel,
-        test_settings=args.test_settings,
-        policy=args.policy,
-        speed=not args.no_speed,
-        out=args.out,
-        **fixed,
-    )
+    given = {n: getattr(args, n) for n in STUDY_OPTIONS + MODEL_DATA_OPTIONS if hasattr(args, n)}
+    given["device"] = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return StudyConfig(**{k: v for k, v in given.items() if v is not None} | fixed)
 
 
-def _model_config(args: argparse.Namespace):
+def _model_config(args: argparse.Namespace) -> StudyConfig:
     """The study config of `run` and `search`: the model, its weights and the data from args."""
-    return _config(
-        args,
-        model=args.model,
-        data=args.data,
-        calib_data=args.calib_data,
-        class_list=args.class_list,
-        weights=args.weights,
-        strip_prefix=args.strip_prefix,
-    )
+    return _config(args, model=args.model)
 
 
 def _print_outcome(record, report: Path) -> None:
@@ -205,7 +182,7 @@ def _cmd_search(args: argparse.Namespace) -> None:
     study = _model_config(args)
     result = run_search(
         SearchConfig(
-            study=replace(study, out=None),
+            study=study.replace(out=None),
             gains=args.gains,
             batch=args.batch,
             sensitivity_images=args.sensitivity_images,

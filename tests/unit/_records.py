@@ -42,7 +42,7 @@ from quantstudy.record import (
     RecipeInfo,
     SkippedImage,
     SpeedSection,
-    StudyConfigRecord,
+    StudyConfig,
     StudyRecord,
     TensorScale,
     TimingStats,
@@ -563,7 +563,7 @@ def build_record(
                 ],
             )
         )
-    config = StudyConfigRecord(
+    config = StudyConfig(
         model=model.name,
         weights="random" if random_weights else "cache",
         data=data.data_dir,

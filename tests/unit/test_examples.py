@@ -24,14 +24,24 @@ NEW_IN_VERSION_2_VARIANT = {"predicted", "measured"}
 NEW_IN_VERSION_3_ENGINE = {"fp8_kernel": None, "fp8_epilogue": {}}
 NEW_IN_VERSION_4_ENGINE = {"fp8_handoff": {}}
 NEW_IN_VERSION_5_ENGINE = {"fp8_scaled_mm_output": None}
+NEW_IN_VERSION_6_CONFIG = {
+    "class_list": None,
+    "strip_prefix": None,
+    "eval_batch": 64,
+    "speed": True,
+    "package": False,
+    "out": None,
+}
 
 
 def _without_version_3(full: dict) -> dict:
-    """The full dump less the version-3 to -5 keys, after checking they hold their empty
+    """The full dump less the version-3 to -6 keys, after checking they hold their empty
     defaults."""
     out = dict(full)
     config = dict(out["config"])
     assert config.pop("fp8_kernel") is None
+    for key, default in NEW_IN_VERSION_6_CONFIG.items():
+        assert config.pop(key) == default
     recipe = dict(out["recipe"])
     assert recipe.pop("bias_correction") is False
     engines = []
@@ -48,7 +58,10 @@ def _without_version_3(full: dict) -> dict:
         assert t.pop("channel_mean") is None
         tensors.append(t)
     calibration["tensors"] = tensors
+    speed = dict(out["speed"])
+    assert speed.pop("ideal") is None
     return out | {
+        "speed": speed,
         "config": config,
         "recipe": recipe,
         "engines": engines,

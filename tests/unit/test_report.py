@@ -54,7 +54,8 @@ def _as_version_1(data: dict) -> str:
     ]
     assert all(var["predicted"] is None and var["measured"] is None for var in data["variants"])
     assert out["config"].get("fp8_kernel") is None
-    out["config"] = {k: v for k, v in out["config"].items() if k != "fp8_kernel"}
+    added_to_config = ("fp8_kernel", "class_list", "strip_prefix", "eval_batch", "speed", "package")
+    out["config"] = {k: v for k, v in out["config"].items() if k not in (*added_to_config, "out")}
     assert out["recipe"]["bias_correction"] is False
     out["recipe"] = {k: v for k, v in out["recipe"].items() if k != "bias_correction"}
     for engine in data["engines"]:
@@ -69,6 +70,8 @@ def _as_version_1(data: dict) -> str:
             for t in out["calibration"]["tensors"]
         ]
     }
+    assert out["speed"].get("ideal") is None
+    out["speed"] = {k: v for k, v in out["speed"].items() if k != "ideal"}
     out["schema_version"] = 1
     return json.dumps(out, indent=2, sort_keys=True) + "\n"
 

@@ -1,7 +1,6 @@
 """`run_search` end to end on the CPU: gains from a file, two real (CPU) studies, a recipe."""
 
 import json
-from dataclasses import replace
 
 import pytest
 import torch
@@ -118,7 +117,7 @@ def test_search_keeps_the_recipes_bias_correction(tiny_imagenet, tmp_path):
     layers = resolve(base, model, torch.zeros(1, 3, 224, 224)).selected_names
     gains_path = tmp_path / "gains.json"
     gains_path.write_text(json.dumps({"batch": 2, "saved_ms": dict.fromkeys(layers, 0.001)}))
-    study = replace(_study(tiny_imagenet, tmp_path), recipe=str(recipe_file))
+    study = _study(tiny_imagenet, tmp_path).replace(recipe=str(recipe_file))
 
     result = run_search(
         SearchConfig(study=study, gains=gains_path, sensitivity_images=6, out=tmp_path / "s")

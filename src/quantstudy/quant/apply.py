@@ -9,7 +9,6 @@ from torch import nn
 
 from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fused import FusedFP8Matmul
-from quantstudy.quant.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
 from quantstudy.quant.modules import QDQ, FP8Matmul, real_fp8_blocker
 from quantstudy.record.vocab import Fp8Kernel, choices
 
@@ -39,19 +38,9 @@ def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(parent, child, new)
 
 
-def fp8_blocker(layer: nn.Module, kernel: str = "scaled_mm") -> str | None:
-    """Why `layer` cannot run real FP8 with `kernel`; None when it can. The fused kernel also
-    runs dense kxk convs (`quant/fused_conv.py`); torch._scaled_mm has no conv."""
-    blocker = real_fp8_blocker(layer)
-    if blocker is not None and kernel == "fused" and isinstance(layer, nn.Conv2d):
-        if kxk_fp8_blocker(layer) is None:
-            return None
-    return blocker
-
-
-def real_layers(model: nn.Module, layers: list[str], kernel: str = "scaled_mm") -> list[str]:
-    """The layers of `layers` that can run a real FP8 product with `kernel`."""
-    return [n for n in layers if fp8_blocker(model.get_submodule(n), kernel) is None]
+def real_layers(model: nn.Module, layers: list[str]) -> list[str]:
+    """The layers of `layers` that can run a real FP8 product."""
+    return [n for n in layers if real_fp8_blocker(model.get_submodule(n)) is None]
 
 
 def apply_fp8(
@@ -84,14 +73,13 @@ def apply_fp8(
     for name in plan.layers:
         layer = source.get_submodule(name)
         x_scale = plan.calibration.scale_of(name)
-        blocker = fp8_blocker(layer, kernel)
+        blocker = real_fp8_blocker(layer)
         if blocker is None:
             if kernel == "fused":
                 act = epilogue.get(name, "none")
                 nxt = handoff.get(name)
                 out_scale = plan.calibration.scale_of(nxt) if nxt is not None else None
-                fused = FusedFP8Matmul if real_fp8_blocker(layer) is None else FusedFP8Conv2d
-                new = fused(
+                new = FusedFP8Matmul(
                     layer, x_scale, plan.per_channel, dtype, act, out_scale, name in consumers
                 )
             else:

@@ -15,7 +15,7 @@ from quantstudy.record.inputs import (
     ModelInfo,
     Preprocessing,
     SkippedImage,
-    StudyConfigRecord,
+    StudyConfig,
 )
 from quantstudy.record.quality import EmulationGap, EngineQuality, NonFiniteScan, QualitySection
 from quantstudy.record.recipe import CalibrationInfo, LayerDecision, RecipeInfo, TensorScale
@@ -76,7 +76,7 @@ __all__ = [
     "SensitivitySection",
     "SkippedImage",
     "SpeedSection",
-    "StudyConfigRecord",
+    "StudyConfig",
     "StudyRecord",
     "TensorScale",
     "TimingStats",

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, PositiveInt, ValidationError, model_validator
 
 from quantstudy.record.base import Section
-from quantstudy.record.vocab import CompileMode, Fp8Kernel
+from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import CompileMode, Device, Fp8Kernel
 
 
 class Environment(Section):
@@ -79,18 +84,118 @@ class DataInfo(Section):
     heldout: ImageSet
 
 
-class StudyConfigRecord(Section):
-    model: str
-    weights: str
-    data: str
-    calib_data: str | None = None
-    recipe: str
-    calib: int
-    heldout: int
-    seed: int
-    device: str
-    batches: list[int]
-    compile_mode: CompileMode
-    fp8_kernel: Fp8Kernel | None = None  # None in records before version 3: they ran "scaled_mm"
-    test_settings: bool
-    policy: str
+def _fspath(value: Any) -> Any:
+    """Accept `pathlib.Path` (or any path-like) where the config stores a path as text."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+PathText = Annotated[str, BeforeValidator(_fspath)]
+"""A path, kept as the text it was given: a record shows it as typed, never normalised."""
+
+DEFAULT_FP8_KERNEL = Fp8Kernel.FUSED
+
+
+class StudyConfig(Section):
+    """Everything that decides a study: what `quantstudy run` was asked, and the record's
+    `config` section.
+
+    One field is one study option: the `run`/`search` command-line options are derived from
+    these fields (`cli.py`: flag from the name, choices from the type, default and help from the
+    field). A study records its config with the defaults it resolved (`resolved`): the recipe
+    source, the policy label and the FP8 kernel. Fields added after version 1 have defaults,
+    so every older record's config still loads.
+    """
+
+    model: str = Field(description="timm name, optionally with tag")
+    weights: str = Field(
+        "cache",
+        description="checkpoint file, 'cache' (local timm/HF cache, never the network), "
+        "'random', or a named source (efficientnet-lite0)",
+    )
+    data: PathText = Field(
+        description="held-out images: ImageNet-style <wnid>/<image> folder or plain folder"
+    )
+    calib_data: PathText | None = Field(None, description="calibration images from another folder")
+    recipe: str | None = Field(
+        None, description="built-in recipe name or YAML file (default: family default)"
+    )
+    calib: PositiveInt = Field(500, description="calibration images")
+    heldout: PositiveInt = Field(1500, description="held-out images")
+    seed: int = Field(0, description="split and random-weight seed")
+    device: Device = Field(Device.CUDA, description="where the engines run")
+    batches: tuple[PositiveInt, ...] = Field(
+        (1, 32, 128), min_length=1, description="timed batch sizes, comma-separated"
+    )
+    compile_mode: CompileMode = Field(CompileMode.DEFAULT, description="Inductor compile mode")
+    fp8_kernel: Fp8Kernel | None = Field(
+        None,
+        description="FP8 layer kernel: fused (one Triton kernel with scale, bias and "
+        "activation) or scaled_mm (torch._scaled_mm, then a separate pass); default fused",
+    )  # None: DEFAULT_FP8_KERNEL. Records before version 3 leave it out: they ran scaled_mm.
+    test_settings: bool = Field(
+        False, description="use the checkpoint's test-time input size and crop"
+    )
+    policy: PathText | None = Field(None, description="decision policy YAML (default: built-in)")
+    class_list: PathText | None = Field(
+        None, description="wnids in label order, one a line (default: the 1000 ImageNet classes)"
+    )
+    strip_prefix: str | None = Field(None, description="strip this prefix from checkpoint keys")
+    eval_batch: PositiveInt = Field(64, description="batch of the quality passes")
+    speed: bool = Field(True, description="time fp16 against FP8")
+    package: bool = Field(
+        False,
+        description="also build AOTInductor packages (CUDA) and record their size; minutes",
+    )
+    out: PathText | None = Field(None, description="study folder (default studies/<model>/<name>/)")
+
+    def __init__(self, **data: Any) -> None:
+        """Validate; a bad value is a `UserError` naming the option (records load through
+        `model_validate`, which keeps pydantic's own error)."""
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise UserError(_first_problem(err)) from None
+
+    @model_validator(mode="after")
+    def _distinct_batches(self) -> StudyConfig:
+        if len(set(self.batches)) != len(self.batches):
+            raise ValueError(f"batch sizes must differ, got {self.batches}")
+        return self
+
+    @property
+    def kernel(self) -> Fp8Kernel:
+        """The FP8 kernel a study of this config runs."""
+        return self.fp8_kernel or DEFAULT_FP8_KERNEL
+
+    def replace(self, **changes: Any) -> StudyConfig:
+        """A copy with `changes`, validated again (`model_copy` does not validate)."""
+        return StudyConfig(**(self.model_dump(exclude_unset=True) | changes))
+
+    def resolved(self, recipe: str, policy: str) -> StudyConfig:
+        """This config as a study records it: the recipe source and policy label it read, and the
+        FP8 kernel it ran."""
+        return self.replace(recipe=recipe, policy=policy, fp8_kernel=self.kernel)
+
+    def study_name(self, recipe: str) -> str:
+        return f"{recipe}-seed{self.seed}-{self.device}"
+
+    def out_dir(self, recipe: str) -> Path:
+        if self.out is not None:
+            return Path(self.out)
+        return Path("studies") / self.model.replace("/", "_") / self.study_name(recipe)
+
+
+def option(field: str) -> str:
+    """The command-line option of a config field: `calib_data` -> `--calib-data`."""
+    return "--" + field.replace("_", "-")
+
+
+def _first_problem(err: ValidationError) -> str:
+    """One line for the first problem pydantic found, naming the option."""
+    e = err.errors()[0]
+    where = option(str(e["loc"][0])) if e["loc"] else "study config"
+    if e["type"] == "enum":
+        expected = e["ctx"]["expected"].replace("'", "")
+        return f"{where} must be {expected}, not {e['input']}"
+    msg = e["msg"].removeprefix("Value error, ")
+    return f"{where}: {msg[0].lower()}{msg[1:]} (got {e['input']!r})" if e["loc"] else msg

@@ -14,7 +14,7 @@ from quantstudy.record.inputs import (
     Environment,
     ModelInfo,
     Preprocessing,
-    StudyConfigRecord,
+    StudyConfig,
 )
 from quantstudy.record.quality import EngineQuality, QualitySection
 from quantstudy.record.recipe import CalibrationInfo, RecipeInfo
@@ -44,7 +44,7 @@ class StudyRecord(Section):
     schema_version: int = SCHEMA_VERSION
     name: str
     status: Literal["complete", "partial"]
-    config: StudyConfigRecord
+    config: StudyConfig
     environment: Environment
     model: ModelInfo
     preprocessing: Preprocessing

@@ -11,6 +11,13 @@ from __future__ import annotations
 from enum import StrEnum
 
 
+class Device(StrEnum):
+    """Where a study's engines run (`--device`)."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
 class CompileMode(StrEnum):
     """How the fp16 and FP8 engines are compiled (our names; `torch_mode` maps to torch's)."""
 

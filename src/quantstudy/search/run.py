@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -37,7 +37,7 @@ from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record import StudyRecord, Variant
 from quantstudy.record.errors import UserError
-from quantstudy.record.io import write_json_atomic
+from quantstudy.record.io import write_json_atomic, write_record
 from quantstudy.report.render import RECORD_FILE, load_record, render_study
 from quantstudy.report.search_plots import write_sensitivity_plot
 from quantstudy.search.emit import write_recipe
@@ -189,7 +189,7 @@ def run_search(config: SearchConfig) -> SearchResult:
     )
     recipe_name = study.recipe or default_recipe_for(loaded.info.architecture)
     base, _ = load_recipe(recipe_name)
-    policy, policy_label = load_policy(study.policy)
+    policy, policy_label = load_policy(Path(study.policy) if study.policy else None)
     budget = budget_from_policy(policy, policy_label, config.margin)
     gains_table = load_layer_gains(config.gains) if config.gains is not None else None
     if gains_table is None and (study.device != "cuda" or not torch.cuda.is_available()):
@@ -199,7 +199,7 @@ def run_search(config: SearchConfig) -> SearchResult:
 
     # --- 1. the candidate study ------------------------------------------------------------
     console.print(f"search: candidate study of [bold]{base.name}[/bold]")
-    candidate, _ = run_study(replace(study, recipe=recipe_name, out=folder / "candidate"))
+    candidate, _ = run_study(study.replace(recipe=recipe_name, out=folder / "candidate"))
     assert candidate.recipe is not None and candidate.calibration is not None
     model = loaded.model
     example = torch.zeros(1, *candidate.preprocessing.input_size)
@@ -250,7 +250,7 @@ def run_search(config: SearchConfig) -> SearchResult:
             calibration=plan.calibration,
             fold=base.weights.fold_bn,
             compile_mode=study.compile_mode,
-            kernel=study.fp8_kernel,
+            kernel=study.kernel,
         )
     gains = gains_for(gains_table, layers)
 
@@ -304,7 +304,7 @@ def run_search(config: SearchConfig) -> SearchResult:
         ],
     )
     console.print(f"search: verifying study of [bold]{name}[/bold]")
-    verified, _ = run_study(replace(study, recipe=str(path), out=folder / "searched"))
+    verified, _ = run_study(study.replace(recipe=str(path), out=folder / "searched"))
     search = search.model_copy(
         update={
             "recipe_file": str(path),
@@ -347,7 +347,7 @@ def _record_search(
     )
     # validate the whole record again: `model_copy` does not
     record = StudyRecord.model_validate(record.model_dump(mode="json"))
-    write_json_atomic(study_dir / RECORD_FILE, record.model_dump(mode="json"))
+    write_record(study_dir / RECORD_FILE, record)  # sealed again: the search sections too
     render_study(study_dir)
 
 

@@ -6,6 +6,7 @@ A bad model name, folder, recipe or policy fails here, in seconds, not after cal
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -57,8 +58,9 @@ class StudySplit:
 def split_study_data(config: StudyConfig) -> StudySplit:
     """Scan the data (and calibration) folders and split them as the study of `config` does:
     a search finds the same held-out images through this."""
-    scan = scan_folder(config.data, config.class_list)
-    calib_scan = scan_folder(config.calib_data, config.class_list) if config.calib_data else None
+    class_list = Path(config.class_list) if config.class_list else None
+    scan = scan_folder(Path(config.data), class_list)
+    calib_scan = scan_folder(Path(config.calib_data), class_list) if config.calib_data else None
     calib_items, heldout_items = split_items(
         scan.items,
         config.calib,
@@ -81,7 +83,7 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
     recipe_name = config.recipe or default_recipe_for(loaded.info.architecture)
     recipe, recipe_source = load_recipe(recipe_name)
     resolution = resolve(recipe, loaded.model, torch.zeros(1, *pre.input_size))
-    policy, policy_label = load_policy(config.policy)
+    policy, policy_label = load_policy(Path(config.policy) if config.policy else None)
 
     if not calib_items or not heldout_items:
         empty = "calibration" if not calib_items else "held-out"
@@ -99,19 +101,19 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
                 "trained with"
             )
     data = DataInfo(
-        data_dir=str(config.data),
-        calib_dir=str(config.calib_data) if config.calib_data else None,
+        data_dir=config.data,
+        calib_dir=config.calib_data,
         class_list=str(scan.class_list) if scan.class_list else None,
         labelled=scan.labelled,
         seed=config.seed,
         skipped=scan.skipped + (calib_scan.skipped if calib_scan else []),
         calibration=summarize_set(
             "calibration",
-            str(config.calib_data or config.data),
+            config.calib_data or config.data,
             calib_items,
             calib_scan.labelled if calib_scan else scan.labelled,
         ),
-        heldout=summarize_set("heldout", str(config.data), heldout_items, scan.labelled),
+        heldout=summarize_set("heldout", config.data, heldout_items, scan.labelled),
     )
     return StudyInputs(
         loaded=loaded,

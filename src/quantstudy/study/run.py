@@ -71,7 +71,7 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
     record = StudyRecord(
         name=config.study_name(inputs.recipe.name),
         status="partial",
-        config=config.record(inputs.recipe_source),
+        config=config.resolved(inputs.recipe_source, inputs.policy_label),
         environment=collect_environment(device),
         model=inputs.loaded.info,
         preprocessing=inputs.pre,
@@ -164,7 +164,7 @@ def _builders(
         "fp32": lambda: build_fp32(model, device),
         "fp16": lambda: build_half(model, device, example, fold=fold, compile_mode=mode),
         "fp8": lambda: build_fp8(
-            model, device, example, plan, fold=fold, compile_mode=mode, kernel=config.fp8_kernel
+            model, device, example, plan, fold=fold, compile_mode=mode, kernel=config.kernel
         ),
         **{
             name: (
