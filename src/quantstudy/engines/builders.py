@@ -197,7 +197,7 @@ def build_fp8(
     source = _folded_copy(model, example, fold, plan)
     absorbed, handoff = {}, {}
     if kernel == "fused":
-        real = real_layers(source, plan.layers)
+        real = real_layers(source, plan.layers, kernel)
         absorbed = absorbable_activations(source, real, example)
         handoff = fp8_handoffs(source, real, example, absorbed)
     m = copy.deepcopy(source)

@@ -9,6 +9,7 @@ from torch import nn
 
 from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fused import FusedFP8Matmul
+from quantstudy.quant.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
 from quantstudy.quant.modules import QDQ, FP8Matmul, real_fp8_blocker
 from quantstudy.record.vocab import Fp8Kernel, choices
 
@@ -38,9 +39,19 @@ def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(parent, child, new)
 
 
-def real_layers(model: nn.Module, layers: list[str]) -> list[str]:
-    """The layers of `layers` that can run a real FP8 product."""
-    return [n for n in layers if real_fp8_blocker(model.get_submodule(n)) is None]
+def fp8_blocker(layer: nn.Module, kernel: str = "scaled_mm") -> str | None:
+    """Why `layer` cannot run real FP8 with `kernel`; None when it can. The fused kernel also
+    runs dense kxk convs (`quant/fused_conv.py`); torch._scaled_mm has no conv."""
+    blocker = real_fp8_blocker(layer)
+    if blocker is not None and kernel == "fused" and isinstance(layer, nn.Conv2d):
+        if kxk_fp8_blocker(layer) is None:
+            return None
+    return blocker
+
+
+def real_layers(model: nn.Module, layers: list[str], kernel: str = "scaled_mm") -> list[str]:
+    """The layers of `layers` that can run a real FP8 product with `kernel`."""
+    return [n for n in layers if fp8_blocker(model.get_submodule(n), kernel) is None]
 
 
 def apply_fp8(
@@ -73,13 +84,14 @@ def apply_fp8(
     for name in plan.layers:
         layer = source.get_submodule(name)
         x_scale = plan.calibration.scale_of(name)
-        blocker = real_fp8_blocker(layer)
+        blocker = fp8_blocker(layer, kernel)
         if blocker is None:
             if kernel == "fused":
                 act = epilogue.get(name, "none")
                 nxt = handoff.get(name)
                 out_scale = plan.calibration.scale_of(nxt) if nxt is not None else None
-                new = FusedFP8Matmul(
+                fused = FusedFP8Matmul if real_fp8_blocker(layer) is None else FusedFP8Conv2d
+                new = fused(
                     layer, x_scale, plan.per_channel, dtype, act, out_scale, name in consumers
                 )
             else:

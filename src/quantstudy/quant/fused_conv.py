@@ -1,0 +1,150 @@
+"""The fused FP8 k x k convolution layer: one kernel for the conv, scales, bias and activation.
+
+The kxk counterpart of `quant/fused.py`'s `FusedFP8Matmul`, for dense convs the recipe selects
+that no 1x1 product covers (res2net's 3x3 convs). Same quantization as the emulation
+(`QDQ`): static per-tensor input scale, per-channel or per-tensor FP8 weights from the float32
+layer, zero padding, float32 sums. On CUDA the conv is the implicit-GEMM Triton kernel of
+`quant/triton_conv.py`; elsewhere the same arithmetic in torch (exact FP8 products summed in
+float32 by `F.conv2d`), so CPU tests and CPU engines check the layer without a GPU. Both run
+behind one custom op, opaque to Inductor; the input quantize stays a torch expression that
+Inductor fuses into the producing kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from quantstudy.quant.fp8 import E4M3, quantize_weight, to_fp8
+from quantstudy.quant.fused import _act_reference
+
+
+def kxk_fp8_blocker(layer: nn.Module) -> str | None:
+    """Why `layer` cannot run as a fused FP8 kxk conv; None when it can: a plain `nn.Conv2d`
+    (timm's `Conv2dSame` pads at run time, asymmetrically), dense, zero-padded by a fixed
+    amount."""
+    if type(layer) is not nn.Conv2d:
+        return f"{type(layer).__name__} is not a plain Conv2d (kxk FP8 kernel)"
+    if layer.groups != 1:
+        return "grouped/depthwise conv has no FP8 kernel"
+    if layer.padding_mode != "zeros" or isinstance(layer.padding, str):
+        return f"padding {layer.padding!r} ({layer.padding_mode}) has no FP8 conv kernel"
+    return None
+
+
+def _out_hw(x: torch.Tensor, kernel_hw, stride, padding, dilation) -> tuple[int, int]:
+    return tuple(
+        (x.shape[2 + i] + 2 * padding[i] - dilation[i] * (kernel_hw[i] - 1) - 1) // stride[i] + 1
+        for i in range(2)
+    )
+
+
+@torch.library.custom_op("quantstudy::fp8_conv2d", mutates_args=())
+def fp8_conv2d(
+    xq: torch.Tensor,
+    w_taps: torch.Tensor,
+    kernel_hw: list[int],
+    w_scale: torch.Tensor,
+    x_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    act: str,
+    out_dtype: torch.dtype,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    out_scale: torch.Tensor | None = None,
+    round_to: torch.dtype | None = None,
+) -> torch.Tensor:
+    """act(conv(xq, w8) * x_scale * w_scale + bias), channels-last (B, N, HO, WO) in
+    `out_dtype` (the next layer's FP8 input with `out_scale`); xq (B, C, H, W) and `w_taps`
+    (N, KH * KW * C, tap-major, `triton_conv.tap_major`) FP8. `round_to` as in
+    `fused.fp8_gemm`."""
+    if xq.is_cuda:
+        from quantstudy.quant.triton_conv import fp8_conv2d_triton
+
+        return fp8_conv2d_triton(
+            xq, w_taps, tuple(kernel_hw), w_scale, x_scale, bias, act, out_dtype,
+            tuple(stride), tuple(padding), tuple(dilation), out_scale, round_to,
+        )  # fmt: skip
+
+    def rounded(t: torch.Tensor) -> torch.Tensor:
+        return t.to(round_to).float() if round_to is not None else t
+
+    kh, kw = kernel_hw
+    n, c = w_taps.shape[0], xq.shape[1]
+    w = w_taps.float().reshape(n, kh, kw, c).permute(0, 3, 1, 2)
+    y = F.conv2d(xq.float(), w, stride=stride, padding=padding, dilation=dilation)
+    y = y * (w_scale * x_scale)[None, :, None, None]
+    if bias is not None:
+        y = y + bias[None, :, None, None]
+    y = _act_reference(rounded(y), act)
+    y = to_fp8(rounded(y), out_scale) if out_scale is not None else y.to(out_dtype)
+    return y.contiguous(memory_format=torch.channels_last)
+
+
+@fp8_conv2d.register_fake
+def _(xq, w_taps, kernel_hw, w_scale, x_scale, bias, act, out_dtype, stride, padding, dilation,
+      out_scale=None, round_to=None):  # fmt: skip
+    ho, wo = _out_hw(xq, kernel_hw, stride, padding, dilation)
+    out = xq.new_empty((xq.shape[0], ho, wo, w_taps.shape[0]), dtype=out_dtype)
+    return out.permute(0, 3, 1, 2)
+
+
+class FusedFP8Conv2d(nn.Module):
+    """A dense kxk conv as one fused FP8 kernel (module docstring); arguments as
+    `FusedFP8Matmul`'s."""
+
+    def __init__(
+        self,
+        layer: nn.Conv2d,
+        x_scale: float,
+        per_channel: bool,
+        dtype: torch.dtype,
+        act: str = "none",
+        out_scale: float | None = None,
+        fp8_input: bool = False,
+    ) -> None:
+        super().__init__()
+        blocker = kxk_fp8_blocker(layer)
+        if blocker is not None:
+            raise ValueError(blocker)
+        w8, w_scale = quantize_weight(layer.weight.detach().float(), per_channel)
+        self.kernel_hw = [int(k) for k in layer.kernel_size]
+        self.stride = [int(s) for s in layer.stride]
+        self.padding = [int(p) for p in layer.padding]
+        self.dilation = [int(d) for d in layer.dilation]
+        taps = w8.permute(0, 2, 3, 1).reshape(w8.shape[0], -1)  # `triton_conv.tap_major`
+        self.register_buffer("w_taps", taps.contiguous())
+        self.register_buffer("w_scale", w_scale.expand(w8.shape[0]).contiguous())
+        self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
+        bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
+        self.register_buffer("bias", bias)
+        out = torch.tensor(out_scale, dtype=torch.float32) if out_scale is not None else None
+        self.register_buffer("out_scale", out)
+        self.act = act
+        self.dtype = dtype
+        self.fp8_input = fp8_input
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fp8_input:
+            if x.dtype != E4M3:
+                raise TypeError(f"this layer reads FP8 from the layer before, got {x.dtype}")
+            xq = x
+        else:
+            xq = to_fp8(x, self.x_scale)
+        out_dtype = E4M3 if self.out_scale is not None else self.dtype
+        return fp8_conv2d(
+            xq, self.w_taps, self.kernel_hw, self.w_scale, self.x_scale, self.bias, self.act,
+            out_dtype, self.stride, self.padding, self.dilation, self.out_scale, self.dtype,
+        )  # fmt: skip
+
+    def extra_repr(self) -> str:
+        kh, kw = self.kernel_hw
+        io = (", fp8 in" if self.fp8_input else "") + (
+            ", fp8 out" if self.out_scale is not None else ""
+        )
+        return (
+            f"n={self.w_taps.shape[0]}, kernel={kh}x{kw}, stride={tuple(self.stride)}, "
+            f"padding={tuple(self.padding)}, act={self.act}{io}"
+        )

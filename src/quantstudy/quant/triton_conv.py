@@ -1,0 +1,203 @@
+"""A dense k x k convolution in FP8 as an implicit GEMM in Triton, with the fused product's
+epilogue.
+
+Why: the built-in recipes select dense kxk convs (res2net's 48 3x3 convs) that no PyTorch
+library runs in FP8 on Hopper (cuDNN and cuBLASLt have no FP8 convolution there; torchao's
+needs Blackwell), so the engine ran them quantize-dequantized in fp16: the quantize passes
+without the FP8 product (benchmarks/FP8_NOTES.md, res2net's miss). Here the conv is the matrix
+product y[m, n] = sum_k a[m, k] w[n, k] over output pixels m = (b, ho, wo) and k = (tap, c),
+whose A matrix is never written: each K step loads one tap's channels of the rows' input
+pixels straight from the channels-last FP8 map (pixels outside it read zero, which is the
+zero padding). The epilogue is `triton_fp8._finish`: per-output-channel weight scale x the
+per-tensor input scale, folded-BN bias, activation, one write of the channels-last output
+in the engine's dtype or as the next layer's FP8 input. Sums move to float32 every PROMOTE
+products (`triton_fp8._mma`), as in the fused 1x1 product.
+
+Imported lazily: Triton ships with CUDA builds of torch only.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from quantstudy.quant.triton_fp8 import (
+    ACT_CODES,
+    PROMOTE,
+    ROUND_CODES,
+    _bench,
+    _channel_terms,
+    _finish,
+    _mma,
+    _tile,
+)
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): BLOCK_K is channels of one tap per K step.
+TILES = [
+    (128, 64, 32, 4, 3),
+    (128, 128, 32, 8, 3),
+    (64, 64, 32, 4, 3),
+    (64, 32, 32, 4, 4),
+    (128, 32, 32, 4, 4),
+    (256, 64, 32, 8, 3),
+    (128, 64, 64, 4, 3),
+    (128, 128, 64, 8, 3),
+    (64, 128, 64, 4, 3),
+    (128, 256, 64, 8, 3),
+]
+
+
+def _prune(configs, named_args, **kwargs):
+    """Tiles no wider than the problem: BLOCK_N up to N's power of two (at least 32), BLOCK_K
+    up to the channels' (at least 32); the smallest tile when none fits."""
+    n, cin = named_args["N"], named_args["CIN"]
+    keep = [
+        c
+        for c in configs
+        if c.kwargs["BLOCK_N"] <= max(32, triton.next_power_of_2(n))
+        and c.kwargs["BLOCK_K"] <= max(32, triton.next_power_of_2(cin))
+    ]
+    area = lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"]  # noqa: E731
+    return keep or [min(configs, key=area)]
+
+
+@triton.jit
+def _fp8_conv_kernel(
+    x_ptr, w_ptr, c_ptr, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
+    M, N, CIN, H, W, HO, WO,
+    sxb, sxc, sxh, sxw, swn, scm, scn,
+    SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+    DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, OUT_FP8: tl.constexpr, ROUND: tl.constexpr,
+    PROMOTE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):  # fmt: skip
+    pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    wo = offs_m % WO
+    ho = (offs_m // WO) % HO
+    b = offs_m // (WO * HO)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    chunks = tl.cdiv(CIN, BLOCK_K)
+    for i in tl.static_range(KH):
+        hi = ho * SH - PH + i * DH
+        for j in tl.static_range(KW):
+            wi = wo * SW - PW + j * DW
+            inside = m_ok & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
+            rows = x_ptr + b * sxb + hi * sxh + wi * sxw  # the tap's input pixel per row
+            taps = w_ptr + offs_n * swn + (i * KW + j) * CIN  # the tap's weights per channel
+            for c0 in range(0, chunks):
+                cs = c0 * BLOCK_K + offs_k
+                c_ok = cs < CIN
+                a = tl.load(
+                    rows[:, None] + cs[None, :] * sxc,
+                    mask=inside[:, None] & c_ok[None, :],
+                    other=0.0,
+                )
+                w = tl.load(
+                    taps[None, :] + cs[:, None], mask=n_ok[None, :] & c_ok[:, None], other=0.0
+                )
+                acc, part = _mma(a, w, acc, part, (i * KW + j) * chunks + c0, BLOCK_K, PROMOTE)
+    acc += part
+    scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS)
+    _finish(
+        acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, None, scm, scn,
+        out_scale_ptr, ACT, False, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
+
+
+def _config(bm, bn, bk, warps, stages):
+    meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+    return triton.Config(meta, num_warps=warps, num_stages=stages)
+
+
+_fp8_conv_tuned = triton.autotune(
+    configs=[_config(*t) for t in TILES],
+    key=["M", "N", "CIN", "H", "W", "KH", "KW", "SH", "SW", "ACT", "HAS_BIAS", "OUT_FP8"],
+    prune_configs_by={"early_config_prune": _prune},
+    do_bench=_bench,
+)(_fp8_conv_kernel)
+
+
+def conv_out_size(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    """Output size of a zero-padded convolution along one side (torch's formula)."""
+    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def tap_major(w8: torch.Tensor) -> torch.Tensor:
+    """An (N, C, KH, KW) FP8 weight as the kernel reads it: (N, KH * KW * C), tap-major."""
+    return w8.permute(0, 2, 3, 1).reshape(w8.shape[0], -1).contiguous()
+
+
+def fp8_conv2d_triton(
+    xq: torch.Tensor,
+    w_taps: torch.Tensor,
+    kernel_hw: tuple[int, int],
+    w_scale: torch.Tensor,
+    x_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    act: str,
+    out_dtype: torch.dtype,
+    stride: tuple[int, int] = (1, 1),
+    padding: tuple[int, int] = (0, 0),
+    dilation: tuple[int, int] = (1, 1),
+    out_scale: torch.Tensor | None = None,
+    round_to: torch.dtype | None = None,
+    tile: tuple[int, ...] | None = None,
+) -> torch.Tensor:
+    """Launch the conv: xq (B, C, H, W) FP8 E4M3 in any layout (channels-last reads
+    coalesce), `w_taps` (N, KH * KW * C) FP8 from `tap_major`, w_scale (N,) and bias (N,)
+    float32, x_scale a float32 scalar tensor; zero padding `padding` on each side. Returns a
+    channels-last (B, N, HO, WO) map in `out_dtype`, or the next layer's FP8 input with
+    `out_scale`. `round_to` as in `triton_fp8.fp8_gemm_triton`. `tile` (BLOCK_M, BLOCK_N,
+    BLOCK_K[, warps, stages]) fixes the tile; by default the autotuner picks it (CUDA)."""
+    if xq.dtype != torch.float8_e4m3fn or w_taps.dtype != torch.float8_e4m3fn:
+        raise ValueError(
+            f"the FP8 conv reads E4M3 input and weight, got {xq.dtype}, {w_taps.dtype}"
+        )
+    if (out_scale is not None) != (out_dtype == torch.float8_e4m3fn):
+        raise ValueError("an FP8 output needs out_scale, and out_scale needs an FP8 output")
+    b, c, h, w = xq.shape
+    kh, kw = kernel_hw
+    n = w_taps.shape[0]
+    if w_taps.shape[1] != kh * kw * c:
+        raise ValueError(f"weight holds {w_taps.shape[1]} per channel, not {kh}x{kw}x{c}")
+    ho = conv_out_size(h, kh, stride[0], padding[0], dilation[0])
+    wo = conv_out_size(w, kw, stride[1], padding[1], dilation[1])
+    out = torch.empty((b, ho, wo, n), device=xq.device, dtype=out_dtype)
+    m = b * ho * wo
+    if m == 0 or n == 0:
+        return out.permute(0, 3, 1, 2)
+    args = (
+        xq, w_taps, out, w_scale, x_scale, bias if bias is not None else w_scale,
+        out_scale if out_scale is not None else x_scale,
+        m, n, c, h, w, ho, wo,
+        xq.stride(0), xq.stride(1), xq.stride(2), xq.stride(3), w_taps.stride(0), n, 1,
+    )  # fmt: skip
+    meta = {
+        "SH": stride[0], "SW": stride[1], "PH": padding[0], "PW": padding[1],
+        "DH": dilation[0], "DW": dilation[1], "KH": kh, "KW": kw,
+        "ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "OUT_FP8": out_scale is not None,
+        "ROUND": ROUND_CODES[round_to or torch.float32], "PROMOTE": PROMOTE, "GROUP_M": 8,
+    }  # fmt: skip
+
+    def grid(meta):
+        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+
+    if tile is None:
+        _fp8_conv_tuned[grid](*args, **meta)
+    else:
+        bm, bn, bk, *launch = tile
+        if bk > PROMOTE:
+            raise ValueError(f"BLOCK_K {bk} is more than the {PROMOTE} products per promotion")
+        meta |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+        if launch:
+            meta |= {"num_warps": launch[0], "num_stages": launch[1]}
+        _fp8_conv_kernel[grid](*args, **meta)
+    return out.permute(0, 3, 1, 2)

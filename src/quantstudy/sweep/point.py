@@ -1,0 +1,196 @@
+"""Run one grid point as its own `quantstudy run` subprocess, and record how it went.
+
+A point's folder holds the study (study.json, report.md, .cache), `run.log` (the subprocess's
+stdout and stderr) and `point.json` (`PointStatus`: settings, command, status, error, wall
+time). One subprocess per point: a crash or an out-of-memory kill takes down that study only.
+
+On a stop request (Ctrl-C) the subprocess gets SIGINT, then SIGKILL after a grace period; the
+study's own record and stage cache are written atomically after every stage, so the next run
+resumes it from its last finished stage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from quantstudy.decision.policy import EXIT_CODES
+from quantstudy.record.errors import UserError
+from quantstudy.record.io import write_json_atomic
+from quantstudy.sweep.grid import GridPoint
+
+POINT_FILE = "point.json"
+LOG_FILE = "run.log"
+STOP_GRACE_S = 20.0  # after SIGINT, time a study gets to finish writing before SIGKILL
+ERROR_PREFIX = "quantstudy: error: "  # how the CLI prints a user mistake (cli.py)
+# `quantstudy run` exits with its decision's outcome: every one of these is a finished study
+OUTCOME_EXIT_CODES = frozenset(EXIT_CODES.values())
+
+Status = Literal["running", "complete", "failed", "interrupted"]
+
+
+class PointStatus(BaseModel):
+    """`point.json`: one grid point's settings and the outcome of its last attempt."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    folder: str  # name of the point's folder inside the sweep's --out
+    settings: GridPoint
+    argv: list[str]
+    status: Status
+    attempts: int  # runs of this point so far, this one included
+    returncode: int | None = None
+    error: str | None = None  # the study's one-line error, or the last line of its traceback
+    wall_s: float | None = None
+    host: str
+    started_utc: str
+    finished_utc: str | None = None
+
+
+def read_status(folder: Path) -> PointStatus | None:
+    path = folder / POINT_FILE
+    if not path.is_file():
+        return None
+    return PointStatus.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def _study_complete(folder: Path) -> bool:
+    study = folder / "study.json"
+    return study.is_file() and json.loads(study.read_text(encoding="utf-8"))["status"] == "complete"
+
+
+def is_finished(folder: Path) -> bool:
+    """The point completed and its study record says complete: a rerun skips it."""
+    status = read_status(folder)
+    return status is not None and status.status == "complete" and _study_complete(folder)
+
+
+def run_point(
+    point: GridPoint,
+    folder: Path,
+    env: dict[str, str],
+    stop: threading.Event,
+    label: str | None = None,
+) -> PointStatus:
+    """Run `point` into `folder` (created), writing point.json before and after."""
+    folder.mkdir(parents=True, exist_ok=True)
+    previous = read_status(folder)
+    started = time.perf_counter()
+    status = PointStatus(
+        folder=label or folder.name,
+        settings=point,
+        argv=[],
+        status="running",
+        attempts=(previous.attempts if previous else 0) + 1,
+        host=socket.gethostname(),
+        started_utc=_now(),
+    )
+    try:
+        argv = point.argv(folder)
+    except UserError as err:  # the sweep's recipe cannot be derived: this point fails alone
+        (folder / LOG_FILE).write_text(f"{ERROR_PREFIX}{err}\n", encoding="utf-8")
+        return _finish(folder, status, "failed", None, str(err), started)
+    status = status.model_copy(update={"argv": argv})
+    _write(folder, status)
+    with open(folder / LOG_FILE, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env},
+            start_new_session=True,  # the sweep, not the terminal, decides when a study stops
+        )
+        code = _wait(proc, stop)
+    if code in OUTCOME_EXIT_CODES and _study_complete(folder):
+        return _finish(folder, status, "complete", code, None, started)
+    if stop.is_set():
+        return _finish(folder, status, "interrupted", code, "stopped by the sweep", started)
+    return _finish(folder, status, "failed", code, _error_line(folder / LOG_FILE), started)
+
+
+def record_failure(folder: Path, point: GridPoint, error: str) -> PointStatus:
+    """Record a point that failed outside its study (e.g. its Ray worker was lost)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    previous = read_status(folder)
+    status = PointStatus(
+        folder=folder.name,
+        settings=point,
+        argv=previous.argv if previous else [],
+        status="failed",
+        attempts=previous.attempts if previous else 1,
+        error=error,
+        host=socket.gethostname(),
+        started_utc=previous.started_utc if previous else _now(),
+        finished_utc=_now(),
+    )
+    _write(folder, status)
+    return status
+
+
+def _wait(proc: subprocess.Popen, stop: threading.Event) -> int:
+    """Wait for the study; on a stop request send SIGINT, then SIGKILL after the grace period."""
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                if stop.is_set():
+                    break
+    except KeyboardInterrupt:  # Ray delivers a task cancel as KeyboardInterrupt
+        stop.set()
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def _error_line(log: Path) -> str:
+    """The CLI's one-line user error if there is one, else the last line (a traceback's end)."""
+    lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
+    lines = [ln for ln in lines if ln]
+    for line in reversed(lines):
+        if line.startswith(ERROR_PREFIX):
+            return line.removeprefix(ERROR_PREFIX)
+    return lines[-1] if lines else "the study exited without output"
+
+
+def _finish(
+    folder: Path,
+    status: PointStatus,
+    outcome: Status,
+    code: int | None,
+    error: str | None,
+    started: float,
+) -> PointStatus:
+    done = status.model_copy(
+        update={
+            "status": outcome,
+            "returncode": code,
+            "error": error,
+            "wall_s": round(time.perf_counter() - started, 2),
+            "finished_utc": _now(),
+        }
+    )
+    _write(folder, done)
+    return done
+
+
+def _write(folder: Path, status: PointStatus) -> None:
+    write_json_atomic(folder / POINT_FILE, status.model_dump(mode="json"))
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,203 @@
+"""The sweep file (YAML): which studies to run, validated with errors that name the file line.
+
+A sweep names the axes of its grid (models, recipes, calibrators, seeds, FP8 kernels) and the
+settings every study shares (data, calibration, policy, batches, ...)::
+
+    models:                       # timm name and weights; `recipes:` here overrides the sweep's
+      - {name: tf_efficientnet_lite0, weights: efficientnet-lite0}
+      - {name: ghostnet_100, weights: random, recipes: [ghostnet_pointwise]}
+    recipes: [default]            # built-in name or YAML file; `default`: the family's recipe
+    calibrators: [max, mse]       # optional; left out: each recipe's own calibrator
+    seeds: [0]
+    fp8_kernels: [fused]
+    data: ../shared/data/imagenet/val-1300      # paths are relative to this file
+    calib_data: ../shared/data/imagenet/calib-1000
+    calib: 300
+    heldout: 1000
+    batches: [1, 32, 128]
+
+The grid is the product models x recipes x calibrators x seeds x fp8_kernels; each point is one
+`quantstudy run`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+
+from quantstudy.recipe.schema import CALIBRATORS
+from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import CompileMode, Fp8Kernel
+
+DEFAULT_RECIPE = "default"  # the model family's built-in recipe (`quantstudy recipes`)
+CalibratorName = Literal[tuple(CALIBRATORS)]  # type: ignore[valid-type]  # the recipes' names
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise ValueError(f"{seen[0]!r} is listed twice; list each value once")
+    return values
+
+
+class ModelSpec(Strict):
+    """One model of the grid: a timm name and where its weights come from."""
+
+    name: str = Field(min_length=1)
+    weights: str = "cache"  # as `quantstudy run --weights`
+    strip_prefix: str | None = None
+    recipes: list[str] | None = Field(default=None, min_length=1)  # overrides the sweep's
+
+    @field_validator("recipes")
+    @classmethod
+    def _unique_recipes(cls, values: list[str] | None) -> list[str] | None:
+        return None if values is None else _unique(values)
+
+
+class SweepSpec(Strict):
+    """A validated sweep file; relative paths are already resolved against its folder."""
+
+    models: list[ModelSpec] = Field(min_length=1)
+    recipes: list[str] = Field(default=[DEFAULT_RECIPE], min_length=1)
+    calibrators: list[CalibratorName] | None = Field(default=None, min_length=1)
+    seeds: list[int] = Field(default=[0], min_length=1)
+    fp8_kernels: list[Fp8Kernel] = Field(default=[Fp8Kernel.FUSED], min_length=1)
+    data: str
+    calib_data: str | None = None
+    class_list: str | None = None
+    calib: PositiveInt = 500
+    heldout: PositiveInt = 1500
+    batches: list[PositiveInt] = Field(default=[1, 32, 128], min_length=1)
+    policy: str | None = None
+    device: Literal["cpu", "cuda"] | None = None  # None: cuda when available, else cpu
+    compile_mode: CompileMode = CompileMode.DEFAULT
+    speed: bool = True
+    test_settings: bool = False
+
+    @field_validator("recipes", "calibrators", "seeds", "fp8_kernels", "batches")
+    @classmethod
+    def _unique_values(cls, values: list[Any] | None) -> list[Any] | None:
+        return None if values is None else _unique(values)
+
+    @field_validator("models")
+    @classmethod
+    def _unique_models(cls, models: list[ModelSpec]) -> list[ModelSpec]:
+        _unique([(m.name, m.weights) for m in models])
+        return models
+
+
+PATH_KEYS = ("data", "calib_data", "class_list", "policy")
+
+
+def load_sweep(path: Path) -> SweepSpec:
+    """Read and validate a sweep file; every mistake is a `UserError` naming the line."""
+    origin = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"sweep file {origin} does not exist; check the path") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{origin}: not UTF-8 text ({err}); save it as UTF-8") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{origin}{line}: malformed YAML: {err.problem or err}") from None
+    if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
+        raise UserError(f"{origin} line 1: a sweep file is a YAML mapping with keys {_keys()}")
+    lines = _key_lines(root, (), origin)
+    try:
+        spec = SweepSpec.model_validate(data)
+    except ValidationError as err:
+        raise UserError(_explain(err, lines, origin)) from None
+    return _resolve_paths(spec, path.parent)
+
+
+def _resolve_paths(spec: SweepSpec, base: Path) -> SweepSpec:
+    """Paths relative to the sweep file's folder, made absolute: a worker runs elsewhere."""
+    changes: dict[str, Any] = {
+        key: str((base / value).resolve())
+        for key in PATH_KEYS
+        if (value := getattr(spec, key)) is not None
+    }
+    changes["recipes"] = [_recipe_path(r, base) for r in spec.recipes]
+    changes["models"] = [
+        m.model_copy(
+            update={
+                "recipes": None
+                if m.recipes is None
+                else [_recipe_path(r, base) for r in m.recipes],
+                "weights": _weights_path(m.weights, base),
+            }
+        )
+        for m in spec.models
+    ]
+    return spec.model_copy(update=changes)
+
+
+def _recipe_path(recipe: str, base: Path) -> str:
+    """A recipe file (as `recipe/builtin.py` tells one from a name) made absolute."""
+    if "/" in recipe or "\\" in recipe or recipe.endswith((".yaml", ".yml")):
+        return str((base / recipe).resolve())
+    return recipe
+
+
+def _weights_path(weights: str, base: Path) -> str:
+    """A checkpoint file given relative to the sweep file, made absolute; names pass through."""
+    candidate = base / weights
+    return str(candidate.resolve()) if ("/" in weights or candidate.is_file()) else weights
+
+
+def _keys(model: type[BaseModel] = SweepSpec) -> str:
+    return ", ".join(model.model_fields)
+
+
+def _key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:
+    """Line (1-based) of every mapping key and list item, by path; rejects duplicate keys."""
+    lines: dict[tuple, int] = {path: node.start_mark.line + 1}
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise UserError(f"{origin} line {line}: duplicate key {key!r}; keep one")
+            seen.add(key)
+            lines.update(_key_lines(value_node, (*path, key), origin))
+            lines[(*path, key)] = key_node.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines.update(_key_lines(item, (*path, i), origin))
+    return lines
+
+
+def _explain(err: ValidationError, lines: dict[tuple, int], origin: str) -> str:
+    """The first problem as `<file> line N: <key path>: <what is wrong>`."""
+    first = err.errors(include_url=False)[0]
+    loc = tuple(first["loc"])
+    line = next((lines[loc[:end]] for end in range(len(loc), -1, -1) if loc[:end] in lines), None)
+    at = f"{origin} line {line}" if line is not None else origin
+    where = ".".join(str(p) for p in loc) or "top level"
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        model = ModelSpec if "models" in loc[:-1] else SweepSpec
+        message = f"unknown key {loc[-1]!r} (known: {_keys(model)})"
+    elif kind == "missing":
+        message = f"required key {loc[-1]!r} is missing"
+    elif kind in ("literal_error", "enum"):
+        expected = first.get("ctx", {}).get("expected", "")
+        message = f"{first['input']!r} is not allowed (known: {expected})"
+    else:
+        message = str(first["msg"]).removeprefix("Value error, ")
+        if kind != "value_error":
+            message += f" (got {first['input']!r})"
+    return f"{at}: {where}: {message}"

@@ -1,0 +1,172 @@
+"""`sweep.json`: one row per grid point, read from each study's record and point.json.
+
+Every figure is copied from a study.json; nothing is computed here except the choice of the
+best recipe per model, which is the policy's: among the studies whose decision is ship, the one
+with the largest median x at the largest timed batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from quantstudy.record import StudyRecord
+from quantstudy.sweep.events import Job
+from quantstudy.sweep.point import read_status
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BatchX(Strict):
+    """x = fp16 ms / FP8 ms at one batch: median and quartiles over the timing rounds."""
+
+    batch: int
+    median: float
+    q1: float
+    q3: float
+
+
+class SweepRow(Strict):
+    folder: str
+    model: str
+    weights: str
+    recipe: str  # the recipe the study ran (a sweep-derived one is named <recipe>-<calibrator>)
+    calibrator: str | None  # the one the study used; None when it did not get that far
+    seed: int
+    fp8_kernel: str
+    status: str  # complete | failed | interrupted | partial | pending
+    error: str | None = None
+    wall_s: float | None = None  # the point's subprocess, start to end
+    study_s: float | None = None  # the study's own total from its stage timings
+    speed_meaningful: bool | None = None  # False: CPU timings
+    x: list[BatchX] = []
+    n_images: int | None = None
+    agreement: float | None = None  # FP8 top-1 agreement with fp32
+    differ_count: int | None = None
+    kl_mean: float | None = None  # mean KL(fp32 || FP8)
+    top1_change: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    quality_meaningful: bool | None = None  # False: random weights
+    decision: str | None = None  # ship | not_ship | inconclusive
+    failed_gates: list[str] = []
+
+    @property
+    def x_last(self) -> BatchX | None:
+        """x at the largest timed batch."""
+        return max(self.x, key=lambda b: b.batch) if self.x else None
+
+
+class ModelBest(Strict):
+    model: str
+    folder: str | None  # None: no study of this model ships
+    recipe: str | None = None
+    calibrator: str | None = None
+    why: str
+
+
+class SweepSummary(Strict):
+    sweep_file: str
+    executor: str
+    device: str
+    counts: dict[str, int]  # status -> points
+    rows: list[SweepRow]
+    best: list[ModelBest]
+    plots: dict[str, str]  # model -> Pareto plot file, relative to --out
+
+
+def collect_row(job: Job, out: Path) -> SweepRow:
+    """The row of one grid point from its folder (whatever stage it reached)."""
+    folder = out / job.folder
+    p = job.point
+    status = read_status(folder)
+    base = {
+        "folder": job.folder,
+        "model": p.model,
+        "weights": p.weights,
+        "recipe": Path(p.recipe).stem if "/" in p.recipe else p.recipe,
+        "calibrator": p.calibrator,
+        "seed": p.seed,
+        "fp8_kernel": p.fp8_kernel,
+        "status": status.status if status else "pending",
+        "error": status.error if status else None,
+        "wall_s": status.wall_s if status else None,
+    }
+    study = folder / "study.json"
+    if not study.is_file():
+        return SweepRow(**base)
+    record = StudyRecord.model_validate_json(study.read_text(encoding="utf-8"))
+    if record.status != "complete" and base["status"] == "complete":
+        base["status"] = "partial"
+    return SweepRow(**(base | _measured(record)))
+
+
+def _measured(record: StudyRecord) -> dict:
+    """The row's figures from a study record."""
+    found: dict = {}
+    if record.recipe is not None:
+        found["recipe"] = record.recipe.name
+        found["calibrator"] = record.recipe.calibrator
+    if record.timings is not None:
+        found["study_s"] = record.timings.total_s
+    if record.speed is not None:
+        found["speed_meaningful"] = record.speed.meaningful
+        found["x"] = [
+            BatchX(batch=b.batch, median=b.ratio.median, q1=b.ratio.q1, q3=b.ratio.q3)
+            for b in record.speed.batches
+        ]
+    if record.quality is not None:
+        fp8 = next((e for e in record.quality.engines if e.engine == "fp8"), None)
+        found["quality_meaningful"] = record.quality.meaningful
+        if fp8 is not None:
+            found |= {
+                "n_images": fp8.n_images,
+                "agreement": fp8.agreement,
+                "differ_count": fp8.differ_count,
+                "kl_mean": fp8.kl_mean,
+                "top1_change": fp8.top1_change,
+                "ci_low": fp8.ci_low,
+                "ci_high": fp8.ci_high,
+            }
+    if record.decision is not None:
+        decision = record.decision.model_dump(mode="json")
+        found["decision"] = decision.get("outcome") or (
+            "ship" if decision.get("ship") else "not_ship"
+        )
+        found["failed_gates"] = list(record.decision.failed)
+    return found
+
+
+def best_per_model(rows: list[SweepRow]) -> list[ModelBest]:
+    """Per model, the shipping study with the largest x at the largest batch."""
+    best = []
+    for model in dict.fromkeys(r.model for r in rows):
+        mine = [r for r in rows if r.model == model and r.status == "complete"]
+        ships = [r for r in mine if r.decision == "ship" and r.x_last is not None]
+        if not ships:
+            why = (
+                f"none of {len(mine)} complete studies ships under the policy"
+                if mine
+                else "no study of this model completed"
+            )
+            best.append(ModelBest(model=model, folder=None, why=why))
+            continue
+        top = max(ships, key=lambda r: (r.x_last.median, r.agreement or 0.0))  # type: ignore[union-attr]
+        x = top.x_last
+        assert x is not None  # filtered above
+        why = (
+            f"ships; largest median x at batch {x.batch} ({x.median:.3f}) of {len(ships)} shipping"
+        )
+        best.append(
+            ModelBest(
+                model=model,
+                folder=top.folder,
+                recipe=top.recipe,
+                calibrator=top.calibrator,
+                why=why,
+            )
+        )
+    return best

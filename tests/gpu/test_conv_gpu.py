@@ -1,0 +1,86 @@
+"""The FP8 kxk conv kernel on CUDA (autotuned) against the fake-quant emulation."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from quantstudy.quant.fp8 import E4M3, to_fp8
+from quantstudy.quant.fused import _act_reference
+from quantstudy.quant.fused_conv import FusedFP8Conv2d
+from quantstudy.quant.modules import QDQ
+
+pytestmark = pytest.mark.gpu
+
+# res2net50_26w_4s's 3x3 convs (width 26 per split, x2 per stage) at batch 8, stride 2 where a
+# stage starts; and a wider 3x3 with stride 1.
+SHAPES = [(26, 56, 1), (52, 56, 2), (104, 14, 1), (208, 14, 2), (256, 14, 1)]
+
+
+def _case(c: int, hw: int, stride: int, act: str):
+    torch.manual_seed(c + hw + stride)
+    conv = nn.Conv2d(c, c, 3, stride=stride, padding=1)
+    x = (torch.randn(8, c, hw, hw) * 2).half().float()  # both paths see the same fp16 input
+    emu = QDQ(conv, 0.02, True, True, torch.float32)
+    with torch.no_grad():
+        ref = _act_reference(emu(x), act)
+    layer = FusedFP8Conv2d(conv, 0.02, True, torch.float16, act).cuda()
+    x_cl = x.cuda().half().contiguous(memory_format=torch.channels_last)
+    return layer, x_cl, ref, conv
+
+
+@pytest.mark.parametrize("c,hw,stride", SHAPES)
+@pytest.mark.parametrize("act", ["none", "relu"])
+def test_conv_kernel_matches_the_emulation(c, hw, stride, act):
+    """At the reassociation floor: the emulation's fp32 sums in another order and one fp16
+    rounding of the output, as the fused 1x1 product's GPU test allows."""
+    layer, x, ref, _ = _case(c, hw, stride, act)
+    with torch.no_grad():
+        y = layer(x)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    y = y.float().cpu()
+    assert torch.allclose(y, ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item()), (
+        (y - ref).abs().max()
+    )
+
+
+def test_conv_kernel_is_as_close_to_the_emulation_as_the_fp16_emulation_it_replaces():
+    """The engine ran these convs quantize-dequantized in fp16 (cuDNN); the FP8 kernel must be
+    no further from the fp32 emulation than that was."""
+    layer, x, ref, conv = _case(52, 28, 1, "relu")
+    qdq16 = QDQ(conv, 0.02, True, True, torch.float16).cuda()
+    with torch.no_grad():
+        fp8 = layer(x).float().cpu()
+        old = qdq16(x).relu().float().cpu()
+    err = lambda y: ((y - ref).abs().max() / ref.abs().max()).item()  # noqa: E731
+    assert err(fp8) <= max(1.5 * err(old), 1e-3), (err(fp8), err(old))
+
+
+def test_conv_writes_the_next_layers_fp8_input():
+    """FP8 output equals `to_fp8` of the fp16-rounded result but where the two summation
+    orders straddle a rounding boundary (one FP8 step, rare)."""
+    layer, x, ref, _ = _case(104, 14, 1, "relu")
+    scale = torch.tensor(ref.abs().max().item() / 448)
+    layer.out_scale = scale.cuda()
+    with torch.no_grad():
+        y8 = layer(x)
+    assert y8.dtype == E4M3
+    want = to_fp8(ref.half().float(), scale).float()
+    got = y8.float().cpu()
+    assert (got != want).float().mean() < 1e-3
+    assert ((got - want).abs() <= want.abs() / 8 + 2**-9).all()
+
+
+def test_autotuned_kernel_runs_under_compile_and_cuda_graph():
+    """The engine path: compiled with Inductor (the quantize fused into the producer), then
+    replayed from a CUDA graph, as the speed harness runs it."""
+    layer, x, _, _ = _case(26, 56, 1, "relu")
+    fn = torch.compile(lambda t: layer(F.relu(t)), dynamic=False)
+    with torch.no_grad():
+        want = fn(x)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn(x)
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)
