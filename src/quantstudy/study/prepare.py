@@ -1,0 +1,163 @@
+"""`prepare_study`: everything a study measures from, read and calibrated once.
+
+A study, a search, a benchmark and a data test all start from the same preparation, so they
+measure the same model, images and FP8 plan:
+
+    prepared = prepare_study(StudyConfig(model="tf_efficientnet_lite0", data=..., ...))
+    prepared.model, prepared.heldout_x, prepared.labels, prepared.plan
+
+1. Inputs (`inputs.py`): model and weights, preprocessing, the scanned and split images, the
+   recipe and its resolution against the model, the policy; every user mistake fails here,
+   before any image is decoded.
+2. Images: the calibration and held-out tensors (and labels), decoded once.
+3. Calibration, part of preparation because every FP8 engine needs its scales: for random
+   weights the BatchNorm statistics are re-estimated on the calibration images first (keeps fp16
+   activations finite), then the recipe's calibrator sets each selected layer's input scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from quantstudy.data.images import load_images
+from quantstudy.model.batchnorm import reestimate_batchnorm
+from quantstudy.model.preprocess import build_transform
+from quantstudy.quant.apply import QuantPlan
+from quantstudy.quant.calibrate import calibrate
+from quantstudy.recipe.schema import Recipe
+from quantstudy.record import CalibrationInfo, ModelInfo, Preprocessing
+from quantstudy.record.errors import UserError
+from quantstudy.study.config import StudyConfig
+from quantstudy.study.inputs import StudyInputs, prepare_inputs
+
+FP8_CAPABILITY = (8, 9)  # Ada and newer: FP8 tensor cores (cuBLASLt FP8, Triton fp8 dot)
+
+StageHook = Callable[[str], AbstractContextManager]
+"""Wraps each preparation stage ("load", "images", "calibrate"), e.g. a timer's `stage`."""
+
+
+def _no_stage(_name: str) -> AbstractContextManager:
+    return nullcontext()
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One study's inputs, images and calibrated FP8 plan; the model stays on the CPU."""
+
+    config: StudyConfig
+    device: torch.device
+    inputs: StudyInputs  # model, preprocessing, split, data summary, recipe, resolution, policy
+    calib_x: torch.Tensor  # float32 NCHW, preprocessed
+    heldout_x: torch.Tensor
+    labels: torch.Tensor | None  # None when the held-out images are unlabelled
+    plan: QuantPlan
+    calibration: CalibrationInfo  # the plan's scales as the record holds them
+    model_info: ModelInfo  # the loaded model's, saying when BatchNorm was re-estimated
+
+    @property
+    def model(self) -> nn.Module:
+        """The float32 model the engines are built from (BatchNorm re-estimated for random
+        weights)."""
+        return self.inputs.loaded.model
+
+    @property
+    def pre(self) -> Preprocessing:
+        return self.inputs.pre
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.inputs.recipe
+
+    @property
+    def layers(self) -> list[str]:
+        """The recipe's selected layers, in resolution order."""
+        return self.plan.layers
+
+    @property
+    def example(self) -> torch.Tensor:
+        """A zero image of the model's input size, for passes that need only shapes."""
+        return self.inputs.example
+
+
+def prepare_study(config: StudyConfig, stage: StageHook = _no_stage) -> Prepared:
+    """Check and read everything `config` names, decode its images, calibrate its FP8 plan.
+
+    Raises `UserError` for any user mistake (model, folders, recipe, policy, device) before
+    decoding an image. `stage` wraps the three stages (for timings)."""
+    device = study_device(config.device)
+    with stage("load"):
+        inputs = prepare_inputs(config)
+    transform = build_transform(inputs.pre)
+    with stage("images"):
+        calib_x, _ = load_images(inputs.calib_items, transform, desc="calibration images")
+        heldout_x, labels = load_images(inputs.heldout_items, transform, desc="held-out images")
+    with stage("calibrate"):
+        plan, model_info = _calibrate(config, inputs, calib_x, device)
+    return Prepared(
+        config=config,
+        device=device,
+        inputs=inputs,
+        calib_x=calib_x,
+        heldout_x=heldout_x,
+        labels=labels,
+        plan=plan,
+        calibration=plan.calibration.info(with_means=plan.bias_correction),
+        model_info=model_info,
+    )
+
+
+def _calibrate(
+    config: StudyConfig, inputs: StudyInputs, calib_x: torch.Tensor, device: torch.device
+) -> tuple[QuantPlan, ModelInfo]:
+    """Activation scales from the fp32 model (BatchNorm re-estimated first for random weights)."""
+    model = inputs.loaded.model.to(device)
+    info = inputs.loaded.info
+    if info.random_weights:
+        n_bn = reestimate_batchnorm(model, batches(calib_x, config.eval_batch, device))
+        detail = (
+            f"{info.weights_detail}; BatchNorm statistics of {n_bn} layers re-estimated on the "
+            f"{calib_x.shape[0]} calibration images (keeps fp16 activations finite)"
+        )
+        info = info.model_copy(update={"weights_detail": detail})
+    layers = [d.name for d in inputs.recipe_info.selected]
+    calibration = calibrate(
+        model,
+        layers,
+        batches(calib_x, config.eval_batch, device),
+        inputs.recipe.activations.calibrator,
+        inputs.recipe.activations.params,
+    )
+    model.cpu()
+    weights = inputs.recipe.weights
+    plan = QuantPlan(
+        layers, weights.granularity == "per_channel", calibration, weights.bias_correction
+    )
+    return plan, info
+
+
+def study_device(name: str) -> torch.device:
+    """The device of `--device`, refused with a clear message where it cannot run FP8."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError(
+            "--device cuda asked for, but PyTorch sees no CUDA GPU here. Run with --device cpu "
+            "(quality only; timings are then marked not meaningful) or on a machine with a GPU"
+        )
+    if name == "cuda":
+        major, minor = torch.cuda.get_device_capability()
+        if (major, minor) < FP8_CAPABILITY:
+            raise UserError(
+                f"{torch.cuda.get_device_name()} (compute capability {major}.{minor}) has no FP8 "
+                "tensor cores: FP8 matrix products need compute capability 8.9 or newer (Ada, "
+                "Hopper, Blackwell). Run with --device cpu for quality only"
+            )
+    return torch.device(name)
+
+
+def batches(x: torch.Tensor, size: int, device: torch.device) -> Iterator[torch.Tensor]:
+    """`x` in slices of `size` images, each moved to `device` as it is taken."""
+    return (x[i : i + size].to(device) for i in range(0, x.shape[0], size))
