@@ -175,3 +175,18 @@ def test_report_shows_the_ideal_beside_the_measured_x():
     text = "\n".join(ideal_lines(found))
     row = f"| 128 | 1 | 60.0 | {found[0].fp16_elementwise_us:.1f} |"
     assert row in text and f"{100 * found[0].fraction:.2f}%" in text and "NVIDIA H200" in text
+
+
+def test_report_lists_the_kernel_each_layer_runs():
+    from quantstudy.record import LayerKernel
+    from quantstudy.report.sections.ideal import kernel_choice_lines
+
+    assert kernel_choice_lines(None) == []
+    choice = [
+        LayerKernel(name="a", kernel="scaled_mm", fused_us=10.0, scaled_mm_us=5.0, batch=128),
+        LayerKernel(name="b", kernel="fused", why="FP8 hand-off"),
+    ]
+    text = "\n".join(kernel_choice_lines(choice))
+    assert "scaled_mm runs 1 of 2 layers" in text
+    assert "| a | scaled_mm | 10.0 | 5.0 | 128 | - |" in text
+    assert "| b | fused | not measured | not measured | - | FP8 hand-off |" in text

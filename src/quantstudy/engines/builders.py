@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine
+from quantstudy.engines.kernel_choice import choose_kernels
 from quantstudy.engines.size import weight_bytes
 from quantstudy.quant.absorb import absorbable_activations, remove_activations
 from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8, real_layers
@@ -24,8 +25,8 @@ from quantstudy.quant.bias_correction import correct_biases
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.handoff import fp8_handoffs
 from quantstudy.quant.modules import bind_scaled_mm, scaled_mm_output_of
-from quantstudy.record import EngineInfo
-from quantstudy.record.vocab import CompileMode
+from quantstudy.record import EngineInfo, LayerKernel
+from quantstudy.record.vocab import CompileMode, Fp8Kernel
 
 
 def numerics() -> dict[str, str]:
@@ -72,6 +73,7 @@ class BuiltEngine(Engine):
     fp8_kernel: str | None = None
     fp8_epilogue: dict[str, str] = field(default_factory=dict)
     fp8_handoff: dict[str, str] = field(default_factory=dict)
+    fp8_kernel_choice: list[LayerKernel] | None = None
 
     def info(self) -> EngineInfo:
         return EngineInfo(
@@ -89,6 +91,7 @@ class BuiltEngine(Engine):
             fp8_epilogue=dict(self.fp8_epilogue),
             fp8_handoff=dict(self.fp8_handoff),
             fp8_scaled_mm_output=scaled_mm_output_of(self.eager),
+            fp8_kernel_choice=self.fp8_kernel_choice,
             fp16_layers=self.float_layers,
             weight_bytes=weight_bytes(self.eager),
             numerics=numerics(),
@@ -186,27 +189,34 @@ def build_fp8(
     compile_mode: str = "default",
     dtype: torch.dtype | None = None,
     kernel: str = "fused",
+    choice_batch: int = 128,
 ) -> BuiltEngine:
     """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules.
 
     `kernel` "fused" (default): each real FP8 layer is one fused product that also applies the
     activation that consumes it (`quant/absorb.py` finds and checks those); "scaled_mm": the
-    unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both).
+    unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both); "fastest": the
+    fused engine with each layer timed in place at `choice_batch` against the unfused one, and
+    the faster kept (`engines/kernel_choice.py`).
     """
     dtype = dtype or half_dtype(device)
     source = _folded_copy(model, example, fold, plan)
     absorbed, handoff = {}, {}
-    if kernel == "fused":
-        real = real_layers(source, plan.layers, kernel)
+    built = Fp8Kernel.FUSED if kernel == Fp8Kernel.FASTEST else kernel
+    if built == Fp8Kernel.FUSED:
+        real = real_layers(source, plan.layers, built)
         absorbed = absorbable_activations(source, real, example)
         handoff = fp8_handoffs(source, real, example, absorbed)
     m = copy.deepcopy(source)
     remove_activations(m, absorbed)
     m = m.to(dtype)
     epilogue = {layer: act for layer, (_, act) in absorbed.items()}
-    applied = apply_fp8(m, source, plan, dtype, kernel, epilogue, handoff)
+    applied = apply_fp8(m, source, plan, dtype, built, epilogue, handoff)
     m = m.to(device).to(memory_format=torch.channels_last)
     bind_scaled_mm(m, device)
+    chosen = None
+    if kernel == Fp8Kernel.FASTEST:
+        chosen = choose_kernels(m, source, plan, dtype, example, device, choice_batch)
     return _compiled_engine(
         "fp8",
         m,
@@ -218,6 +228,7 @@ def build_fp8(
         fp8_kernel=kernel,
         fp8_epilogue=epilogue,
         fp8_handoff=handoff,
+        fp8_kernel_choice=chosen,
     )
 
 

@@ -6,7 +6,7 @@ imports its sections from here (`from quantstudy.record import StudyRecord`).
 
 from quantstudy.record.base import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, Section
 from quantstudy.record.decision import Decision, Gate
-from quantstudy.record.engines import EngineInfo
+from quantstudy.record.engines import EngineInfo, LayerKernel
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import (
     DataInfo,
@@ -59,6 +59,7 @@ __all__ = [
     "KernelGroupTime",
     "LayerChoice",
     "LayerDecision",
+    "LayerKernel",
     "LayerSensitivity",
     "LayerSpeed",
     "LayerSpeedSection",

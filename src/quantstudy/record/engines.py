@@ -8,6 +8,18 @@ from quantstudy.record.base import Section
 from quantstudy.record.vocab import CompileMode, Fp8Kernel
 
 
+class LayerKernel(Section):
+    """Which product one real FP8 layer runs, and the in-place timings that chose it
+    (`engines/kernel_choice.py`; schema 6 on)."""
+
+    name: str
+    kernel: Fp8Kernel  # "fused" or "scaled_mm"
+    fused_us: float | None = None  # None: not timed (see why)
+    scaled_mm_us: float | None = None
+    batch: int | None = None  # the batch size the layer was timed at
+    why: str | None = None  # why it was not timed (FP8 hand-off, kxk conv, not on CUDA)
+
+
 class EngineInfo(Section):
     name: str  # "fp32", "fp16", "fp8", "fakequant", "fakequant_weights", ...
     compute_dtype: str
@@ -27,6 +39,8 @@ class EngineInfo(Section):
     # "scaled_mm" engines: the output torch._scaled_mm wrote, e.g. "float16, bias in its
     # epilogue" (`quant.modules.scaled_mm_output`); None otherwise (schema 5 on)
     fp8_scaled_mm_output: str | None = None
+    # "fastest" engines: the product each real FP8 layer runs and why (schema 6 on)
+    fp8_kernel_choice: list[LayerKernel] | None = None
     fp16_layers: int  # conv/linear layers left in the engine's compute dtype
     weight_bytes: int
     numerics: dict[str, str]  # explicit global settings, e.g. {"allow_tf32": "False"}

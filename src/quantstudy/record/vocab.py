@@ -36,6 +36,8 @@ class Fp8Kernel(StrEnum):
 
     FUSED = "fused"  # one Triton kernel: FP8 product, scale, bias, absorbed activation
     SCALED_MM = "scaled_mm"  # torch._scaled_mm, then a separate cast/bias pass
+    # per layer the faster of the two, timed in place at build (`engines/kernel_choice.py`)
+    FASTEST = "fastest"
 
 
 class Fp8Path(StrEnum):

@@ -1,10 +1,12 @@
-"""The speed section's "how close to the limit" table: measured x against the ideal x at the FP8
-roofline (`speed/ideal.py`), per batch size. A record without the field renders nothing."""
+"""Two speed tables of the report: measured x against the ideal x at the FP8 roofline
+(`speed/ideal.py`), per batch size; and the product each FP8 layer runs in a "fastest" engine
+with the in-place timings that chose it (`engines/kernel_choice.py`). A record without the
+fields renders nothing."""
 
 from __future__ import annotations
 
-from quantstudy.record import IdealSpeed
-from quantstudy.report.format import fmt_ms, fmt_pct, fmt_ratio, fmt_us, table
+from quantstudy.record import IdealSpeed, LayerKernel
+from quantstudy.report.format import NOT_MEASURED, fmt_ms, fmt_pct, fmt_ratio, fmt_us, table
 
 
 def ideal_lines(ideal: list[IdealSpeed] | None) -> list[str]:
@@ -43,6 +45,39 @@ def ideal_lines(ideal: list[IdealSpeed] | None) -> list[str]:
                 fmt_pct(i.fraction),
             ]
             for i in ideal
+        ],
+    )
+    return [*lines, ""]
+
+
+def kernel_choice_lines(choice: list[LayerKernel] | None) -> list[str]:
+    """Per FP8 layer: the product it runs, both in-place times and why a layer was not timed;
+    [] for an engine that made no choice."""
+    if not choice:
+        return []
+    picked = sum(c.kernel == "scaled_mm" for c in choice)
+    lines = [
+        f"FP8 kernel per layer: the faster of the fused product and torch._scaled_mm, timed in "
+        f"place at engine build (`engines/kernel_choice.py`); scaled_mm runs {picked} of "
+        f"{len(choice)} layers.",
+        "",
+    ]
+
+    def us(v: float | None) -> str:
+        return fmt_us(v) if v is not None else NOT_MEASURED
+
+    lines += table(
+        ["Layer", "Kernel", "fused us", "scaled_mm us", "Timed at batch", "Not timed because"],
+        [
+            [
+                c.name,
+                str(c.kernel),
+                us(c.fused_us),
+                us(c.scaled_mm_us),
+                str(c.batch) if c.batch is not None else "-",
+                c.why or "-",
+            ]
+            for c in choice
         ],
     )
     return [*lines, ""]
