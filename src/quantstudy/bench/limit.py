@@ -1,0 +1,208 @@
+"""How close each FP8 engine comes to its limit: fused, scaled_mm and per-layer choice side by
+side, with the ideal x at the FP8 roofline and measured x as a fraction of it.
+
+    python -m quantstudy.bench.limit --images DIR --out limit.json \
+        [--models a,b] [--kernels fused,scaled_mm,fastest] [--batches 1,128] [--agreement]
+
+Per model: its family's built-in recipe, scales calibrated on the first images, the fp16 engine
+and one FP8 engine per kernel, all compiled with Inductor (default mode), timed against fp16
+with the study's harness (`speed.harness.measure_speed`: CUDA-graph replay, interleaved
+rounds, kernel profile per batch), and the ideal x from the same record (`speed.ideal`).
+`--agreement` adds, on the images, the top-1 agreement of each FP8 engine (eager, so no extra
+compile) with the recipe's fp32 fake-quant emulation, beside the emulation against itself run
+channels-last (its fp32 sums reordered): the reassociation floor. Prints one table and writes
+JSON after every engine, so a run cut short keeps what it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from quantstudy.data.folders import scan_folder
+from quantstudy.data.images import load_images
+from quantstudy.engines.builders import build_fakequant, build_fp8, build_half, set_numerics
+from quantstudy.model.batchnorm import reestimate_batchnorm
+from quantstudy.model.loading import load_model
+from quantstudy.model.preprocess import build_transform, resolve_preprocessing
+from quantstudy.quant.apply import QuantPlan
+from quantstudy.quant.calibrate import calibrate
+from quantstudy.recipe.builtin import default_recipe_for, load_recipe
+from quantstudy.recipe.resolve import resolve
+from quantstudy.record.io import write_json_atomic
+from quantstudy.speed.harness import measure_speed
+from quantstudy.speed.ideal import ideal_speed
+
+# model -> weights: the seed families with random weights (speed only), Lite0 with its own
+MODELS = {
+    "res2net50_26w_4s": "random",
+    "crossvit_9_240": "random",
+    "mobilenetv4_conv_large.e500_r256_in1k": "random",
+    "xception41": "random",
+    "ghostnet_100": "random",
+    "tf_efficientnet_lite0": "efficientnet-lite0",
+}
+KERNELS = ("fused", "fastest", "scaled_mm")
+HEADER = (
+    "model | kernel | FP8 real/emulated | scaled_mm layers | batch | fp16 ms | FP8 ms | "
+    "x [q1-q3] | ideal x | of ideal | FP8 products us | top-1 vs emulation"
+)
+
+
+def environment(device: torch.device) -> dict[str, str]:
+    import timm
+    import triton
+
+    return {
+        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "none (CPU)",
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "triton": triton.__version__,
+        "timm": timm.__version__,
+        "python": platform.python_version(),
+        "commit": os.environ.get("QUANTSTUDY_GIT_COMMIT", "unknown"),
+    }
+
+
+def _top1_agreement(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.argmax(1) == b.argmax(1)).float().mean())
+
+
+def bench_model(name: str, args: argparse.Namespace, save) -> dict:
+    weights = MODELS.get(name, "random")
+    loaded = load_model(name, weights)
+    pre = resolve_preprocessing(loaded.model)
+    items = scan_folder(args.images).items[: args.n_images]
+    x, _ = load_images(items, build_transform(pre), desc=f"{name}: images")
+    recipe, source = load_recipe(default_recipe_for(name))
+    resolution = resolve(recipe, loaded.model, x[:1])
+    info = resolution.to_info(recipe, source)
+    layers = [d.name for d in resolution.selected]
+    device = args.device
+    model = loaded.model.to(device)
+
+    def batches():
+        return (x[i : i + 32].to(device) for i in range(0, len(x), 32))
+
+    if loaded.info.random_weights:
+        reestimate_batchnorm(model, batches())
+    a = recipe.activations
+    cal = calibrate(model, layers, batches(), a.calibrator, a.params)
+    plan = QuantPlan(
+        layers, recipe.weights.granularity == "per_channel", cal, recipe.weights.bias_correction
+    )
+    model = model.cpu()
+    fold = recipe.weights.fold_bn
+    t0 = time.perf_counter()
+    fp16 = build_half(model, device, x[:1], fold=fold)
+    out: dict = {"model": name, "weights": weights, "recipe": source, "selected": len(layers)}
+    out["kernels"] = {}
+    reference = None
+    chunk = max(args.batches)  # the timed batch: the FP8 kernels are autotuned for it already
+    if args.agreement:
+        emu = build_fakequant(model, device, x[:1], plan, fold=fold)
+        with torch.no_grad():
+            reference = torch.cat([emu(x[i : i + chunk]) for i in range(0, len(x), chunk)])
+            xcl = x.contiguous(memory_format=torch.channels_last)
+            reordered = torch.cat([emu(xcl[i : i + chunk]) for i in range(0, len(x), chunk)])
+        out["emulation_floor"] = _top1_agreement(reference, reordered)
+        del emu
+    for kernel in args.kernels:
+        fp8 = build_fp8(
+            model, device, x[:1], plan, fold=fold, kernel=kernel, choice_batch=max(args.batches)
+        )
+        print(f"  {time.perf_counter() - t0:6.1f} s  {name}: timing fp16 vs {kernel}", flush=True)
+        speed = measure_speed(
+            fp16, fp8, x, args.batches, rounds=args.rounds, iters=args.iters,
+            compile_mode="default",
+        )  # fmt: skip
+        einfo = fp8.info()
+        gpu = torch.cuda.get_device_name() if device.type == "cuda" else None
+        ideal, why = ideal_speed(speed, info, [einfo], gpu)
+        row = {
+            "fp8_real": len(einfo.fp8_real),
+            "fp8_emulated": len(einfo.fp8_emulated),
+            "epilogue_activations": len(einfo.fp8_epilogue),
+            "fp8_handoffs": len(einfo.fp8_handoff),
+            "speed": speed.model_dump(mode="json"),
+            "ideal": [i.model_dump(mode="json") for i in ideal or []],
+            "ideal_not_computed": why,
+            "kernel_choice": [c.model_dump(mode="json") for c in einfo.fp8_kernel_choice or []],
+        }
+        if reference is not None:
+            with torch.no_grad():
+                got = torch.cat([fp8.eager(fp8.prepare(x[i : i + chunk])).float().cpu()
+                                 for i in range(0, len(x), chunk)])  # fmt: skip
+            row["agreement_with_emulation"] = _top1_agreement(got, reference)
+        out["kernels"][kernel] = row
+        print_rows(name, kernel, row)
+        save(out)
+        del fp8
+        torch.cuda.empty_cache()
+    out["seconds"] = time.perf_counter() - t0
+    save(out)
+    return out
+
+
+def print_rows(name: str, kernel: str, row: dict) -> None:
+    ideal = {i["batch"]: i for i in row["ideal"]}
+    groups = {(k["engine"], k["batch"]): k for k in row["speed"]["kernels"]}
+    chosen = sum(c["kernel"] == "scaled_mm" for c in row["kernel_choice"])
+    for b in row["speed"]["batches"]:
+        i = ideal.get(b["batch"])
+        fp8mm = next(
+            (g["time_us"] for g in groups.get(("fp8", b["batch"]), {}).get("groups", [])
+             if g["group"] == "fp8_matmul"), float("nan"),
+        )  # fmt: skip
+        print(
+            f"{name} | {kernel} | {row['fp8_real']}/{row['fp8_emulated']} | "
+            f"{chosen if kernel == 'fastest' else '-'} | {b['batch']} | "
+            f"{b['fp16_ms']['median']:.3f} | {b['fp8_ms']['median']:.3f} | "
+            f"{b['ratio']['median']:.2f} [{b['ratio']['q1']:.2f}-{b['ratio']['q3']:.2f}] | "
+            f"{i['ideal_x'] if i else float('nan'):.2f} | "
+            f"{100 * i['fraction'] if i else float('nan'):.0f}% | {fp8mm:.0f} | "
+            f"{row.get('agreement_with_emulation', float('nan')):.4f}",
+            flush=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--images", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--kernels", default=",".join(KERNELS))
+    p.add_argument("--batches", default="1,128")
+    p.add_argument("--n-images", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--agreement", action="store_true")
+    p.add_argument("--device", default="cuda", help="cpu: checks the plumbing, times nothing")
+    args = p.parse_args(argv)
+    args.kernels = args.kernels.split(",")
+    args.batches = [int(b) for b in args.batches.split(",")]
+    args.device = torch.device(args.device)
+    if args.device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("quantstudy.bench.limit needs a CUDA GPU (or --device cpu)")
+    set_numerics()
+    env = environment(args.device)
+    result = {"environment": env, "command": " ".join(sys.argv), "models": []}
+    print(HEADER, flush=True)
+    for name in args.models.split(","):
+
+        def save(partial: dict, name: str = name) -> None:
+            done = [m for m in result["models"] if m["model"] != name]
+            result["models"] = [*done, partial]
+            write_json_atomic(args.out, result)
+
+        bench_model(name, args, save)
+
+
+if __name__ == "__main__":
+    main()
