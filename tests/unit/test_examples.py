@@ -24,6 +24,7 @@ NEW_IN_VERSION_2_VARIANT = {"predicted", "measured"}
 NEW_IN_VERSION_3_ENGINE = {"fp8_kernel": None, "fp8_epilogue": {}}
 NEW_IN_VERSION_4_ENGINE = {"fp8_handoff": {}}
 NEW_IN_VERSION_5_ENGINE = {"fp8_scaled_mm_output": None}
+NEW_IN_VERSION_6_ENGINE = {"fp8_kernel_choice": None}
 NEW_IN_VERSION_6_CONFIG = {
     "class_list": None,
     "strip_prefix": None,
@@ -47,7 +48,12 @@ def _without_version_3(full: dict) -> dict:
     engines = []
     for engine in out["engines"]:
         engine = dict(engine)
-        added = NEW_IN_VERSION_3_ENGINE | NEW_IN_VERSION_4_ENGINE | NEW_IN_VERSION_5_ENGINE
+        added = (
+            NEW_IN_VERSION_3_ENGINE
+            | NEW_IN_VERSION_4_ENGINE
+            | NEW_IN_VERSION_5_ENGINE
+            | NEW_IN_VERSION_6_ENGINE
+        )
         for key, empty in added.items():
             assert engine.pop(key) == empty
         engines.append(engine)

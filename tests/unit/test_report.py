@@ -61,7 +61,13 @@ def _as_version_1(data: dict) -> str:
     for engine in data["engines"]:
         assert engine["fp8_kernel"] is None and engine["fp8_epilogue"] == {}
         assert engine["fp8_handoff"] == {} and engine["fp8_scaled_mm_output"] is None
-    added = ("fp8_kernel", "fp8_epilogue", "fp8_handoff", "fp8_scaled_mm_output")
+    added = (
+        "fp8_kernel",
+        "fp8_epilogue",
+        "fp8_handoff",
+        "fp8_scaled_mm_output",
+        "fp8_kernel_choice",
+    )
     out["engines"] = [{k: v for k, v in e.items() if k not in added} for e in data["engines"]]
     assert all(t["channel_mean"] is None for t in out["calibration"]["tensors"])
     out["calibration"] = out["calibration"] | {

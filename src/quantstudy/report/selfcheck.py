@@ -4,7 +4,8 @@
 
 1. Tables. A table is a run of lines starting with `|`. Its second line must be a separator row
    (`| --- | :-: |`), and the separator and every row must have as many cells as the header.
-   Cells are split on unescaped `|`.
+   Cells are split on unescaped `|`. A declared table (`report/sections/tables.py`, known by
+   its header) is named in the message.
 2. Code fences. Every fence (a line starting with three or more backticks or tildes) must be
    closed by a fence of the same character and at least the same length.
 3. Title. The first `# ` heading says "(shipped)" exactly when the record's decision ships.
@@ -46,6 +47,7 @@ from pydantic import BaseModel
 
 from quantstudy.record import StudyRecord
 from quantstudy.report.markdown import FORMATTERS
+from quantstudy.report.sections.results import TABLE_SPECS
 
 _DIGITS = re.compile(r"\d+(?:\.\d+)*")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
@@ -143,8 +145,15 @@ def _check_table(block: list[tuple[int, str]]) -> list[str]:
     for lineno, row in rest[1:]:
         k = len(_cells(row))
         if k != width:
-            problems.append(f"line {lineno}: table row has {k} cells, header has {width}")
+            problems.append(f"line {lineno}: {_row_of(header)} has {k} cells, header has {width}")
     return problems
+
+
+def _row_of(header: str) -> str:
+    """What a row is called in a problem: a declared table's (`TABLE_SPECS`) by name."""
+    cells = [c.strip() for c in _cells(header)]
+    spec = next((s for s in TABLE_SPECS if cells in s.variants()), None)
+    return f"row of the {spec.name} table" if spec else "table row"
 
 
 def _title_problem(lines: list[str], data: dict[str, Any]) -> str | None:

@@ -1,0 +1,183 @@
+"""Results: quality against the reference, the FP8 engine against its emulation, NaN/Inf scan."""
+
+from __future__ import annotations
+
+from quantstudy.record import EmulationGap, EngineQuality, NonFiniteScan, StudyRecord
+from quantstudy.report.format import NOT_MEASURED, fmt_pct, fmt_points, fmt_sig, opt
+from quantstudy.report.lookups import RANDOM_WEIGHTS_BANNER, label
+from quantstudy.report.plots import KL_PNG
+from quantstudy.report.sections.tables import TableSpec, columns
+
+NO_LABELS = "no labels"
+
+
+def _quality_row(e: EngineQuality) -> list[str]:
+    nl = NO_LABELS
+    change = nl
+    if e.labelled:
+        change = opt(e.top1_change, fmt_points)
+        if e.ci_low is not None and e.ci_high is not None:
+            change += f" [{fmt_points(e.ci_low)}, {fmt_points(e.ci_high)}]"
+    return [
+        label(e.engine),
+        opt(e.top1, fmt_pct) if e.labelled else nl,
+        opt(e.top5, fmt_pct) if e.labelled else nl,
+        fmt_pct(e.agreement),
+        str(e.differ_count),
+        opt(e.gained, str) if e.labelled else nl,
+        opt(e.lost, str) if e.labelled else nl,
+        opt(e.net_change, lambda v: f"{v:+d}") if e.labelled else nl,
+        change,
+        opt(e.mcnemar_p, fmt_sig) if e.labelled else nl,
+        fmt_sig(e.kl_mean),
+        fmt_sig(e.kl_median),
+        fmt_sig(e.kl_p99),
+        fmt_sig(e.kl_max),
+    ]
+
+
+QUALITY_TABLE = TableSpec(
+    "quality per engine",
+    columns(
+        "Engine",
+        "Top-1",
+        "Top-5",
+        "Agreement",
+        "Differ",
+        "Gained",
+        "Lost",
+        "Net",
+        "Top-1 change, points [CI]",
+        "McNemar p",
+        "KL mean",
+        "KL median",
+        "KL p99",
+        "KL max",
+    ),
+    _quality_row,
+)
+
+
+def _gap_rows(gap: EmulationGap) -> list[list[str]]:
+    rows = [
+        [
+            "FP8 engine vs fake-quant emulation",
+            fmt_pct(gap.agreement),
+            str(gap.differ_count),
+            fmt_sig(gap.kl_mean),
+            fmt_sig(gap.kl_max),
+        ]
+    ]
+    if gap.floor_agreement is not None:
+        rows.append(
+            [
+                "emulation vs itself, fp32 sums reordered (floor)",
+                fmt_pct(gap.floor_agreement),
+                opt(gap.floor_differ_count, str),
+                opt(gap.floor_kl_mean, fmt_sig),
+                "not recorded",
+            ]
+        )
+    return rows
+
+
+EMULATION_GAP_TABLE = TableSpec(
+    "emulation gap",
+    columns("Comparison", "Agreement", "Differ", "KL mean", "KL max"),
+    lambda row: row,  # the rows differ in kind; `_gap_rows` builds them
+)
+
+
+def _nonfinite_row(s: NonFiniteScan) -> list[str]:
+    return [
+        label(s.engine),
+        str(s.heldout_checked),
+        str(s.stress_checked),
+        ", ".join(s.nonfinite_heldout) or "none",
+        ", ".join(s.nonfinite_stress) or "none",
+    ]
+
+
+NONFINITE_TABLE = TableSpec(
+    "NaN/Inf scan",
+    columns(
+        "Engine", "Held-out checked", "Stress checked", "Non-finite held-out", "Non-finite stress"
+    ),
+    _nonfinite_row,
+)
+TABLES = [QUALITY_TABLE, EMULATION_GAP_TABLE, NONFINITE_TABLE]
+
+
+def _random(r: StudyRecord) -> bool:
+    return r.model.random_weights or (r.quality is not None and not r.quality.meaningful)
+
+
+def render_quality(r: StudyRecord, plots: set[str]) -> list[str]:
+    lines = ["### Quality", ""]
+    q = r.quality
+    if q is None:
+        return [*lines, f"Quality: {NOT_MEASURED}.", ""]
+    if _random(r):
+        words = RANDOM_WEIGHTS_BANNER if r.model.random_weights else "quality is not meaningful"
+        lines += [f"**Warning: {words}.**", ""]
+    first = next((e for e in q.engines), None)
+    n = f"{first.n_images} held-out images" if first else "the held-out images"
+    balance = ""
+    if q.n_classes is not None and q.per_class_min is not None and q.per_class_max is not None:
+        balance = (
+            f" over {q.n_classes} classes (images per class: min {q.per_class_min}, max "
+            f"{q.per_class_max})"
+        )
+    lines += [
+        f"Against {q.reference}, on {n}{balance}. Agreement is top-1 agreement with "
+        f"{q.reference}; Differ counts the images whose top-1 differs from {q.reference}. "
+        "Gained and lost count images the engine gets right where the reference is wrong and "
+        "the reverse; Net is their difference; the two can be small while many predictions "
+        "differ.",
+        "",
+    ]
+    first_rows = []
+    ref = next((e for e in q.engines if e.top1_reference is not None), None)
+    if ref is not None and not any(e.engine == q.reference for e in q.engines):
+        width = len(QUALITY_TABLE.header())
+        first_rows.append(
+            [label(q.reference), fmt_pct(ref.top1_reference), opt(ref.top5_reference, fmt_pct)]
+            + ["reference"] * (width - 3)
+        )
+    lines += QUALITY_TABLE.render(q.engines, first=first_rows)
+    lines.append("")
+    if KL_PNG in plots:
+        lines += [f"![Per-image KL distribution per engine, log x]({KL_PNG})", ""]
+    return [*lines, *_emulation_gap(q.emulation_gap), *_nonfinite(q.nonfinite)]
+
+
+def _emulation_gap(gap: EmulationGap | None) -> list[str]:
+    lines = ["### Emulation gap", ""]
+    if gap is None:
+        return [*lines, f"FP8 engine against its fake-quant emulation: {NOT_MEASURED}.", ""]
+    lines += EMULATION_GAP_TABLE.render(_gap_rows(gap))
+    if gap.floor_agreement is not None:
+        lines += [
+            "",
+            "The floor row runs the emulation again with only its memory layout changed "
+            "(channels-last), which reorders fp32 sums. FP8 rounding amplifies such tiny "
+            "differences to the size of the quantization noise over the network's depth, so "
+            "no distinct kernel can be expected to agree with the emulation better than the "
+            "floor; an engine near the floor computes what the recipe prescribes.",
+        ]
+    return [
+        *lines,
+        "",
+        "A per-image comparison of top-1: an image where the FP8 engine differs from fp32 "
+        "but its emulation does not is one where the two disagree, so at most "
+        f"{gap.differ_count} of the FP8 engine's differences from fp32 are not reproduced "
+        "by the emulation of the recipe. KL is compared only as a mean and maximum here.",
+        "",
+    ]
+
+
+def _nonfinite(scans: list[NonFiniteScan]) -> list[str]:
+    lines = ["### NaN/Inf scan", ""]
+    if not scans:
+        return [*lines, f"NaN/Inf scan: {NOT_MEASURED}.", ""]
+    return [*lines, *NONFINITE_TABLE.render(scans), ""]

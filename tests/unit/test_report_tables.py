@@ -1,0 +1,52 @@
+"""The declared report tables (`report/sections/tables.py`): rendered as declared, checked."""
+
+from pathlib import Path
+
+from quantstudy.record import StudyRecord
+from quantstudy.report.markdown import render_markdown
+from quantstudy.report.sections.results import TABLE_SPECS
+from quantstudy.report.selfcheck import check_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDS = [
+    *sorted((ROOT / "examples").glob("**/study.json")),
+    ROOT / "tests/fixtures/study_example.json",
+]
+
+
+def _headers(md: str) -> list[str]:
+    lines = md.split("\n")
+    return [
+        line
+        for i, line in enumerate(lines)
+        if line.startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("| ---")
+    ]
+
+
+def _records() -> list[StudyRecord]:
+    records = [StudyRecord.model_validate_json(p.read_text()) for p in RECORDS]
+    fixture = records[-1]  # with compiled packages too, which no example built
+    speed = fixture.speed.model_copy(update={"package_bytes": {"fp16": 1000, "fp8": 600}})
+    return [*records, fixture.model_copy(update={"speed": speed})]
+
+
+def test_every_declared_table_is_rendered_from_its_spec():
+    rendered = set()
+    for record in _records():
+        rendered.update(_headers(render_markdown(record)))
+    for spec in TABLE_SPECS:
+        shown = {"| " + " | ".join(h) + " |" for h in spec.variants()}
+        assert shown & rendered, f"no example renders the {spec.name} table"
+
+
+def test_a_row_short_of_its_declared_cells_is_a_problem():
+    path = ROOT / "tests/fixtures/study_example.json"
+    record = StudyRecord.model_validate_json(path.read_text())
+    md = render_markdown(record)
+    lines = md.split("\n")
+    header = next(i for i, x in enumerate(lines) if x.startswith("| Engine | Top-1 | Top-5"))
+    lines[header + 2] = lines[header + 2].rsplit(" | ", 1)[0] + " |"  # drop the last cell
+    problems = check_markdown("\n".join(lines), record)
+    assert any(
+        "row of the quality per engine table has 13 cells, header has 14" in p for p in problems
+    )
