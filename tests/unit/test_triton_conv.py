@@ -145,3 +145,11 @@ def test_fused_engine_runs_the_3x3_conv_real_and_equals_the_emulation_in_fp32():
         want = emu(x)
         got = fused(x.contiguous(memory_format=torch.channels_last))
     assert ((got - want).abs().max() / want.abs().max()).item() < 1e-5
+
+
+def test_profiles_file_the_conv_kernel_as_an_fp8_product():
+    """Its Triton name is what the profiler records; the kernel groups must count it as an FP8
+    matrix product (the ideal x and the kernel tables read that group)."""
+    from quantstudy.speed.kernels import group_kernel
+
+    assert group_kernel("_fp8_conv2d_kernel") == "fp8_matmul"

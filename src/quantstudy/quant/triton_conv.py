@@ -4,7 +4,7 @@ epilogue.
 Why: the built-in recipes select dense kxk convs (res2net's 48 3x3 convs) that no PyTorch
 library runs in FP8 on Hopper (cuDNN and cuBLASLt have no FP8 convolution there; torchao's
 needs Blackwell), so the engine ran them quantize-dequantized in fp16: the quantize passes
-without the FP8 product (benchmarks/FP8_NOTES.md, res2net's miss). Here the conv is the matrix
+without the FP8 product (docs/fp8-kernel.md, res2net's miss). Here the conv is the matrix
 product y[m, n] = sum_k a[m, k] w[n, k] over output pixels m = (b, ho, wo) and k = (tap, c),
 whose A matrix is never written: each K step loads one tap's channels of the rows' input
 pixels straight from the channels-last FP8 map (pixels outside it read zero, which is the
@@ -12,6 +12,9 @@ zero padding). The epilogue is `triton_fp8._finish`: per-output-channel weight s
 per-tensor input scale, folded-BN bias, activation, one write of the channels-last output
 in the engine's dtype or as the next layer's FP8 input. Sums move to float32 every PROMOTE
 products (`triton_fp8._mma`), as in the fused 1x1 product.
+
+The kernel's name says "conv2d" and "fp8", so the profiler's grouping (`speed/kernels.py`)
+counts it as an FP8 matrix product.
 
 Imported lazily: Triton ships with CUDA builds of torch only.
 """
@@ -63,7 +66,7 @@ def _prune(configs, named_args, **kwargs):
 
 
 @triton.jit
-def _fp8_conv_kernel(
+def _fp8_conv2d_kernel(
     x_ptr, w_ptr, c_ptr, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
     M, N, CIN, H, W, HO, WO,
     sxb, sxc, sxh, sxw, swn, scm, scn,
@@ -122,7 +125,7 @@ _fp8_conv_tuned = triton.autotune(
     key=["M", "N", "CIN", "H", "W", "KH", "KW", "SH", "SW", "ACT", "HAS_BIAS", "OUT_FP8"],
     prune_configs_by={"early_config_prune": _prune},
     do_bench=_bench,
-)(_fp8_conv_kernel)
+)(_fp8_conv2d_kernel)
 
 
 def conv_out_size(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
@@ -199,5 +202,5 @@ def fp8_conv2d_triton(
         meta |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
         if launch:
             meta |= {"num_warps": launch[0], "num_stages": launch[1]}
-        _fp8_conv_kernel[grid](*args, **meta)
+        _fp8_conv2d_kernel[grid](*args, **meta)
     return out.permute(0, 3, 1, 2)
