@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test lint clean
+.PHONY: demo test test-slow test-full lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,13 +17,23 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(VENV)/bin/quantstudy demo --calib 500 --heldout 1500
 
+# test: lint and every test but the `slow` ones (minutes each on a 2-core CPU), a few minutes.
+# test-slow: the slow ones alone (full 1300-image data tests, the demo end to end).
+# test-full: everything, as CI runs it (`.ci/run`: test, then test-slow).
 test: $(VENV)/.installed
-	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff check src tests
+	$(PY) -m pytest -q -rs -m "not slow"
+
+test-slow: $(VENV)/.installed
+	$(PY) -m pytest -q -rs -m slow
+
+test-full: $(VENV)/.installed
+	$(PY) -m ruff check src tests
 	$(PY) -m pytest -q -rs
 
 lint: $(VENV)/.installed
-	$(PY) -m ruff check src tests benchmarks
-	$(PY) -m ruff format --check src tests benchmarks
+	$(PY) -m ruff check src tests
+	$(PY) -m ruff format --check src tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,5 +1,8 @@
-"""Shared test set-up: few threads (2-core CI machine), and the skips for data and GPU tests."""
+"""Shared test set-up: few threads (2-core CI machine), the skips for data and GPU tests, and
+small stand-ins for inputs a test must not fetch (a foolbox-shaped wheel)."""
 
+import io
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -38,3 +41,26 @@ def tiny_imagenet(tmp_path) -> Path:
             pixels = (torch.rand(48, 48, 3, generator=g) * 255).to(torch.uint8).numpy()
             Image.fromarray(pixels).save(tmp_path / "data" / wnid / f"img{i}.jpg")
     return tmp_path / "data"
+
+
+# Labels of the stand-in wheel's 20 images: foolbox 3.3.4 has 243, 559 and 990 among its own.
+FOOLBOX_LABELS = (243, 559, 438, 990, 949, 853, 609, 609, 915, 455, 541, 630, 741, 471, 129, 99,
+                  251, 22, 317, 305)  # fmt: skip
+
+
+@pytest.fixture
+def foolbox_wheel(tmp_path) -> Path:
+    """A wheel laid out as foolbox 3.3.4's (`foolbox/data/imagenet_<i>_<label>.jpg`, plus code the
+    demo must ignore), with 20 small random JPEGs: the demo fallback without a download."""
+    g = torch.Generator().manual_seed(1)
+    wheel = tmp_path / "wheels" / "foolbox-3.3.4-py3-none-any.whl"
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("foolbox/__init__.py", "")
+        archive.writestr("foolbox/data/README.txt", "not an image")
+        for i, label in enumerate(FOOLBOX_LABELS):
+            pixels = (torch.rand(64, 64, 3, generator=g) * 255).to(torch.uint8).numpy()
+            buffer = io.BytesIO()
+            Image.fromarray(pixels).save(buffer, format="JPEG")
+            archive.writestr(f"foolbox/data/imagenet_{i:02d}_{label}.jpg", buffer.getvalue())
+    return wheel

@@ -9,7 +9,13 @@ order) to the size of the quantization noise itself over the depth of the networ
 the emulation against itself with only its memory layout changed (channels-last) agrees on about
 98.5% of top-1s. No two distinct kernels can agree better than that floor, so the tests compare the
 engine with the floor instead of a fixed 0.999.
+
+By default the held-out set is a class-balanced 200 of the 1300 (the same calibration, so each
+image's result is the one the full run gives it); all 1300 are `slow`. On the subset every bound
+widens by `slack`, the sampling error of a share measured on n of the 1300 images.
 """
+
+import math
 
 import pytest
 import torch
@@ -26,17 +32,25 @@ from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calibrate import calibrate
 
 CPU = torch.device("cpu")
+ALL = 1300
 
 
-@pytest.fixture(scope="module")
-def lite0(shared_data):
+def slack(share: float, n: int) -> float:
+    """3 standard errors of a share near `share` on n images drawn from the 1300 without
+    replacement: 0 for the whole folder."""
+    return 3 * math.sqrt(share * (1 - share) / n * (1 - n / ALL))
+
+
+@pytest.fixture(scope="module", params=[200, pytest.param(ALL, marks=pytest.mark.slow)])
+def lite0(shared_data, request):
     torch.set_num_threads(2)
+    n = request.param
     loaded = load_model("tf_efficientnet_lite0", "efficientnet-lite0")
     model = loaded.model
     pre = resolve_preprocessing(model)
     val = scan_folder(shared_data / "val-1300")
     calib = scan_folder(shared_data / "calib-1000")
-    calib_items, held_items = split_items(val.items, 500, 1300, seed=0, calib_items=calib.items)
+    calib_items, held_items = split_items(val.items, 500, n, seed=0, calib_items=calib.items)
     tf = build_transform(pre)
     calib_x, _ = load_images(calib_items, tf)
     x, labels = load_images(held_items, tf)
@@ -57,6 +71,7 @@ def lite0(shared_data):
     fq_engine.module = fq_engine.module.to(memory_format=torch.channels_last)
     floor = _agree(run_engine(fq_engine, x, 100), fq)
     return {
+        "n": n,
         "floor": floor,
         "model": model,
         "plan": plan,
@@ -78,9 +93,10 @@ def test_recipe_quality_matches_independent_computation(lite0):
     top1_ref = float((ref.argmax(1) == labels).float().mean())
     top1_fq = float((fq.argmax(1) == labels).float().mean())
     print(f"agreement {agreement:.4f}, top-1 {top1_ref:.4f} -> {top1_fq:.4f}")
+    n = lite0["n"]
     assert len(lite0["plan"].layers) > 30
-    assert 0.92 <= agreement <= 0.97
-    assert abs(top1_fq - top1_ref) <= 0.02
+    assert 0.92 - slack(0.945, n) <= agreement <= 0.97 + slack(0.945, n)
+    assert abs(top1_fq - top1_ref) <= 0.02 + slack(1 - agreement, n)
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +117,11 @@ def fp32_engines(lite0):
 def test_fp8_engine_fp32_compute_matches_emulation(lite0, fp32_engines, kernel):
     agreement = _agree(fp32_engines[kernel], lite0["fq"])
     print(f"fp8 engine {kernel} (fp32) vs emulation: {agreement:.4f}, floor {lite0['floor']:.4f}")
-    assert lite0["floor"] < 0.999  # the floor is real: reordering sums alone flips predictions
-    assert agreement >= lite0["floor"] - 0.005
-    assert agreement >= 0.98
+    floor, n = lite0["floor"], lite0["n"]
+    if n == ALL:  # the floor is real: reordering sums alone flips predictions
+        assert floor < 0.999
+    assert agreement >= floor - 0.005 - slack(floor, n)
+    assert agreement >= 0.98 - slack(0.98, n)
 
 
 def test_fused_engine_computes_what_the_unfused_one_does(lite0, fp32_engines):
@@ -111,7 +129,8 @@ def test_fused_engine_computes_what_the_unfused_one_does(lite0, fp32_engines):
     # bounded by the same floor as any two kernels.
     agreement = _agree(fp32_engines["fused"], fp32_engines["scaled_mm"])
     print(f"fused vs unfused (fp32 compute): {agreement:.4f}, floor {lite0['floor']:.4f}")
-    assert agreement >= lite0["floor"] - 0.005
+    floor = lite0["floor"]
+    assert agreement >= floor - 0.005 - slack(floor, lite0["n"])
 
 
 def test_bias_correction_removes_most_of_the_weight_shift(lite0):
@@ -135,4 +154,5 @@ def test_fp8_engine_bf16_close_to_emulation(lite0):
     out = run_engine(fp8, lite0["x"], 100)
     agreement = _agree(out, lite0["fq"])
     print(f"fp8 engine (bf16 compute) vs emulation: {agreement:.4f}")
-    assert agreement >= 0.95  # bf16's 8-bit mantissa everywhere else adds its own noise
+    # bf16's 8-bit mantissa everywhere else adds its own noise
+    assert agreement >= 0.95 - slack(0.95, lite0["n"])

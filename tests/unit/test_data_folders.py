@@ -19,7 +19,6 @@ from quantstudy.record import Preprocessing
 from quantstudy.record.errors import UserError
 
 WNIDS = timm.data.ImageNetInfo().label_names()
-FOOLBOX_WHEEL = Path("/tmp/fb/foolbox-3.3.4-py3-none-any.whl")
 
 
 def _jpeg(path: Path, color: int = 128, size: tuple[int, int] = (12, 10)) -> Path:
@@ -172,9 +171,8 @@ def test_load_images_unlabelled(tmp_path):
 # --- demo images ------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not FOOLBOX_WHEEL.is_file(), reason=f"{FOOLBOX_WHEEL} absent")
-def test_foolbox_demo_from_wheel(tmp_path, monkeypatch):
-    monkeypatch.setenv(demo.WHEEL_ENV, str(FOOLBOX_WHEEL))
+def test_foolbox_demo_from_wheel(tmp_path, monkeypatch, foolbox_wheel):
+    monkeypatch.setenv(demo.WHEEL_ENV, str(foolbox_wheel))
     data = demo.foolbox_demo(tmp_path)
     assert data.data_dir == tmp_path / "foolbox-imagenet-20" and data.calib_dir is None
     scan = scan_folder(data.data_dir)
