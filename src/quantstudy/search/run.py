@@ -37,7 +37,7 @@ from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record import StudyRecord, Variant
 from quantstudy.record.errors import UserError
-from quantstudy.record.io import write_json_atomic, write_record
+from quantstudy.record.io import write_json_atomic
 from quantstudy.report.render import RECORD_FILE, load_record, render_study
 from quantstudy.report.search_plots import write_sensitivity_plot
 from quantstudy.search.emit import write_recipe
@@ -347,7 +347,7 @@ def _record_search(
     )
     # validate the whole record again: `model_copy` does not
     record = StudyRecord.model_validate(record.model_dump(mode="json"))
-    write_record(study_dir / RECORD_FILE, record)  # sealed again: the search sections too
+    write_json_atomic(study_dir / RECORD_FILE, record.model_dump(mode="json"))
     render_study(study_dir)
 
 
