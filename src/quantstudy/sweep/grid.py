@@ -33,6 +33,7 @@ class GridPoint(BaseModel):
     weights: str
     strip_prefix: str | None = None
     recipe: str  # built-in name or recipe file; `default` resolved to the family's name
+    recipe_sha256: str | None = None  # of a recipe file's bytes when the grid was expanded
     calibrator: str | None = None  # None: the recipe's own
     seed: int
     fp8_kernel: str
@@ -50,11 +51,8 @@ class GridPoint(BaseModel):
 
     @property
     def key(self) -> str:
-        """SHA-256 of the settings as sorted JSON, plus the recipe file's bytes when it is one."""
+        """SHA-256 of the settings (a recipe file's hash included) as sorted JSON."""
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
-        recipe = Path(self.recipe)
-        if recipe.is_absolute() and recipe.is_file():
-            blob += recipe.read_bytes()
         return hashlib.sha256(blob).hexdigest()
 
     @property
@@ -99,10 +97,14 @@ class GridPoint(BaseModel):
         }
         path = folder / DERIVED_RECIPE
         path.write_text(yaml.safe_dump(derived, sort_keys=False), encoding="utf-8")
-        return str(path)
+        return DERIVED_RECIPE  # relative: the study runs in its folder
 
     def argv(self, folder: Path) -> list[str]:
-        """The `quantstudy run` command of this point, writing into `folder`."""
+        """The `quantstudy run` command of this point, run with `folder` as working directory.
+
+        The study's folder and a derived recipe are given relative to it (`--out .`), so the
+        record reads the same wherever the folder was when the study ran (a Ray worker's
+        temporary folder, or --out itself)."""
         argv = [sys.executable, "-m", "quantstudy.cli", "run", self.model]
         argv += ["--weights", self.weights, "--data", self.data]
         argv += ["--recipe", self.recipe_arg(folder)]
@@ -122,7 +124,7 @@ class GridPoint(BaseModel):
             argv.append("--no-speed")
         if self.test_settings:
             argv.append("--test-settings")
-        return [*argv, "--out", str(folder)]
+        return [*argv, "--out", "."]
 
 
 def expand(spec: SweepSpec, device: str) -> list[GridPoint]:
@@ -142,6 +144,7 @@ def expand(spec: SweepSpec, device: str) -> list[GridPoint]:
                     weights=m.weights,
                     strip_prefix=m.strip_prefix,
                     recipe=recipe,
+                    recipe_sha256=_file_sha256(recipe),
                     calibrator=calibrator,
                     seed=seed,
                     fp8_kernel=str(kernel),
@@ -162,3 +165,12 @@ def expand(spec: SweepSpec, device: str) -> list[GridPoint]:
     if len(set(names)) != len(names):
         raise UserError("two grid points have the same settings; list each value once")
     return points
+
+
+def _file_sha256(recipe: str) -> str | None:
+    """Hash of a recipe file, so editing it gives new folders; None for a built-in name (a
+    missing file fails in its study, recorded there)."""
+    path = Path(recipe)
+    if not (path.is_absolute() and path.is_file()):
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()

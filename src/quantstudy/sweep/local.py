@@ -82,29 +82,32 @@ class LocalExecutor:
         for job in jobs:
             todo.put(job)
 
-        def work(slot: Slot) -> None:
-            while not stop.is_set():
-                try:
-                    job = todo.get_nowait()
-                except queue.Empty:
-                    return
-                events.started(job, slot.name)
-                env = {**slot.env, **host_cache_env()}
-                status = run_point(job.point, out / job.folder, env, stop)
-                events.finished(job, status)
+        finished = [threading.Event() for _ in self.slots[: max(1, len(jobs))]]
 
-        threads = [
-            threading.Thread(target=work, args=(slot,), name=slot.name, daemon=True)
-            for slot in self.slots[: max(1, len(jobs))]
-        ]
-        for t in threads:
-            t.start()
+        def work(slot: Slot, done: threading.Event) -> None:
+            try:
+                while not stop.is_set():
+                    try:
+                        job = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    events.started(job, slot.name)
+                    env = {**slot.env, **host_cache_env()}
+                    status = run_point(job.point, out / job.folder, env, stop)
+                    events.finished(job, status)
+            finally:
+                done.set()
+
+        for slot, done in zip(self.slots, finished, strict=False):
+            threading.Thread(target=work, args=(slot, done), name=slot.name, daemon=True).start()
+        # Events, not Thread.join: a KeyboardInterrupt inside join() can leave the thread
+        # looking finished while it still stops its study and writes point.json.
         try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(timeout=0.2)
+            for done in finished:
+                while not done.wait(timeout=0.2):
+                    pass
         except KeyboardInterrupt:
             stop.set()
-            for t in threads:
-                t.join()
+            for done in finished:
+                done.wait()
             raise

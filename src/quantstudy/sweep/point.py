@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -108,7 +109,8 @@ def run_point(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **env},
+            cwd=folder,
+            env=_child_env(env),
             start_new_session=True,  # the sweep, not the terminal, decides when a study stops
         )
         code = _wait(proc, stop)
@@ -117,6 +119,16 @@ def run_point(
     if stop.is_set():
         return _finish(folder, status, "interrupted", code, "stopped by the sweep", started)
     return _finish(folder, status, "failed", code, _error_line(folder / LOG_FILE), started)
+
+
+def _child_env(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment with `extra`; PYTHONPATH made absolute (the study's working
+    directory is its folder)."""
+    env = {**os.environ, **extra}
+    if env.get("PYTHONPATH"):
+        parts = env["PYTHONPATH"].split(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in parts if p)
+    return env
 
 
 def record_failure(folder: Path, point: GridPoint, error: str) -> PointStatus:
@@ -157,14 +169,21 @@ def _wait(proc: subprocess.Popen, stop: threading.Event) -> int:
         return proc.wait()
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
+
+
 def _error_line(log: Path) -> str:
-    """The CLI's one-line user error if there is one, else the last line (a traceback's end)."""
-    lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
-    lines = [ln for ln in lines if ln]
+    """The CLI's one-line user error if there is one, else the traceback's exception line,
+    else the last line of the log."""
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = [ln.rstrip() for ln in lines if ln.strip()]
     for line in reversed(lines):
         if line.startswith(ERROR_PREFIX):
             return line.removeprefix(ERROR_PREFIX)
-    return lines[-1] if lines else "the study exited without output"
+    for line in reversed(lines):
+        if _EXCEPTION_LINE.match(line):
+            return line
+    return lines[-1].strip() if lines else "the study exited without output"
 
 
 def _finish(

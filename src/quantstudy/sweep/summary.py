@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from quantstudy.record import StudyRecord
 from quantstudy.sweep.events import Job
@@ -98,7 +98,11 @@ def collect_row(job: Job, out: Path) -> SweepRow:
     study = folder / "study.json"
     if not study.is_file():
         return SweepRow(**base)
-    record = StudyRecord.model_validate_json(study.read_text(encoding="utf-8"))
+    try:
+        record = StudyRecord.model_validate_json(study.read_text(encoding="utf-8"))
+    except ValidationError as err:  # e.g. written by another version: the row says so
+        problem = f"study.json does not load: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}"
+        return SweepRow(**(base | {"status": "failed", "error": problem}))
     if record.status != "complete" and base["status"] == "complete":
         base["status"] = "partial"
     return SweepRow(**(base | _measured(record)))
