@@ -1,12 +1,12 @@
 """A depthwise convolution as a Triton kernel on channels-last maps, FP8 or fp16 in and out.
 
 Why: the largest byte saving left in the inverted-residual CNNs is the expanded tensor around
-each depthwise conv (benchmarks/FP8_NOTES.md, "FP8 storage around the depthwise convolutions"):
+each depthwise conv (docs/fp8-kernel.md, "What would close the misses"):
 the 1x1 conv before it could write it in FP8, and the depthwise conv could write the next FP8
 layer's input, if the depthwise conv read and wrote FP8. cuDNN's depthwise kernels read and
 write fp16 only. This kernel reads either (an FP8 map with its per-tensor scale), sums in
 float32, applies bias and activation, and writes fp16 or FP8 (divide by the next layer's scale,
-saturate, round to nearest even). `benchmarks/bench_depthwise.py` times it against cuDNN before
+saturate, round to nearest even). `quantstudy bench depthwise` times it against cuDNN before
 any engine uses it.
 
 Each program computes BLOCK_P output pixels x BLOCK_C channels; channels are contiguous in a

@@ -27,8 +27,8 @@ are searched case-insensitively. The heuristics, and what they cannot see:
   `amax` (a dynamic FP8 scale) also counts as quantize/convert. Inductor also names such a
   kernel after the op that consumes its output, so the input quantize of the fused FP8 layer is
   `triton_poi_fused__to_copy_clamp_div_fp8_gemm_6`: an Inductor pointwise kernel is never a
-  matrix product, whatever product its name mentions (before this rule, benchmark runs 4-10
-  counted those kernels as FP8 matrix products).
+  matrix product, whatever product its name mentions (without this rule those kernels count as
+  FP8 matrix products).
 - Depthwise convolutions are recognised only where the library names them: PyTorch's native
   `conv_depthwise2d_*` kernels, names containing `depthwise`, and cuDNN's
   `conv2d_grouped_direct_kernel` (a direct kernel for grouped convolutions, which covers depthwise
@@ -80,7 +80,7 @@ FP8_TYPE = r"e4m3|e5m2|f8f8|fp8|float8"
 MATMUL = r"gemm|gemv|matmul|scaled_mm|nvjet|xmma|cutlass|tensorop|wgmma|hmma|s16816|^triton_tem_"
 CONV = r"fprop|conv2d|convolution|convolve|implicit_gemm|winograd"
 # `conv2d_c1_k1_nhwc_specialized`: cuDNN's NHWC kernel for one input and one output channel per
-# group. Among the top kernels of the H200 profiles (runs 1-21, benchmarks/results) it is in
+# group. Among the top kernels of the H200 profiles (docs/results) it is in
 # every model with depthwise convs (EfficientNet-Lite0, MobileNetV4, ghostnet, xception41), at
 # 140-1900 us, and in none without (crossvit, res2net); the "fp16 products" of those runs hold it.
 DEPTHWISE = r"depthwise|conv_depthwise|grouped_direct|conv2d_c1_k1"

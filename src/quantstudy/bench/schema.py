@@ -1,0 +1,245 @@
+"""The benchmark records: one JSON file per `quantstudy bench` command, validated on write and
+on read, each carrying the provenance that makes its figures comparable (or not).
+
+Schema history:
+  1: first version (speed, gemm, depthwise, kernels and published records).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from quantstudy.record import SpeedSection
+from quantstudy.record.base import Section
+from quantstudy.record.errors import UserError
+from quantstudy.record.io import write_json_atomic
+from quantstudy.record.vocab import CompileMode, Fp8Kernel, KernelGroup
+
+BENCH_SCHEMA_VERSION = 1
+
+
+class Provenance(Section):
+    """Where a record's figures come from. Every field but the date may be unknown (None) for a
+    record converted from an older file that did not write it; `note` says what was known."""
+
+    command: str  # the command line that produced the figures
+    git_commit: str | None = None
+    created_utc: str | None = None  # None: not recorded (a record converted from an older file)
+    device: str  # "cuda" or "cpu"
+    gpu_name: str | None = None
+    gpu_driver: str | None = None
+    gpu_capability: str | None = None
+    cuda: str | None = None
+    cudnn: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    timm: str | None = None
+    python: str | None = None
+    code: str | None = None  # what the code under test did, where the commit alone does not say
+    note: str | None = None
+
+
+class Record(Section):
+    schema_version: int = BENCH_SCHEMA_VERSION
+    provenance: Provenance
+    meaningful: bool  # False: timings from a CPU or none at all; not evidence for speed
+    meaningless_reason: str | None = None
+
+
+# --- speed ---------------------------------------------------------------------------------
+
+
+class LoggedBatch(Section):
+    """One batch of an engine known only from the printed table of its run (the JSON was lost):
+    medians and the ratio's quartiles, kernel counts, the FP8 engine's kernel time per group."""
+
+    batch: int
+    fp16_ms: float
+    fp8_ms: float
+    ratio_median: float
+    ratio_q1: float
+    ratio_q3: float
+    fp16_kernels: int
+    fp8_kernels: int
+    fp8_groups_us: dict[KernelGroup, float]
+
+
+class EngineSpeed(Section):
+    """One FP8 engine of a model timed against the fp16 engine."""
+
+    fp8_kernel: Fp8Kernel
+    fp8_real: int | None = None  # layers running a real FP8 product (None: not recorded)
+    fp8_emulated: int | None = None  # layers quantize-dequantized around an fp16 op
+    epilogue_activations: int | None = None  # activations computed in fused epilogues
+    fp8_handoffs: int | None = None  # FP8 layers writing the next FP8 layer's input
+    scaled_mm_output: str | None = None
+    speed: SpeedSection | None = None  # the harness's section, as a study records it
+    logged: list[LoggedBatch] | None = None  # instead of `speed`, for a run known from its log
+
+
+class Agreement(Section):
+    """Top-1 agreement of the fused and unfused FP8 engines on the same images."""
+
+    n_images: int
+    same_top1: int
+
+
+class SpeedResult(Section):
+    model: str
+    weights: str | None = None
+    recipe: str
+    selected: int | None = None  # layers the recipe selected
+    engines: list[EngineSpeed]
+    fused_vs_unfused: Agreement | None = None
+    # The fp16 engine in default mode (the harness's fp16 slot) against itself under
+    # max-autotune (its FP8 slot): x above 1 means max-autotune made fp16 faster.
+    fp16_max_autotune: SpeedSection | None = None
+    fp16_max_autotune_logged: tuple[int, float, float] | None = None  # batch, default, tuned ms
+    build_and_time_s: float | None = None
+
+
+class SpeedBench(Record):
+    kind: Literal["speed"] = "speed"
+    images: str
+    n_images: int
+    batches: list[int]
+    rounds: int
+    iters: int
+    compile_mode: CompileMode
+    results: list[SpeedResult]
+
+
+# --- gemm ----------------------------------------------------------------------------------
+
+
+class GemmRow(Section):
+    """One unique FP8 product M x K x N of a model's recipe, every way it was run (us per call)."""
+
+    model: str
+    m: int
+    k: int
+    n: int
+    conv_map: list[int] | None = None  # [batch, K, H, W] of a stride-1 1x1 conv
+    layers: list[str]
+    fused_bytes: int  # FP8 input and weight read, fp16 output written
+    roofline_us: float  # fused_bytes at the bandwidth of `GemmBench.bandwidth`
+    # variant -> microseconds per call (NaN: a tile the compiler refused)
+    us: dict[str, float] = Field(default_factory=dict)
+    max_rel_error: dict[str, float] = Field(default_factory=dict)
+    best_triton: str | None = None
+    refused: dict[str, str] = Field(default_factory=dict)
+
+
+class GemmBench(Record):
+    kind: Literal["gemm"] = "gemm"
+    batch: int
+    bandwidth: float  # bytes/s of the roofline
+    timed: str  # what each variant's time is
+    results: list[GemmRow]
+
+
+# --- depthwise -----------------------------------------------------------------------------
+
+
+class DepthwiseRow(Section):
+    model: str
+    c: int
+    k: int
+    stride: int
+    input: list[int]  # NCHW
+    output: list[int]
+    pad: list[int]  # top, left
+    layers: list[str]
+    bytes: dict[str, int]  # variant -> bytes read and written
+    roofline_us: dict[str, float]
+    us: dict[str, float] = Field(default_factory=dict)
+    best_tile: dict[str, list[int]] = Field(default_factory=dict)
+    max_rel_error: dict[str, float] = Field(default_factory=dict)
+
+
+class DepthwiseBench(Record):
+    kind: Literal["depthwise"] = "depthwise"
+    batch: int
+    bandwidth: float
+    results: list[DepthwiseRow]
+
+
+# --- kernels -------------------------------------------------------------------------------
+
+
+class KernelTime(Section):
+    kernel: str
+    us: float
+    group: KernelGroup
+
+
+class KernelsBench(Record):
+    kind: Literal["kernels"] = "kernels"
+    model: str
+    recipe: str
+    batch: int
+    fp8_kernel: Fp8Kernel
+    # per fresh compile: engine ("fp16", "fp8") -> every kernel of one call, slowest first
+    compiles: list[dict[str, list[KernelTime]]]
+    # files of generated kernel source written beside the record
+    sources: list[str] = Field(default_factory=list)
+
+
+# --- published figures ---------------------------------------------------------------------
+
+
+class PublishedFigure(Section):
+    model: str
+    gpu: str
+    tensorrt: str
+    opt_level: int | None = None  # None: not stated
+    batch: int
+    fp16_ms: float | None = None
+    fp8_ms: float | None = None
+    x: float
+    source: str
+
+
+class PublishedBench(Record):
+    """Figures copied from a write-up, not measured here: for comparison only."""
+
+    kind: Literal["published"] = "published"
+    title: str
+    figures: list[PublishedFigure]
+
+
+BenchRecord = Annotated[
+    SpeedBench | GemmBench | DepthwiseBench | KernelsBench | PublishedBench,
+    Field(discriminator="kind"),
+]
+_ADAPTER: TypeAdapter[BenchRecord] = TypeAdapter(BenchRecord)
+
+
+def write_record(path: Path, record: Record) -> None:
+    """Validate (the models are frozen and typed already) and write atomically."""
+    write_json_atomic(path, record.model_dump(mode="json"))
+
+
+def read_record(path: Path) -> BenchRecord:
+    """One record; a file that is not one is a `UserError` naming it."""
+    try:
+        return _ADAPTER.validate_json(path.read_bytes())
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise UserError(f"{path} is not a bench record: {where}: {first['msg']}") from None
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}") from None
+
+
+def read_folder(folder: Path) -> list[tuple[str, BenchRecord]]:
+    """Every `*.json` record of `folder`, by file name (name order; see `report.run_order`)."""
+    if not folder.is_dir():
+        raise UserError(f"{folder} is not a folder of bench records")
+    records = [(p.stem, read_record(p)) for p in sorted(folder.glob("*.json"))]
+    if not records:
+        raise UserError(f"{folder} holds no *.json bench record")
+    return records

@@ -1,0 +1,139 @@
+"""The layers a product benchmark times, found on the CPU from one traced pass (random weights:
+only shapes matter): a recipe's FP8 products as M x K x N, a model's depthwise convs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from quantstudy.model.loading import load_model
+from quantstudy.model.preprocess import resolve_preprocessing
+from quantstudy.quant.modules import real_fp8_blocker
+from quantstudy.recipe.builtin import default_recipe_for, load_recipe
+from quantstudy.recipe.resolve import resolve
+
+# H200 device-to-device copy bandwidth, bytes/s: the rooflines' ceiling (a lower bound on time).
+BANDWIDTH = 4.3e12
+
+
+@dataclass
+class Product:
+    """One unique FP8 matrix product of a recipe and the layers that run it."""
+
+    m: int
+    k: int
+    n: int
+    conv_map: list[int] | None  # [batch, K, H, W]: a stride-1 1x1 conv, timed as a conv too
+    layers: list[str] = field(default_factory=list)
+
+    @property
+    def fused_bytes(self) -> int:
+        """FP8 input and weight read, fp16 output written: what the fused kernel must move."""
+        return self.m * self.k + self.n * self.k + 2 * self.m * self.n
+
+
+@dataclass
+class DepthwiseConv:
+    """One unique depthwise conv (channels, kernel, stride, input map) and its layers."""
+
+    c: int
+    k: int
+    stride: int
+    input: list[int]
+    output: list[int]
+    pad: list[int]  # top, left
+    module: nn.Conv2d
+    layers: list[str] = field(default_factory=list)
+
+    def moved_bytes(self, x_bytes: int, y_bytes: int) -> int:
+        return math.prod(self.input) * x_bytes + math.prod(self.output) * y_bytes
+
+
+def traced_model(model_name: str) -> tuple[nn.Module, torch.Tensor]:
+    """The model with random weights and a zero image of its input size."""
+    model = load_model(model_name, "random").model.eval()
+    return model, torch.zeros(1, *resolve_preprocessing(model).input_size)
+
+
+def input_shapes(model: nn.Module, example: torch.Tensor, names: list[str]) -> dict[str, tuple]:
+    """Shape of each named layer's input in one forward pass of `example`."""
+    shapes: dict[str, tuple] = {}
+
+    def record(name: str):
+        def hook(_module: nn.Module, args: tuple) -> None:
+            shapes.setdefault(name, tuple(args[0].shape))
+
+        return hook
+
+    hooks = [model.get_submodule(name).register_forward_pre_hook(record(name)) for name in names]
+    try:
+        with torch.no_grad():
+            model(example)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return shapes
+
+
+def fp8_products(model_name: str, recipe_name: str | None, batch: int) -> list[Product]:
+    """The unique products of the recipe's layers that run a real FP8 product, at `batch`."""
+    model, example = traced_model(model_name)
+    recipe, _ = load_recipe(recipe_name or default_recipe_for(model_name))
+    chosen = [d.name for d in resolve(recipe, model, example).selected]
+    real = [n for n in chosen if real_fp8_blocker(model.get_submodule(n)) is None]
+    shapes = input_shapes(model, example, real)
+    out: dict[tuple, Product] = {}
+    for name in real:
+        layer = model.get_submodule(name)
+        shape = shapes[name]
+        if isinstance(layer, nn.Conv2d):
+            (sh, sw), (h, w) = layer.stride, shape[2:]
+            ho, wo = -(-h // sh), -(-w // sw)
+            stride1 = (sh, sw) == (1, 1)
+            key = (batch * ho * wo, layer.in_channels, layer.out_channels, stride1)
+            conv_map = [batch, layer.in_channels, ho, wo] if stride1 else None
+        else:  # a linear layer over (batch, tokens..., features)
+            key = (batch * math.prod(shape[1:-1]), layer.in_features, layer.out_features, False)
+            conv_map = None
+        out.setdefault(key, Product(key[0], key[1], key[2], conv_map)).layers.append(name)
+    return list(out.values())
+
+
+def is_depthwise(m: nn.Module) -> bool:
+    return isinstance(m, nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels == m.out_channels
+
+
+def depthwise_convs(model_name: str, batch: int) -> tuple[list[DepthwiseConv], list[str]]:
+    """The model's unique depthwise convs at `batch`, and the names of those the Triton kernel
+    cannot run (one stride for both axes, no dilation, symmetric or "same" padding)."""
+    from timm.layers.padding import get_same_padding
+
+    model, example = traced_model(model_name)
+    names = [n for n, m in model.named_modules() if is_depthwise(m)]
+    shapes = input_shapes(model, example, names)
+    rows: dict[tuple, DepthwiseConv] = {}
+    skipped = []
+    for name in names:
+        conv = model.get_submodule(name)
+        _, c, h, w = shapes[name]
+        (k, _), (s, s_w) = conv.kernel_size, conv.stride
+        same = isinstance(conv.padding, str) or type(conv).__name__ == "Conv2dSame"
+        if s != s_w or conv.dilation != (1, 1) or (not same and len(set(conv.padding)) > 1):
+            skipped.append(name)
+            continue
+        if same:
+            ho, wo = -(-h // s), -(-w // s)
+            pad = [get_same_padding(h, k, s, 1) // 2, get_same_padding(w, k, s, 1) // 2]
+        else:
+            p = conv.padding[0]
+            ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+            pad = [p, p]
+        key = (c, k, s, h, w)
+        row = rows.setdefault(
+            key, DepthwiseConv(c, k, s, [batch, c, h, w], [batch, c, ho, wo], pad, conv)
+        )
+        row.layers.append(name)
+    return list(rows.values()), skipped

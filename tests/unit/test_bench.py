@@ -1,0 +1,131 @@
+"""`quantstudy bench`: the record schema, the committed results re-rendered, and the parts of each
+benchmark that run on a CPU (the speed harness as a check, shapes and bytes of gemm/depthwise)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from quantstudy.bench.report import REPORT_NAME, render_folder
+from quantstudy.bench.schema import GemmBench, SpeedBench, read_folder, read_record
+from quantstudy.bench.shapes import BANDWIDTH, fp8_products
+from quantstudy.cli import main
+from quantstudy.record.errors import UserError
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
+
+
+def test_committed_results_rerender_identically():
+    """docs/results/README.md is what `quantstudy bench report docs/results --write` writes."""
+    assert render_folder(RESULTS) == (RESULTS / REPORT_NAME).read_text()
+
+
+def test_committed_records_load_and_round_trip():
+    records = read_folder(RESULTS)
+    assert {type(r).__name__ for _, r in records} >= {"SpeedBench", "GemmBench", "PublishedBench"}
+    for name, record in records:
+        on_disk = json.loads((RESULTS / f"{name}.json").read_text())
+        assert record.model_dump(mode="json") == on_disk, name
+        assert record.provenance.command and record.provenance.device == "cuda", name
+        if isinstance(record, SpeedBench):
+            assert record.provenance.gpu_name == "NVIDIA H200", name
+
+
+def test_a_file_that_is_no_record_is_a_user_error(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"kind": "speed", "provenance": {}}))
+    with pytest.raises(UserError, match=r"x.json is not a bench record: speed.provenance"):
+        read_record(bad)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UserError, match="holds no"):
+        read_folder(empty)
+
+
+def test_gemm_shapes_match_the_products_the_h200_timed():
+    """The products found on the CPU now are the 19 that the converted H200 sweep timed."""
+    sweep = read_record(RESULTS / "gemm-tf_efficientnet_lite0-sweep.json")
+    assert isinstance(sweep, GemmBench)
+    found = fp8_products("tf_efficientnet_lite0", None, sweep.batch)
+    assert [(p.m, p.k, p.n, p.layers) for p in found] == [
+        (r.m, r.k, r.n, r.layers) for r in sweep.results
+    ]
+    for p, r in zip(found, sweep.results, strict=True):
+        assert p.fused_bytes == r.fused_bytes == p.m * p.k + p.n * p.k + 2 * p.m * p.n
+
+
+def test_gemm_and_depthwise_shapes_only_on_any_machine(tmp_path, capsys):
+    out = tmp_path / "gemm.json"
+    args = ["bench", "gemm", "tf_efficientnet_lite0", "--batch", "2", "--shapes-only"]
+    assert main([*args, "--out", str(out)]) == 0
+    gemm = read_record(out)
+    assert not gemm.meaningful and "nothing timed" in gemm.meaningless_reason
+    assert all(
+        r.us == {} and r.roofline_us == r.fused_bytes / BANDWIDTH * 1e6 for r in gemm.results
+    )
+    assert gemm.provenance.command.startswith("quantstudy bench gemm tf_efficientnet_lite0")
+    dw_out = tmp_path / "dw.json"
+    args = ["bench", "depthwise", "tf_efficientnet_lite0", "--batch", "2", "--shapes-only"]
+    assert main([*args, "--out", str(dw_out)]) == 0
+    dw = read_record(dw_out)
+    assert sum(len(r.layers) for r in dw.results) == 16  # Lite0's 16 depthwise convs
+    first = dw.results[0]
+    assert first.input == [2, 32, 112, 112] and first.bytes["cudnn fp16"] == 2 * 2 * 32 * 112**2 * 2
+    assert first.bytes["triton fp8 in/out"] == first.bytes["cudnn fp16"] // 2
+    report = render_folder(tmp_path)
+    assert "not meaningful as speed evidence" in report and "## Depthwise convolutions" in report
+
+
+@NO_CUDA
+@pytest.mark.parametrize(
+    ("command", "needs"),
+    [
+        (["gemm", "tf_efficientnet_lite0"], "bench gemm"),
+        (["depthwise", "ghostnet_100"], "bench depthwise"),
+    ],
+)
+def test_gpu_timings_without_cuda_are_a_user_error(tmp_path, capsys, command, needs):
+    assert main(["bench", *command, "--out", str(tmp_path / "r.json")]) == 1
+    err = capsys.readouterr().err
+    assert f"{needs} needs a CUDA GPU" in err and "--shapes-only" in err
+    assert not (tmp_path / "r.json").exists()
+
+
+@NO_CUDA
+def test_kernels_without_cuda_is_a_user_error(tiny_imagenet, tmp_path, capsys):
+    out = tmp_path / "k.json"
+    code = main(["bench", "kernels", "m", "--data", str(tiny_imagenet), "--out", str(out)])
+    assert code == 1 and "bench kernels needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_speed_on_cpu_is_a_check_marked_not_meaningful(tiny_imagenet, tmp_path):
+    out = tmp_path / "speed.json"
+    args = ["bench", "speed", "test_efficientnet", "--weights", "random", "--device", "cpu"]
+    args += ["--data", str(tiny_imagenet), "--calib", "4", "--heldout", "4", "--batches", "1"]
+    args += ["--rounds", "2", "--iters", "1", "--agreement", "--out", str(out)]
+    assert main(args) == 0
+    record = read_record(out)
+    assert isinstance(record, SpeedBench) and not record.meaningful
+    assert record.provenance.device == "cpu" and record.provenance.gpu_name is None
+    (result,) = record.results
+    assert [e.fp8_kernel for e in result.engines] == ["fused", "scaled_mm"]
+    assert all(e.speed.batches[0].batch == 1 and not e.speed.meaningful for e in result.engines)
+    assert result.fused_vs_unfused.n_images == 4
+    report = render_folder(tmp_path)
+    assert "measured on a CPU" in report and "test_efficientnet" in report
+
+
+def test_speed_refuses_agreement_without_both_engines(tiny_imagenet, tmp_path, capsys):
+    args = ["bench", "speed", "m", "--device", "cpu", "--data", str(tiny_imagenet)]
+    code = main([*args, "--kernels", "fused", "--agreement", "--out", str(tmp_path / "s.json")])
+    assert code == 1 and "time both" in capsys.readouterr().err
+
+
+def test_report_command_prints_the_tables(capsys):
+    assert main(["bench", "report", str(RESULTS)]) == 0
+    out = capsys.readouterr().out
+    assert out == (RESULTS / REPORT_NAME).read_text()
