@@ -140,6 +140,10 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="(re)render report.md and plots from study.json")
     report.add_argument("study_dir", type=Path)
+
+    from quantstudy.bench.cli import add_bench_parser
+
+    add_bench_parser(sub, _add_config_args)  # bench speed|gemm|depthwise|kernels|report
     return parser
 
 
@@ -242,17 +246,25 @@ def _cmd_report(args: argparse.Namespace) -> None:
     print(render_study(args.study_dir))
 
 
+def _cmd_bench(args: argparse.Namespace) -> None:
+    from quantstudy.bench.cli import run_bench
+
+    run_bench(args, lambda: _model_config(args), sys.argv[1:] if args.argv is None else args.argv)
+
+
 COMMANDS = {
     "run": _cmd_run,
     "demo": _cmd_demo,
     "recipes": _cmd_recipes,
     "search": _cmd_search,
     "report": _cmd_report,
+    "bench": _cmd_bench,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.argv = argv  # the command line a record names (None: this process's)
     try:
         COMMANDS[args.command](args)
     except UserError as e:
