@@ -141,9 +141,29 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="(re)render report.md and plots from study.json")
     report.add_argument("study_dir", type=Path)
 
-    from quantstudy.bench.cli import add_bench_parser
-
-    add_bench_parser(sub, _add_config_args)  # bench speed|gemm|depthwise|kernels|report
+    sweep = sub.add_parser(
+        "sweep",
+        help="run a grid of studies (models x recipes x calibrators x seeds x FP8 kernels)",
+        epilog="exit status: 0 every study finished, 1 one or more failed (see sweep.md), "
+        "130 stopped (rerun to resume)",
+    )
+    sweep.add_argument("sweep_file", type=Path, help="sweep YAML (see quantstudy/sweep/spec.py)")
+    sweep.add_argument("--executor", choices=["local", "ray"], default="local")
+    sweep.add_argument("--address", help="Ray cluster address (default: start a local one)")
+    sweep.add_argument("--out", type=Path, help="sweep folder (default sweeps/<file stem>/)")
+    sweep.add_argument(
+        "--workers",
+        type=int,
+        help="parallel studies (default: one per visible GPU, or one per CPU core)",
+    )
+    sweep.add_argument(
+        "--transfer",
+        choices=["auto", "shared", "copy"],
+        default="auto",
+        help="ray: how study folders reach --out (default auto: shared when the workers see "
+        "--out, else copied back as bytes)",
+    )
+    sweep.add_argument("--dry-run", action="store_true", help="print the grid and stop")
     return parser
 
 
@@ -170,6 +190,10 @@ def _print_outcome(record, report: Path) -> None:
         for gate in decision.gates:
             mark = "pass" if gate.passed else "FAIL"
             print(f"  [{mark}] {gate.name}: {gate.measured} (needs {gate.threshold})")
+    if record.timings is not None:
+        from quantstudy.study.timing import format_timings
+
+        print(f"\nwall time per stage:\n{format_timings(record.timings)}")
     print(f"report: {report}")
 
 
@@ -246,10 +270,16 @@ def _cmd_report(args: argparse.Namespace) -> None:
     print(render_study(args.study_dir))
 
 
-def _cmd_bench(args: argparse.Namespace) -> None:
-    from quantstudy.bench.cli import run_bench
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from quantstudy.sweep.run import SweepOptions, run_sweep
 
-    run_bench(args, lambda: _model_config(args), sys.argv[1:] if args.argv is None else args.argv)
+    if args.workers is not None and args.workers < 1:
+        raise UserError("--workers must be at least 1")
+    out = args.out or Path("sweeps") / args.sweep_file.stem
+    options = SweepOptions(
+        args.sweep_file, out, args.executor, args.address, args.workers, args.transfer, args.dry_run
+    )
+    return run_sweep(options)
 
 
 COMMANDS = {
@@ -258,19 +288,18 @@ COMMANDS = {
     "recipes": _cmd_recipes,
     "search": _cmd_search,
     "report": _cmd_report,
-    "bench": _cmd_bench,
+    "sweep": _cmd_sweep,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    args.argv = argv  # the command line a record names (None: this process's)
     try:
-        COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
     except UserError as e:
         print(f"quantstudy: error: {e}", file=sys.stderr)
         return 1
-    return 0
+    return status or 0  # sweep: its exit status
 
 
 if __name__ == "__main__":

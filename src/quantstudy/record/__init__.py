@@ -40,6 +40,7 @@ from quantstudy.record.speed import (
     TimingStats,
 )
 from quantstudy.record.study import StudyRecord, Variant
+from quantstudy.record.timings import StageTime, TimingsSection
 
 __all__ = [
     "OLDEST_SCHEMA_VERSION",
@@ -77,10 +78,12 @@ __all__ = [
     "SensitivitySection",
     "SkippedImage",
     "SpeedSection",
+    "StageTime",
     "StudyConfig",
     "StudyRecord",
     "TensorScale",
     "TimingStats",
+    "TimingsSection",
     "UserError",
     "Variant",
 ]

@@ -14,6 +14,7 @@ Schema history:
      EngineInfo.fp8_kernel_choice and Fp8Kernel "fastest" (per-layer kernel choice).
      StudyConfig (was StudyConfigRecord) holds the whole config: class_list, strip_prefix,
      eval_batch, speed, package, out.
+     StudyRecord.timings (wall time per stage of the run, `study/timing.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

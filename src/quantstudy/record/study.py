@@ -26,6 +26,7 @@ from quantstudy.record.search import (
     SensitivitySection,
 )
 from quantstudy.record.speed import BatchSpeed, SpeedSection
+from quantstudy.record.timings import TimingsSection
 
 
 class Variant(Section):
@@ -59,6 +60,7 @@ class StudyRecord(Section):
     sensitivity: SensitivitySection | None = None
     layer_speed: LayerSpeedSection | None = None
     search: SearchSection | None = None
+    timings: TimingsSection | None = None  # wall time per stage of the run that wrote it
     not_run: list[str] = Field(
         default_factory=list
     )  # plain statements of what this study did not measure

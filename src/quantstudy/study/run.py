@@ -42,6 +42,7 @@ from quantstudy.study.cache import StageCache, console
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.environment import collect_environment
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
+from quantstudy.study.timing import StageTimer
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
 ATTRIBUTION = {
@@ -62,9 +63,11 @@ class EngineOutputs:
 
 def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
     """Run one study; returns the record and the path of its Markdown report."""
+    timer = StageTimer()
     set_numerics()
     device = _device(config.device)
-    inputs = prepare_inputs(config)
+    with timer.stage("load"):
+        inputs = prepare_inputs(config)
     if inputs.recipe_is_default:
         console.print(f"recipe: [bold]{inputs.recipe.name}[/bold] (the family default)")
     out_dir = config.out_dir(inputs.recipe.name)
@@ -93,25 +96,33 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
     )
 
     transform = build_transform(inputs.pre)
-    calib_x, _ = load_images(inputs.calib_items, transform, desc="calibration images")
-    heldout_x, labels = load_images(inputs.heldout_items, transform, desc="held-out images")
+    with timer.stage("images"):
+        calib_x, _ = load_images(inputs.calib_items, transform, desc="calibration images")
+        heldout_x, labels = load_images(inputs.heldout_items, transform, desc="held-out images")
 
-    plan, record = _calibrate(config, inputs, record, calib_x, device)
+    with timer.stage("calibrate"):
+        plan, record = _calibrate(config, inputs, record, calib_x, device)
     _save(record, out_dir)
 
-    outputs, infos = _run_engines(config, inputs, plan, heldout_x, cache, device)
+    outputs, infos = _run_engines(config, inputs, plan, heldout_x, cache, device, timer)
     record = record.model_copy(update={"engines": infos})
     _save(record, out_dir)
 
-    quality = _score(config, inputs, outputs, labels)
+    with timer.stage("score"):
+        quality = _score(config, inputs, outputs, labels)
     record = record.model_copy(update={"quality": quality})
     _save(record, out_dir)
 
-    record = _time(config, record, outputs, heldout_x, out_dir)
+    with timer.stage("timing"):
+        record = _time(config, record, outputs, heldout_x, out_dir)
     decision = decide(record, inputs.policy, inputs.policy_label)
     record = record.model_copy(update={"decision": decision, "status": "complete"})
     _save(record, out_dir)
-    return record, render_study(out_dir)
+    with timer.stage("report"):
+        report = render_study(out_dir)
+    record = record.model_copy(update={"timings": timer.section()})
+    _save(record, out_dir)  # the report reads no timings: it stays as rendered
+    return record, report
 
 
 def _calibrate(
@@ -184,6 +195,7 @@ def _run_engines(
     heldout_x: torch.Tensor,
     cache: StageCache,
     device: torch.device,
+    timer: StageTimer,
 ) -> tuple[EngineOutputs, list]:
     """Build each engine and run it on the held-out and stress inputs (cached per engine)."""
     stress_x = torch.stack([t for _, t in stress_inputs(inputs.pre)])
@@ -194,14 +206,16 @@ def _run_engines(
     infos = []
     for name, build in builders.items():
         console.print(f"engine [bold]{name}[/bold]: building")
-        engine = build()
+        with timer.stage(f"engine {name}: build"):
+            engine = build()
         infos.append(engine.info())
-        outputs.heldout[name] = cache.get_or_compute(
-            f"logits-{name}", lambda e=engine: run_engine(e, heldout_x, config.eval_batch)
-        )
-        outputs.stress[name] = cache.get_or_compute(
-            f"stress-{name}", lambda e=engine: run_engine(e, stress_x, config.eval_batch)
-        )
+        with timer.stage(f"engine {name}: run"):  # a compiled engine compiles on its first call
+            outputs.heldout[name] = cache.get_or_compute(
+                f"logits-{name}", lambda e=engine: run_engine(e, heldout_x, config.eval_batch)
+            )
+            outputs.stress[name] = cache.get_or_compute(
+                f"stress-{name}", lambda e=engine: run_engine(e, stress_x, config.eval_batch)
+            )
         if name in ("fp16", "fp8"):
             outputs.timed[name] = engine
         if name == "fakequant":

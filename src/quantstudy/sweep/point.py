@@ -25,7 +25,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from quantstudy.decision.policy import EXIT_CODES
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.sweep.grid import GridPoint
@@ -34,8 +33,6 @@ POINT_FILE = "point.json"
 LOG_FILE = "run.log"
 STOP_GRACE_S = 20.0  # after SIGINT, time a study gets to finish writing before SIGKILL
 ERROR_PREFIX = "quantstudy: error: "  # how the CLI prints a user mistake (cli.py)
-# `quantstudy run` exits with its decision's outcome: every one of these is a finished study
-OUTCOME_EXIT_CODES = frozenset(EXIT_CODES.values())
 
 Status = Literal["running", "complete", "failed", "interrupted"]
 
@@ -114,7 +111,7 @@ def run_point(
             start_new_session=True,  # the sweep, not the terminal, decides when a study stops
         )
         code = _wait(proc, stop)
-    if code in OUTCOME_EXIT_CODES and _study_complete(folder):
+    if _study_complete(folder):  # the exit status is the decision's outcome (0, 3 or 4)
         return _finish(folder, status, "complete", code, None, started)
     if stop.is_set():
         return _finish(folder, status, "interrupted", code, "stopped by the sweep", started)
