@@ -1,7 +1,8 @@
 """EfficientNet-Lite0, real weights, real images: the FP8 engine against its emulation and fp32.
 
-Recipe: FP8 on all dense 1x1 convs, per-channel weights, max calibration on 500 images of
-calib-1000, scored on all of val-1300. An independent computation of this recipe gives agreement
+Recipe: `generic_pointwise` (FP8 on all 32 dense 1x1 convs), per-channel weights, max
+calibration on 500 images of calib-1000, prepared by `prepare_study` as a study prepares it,
+scored on all of val-1300. An independent computation of this recipe gives agreement
 about 0.94 (74 of 1300 differing), top-1 81.4% to 80.4%, KL mean about 0.036.
 
 Engine against emulation: FP8 rounding amplifies any fp32 reassociation (a different summation
@@ -19,17 +20,12 @@ import math
 
 import pytest
 import torch
-from torch import nn
 
-from quantstudy.data.folders import scan_folder
-from quantstudy.data.images import load_images
-from quantstudy.data.split import split_items
 from quantstudy.engines.builders import build_fakequant, build_fp8
 from quantstudy.engines.run import run_engine
-from quantstudy.model.loading import load_model
-from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
+from quantstudy.record.inputs import StudyConfig
+from quantstudy.study.prepare import prepare_study
 
 CPU = torch.device("cpu")
 ALL = 1300
@@ -45,23 +41,20 @@ def slack(share: float, n: int) -> float:
 def lite0(shared_data, request):
     torch.set_num_threads(2)
     n = request.param
-    loaded = load_model("tf_efficientnet_lite0", "efficientnet-lite0")
-    model = loaded.model
-    pre = resolve_preprocessing(model)
-    val = scan_folder(shared_data / "val-1300")
-    calib = scan_folder(shared_data / "calib-1000")
-    calib_items, held_items = split_items(val.items, 500, n, seed=0, calib_items=calib.items)
-    tf = build_transform(pre)
-    calib_x, _ = load_images(calib_items, tf)
-    x, labels = load_images(held_items, tf)
-    layers = [
-        n
-        for n, m in model.named_modules()
-        if isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and m.groups == 1
-    ]
-    plan = QuantPlan(
-        layers, True, calibrate(model, layers, (calib_x[i : i + 50] for i in range(0, 500, 50)))
+    # The study's own preparation: split, recipe resolution, images and calibration.
+    prepared = prepare_study(
+        StudyConfig(
+            model="tf_efficientnet_lite0",
+            weights="efficientnet-lite0",
+            data=shared_data / "val-1300",
+            calib_data=shared_data / "calib-1000",
+            recipe="generic_pointwise",
+            calib=500,
+            heldout=n,
+            device="cpu",
+        )
     )
+    model, plan, x, labels = prepared.model, prepared.plan, prepared.heldout_x, prepared.labels
     example = x[:1]
     with torch.no_grad():
         ref = torch.cat([model(x[i : i + 100]) for i in range(0, len(x), 100)])

@@ -29,7 +29,7 @@ def test_committed_records_load_and_round_trip():
     assert {type(r).__name__ for _, r in records} >= {"SpeedBench", "GemmBench", "PublishedBench"}
     for name, record in records:
         on_disk = json.loads((RESULTS / f"{name}.json").read_text())
-        assert record.model_dump(mode="json") == on_disk, name
+        assert record.model_dump(mode="json", exclude_none=True) == on_disk, name
         assert record.provenance.command and record.provenance.device == "cuda", name
         if isinstance(record, SpeedBench):
             assert record.provenance.gpu_name == "NVIDIA H200", name

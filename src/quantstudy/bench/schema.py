@@ -219,8 +219,9 @@ _ADAPTER: TypeAdapter[BenchRecord] = TypeAdapter(BenchRecord)
 
 
 def write_record(path: Path, record: Record) -> None:
-    """Validate (the models are frozen and typed already) and write atomically."""
-    write_json_atomic(path, record.model_dump(mode="json"))
+    """Write atomically (the models are typed and validated already). Unset optional fields
+    (None) are left out, so a record reads the same wherever a later schema added some."""
+    write_json_atomic(path, record.model_dump(mode="json", exclude_none=True))
 
 
 def read_record(path: Path) -> BenchRecord:
