@@ -1,9 +1,8 @@
 """The fused FP8 layer: one kernel for the product, per-channel scale, bias and activation.
 
 Why: on the H200 the unfused layer (`FP8Matmul`, as first measured: `torch._scaled_mm` writing
-bf16, then cast, bias and activation in a separate pass) lost to fp16 at every batch
-(benchmarks/RESULTS.md); the byte counts (benchmarks/FP8_NOTES.md) put most of the loss in the
-extra passes over the layer's output.
+bf16, then cast, bias and activation in a separate pass) lost to fp16 at every batch, and the
+byte counts put most of the loss in the extra passes over the layer's output (docs/fp8-kernel.md).
 `FusedFP8Matmul` writes its output once, activation applied, in the engine's dtype. The input
 quantize stays a plain torch expression so that Inductor fuses it into the producing kernel.
 
@@ -105,7 +104,7 @@ class FusedFP8Matmul(PointwiseMatmul):
     zero-padded to a multiple of 16 (the weight once, the activation inside its quantize, which
     Inductor fuses into the producer): FP8 rows of 728 bytes (xception41) cannot be read with
     16-byte vector or descriptor loads, and the H200 ran those products 3.5x slower than cuBLASLt
-    on padded ones (benchmarks/RESULTS.md run 10). Zero columns add exact zeros to every sum.
+    on padded ones (docs/fp8-kernel.md). Zero columns add exact zeros to every sum.
     """
 
     def __init__(

@@ -11,7 +11,7 @@ layer still pads K to 16 so that rows take 16-byte loads, see `quant/fused.py`).
 Per product the autotuner picks the tile, whether operands are read and the output written
 through pointers or through tensor descriptors (Hopper's bulk copy engine, TMA), and, for thin
 products, streaming programs that keep the weight and walk over row tiles. Why each exists, and
-what the H200 measured, is in benchmarks/FP8_NOTES.md.
+what the H200 measured, is in docs/fp8-kernel.md.
 
 Imported lazily: Triton ships with CUDA builds of torch only.
 """
@@ -35,7 +35,7 @@ ACT_CODES = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu"
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages). The first nine won or tied (within 5%) on at least
 # one of the 19 products of EfficientNet-Lite0 at batch 128 in a sweep of 27 tiles x 2 load paths
-# on the H200 (benchmarks/results/gemm-tf_efficientnet_lite0-h200.json); the last three keep the
+# on the H200 (docs/results/gemm-tf_efficientnet_lite0-sweep.json); the last three keep the
 # batch-1 rows (M 49-12544) and the wide linears of vision transformers covered.
 TILES = [
     (256, 128, 64, 8, 3),
@@ -58,7 +58,7 @@ TILES = [
 _STORE_BOUND = [(256, 64, 32, 8, 3), (128, 64, 32, 4, 4), (256, 32, 64, 8, 4)]
 _TMA_LOADS = [(256, 128, 64, 8, 3), (128, 64, 128, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 4, 3)]
 # Deeper K steps for the wider linears of vision transformers (crossvit's ran 1.37x slower than
-# cuBLASLt in run 9); added after that run, unmeasured. A tile whose shared memory does not fit
+# cuBLASLt with the tiles above); not measured alone. A tile whose shared memory does not fit
 # is skipped by the autotuner.
 _WIDE = [(128, 128, 128, 8, 4), (128, 256, 128, 8, 3)]
 PATH_TILES = {
@@ -71,7 +71,8 @@ PATH_TILES = {
 # Streaming programs for thin products (K <= 64, N <= 256): (BLOCK_M, BLOCK_N, BLOCK_K, warps,
 # stages, programs per SM). The H200 sweep found the thin-K expansion convs, which only write
 # their output, at about half the fp16 conv's write bandwidth with one tile per program
-# (FP8_NOTES.md); these tiles are offered to the autotuner beside the others, unmeasured so far.
+# (docs/fp8-kernel.md); these tiles are offered to the autotuner beside the others, not measured
+# alone.
 STREAM_TILES = [
     (128, bn, bk, 4 if bn <= 64 else 8, 3, per_sm)
     for bn in (16, 32, 64, 128, 256)
@@ -90,8 +91,8 @@ def _prune(configs, named_args, **kwargs):
     take.
 
     A tile may overhang a dimension up to 64 (K 16-32 products ran fastest with BLOCK_K 64 in the
-    H200 sweep); an earlier bound of 32 left no tile for N 16 / K 32 (Lite0's first layer) and
-    fell back to a 256x128 tile at 2.7x the best time (runs 6-10)."""
+    H200 sweep); a bound of 32 leaves no tile for N 16 / K 32 (Lite0's first layer), whose
+    fallback, a 256x128 tile, took 2.7x the best time."""
     m, n, k = named_args["M"], named_args["N"], named_args["K"]
     has = {"TMA_LOADS": named_args["tma_loads_ok"], "TMA_STORE": named_args["tma_store_ok"]}
     promote = {**named_args, **kwargs}.get("PROMOTE", PROMOTE)  # where Triton puts constexprs
@@ -127,7 +128,7 @@ def _prune(configs, named_args, **kwargs):
 def _bench(fn, quantiles=None):
     """Time a config as the engines run it: replayed from a CUDA graph. Timed from the host
     (triton's default), a 5-10 us product measures its launch, and descriptor configs, whose
-    launch encodes the tensor maps, lost to slower pointer tiles (H200, FP8_NOTES.md, calls 11-12).
+    launch encodes the tensor maps, lose to slower pointer tiles (H200, docs/fp8-kernel.md).
     Each graph holds about `rep` ms of launches, captured from Python one launch at a time: 5 ms
     (about 1000 launches of a 5 us product) keeps a ~30-config search to seconds per product."""
     return triton.testing.do_bench_cudagraph(fn, rep=5, quantiles=quantiles)
@@ -196,13 +197,13 @@ def _mma(a, b, acc, part, step, BLOCK_K: tl.constexpr, PROMOTE: tl.constexpr):
 
     Hopper's FP8 tensor cores align each MMA's products and the running sum to the largest
     exponent and keep about 14 bits, and Triton leaves the whole K loop in them on sm90 unless
-    told otherwise; cuBLASLt promotes once per K tile. Call 15 (H200, whole K in the tensor
-    cores) wrote torch._scaled_mm's fp16 values for 75.5% of a 4096x256x384 product's outputs,
-    call 16 (promoting after every 32-product MMA) for 77.0%, call 17 (every 128 products,
-    any BLOCK_K) for all of them at K 96, 256 and 1024 (tests/gpu/test_fused_gpu.py): both
-    engines must promote at the same K, hence PROMOTE. Tiles have BLOCK_K <= PROMOTE or
-    PROMOTE == 0 (`_prune`). Runs 17-21 priced it: the fused products took 5-20% longer than
-    with Triton's default (benchmarks/FP8_NOTES.md, "Fifth GPU session")."""
+    told otherwise; cuBLASLt promotes once per K tile. On the H200, with the whole K in the
+    tensor cores the kernel wrote torch._scaled_mm's fp16 values for 75.5% of a 4096x256x384
+    product's outputs, promoting after every 32-product MMA for 77.0%, and promoting every 128
+    products (any BLOCK_K) for all of them at K 96, 256 and 1024 (tests/gpu/test_fused_gpu.py):
+    both engines must promote at the same K, hence PROMOTE. Tiles have BLOCK_K <= PROMOTE or
+    PROMOTE == 0 (`_prune`). The price: the fused products take 5-20% longer than with
+    Triton's default (docs/fp8-kernel.md)."""
     if PROMOTE == 0:
         part = tl.dot(a, b, part)
     elif BLOCK_K == PROMOTE:
