@@ -164,6 +164,10 @@ def _parser() -> argparse.ArgumentParser:
         "--out, else copied back as bytes)",
     )
     sweep.add_argument("--dry-run", action="store_true", help="print the grid and stop")
+
+    from quantstudy.bench.cli import add_bench_parser
+
+    add_bench_parser(sub, _add_config_args)  # bench speed|gemm|depthwise|kernels|report
     return parser
 
 
@@ -282,6 +286,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return run_sweep(options)
 
 
+def _cmd_bench(args: argparse.Namespace) -> None:
+    from quantstudy.bench.cli import run_bench
+
+    run_bench(args, lambda: _model_config(args), sys.argv[1:] if args.argv is None else args.argv)
+
+
 COMMANDS = {
     "run": _cmd_run,
     "demo": _cmd_demo,
@@ -289,11 +299,13 @@ COMMANDS = {
     "search": _cmd_search,
     "report": _cmd_report,
     "sweep": _cmd_sweep,
+    "bench": _cmd_bench,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.argv = argv  # the command line a record names (None: this process's)
     try:
         status = COMMANDS[args.command](args)
     except UserError as e:
