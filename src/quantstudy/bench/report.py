@@ -18,7 +18,6 @@ from quantstudy.bench.schema import (
     KernelsBench,
     Provenance,
     PublishedBench,
-    Record,
     SpeedBench,
     SpeedResult,
     read_folder,
@@ -401,6 +400,3 @@ def _published_section(name: str, rec: PublishedBench) -> list[str]:
         for f in rec.figures
     ]
     return [*out, *table(head, rows), ""]
-
-
-__all__ = ["REPORT_NAME", "Record", "render_folder", "write_report"]
