@@ -1,0 +1,94 @@
+"""The `export` and `import-trt` subcommands: their arguments and what they print."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from quantstudy.record.errors import UserError
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    export = sub.add_parser(
+        "export",
+        help="write the study's FP8 recipe as a Q/DQ ONNX, its float twin and trtexec.sh",
+        epilog="exit status: 0 written (and --check passed), 3 --check failed, 1 user error",
+    )
+    export.add_argument("study_dir", type=Path)
+    export.add_argument(
+        "--out", type=Path, help="Q/DQ ONNX file (default STUDY_DIR/tensorrt/model.onnx)"
+    )
+    export.add_argument(
+        "--precision",
+        choices=["fp16", "fp32"],
+        default="fp16",
+        help="float type of the graph (default fp16, what the FP8 engine runs outside FP8 layers)",
+    )
+    export.add_argument(
+        "--opset",
+        type=int,
+        help="ONNX opset (default: 19 for fp32; 23 for fp16, the first that keeps fp32 scales)",
+    )
+    export.add_argument(
+        "--check",
+        action="store_true",
+        help="check the ONNX: structure, and onnxruntime against the study's fake-quant engine",
+    )
+    export.add_argument("--data", type=Path, help="folder of the study's held-out images")
+    export.add_argument(
+        "--calib-data", type=Path, help="random-weight studies: folder of the calibration images"
+    )
+    export.add_argument("--images", type=int, help="--check on the first N held-out images only")
+
+    imp = sub.add_parser(
+        "import-trt",
+        help="turn trtexec's JSON exports into a TensorRT copy of the study, decided and rendered",
+    )
+    imp.add_argument("study_dir", type=Path)
+    imp.add_argument("--fp16", type=Path, required=True, help="folder of the fp16 engine's exports")
+    imp.add_argument("--fp8", type=Path, required=True, help="folder of the FP8 engine's exports")
+    imp.add_argument("--onnx", type=Path, help="the Q/DQ ONNX (default: OUT/model.onnx)")
+    imp.add_argument(
+        "--out", type=Path, help="folder of the TensorRT study (default STUDY_DIR/tensorrt)"
+    )
+    imp.add_argument("--policy", help="decision policy (default: the study's)")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from quantstudy.bridge.check import summary
+    from quantstudy.bridge.export import check_export, export_study
+
+    if args.images is not None and args.images < 1:
+        raise UserError("--images must be at least 1")
+    exported = export_study(
+        args.study_dir, args.out, args.precision, args.opset, args.data, args.calib_data
+    )
+    print(f"{exported.qdq_path}: {summary(exported.graph)}")
+    print(f"{exported.float_path}: the same graph without Q/DQ (fp16 engine)")
+    print(f"{exported.script_path}: trtexec commands (needs TensorRT)")
+    if not args.check:
+        return 0
+    result, notes = check_export(exported, args.data, args.images)
+    print("check:")
+    print("\n".join(result.lines()))
+    for note in notes:
+        print(f"  note: {note}")
+    print("check passed" if result else "check FAILED")
+    return 0 if result else 3
+
+
+def run_import(args: argparse.Namespace):
+    from quantstudy.bridge.trt_import import import_trt
+
+    record, report = import_trt(
+        args.study_dir, args.fp16, args.fp8, args.onnx, args.out, args.policy
+    )
+    speed = record.speed
+    print(f"TensorRT {speed.engine_version or '(version not logged)'} on {speed.device}")
+    layers = speed.layer_precision or []
+    fp8 = [p for p in layers if p.precision == "fp8"]
+    print(f"FP8 in the engine: {len(fp8)} of the recipe's {len(layers)} FP8 layers")
+    for p in layers:
+        if p.precision != "fp8":
+            print(f"  not FP8: {p.layer} ({p.precision})")
+    return record, report

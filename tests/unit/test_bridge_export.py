@@ -1,0 +1,130 @@
+"""`quantstudy export`: the Q/DQ ONNX of a real small study, its checks, and the opset rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from quantstudy.bridge.check import CheckResult, check_structure, run_onnx, session
+from quantstudy.bridge.export import Exported, check_export, export_study
+from quantstudy.cli import main
+from quantstudy.quant.fp8 import fake_quant
+from quantstudy.record.errors import UserError
+from quantstudy.report.render import load_record
+from tests.unit._bridge_study import small_study
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    return small_study(tmp_path_factory.mktemp("bridge"))
+
+
+def test_export_check_passes_and_writes_the_trtexec_script(study, capsys):
+    assert main(["export", str(study), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "check passed" in out and "[FAIL]" not in out
+    assert "7 FP8 layers, 7 Q/DQ pairs, fp16 graph, opset 23, scales float32" in out
+    script = (study / "tensorrt" / "trtexec.sh").read_text()
+    for b in (1, 2):
+        assert f"--shapes=input:{b}x3x160x160" in script
+    assert script.count("--stronglyTyped") == 4  # fp16 and FP8 engine at each batch
+    for flag in ("--useCudaGraph", "--exportTimes=", "--exportProfile=", "--exportLayerInfo="):
+        assert script.count(flag) == 4
+    assert "--profilingVerbosity=detailed" in script
+
+
+def test_graph_holds_the_studys_scales_and_fp8_weights(study):
+    record = load_record(study / "study.json")
+    model = onnx.load(study / "tensorrt" / "model.onnx")
+    inits = {i.name: i for i in model.graph.initializer}
+    for t in record.calibration.tensors:
+        key = t.tensor.removesuffix(":input")
+        assert numpy_helper.to_array(inits[f"{key}.input_scale"]) == np.float32(t.scale)
+        zero = inits[f"{key}.input_zero_point"]
+        assert zero.data_type == TensorProto.FLOAT8E4M3FN
+    for d in record.recipe.selected:
+        assert inits[f"{d.name}.weight_fp8"].data_type == TensorProto.FLOAT8E4M3FN
+        assert f"{d.name}.weight" not in inits  # the float weight is gone
+    quants = [n for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    assert len(quants) == len(record.calibration.tensors)
+    assert all(a.i == 1 for n in quants for a in n.attribute if a.name == "saturate")
+    weight_dq = [n for n in model.graph.node if n.name.endswith("/weight_dequantize")]
+    assert {a.i for n in weight_dq for a in n.attribute if a.name == "axis"} == {0}
+    float_model = onnx.load(study / "tensorrt" / "model.float.onnx")
+    assert not [n for n in float_model.graph.node if "Quantize" in n.op_type]
+
+
+def test_a_wrong_scale_fails_the_check(study, tmp_path):
+    record = load_record(study / "study.json")
+    exported = export_study(study, tmp_path / "model.onnx", precision="fp32")
+    model = onnx.load(exported.qdq_path)
+    key = record.calibration.tensors[-1].tensor.removesuffix(":input")
+    init = next(i for i in model.graph.initializer if i.name == f"{key}.input_scale")
+    init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) / 16, init.name))
+    onnx.save(model, exported.qdq_path)
+    result, _ = check_export(exported)
+    failed = {f.name for f in result.findings if not f.passed}
+    assert not result
+    assert failed == {"input scales = study's", "ONNX vs fake-quant"}
+
+
+def test_structure_check_catches_a_missing_quantizer(study):
+    record = load_record(study / "study.json")
+    model = onnx.load(study / "tensorrt" / "model.onnx")
+    q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear")
+    model.graph.node.remove(q)
+    result = CheckResult()
+    check_structure(model, record, result)
+    failed = {f.name for f in result.findings if not f.passed}
+    assert {"onnx.checker", "Q/DQ pairs"} <= failed
+
+
+def _relu_fp8_graph() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    scale = numpy_helper.from_array(np.asarray(0.01, dtype=np.float32), "s")
+    zero = helper.make_tensor("z", TensorProto.FLOAT8E4M3FN, [], b"\x00", raw=True)
+    nodes = [
+        helper.make_node("Relu", ["input"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q"], saturate=1),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "relu_fp8", [x], [y], [scale, zero])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def test_relu_in_front_of_fp8_quantize_is_kept():
+    """onnxruntime's full optimizer fuses a ReLU into the FP8 QuantizeLinear after it (right for
+    uint8, wrong for signed FP8); the check's session must give the ReLU's answer."""
+    model = _relu_fp8_graph()
+    x = torch.tensor([[-1.0, -0.5, 0.5, 2.0]])
+    expected = fake_quant(torch.relu(x), torch.tensor(0.01))  # [0, 0, 0.48, 1.92]
+    assert torch.equal(run_onnx(model, x), expected)
+    assert session(model).get_session_options().graph_optimization_level.name == "ORT_ENABLE_BASIC"
+
+
+def test_opset_and_precision_rules(study, tmp_path):
+    fp32 = export_study(study, tmp_path / "a.onnx", precision="fp32")
+    assert (fp32.graph.opset, fp32.graph.scale_dtype) == (19, "float32")
+    fp16_19 = export_study(study, tmp_path / "b.onnx", precision="fp16", opset=19)
+    assert fp16_19.graph.scale_dtype == "float16"
+    assert 0 < fp16_19.graph.max_scale_rounding <= 2**-11  # fp16 keeps 11 significant bits
+    with pytest.raises(UserError, match="opset 19 or newer"):
+        export_study(study, tmp_path / "c.onnx", opset=17)
+    with pytest.raises(UserError, match=r"\.onnx"):
+        export_study(study, tmp_path / "d.txt")
+
+
+def test_missing_data_folder_is_a_clean_error(study, tmp_path, capsys):
+    code = main(["export", str(study), "--check", "--data", str(tmp_path / "nope")])
+    assert code == 1
+    assert "not a folder here" in capsys.readouterr().err
+
+
+def test_exported_dataclass_is_what_check_reads(study):
+    assert {f for f in Exported.__dataclass_fields__} >= {"qdq_path", "graph", "rebuilt"}
