@@ -23,6 +23,8 @@ import numpy as np
 from scipy import stats
 
 from quantstudy.decision.policy import decide, load_policy
+from quantstudy.quality.metrics import KL_INTERVAL_LEVELS
+from quantstudy.quality.paired import bootstrap_mean_intervals
 from quantstudy.record import (
     BatchSpeed,
     CalibrationInfo,
@@ -35,6 +37,7 @@ from quantstudy.record import (
     KernelBreakdown,
     KernelGroupTime,
     LayerDecision,
+    MeanInterval,
     ModelInfo,
     NonFiniteScan,
     Preprocessing,
@@ -189,6 +192,12 @@ def _engine_quality(
         max_abs_logit_diff=float(0.02 + 40.0 * kl.max()),
         kl_histogram=[int(c) for c in hist],
         kl_bin_edges=KL_EDGES,
+        kl_mean_intervals=[
+            MeanInterval(level=level, low=low, high=high)
+            for level, low, high in bootstrap_mean_intervals(
+                kl, KL_INTERVAL_LEVELS, resamples=2000, seed=seed
+            )
+        ],
     )
     if not labelled:
         return EngineQuality(**common)
@@ -308,8 +317,12 @@ def build_record(
     partial: bool = False,
     with_variant: bool = True,
     with_decision: bool = True,
+    against_fp16: tuple[int, int, int, float] | None = None,
 ) -> StudyRecord:
-    """A consistent study record; keyword arguments change one aspect of the default study."""
+    """A consistent study record; keyword arguments change one aspect of the default study.
+
+    `against_fp16` gives the FP8 engine's (gained, lost, wrong_to_wrong, kl_scale) against the
+    fp16 engine; by default those against fp32 (as if fp16 matched fp32 image by image)."""
     speedup = dict(DEFAULT_SPEEDUP if speedup is None else speedup)
     outcomes = {**DEFAULT_OUTCOMES, **(outcomes or {})}
     nonfinite = nonfinite or {}
@@ -510,6 +523,9 @@ def build_record(
         engines=eq,
         emulation_gap=EmulationGap(
             agreement=1.0 - 9 / N_HELDOUT, differ_count=9, kl_mean=0.00071, kl_max=0.0412
+        ),
+        against_fp16=_engine_quality(
+            "fp8", *(against_fp16 or outcomes["fp8"]), labelled=labelled, seed=31
         ),
         nonfinite=scans,
         stress_inputs=STRESS,

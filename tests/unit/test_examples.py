@@ -66,8 +66,14 @@ def _without_version_3(full: dict) -> dict:
     calibration["tensors"] = tensors
     speed = dict(out["speed"])
     assert speed.pop("ideal") is None
+    quality = dict(out["quality"])
+    assert quality.pop("against_fp16") is None
+    quality["engines"] = [dict(e) for e in quality["engines"]]
+    for e in quality["engines"]:
+        assert e.pop("kl_mean_intervals") is None
     return out | {
         "speed": speed,
+        "quality": quality,
         "config": config,
         "recipe": recipe,
         "engines": engines,
@@ -119,3 +125,16 @@ def test_committed_report_is_what_the_record_renders(path, tmp_path):
 def test_examples_are_present():
     names = {p.parent.name for p in EXAMPLES}
     assert {"mobilenetv4_conv_large-random-h200", "tf_efficientnet_lite0-h200"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=_id)
+def test_every_example_is_decided_again_under_typed_gates(path):
+    """The examples predate the three-outcome decision: each was decided again from its
+    recorded measurements (`quantstudy decide`), and its report says so."""
+    record = StudyRecord.model_validate_json(path.read_text())
+    d = record.decision
+    assert d is not None and d.redecided is not None
+    assert all(g.metric is not None and g.measured is None for g in d.gates)
+    assert d.redecided.previous_outcome == "not_ship"  # what each study said at the time
+    report = (path.parent / "report.md").read_text()
+    assert "This decision was taken again by quantstudy" in report

@@ -24,17 +24,29 @@ from quantstudy.quality.balance import precision_warnings, sample_balance
 from quantstudy.quality.nonfinite import finite_rows
 from quantstudy.quality.paired import (
     CI_LEVEL,
+    bootstrap_mean_intervals,
     mcnemar_exact,
     paired_bootstrap,
     paired_counts,
 )
-from quantstudy.record import EmulationGap, EngineQuality, NonFiniteScan, QualitySection
+from quantstudy.record import (
+    EmulationGap,
+    EngineQuality,
+    MeanInterval,
+    NonFiniteScan,
+    QualitySection,
+)
 
 # Fixed, log-spaced KL bins shared by every engine and study, so histograms compare directly:
 # 36 bins from 1e-6 to 10 nats; smaller values (including 0) land in the first bin, larger in the
 # last.
 KL_BIN_EDGES: tuple[float, ...] = tuple(float(e) for e in np.logspace(-6.0, 1.0, 37))
 TOP5 = 5
+# Levels of the KL-mean bootstrap intervals kept in the record: a policy's confidence must be
+# one of them for its KL gate (the per-image KL values are not kept). Enough resamples that the
+# 0.999 interval's tails hold 5 draws each.
+KL_INTERVAL_LEVELS: tuple[float, ...] = (0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
+KL_RESAMPLES = 10_000
 RANDOM_WEIGHTS_REASON = (
     "random weights: accuracy numbers are meaningless; agreement and KL still compare engines"
 )
@@ -157,6 +169,12 @@ def score_engine(
         max_abs_logit_diff=max_abs_logit_diff(ref_logits[finite], logits[finite]),
         kl_histogram=kl_histogram(kl),
         kl_bin_edges=list(KL_BIN_EDGES),
+        kl_mean_intervals=[
+            MeanInterval(level=level, low=low, high=high)
+            for level, low, high in bootstrap_mean_intervals(
+                kl, KL_INTERVAL_LEVELS, resamples=KL_RESAMPLES, seed=seed
+            )
+        ],
         **labelled,
     )
 
@@ -201,8 +219,13 @@ def build_quality_section(
     labels: torch.Tensor | None,
     gap: EmulationGap | None,
     random_weights: bool,
+    against_fp16: EngineQuality | None = None,
 ) -> QualitySection:
-    """Assemble the quality section; warnings: sample balance, precision, non-finite rows."""
+    """Assemble the quality section; warnings: sample balance, precision, non-finite rows.
+
+    `against_fp16` is the FP8 engine scored with the fp16 engine as its reference
+    (`score_engine("fp8", fp16_logits, fp8_logits, labels)`): the paired evidence for decision
+    gates whose baseline is fp16."""
     n_classes, per_class_min, per_class_max, warnings = sample_balance(labels)
     for q in engines:
         warnings.extend(precision_warnings(q))
@@ -211,6 +234,7 @@ def build_quality_section(
         reference=reference,
         engines=engines,
         emulation_gap=gap,
+        against_fp16=against_fp16,
         nonfinite=scans,
         stress_inputs=list(stress_names),
         n_classes=n_classes,

@@ -5,7 +5,7 @@ imports its sections from here (`from quantstudy.record import StudyRecord`).
 """
 
 from quantstudy.record.base import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, Section
-from quantstudy.record.decision import Decision, Gate
+from quantstudy.record.decision import Decision, Gate, Redecision
 from quantstudy.record.engines import EngineInfo, LayerKernel
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import (
@@ -17,7 +17,13 @@ from quantstudy.record.inputs import (
     SkippedImage,
     StudyConfig,
 )
-from quantstudy.record.quality import EmulationGap, EngineQuality, NonFiniteScan, QualitySection
+from quantstudy.record.quality import (
+    EmulationGap,
+    EngineQuality,
+    MeanInterval,
+    NonFiniteScan,
+    QualitySection,
+)
 from quantstudy.record.recipe import CalibrationInfo, LayerDecision, RecipeInfo, TensorScale
 from quantstudy.record.search import (
     LayerChoice,
@@ -64,6 +70,7 @@ __all__ = [
     "LayerSensitivity",
     "LayerSpeed",
     "LayerSpeedSection",
+    "MeanInterval",
     "Measured",
     "Mode",
     "ModelInfo",
@@ -71,6 +78,7 @@ __all__ = [
     "Preprocessing",
     "QualitySection",
     "RecipeInfo",
+    "Redecision",
     "SearchBudget",
     "SearchPrediction",
     "SearchSection",

@@ -5,6 +5,14 @@ from __future__ import annotations
 from quantstudy.record.base import Section
 
 
+class MeanInterval(Section):
+    """A bootstrap percentile interval on a mean, at one confidence level."""
+
+    level: float
+    low: float
+    high: float
+
+
 class EngineQuality(Section):
     engine: str
     n_images: int
@@ -33,6 +41,9 @@ class EngineQuality(Section):
     max_abs_logit_diff: float
     kl_histogram: list[int]  # counts over kl_bin_edges, for the KL plot
     kl_bin_edges: list[float]
+    # Bootstrap intervals on kl_mean at a few levels (the decision picks its policy's); the
+    # per-image values they need are not kept in the record.
+    kl_mean_intervals: list[MeanInterval] | None = None
 
 
 class NonFiniteScan(Section):
@@ -67,5 +78,8 @@ class QualitySection(Section):
     per_class_min: int | None = None
     per_class_max: int | None = None
     warnings: list[str]
+    # The FP8 engine scored with the fp16 engine as the reference (paired counts, agreement,
+    # KL), for decision gates whose baseline is fp16.
+    against_fp16: EngineQuality | None = None
     meaningful: bool  # False with random weights: agreement/KL still measured, accuracy is not
     meaningless_reason: str | None = None

@@ -57,6 +57,63 @@ class KernelGroup(StrEnum):
     OTHER = "other"
 
 
+class Outcome(StrEnum):
+    """What a decision says (`quantstudy run` exits 0, 3 and 4 on them, in this order)."""
+
+    SHIP = "ship"
+    NOT_SHIP = "not_ship"  # a gate's whole interval is on the bad side
+    INCONCLUSIVE = "inconclusive"  # no gate fails, but one cannot yet say pass
+
+
+class GateStatus(StrEnum):
+    """One gate's verdict: where its interval lies against its threshold."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+
+
+class GateKind(StrEnum):
+    SPEED = "speed"
+    QUALITY = "quality"
+
+
+class GateMetric(StrEnum):
+    """What a gate's value measures (its unit follows)."""
+
+    SPEEDUP = "speedup"  # x = fp16 ms / FP8 ms per timing round
+    TOP1_CHANGE = "top1_change"  # FP8 top-1 - baseline top-1, a fraction
+    AGREEMENT = "agreement"  # share of images whose top-1 equals the baseline's
+    KL_MEAN = "kl_mean"  # mean KL(baseline || FP8), nats
+    NONFINITE = "nonfinite"  # count of NaN/Inf outputs
+
+
+class Baseline(StrEnum):
+    """The engine a quality gate compares FP8 with."""
+
+    FP32 = "fp32"  # the reference
+    FP16 = "fp16"  # the engine FP8 would replace
+
+
+class Direction(StrEnum):
+    """The good side of a gate's threshold."""
+
+    AT_LEAST = "at_least"
+    AT_MOST = "at_most"
+
+
+class Missing(StrEnum):
+    """Why a gate has no evaluation; the report's "when to revisit" groups gates by it."""
+
+    NOT_ON_GPU = "not_on_gpu"  # timings taken, but not on a GPU
+    NOT_TIMED = "not_timed"  # no timing of this batch or compile mode
+    NOT_MEASURED = "not_measured"  # the section or engine is absent
+    RANDOM_WEIGHTS = "random_weights"  # quality of an untrained network is not evidence
+    NOT_MEANINGFUL = "not_meaningful"  # quality marked not meaningful for another reason
+    UNLABELLED = "unlabelled"  # no labels: top-1 cannot be measured
+    NOT_RECORDED = "not_recorded"  # the record predates the numbers this gate needs
+
+
 def choices(enum: type[StrEnum]) -> list[str]:
     """The members' strings, in definition order: argparse `choices=`, error messages."""
     return [m.value for m in enum]

@@ -63,6 +63,16 @@ def fmt_mib(v: float) -> str:
     return f"{v / 1048576:.2f}"
 
 
+def fmt_count(v: float) -> str:
+    """Counts with thousands separators: 6800 -> 6,800."""
+    return f"{int(v):,}" if float(v).is_integer() else fmt_plain(v)
+
+
+def fmt_level(v: float) -> str:
+    """A confidence level as a percentage, no trailing zeros: 0.95 -> 95%, 0.995 -> 99.5%."""
+    return f"{100 * v:g}%"
+
+
 FORMATTERS: tuple[Callable[[float], str], ...] = (
     fmt_plain,
     fmt_ms,
@@ -72,6 +82,8 @@ FORMATTERS: tuple[Callable[[float], str], ...] = (
     fmt_points,
     fmt_sig,
     fmt_mib,
+    fmt_count,
+    fmt_level,
 )
 
 

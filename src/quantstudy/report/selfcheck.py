@@ -8,7 +8,8 @@
    its header) is named in the message.
 2. Code fences. Every fence (a line starting with three or more backticks or tildes) must be
    closed by a fence of the same character and at least the same length.
-3. Title. The first `# ` heading says "(shipped)" exactly when the record's decision ships.
+3. Title. The first `# ` heading says the record's outcome: "(shipped)", "(not shipped)" or
+   "(inconclusive)" (records before schema 6: "(shipped)" exactly when the decision ships).
 4. Numbers. Every number in the Markdown must come from the record. Precisely:
 
    Where numbers are looked for: every line outside code fences, after removing link and image
@@ -160,15 +161,14 @@ def _title_problem(lines: list[str], data: dict[str, Any]) -> str | None:
     title = next(((i, x) for i, x in enumerate(lines, 1) if x.startswith("# ")), None)
     if title is None:
         return "no title (a line starting with '# ')"
-    decision = data.get("decision")
-    ships = bool(decision and decision.get("ship"))
+    decision = data.get("decision") or {}
+    # outcome since schema 6; a boolean `ship` before
+    outcome = decision.get("outcome") or ("ship" if decision.get("ship") else "not_ship")
+    words = {"ship": "shipped", "not_ship": "not shipped", "inconclusive": "inconclusive"}
     lineno, text = title
-    says_not = "(not shipped)" in text
-    says_ship = "(shipped)" in text
-    if ships and not says_ship:
-        return f"line {lineno}: title does not say (shipped) but the record's decision ships"
-    if not ships and not says_not:
-        return f"line {lineno}: title does not say (not shipped) but the record does not ship"
+    want = f"({words[outcome]})"
+    if want not in text:
+        return f"line {lineno}: title does not say {want} but the record's decision is {outcome}"
     return None
 
 

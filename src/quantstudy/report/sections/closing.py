@@ -6,19 +6,17 @@ what follows from the record is not repeated when the study already says it.
 
 from __future__ import annotations
 
-from quantstudy.decision.policy import (
-    AGREEMENT,
-    FINITE,
-    KL_MEAN,
-    NOT_ON_GPU,
-    RANDOM_WEIGHTS,
-    SPEED_MARGIN,
-    SPEED_SPREAD,
-    TOP1_CI,
-)
 from quantstudy.record import Gate, StudyRecord
+from quantstudy.record.vocab import GateMetric, GateStatus, Missing
 from quantstudy.report.format import code
 from quantstudy.report.lookups import ACT_ONLY, WEIGHT_ONLY, engine_quality
+from quantstudy.report.sections.decision import (
+    MISSING_WORDS,
+    interval_words,
+    measured_words,
+    settle_sentence,
+    threshold_words,
+)
 
 
 def render_warnings(r: StudyRecord) -> list[str]:
@@ -128,7 +126,28 @@ def render_not_tried(r: StudyRecord) -> list[str]:
     return [*lines, ""]
 
 
+def _gate_line(g: Gate) -> str:
+    """One gate with its numbers: what it measured and what it needs."""
+    if g.metric is None:
+        return f"{g.name}: {g.measured}; needs {g.threshold_text}"
+    interval = f" {interval_words(g)}" if g.low is not None else ""
+    measured = measured_words(g) if g.value is not None else MISSING_WORDS.get(g.missing, "-")
+    return f"{g.name}: {measured}{interval}; needs {threshold_words(g)}"
+
+
+_QUALITY_LEADS = {
+    GateMetric.AGREEMENT: "Quality: when a calibration or layer choice keeps top-1 agreement "
+    "within the threshold.",
+    GateMetric.KL_MEAN: "Quality: when a calibration or layer choice keeps the mean KL within "
+    "the threshold.",
+    GateMetric.TOP1_CHANGE: "Quality: when fewer FP8 layers or another calibrator keep the "
+    "top-1 change above the threshold (not measured here).",
+    GateMetric.NONFINITE: "Quality: when no engine produces a non-finite logit.",
+}
+
+
 def render_revisit(r: StudyRecord) -> list[str]:
+    """What would change the decision, grouped by the gates' status and missing evidence."""
     lines = ["## When to revisit", ""]
     d = r.decision
     if d is None:
@@ -144,58 +163,73 @@ def render_revisit(r: StudyRecord) -> list[str]:
             "or recipe changes: every gate was measured for this combination only.",
             "",
         ]
-    failed = [g for g in d.gates if not g.passed]
-    off_gpu = [g for g in failed if g.kind == "speed" and g.measured.startswith(NOT_ON_GPU)]
-    random = [g for g in failed if g.measured.startswith(RANDOM_WEIGHTS)]
-    unmeasured = [
-        g for g in failed if g not in off_gpu and g.measured.startswith(("not measured", "timed"))
-    ]
-    speed = [
-        g
-        for g in failed
-        if g.name.startswith((SPEED_MARGIN, SPEED_SPREAD)) and g not in off_gpu + unmeasured
-    ]
-    leads = {
-        AGREEMENT: "Quality: when a calibration or layer choice keeps top-1 agreement within "
-        "the threshold.",
-        KL_MEAN: "Quality: when a calibration or layer choice keeps the mean KL within the "
-        "threshold.",
-        TOP1_CI: "Quality: when the top-1 change's CI clears the threshold; a larger held-out "
-        "set likely narrows the CI, and fewer FP8 layers or another calibrator may move it "
-        "(not measured here).",
-        FINITE: "Quality: when no engine produces a non-finite logit.",
-    }
 
-    def detailed(lead: str, gs: list[Gate]) -> list[str]:
-        return [
-            f"- {lead} Failed here:",
-            *(f"  - {g.name}: {g.measured}; needs {g.threshold}." for g in gs),
-        ]
+    def detailed(lead: str, gs: list[Gate], verb: str = "Failed") -> list[str]:
+        return [f"- {lead} {verb} here:", *(f"  - {_gate_line(g)}." for g in gs)]
 
     def shared(lead: str, gs: list[Gate]) -> list[str]:
-        return [f"- {lead} Failed for that reason: {', '.join(g.name for g in gs)}."]
+        return [f"- {lead} For: {', '.join(g.name for g in gs)}."]
 
+    open_ = [g for g in d.gates if not g.passed]
+    by_missing = {m: [g for g in open_ if g.missing == m] for m in Missing}
+    off_gpu = by_missing[Missing.NOT_ON_GPU]
     if off_gpu:
         lines += shared(
             "Run the study on a GPU: the speed gates cannot pass without GPU timings "
-            f"({off_gpu[0].measured}).",
+            f"({off_gpu[0].skipped_reason}).",
             off_gpu,
         )
-    if speed:
+    if by_missing[Missing.RANDOM_WEIGHTS]:
+        lines += shared(
+            "With pretrained weights: quality measured on random weights is not evidence.",
+            by_missing[Missing.RANDOM_WEIGHTS],
+        )
+    if by_missing[Missing.NOT_RECORDED]:
+        lines += detailed(
+            "Re-run the study with this version: the record predates numbers these gates need.",
+            by_missing[Missing.NOT_RECORDED],
+            "Open",
+        )
+    unmeasured = [
+        g
+        for m in (
+            Missing.NOT_MEASURED,
+            Missing.NOT_TIMED,
+            Missing.NOT_MEANINGFUL,
+            Missing.UNLABELLED,
+        )
+        for g in by_missing[m]
+    ]
+    if unmeasured:
+        lines += detailed("When the missing measurements exist.", unmeasured, "Open")
+    evaluated = [g for g in open_ if g.missing is None]
+    speed_fail = [g for g in evaluated if g.kind == "speed" and g.status == GateStatus.FAIL]
+    if speed_fail:
         lines += detailed(
             "Speed: when an FP8 matrix-product kernel (1x1 convolution or linear) is faster "
             "than fp16 at these shapes and the activation quantize fuses into its producer.",
-            speed,
+            speed_fail,
         )
-    if random:
-        lines += shared(
-            "With pretrained weights: quality measured on random weights is not evidence.",
-            random,
+    speed_open = [g for g in evaluated if g.kind == "speed" and g.status != GateStatus.FAIL]
+    if speed_open:
+        lines += detailed(
+            "Speed: the timing rounds straddle the threshold; more rounds on a quieter GPU "
+            "would settle it, or a faster FP8 kernel would move it.",
+            speed_open,
+            "Open",
         )
-    if unmeasured:
-        lines += detailed("When the missing measurements exist.", unmeasured)
-    grouped = {id(g) for g in off_gpu + speed + random + unmeasured}
-    for g in failed:
-        if id(g) not in grouped:
-            lines += detailed(leads.get(g.name, f"When {g.name} passes."), [g])
+    needs_images = [g for g in evaluated if g.kind == "quality" and g.images_needed is not None]
+    for g in needs_images:
+        lines += [
+            f"- With a larger labelled held-out set: {settle_sentence(g)}.",
+            f"  - {_gate_line(g)}.",
+        ]
+    for g in evaluated:
+        if g.kind == "quality" and g not in needs_images:
+            lead = (
+                _QUALITY_LEADS.get(g.metric, f"When {g.name} passes.")
+                if g.metric
+                else (f"When {g.name} passes.")
+            )
+            lines += detailed(lead, [g], "Failed" if g.status == GateStatus.FAIL else "Open")
     return [*lines, ""]

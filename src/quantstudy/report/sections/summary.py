@@ -6,7 +6,7 @@ only, its arithmetic is never printed.
 
 from __future__ import annotations
 
-from quantstudy.record import Gate, KernelBreakdown, StudyRecord
+from quantstudy.record import KernelBreakdown, StudyRecord
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
@@ -18,7 +18,6 @@ from quantstudy.report.format import (
     fmt_sig,
     fmt_us,
     join_words,
-    table,
 )
 from quantstudy.report.lookups import (
     ACT_ONLY,
@@ -30,6 +29,12 @@ from quantstudy.report.lookups import (
     engine_quality,
     shipped,
     weight_bytes,
+)
+from quantstudy.report.sections.decision import (
+    OUTCOME_WORDS,
+    gate_table,
+    redecided_sentence,
+    summary_sentences,
 )
 
 
@@ -56,7 +61,7 @@ def _group_us(k: KernelBreakdown, group: str) -> float | None:
 
 
 def render_title(r: StudyRecord) -> list[str]:
-    state = "shipped" if shipped(r) else "not shipped"
+    state = OUTCOME_WORDS[r.decision.outcome] if r.decision is not None else "not shipped"
     lines = [f"# FP8 quantization study ({state}): {r.model.name}", ""]
     banners = []
     if r.model.random_weights:
@@ -74,8 +79,8 @@ def render_title(r: StudyRecord) -> list[str]:
         words = CPU_BANNER if "cuda" not in r.speed.device.lower() else "timings are not meaningful"
         reason = r.speed.meaningless_reason or "marked so by the study"
         banners.append(
-            f"**Warning: {words}** (device {r.speed.device}: {reason}). The speed gates fail "
-            "until the study runs on a GPU."
+            f"**Warning: {words}** (device {r.speed.device}: {reason}). The speed gates cannot "
+            "pass until the study runs on a GPU."
         )
     if r.status == "partial":
         absent = [
@@ -233,21 +238,17 @@ def _kernel_sentence(r: StudyRecord) -> str | None:
     return None
 
 
-def _gate_result(g: Gate) -> str:
-    if g.skipped_reason:
-        return f"skipped: {g.skipped_reason}"
-    return "pass" if g.passed else "**fail**"
-
-
 def render_summary(r: StudyRecord) -> list[str]:
     lines = ["## Summary and decision", ""]
     d = r.decision
     if d is None:
-        first = f"No decision is recorded in this study (status {r.status}), so FP8 is not shipped."
+        first = [
+            f"No decision is recorded in this study (status {r.status}), so FP8 is not shipped."
+        ]
     else:
-        first = d.summary
+        first = summary_sentences(d)
     sentences = [
-        first,
+        *first,
         _speed_sentence(r),
         _size_sentence(r),
         _quality_sentence(r),
@@ -259,9 +260,9 @@ def render_summary(r: StudyRecord) -> list[str]:
         sentences.append(k)
     lines += [" ".join(x[0].upper() + x[1:] for x in sentences), ""]
     if d is not None:
-        lines += table(
-            ["Gate", "Kind", "Threshold", "Measured", "Result"],
-            [[g.name, g.kind, g.threshold, g.measured, _gate_result(g)] for g in d.gates],
-        )
+        lines += gate_table(d)
         lines += ["", f"Policy: {code(d.policy)}.", ""]
+        again = redecided_sentence(d)
+        if again:
+            lines += [again, ""]
     return lines

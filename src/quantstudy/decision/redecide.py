@@ -1,0 +1,52 @@
+"""Take a study's decision again, from its recorded measurements, under a (new) policy.
+
+The measurements are not re-run: gates whose numbers the record does not hold (a KL interval, or
+FP8 scored against fp16, in studies before schema 6) are inconclusive and say so. The new
+decision carries `redecided` (the previous outcome and policy, the version that decided), so the
+report states that the decision was taken later. Only the `decision` key of study.json is
+rewritten; every measured value stays as the study wrote it, with its schema version.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from quantstudy import __version__
+from quantstudy.decision.policy import decide, load_policy
+from quantstudy.record import SCHEMA_VERSION, Decision, Redecision, StudyRecord
+from quantstudy.record.errors import UserError
+from quantstudy.record.io import write_json_atomic
+
+
+def redecide(record: StudyRecord, policy_name: str | Path | None) -> Decision:
+    """The decision of `record` under `policy_name`, marked as taken again."""
+    policy, label = load_policy(policy_name)
+    previous = record.decision
+    decision = decide(record, policy, label)
+    return decision.model_copy(
+        update={
+            "redecided": Redecision(
+                previous_outcome=previous.outcome if previous is not None else None,
+                previous_policy=previous.policy if previous is not None else None,
+                tool_version=__version__,
+                schema_version=SCHEMA_VERSION,
+            )
+        }
+    )
+
+
+def redecide_file(study_dir: Path, policy_name: str | Path | None) -> StudyRecord:
+    """Rewrite the decision in `study_dir/study.json`; return the updated record."""
+    path = Path(study_dir) / "study.json"
+    if not path.is_file():
+        raise UserError(f"no study.json in {study_dir}: give a folder that `quantstudy run` wrote")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not valid JSON: {e}") from None
+    record = StudyRecord.model_validate(raw)
+    decision = redecide(record, policy_name)
+    raw["decision"] = decision.model_dump(mode="json")
+    write_json_atomic(path, raw)
+    return StudyRecord.model_validate(raw)
