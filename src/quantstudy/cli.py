@@ -39,7 +39,17 @@ STUDY_OPTIONS = (
 )
 # --device alone defaults to what this machine has, not to the config's default.
 CLI_DEFAULTS: dict[str, Any] = {"device": None}
-CLI_HELP = {"device": "default: cuda when available, else cpu"}
+CLI_HELP = {
+    "device": "default: cuda when available, else cpu",
+    "policy": "decision policy: a preset (default, strict, latency-first) or a YAML file "
+    "(default: default)",
+}
+# Exit status of run and decide: the decision's outcome (EXIT_CODES in decision/policy.py).
+EXIT_STATUS = (
+    "exit status: 0 ship, 3 not ship (a gate failed), 4 inconclusive (no gate failed, but the "
+    "evidence cannot yet pass one; the report says how many images would settle it), "
+    "1 user error, 2 usage error, 130 interrupted"
+)
 
 
 def _batches(text: str) -> tuple[int, ...]:
@@ -93,13 +103,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run a study of MODEL")
+    run = sub.add_parser("run", help="run a study of MODEL", epilog=EXIT_STATUS)
     run.add_argument(
         "model", help="timm name, optionally with tag, e.g. mobilenetv4_conv_large.e500_r256_in1k"
     )
     _add_config_args(run, MODEL_DATA_OPTIONS + STUDY_OPTIONS)
 
-    demo = sub.add_parser("demo", help="the embedded default study (EfficientNet-Lite0)")
+    demo = sub.add_parser(
+        "demo",
+        help="the embedded default study (EfficientNet-Lite0)",
+        epilog="exit status: 0 whatever the decision (run exits by it), 1 user error",
+    )
     _add_config_args(demo, STUDY_OPTIONS)
 
     rec = sub.add_parser("recipes", help="list built-in recipes, or show a resolution")
@@ -140,6 +154,15 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="(re)render report.md and plots from study.json")
     report.add_argument("study_dir", type=Path)
+
+    decide = sub.add_parser(
+        "decide",
+        help="take a study's decision again from its recorded measurements under a policy, "
+        "rewrite it in study.json and re-render the report (which says so)",
+        epilog=EXIT_STATUS,
+    )
+    decide.add_argument("study_dir", type=Path)
+    decide.add_argument("--policy", help=CLI_HELP["policy"])
 
     sweep = sub.add_parser(
         "sweep",
@@ -185,27 +208,31 @@ def _model_config(args: argparse.Namespace) -> StudyConfig:
     return _config(args, model=args.model)
 
 
-def _print_outcome(record, report: Path) -> None:
+def _print_outcome(record, report: Path) -> int:
+    """Print the decision's closing lines; return the exit status of its outcome."""
+    from quantstudy.decision.policy import EXIT_CODES
+    from quantstudy.record.vocab import Outcome
+    from quantstudy.report.sections.decision import cli_lines
+
     decision = record.decision
-    verdict = "SHIP" if decision and decision.ship else "DO NOT SHIP"
+    outcome = decision.outcome if decision is not None else Outcome.INCONCLUSIVE
+    verdict = {"ship": "SHIP", "not_ship": "DO NOT SHIP", "inconclusive": "INCONCLUSIVE"}[outcome]
     print(f"\n{record.model.name} / {record.recipe.name if record.recipe else '-'}: {verdict}")
     if decision is not None:
-        print(decision.summary)
-        for gate in decision.gates:
-            mark = "pass" if gate.passed else "FAIL"
-            print(f"  [{mark}] {gate.name}: {gate.measured} (needs {gate.threshold})")
+        print("\n".join(cli_lines(decision)))
     if record.timings is not None:
         from quantstudy.study.timing import format_timings
 
         print(f"\nwall time per stage:\n{format_timings(record.timings)}")
     print(f"report: {report}")
+    return EXIT_CODES[outcome]
 
 
-def _cmd_run(args: argparse.Namespace) -> None:
+def _cmd_run(args: argparse.Namespace) -> int:
     from quantstudy.study.run import run_study
 
     config = _model_config(args)
-    _print_outcome(*run_study(config))
+    return _print_outcome(*run_study(config))
 
 
 def _cmd_search(args: argparse.Namespace) -> None:
@@ -227,7 +254,7 @@ def _cmd_search(args: argparse.Namespace) -> None:
     print(f"recipe: {result.search.recipe_file}")
 
 
-def _cmd_demo(args: argparse.Namespace) -> None:
+def _cmd_demo(args: argparse.Namespace) -> int:
     from quantstudy.data.demo import demo_data
     from quantstudy.study.run import run_study
 
@@ -244,6 +271,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         class_list=demo.class_list,
     )
     _print_outcome(*run_study(config))
+    return 0  # a demonstration: its decision is the report's answer, not a failure
 
 
 def _cmd_recipes(args: argparse.Namespace) -> None:
@@ -274,6 +302,14 @@ def _cmd_report(args: argparse.Namespace) -> None:
     print(render_study(args.study_dir))
 
 
+def _cmd_decide(args: argparse.Namespace) -> int:
+    from quantstudy.decision.redecide import redecide_file
+    from quantstudy.report.render import render_study
+
+    record = redecide_file(args.study_dir, args.policy)
+    return _print_outcome(record, render_study(args.study_dir))
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from quantstudy.sweep.run import SweepOptions, run_sweep
 
@@ -298,6 +334,7 @@ COMMANDS = {
     "recipes": _cmd_recipes,
     "search": _cmd_search,
     "report": _cmd_report,
+    "decide": _cmd_decide,
     "sweep": _cmd_sweep,
     "bench": _cmd_bench,
 }
@@ -311,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"quantstudy: error: {e}", file=sys.stderr)
         return 1
-    return status or 0  # sweep: its exit status
+    return status or 0  # run, decide and sweep: their exit status
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ Schema history:
      StudyConfig (was StudyConfigRecord) holds the whole config: class_list, strip_prefix,
      eval_batch, speed, package, out.
      StudyRecord.timings (wall time per stage of the run, `study/timing.py`).
+     Typed gates (Gate.status/value/low/high/threshold/baseline; Decision.outcome with
+     "inconclusive"; text gates of older records convert on load); EngineQuality
+     .kl_mean_intervals; QualitySection.against_fp16.
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

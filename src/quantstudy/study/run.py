@@ -16,6 +16,7 @@ from torch import nn
 
 from quantstudy.data.images import load_images
 from quantstudy.decision.policy import decide
+from quantstudy.decision.preview import heldout_preview
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import (
     build_fakequant,
@@ -70,6 +71,7 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
         inputs = prepare_inputs(config)
     if inputs.recipe_is_default:
         console.print(f"recipe: [bold]{inputs.recipe.name}[/bold] (the family default)")
+    console.print(heldout_preview(inputs.policy, len(inputs.heldout_items), inputs.data.labelled))
     out_dir = config.out_dir(inputs.recipe.name)
     record = StudyRecord(
         name=config.study_name(inputs.recipe.name),
@@ -242,6 +244,7 @@ def _score(
         labels,
         emulation_gap(h["fp8"], h["fakequant"], h["fakequant_reordered"]),
         inputs.loaded.info.random_weights,
+        against_fp16=score_engine("fp8", h["fp16"], h["fp8"], labels, seed=config.seed),
     )
 
 
