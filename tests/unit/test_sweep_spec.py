@@ -183,13 +183,15 @@ def test_estimate_from_recorded_stage_timings(tmp_path):
 
 
 def test_stage_timer_and_table():
-    timer = StageTimer()
+    echoed: list[str] = []
+    timer = StageTimer(echo=echoed.append)
     with timer.stage("load"):
         pass
     with pytest.raises(RuntimeError), timer.stage("calibrate"):
         raise RuntimeError  # a failed stage is not recorded
     section = timer.section()
     assert [s.stage for s in section.stages] == ["load"] and section.total_s >= 0
+    assert echoed == ["stage load: 0.00 s"]  # one line per finished stage, for the log
     table = format_timings(
         TimingsSection(
             stages=[StageTime(stage="load", seconds=3.0), StageTime(stage="score", seconds=1.0)],

@@ -8,25 +8,37 @@ by the stage's own synchronising calls (results copied to the host), so it is in
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from quantstudy.record.timings import StageTime, TimingsSection
+from quantstudy.study.cache import console
+
+
+def _echo(line: str) -> None:
+    console.print(f"[dim]{line}[/dim]")
 
 
 class StageTimer:
-    """Collects (stage, seconds) in the order stages run; `section()` gives the record."""
+    """Collects (stage, seconds) in the order stages run; `section()` gives the record.
 
-    def __init__(self) -> None:
+    Each finished stage is also echoed as one line (stderr), so the log of a study that is
+    stopped or killed still shows where its time went up to then."""
+
+    def __init__(self, echo: Callable[[str], None] | None = _echo) -> None:
         self._start = time.perf_counter()
         self._stages: list[StageTime] = []
+        self._echo = echo
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         """Time the body as `name`; a stage that raises is not recorded (the run failed)."""
         t0 = time.perf_counter()
         yield
-        self._stages.append(StageTime(stage=name, seconds=round(time.perf_counter() - t0, 3)))
+        seconds = round(time.perf_counter() - t0, 3)
+        self._stages.append(StageTime(stage=name, seconds=seconds))
+        if self._echo is not None:
+            self._echo(f"stage {name}: {seconds:.2f} s")
 
     def section(self) -> TimingsSection:
         total = round(time.perf_counter() - self._start, 3)
