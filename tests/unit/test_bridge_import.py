@@ -1,0 +1,141 @@
+"""`quantstudy import-trt`: trtexec's exports (tests/fixtures/trtexec, in the formats of
+NVIDIA/TensorRT samples/common/sampleReporting.cpp) into a TensorRT study, and every way a set of
+exports can be wrong."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from quantstudy.cli import main
+from quantstudy.report.render import load_record
+from tests.unit._bridge_study import small_study
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trtexec"
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    return small_study(tmp_path_factory.mktemp("bridge"))
+
+
+@pytest.fixture
+def exports(tmp_path) -> Path:
+    shutil.copytree(FIXTURES, tmp_path / "trt")
+    return tmp_path / "trt"
+
+
+def _import(study: Path, exports: Path, out: Path) -> int:
+    args = [
+        "import-trt",
+        str(study),
+        "--fp16",
+        str(exports / "fp16"),
+        "--fp8",
+        str(exports / "fp8"),
+    ]
+    return main([*args, "--onnx", str(study / "tensorrt" / "model.onnx"), "--out", str(out)])
+
+
+def test_fixtures_become_a_tensorrt_study_with_a_decision(study, exports, tmp_path, capsys):
+    out = tmp_path / "trt-study"
+    code = _import(study, exports, out)
+    printed = capsys.readouterr().out
+    assert code in (0, 3, 4)  # random weights: the quality gates cannot pass
+    assert "TensorRT 10.8.0 on NVIDIA H200" in printed
+    assert "FP8 in the engine: 6 of the recipe's 7 FP8 layers" in printed
+    assert "not FP8: conv_head (fp16)" in printed
+    record = load_record(out / "study.json")
+    sp = record.speed
+    assert (sp.engine, sp.device, sp.meaningful) == ("tensorrt", "NVIDIA H200", True)
+    assert [b.batch for b in sp.batches] == [1, 2]
+    b1 = sp.batches[0]
+    assert b1.fp16_ms.median == pytest.approx(0.30) and b1.fp8_ms.median == pytest.approx(0.27)
+    assert b1.ratio.median == pytest.approx(0.30 / 0.27)
+    assert b1.ratio.q1 == pytest.approx(b1.fp16_ms.q1 / b1.fp8_ms.q3)
+    assert b1.fp16_ms.n == 12
+    assert "conv_head" in b1.warnings[0]
+    gates = {g.name: g for g in record.decision.gates if g.kind == "speed"}
+    assert all(g.passed for g in gates.values()) and len(gates) == 2
+    fp8_groups = {g.group: g for g in sp.kernels[1].groups}  # fp8 engine at batch 1
+    assert fp8_groups["fp8_matmul"].count == 6 and fp8_groups["depthwise_conv"].count == 2
+    assert {p.layer: p.precision for p in sp.layer_precision}["conv_head"] == "fp16"
+    assert (out / "report.md").is_file()
+    original = load_record(study / "study.json")
+    assert original.speed is None  # the study itself is untouched
+
+
+def _one_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("quantstudy: error: ")
+    return err[0]
+
+
+def test_missing_file_is_named(study, exports, tmp_path, capsys):
+    (exports / "fp8" / "b2.profile.json").unlink()
+    assert _import(study, exports, tmp_path / "o") == 1
+    assert "b2.profile.json is missing" in _one_error(capsys)
+
+
+def test_corrupt_json_is_refused(study, exports, tmp_path, capsys):
+    (exports / "fp16" / "b1.times.json").write_text('[{"computeMs": 0.3,')
+    assert _import(study, exports, tmp_path / "o") == 1
+    assert "b1.times.json is not valid JSON" in _one_error(capsys)
+
+
+def test_wrong_format_is_refused(study, exports, tmp_path, capsys):
+    (exports / "fp16" / "b1.profile.json").write_text(json.dumps([{"name": "x", "timeMs": 1}]))
+    assert _import(study, exports, tmp_path / "o") == 1
+    assert "not trtexec --exportProfile output" in _one_error(capsys)
+
+
+def test_wrong_batch_is_refused(study, exports, tmp_path, capsys):
+    for kind in ("times", "profile", "layers", "log"):
+        ext = "log" if kind == "log" else f"{kind}.json"
+        shutil.copy(exports / "fp8" / f"b1.{ext}", exports / "fp8" / f"b2.{ext}")
+    assert _import(study, exports, tmp_path / "o") == 1
+    assert "at batch 1, not 2" in _one_error(capsys)
+
+
+def test_fp8_engine_of_another_model_is_refused(study, exports, tmp_path, capsys):
+    for b in (1, 2):
+        path = exports / "fp8" / f"b{b}.layers.json"
+        path.write_text(path.read_text().replace("/blocks/", "/stages/").replace("conv_head", "x"))
+    assert _import(study, exports, tmp_path / "o") == 1
+    assert "from another model" in _one_error(capsys)
+
+
+def test_fp8_exports_given_as_fp16_are_refused(study, exports, tmp_path, capsys):
+    assert _import(study, exports, tmp_path / "o", fp16="fp8") == 1
+    assert "holds FP8 layers" in _one_error(capsys)
+
+
+def test_batches_must_match_between_engines(study, exports, tmp_path, capsys):
+    for p in (exports / "fp16").glob("b2.*"):
+        p.unlink()
+    assert _import(study, exports, tmp_path / "o") == 1
+    assert "same batch sizes" in _one_error(capsys)
+
+
+def test_layer_names_only_is_refused(study, exports, tmp_path, capsys):
+    path = exports / "fp8" / "b1.layers.json"
+    path.write_text(json.dumps({"Layers": ["a + b", "c"], "Bindings": ["input", "logits"]}))
+    assert _import(study, exports, tmp_path / "o") == 1
+    assert "--profilingVerbosity=detailed" in _one_error(capsys)
+
+
+def test_onnx_of_another_study_is_refused(study, exports, tmp_path, capsys):
+    import onnx
+
+    model = onnx.load(study / "tensorrt" / "model.onnx")
+    for p in model.metadata_props:
+        if p.key == "quantstudy.recipe_sha256":
+            p.value = "0" * 64
+    other = tmp_path / "other.onnx"
+    onnx.save(model, other)
+    assert _import(study, exports, tmp_path / "o", onnx_file=other) == 1
+    assert "not this study's" in _one_error(capsys)
