@@ -10,6 +10,7 @@ import json
 from quantstudy.recipe.builtin import FALLBACK_RECIPE, FAMILY_DEFAULTS, builtin_names, load_recipe
 from quantstudy.recipe.resolve import Resolution
 from quantstudy.recipe.selectors import layer_kind
+from quantstudy.recipe.tensorrt import prescreen, prescreen_lines
 from quantstudy.record import LayerDecision
 
 COLUMNS = ("#", "layer", "kind", "shape", "input", "rule", "why")
@@ -25,6 +26,7 @@ def format_resolution(res: Resolution, recipe_name: str, model_name: str, as_jso
             "selected": [d.model_dump(mode="json") for d in res.selected],
             "excluded": [d.model_dump(mode="json") for d in res.excluded],
             "notes": res.notes,
+            "tensorrt_prescreen": [vars(f) for f in prescreen(res.selected)],
         }
         return json.dumps(doc, indent=2)
     total = res.counts["candidates.total"]
@@ -43,6 +45,7 @@ def format_resolution(res: Resolution, recipe_name: str, model_name: str, as_jso
     ]
     if res.notes:
         lines += ["", "Notes:", *(f"  - {note}" for note in res.notes)]
+    lines += ["", *prescreen_lines(res.selected)]
     return "\n".join(lines)
 
 
