@@ -8,10 +8,10 @@ without the FP8 product (docs/fp8-kernel.md, res2net's miss). Here the conv is t
 product y[m, n] = sum_k a[m, k] w[n, k] over output pixels m = (b, ho, wo) and k = (tap, c),
 whose A matrix is never written: each K step loads one tap's channels of the rows' input
 pixels straight from the channels-last FP8 map (pixels outside it read zero, which is the
-zero padding). The epilogue is `triton_fp8._finish`: per-output-channel weight scale x the
-per-tensor input scale, folded-BN bias, activation, one write of the channels-last output
-in the engine's dtype or as the next layer's FP8 input. Sums move to float32 every PROMOTE
-products (`triton_fp8._mma`), as in the fused 1x1 product.
+zero padding). The epilogue is the fused product's (`triton_fp8._finish`): per-output-channel
+weight scale x the per-tensor input scale, folded-BN bias, activation, one write of the
+channels-last output in the engine's dtype or as the next layer's FP8 input. Sums move to
+float32 every PROMOTE products (`triton_fp8._mma`), as in the fused 1x1 product.
 
 The kernel's name says "conv2d" and "fp8", so the profiler's grouping (`speed/kernels.py`)
 counts it as an FP8 matrix product.
@@ -30,10 +30,11 @@ from quantstudy.quant.triton_fp8 import (
     PROMOTE,
     ROUND_CODES,
     _bench,
-    _channel_terms,
-    _finish,
     _mma,
+    _round,
     _tile,
+    activation,
+    fp8_range,
 )
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): BLOCK_K is channels of one tap per K step.
@@ -108,11 +109,19 @@ def _fp8_conv2d_kernel(
                 )
                 acc, part = _mma(a, w, acc, part, (i * KW + j) * chunks + c0, BLOCK_K, PROMOTE)
     acc += part
-    scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS)
-    _finish(
-        acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, None, scm, scn,
-        out_scale_ptr, ACT, False, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
-    )  # fmt: skip
+    # The fused product's epilogue (`triton_fp8._finish`, pointer store): scales and bias on
+    # the float32 sums, rounded to the engine's dtype where the unfused engine stores, the
+    # activation, then one write (fp16, or the next layer's FP8 input).
+    scale = tl.load(w_scale_ptr + offs_n, mask=n_ok, other=0.0) * tl.load(x_scale_ptr)
+    y = acc * scale[None, :]
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
+    y = activation(_round(y, ROUND), ACT)
+    if OUT_FP8:
+        y = fp8_range(_round(y, ROUND), out_scale_ptr)
+    c_ptrs = c_ptr + offs_m[:, None] * scm + offs_n[None, :] * scn
+    y = y.to(c_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+    tl.store(c_ptrs, y, mask=m_ok[:, None] & n_ok[None, :])
 
 
 def _config(bm, bn, bk, warps, stages):
