@@ -34,7 +34,7 @@ from quantstudy.search.select import (
 )
 from quantstudy.search.tables import SearchSection as ReExported
 
-POLICY = Policy(quality=QualityPolicy(max_kl_mean=0.02, min_agreement=0.97))
+POLICY = Policy(quality=QualityPolicy(agreement={"min": 0.97}, kl_mean={"max": 0.02}))
 
 
 def _timing(median: float) -> TimingStats:
