@@ -106,7 +106,7 @@ def status_words(g: Gate, markdown: bool = True) -> str:
 def settle_sentence(g: Gate) -> str:
     """What more data would show, for an inconclusive gate with an images-needed figure."""
     assert g.images_needed is not None and g.metric is not None and g.threshold is not None
-    side = "above" if g.direction == Direction.AT_LEAST else "below"
+    side = "at least" if g.direction == Direction.AT_LEAST else "at most"
     base = f" against {g.baseline}" if g.baseline else ""
     unit = _UNIT.get(g.metric, "")
     return (
