@@ -23,6 +23,7 @@ FP8 Q/DQ from 9.2 on.
 
 from __future__ import annotations
 
+import copy
 import io
 import warnings
 from dataclasses import dataclass, field
@@ -109,7 +110,7 @@ def build_qdq(rebuilt: Rebuilt, precision: str = "fp16", opset: int | None = Non
             f"--opset {opset}: this onnx knows opsets up to {onnx.defs.onnx_opset_version()}"
         )
     example = rebuilt.example
-    float_model = export_float(_copy(rebuilt.deployed), example, precision, opset)
+    float_model = export_float(copy.deepcopy(rebuilt.deployed), example, precision, opset)
     qdq = onnx.ModelProto()
     qdq.CopyFrom(float_model)
     scale_fp32 = precision == "fp32" or opset >= MIXED_SCALE_OPSET
@@ -138,12 +139,6 @@ def build_qdq(rebuilt: Rebuilt, precision: str = "fp16", opset: int | None = Non
     )
 
 
-def _copy(model: nn.Module) -> nn.Module:
-    import copy
-
-    return copy.deepcopy(model)
-
-
 def _inline_identities(graph: onnx.GraphProto) -> None:
     """The exporter writes one initializer for equal parameters and Identity nodes for the
     others; give each its own initializer again (needed to find a layer's weight by name)."""
@@ -151,11 +146,11 @@ def _inline_identities(graph: onnx.GraphProto) -> None:
     keep = []
     for node in graph.node:
         if node.op_type == "Identity" and node.input[0] in inits:
-            copy_ = onnx.TensorProto()
-            copy_.CopyFrom(inits[node.input[0]])
-            copy_.name = node.output[0]
-            graph.initializer.append(copy_)
-            inits[copy_.name] = copy_
+            twin = onnx.TensorProto()
+            twin.CopyFrom(inits[node.input[0]])
+            twin.name = node.output[0]
+            graph.initializer.append(twin)
+            inits[twin.name] = twin
         else:
             keep.append(node)
     del graph.node[:]

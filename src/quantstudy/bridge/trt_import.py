@@ -271,7 +271,7 @@ def _breakdown(engine: str, b: int, profile, info: LayerInfo) -> KernelBreakdown
         engine=engine,
         batch=b,
         kernel_count=len(profile),  # engine layers, each one or more kernels
-        total_us=sum(t for g in groups for t in [g.time_us]),
+        total_us=sum(g.time_us for g in groups),
         groups=groups,
         top_kernels=top,
     )
