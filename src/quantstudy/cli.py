@@ -1,6 +1,7 @@
 """The `quantstudy` command: a thin argparse layer over the library.
 
-User mistakes (`UserError`) print one clean line and exit 1; anything else is a bug and keeps its
+User mistakes (`UserError`) and filesystem faults (a full disk, a read-only --out) print one clean
+line and exit 1; Ctrl-C prints one line and exits 130; anything else is a bug and keeps its
 traceback.
 """
 
@@ -17,6 +18,7 @@ from pydantic.fields import FieldInfo
 
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import PathText, StudyConfig, option
+from quantstudy.record.io import filesystem_message
 from quantstudy.record.vocab import choices
 
 # The study options of `run`, `search` and `demo`: fields of `StudyConfig`, which gives each its
@@ -96,6 +98,14 @@ def _add_config_args(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None
         p.add_argument(*flags, **kw)
 
 
+def _add_force_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a complete study of another configuration in the study folder",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="quantstudy",
@@ -108,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
         "model", help="timm name, optionally with tag, e.g. mobilenetv4_conv_large.e500_r256_in1k"
     )
     _add_config_args(run, MODEL_DATA_OPTIONS + STUDY_OPTIONS)
+    _add_force_arg(run)
 
     demo = sub.add_parser(
         "demo",
@@ -115,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 whatever the decision (run exits by it), 1 user error",
     )
     _add_config_args(demo, STUDY_OPTIONS)
+    _add_force_arg(demo)
 
     rec = sub.add_parser("recipes", help="list built-in recipes, or show a resolution")
     rec_sub = rec.add_subparsers(dest="recipes_command")
@@ -196,11 +208,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def _config(args: argparse.Namespace, **fixed: Any) -> StudyConfig:
     """The study config of the parsed options; `fixed` gives the fields the command sets."""
-    import torch
-
     given = {n: getattr(args, n) for n in STUDY_OPTIONS + MODEL_DATA_OPTIONS if hasattr(args, n)}
-    given["device"] = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    given["device"] = args.device or _default_device()
     return StudyConfig(**{k: v for k, v in given.items() if v is not None} | fixed)
+
+
+def _default_device() -> str:
+    import torch  # only when --device is not given: importing torch takes seconds
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _model_config(args: argparse.Namespace) -> StudyConfig:
@@ -229,10 +245,13 @@ def _print_outcome(record, report: Path) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from quantstudy.study.run import run_study
+    from quantstudy.study.guard import preflight
 
     config = _model_config(args)
-    return _print_outcome(*run_study(config))
+    preflight(config)  # bad paths and files refused before torch is even imported
+    from quantstudy.study.run import run_study
+
+    return _print_outcome(*run_study(config, force=args.force))
 
 
 def _cmd_search(args: argparse.Namespace) -> None:
@@ -270,7 +289,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         calib_data=demo.calib_dir,
         class_list=demo.class_list,
     )
-    _print_outcome(*run_study(config))
+    _print_outcome(*run_study(config, force=args.force))
     return 0  # a demonstration: its decision is the report's answer, not a failure
 
 
@@ -347,6 +366,15 @@ def main(argv: list[str] | None = None) -> int:
         status = COMMANDS[args.command](args)
     except UserError as e:
         print(f"quantstudy: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nquantstudy: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    except OSError as e:
+        message = filesystem_message(e)  # a full disk, a read-only folder: one line, not a bug
+        if message is None:
+            raise
+        print(f"quantstudy: error: {message}", file=sys.stderr)
         return 1
     return status or 0  # run, decide and sweep: their exit status
 

@@ -8,12 +8,13 @@ study can say how many images it did not use and why.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import timm.data
 from PIL import Image
 
+from quantstudy.data.decode import UnusableImage, to_rgb
 from quantstudy.record import SkippedImage
 from quantstudy.record.errors import UserError
 
@@ -37,6 +38,7 @@ class FolderScan:
     labelled: bool
     class_list: Path | None  # None: timm's ImageNet-1k wnids
     skipped: list[SkippedImage]
+    n_classes: int | None = None  # length of the class list (labelled folders)
 
 
 def scan_folder(root: Path, class_list: Path | None = None) -> FolderScan:
@@ -50,6 +52,7 @@ def scan_folder(root: Path, class_list: Path | None = None) -> FolderScan:
     files = sorted(p for p in root.iterdir() if p.is_file())
     items: list[ImageItem] = []
     skipped: list[SkippedImage] = []
+    wnids: list[str] = []
     if subfolders:
         wnids = read_class_list(class_list)
         index = {wnid: i for i, wnid in enumerate(wnids)}
@@ -79,18 +82,28 @@ def scan_folder(root: Path, class_list: Path | None = None) -> FolderScan:
         labelled=bool(subfolders),
         class_list=Path(class_list) if class_list is not None else None,
         skipped=skipped,
+        n_classes=len(wnids) if subfolders else None,
     )
 
 
 def read_class_list(class_list: Path | None = None) -> list[str]:
     """The wnids in label order: from `class_list`, or timm's ImageNet-1k synsets when None."""
     if class_list is None:
+        import timm.data  # here, not at the top: a given class list needs no timm (seconds)
+
         return list(timm.data.ImageNetInfo().label_names())
     path = Path(class_list).expanduser()
     if not path.is_file():
         raise UserError(f"class list {path} does not exist; pass a file with one wnid a line")
-    lines = path.read_text(encoding="utf-8").rstrip("\n").split("\n")
-    wnids = [line.strip() for line in lines]
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of a wnid
+    except UnicodeDecodeError:
+        raise UserError(
+            f"class list {path} is not UTF-8 text; pass a file with one wnid a line"
+        ) from None
+    wnids = [line.strip() for line in text.rstrip("\n").splitlines()]
+    if wnids and all(_WNID_LINE.match(w) for w in wnids if w):
+        wnids = [w.split()[0] if w else w for w in wnids]  # "n01440764 tench, Tinca tinca"
     if not wnids or "" in wnids:
         line = wnids.index("") + 1 if "" in wnids else 1
         raise UserError(f"class list {path}: empty line {line}; write one wnid a line, no gaps")
@@ -100,6 +113,9 @@ def read_class_list(class_list: Path | None = None) -> list[str]:
             raise UserError(f"class list {path}: {wnid!r} repeated on line {i + 1}")
         seen.add(wnid)
     return wnids
+
+
+_WNID_LINE = re.compile(r"^n\d{8}(\s|$)")  # a WordNet id, optionally followed by its name
 
 
 def _check_subfolders(subfolders: list[Path], index: dict[str, int], class_list: Path | None):
@@ -138,6 +154,9 @@ def _decode_problem(path: Path) -> str | None:
     try:
         with Image.open(path) as image:
             image.load()
+            to_rgb(image)
+    except UnusableImage as e:
+        return f"unusable image: {e}"
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         return f"cannot decode image: {type(e).__name__}: {e}"
     return None

@@ -15,6 +15,7 @@ Schema history:
      StudyConfig (was StudyConfigRecord) holds the whole config: class_list, strip_prefix,
      eval_batch, speed, package, out.
      StudyRecord.timings (wall time per stage of the run, `study/timing.py`).
+     StudyRecord.digest (SHA-256 of the sealed sections, checked by `quantstudy report`).
      Typed gates (Gate.status/value/low/high/threshold/baseline; Decision.outcome with
      "inconclusive"; text gates of older records convert on load); EngineQuality
      .kl_mean_intervals; QualitySection.against_fp16.

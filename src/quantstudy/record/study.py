@@ -1,8 +1,17 @@
-"""`StudyRecord`: every section of one study, composed."""
+"""`StudyRecord`: every section of one study, composed, and the digest that seals it.
+
+The digest is the SHA-256 of the record's JSON (sorted keys, no whitespace) without the keys in
+`UNSEALED`: `record/io.py: write_record` stores it with every write, and `quantstudy report`
+recomputes it, so a number edited or a section deleted after the study is caught. The decision is
+left out because `quantstudy decide` takes it again later from the sealed measurements; the
+report's self-check then checks that it follows from them.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import hashlib
+import json
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -64,3 +73,14 @@ class StudyRecord(Section):
     not_run: list[str] = Field(
         default_factory=list
     )  # plain statements of what this study did not measure
+    digest: str | None = None  # `record_digest` of this record as written; None: not sealed
+
+
+UNSEALED = frozenset({"digest", "decision"})
+
+
+def record_digest(data: dict[str, Any]) -> str:
+    """SHA-256 of a record's JSON form (`model_dump(mode="json")`) without `UNSEALED` keys."""
+    sealed = {k: v for k, v in data.items() if k not in UNSEALED}
+    blob = json.dumps(sealed, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()

@@ -4,6 +4,11 @@
 runs the self-check (`report/selfcheck.py`), and writes `report.md` and the PNG plots beside
 the record, each atomically. It reads nothing but the record, so rendering twice gives the same
 bytes. A report that fails its self-check is not written: that is a bug in the renderer.
+
+Before rendering, the record must show it is intact: its digest (`record/study.py`) must match
+its sealed sections, and its decision must follow from its gates and its policy
+(`report/meaning.py`). A record edited after the study is refused with one line, so no report
+that contradicts itself is published.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from pydantic import ValidationError
 from quantstudy.record import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_text_atomic
+from quantstudy.record.study import record_digest
 from quantstudy.report.markdown import render_markdown
+from quantstudy.report.meaning import check_meaning
 from quantstudy.report.plots import PLOT_FILES, write_plots
 from quantstudy.report.selfcheck import check_markdown
 
@@ -50,13 +57,33 @@ def load_record(path: Path) -> StudyRecord:
             f"{OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION}"
         )
     try:
-        return StudyRecord.model_validate(data)
+        record = StudyRecord.model_validate(data)
     except ValidationError as e:
         first = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()[:5]
         )
         more = f" (and {e.error_count() - 5} more)" if e.error_count() > 5 else ""
         raise UserError(f"{path} is not a valid study record: {first}{more}") from None
+    _check_digest(path, data)
+    return record
+
+
+MODIFIED = "this record was modified after the study"
+
+
+def _check_digest(path: Path, data: dict) -> None:
+    """A sealed record must match the digest written with it.
+
+    A record without a digest (from before schema 6, or built by hand or by a test) is not
+    sealed and cannot be checked. The digest catches edits, not forgery: anyone can compute a
+    SHA-256 again."""
+    stored = data.get("digest")
+    if stored is not None and record_digest(data) != stored:
+        raise UserError(
+            f"{path}: {MODIFIED} (its measured sections no longer match the digest written "
+            "with them); rerun the study (the same command resumes from its cache) to get a "
+            "record that can be trusted"
+        )
 
 
 def render_study(study_dir: Path) -> Path:
@@ -65,6 +92,14 @@ def render_study(study_dir: Path) -> Path:
     if not study_dir.is_dir():
         raise UserError(f"study folder not found: {study_dir}")
     record = load_record(study_dir / RECORD_FILE)
+    disagreements = check_meaning(record)
+    if disagreements:
+        raise UserError(
+            f"{study_dir / RECORD_FILE} does not agree with itself: {disagreements[0]}"
+            f"{f' (and {len(disagreements) - 1} more)' if len(disagreements) > 1 else ''}; "
+            f"{MODIFIED}, or decided by another version: take the decision again with "
+            f"`quantstudy decide {study_dir}`"
+        )
     md = render_markdown(record)
     problems = check_markdown(md, record)
     if problems:

@@ -1,9 +1,18 @@
-"""Cached tensors of finished study stages, so an interrupted study resumes where it stopped."""
+"""Cached tensors of finished study stages, so an interrupted study resumes where it stopped.
+
+An entry is written atomically (`record/io.py`), so a crash leaves either the whole entry or
+none. An entry that cannot be read back all the same (a truncated copy, a disk error, a file
+replaced by hand) is not trusted: it is deleted, recomputed, and the console says so; the
+study goes on and completes as if the entry had never been written.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import pickle
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +21,13 @@ from typing import Any
 import torch
 from rich.console import Console
 
+from quantstudy.record.io import write_bytes_atomic
+
 console = Console(stderr=True)
+
+# What torch.load raises on a damaged file: a broken zip archive (RuntimeError from its reader,
+# zipfile.BadZipFile), a cut-off pickle (EOFError, UnpicklingError), a disk error (OSError).
+_UNREADABLE = (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError)
 
 
 @dataclass(frozen=True)
@@ -28,17 +43,37 @@ class StageCache:
         blob = json.dumps(parts, sort_keys=True).encode()
         return cls(folder, hashlib.sha256(blob).hexdigest())
 
-    def _path(self, name: str) -> Path:
+    def path(self, name: str) -> Path:
         return self.folder / f"{name}-{self.key[:16]}.pt"
 
     def get_or_compute(self, name: str, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-        path = self._path(name)
+        path = self.path(name)
         if path.exists():
-            console.print(f"[dim]resumed {name} from {path}[/dim]")
-            return torch.load(path, weights_only=True)
+            value = _read(path)
+            if value is not None:
+                console.print(f"[dim]resumed {name} from {path}[/dim]")
+                return value
         value = compute()
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(value, tmp)
-        tmp.replace(path)
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        write_bytes_atomic(path, buffer.getvalue())
         return value
+
+
+def _read(path: Path) -> torch.Tensor | None:
+    """The cached tensor, or None (entry deleted, reason printed) when it cannot be trusted."""
+    try:
+        value = torch.load(path, weights_only=True)
+    except _UNREADABLE as e:
+        reason = str(e).split("\n")[0][:120] or type(e).__name__
+        _discard(path, f"unreadable ({type(e).__name__}: {reason})")
+        return None
+    if not isinstance(value, torch.Tensor):
+        _discard(path, f"holds a {type(value).__name__}, not a tensor")
+        return None
+    return value
+
+
+def _discard(path: Path, why: str) -> None:
+    console.print(f"[yellow]cache entry {path} is {why}; recomputing it[/yellow]", soft_wrap=True)
+    path.unlink(missing_ok=True)

@@ -20,6 +20,7 @@ from quantstudy.recipe.resolve import resolve
 from quantstudy.recipe.schema import Recipe
 from quantstudy.record import DataInfo, Preprocessing, RecipeInfo
 from quantstudy.record.errors import UserError
+from quantstudy.study.checks import require_class_count, require_selection, say_shortfall
 from quantstudy.study.config import StudyConfig
 
 
@@ -83,6 +84,7 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
     recipe_name = config.recipe or default_recipe_for(loaded.info.architecture)
     recipe, recipe_source = load_recipe(recipe_name)
     resolution = resolve(recipe, loaded.model, torch.zeros(1, *pre.input_size))
+    require_selection(resolution, recipe_source, config.model)
     policy, policy_label = load_policy(Path(config.policy) if config.policy else None)
 
     if not calib_items or not heldout_items:
@@ -92,6 +94,10 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
             f"--calib {config.calib} takes them first. Lower --calib, or give calibration "
             "images of their own with --calib-data"
         )
+    require_class_count(scan, loaded.info.num_classes)
+    calib_root = config.calib_data or config.data
+    say_shortfall("calibration", "--calib", config.calib, len(calib_items), calib_root)
+    say_shortfall("held-out", "--heldout", config.heldout, len(heldout_items), config.data)
     if scan.labelled:
         top = max(item.label for item in scan.items if item.label is not None)
         if top >= loaded.info.num_classes:

@@ -35,13 +35,14 @@ from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calibrate import calibrate
 from quantstudy.record import QualitySection, StudyRecord
 from quantstudy.record.errors import UserError
-from quantstudy.record.io import write_json_atomic
+from quantstudy.record.io import write_record
 from quantstudy.report.render import render_study
 from quantstudy.speed.harness import measure_speed, speed_not_run
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.cache import StageCache, console
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.environment import collect_environment
+from quantstudy.study.guard import claim_study_folder
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
 from quantstudy.study.timing import StageTimer
 
@@ -62,8 +63,10 @@ class EngineOutputs:
     timed: dict[str, Engine]
 
 
-def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
-    """Run one study; returns the record and the path of its Markdown report."""
+def run_study(config: StudyConfig, force: bool = False) -> tuple[StudyRecord, Path]:
+    """Run one study; returns the record and the path of its Markdown report.
+
+    `force`: replace a complete study of another configuration in the study folder."""
     timer = StageTimer()
     set_numerics()
     device = _device(config.device)
@@ -84,11 +87,12 @@ def run_study(config: StudyConfig) -> tuple[StudyRecord, Path]:
         recipe=inputs.recipe_info,
         not_run=_not_run(device, inputs.loaded.info.random_weights),
     )
+    folder = claim_study_folder(out_dir, record, force)  # noqa: F841 (locked until we return)
     _save(record, out_dir)
     cache = StageCache.keyed(
         out_dir / ".cache",
         [
-            record.config.model_dump(mode="json"),
+            record.config.model_dump(mode="json", exclude={"out"}),  # a moved folder resumes
             inputs.recipe_info.sha256,
             inputs.loaded.info.weights_sha256,
             inputs.data.calibration.ids_sha256,
@@ -323,4 +327,4 @@ def _run_reordered(engine: Engine, images: torch.Tensor, config: StudyConfig) ->
 
 
 def _save(record: StudyRecord, out_dir: Path) -> None:
-    write_json_atomic(out_dir / "study.json", record.model_dump(mode="json"))
+    write_record(out_dir / "study.json", record)

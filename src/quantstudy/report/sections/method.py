@@ -63,8 +63,8 @@ def _method_environment(r: StudyRecord) -> list[str]:
             ["data", c.data],
             ["calibration data", c.calib_data or "same folder as data"],
             ["recipe", c.recipe],
-            ["calibration images", str(c.calib)],
-            ["held-out images", str(c.heldout)],
+            ["calibration images", _asked(c.calib, r.data.calibration.n_images)],
+            ["held-out images", _asked(c.heldout, r.data.heldout.n_images)],
             ["seed", str(c.seed)],
             ["device", c.device],
             ["batches", ", ".join(str(b) for b in c.batches)],
@@ -321,3 +321,8 @@ def _method_quality(r: StudyRecord) -> list[str]:
             "",
         ]
     return lines
+
+
+def _asked(asked: int, used: int) -> str:
+    """An image count as asked, and what was used where the data could not meet it."""
+    return str(asked) if used == asked else f"{asked} asked; {used} used (all the data had)"

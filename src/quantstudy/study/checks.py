@@ -1,0 +1,47 @@
+"""Content checks of a study's inputs: files that parse but would not mean what the study assumes.
+
+Called by the prepare step once the model, the data and the recipe are read, before any heavy
+work. Each check either refuses with one line (`UserError`) or says on the console what the study
+does instead; what it does is also in the record (the counts used, the skipped files).
+"""
+
+from __future__ import annotations
+
+from quantstudy.data.folders import FolderScan
+from quantstudy.recipe.resolve import Resolution
+from quantstudy.record.errors import UserError
+from quantstudy.study.cache import console
+
+
+def require_selection(resolution: Resolution, recipe_source: str, model: str) -> None:
+    """A recipe that selects no layer would compare fp16 with fp16 and call it an FP8 study."""
+    for note in resolution.notes:
+        console.print(f"[yellow]recipe {recipe_source}: {note}[/yellow]")
+    if resolution.selected:
+        return
+    candidates = len(resolution.excluded)
+    raise UserError(
+        f"recipe {recipe_source} selects no layer of {model} ({candidates} candidate layers, "
+        "none included), so there is no FP8 engine to study; see why with `quantstudy recipes "
+        f"show {recipe_source} --model {model}` and fix its rules"
+    )
+
+
+def say_shortfall(what: str, option: str, asked: int, used: int, folder: object) -> None:
+    """Fewer images than asked: the study uses all there are, and says so (the report too)."""
+    if used < asked:
+        console.print(
+            f"[yellow]{option} {asked} asked, but {folder} has {used} {what} images left for "
+            f"it: the study uses those {used} (the report's settings say so)[/yellow]"
+        )
+
+
+def require_class_count(scan: FolderScan, num_classes: int) -> None:
+    """A class list of another length than the model's outputs maps folders to wrong labels."""
+    if scan.labelled and scan.n_classes != num_classes:
+        source = scan.class_list or "timm's ImageNet-1k class list"
+        raise UserError(
+            f"class list {source} names {scan.n_classes} classes but the model predicts "
+            f"{num_classes}: line N of the list must be the model's output N; give the "
+            "--class-list the model was trained with"
+        )

@@ -1,0 +1,220 @@
+"""Claim a study folder before the first write: one run at a time, and no finished study lost.
+
+`preflight(config)` refuses, in about a second and before torch is imported, what needs no
+model: a `--out` that is a file, or below a file, or in a folder that cannot be written, or in
+use by another run; a data folder that does not exist; a class list, recipe or policy file whose
+content is wrong. The study checks all of it again where it uses it.
+
+`claim_study_folder(out_dir, record, force)` is called once a study knows its folder and its
+config, before it writes anything there. It refuses, with one line:
+
+- a `--out` that is a file;
+- a folder another quantstudy process is writing (an exclusive lock, below);
+- a folder holding a complete study of another configuration, unless `force` (then that
+  study's record, report and plots are removed first, so no old report stays beside the new
+  record).
+
+The lock is `fcntl.flock` on `<out>/.lock`, held until the claim is released (or the process
+ends, however it ends: the kernel drops the lock with the process, so a killed run leaves no
+stale lock). `fcntl` rather than the `filelock` package: studies run on Linux GPU hosts, the
+standard library's lock does exactly this in a few lines, and a lock that is not taken is
+refused at once instead of waited for. With the lock held, temporary files a killed run left
+behind are removed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+
+from quantstudy.data.folders import read_class_list
+from quantstudy.decision.policy import load_policy
+from quantstudy.recipe.builtin import load_recipe
+from quantstudy.record import StudyRecord
+from quantstudy.record.errors import UserError
+from quantstudy.record.inputs import StudyConfig
+from quantstudy.record.io import TMP_SUFFIX, FilesystemError, filesystem_message, make_folder
+from quantstudy.report.plots import PLOT_FILES
+from quantstudy.report.render import RECORD_FILE, REPORT_FILE
+
+console = Console(stderr=True)
+
+LOCK_FILE = ".lock"
+CACHE_DIR = ".cache"
+# Config fields that name where the study goes, not what it measures.
+NOT_COMPARED = frozenset({"out"})
+
+
+class StudyFolder:
+    """A claimed study folder: holds its lock until `release()` (or the end of the process)."""
+
+    def __init__(self, path: Path, lock: IO[str]) -> None:
+        self.path = path
+        self._lock: IO[str] | None = lock
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing the descriptor drops the flock
+            self._lock = None
+
+    def __enter__(self) -> StudyFolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def preflight(config: StudyConfig) -> None:
+    """The checks a study can make before loading anything heavy (module docstring)."""
+    if config.out is not None:
+        _check_out(Path(config.out))
+    for option, folder in (("--data", config.data), ("--calib-data", config.calib_data)):
+        if folder is not None and not Path(folder).expanduser().is_dir():
+            what = "does not exist" if not Path(folder).expanduser().exists() else "is a file"
+            raise UserError(f"{option} {folder} {what}; pass a folder of images")
+    if config.class_list is not None:
+        read_class_list(Path(config.class_list))
+    if config.recipe is not None:
+        load_recipe(config.recipe)
+    load_policy(config.policy)
+
+
+def _check_out(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file, not a folder; give a new folder for the study")
+    existing = next(p for p in (out_dir, *out_dir.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise UserError(f"--out {out_dir}: {existing} is a file, not a folder; give a new --out")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise FilesystemError(
+            f"cannot write {existing}: permission denied; give a folder you can write with --out"
+        )
+    if out_dir.is_dir() and (out_dir / LOCK_FILE).exists():
+        _lock(out_dir).close()  # refuses at once while another run holds it
+
+
+def claim_study_folder(out_dir: Path, record: StudyRecord, force: bool = False) -> StudyFolder:
+    """Lock `out_dir` for the study of `record` (see the module docstring)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file, not a folder; give a new folder for the study")
+    make_folder(out_dir)
+    lock = _lock(out_dir)
+    try:
+        _remove_leftovers(out_dir)
+        previous = _previous_study(out_dir)
+        if previous is not None:
+            _check_replace(out_dir, previous, record, force)
+    except BaseException:
+        lock.close()
+        raise
+    return StudyFolder(out_dir, lock)
+
+
+def _lock(out_dir: Path) -> IO[str]:
+    path = out_dir / LOCK_FILE
+    try:
+        lock = path.open("a+", encoding="utf-8")
+    except OSError as e:
+        message = filesystem_message(e, path)
+        if message is None:
+            raise
+        raise FilesystemError(message) from None
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise UserError(
+            f"{out_dir} is in use by another quantstudy run ({holder}); wait for it to finish, "
+            "or give another --out"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def _remove_leftovers(out_dir: Path) -> None:
+    """Temporary files of a run that was killed mid-write (no live run writes here: we lock)."""
+    for folder in (out_dir, out_dir / CACHE_DIR):
+        if folder.is_dir():
+            for tmp in folder.glob(f".*{TMP_SUFFIX}"):
+                tmp.unlink(missing_ok=True)
+
+
+def _previous_study(out_dir: Path) -> dict[str, Any] | None:
+    """The raw record already in `out_dir`, or None (absent, or unreadable: nothing to keep)."""
+    path = out_dir / RECORD_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        console.print(f"[yellow]{path} is unreadable; the study replaces it[/yellow]")
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _check_replace(
+    out_dir: Path, previous: dict[str, Any], record: StudyRecord, force: bool
+) -> None:
+    differences = config_differences(
+        previous.get("config") or {}, record.config.model_dump(mode="json")
+    )
+    if not differences:
+        return
+    complete = previous.get("status") == "complete"
+    said = "; ".join(differences[:3]) + (" ..." if len(differences) > 3 else "")
+    if complete and not force:
+        raise UserError(
+            f"{out_dir} holds a complete study of another configuration ({said}); give "
+            "another --out, or pass --force to replace it"
+        )
+    what = "complete" if complete else "partial"
+    console.print(f"[yellow]replacing the {what} study in {out_dir} ({said})[/yellow]")
+    for name in (RECORD_FILE, REPORT_FILE, *PLOT_FILES):
+        (out_dir / name).unlink(missing_ok=True)
+
+
+def config_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """`key: old -> new` for every config field that differs (paths compared resolved)."""
+    keys = sorted((set(before) | set(now)) - NOT_COMPARED)
+    return [
+        f"{k}: {_show(before.get(k))} there, {_show(now.get(k))} now"
+        for k in keys
+        if not _same(before.get(k), now.get(k))
+    ]
+
+
+def _same(a: Any, b: Any) -> bool:
+    a, b = _plain(a), _plain(b)
+    if a == b:
+        return True
+    if isinstance(a, str) and isinstance(b, str) and Path(a).exists() and Path(b).exists():
+        return Path(a).resolve() == Path(b).resolve()
+    return False
+
+
+def _plain(x: Any) -> Any:
+    """JSON-like form: enums as their value, tuples as lists, paths as strings."""
+    if isinstance(x, tuple | list):
+        return [_plain(v) for v in x]
+    if isinstance(x, Path):
+        return str(x)
+    return getattr(x, "value", x)
+
+
+def _show(x: Any) -> str:
+    x = _plain(x)
+    return "none" if x is None else str(x)
