@@ -40,6 +40,7 @@ device: cpu
 def _write(tmp_path: Path, text: str, name: str = "sweep.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text)
+    (tmp_path / "images").mkdir(exist_ok=True)  # GOOD's data folder: a sweep checks it exists
     return path
 
 

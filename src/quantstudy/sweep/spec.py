@@ -119,7 +119,22 @@ def load_sweep(path: Path) -> SweepSpec:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
         raise UserError(_explain(err, lines, origin)) from None
-    return _resolve_paths(spec, path.parent)
+    spec = _resolve_paths(spec, path.parent)
+    _check_paths(spec, lines, origin)
+    return spec
+
+
+def _check_paths(spec: SweepSpec, lines: dict[tuple, int], origin: str) -> None:
+    """A folder or file the sweep names must exist, or every point would fail alike, later."""
+    for key, folder in (("data", True), ("calib_data", True), ("class_list", False)):
+        value = getattr(spec, key)
+        if value is None or (Path(value).is_dir() if folder else Path(value).is_file()):
+            continue
+        what = "folder" if folder else "file"
+        raise UserError(
+            f"{origin} line {lines.get((key,), 1)}: {key}: {value} is not an existing {what} "
+            "(paths are relative to the sweep file); fix the path"
+        )
 
 
 def _resolve_paths(spec: SweepSpec, base: Path) -> SweepSpec:
