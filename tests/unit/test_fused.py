@@ -282,7 +282,7 @@ def test_activation_names():
 
 def test_gpu_without_fp8_tensor_cores_is_a_clear_error(monkeypatch):
     from quantstudy.record.errors import UserError
-    from quantstudy.study.run import _device
+    from quantstudy.study.prepare import study_device as _device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))

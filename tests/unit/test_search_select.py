@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from quantstudy.decision.policy import Policy, QualityPolicy
+from quantstudy.decision.schema import AgreementPolicy, KlPolicy, Policy, QualityPolicy
 from quantstudy.record.errors import UserError
 from quantstudy.search.select import (
     EXACT_MAX,
@@ -15,7 +15,9 @@ from quantstudy.search.select import (
     select_layers,
 )
 
-POLICY = Policy(quality=QualityPolicy(max_kl_mean=0.02, min_agreement=0.97))
+POLICY = Policy(
+    quality=QualityPolicy(kl_mean=KlPolicy(max=0.02), agreement=AgreementPolicy(min=0.97))
+)
 
 
 def _random_evidence(n: int, seed: int) -> list[LayerEvidence]:

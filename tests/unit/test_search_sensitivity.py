@@ -9,7 +9,7 @@ from _search_nets import FRAGILE, LAYERS, make_fragile, small_net
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calibrate import calibrate
 from quantstudy.record.errors import UserError
-from quantstudy.search.sensitivity import calibration_from_info, measure_sensitivity
+from quantstudy.search.sensitivity import measure_sensitivity
 
 torch.set_num_threads(1)
 
@@ -65,14 +65,6 @@ def test_sensitivity_leaves_the_model_untouched_and_scores_finitely():
         assert torch.equal(v, state[k])
     assert all(math.isfinite(r.kl_mean) and 0 <= r.agreement <= 1 for r in table.layers)
     assert all(r.all_but_kl_mean is None for r in table.layers)
-
-
-def test_calibration_round_trips_through_the_record():
-    net = small_net()
-    calib = calibrate(net, LAYERS, [_inputs(1, 8)])
-    back = calibration_from_info(calib.info())
-    for name in LAYERS:
-        assert back.scale_of(name) == calib.scale_of(name)
 
 
 def test_empty_plan_is_a_user_error():

@@ -1,9 +1,10 @@
 """`run_search`: from a candidate recipe to the searched recipe and its verifying study.
 
-1. The candidate study (`run_study` with the candidate recipe; resumable like any study): the
-   calibration scales, the held-out split, the whole-model fp16 time and the candidate's own
-   measured figures come from it.
-2. Per-layer sensitivity on a seeded subset of that study's held-out images.
+1. The candidate study (`run_study` with the candidate recipe; resumable like any study), from
+   one preparation (`prepare_study`) that the search uses too: model, calibrated plan and
+   held-out images are read once. The whole-model fp16 time and the candidate's own measured
+   figures come from the study.
+2. Per-layer sensitivity on a seeded subset of the held-out images.
 3. Per-layer gains: measured on CUDA, or read from a gains file.
 4. The budgeted choice (`select.py`) under the policy's quality budget, times `margin`.
 5. The recipe file, checked to resolve to exactly the chosen layers.
@@ -13,32 +14,26 @@ Everything lands in the search folder: `candidate/` and `searched/` (two ordinar
 `<recipe>.searched.yaml`, `search.json` (the sensitivity table, the per-layer speed table and the
 search section, written after each step) and `sensitivity.png`.
 
-7. The tables go into the verifying study's own record too (`searched/study.json`, schema version
-   2: `sensitivity`, `layer_speed`, `search`, and the candidate recipe as a variant with its
-   prediction and measurement), and its report is rendered again from it.
+The verifying study's record (`searched/study.json`) holds the tables too (`sensitivity`,
+`layer_speed`, `search`, and the candidate recipe as a variant with its prediction and
+measurement): `run_study` writes them with its own sections (`RecordExtras`), so its report shows
+them and nothing edits the record afterwards.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from rich.console import Console
 
-from quantstudy.data.images import load_images
-from quantstudy.decision.policy import load_policy
-from quantstudy.model.loading import load_model
-from quantstudy.model.preprocess import build_transform
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.recipe.builtin import default_recipe_for, load_recipe
-from quantstudy.recipe.resolve import resolve
+from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.record import StudyRecord, Variant
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.report.render import RECORD_FILE, load_record, render_study
 from quantstudy.report.search_plots import write_sensitivity_plot
 from quantstudy.search.emit import write_recipe
 from quantstudy.search.layer_speed import (
@@ -54,7 +49,7 @@ from quantstudy.search.select import (
     predict,
     select_layers,
 )
-from quantstudy.search.sensitivity import calibration_from_info, measure_sensitivity
+from quantstudy.search.sensitivity import measure_sensitivity
 from quantstudy.search.tables import (
     LayerSpeedSection,
     Measured,
@@ -62,14 +57,12 @@ from quantstudy.search.tables import (
     SensitivitySection,
 )
 from quantstudy.study.config import StudyConfig
-from quantstudy.study.inputs import split_study_data
-from quantstudy.study.run import run_study
+from quantstudy.study.prepare import Prepared, prepare_study
+from quantstudy.study.run import RecordExtras, run_study
 
 console = Console(stderr=True)
 
 SEARCH_JSON = "search.json"
-# The line `run_study` records in `not_run`; the searched study's record does hold the search.
-SEARCH_NOT_RUN = "Per-layer sensitivity and the recipe search were not run in this study."
 OVERLAP_NOTE = (
     "The sensitivity images are a subset of the held-out images the verifying study scores, so "
     "its quality figures are not independent of the choice (mild selection bias)"
@@ -120,27 +113,18 @@ def _batch(config: SearchConfig, gains: LayerSpeedSection | None) -> int:
     return batch
 
 
-def _heldout_subset(
-    study: StudyConfig, record: StudyRecord, n: int
-) -> tuple[torch.Tensor, str, str]:
-    """A seeded subset of the candidate study's held-out images: tensor, description, ids hash."""
-    heldout = split_study_data(study).heldout_items
-    if sorted(i.id for i in heldout) != record.data.heldout.ids:
-        raise UserError(
-            "the held-out images differ from the candidate study's (the data folder changed?); "
-            "remove the search folder and run again"
-        )
-    rng = random.Random(f"{study.seed}:sensitivity")
-    subset = sorted(rng.sample(heldout, min(n, len(heldout))), key=lambda i: i.id)
-    images, _ = load_images(
-        subset, build_transform(record.preprocessing), desc="sensitivity images"
-    )
-    ids_sha = hashlib.sha256("\n".join(i.id for i in subset).encode()).hexdigest()
+def _heldout_subset(prepared: Prepared, n: int) -> tuple[torch.Tensor, str, str]:
+    """A seeded subset of the study's held-out images: tensor, description, ids hash."""
+    items = prepared.inputs.heldout_items  # in the order of `prepared.heldout_x`
+    seed = prepared.config.seed
+    rng = random.Random(f"{seed}:sensitivity")
+    picked = rng.sample(range(len(items)), min(n, len(items)))
+    subset = sorted(picked, key=lambda i: items[i].id)
+    ids_sha = hashlib.sha256("\n".join(items[i].id for i in subset).encode()).hexdigest()
     what = (
-        f"{len(subset)} of the {len(heldout)} held-out images, sampled with seed "
-        f"'{study.seed}:sensitivity'"
+        f"{len(subset)} of the {len(items)} held-out images, sampled with seed '{seed}:sensitivity'"
     )
-    return images, what, ids_sha
+    return prepared.heldout_x[subset], what, ids_sha
 
 
 def measured(record: StudyRecord, folder: Path, batch: int) -> Measured:
@@ -183,45 +167,26 @@ def _save(folder: Path, sensitivity, layer_speed, search) -> None:
 def run_search(config: SearchConfig) -> SearchResult:
     """Run the whole search (module docstring); returns its tables and folder."""
     study = config.study
-    # --- user input first: recipe, policy, gains, GPU --------------------------------------
-    loaded = load_model(
-        study.model, study.weights, seed=study.seed, strip_prefix=study.strip_prefix
-    )
-    recipe_name = study.recipe or default_recipe_for(loaded.info.architecture)
-    base, _ = load_recipe(recipe_name)
-    policy, policy_label = load_policy(Path(study.policy) if study.policy else None)
-    budget = budget_from_policy(policy, policy_label, config.margin)
+    # --- user input first: gains and GPU, then model, recipe, policy (`prepare_study`) -----
     gains_table = load_layer_gains(config.gains) if config.gains is not None else None
     if gains_table is None and (study.device != "cuda" or not torch.cuda.is_available()):
         raise UserError(NEEDS_CUDA)
     batch = _batch(config, gains_table)
+    prepared = prepare_study(study)
+    base, policy_label = prepared.recipe, prepared.inputs.policy_label
+    budget = budget_from_policy(prepared.inputs.policy, policy_label, config.margin)
+    recipe_name = study.recipe or default_recipe_for(prepared.inputs.loaded.info.architecture)
     folder = config.out_dir(base.name)
 
     # --- 1. the candidate study ------------------------------------------------------------
     console.print(f"search: candidate study of [bold]{base.name}[/bold]")
-    candidate, _ = run_study(study.replace(recipe=recipe_name, out=folder / "candidate"))
-    assert candidate.recipe is not None and candidate.calibration is not None
-    model = loaded.model
-    example = torch.zeros(1, *candidate.preprocessing.input_size)
-    layers = resolve(base, model, example).selected_names
-    if layers != [d.name for d in candidate.recipe.selected]:
-        raise RuntimeError("the candidate recipe resolves differently from its study")
-    calibration = calibration_from_info(candidate.calibration)
-    if base.weights.bias_correction and set(calibration.channel_mean) != set(layers):
-        raise UserError(
-            f"{folder / 'candidate'} records no per-channel input means, which the recipe's "
-            "bias correction needs: it was written before they were recorded; delete it and search "
-            "again"
-        )
-    plan = QuantPlan(
-        layers,
-        base.weights.granularity == "per_channel",
-        calibration,
-        base.weights.bias_correction,
-    )
+    # the same preparation: naming the recipe and the folder changes nothing it read
+    cand_config = study.replace(recipe=recipe_name, out=folder / "candidate")
+    candidate, _ = run_study(cand_config, prepared=replace(prepared, config=cand_config))
+    model, example, plan, layers = prepared.model, prepared.example, prepared.plan, prepared.layers
 
     # --- 2. sensitivity --------------------------------------------------------------------
-    images, what, ids_sha = _heldout_subset(study, candidate, config.sensitivity_images)
+    images, what, ids_sha = _heldout_subset(prepared, config.sensitivity_images)
     console.print(f"search: sensitivity of {len(layers)} layers on {images.shape[0]} images")
     sensitivity = measure_sensitivity(
         model,
@@ -304,30 +269,37 @@ def run_search(config: SearchConfig) -> SearchResult:
         ],
     )
     console.print(f"search: verifying study of [bold]{name}[/bold]")
-    verified, _ = run_study(study.replace(recipe=str(path), out=folder / "searched"))
-    search = search.model_copy(
-        update={
-            "recipe_file": str(path),
-            "verified": measured(verified, folder / "searched", batch),
-        }
+    search = search.model_copy(update={"recipe_file": str(path)})
+    searched_dir = folder / "searched"
+
+    def with_verified(record: StudyRecord) -> StudyRecord:
+        """The verifying study's own figures, in its record's search section."""
+        assert record.search is not None
+        verified = measured(record, searched_dir, batch)
+        return record.model_copy(
+            update={"search": record.search.model_copy(update={"verified": verified})}
+        )
+
+    extras = RecordExtras(
+        sensitivity=sensitivity,
+        layer_speed=gains_table,
+        search=search,
+        variants=(_candidate_variant(candidate, search),),
+        complete=with_verified,
     )
+    verified, _ = run_study(study.replace(recipe=str(path), out=searched_dir), extras=extras)
+    assert verified.search is not None
+    search = verified.search
     _save(folder, sensitivity, gains_table, search)
-    _record_search(folder / "searched", candidate, sensitivity, gains_table, search)
     return SearchResult(folder, sensitivity, gains_table, search)
 
 
-def _record_search(
-    study_dir: Path,
-    candidate: StudyRecord,
-    sensitivity: SensitivitySection,
-    layer_speed: LayerSpeedSection,
-    search: SearchSection,
-) -> None:
-    """Put the search's tables into the verifying study's record and render its report again."""
+def _candidate_variant(candidate: StudyRecord, search: SearchSection) -> Variant:
+    """The candidate recipe as a variant of the verifying study: its own study's FP8 quality
+    and speed, with the search's prediction for it."""
     assert candidate.recipe is not None and candidate.quality is not None
-    record = load_record(study_dir / RECORD_FILE)
     fp8 = next((e for e in candidate.quality.engines if e.engine == "fp8"), None)
-    variant = Variant(
+    return Variant(
         name="candidate",
         recipe=candidate.recipe.source,
         selected_count=len(candidate.recipe.selected),
@@ -336,19 +308,6 @@ def _record_search(
         predicted=search.candidate_predicted,
         measured=search.candidate_measured,
     )
-    record = record.model_copy(
-        update={
-            "sensitivity": sensitivity,
-            "layer_speed": layer_speed,
-            "search": search,
-            "variants": [*record.variants, variant],
-            "not_run": [x for x in record.not_run if x != SEARCH_NOT_RUN],
-        }
-    )
-    # validate the whole record again: `model_copy` does not
-    record = StudyRecord.model_validate(record.model_dump(mode="json"))
-    write_json_atomic(study_dir / RECORD_FILE, record.model_dump(mode="json"))
-    render_study(study_dir)
 
 
 def _fmt(v: float | None, spec: str) -> str:

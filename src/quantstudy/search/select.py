@@ -26,7 +26,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from quantstudy.decision.policy import Policy
+from quantstudy.decision.schema import Policy
 from quantstudy.record.errors import UserError
 from quantstudy.search.tables import LayerChoice, SearchBudget, SearchPrediction
 
@@ -51,14 +51,14 @@ def budget_from_policy(policy: Policy, label: str, margin: float = DEFAULT_MARGI
     """The quality budget of the search: `margin` of the policy's KL and agreement allowances."""
     if not 0.0 < margin <= 1.0:
         raise UserError(f"--margin must be in (0, 1], got {margin}")
-    q = policy.quality
+    max_kl, min_agreement = policy.quality.kl_mean.max, policy.quality.agreement.min
     return SearchBudget(
         policy=label,
-        max_kl_mean=q.max_kl_mean,
-        min_agreement=q.min_agreement,
+        max_kl_mean=max_kl,
+        min_agreement=min_agreement,
         margin=margin,
-        kl_budget=margin * q.max_kl_mean,
-        disagreement_budget=margin * (1.0 - q.min_agreement),
+        kl_budget=margin * max_kl,
+        disagreement_budget=margin * (1.0 - min_agreement),
     )
 
 

@@ -22,11 +22,10 @@ from torch import nn
 from quantstudy.quality.metrics import score_engine
 from quantstudy.quant.apply import QuantPlan, replace_module
 from quantstudy.quant.bias_correction import correct_biases
-from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.modules import QDQ
 from quantstudy.recipe.selectors import layer_kind
-from quantstudy.record import CalibrationInfo, EngineQuality
+from quantstudy.record import EngineQuality
 from quantstudy.record.errors import UserError
 from quantstudy.search.tables import LayerSensitivity, Mode, SensitivitySection
 
@@ -34,19 +33,6 @@ RANKED_BY = (
     "KL mean with only the layer quantized, largest first (a non-finite result ranks first); "
     "ties by lower agreement, then by name"
 )
-
-
-def calibration_from_info(info: CalibrationInfo) -> Calibration:
-    """The activation scales of a finished study, as `calibrate` returned them (no new pass)."""
-    groups = {t.tensor.removesuffix(":input"): list(t.consumers) for t in info.tensors}
-    amax = {t.tensor.removesuffix(":input"): t.amax for t in info.tensors}
-    means = {
-        consumer: torch.tensor(t.channel_mean, dtype=torch.float32)
-        for t in info.tensors
-        if t.channel_mean is not None
-        for consumer in t.consumers
-    }
-    return Calibration(info.calibrator, dict(info.params), info.n_images, groups, amax, means)
 
 
 def kind_of(layer: nn.Module) -> str:
