@@ -84,14 +84,19 @@ class Prepared:
         return self.inputs.example
 
 
-def prepare_study(config: StudyConfig, stage: StageHook = _no_stage) -> Prepared:
+def prepare_study(
+    config: StudyConfig, stage: StageHook = _no_stage, inputs: StudyInputs | None = None
+) -> Prepared:
     """Check and read everything `config` names, decode its images, calibrate its FP8 plan.
 
     Raises `UserError` for any user mistake (model, folders, recipe, policy, device) before
-    decoding an image. `stage` wraps the three stages (for timings)."""
+    decoding an image. `stage` wraps the three stages (for timings). `inputs`: what
+    `prepare_inputs(config)` already read, for a caller that acts on them before the images are
+    decoded (`run_study` writes its first partial record)."""
     device = study_device(config.device)
-    with stage("load"):
-        inputs = prepare_inputs(config)
+    if inputs is None:
+        with stage("load"):
+            inputs = prepare_inputs(config)
     transform = build_transform(inputs.pre)
     with stage("images"):
         calib_x, _ = load_images(inputs.calib_items, transform, desc="calibration images")

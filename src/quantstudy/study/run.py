@@ -1,20 +1,28 @@
 """`run_study`: one study from model name to decision, in the order of the brief.
 
-All user input is checked before any heavy work (`inputs.py`). After each stage the record is
-written atomically with status "partial"; engine outputs are cached under `<out>/.cache`, keyed by
-everything that decides them, so an interrupted study resumes where it stopped.
+1. Preparation (`prepare.py`): every user input is read and checked before any heavy work
+   (`inputs.py`); then the images are decoded and the recipe's layers calibrated.
+2. Engines: fp32 (the reference), fp16, FP8 and the fake-quant emulations, each run on the
+   held-out and stress images.
+3. Quality of every engine against fp32, the NaN/Inf scan, the FP8 engine against its emulation.
+4. Speed: fp16 against FP8 with the speed harness (skipped with `speed=False`).
+5. The decision under the policy, then the report (`report/`), rendered from the record alone.
+
+After each stage the record is written atomically with status "partial"; engine outputs are
+cached under `<out>/.cache`, keyed by everything that decides them, so an interrupted study
+resumes where it stopped. A caller that measured more (a search) passes its sections in
+(`RecordExtras`): the study writes its record whole, and nothing edits it afterwards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from quantstudy.data.images import load_images
 from quantstudy.decision.policy import decide
 from quantstudy.decision.preview import heldout_preview
 from quantstudy.engines.base import Engine
@@ -26,15 +34,18 @@ from quantstudy.engines.builders import (
     set_numerics,
 )
 from quantstudy.engines.run import run_engine
-from quantstudy.model.batchnorm import reestimate_batchnorm
-from quantstudy.model.preprocess import build_transform
 from quantstudy.quality.metrics import build_quality_section, emulation_gap, score_engine
 from quantstudy.quality.nonfinite import scan_nonfinite
 from quantstudy.quality.stress import stress_inputs
 from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
-from quantstudy.record import QualitySection, StudyRecord
-from quantstudy.record.errors import UserError
+from quantstudy.record import (
+    LayerSpeedSection,
+    QualitySection,
+    SearchSection,
+    SensitivitySection,
+    StudyRecord,
+    Variant,
+)
 from quantstudy.record.io import write_record
 from quantstudy.report.render import render_study
 from quantstudy.speed.harness import measure_speed, speed_not_run
@@ -44,6 +55,7 @@ from quantstudy.study.config import StudyConfig
 from quantstudy.study.environment import collect_environment
 from quantstudy.study.guard import claim_study_folder
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
+from quantstudy.study.prepare import Prepared, prepare_study, study_device
 from quantstudy.study.timing import StageTimer
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
@@ -63,15 +75,46 @@ class EngineOutputs:
     timed: dict[str, Engine]
 
 
-def run_study(config: StudyConfig, force: bool = False) -> tuple[StudyRecord, Path]:
+@dataclass(frozen=True)
+class RecordExtras:
+    """Sections measured beside a study that belong in its record: a search puts its tables
+    and the candidate recipe's variant into the verifying study's record from the start."""
+
+    sensitivity: SensitivitySection | None = None
+    layer_speed: LayerSpeedSection | None = None
+    search: SearchSection | None = None
+    variants: tuple[Variant, ...] = ()
+    # what only the finished record knows (the search's `verified` figures): applied after the
+    # decision, before the last write and the report
+    complete: Callable[[StudyRecord], StudyRecord] | None = None
+
+    @property
+    def searched(self) -> bool:
+        return self.sensitivity is not None or self.search is not None
+
+
+NO_EXTRAS = RecordExtras()
+
+
+def run_study(
+    config: StudyConfig,
+    force: bool = False,
+    *,
+    prepared: Prepared | None = None,
+    extras: RecordExtras = NO_EXTRAS,
+) -> tuple[StudyRecord, Path]:
     """Run one study; returns the record and the path of its Markdown report.
 
-    `force`: replace a complete study of another configuration in the study folder."""
+    `force`: replace a complete study of another configuration in the study folder.
+    `prepared`: the study's preparation, when the caller made it (`prepare_study(config)`), so
+    nothing is read twice. `extras`: sections the record holds beside the study's own."""
+    if prepared is not None and prepared.config != config:
+        raise ValueError("run_study: `prepared` was made for another config")
     timer = StageTimer()
     set_numerics()
-    device = _device(config.device)
+    device = study_device(config.device)
     with timer.stage("load"):
-        inputs = prepare_inputs(config)
+        inputs = prepared.inputs if prepared is not None else prepare_inputs(config)
     if inputs.recipe_is_default:
         console.print(f"recipe: [bold]{inputs.recipe.name}[/bold] (the family default)")
     console.print(heldout_preview(inputs.policy, len(inputs.heldout_items), inputs.data.labelled))
@@ -85,7 +128,11 @@ def run_study(config: StudyConfig, force: bool = False) -> tuple[StudyRecord, Pa
         preprocessing=inputs.pre,
         data=inputs.data,
         recipe=inputs.recipe_info,
-        not_run=_not_run(device, inputs.loaded.info.random_weights),
+        variants=list(extras.variants),
+        sensitivity=extras.sensitivity,
+        layer_speed=extras.layer_speed,
+        search=extras.search,
+        not_run=_not_run(device, inputs.loaded.info.random_weights, extras.searched),
     )
     folder = claim_study_folder(out_dir, record, force)  # noqa: F841 (locked until we return)
     _save(record, out_dir)
@@ -101,14 +148,13 @@ def run_study(config: StudyConfig, force: bool = False) -> tuple[StudyRecord, Pa
         ],
     )
 
-    transform = build_transform(inputs.pre)
-    with timer.stage("images"):
-        calib_x, _ = load_images(inputs.calib_items, transform, desc="calibration images")
-        heldout_x, labels = load_images(inputs.heldout_items, transform, desc="held-out images")
-
-    with timer.stage("calibrate"):
-        plan, record = _calibrate(config, inputs, record, calib_x, device)
+    if prepared is None:  # the images, then the calibration, each its own stage
+        prepared = prepare_study(config, timer.stage, inputs)
+    record = record.model_copy(
+        update={"model": prepared.model_info, "calibration": prepared.calibration}
+    )
     _save(record, out_dir)
+    plan, heldout_x, labels = prepared.plan, prepared.heldout_x, prepared.labels
 
     outputs, infos = _run_engines(config, inputs, plan, heldout_x, cache, device, timer)
     record = record.model_copy(update={"engines": infos})
@@ -123,48 +169,15 @@ def run_study(config: StudyConfig, force: bool = False) -> tuple[StudyRecord, Pa
         record = _time(config, record, outputs, heldout_x, out_dir)
     decision = decide(record, inputs.policy, inputs.policy_label)
     record = record.model_copy(update={"decision": decision, "status": "complete"})
+    if extras.complete is not None:
+        # `model_copy` does not validate: validate the whole record again
+        record = StudyRecord.model_validate(extras.complete(record).model_dump(mode="json"))
     _save(record, out_dir)
     with timer.stage("report"):
         report = render_study(out_dir)
     record = record.model_copy(update={"timings": timer.section()})
     _save(record, out_dir)  # the report reads no timings: it stays as rendered
     return record, report
-
-
-def _calibrate(
-    config: StudyConfig,
-    inputs: StudyInputs,
-    record: StudyRecord,
-    calib_x: torch.Tensor,
-    device: torch.device,
-) -> tuple[QuantPlan, StudyRecord]:
-    """Activation scales from the fp32 model (BatchNorm re-estimated first for random weights)."""
-    model = inputs.loaded.model.to(device)
-    if inputs.loaded.info.random_weights:
-        n_bn = reestimate_batchnorm(model, _batches(calib_x, config.eval_batch, device))
-        detail = (
-            f"{inputs.loaded.info.weights_detail}; BatchNorm statistics of {n_bn} layers "
-            f"re-estimated on the {calib_x.shape[0]} calibration images (keeps fp16 activations "
-            "finite)"
-        )
-        record = record.model_copy(
-            update={"model": record.model.model_copy(update={"weights_detail": detail})}
-        )
-    layers = [d.name for d in inputs.recipe_info.selected]
-    calibration = calibrate(
-        model,
-        layers,
-        _batches(calib_x, config.eval_batch, device),
-        inputs.recipe.activations.calibrator,
-        inputs.recipe.activations.params,
-    )
-    model.cpu()
-    weights = inputs.recipe.weights
-    plan = QuantPlan(
-        layers, weights.granularity == "per_channel", calibration, weights.bias_correction
-    )
-    info = calibration.info(with_means=plan.bias_correction)
-    return plan, record.model_copy(update={"calibration": info})
 
 
 def _builders(
@@ -279,41 +292,16 @@ def _time(
     return record.model_copy(update={"speed": speed, "not_run": [*record.not_run, *missing]})
 
 
-FP8_CAPABILITY = (8, 9)  # Ada and newer: FP8 tensor cores (cuBLASLt FP8, Triton fp8 dot)
-
-
-def _device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError(
-            "--device cuda asked for, but PyTorch sees no CUDA GPU here. Run with --device cpu "
-            "(quality only; timings are then marked not meaningful) or on a machine with a GPU"
-        )
-    if name == "cuda":
-        major, minor = torch.cuda.get_device_capability()
-        if (major, minor) < FP8_CAPABILITY:
-            raise UserError(
-                f"{torch.cuda.get_device_name()} (compute capability {major}.{minor}) has no FP8 "
-                "tensor cores: FP8 matrix products need compute capability 8.9 or newer (Ada, "
-                "Hopper, Blackwell). Run with --device cpu for quality only"
-            )
-    return torch.device(name)
-
-
-def _not_run(device: torch.device, random_weights: bool) -> list[str]:
+def _not_run(device: torch.device, random_weights: bool, searched: bool) -> list[str]:
     items = ["No TensorRT engine was built: TensorRT is not part of this study's engines."]
     if device.type != "cuda":
         items.append("GPU timings were not measured: the study ran on the CPU.")
     if random_weights:
         items.append("Accuracy was not measured meaningfully: the weights are random.")
-    items += [
-        "Per-layer sensitivity and the recipe search were not run in this study.",
-        "Quantization-aware training was not tried.",
-    ]
+    if not searched:
+        items.append("Per-layer sensitivity and the recipe search were not run in this study.")
+    items.append("Quantization-aware training was not tried.")
     return items
-
-
-def _batches(x: torch.Tensor, size: int, device: torch.device) -> Iterator[torch.Tensor]:
-    return (x[i : i + size].to(device) for i in range(0, x.shape[0], size))
 
 
 def _run_reordered(engine: Engine, images: torch.Tensor, config: StudyConfig) -> torch.Tensor:
