@@ -66,12 +66,32 @@ def calibration_of(record: StudyRecord) -> Calibration:
         if t.channel_mean is not None:
             for layer in t.consumers:
                 means[layer] = torch.tensor(t.channel_mean, dtype=torch.float32)
-    return Calibration(info.calibrator, dict(info.params), info.n_images, groups, amax, means)
+    return Calibration(
+        calibrator=info.calibrator,
+        params=dict(info.params),
+        n_images=info.n_images,
+        groups=groups,
+        amax=amax,
+        channel_mean=means,
+    )
+
+
+# Recipe options the export writes as Q/DQ: field -> the one value it supports. Later options
+# (compensating weight rounding, dynamic per-row activation scales, scale migration) change what
+# the engines compute in ways a per-tensor Q/DQ pair does not express.
+SUPPORTED = {"rounding": "nearest", "activation_granularity": "per_tensor", "migration": "none"}
 
 
 def plan_of(record: StudyRecord) -> QuantPlan:
     calibration = calibration_of(record)
     recipe = record.recipe
+    for option, supported in SUPPORTED.items():
+        value = getattr(recipe, option, supported)
+        if value != supported:
+            raise UserError(
+                f"study {record.name}: its recipe's {option} is {value}; export writes static "
+                f"per-tensor FP8 Q/DQ and supports only {option} {supported}"
+            )
     layers = [d.name for d in recipe.selected]
     missing = [n for n in layers if not any(n in c for c in calibration.groups.values())]
     if missing:

@@ -55,6 +55,14 @@ class IdealSpeed(Section):
     fraction: float  # measured_x / ideal_x
 
 
+class LayerPrecision(Section):
+    """What TensorRT ran one FP8 layer of the recipe in, from the engine's layer information."""
+
+    layer: str  # the study's layer name
+    precision: str  # fp8, fp16, fp32, int8, bf16, unknown, or "not found"
+    engine_layer: str | None = None  # TensorRT's layer that holds it (fused names joined by +)
+
+
 class SpeedSection(Section):
     device: str
     meaningful: bool  # False on CPU: timings are not evidence for the decision
@@ -71,3 +79,8 @@ class SpeedSection(Section):
     weight_bytes: dict[str, int]
     package_bytes: dict[str, int] | None = None
     ideal: list[IdealSpeed] | None = None  # schema 6 on; None: not computed (see not_run)
+    # Schema 6 on: which engines were timed. None: the study's own PyTorch engines; "tensorrt":
+    # trtexec's timings brought in by `quantstudy import-trt` (`bridge/trt_import.py`).
+    engine: str | None = None
+    engine_version: str | None = None  # e.g. the TensorRT version trtexec reported
+    layer_precision: list[LayerPrecision] | None = None  # TensorRT: each FP8 layer, per batch 1
