@@ -6,7 +6,54 @@ fields renders nothing."""
 from __future__ import annotations
 
 from quantstudy.record import IdealSpeed, LayerKernel
-from quantstudy.report.format import NOT_MEASURED, fmt_ms, fmt_pct, fmt_ratio, fmt_us, table
+from quantstudy.report.format import NOT_MEASURED, fmt_ms, fmt_pct, fmt_ratio, fmt_us
+from quantstudy.report.sections.tables import TableSpec, columns
+
+
+def _ideal_row(i: IdealSpeed) -> list[str]:
+    return [
+        str(i.batch),
+        str(i.layers),
+        fmt_us(i.fp16_products_us),
+        fmt_us(i.fp16_elementwise_us),
+        fmt_us(i.fp8_roofline_us),
+        fmt_ms(i.fp16_ms),
+        fmt_ratio(i.ideal_x),
+        fmt_ratio(i.measured_x),
+        fmt_pct(i.fraction),
+    ]
+
+
+def _us(v: float | None) -> str:
+    return fmt_us(v) if v is not None else NOT_MEASURED
+
+
+def _choice_row(c: LayerKernel) -> list[str]:
+    batch = str(c.batch) if c.batch is not None else "-"
+    return [c.name, str(c.kernel), _us(c.fused_us), _us(c.scaled_mm_us), batch, c.why or "-"]
+
+
+IDEAL_TABLE = TableSpec(
+    "ideal x",
+    columns(
+        "Batch",
+        "Layers priced",
+        "fp16 products us",
+        "fp16 bias/act passes us",
+        "FP8 roofline us",
+        "fp16 ms",
+        "ideal x",
+        "measured x",
+        "fraction of ideal",
+    ),
+    _ideal_row,
+)
+KERNEL_CHOICE_TABLE = TableSpec(
+    "FP8 kernel per layer",
+    columns("Layer", "Kernel", "fused us", "scaled_mm us", "Timed at batch", "Not timed because"),
+    _choice_row,
+)
+TABLES = [IDEAL_TABLE, KERNEL_CHOICE_TABLE]
 
 
 def ideal_lines(ideal: list[IdealSpeed] | None) -> list[str]:
@@ -20,34 +67,7 @@ def ideal_lines(ideal: list[IdealSpeed] | None) -> list[str]:
         "(`speed/ideal.py`; " + ideal[0].peaks + "). Measured x as a fraction of it:",
         "",
     ]
-    lines += table(
-        [
-            "Batch",
-            "Layers priced",
-            "fp16 products us",
-            "fp16 bias/act passes us",
-            "FP8 roofline us",
-            "fp16 ms",
-            "ideal x",
-            "measured x",
-            "fraction of ideal",
-        ],
-        [
-            [
-                str(i.batch),
-                str(i.layers),
-                fmt_us(i.fp16_products_us),
-                fmt_us(i.fp16_elementwise_us),
-                fmt_us(i.fp8_roofline_us),
-                fmt_ms(i.fp16_ms),
-                fmt_ratio(i.ideal_x),
-                fmt_ratio(i.measured_x),
-                fmt_pct(i.fraction),
-            ]
-            for i in ideal
-        ],
-    )
-    return [*lines, ""]
+    return [*lines, *IDEAL_TABLE.render(ideal), ""]
 
 
 def kernel_choice_lines(choice: list[LayerKernel] | None) -> list[str]:
@@ -62,22 +82,4 @@ def kernel_choice_lines(choice: list[LayerKernel] | None) -> list[str]:
         f"{len(choice)} layers.",
         "",
     ]
-
-    def us(v: float | None) -> str:
-        return fmt_us(v) if v is not None else NOT_MEASURED
-
-    lines += table(
-        ["Layer", "Kernel", "fused us", "scaled_mm us", "Timed at batch", "Not timed because"],
-        [
-            [
-                c.name,
-                str(c.kernel),
-                us(c.fused_us),
-                us(c.scaled_mm_us),
-                str(c.batch) if c.batch is not None else "-",
-                c.why or "-",
-            ]
-            for c in choice
-        ],
-    )
-    return [*lines, ""]
+    return [*lines, *KERNEL_CHOICE_TABLE.render(choice), ""]

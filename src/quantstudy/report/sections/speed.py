@@ -6,6 +6,8 @@ from quantstudy.record import BatchSpeed, StudyRecord
 from quantstudy.report.format import NOT_MEASURED, fmt_mib, fmt_ms, fmt_ratio, spread
 from quantstudy.report.lookups import CPU_BANNER, FP8, FP16, label, weight_bytes
 from quantstudy.report.plots import LATENCY_PNG
+from quantstudy.report.sections.ideal import TABLES as LIMIT_TABLES
+from quantstudy.report.sections.ideal import ideal_lines, kernel_choice_lines
 from quantstudy.report.sections.tables import TableSpec, columns
 
 
@@ -46,7 +48,7 @@ WEIGHT_BYTES_TABLE = TableSpec("weight bytes", columns("Engine", "Weight bytes",
 PACKAGE_BYTES_TABLE = TableSpec(
     "compiled package bytes", columns("Engine", "Compiled package bytes", "MiB"), _bytes_row
 )
-TABLES = [SPEED_TABLE, WEIGHT_BYTES_TABLE, PACKAGE_BYTES_TABLE]
+TABLES = [SPEED_TABLE, WEIGHT_BYTES_TABLE, PACKAGE_BYTES_TABLE, *LIMIT_TABLES]
 
 
 def render_speed(r: StudyRecord, plots: set[str]) -> list[str]:
@@ -70,6 +72,9 @@ def render_speed(r: StudyRecord, plots: set[str]) -> list[str]:
             lines.append(f"- Batch {batch}: {w}")
         if warn:
             lines.append("")
+        lines += ideal_lines(sp.ideal)
+        fp8 = next((e for e in r.engines if e.name == FP8), None)
+        lines += kernel_choice_lines(fp8.fp8_kernel_choice if fp8 is not None else None)
     if wb:
         lines += WEIGHT_BYTES_TABLE.render(wb.items())
         lines.append("")
