@@ -176,6 +176,10 @@ def _parser() -> argparse.ArgumentParser:
     decide.add_argument("study_dir", type=Path)
     decide.add_argument("--policy", help=CLI_HELP["policy"])
 
+    from quantstudy.bridge.commands import add_parsers as add_bridge_parsers
+
+    add_bridge_parsers(sub)  # export, import-trt
+
     sweep = sub.add_parser(
         "sweep",
         help="run a grid of studies (models x recipes x calibrators x seeds x FP8 kernels)",
@@ -329,6 +333,18 @@ def _cmd_decide(args: argparse.Namespace) -> int:
     return _print_outcome(record, render_study(args.study_dir))
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from quantstudy.bridge.commands import run_export
+
+    return run_export(args)
+
+
+def _cmd_import_trt(args: argparse.Namespace) -> int:
+    from quantstudy.bridge.commands import run_import
+
+    return _print_outcome(*run_import(args))
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from quantstudy.sweep.run import SweepOptions, run_sweep
 
@@ -355,6 +371,8 @@ COMMANDS = {
     "report": _cmd_report,
     "decide": _cmd_decide,
     "sweep": _cmd_sweep,
+    "export": _cmd_export,
+    "import-trt": _cmd_import_trt,
     "bench": _cmd_bench,
 }
 
