@@ -238,9 +238,11 @@ def _run_engines(
         if name in ("fp16", "fp8"):
             outputs.timed[name] = engine
         if name == "fakequant":
-            outputs.heldout["fakequant_reordered"] = cache.get_or_compute(
-                "logits-fakequant_reordered", lambda e=engine: _run_reordered(e, heldout_x, config)
-            )
+            with timer.stage("engine fakequant: reordered run"):
+                outputs.heldout["fakequant_reordered"] = cache.get_or_compute(
+                    "logits-fakequant_reordered",
+                    lambda e=engine: _run_reordered(e, heldout_x, config),
+                )
     return outputs, infos
 
 
