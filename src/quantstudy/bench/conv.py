@@ -1,0 +1,117 @@
+"""Every dense kxk conv a model's recipe selects, alone: cuDNN in fp16 against the FP8
+implicit-GEMM kernel (`quant/triton_conv.py`), with the roofline of each.
+
+    python -m quantstudy.bench.conv --model res2net50_26w_4s --batch 128 --out conv.json
+
+Per distinct conv shape at `batch` (random weights and inputs: only shapes matter): the fp16
+conv as the fp16 engine runs it (channels-last, cuDNN with benchmark mode), the FP8 layer's
+product on an FP8 channels-last input (autotuned tile), and the same with the input's channels
+zero-padded to a multiple of 16 (16-byte rows for vector loads), each replayed from a CUDA
+graph (median); the FP8 roofline (`speed.ideal`) beside. Prints one table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+from torch import nn
+
+from quantstudy.model.loading import load_model
+from quantstudy.model.preprocess import resolve_preprocessing
+from quantstudy.quant.fp8 import to_fp8
+from quantstudy.quant.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
+from quantstudy.recipe.builtin import default_recipe_for, load_recipe
+from quantstudy.recipe.resolve import resolve
+from quantstudy.record.io import write_json_atomic
+from quantstudy.speed.ideal import layer_cost, peaks_for
+
+
+def _us(fn) -> float:
+    fn()
+    torch.cuda.synchronize()
+    return 1000 * triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")
+
+
+def bench(model_name: str, batch: int) -> list[dict]:
+    loaded = load_model(model_name, "random")
+    pre = resolve_preprocessing(loaded.model)
+    example = torch.zeros(1, 3, *pre.input_size[-2:])
+    recipe, _ = load_recipe(default_recipe_for(model_name))
+    selected = resolve(recipe, loaded.model, example).to_info(recipe, "").selected
+    peaks = peaks_for(torch.cuda.get_device_name())
+    seen, rows = set(), []
+    for d in selected:
+        layer = loaded.model.get_submodule(d.name)
+        if not isinstance(layer, nn.Conv2d) or layer.kernel_size == (1, 1):
+            continue
+        if kxk_fp8_blocker(layer) is not None:
+            continue
+        key = (d.in_channels, d.out_channels, d.input_hw, layer.kernel_size, layer.stride)
+        if key in seen:
+            continue
+        seen.add(key)
+        rows.append(_one(layer, d, batch, peaks))
+        print(" | ".join(str(v) for v in rows[-1].values()), flush=True)
+    return rows
+
+
+def _one(layer: nn.Conv2d, d, batch: int, peaks, device: str = "cuda") -> dict:
+    h, w = d.input_hw
+    cuda = torch.device(device)
+    x = torch.randn(batch, d.in_channels, h, w, device=cuda)
+    x16 = x.half().contiguous(memory_format=torch.channels_last)
+    conv = nn.Conv2d(
+        d.in_channels, d.out_channels, layer.kernel_size, layer.stride, layer.padding,
+        layer.dilation,
+    )  # fmt: skip
+    fp8 = FusedFP8Conv2d(conv, 0.02, True, torch.float16, "relu", fp8_input=True).to(cuda)
+    conv16 = conv.to(cuda, torch.float16).to(memory_format=torch.channels_last)
+    xq = to_fp8(x16, fp8.x_scale).contiguous(memory_format=torch.channels_last)
+    pad = -d.in_channels % 16
+    with torch.no_grad():
+        fp16_us = _us(lambda: F.relu(conv16(x16)))
+        fp8_us = _us(lambda: fp8(xq))
+        padded_us = None
+        if pad:
+            wide = nn.Conv2d(d.in_channels + pad, d.out_channels, layer.kernel_size,
+                             layer.stride, layer.padding, layer.dilation)  # fmt: skip
+            fp8w = FusedFP8Conv2d(wide, 0.02, True, torch.float16, "relu", fp8_input=True)
+            fp8w = fp8w.to(cuda)
+            xw = F.pad(x16, (0, 0, 0, 0, 0, pad)).contiguous(memory_format=torch.channels_last)
+            xwq = to_fp8(xw, fp8w.x_scale).contiguous(memory_format=torch.channels_last)
+            padded_us = _us(lambda: fp8w(xwq))
+    cost = layer_cost(d, batch)
+    return {
+        "conv": f"{d.in_channels}->{d.out_channels} {h}x{w} k{layer.kernel_size[0]} "
+        f"s{layer.stride[0]}",
+        "M": cost.m,
+        "K": cost.k,
+        "N": cost.n,
+        "fp16_cudnn_us": round(fp16_us, 2),
+        "fp8_us": round(fp8_us, 2),
+        "fp8_channels_padded_us": round(padded_us, 2) if padded_us is not None else None,
+        "fp8_roofline_us": round(cost.fp8_us(peaks), 2) if peaks else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="res2net50_26w_4s")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    torch.backends.cudnn.benchmark = True
+    print("conv | M | K | N | fp16 cuDNN us | FP8 us | FP8 channels padded us | roofline us")
+    rows = bench(args.model, args.batch)
+    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "triton": triton.__version__}  # fmt: skip
+    write_json_atomic(args.out, {"environment": env, "model": args.model, "batch": args.batch,
+                                 "convs": rows})  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
