@@ -23,6 +23,7 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.vocab import CompileMode, Fp8Kernel
 from quantstudy.speed.harness import measure_speed
+from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
 
 
@@ -85,6 +86,9 @@ def _time_model(
             fp16, fp8, x, list(config.batches), rounds=rounds, iters=iters, compile_mode=mode
         )
         info = fp8.info()
+        gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+        ideal, _ = ideal_speed(speed, prepared.inputs.recipe_info, [info], gpu)
+        speed = speed.model_copy(update={"ideal": ideal})  # None off the GPU: nothing timed
         engines.append(
             EngineSpeed(
                 fp8_kernel=kernel,
