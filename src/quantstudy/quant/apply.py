@@ -54,6 +54,33 @@ def real_layers(model: nn.Module, layers: list[str], kernel: str = "scaled_mm") 
     return [n for n in layers if fp8_blocker(model.get_submodule(n), kernel) is None]
 
 
+def fp8_module(
+    layer: nn.Module,
+    x_scale: float,
+    per_channel: bool,
+    dtype: torch.dtype,
+    kernel: str,
+    *,
+    act: str = "none",
+    out_scale: float | None = None,
+    fp8_input: bool = False,
+) -> tuple[nn.Module, str | None]:
+    """The module an FP8 engine puts in `layer`'s place, and why it is emulated (None: it runs a
+    real FP8 product). The one place that chooses it: engines and per-layer timing alike.
+
+    `kernel` "fused": `FusedFP8Matmul` (linears, 1x1 convs) or `FusedFP8Conv2d` (dense kxk
+    convs), with `act` in the epilogue and, given `out_scale`, writing the next layer's FP8 input
+    (`fp8_input`: reading its own that way); otherwise `FP8Matmul` (torch._scaled_mm). A layer
+    no FP8 kernel takes gets the quantize-dequantize `QDQ` in `dtype`."""
+    blocker = fp8_blocker(layer, kernel)
+    if blocker is not None:
+        return QDQ(layer, x_scale, True, per_channel, dtype), blocker
+    if kernel != "fused":
+        return FP8Matmul(layer, x_scale, per_channel, dtype), None
+    fused = FusedFP8Matmul if real_fp8_blocker(layer) is None else FusedFP8Conv2d
+    return fused(layer, x_scale, per_channel, dtype, act, out_scale, fp8_input), None
+
+
 def apply_fp8(
     model: nn.Module,
     source: nn.Module,
@@ -82,24 +109,21 @@ def apply_fp8(
     real: list[str] = []
     emulated: list[tuple[str, str]] = []
     for name in plan.layers:
-        layer = source.get_submodule(name)
-        x_scale = plan.calibration.scale_of(name)
-        blocker = fp8_blocker(layer, kernel)
+        nxt = handoff.get(name)
+        new, blocker = fp8_module(
+            source.get_submodule(name),
+            plan.calibration.scale_of(name),
+            plan.per_channel,
+            dtype,
+            kernel,
+            act=epilogue.get(name, "none"),
+            out_scale=plan.calibration.scale_of(nxt) if nxt is not None else None,
+            fp8_input=name in consumers,
+        )
+        replace_module(model, name, new)
         if blocker is None:
-            if kernel == "fused":
-                act = epilogue.get(name, "none")
-                nxt = handoff.get(name)
-                out_scale = plan.calibration.scale_of(nxt) if nxt is not None else None
-                fused = FusedFP8Matmul if real_fp8_blocker(layer) is None else FusedFP8Conv2d
-                new = fused(
-                    layer, x_scale, plan.per_channel, dtype, act, out_scale, name in consumers
-                )
-            else:
-                new = FP8Matmul(layer, x_scale, plan.per_channel, dtype)
-            replace_module(model, name, new)
             real.append(name)
         else:
-            replace_module(model, name, QDQ(layer, x_scale, True, plan.per_channel, dtype))
             emulated.append((name, blocker))
     return Applied(real, emulated)
 

@@ -5,12 +5,13 @@ For each layer, two modules are timed against each other with the study's harnes
 
 - fp16: the layer (BatchNorm folded, as in the fp16 engine) in fp16, on a channels-last input
   for convolutions, as the fp16 engine runs it;
-- FP8: what the FP8 engine puts in the layer's place, built by the same classes: with the
-  default `kernel` "fused", `FusedFP8Matmul` (input quantize, one fused product with scale, bias
-  and the activation it absorbs), with "scaled_mm" the unfused `FP8Matmul`, where a real FP8
-  kernel exists; else the fp16 quantize-dequantize stand-in `QDQ` (path "emulated": it can only
-  cost). Where the fused layer absorbs an activation (`quant/absorb.py`), the fp16 module is
-  the layer followed by that activation, so both sides compute the same thing.
+- FP8: what the FP8 engine puts in the layer's place, from the same factory
+  (`quant/apply.py: fp8_module`): with the default `kernel` "fused", the fused layer (input
+  quantize, one product with scale, bias and the activation it absorbs), with "scaled_mm" the
+  unfused `FP8Matmul`, where a real FP8 kernel exists; else the fp16 quantize-dequantize
+  stand-in `QDQ` (path "emulated": it can only cost). Where the fused layer absorbs an
+  activation (`quant/absorb.py`), the fp16 module is the layer followed by that activation, so
+  both sides compute the same thing.
 
 Both run at the layer's real input shape (captured by a hook in one forward pass of the model,
 batch dimension set to `batch`), on random normal inputs of that shape (values do not change
@@ -36,12 +37,11 @@ from torch import nn
 
 from quantstudy.engines.builders import allow_recompiles
 from quantstudy.quant.absorb import absorbable_activations
-from quantstudy.quant.apply import real_layers
+from quantstudy.quant.apply import fp8_module, real_layers
 from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fp8 import E4M3_MAX
-from quantstudy.quant.fused import FusedFP8Matmul
-from quantstudy.quant.modules import QDQ, FP8Matmul, bind_scaled_mm, real_fp8_blocker
+from quantstudy.quant.modules import bind_scaled_mm
 from quantstudy.quant.trace import forward_once
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import CompileMode, Fp8Kernel, choices
@@ -122,7 +122,7 @@ def measure_layer_speed(
     if fold:
         fold_batchnorm(source, example)
     shapes = layer_input_shapes(source, example, layers)
-    real = real_layers(source, layers)
+    real = real_layers(source, layers, kernel)
     absorbed = absorbable_activations(source, real, example) if kernel == "fused" else {}
     gen = torch.Generator(device="cpu").manual_seed(0)
     rows: list[LayerSpeed] = []
@@ -136,15 +136,9 @@ def measure_layer_speed(
             scale = calibration.scale_of(name)
         else:
             scale = float(x.float().abs().amax()) / E4M3_MAX
-        blocker = real_fp8_blocker(layer)
         fp16 = copy.deepcopy(layer).to(device, torch.float16)
         act_name, act = absorbed.get(name, (None, "none"))
-        if kernel == "fused" and blocker is None:
-            fp8: nn.Module = FusedFP8Matmul(layer, scale, per_channel, torch.float16, act)
-        elif blocker is None:
-            fp8 = FP8Matmul(layer, scale, per_channel, torch.float16)
-        else:
-            fp8 = QDQ(layer, scale, True, per_channel, torch.float16)
+        fp8, blocker = fp8_module(layer, scale, per_channel, torch.float16, kernel, act=act)
         fp8 = fp8.to(device)
         bind_scaled_mm(fp8, device)
         for m in (fp16, fp8):
