@@ -154,7 +154,9 @@ def _folded_copy(
     if fold:
         fold_batchnorm(m, example)
     if corrected is not None and corrected.bias_correction:
-        correct_biases(m, corrected.layers, corrected.calibration, corrected.per_channel)
+        c = corrected
+        weights = c.stored_weights(m)
+        correct_biases(m, c.layers, c.calibration, c.per_channel, weights, c.divisors)
     return m
 
 
@@ -207,6 +209,7 @@ def build_fp8(
         real = real_layers(source, plan.layers, built)
         absorbed = absorbable_activations(source, real, example)
         handoff = fp8_handoffs(source, real, example, absorbed)
+        handoff = {p: c for p, c in handoff.items() if plan.static_input(c)}
     m = copy.deepcopy(source)
     remove_activations(m, absorbed)
     m = m.to(dtype)

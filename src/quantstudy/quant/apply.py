@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -10,7 +13,8 @@ from torch import nn
 from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
-from quantstudy.quant.modules import QDQ, FP8Matmul, real_fp8_blocker
+from quantstudy.quant.modules import QDQ, FP8Matmul, FP8Weight, real_fp8_blocker
+from quantstudy.quant.rounding import compensable, fp8_weights
 from quantstudy.record.vocab import Fp8Kernel, choices
 
 
@@ -22,6 +26,56 @@ class QuantPlan:
     per_channel: bool
     calibration: Calibration
     bias_correction: bool = False  # `quant/bias_correction.py`, from the recipe's weights
+    rounding: str = "nearest"  # `quant/rounding.py`; compensating needs calibration moments
+    row_scales: bool = False  # dynamic per-row activation scales instead of static per-tensor
+    # layer -> per-input-channel divisor of its input (scale migration, `quant/migrate.py`)
+    divisors: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
+    # stored weights by the bytes of the float weights they were rounded from (every engine of
+    # a study rounds the same folded weights; compensating rounding takes seconds per layer)
+    _stored: dict[str, dict[str, FP8Weight]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def stored_weights(self, source: nn.Module) -> dict[str, FP8Weight]:
+        """The FP8 weight and scale of every plan layer of the float32 `source` (BatchNorm folded
+        where the recipe folds), as every engine stores it: migrated by the layer's divisor,
+        then rounded the plan's way. Deterministic, so each engine computes the same values."""
+        migrated = source
+        if self.divisors:
+            migrated = copy.deepcopy(source)
+            for name, d in self.divisors.items():
+                w = migrated.get_submodule(name).weight
+                with torch.no_grad():
+                    w.mul_(d.reshape((1, -1) + (1,) * (w.dim() - 2)).to(w.dtype))
+        moments = {
+            name: m / torch.outer(self.divisors[name], self.divisors[name]).double()
+            if name in self.divisors
+            else m
+            for name, m in self.calibration.second_moment.items()
+        }
+        digest = hashlib.sha256()
+        for name in self.layers:
+            digest.update(migrated.get_submodule(name).weight.detach().float().cpu().numpy())
+        key = digest.hexdigest()
+        if key not in self._stored:
+            self._stored[key] = fp8_weights(
+                migrated, self.layers, self.per_channel, self.rounding, moments
+            )
+        return self._stored[key]
+
+    def static_input(self, name: str) -> bool:
+        """Whether `name` quantizes its input with its static per-tensor scale alone (what an
+        FP8 hand-off from the layer before writes)."""
+        return not self.row_scales and name not in self.divisors
+
+    def input_quant(self, name: str, layer: nn.Module) -> dict:
+        """How `layer` quantizes its input beyond the static scale: dynamic per-row scales and
+        the migration divisor, for linears and dense 1x1 convs (others keep static scales)."""
+        pointwise = compensable(layer)
+        return {
+            "row_scales": self.row_scales and pointwise,
+            "x_divisor": self.divisors.get(name) if pointwise else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -64,6 +118,8 @@ def fp8_module(
     act: str = "none",
     out_scale: float | None = None,
     fp8_input: bool = False,
+    weight: FP8Weight | None = None,
+    **input_quant: Any,
 ) -> tuple[nn.Module, str | None]:
     """The module an FP8 engine puts in `layer`'s place, and why it is emulated (None: it runs a
     real FP8 product). The one place that chooses it: engines and per-layer timing alike.
@@ -71,14 +127,20 @@ def fp8_module(
     `kernel` "fused": `FusedFP8Matmul` (linears, 1x1 convs) or `FusedFP8Conv2d` (dense kxk
     convs), with `act` in the epilogue and, given `out_scale`, writing the next layer's FP8 input
     (`fp8_input`: reading its own that way); otherwise `FP8Matmul` (torch._scaled_mm). A layer
-    no FP8 kernel takes gets the quantize-dequantize `QDQ` in `dtype`."""
+    no FP8 kernel takes gets the quantize-dequantize `QDQ` in `dtype`. `weight` and
+    `input_quant`: the plan's stored weight and input quantization (`QuantPlan.input_quant`)."""
     blocker = fp8_blocker(layer, kernel)
     if blocker is not None:
-        return QDQ(layer, x_scale, True, per_channel, dtype), blocker
+        return QDQ(layer, x_scale, True, per_channel, dtype, weight, **input_quant), blocker
     if kernel != "fused":
-        return FP8Matmul(layer, x_scale, per_channel, dtype), None
-    fused = FusedFP8Matmul if real_fp8_blocker(layer) is None else FusedFP8Conv2d
-    return fused(layer, x_scale, per_channel, dtype, act, out_scale, fp8_input), None
+        return FP8Matmul(layer, x_scale, per_channel, dtype, weight, **input_quant), None
+    if real_fp8_blocker(layer) is not None:
+        # a kxk conv (`quant/fused_conv.py`): nearest weights, static per-tensor input
+        return FusedFP8Conv2d(layer, x_scale, per_channel, dtype, act, out_scale, fp8_input), None
+    new = FusedFP8Matmul(
+        layer, x_scale, per_channel, dtype, act, out_scale, fp8_input, weight, **input_quant
+    )
+    return new, None
 
 
 def apply_fp8(
@@ -106,12 +168,14 @@ def apply_fp8(
     if handoff and kernel != "fused":
         raise ValueError("FP8 hand-offs need the fused kernel")
     consumers = set(handoff.values())
+    weights = plan.stored_weights(source)
     real: list[str] = []
     emulated: list[tuple[str, str]] = []
     for name in plan.layers:
+        layer = source.get_submodule(name)
         nxt = handoff.get(name)
         new, blocker = fp8_module(
-            source.get_submodule(name),
+            layer,
             plan.calibration.scale_of(name),
             plan.per_channel,
             dtype,
@@ -119,6 +183,8 @@ def apply_fp8(
             act=epilogue.get(name, "none"),
             out_scale=plan.calibration.scale_of(nxt) if nxt is not None else None,
             fp8_input=name in consumers,
+            weight=weights[name],
+            **plan.input_quant(name, layer),
         )
         replace_module(model, name, new)
         if blocker is None:
@@ -131,9 +197,15 @@ def apply_fp8(
 def apply_fake_quant(
     model: nn.Module, plan: QuantPlan, weights: bool = True, activations: bool = True
 ) -> Applied:
-    """Swap the plan's layers of the float32 `model` for quantize-dequantize emulations."""
+    """Swap the plan's layers of the float32 `model` for quantize-dequantize emulations (the
+    weights stored as the FP8 engine stores them, `QuantPlan.stored_weights`)."""
+    stored = plan.stored_weights(model) if weights else {}
     for name in plan.layers:
         layer = model.get_submodule(name)
         x_scale = plan.calibration.scale_of(name) if activations else None
-        replace_module(model, name, QDQ(layer, x_scale, weights, plan.per_channel, torch.float32))
+        new = QDQ(
+            layer, x_scale, weights, plan.per_channel, torch.float32, stored.get(name),
+            **plan.input_quant(name, layer),
+        )  # fmt: skip
+        replace_module(model, name, new)
     return Applied([], [(n, "fake-quant emulation in fp32") for n in plan.layers])

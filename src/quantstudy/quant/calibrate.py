@@ -32,6 +32,13 @@ class Calibration:
     # layer -> mean of its input per channel (dim 1 of a conv input, last dim of a linear's)
     # over the calibration images; what weight bias correction needs
     channel_mean: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
+    # layer -> E[x x^T] over its input channels (every position of every calibration image),
+    # float64; collected when asked, for compensating weight rounding (`quant/rounding.py`)
+    second_moment: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
+    # layer -> max |x| per input channel; what scale migration needs (`quant/migrate.py`)
+    channel_amax: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
+    # tensor key -> calibrator that set its amax, where a layer override chose another one
+    tensor_calibrator: dict[str, str] = field(default_factory=dict)
 
     def scale_of(self, layer: str) -> float:
         """Scale (amax/448) of the tensor that `layer` reads."""
@@ -53,6 +60,7 @@ class Calibration:
                     consumers=self.groups[key],
                     amax=self.amax[key],
                     scale=self.amax[key] / E4M3_MAX,
+                    calibrator=self.tensor_calibrator.get(key),
                     channel_mean=(
                         self.channel_mean[key].tolist()
                         if with_means and key in self.channel_mean
@@ -107,8 +115,17 @@ def calibrate(
     batches: Iterable[torch.Tensor],
     calibrator: str = "max",
     params: dict[str, float] | None = None,
+    second_moments: list[str] | None = None,
+    layer_calibrators: dict[str, str] | None = None,
+    divisors: dict[str, torch.Tensor] | None = None,
 ) -> Calibration:
-    """Observe the inputs of `layers` in the fp32 `model` over `batches`; one amax per tensor."""
+    """Observe the inputs of `layers` in the fp32 `model` over `batches`; one amax per tensor,
+    and the input second moment of each layer of `second_moments`.
+
+    `layer_calibrators` (layer -> calibrator, its default parameters) overrides `calibrator` for
+    the tensor that layer reads; consumers of one tensor must not ask for different ones.
+    `divisors` (layer -> per-channel divisor, scale migration) calibrates that layer's tensor
+    as the layer quantizes it, divided."""
     params = dict(params or {})
     model.eval()
     batches = iter(batches)
@@ -116,19 +133,35 @@ def calibrate(
     if first is None:
         raise UserError("calibration set is empty: give at least one calibration image")
     groups = _group_consumers(model, layers, first)
-    cals: dict[str, Calibrator] = {key: make_calibrator(calibrator, params) for key in groups}
-    hooks = [
-        model.get_submodule(key).register_forward_pre_hook(
-            lambda _m, inp, cal=cal: cal.collect(inp[0])
+    chosen = _tensor_calibrators(groups, layer_calibrators or {}, calibrator)
+    divisors = divisors or {}
+    cals: dict[str, Calibrator] = {
+        key: make_calibrator(chosen[key], {})
+        if key in chosen
+        else make_calibrator(calibrator, params)
+        for key in groups
+    }
+    hooks = []
+    for key, cal in cals.items():
+        layer = model.get_submodule(key)
+        dim = 1 if isinstance(layer, nn.Conv2d) else -1
+        divisor = divisors.get(key)
+        hooks.append(
+            layer.register_forward_pre_hook(
+                lambda _m, inp, cal=cal, d=divisor, dim=dim: cal.collect(_divided(inp[0], d, dim))
+            )
         )
-        for key, cal in cals.items()
-    ]
     means = {
         name: _ChannelMean(isinstance(model.get_submodule(name), nn.Conv2d)) for name in layers
     }
     hooks += [
         model.get_submodule(name).register_forward_pre_hook(lambda _m, inp, m=m: m.collect(inp[0]))
         for name, m in means.items()
+    ]
+    moments = {name: _SecondMoment() for name in second_moments or []}
+    hooks += [
+        model.get_submodule(name).register_forward_pre_hook(lambda _m, inp, m=m: m.collect(inp[0]))
+        for name, m in moments.items()
     ]
     n_images = 0
     try:
@@ -154,7 +187,11 @@ def calibrate(
             )
         amax[key] = value
     channel_mean = {name: m.mean() for name, m in means.items()}
-    return Calibration(calibrator, params, n_images, groups, amax, channel_mean)
+    channel_amax = {name: m.amax.cpu() for name, m in means.items() if m.amax is not None}
+    second = {name: m.moment() for name, m in moments.items()}
+    return Calibration(
+        calibrator, params, n_images, groups, amax, channel_mean, second, channel_amax, chosen
+    )
 
 
 class _ChannelMean:
@@ -164,14 +201,71 @@ class _ChannelMean:
     def __init__(self, conv: bool) -> None:
         self.channel_dim = 1 if conv else -1
         self.total: torch.Tensor | None = None
+        self.amax: torch.Tensor | None = None
         self.count = 0
 
     def collect(self, x: torch.Tensor) -> None:
         dims = [d for d in range(x.dim()) if d != self.channel_dim % x.dim()]
         s = x.detach().sum(dim=dims, dtype=torch.float64)
+        a = x.detach().abs().amax(dim=dims).float()
         self.total = s if self.total is None else self.total + s
+        self.amax = a if self.amax is None else torch.maximum(self.amax, a)
         self.count += x.numel() // x.shape[self.channel_dim]
 
     def mean(self) -> torch.Tensor:
         assert self.total is not None  # every layer ran (checked by _group_consumers)
         return (self.total / self.count).float().cpu()
+
+
+class _SecondMoment:
+    """Running sum of x x^T over a layer's input channels (a conv's dim 1, a linear's last dim),
+    each batch's product in float32 where it lives, summed in float64."""
+
+    def __init__(self) -> None:
+        self.total: torch.Tensor | None = None
+        self.count = 0
+
+    def collect(self, x: torch.Tensor) -> None:
+        x = x.detach().float()
+        rows = x.movedim(1, -1) if x.dim() == 4 else x
+        rows = rows.reshape(-1, rows.shape[-1])
+        s = (rows.t() @ rows).double()
+        self.total = s if self.total is None else self.total + s
+        self.count += rows.shape[0]
+
+    def moment(self) -> torch.Tensor:
+        assert self.total is not None  # every layer ran (checked by _group_consumers)
+        return (self.total / self.count).cpu()
+
+
+def _tensor_calibrators(
+    groups: dict[str, list[str]], overrides: dict[str, str], default: str
+) -> dict[str, str]:
+    """Tensor key -> calibrator (default parameters), for tensors whose consumers override the
+    recipe's default."""
+    unknown = sorted(set(overrides) - {n for c in groups.values() for n in c})
+    if unknown:
+        raise UserError(
+            f"layer_calibrators names layers that are not selected: {unknown[:5]}; "
+            "use names from the recipe's layer table"
+        )
+    chosen = {}
+    for key, consumers in groups.items():
+        asked = {overrides[n] for n in consumers if n in overrides}
+        if len(asked) > 1:
+            raise UserError(
+                f"layer_calibrators: {', '.join(consumers)} read one tensor (one quantizer) but "
+                f"ask for calibrators {sorted(asked)}; give them the same one"
+            )
+        if asked and asked != {default}:
+            chosen[key] = asked.pop()
+    return chosen
+
+
+def _divided(x: torch.Tensor, divisor: torch.Tensor | None, dim: int) -> torch.Tensor:
+    """x / divisor along the channel dimension `dim` (a conv's 1, a linear's -1)."""
+    if divisor is None:
+        return x
+    view = [1] * x.dim()
+    view[dim] = -1
+    return x / divisor.reshape(view).to(x.device, x.dtype)

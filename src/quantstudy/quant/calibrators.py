@@ -59,7 +59,8 @@ class Calibrator:
         self.amax = max(self.amax, float(a.max()))
         if self.uses_histogram:
             idx = ((torch.log2(a.clamp_min(2.0**_LOG2_LO)) - _LOG2_LO) * _PER_OCTAVE).long()
-            counts = torch.bincount(idx.clamp(0, _BINS - 1), minlength=_BINS).double()
+            # kept on the CPU, where the clip searches run over the bins
+            counts = torch.bincount(idx.clamp(0, _BINS - 1), minlength=_BINS).double().cpu()
             self.hist = counts if self.hist is None else self.hist + counts
 
     def compute_amax(self) -> float:
@@ -109,7 +110,8 @@ class PercentileCalibrator(Calibrator):
         if self.hist is None or self.hist.sum() == 0:
             return self.amax
         cdf = torch.cumsum(self.hist, 0) / self.hist.sum()
-        idx = int(torch.searchsorted(cdf, torch.tensor(self.percentile / 100, dtype=torch.float64)))
+        target = torch.tensor(self.percentile / 100, dtype=torch.float64)
+        idx = int(torch.searchsorted(cdf, target))
         upper = float(self._edges()[min(idx, _BINS - 1) + 1])
         return min(self.amax, upper)
 

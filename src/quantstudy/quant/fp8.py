@@ -39,6 +39,13 @@ def quantize_weight(weight: torch.Tensor, per_channel: bool) -> tuple[torch.Tens
     return to_fp8(weight, view), scale
 
 
+def row_scale(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Dynamic scale of each row of `x` (max |x| along `dim`, kept as size 1) / 448, float32;
+    an all-zero row gets scale 1 (it quantizes to zero whatever the scale)."""
+    scale = x.detach().float().abs().amax(dim=dim, keepdim=True) / E4M3_MAX
+    return torch.where(scale > 0, scale, torch.ones_like(scale))
+
+
 def fake_quant(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Quantize then dequantize, returning x's dtype: the emulation of one FP8 tensor."""
     return (to_fp8(x, scale).float() * scale).to(x.dtype)

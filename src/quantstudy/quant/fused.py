@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from quantstudy.quant.fp8 import E4M3, quantize_weight, to_fp8
-from quantstudy.quant.modules import PointwiseMatmul, align
+from quantstudy.quant.modules import FP8Weight, PointwiseMatmul, align
 
 # Activation modules the epilogue computes, by exact type (subclasses may change the forward).
 ACTIVATIONS: dict[type, str] = {
@@ -68,7 +68,8 @@ def fp8_gemm(
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8.
+    """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8,
+    x_scale a scalar or one scale per row (M, 1).
     With `out_scale` the result is written as the next layer's FP8 input (`to_fp8`).
     `round_to` (the engine's dtype) rounds the sum before the activation and the activated
     value before an FP8 write, where the unfused engine stores them: both engines then
@@ -116,17 +117,21 @@ class FusedFP8Matmul(PointwiseMatmul):
         act: str = "none",
         out_scale: float | None = None,
         fp8_input: bool = False,
+        fp8_weight: FP8Weight | None = None,
+        row_scales: bool = False,
+        x_divisor: torch.Tensor | None = None,
     ) -> None:
         super().__init__()
         self._take_shape(layer)
         weight = layer.weight.detach().float()
         weight = weight.reshape(weight.shape[0], -1)
-        w8, w_scale = quantize_weight(weight, per_channel)
+        w8, w_scale = fp8_weight or quantize_weight(weight, per_channel)
+        w8 = w8.reshape(weight.shape)
         self.k_pad = align(weight.shape[1]) - weight.shape[1]
         w8 = F.pad(w8.float(), (0, self.k_pad)).to(w8.dtype)  # exact: FP8 zeros
         self.register_buffer("w8", w8.contiguous())
         self.register_buffer("w_scale", w_scale.expand(weight.shape[0]).contiguous())
-        self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
+        self._take_input_quant(x_scale, row_scales, x_divisor, self.k_pad)
         # The bias as the fp16 engine and torch._scaled_mm's epilogue hold it (the engine's
         # dtype), kept in float32 for the epilogue.
         bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
@@ -140,22 +145,24 @@ class FusedFP8Matmul(PointwiseMatmul):
         self.fp8_input = fp8_input
         if fp8_input and self.k_pad:
             raise ValueError("an FP8 input cannot be padded here: its producer writes K columns")
+        if fp8_input and (row_scales or x_divisor is not None):
+            raise ValueError("an FP8 input from the layer before has its static per-tensor scale")
 
     def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
         if self.fp8_input:
             if x2d.dtype != E4M3:
                 raise TypeError(f"this layer reads FP8 from the layer before, got {x2d.dtype}")
-            xq = x2d
+            xq, x_scale = x2d, self.x_scale
         else:
             if self.k_pad:
                 x2d = F.pad(x2d, (0, self.k_pad))
-            xq = to_fp8(x2d, self.x_scale)
+            xq, x_scale = self._quantize_input(x2d)
         out_dtype = E4M3 if self.out_scale is not None else self.dtype
         return fp8_gemm(
             xq,
             self.w8,
             self.w_scale,
-            self.x_scale,
+            x_scale,
             self.bias,
             self.act,
             out_dtype,

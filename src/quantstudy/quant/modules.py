@@ -16,7 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.fp8 import E4M3, dequantize_weight, fake_quant, quantize_weight, to_fp8
+from quantstudy.quant.fp8 import (
+    E4M3,
+    dequantize_weight,
+    fake_quant,
+    quantize_weight,
+    row_scale,
+    to_fp8,
+)
 
 # torch._scaled_mm needs both matrix dimensions of the weight divisible by 16; the fused kernel
 # needs FP8 rows of 16-byte multiples for vector and descriptor loads.
@@ -56,14 +63,36 @@ def real_fp8_blocker(layer: nn.Module) -> str | None:
     return None
 
 
+FP8Weight = tuple[torch.Tensor, torch.Tensor]  # (FP8 weight in the layer's shape, its scale)
+
+
 class PointwiseMatmul(nn.Module):
     """A linear layer or dense 1x1 conv as one matrix product over rows: a linear's leading
     dimensions, or a conv's pixels (channels-last, strided convs subsampled first). Subclasses
-    give the product of one (rows, K) matrix in `_matmul`."""
+    give the product of one (rows, K) matrix in `_matmul`.
+
+    Input quantization: one static per-tensor scale (`x_scale`), or with `row_scales` one scale
+    per row computed at run time (`fp8.row_scale`); a per-input-channel `x_divisor` (scale
+    migration, `quant/migrate.py`) divides the input before either."""
 
     def _take_shape(self, layer: nn.Linear | nn.Conv2d) -> None:
         self.is_conv = isinstance(layer, nn.Conv2d)
         self.stride = layer.stride if self.is_conv else (1, 1)
+
+    def _take_input_quant(
+        self, x_scale: float, row_scales: bool, x_divisor: torch.Tensor | None, k_pad: int
+    ) -> None:
+        self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
+        self.row_scales = row_scales
+        divisor = None if x_divisor is None else F.pad(x_divisor.float(), (0, k_pad), value=1.0)
+        self.register_buffer("x_divisor", divisor)
+
+    def _quantize_input(self, x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """FP8 rows of the (already padded) input and their scale: scalar, or (rows, 1)."""
+        if self.x_divisor is not None:
+            x2d = x2d / self.x_divisor.to(x2d.dtype)
+        scale = row_scale(x2d) if self.row_scales else self.x_scale
+        return to_fp8(x2d, scale), scale
 
     def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -117,7 +146,14 @@ class FP8Matmul(PointwiseMatmul):
     """
 
     def __init__(
-        self, layer: nn.Linear | nn.Conv2d, x_scale: float, per_channel: bool, dtype: torch.dtype
+        self,
+        layer: nn.Linear | nn.Conv2d,
+        x_scale: float,
+        per_channel: bool,
+        dtype: torch.dtype,
+        fp8_weight: FP8Weight | None = None,
+        row_scales: bool = False,
+        x_divisor: torch.Tensor | None = None,
     ) -> None:
         super().__init__()
         self._take_shape(layer)
@@ -126,13 +162,14 @@ class FP8Matmul(PointwiseMatmul):
         self.n, self.k = weight.shape
         self.k_pad = align(self.k) - self.k
         self.n_pad = align(self.n) - self.n
-        w8, w_scale = quantize_weight(weight, per_channel)
+        w8, w_scale = fp8_weight or quantize_weight(weight, per_channel)
+        w8 = w8.reshape(self.n, self.k)
         w8 = F.pad(w8.float(), (0, self.k_pad, 0, self.n_pad)).to(w8.dtype)  # exact: zeros
         if per_channel:
             w_scale = F.pad(w_scale, (0, self.n_pad), value=1.0)
         self.register_buffer("w8", w8.contiguous())  # (N, K) row-major; .t() is column-major
         self.register_buffer("w_scale", w_scale.reshape(1, -1) if per_channel else w_scale)
-        self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
+        self._take_input_quant(x_scale, row_scales, x_divisor, self.k_pad)
         # Rounded to the engine's dtype (as the fp16 engine and the fused layer hold it).
         bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
         self.register_buffer("bias", bias)
@@ -154,11 +191,11 @@ class FP8Matmul(PointwiseMatmul):
     def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
         if self.k_pad:
             x2d = F.pad(x2d, (0, self.k_pad))
-        xq = to_fp8(x2d, self.x_scale)
-        if self.per_channel:
-            scale_a = self.x_scale.reshape(1, 1).expand(x2d.shape[0], 1).contiguous()
+        xq, x_scale = self._quantize_input(x2d)
+        if self.per_channel or self.row_scales:
+            scale_a = x_scale.reshape(-1, 1).expand(x2d.shape[0], 1).contiguous()
         else:
-            scale_a = self.x_scale
+            scale_a = x_scale
         y = torch._scaled_mm(
             xq,
             self.w8.t(),
@@ -207,18 +244,39 @@ class QDQ(nn.Module):
         quant_weights: bool,
         per_channel: bool,
         dtype: torch.dtype,
+        fp8_weight: FP8Weight | None = None,
+        row_scales: bool = False,
+        x_divisor: torch.Tensor | None = None,
     ) -> None:
         super().__init__()
         inner = copy.deepcopy(layer).to(dtype)
-        if quant_weights:
-            w8, scale = quantize_weight(layer.weight.detach().float(), per_channel)
+        # With a divisor the layer computes W diag(d) (x / d): the weight it stores (and
+        # `fp8_weight`, when given) is the migrated one.
+        divisor = None if x_divisor is None else x_divisor.float()
+        if divisor is not None:
+            view = (1, -1) + (1,) * (inner.weight.dim() - 2)
             with torch.no_grad():
-                inner.weight.copy_(dequantize_weight(w8, scale, dtype))
+                inner.weight.mul_(divisor.reshape(view).to(dtype))
+        if quant_weights:
+            w = layer.weight.detach().float()
+            if divisor is not None:
+                w = w * divisor.reshape(view)
+            w8, scale = fp8_weight or quantize_weight(w, per_channel)
+            with torch.no_grad():
+                inner.weight.copy_(dequantize_weight(w8, scale, dtype).reshape(inner.weight.shape))
         self.inner = inner
+        self.is_conv = isinstance(layer, nn.Conv2d)
+        self.row_scales = row_scales and x_scale is not None
         scale = None if x_scale is None else torch.tensor(x_scale, dtype=torch.float32)
         self.register_buffer("x_scale", scale)
+        self.register_buffer("x_divisor", divisor)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        channel = 1 if self.is_conv else -1
+        if self.x_divisor is not None:
+            view = [1] * x.dim()
+            view[channel] = -1
+            x = x / self.x_divisor.reshape(view).to(x.dtype)
         if self.x_scale is not None:
-            x = fake_quant(x, self.x_scale)
+            x = fake_quant(x, row_scale(x, channel) if self.row_scales else self.x_scale)
         return self.inner(x)

@@ -217,10 +217,15 @@ def _mma(a, b, acc, part, step, BLOCK_K: tl.constexpr, PROMOTE: tl.constexpr):
 
 
 @triton.jit
-def _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS: tl.constexpr):
-    """Per-output-channel scale (weight scale x activation scale) and bias, float32."""
+def _channel_terms(
+    offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS: tl.constexpr, ROW_SCALE: tl.constexpr
+):  # fmt: skip
+    """Per-output-channel scale (weight scale x activation scale; with ROW_SCALE the activation
+    scales are per row, applied in `_finish`) and bias, float32."""
     n_mask = offs_n < N
-    scale = tl.load(w_scale_ptr + offs_n, mask=n_mask, other=0.0) * tl.load(x_scale_ptr)
+    scale = tl.load(w_scale_ptr + offs_n, mask=n_mask, other=0.0)
+    if not ROW_SCALE:
+        scale = scale * tl.load(x_scale_ptr)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0)
     else:
@@ -232,7 +237,7 @@ def _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS: tl.c
 def _finish(
     acc, scale, bias, first_m, first_n, M, N, c_ptr, c_desc, stride_cm, stride_cn, out_scale_ptr,
     ACT: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr, ROUND: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, x_scale_ptr, ROW_SCALE: tl.constexpr,
 ):  # fmt: skip
     """Epilogue: scales and bias on the float32 sums, the activation, then one write of the
     tile whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the
@@ -240,7 +245,13 @@ def _finish(
     even: `quant.fp8.to_fp8`'s arithmetic). The values are rounded to the engine's dtype
     (ROUND) wherever the unfused engine stores them, before the activation and before the
     FP8 write, so fused and unfused engines quantize the same numbers."""
-    y = activation(_round(acc * scale[None, :] + bias[None, :], ROUND), ACT)
+    if ROW_SCALE:  # dynamic per-row activation scales: x_scale[m] * w_scale[n], as torch does
+        rows = first_m + tl.arange(0, BLOCK_M)
+        x_rows = tl.load(x_scale_ptr + rows, mask=rows < M, other=0.0)
+        y = acc * (scale[None, :] * x_rows[:, None]) + bias[None, :]
+    else:
+        y = acc * scale[None, :] + bias[None, :]
+    y = activation(_round(y, ROUND), ACT)
     if OUT_FP8:
         y = fp8_range(_round(y, ROUND), out_scale_ptr)
     if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
@@ -260,7 +271,7 @@ def _fp8_gemm_kernel(
     stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
     tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
-    OUT_FP8: tl.constexpr, ROUND: tl.constexpr, PROMOTE: tl.constexpr,
+    OUT_FP8: tl.constexpr, ROUND: tl.constexpr, PROMOTE: tl.constexpr, ROW_SCALE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
 ):  # fmt: skip
@@ -272,7 +283,9 @@ def _fp8_gemm_kernel(
         offs_k = tl.arange(0, BLOCK_K)
         b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
         b = tl.load(b_ptrs, mask=(offs_n[None, :] < N) & (offs_k[:, None] < K), other=0.0)
-        scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS)
+        scale, bias = _channel_terms(
+            offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS, ROW_SCALE
+        )
         for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
             offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
             a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
@@ -283,6 +296,7 @@ def _fp8_gemm_kernel(
             _finish(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
                 out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
+                x_scale_ptr, ROW_SCALE,
             )  # fmt: skip
     else:
         pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -311,10 +325,13 @@ def _fp8_gemm_kernel(
                 a_ptrs += BLOCK_K * stride_ak
                 b_ptrs += BLOCK_K * stride_bk
         acc += part
-        scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS)
+        scale, bias = _channel_terms(
+            offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS, ROW_SCALE
+        )
         _finish(
             acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
             stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
+            x_scale_ptr, ROW_SCALE,
         )  # fmt: skip
 
 
@@ -335,12 +352,15 @@ def _config(bm, bn, bk, warps, stages, loads=False, store=False, per_sm=0):
     return triton.Config(meta, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
 
 
+# What the autotuner keys its choice on (ROW_SCALE: dynamic per-row activation scales).
+AUTOTUNE_KEY = ["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "PROMOTE", "ROW_SCALE"]
+AUTOTUNE_KEY += ["tma_loads_ok", "tma_store_ok"]
 _fp8_gemm_tuned = triton.autotune(
     configs=[
         *(_config(*t, loads, store) for (loads, store), tiles in PATH_TILES.items() for t in tiles),
         *(_config(*t[:5], False, store, t[5]) for store in (False, True) for t in STREAM_TILES),
     ],
-    key=["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "PROMOTE", "tma_loads_ok", "tma_store_ok"],
+    key=AUTOTUNE_KEY,
     prune_configs_by={"early_config_prune": _prune},
     do_bench=_bench,
 )(_fp8_gemm_kernel)
@@ -385,7 +405,8 @@ def fp8_gemm_triton(
     promote: int = PROMOTE,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
-    float32, x_scale a float32 scalar tensor; returns (M, N) in `out_dtype`.
+    float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
+    per-row activation scales); returns (M, N) in `out_dtype`.
 
     By default the autotuner picks the tile, the streaming programs for thin products and,
     where `tma_ok` allows, the I/O paths; `loads` or `store` "pointer" keeps it off the
@@ -432,6 +453,7 @@ def fp8_gemm_triton(
         int(use_loads), int(use_store),
     )  # fmt: skip
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
+    meta |= {"ROW_SCALE": x_scale.numel() > 1}
     meta |= {"OUT_FP8": out_scale is not None, "ROUND": ROUND_CODES[round_to or torch.float32]}
     # K within one promotion: the whole sum is one tensor-core chain from zero whatever the tile
     # (the same bits), so the K loop needs no hand-over and every tile depth stays open.

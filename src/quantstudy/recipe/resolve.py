@@ -52,8 +52,17 @@ class Resolution:
             weight_granularity=recipe.weights.granularity,
             fold_bn=recipe.weights.fold_bn,
             bias_correction=recipe.weights.bias_correction,
+            rounding=recipe.weights.rounding,
             calibrator=recipe.activations.calibrator,
             calibrator_params=dict(recipe.activations.params),
+            activation_granularity=recipe.activations.granularity,
+            layer_calibrators=dict(recipe.activations.layer_calibrators),
+            migration=recipe.activations.migration,
+            migration_alpha=(
+                recipe.activations.migration_alpha
+                if recipe.activations.migration != "none"
+                else None
+            ),
             selected=list(self.selected),
             excluded=list(self.excluded),
             counts=dict(self.counts),

@@ -10,10 +10,14 @@ A recipe (YAML) says which layers to quantize and how::
       granularity: per_channel            # or per_tensor; scale = amax / 448 (FP8 E4M3 max)
       fold_bn: true                       # fold BatchNorm into the conv before taking amax
       bias_correction: false              # subtract the mean output shift of FP8 weight rounding
+      rounding: nearest                   # or compensating (quant/rounding.py)
     activations:
-      granularity: per_tensor             # static per-tensor scales (the only option)
+      granularity: per_tensor             # static per-tensor scales, or per_row (dynamic)
       calibrator: max                     # max | percentile | mse | entropy
       params: {}                          # e.g. {percentile: 99.99}; defaults are filled in
+      layer_calibrators: {}               # layer name -> calibrator, overriding `calibrator`
+      migration: none                     # or smooth (quant/migrate.py)
+      migration_alpha: 0.5                # smooth: how much of the range moves to the weights
     rules:                                # ordered; everything starts excluded; last match wins
       - include: {op: conv2d}
         why: every convolution is a candidate   # becomes the reason in the layer table
@@ -96,19 +100,42 @@ class WeightSpec(Strict):
     `bias_correction`: fold the expected output shift of FP8 weight rounding, (Wq - W) . E[x]
     with E[x] the per-channel mean of the layer's input over the calibration images, into the
     bias (`quant/bias_correction.py`).
+
+    `rounding`: `nearest` rounds each weight to its nearest FP8 value; `compensating` rounds one
+    input channel at a time and pushes each rounding error onto the channels not yet rounded
+    through the second moment of the layer's input over the calibration images
+    (`quant/rounding.py`: procedure, damping, order, cost). Order with bias correction: the
+    weights are rounded first, then the bias is corrected for the shift of those stored weights.
     """
 
     granularity: Literal["per_channel", "per_tensor"] = "per_channel"
     fold_bn: bool = True
     bias_correction: bool = False
+    rounding: Literal["nearest", "compensating"] = "nearest"
+
+
+CalibratorName = Literal["max", "percentile", "mse", "entropy"]
 
 
 class ActivationSpec(Strict):
-    """Static per-tensor activation scales from a calibrator; one shared quantizer per tensor."""
+    """Activation scales; one shared quantizer per tensor.
 
-    granularity: Literal["per_tensor"] = "per_tensor"
-    calibrator: Literal["max", "percentile", "mse", "entropy"] = "max"
+    `granularity`: `per_tensor`, one static scale per tensor from a calibrator; `per_row`, one
+    scale per row (a pixel of a conv's input map, a token of a linear's input) computed at run
+    time, max |row| / 448 (no calibration; each row costs a max before its quantize).
+    `layer_calibrators`: layer name -> calibrator (with its default parameters) for the tensor
+    that layer reads, overriding `calibrator`; `quantstudy search` chooses them.
+    `migration`: `smooth` moves range between each input channel of an FP8 layer and the weights
+    that read it (SmoothQuant's factor max|x_c|^alpha / max|W_c|^(1 - alpha)), only where the
+    float network stays equal (`quant/migrate.py`); `migration_alpha` is that alpha.
+    """
+
+    granularity: Literal["per_tensor", "per_row"] = "per_tensor"
+    calibrator: CalibratorName = "max"
     params: dict[str, float] = Field(default_factory=dict, validate_default=True)
+    layer_calibrators: dict[str, CalibratorName] = Field(default_factory=dict)
+    migration: Literal["none", "smooth"] = "none"
+    migration_alpha: float = Field(default=0.5, ge=0.0, le=1.0)
 
     @field_validator("params")
     @classmethod

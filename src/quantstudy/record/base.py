@@ -20,6 +20,8 @@ Schema history:
      Typed gates (Gate.status/value/low/high/threshold/baseline; Decision.outcome with
      "inconclusive"; text gates of older records convert on load); EngineQuality
      .kl_mean_intervals; QualitySection.against_fp16.
+     FP8 quality options: RecipeInfo.rounding, .activation_granularity, .layer_calibrators,
+     .migration, .migration_alpha; TensorScale.calibrator.
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

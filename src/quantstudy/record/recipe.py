@@ -31,8 +31,15 @@ class RecipeInfo(Section):
     weight_granularity: Literal["per_channel", "per_tensor"]
     fold_bn: bool
     bias_correction: bool = False  # version 3
+    rounding: str = "nearest"  # version 6: FP8 weight rounding, nearest | compensating
     calibrator: str
     calibrator_params: dict[str, float]
+    # version 6: per_tensor (static) | per_row (dynamic); layer -> calibrator overrides;
+    # scale migration (none | smooth) and its alpha
+    activation_granularity: str = "per_tensor"
+    layer_calibrators: dict[str, str] = {}
+    migration: str = "none"
+    migration_alpha: float | None = None
     selected: list[LayerDecision]
     excluded: list[LayerDecision]
     counts: dict[str, int]  # e.g. {"selected.conv2d.1x1": 54, "excluded.conv2d.depthwise": 45}
@@ -46,6 +53,7 @@ class TensorScale(Section):
     # Per-channel mean of the tensor over the calibration images, recorded when the recipe asks
     # for weight bias correction (version 3), so a search can rebuild the correction.
     channel_mean: list[float] | None = None
+    calibrator: str | None = None  # version 6: set where a layer override replaced the recipe's
 
 
 class CalibrationInfo(Section):

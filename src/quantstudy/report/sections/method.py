@@ -270,8 +270,45 @@ def _method_calibration(r: StudyRecord) -> list[str]:
             ],
         )
         lines += maybe_collapsed(f"{len(cal.tensors)} activation scales", tt, len(cal.tensors))
-
+    lines += _method_options(r)
     return lines
+
+
+def _method_options(r: StudyRecord) -> list[str]:
+    """The recipe's quality options beyond the defaults (nothing for a default recipe)."""
+    rc = r.recipe
+    if rc is None:
+        return []
+    out = []
+    if rc.rounding == "compensating":
+        order = (
+            "then the bias corrected for the shift of the stored weights"
+            if rc.bias_correction
+            else "no bias correction"
+        )
+        out.append(
+            "- FP8 weights rounded compensating (`quant/rounding.py`): input channels one at a "
+            "time in decreasing order of their second moment, each rounding error pushed onto "
+            "the channels not yet rounded through the inverse of E[x x^T] (the layer's input "
+            "over every position of the calibration images, damped by 1% of its mean diagonal), "
+            f"per output channel never worse than nearest on that objective; {order}. Every "
+            "engine stores these weights."
+        )
+    if rc.activation_granularity == "per_row":
+        out.append(
+            "- Activation scales of the pointwise FP8 layers computed at run time, one per row "
+            "(pixel or token): max |row| / 448; the static scales above serve the other layers."
+        )
+    if rc.layer_calibrators:
+        chosen = ", ".join(f"{code(k)} {v}" for k, v in rc.layer_calibrators.items())
+        out.append(f"- Calibrator per layer, overriding {code(rc.calibrator)}: {chosen}.")
+    if rc.migration != "none":
+        out.append(
+            f"- Scale migration {code(rc.migration)} (alpha {fmt_plain(rc.migration_alpha)}): "
+            "per input channel d = max|x|^alpha / max|W|^(1 - alpha), the input divided and the "
+            "weight multiplied by d where the float model stays equal (`quant/migrate.py`)."
+        )
+    return ["", "Quantization options:", "", *out, ""] if out else []
 
 
 def _method_timing(r: StudyRecord) -> list[str]:

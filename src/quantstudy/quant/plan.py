@@ -1,0 +1,115 @@
+"""From a recipe's quantization options and the calibration images to a `QuantPlan`.
+
+One place decides what calibration collects and in which order the options act, so studies,
+searches and the quality data tests build the same plan:
+
+1. Calibrate the fp32 model: activation amax per tensor (the recipe's calibrator, or a layer's
+   override), per-channel input means (bias correction) and max |x| (migration), and each
+   pointwise layer's input second moment when the weights round compensating.
+2. Scale migration (`quant/migrate.py`): divisors from those channel maxima and the BatchNorm-
+   folded weights, kept where the float model stays equal; the migrated tensors are calibrated
+   again, divided, so their scales fit what the layers quantize.
+3. The engines then store the weights migrated, rounded (`quant/rounding.py`) and, with bias
+   correction, correct the bias for the shift of those stored weights
+   (`QuantPlan.stored_weights`, `engines/builders.py`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from quantstudy.quant.apply import QuantPlan
+from quantstudy.quant.calibrate import calibrate
+from quantstudy.quant.fold import fold_batchnorm
+from quantstudy.quant.migrate import exact_divisors, smooth_divisors
+from quantstudy.quant.rounding import Rounding, compensable
+
+
+@dataclass(frozen=True)
+class QuantOptions:
+    """The recipe's quantization options, as plain values (quant sits below recipe)."""
+
+    per_channel: bool = True
+    fold_bn: bool = True
+    bias_correction: bool = False
+    rounding: str = "nearest"
+    calibrator: str = "max"
+    params: dict[str, float] = field(default_factory=dict)
+    row_scales: bool = False
+    layer_calibrators: dict[str, str] = field(default_factory=dict)
+    migration: str = "none"
+    migration_alpha: float = 0.5
+
+
+def quant_options(recipe: Any) -> QuantOptions:
+    """The options of a validated recipe (`recipe.schema.Recipe`, duck-typed: recipe sits
+    beside quant, not below it)."""
+    w, a = recipe.weights, recipe.activations
+    return QuantOptions(
+        per_channel=w.granularity == "per_channel",
+        fold_bn=w.fold_bn,
+        bias_correction=w.bias_correction,
+        rounding=w.rounding,
+        calibrator=a.calibrator,
+        params=dict(a.params),
+        row_scales=a.granularity == "per_row",
+        layer_calibrators=dict(a.layer_calibrators),
+        migration=a.migration,
+        migration_alpha=a.migration_alpha,
+    )
+
+
+def build_plan(
+    model: nn.Module,
+    layers: list[str],
+    batches: Callable[[], Iterable[torch.Tensor]],
+    example: torch.Tensor,
+    options: QuantOptions,
+) -> QuantPlan:
+    """Calibrate the fp32 `model` over `batches()` (called once, twice with migration) and
+    return the plan for `layers` under `options` (see the module docstring for the order)."""
+    moments = None
+    if Rounding(options.rounding) is Rounding.COMPENSATING:
+        moments = [n for n in layers if compensable(model.get_submodule(n))]
+    calibration = calibrate(
+        model,
+        layers,
+        batches(),
+        options.calibrator,
+        options.params,
+        second_moments=moments,
+        layer_calibrators=options.layer_calibrators,
+    )
+    divisors: dict[str, torch.Tensor] = {}
+    if options.migration == "smooth":
+        folded = copy.deepcopy(model).cpu().eval()
+        if options.fold_bn:
+            fold_batchnorm(folded, example.cpu())
+        found = smooth_divisors(folded, layers, calibration, options.migration_alpha)
+        divisors = exact_divisors(folded, example.cpu(), found)
+        if divisors:
+            again = calibrate(
+                model,
+                layers,
+                batches(),
+                options.calibrator,
+                options.params,
+                layer_calibrators=options.layer_calibrators,
+                divisors=divisors,
+            )
+            calibration = replace(calibration, amax=again.amax)
+    return QuantPlan(
+        layers,
+        options.per_channel,
+        calibration,
+        options.bias_correction,
+        options.rounding,
+        options.row_scales,
+        divisors,
+    )

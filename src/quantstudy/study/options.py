@@ -1,0 +1,233 @@
+"""Quality (and, on a GPU, speed) of one recipe's layers under each FP8 quality option.
+
+The recipe's layer selection is kept; each variant changes only the quantization options
+(weight rounding, bias correction, activation scales, calibrators, migration), so the table says
+what each option buys. Per variant: the plan is built from the calibration images
+(`quant/plan.py`), the fp32 emulation (and optionally the FP8 engine) runs on the held-out
+images, and each is scored against the fp32 model: images whose top-1 differs, agreement,
+KL mean, top-1 change with its paired-bootstrap 95% interval. With `speed`, the fused FP8 engine
+is timed against the fp16 engine (`speed/harness.measure_speed`, CUDA graphs).
+
+    python -m quantstudy.study.options tf_efficientnet_lite0 --weights efficientnet-lite0 \\
+        --data val-1300 --calib-data calib-1000 --calib 500 --out options.json
+
+The Lite0 figures of the README come from this module (`tests/data/test_fp8_quality_options.py`
+on the CPU; the H200 call recorded in `examples/lite0-fp8-options/`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from quantstudy.data.folders import scan_folder
+from quantstudy.data.images import load_images
+from quantstudy.engines.builders import build_fakequant, build_fp8, build_half, set_numerics
+from quantstudy.engines.run import run_engine
+from quantstudy.model.loading import load_model
+from quantstudy.model.preprocess import build_transform, resolve_preprocessing
+from quantstudy.quality.metrics import kl_per_image
+from quantstudy.quality.paired import paired_bootstrap
+from quantstudy.quant.calib_choice import choose_calibrators
+from quantstudy.quant.plan import QuantOptions, build_plan, quant_options
+from quantstudy.recipe.builtin import load_recipe
+from quantstudy.recipe.resolve import resolve
+from quantstudy.record.io import write_json_atomic
+
+# name -> changes to the recipe's options; "calibrators" is resolved by `choose_calibrators`.
+VARIANTS: dict[str, dict] = {
+    "nearest": {"rounding": "nearest", "bias_correction": False},
+    "nearest + bias correction": {"rounding": "nearest", "bias_correction": True},
+    "compensating": {"rounding": "compensating", "bias_correction": False},
+    "compensating + bias correction": {"rounding": "compensating", "bias_correction": True},
+    "compensating + bc + per-row scales": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "row_scales": True,
+    },
+    "compensating + bc + per-layer calibrators": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "layer_calibrators": "choose",
+    },
+    "compensating + bc + smooth migration": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+    },
+}
+
+
+def _batches(x: torch.Tensor, size: int, device: torch.device) -> Iterator[torch.Tensor]:
+    return (x[i : i + size].to(device) for i in range(0, x.shape[0], size))
+
+
+def score(ref: torch.Tensor, out: torch.Tensor, labels: np.ndarray) -> dict:
+    """Against the fp32 logits `ref`: differing top-1s, agreement, KL mean, top-1 change (CI)."""
+    differ = int((out.argmax(1) != ref.argmax(1)).sum())
+    ref_ok = (ref.argmax(1).numpy() == labels).astype(np.int64)
+    out_ok = (out.argmax(1).numpy() == labels).astype(np.int64)
+    ci = paired_bootstrap(ref_ok, out_ok, resamples=2000, seed=0)
+    return {
+        "differ": differ,
+        "n": len(ref),
+        "agreement": 1 - differ / len(ref),
+        "kl_mean": float(np.mean(kl_per_image(ref, out))),
+        "top1_change": ci.change,
+        "top1_low": ci.low,
+        "top1_high": ci.high,
+    }
+
+
+def compare_options(
+    model_name: str,
+    weights: str,
+    data: Path,
+    calib_data: Path,
+    n_calib: int,
+    recipe_name: str = "generic_pointwise",
+    variants: list[str] | None = None,
+    device: str = "cpu",
+    engine_variants: list[str] | None = None,
+    speed_batches: list[int] | None = None,
+    eval_batch: int = 100,
+    out: Path | None = None,
+    max_heldout: int | None = None,
+) -> dict:
+    """The rows of the options table for `model_name` (see the module docstring): the fp32
+    emulation of every variant; the FP8 engine (and its speed at `speed_batches`) of those in
+    `engine_variants` (run eagerly for quality; compiled, as studies time it, for speed).
+    With `out`, the result so far is written there after each variant; `max_heldout` keeps
+    the first held-out images only."""
+    set_numerics()
+    dev = torch.device(device)
+    model = load_model(model_name, weights).model.eval()
+    tf = build_transform(resolve_preprocessing(model))
+    items = scan_folder(data).items[:max_heldout]
+    heldout, labels = load_images(items, tf, desc="held-out images")
+    calib, _ = load_images(scan_folder(calib_data).items[:n_calib], tf, desc="calibration")
+    recipe, source = load_recipe(recipe_name)
+    layers = resolve(recipe, model, heldout[:1]).selected_names
+    base = quant_options(recipe)
+    example = heldout[:1]
+    labels = np.asarray(labels)
+    with torch.no_grad():
+        m = model.to(dev)
+        ref = torch.cat([m(b).float().cpu() for b in _batches(heldout, eval_batch, dev)])
+    rows, fp16 = [], None
+    for name in variants or list(VARIANTS):
+        t0 = time.perf_counter()
+        change = dict(VARIANTS[name])
+        if change.get("layer_calibrators") == "choose":
+            change["layer_calibrators"] = choose_calibrators(
+                model.to(dev), layers, lambda: _batches(calib, 50, dev), base.calibrator
+            )
+        options: QuantOptions = replace(base, **change)
+        plan = build_plan(model.to(dev), layers, lambda: _batches(calib, 50, dev), example, options)
+        model.cpu()
+        row = {"variant": name, "options": _options_json(options)}
+        fq = build_fakequant(model, dev, example, plan)
+        row["fakequant"] = score(ref, run_engine(fq, heldout, eval_batch).float().cpu(), labels)
+        del fq
+        if name in (engine_variants or []):
+            fp8 = build_fp8(model, dev, example, plan)
+            eager = dataclasses.replace(fp8, module=fp8.eager, compiled=False)
+            row["fp8"] = score(ref, run_engine(eager, heldout, eval_batch).float().cpu(), labels)
+            if speed_batches:
+                fp16 = fp16 or build_half(model, dev, example)
+                row["speed"] = _speed(fp16, fp8, heldout, speed_batches)
+            del fp8
+        row["seconds"] = time.perf_counter() - t0
+        rows.append(row)
+        print(_line(row), flush=True)
+        if out is not None:
+            write_json_atomic(
+                out, _result(model_name, weights, source, layers, calib, heldout, dev, rows)
+            )
+    return _result(model_name, weights, source, layers, calib, heldout, dev, rows)
+
+
+def _result(model_name, weights, source, layers, calib, heldout, dev, rows) -> dict:
+    return {
+        "model": model_name,
+        "weights": weights,
+        "recipe": source,
+        "layers": len(layers),
+        "n_calib": len(calib),
+        "n_heldout": len(heldout),
+        "device": _device_text(dev),
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "rows": rows,
+    }
+
+
+def _speed(fp16, fp8, images: torch.Tensor, batches: list[int]) -> list[dict]:
+    """x = fp16 ms / FP8 ms per batch size, from the study's timing harness (no profile)."""
+    from quantstudy.speed.harness import measure_speed
+
+    section = measure_speed(
+        fp16, fp8, images, batches, rounds=20, compile_mode="default", kernel_profile=False
+    )
+    return [b.model_dump(mode="json") for b in section.batches]
+
+
+def _options_json(options: QuantOptions) -> dict:
+    return asdict(options)
+
+
+def _device_text(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def _line(row: dict) -> str:
+    parts = [row["variant"]]
+    for engine in ("fakequant", "fp8"):
+        if engine in row:
+            r = row[engine]
+            parts.append(
+                f"{engine}: {r['differ']}/{r['n']} differ, agreement {r['agreement']:.4f}, "
+                f"KL {r['kl_mean']:.4f}, top-1 {r['top1_change'] * 100:+.2f} "
+                f"[{r['top1_low'] * 100:+.2f}, {r['top1_high'] * 100:+.2f}] pt"
+            )
+    return " | ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model")
+    p.add_argument("--weights", default="efficientnet-lite0")
+    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--calib-data", type=Path, required=True)
+    p.add_argument("--calib", type=int, default=500)
+    p.add_argument("--recipe", default="generic_pointwise")
+    p.add_argument("--variants", nargs="*", choices=list(VARIANTS), default=None)
+    p.add_argument("--engine-variants", nargs="*", choices=list(VARIANTS), default=[])
+    p.add_argument("--speed-batches", type=int, nargs="*", default=[])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    result = compare_options(
+        a.model, a.weights, a.data, a.calib_data, a.calib, a.recipe, a.variants, a.device,
+        a.engine_variants, a.speed_batches, out=a.out,
+    )  # fmt: skip
+    args = argv if argv is not None else sys.argv[1:]
+    result["command"] = "python -m quantstudy.study.options " + " ".join(args)
+    write_json_atomic(a.out, result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Recipe quality options on CPU: compensating rounding through the engines, dynamic per-row
+activation scales, per-layer calibrators, scale migration and its exactness, bad values."""
+
+import pytest
+import torch
+from _interpreter import run_interpreted
+from torch import nn
+
+from quantstudy.engines.builders import build_fakequant, build_fp8
+from quantstudy.engines.run import run_engine
+from quantstudy.quant.fp8 import row_scale
+from quantstudy.quant.migrate import exact_divisors, smooth_divisors, with_migration
+from quantstudy.quant.plan import QuantOptions, build_plan
+from quantstudy.recipe.schema import parse_recipe
+from quantstudy.record.errors import UserError
+
+CPU = torch.device("cpu")
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU6(),
+        nn.Conv2d(32, 48, 1),
+        nn.BatchNorm2d(48),
+        nn.ReLU(),
+        nn.Conv2d(48, 32, 1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    ).eval()
+
+
+LAYERS = ["3", "6", "9"]
+
+
+def _data() -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    # correlated channels and a positive mean, as after a ReLU6 block
+    return torch.randn(24, 3, 12, 12, generator=g) + torch.randn(24, 3, 1, 1, generator=g)
+
+
+def _plan(**options):
+    x = _data()
+    return build_plan(_net(), LAYERS, lambda: [x[:12], x[12:]], x[:1], QuantOptions(**options))
+
+
+def _err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out - ref).pow(2).mean())
+
+
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_compensating_rounding_reaches_every_engine_alike(bias_correction):
+    """The FP8 engines (fp32 compute, both kernels) and the emulation store the same weights,
+    so with compensating rounding they agree as closely as with nearest rounding."""
+    net, x = _net(), _data()
+    plan = _plan(rounding="compensating", bias_correction=bias_correction)
+    assert set(plan.calibration.second_moment) == set(LAYERS)
+    fq = run_engine(build_fakequant(net, CPU, x[:1], plan), x)
+    for kernel in ("fused", "scaled_mm"):
+        engine = build_fp8(net, CPU, x[:1], plan, dtype=torch.float32, kernel=kernel)
+        out = run_engine(engine, x)
+        assert torch.allclose(out, fq, rtol=1e-4, atol=1e-4), kernel
+
+
+def test_compensating_rounding_cuts_the_weight_error():
+    net, x = _net(), _data()
+    with torch.no_grad():
+        ref = net(x)
+    errors = {}
+    for rounding in ("nearest", "compensating"):
+        plan = _plan(rounding=rounding)
+        engine = build_fakequant(net, CPU, x[:1], plan, activations=False)
+        errors[rounding] = _err(run_engine(engine, x), ref)
+    assert errors["compensating"] < errors["nearest"]
+
+
+def test_row_scales_quantize_each_pixel_on_its_own_scale():
+    x = torch.randn(5, 7)
+    x[2] = 0
+    s = row_scale(x)
+    assert s.shape == (5, 1) and float(s[2]) == 1.0
+    assert torch.allclose(s[0, 0], x[0].abs().max() / 448)
+    net, data = _net(), _data()
+    plan = _plan(row_scales=True)
+    fq = run_engine(build_fakequant(net, CPU, data[:1], plan), data)
+    for kernel in ("fused", "scaled_mm"):
+        out = run_engine(
+            build_fp8(net, CPU, data[:1], plan, dtype=torch.float32, kernel=kernel), data
+        )
+        assert torch.allclose(out, fq, rtol=1e-4, atol=1e-4), kernel
+
+
+def test_triton_kernel_row_scales_under_the_interpreter():
+    pytest.importorskip("triton")
+    (worst,) = run_interpreted(
+        """
+        import torch
+        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        g = torch.Generator().manual_seed(0)
+        worst = 0.0
+        for m, k, n in [(70, 48, 40), (5, 16, 16)]:
+            xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
+            w8 = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn)
+            ws, b = torch.rand(n, generator=g) + 0.5, torch.randn(n, generator=g)
+            xs = torch.rand(m, 1, generator=g) + 0.1
+            ref = (xq.float() @ w8.float().t()) * (ws * xs) + b
+            for stream in (0, 1):
+                tile = (32, 64, 64) if stream else (32, 32, 32)
+                y = fp8_gemm_triton(xq, w8, ws, xs, b, "none", torch.float32, tile, stream=stream)
+                worst = max(worst, ((y - ref).abs() / (ref.abs() + 1)).max().item())
+        print(worst)
+        """
+    )
+    assert float(worst) < 1e-5
+
+
+def test_per_layer_calibrator_overrides_the_tensor_it_reads():
+    base = _plan()
+    mixed = _plan(layer_calibrators={"6": "percentile"})
+    assert mixed.calibration.tensor_calibrator == {"6": "percentile"}
+    assert mixed.calibration.amax["6"] < base.calibration.amax["6"]
+    assert mixed.calibration.amax["3"] == base.calibration.amax["3"]
+    info = mixed.calibration.info()
+    assert [t.calibrator for t in info.tensors] == [None, "percentile", None]
+    with pytest.raises(UserError, match="not selected"):
+        _plan(layer_calibrators={"0": "mse"})
+
+
+def test_migration_keeps_the_float_model_and_calibrates_divided_inputs():
+    net, x = _net(), _data()
+    plan = _plan(migration="smooth", migration_alpha=0.5)
+    assert set(plan.divisors) == set(LAYERS)
+    folded = _net()
+    from quantstudy.quant.fold import fold_batchnorm
+
+    fold_batchnorm(folded, x[:1])
+    with torch.no_grad():
+        same = with_migration(folded, plan.divisors)(x)
+        assert torch.allclose(same, folded(x), rtol=1e-4, atol=1e-4)
+    # the migrated input's amax is that of x / d (max calibrator: exact)
+    amax = plan.calibration.channel_amax["6"] / plan.divisors["6"]
+    assert plan.calibration.amax["6"] == pytest.approx(float(amax.max()), rel=1e-6)
+    fq = run_engine(build_fakequant(net, CPU, x[:1], plan), x)
+    out = run_engine(build_fp8(net, CPU, x[:1], plan, dtype=torch.float32, kernel="fused"), x)
+    assert torch.allclose(out, fq, rtol=1e-4, atol=1e-4)
+
+
+def test_migration_that_changes_the_float_model_is_dropped():
+    net, x = _net(), _data()
+    plan = _plan(migration="smooth")
+    bad = dict(plan.divisors)
+    bad["6"] = torch.full_like(bad["6"], float("inf"))  # x / inf = 0: not the same model
+    kept = exact_divisors(net, x[:1], bad)
+    assert "6" not in kept and set(kept) == {"3", "9"}
+    assert smooth_divisors(net, ["3"], plan.calibration, 0.5).keys() == {"3"}
+
+
+RECIPE = """
+name: t
+weights: {rounding: %s}
+activations: {granularity: %s, migration: %s, migration_alpha: %s, layer_calibrators: %s}
+rules:
+  - include: {op: conv2d}
+"""
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (("stochastic", "per_tensor", "none", 0.5, "{}"), "weights.rounding"),
+        (("nearest", "per_pixel", "none", 0.5, "{}"), "activations.granularity"),
+        (("nearest", "per_tensor", "awq", 0.5, "{}"), "activations.migration"),
+        (("nearest", "per_tensor", "smooth", 1.5, "{}"), "activations.migration_alpha"),
+        (("nearest", "per_tensor", "none", 0.5, "{a: minmax}"), "activations.layer_calibrators"),
+    ],
+)
+def test_bad_option_values_are_one_clear_line(values, message):
+    with pytest.raises(UserError) as err:
+        parse_recipe((RECIPE % values).encode(), "r.yaml")
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("r.yaml line") and message in text
+
+
+def test_options_parse_and_default():
+    r = parse_recipe(
+        (RECIPE % ("compensating", "per_row", "smooth", 0.3, "{a: mse}")).encode(), "r"
+    )
+    assert r.weights.rounding == "compensating" and r.activations.granularity == "per_row"
+    assert r.activations.layer_calibrators == {"a": "mse"}
+    d = parse_recipe(b"name: d\nrules:\n  - include: {op: conv2d}\n", "d")
+    assert d.weights.rounding == "nearest" and d.activations.migration == "none"

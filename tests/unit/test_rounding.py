@@ -1,0 +1,102 @@
+"""Compensating FP8 weight rounding against nearest and against a brute-force optimum."""
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from quantstudy.quant.fp8 import E4M3, dequantize_weight, quantize_weight, weight_scale
+from quantstudy.quant.rounding import fp8_weights, output_error, round_weight
+
+# The FP8 E4M3 grid, for the brute force: every finite value the format holds.
+GRID = torch.arange(256, dtype=torch.uint8).view(E4M3).float()
+GRID = torch.unique(GRID[torch.isfinite(GRID)])
+
+
+def _correlated_moment(k: int, seed: int) -> torch.Tensor:
+    """E[x x^T] of inputs with strongly correlated channels (shared factors, a mean)."""
+    g = torch.Generator().manual_seed(seed)
+    factors = torch.randn(4000, 2, generator=g, dtype=torch.float64)
+    mix = torch.randn(2, k, generator=g, dtype=torch.float64)
+    x = factors @ mix + 0.1 * torch.randn(4000, k, generator=g, dtype=torch.float64) + 1.0
+    return x.t() @ x / len(x)
+
+
+def _brute_force(
+    w: torch.Tensor, scale: torch.Tensor, h: torch.Tensor, also: torch.Tensor, steps: int = 3
+) -> torch.Tensor:
+    """Per row, the minimum of (w - q) H (w - q)^T over every q whose entries each lie within
+    `steps` FP8 grid values of the weight's nearest one (or equal `also`'s entry)."""
+    best = []
+    for row, s, extra in zip(w, scale, also, strict=True):
+        options = []
+        for v, e in zip(row / s, extra / s, strict=True):
+            i = int(torch.argmin((GRID - v).abs()))
+            near = GRID[max(i - steps, 0) : i + steps + 1].tolist()
+            options.append(sorted(set(near) | {float(e)}))
+        combos = torch.tensor(list(itertools.product(*options)), dtype=torch.float64) * s
+        best.append(float(output_error(row.expand_as(combos), combos, h).min()))
+    return torch.tensor(best, dtype=torch.float64)
+
+
+def _dequant(w8: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return dequantize_weight(w8, scale, torch.float32).double()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_compensating_between_brute_force_and_nearest(seed):
+    g = torch.Generator().manual_seed(100 + seed)
+    w = torch.randn(6, 5, generator=g)
+    h = _correlated_moment(5, seed)
+    near = _dequant(*quantize_weight(w, True))
+    comp = _dequant(*round_weight(w, True, h))
+    e_near, e_comp = output_error(w, near, h), output_error(w, comp, h)
+    best = _brute_force(w.double(), weight_scale(w, True).double(), h, comp)
+    assert torch.all(e_comp <= e_near)  # never worse than nearest, row by row
+    assert torch.all(e_comp >= best * (1 - 1e-9))  # the brute force is the optimum
+    # it buys a real share of what the optimum buys over nearest
+    assert float((e_near - e_comp).sum()) >= 0.3 * float((e_near - best).sum())
+
+
+def test_compensating_equals_nearest_when_moment_is_diagonal():
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(16, 24, generator=g)
+    h = torch.diag(torch.rand(24, generator=g, dtype=torch.float64) + 0.1)
+    for per_channel in (True, False):
+        w8, scale = round_weight(w, per_channel, h)
+        n8, nscale = quantize_weight(w, per_channel)
+        assert torch.equal(w8.view(torch.uint8), n8.view(torch.uint8))
+        assert torch.equal(scale, nscale)
+
+
+def test_compensating_keeps_the_scale_and_saturates():
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(32, 64, generator=g)
+    w8, scale = round_weight(w, True, _correlated_moment(64, 4))
+    assert torch.equal(scale, weight_scale(w, True))
+    assert w8.dtype == E4M3 and torch.isfinite(w8.float()).all()
+    assert float(w8.float().abs().max()) <= 448
+
+
+def test_compensating_cuts_output_error_on_correlated_inputs():
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(64, 96, generator=g)
+    h = _correlated_moment(96, 5)
+    e_near = output_error(w, _dequant(*quantize_weight(w, True)), h).sum()
+    e_comp = output_error(w, _dequant(*round_weight(w, True, h)), h).sum()
+    assert e_comp < 0.5 * e_near
+
+
+def test_fp8_weights_rounds_pointwise_layers_only():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(8, 16, 1), nn.Conv2d(16, 16, 3), nn.Linear(16, 4))
+    moments = {"0": _correlated_moment(8, 0), "2": _correlated_moment(16, 1)}
+    out = fp8_weights(model, ["0", "1", "2"], True, "compensating", moments)
+    for name in ("0", "1", "2"):
+        layer = model.get_submodule(name)
+        assert out[name][0].shape == layer.weight.shape
+    n8, _ = quantize_weight(model[1].weight.detach(), True)
+    assert torch.equal(out["1"][0].view(torch.uint8), n8.view(torch.uint8))  # 3x3: nearest
+    with pytest.raises(KeyError, match="second moment"):
+        fp8_weights(model, ["0"], True, "compensating", {})
