@@ -35,6 +35,15 @@ NEW_IN_VERSION_6_CONFIG = {
 }
 
 
+NEW_IN_VERSION_6_RECIPE = {
+    "rounding": "nearest",
+    "activation_granularity": "per_tensor",
+    "layer_calibrators": {},
+    "migration": "none",
+    "migration_alpha": None,
+}
+
+
 def _without_version_3(full: dict) -> dict:
     """The full dump less the version-3 to -6 keys, after checking they hold their empty
     defaults."""
@@ -45,6 +54,8 @@ def _without_version_3(full: dict) -> dict:
         assert config.pop(key) == default
     recipe = dict(out["recipe"])
     assert recipe.pop("bias_correction") is False
+    for key, default in NEW_IN_VERSION_6_RECIPE.items():
+        assert recipe.pop(key) == default
     engines = []
     for engine in out["engines"]:
         engine = dict(engine)
@@ -62,6 +73,7 @@ def _without_version_3(full: dict) -> dict:
     for t in calibration["tensors"]:
         t = dict(t)
         assert t.pop("channel_mean") is None
+        assert t.pop("calibrator") is None
         tensors.append(t)
     calibration["tensors"] = tensors
     speed = dict(out["speed"])
