@@ -172,10 +172,55 @@ def print_rows(name: str, kernel: str, row: dict) -> None:
         )
 
 
+def render(paths: list[Path]) -> str:
+    """The Markdown table of result files: one row per model, FP8 kernel and batch."""
+    import json
+
+    head = (
+        "| model | FP8 kernel | batch | FP8 layers real/emulated | layers on scaled_mm | "
+        "fp16 ms | FP8 ms | x median [q1-q3] | ideal x | x / ideal | FP8 products us "
+        "(fp16 engine's products us) | top-1 vs emulation (floor) |"
+    )
+    lines = [head, "|" + " --- |" * head.count(" | ") + " --- |"]
+    for path in paths:
+        for m in json.loads(path.read_text())["models"]:
+            for kernel in sorted(m["kernels"], key=lambda k: (KERNELS + (k,)).index(k)):
+                row = m["kernels"][kernel]
+                ideal = {i["batch"]: i for i in row["ideal"]}
+                prof = {(k["engine"], k["batch"]): k for k in row["speed"]["kernels"]}
+                picked = sum(c["kernel"] == "scaled_mm" for c in row["kernel_choice"])
+                for b in row["speed"]["batches"]:
+                    i, r = ideal.get(b["batch"]), b["ratio"]
+
+                    def group(engine: str, name: str, batch: int = b["batch"], prof=prof) -> float:
+                        groups = prof.get((engine, batch), {}).get("groups", [])
+                        return next((g["time_us"] for g in groups if g["group"] == name), 0)
+
+                    agree = row.get("agreement_with_emulation")
+                    cells = [
+                        m["model"],
+                        kernel,
+                        str(b["batch"]),
+                        f"{row['fp8_real']}/{row['fp8_emulated']}",
+                        str(picked) if kernel == "fastest" else "-",
+                        f"{b['fp16_ms']['median']:.3f}",
+                        f"{b['fp8_ms']['median']:.3f}",
+                        f"{r['median']:.2f} [{r['q1']:.2f}-{r['q3']:.2f}]",
+                        f"{i['ideal_x']:.2f}" if i else "-",
+                        f"{100 * i['fraction']:.0f}%" if i else "-",
+                        f"{group('fp8', 'fp8_matmul'):.0f} "
+                        f"({group('fp16', 'fp16_matmul_conv'):.0f})",
+                        f"{agree:.4f} ({m['emulation_floor']:.4f})" if agree is not None else "-",
+                    ]
+                    lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--render", type=Path, nargs="+", help="print the Markdown table of results")
+    p.add_argument("--images", type=Path)
+    p.add_argument("--out", type=Path)
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--kernels", default=",".join(KERNELS))
     p.add_argument("--batches", default="1,128")
@@ -185,6 +230,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--agreement", action="store_true")
     p.add_argument("--device", default="cuda", help="cpu: checks the plumbing, times nothing")
     args = p.parse_args(argv)
+    if args.render:
+        print(render(args.render))
+        return
+    if args.images is None or args.out is None:
+        p.error("--images and --out are required to run")
     args.kernels = args.kernels.split(",")
     args.batches = [int(b) for b in args.batches.split(",")]
     args.device = torch.device(args.device)
