@@ -28,6 +28,7 @@ def test_export_check_passes_and_writes_the_trtexec_script(study, capsys):
     assert main(["export", str(study), "--check"]) == 0
     out = capsys.readouterr().out
     assert "check passed" in out and "[FAIL]" not in out
+    assert "[pass] rebuild = study" in out  # the study ran on this CPU: its floor is reproduced
     assert "7 FP8 layers, 7 Q/DQ pairs, fp16 graph, opset 23, scales float32" in out
     script = (study / "tensorrt" / "trtexec.sh").read_text()
     for b in (1, 2):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ import torch
 
 from quantstudy.bridge.check import (
     CheckResult,
+    Floor,
     check_numerics,
     check_structure,
     compare,
@@ -22,6 +24,7 @@ from quantstudy.bridge.rebuild import Rebuilt, eval_batch, load_set, rebuild
 from quantstudy.bridge.trtexec import SCRIPT, script
 from quantstudy.engines.builders import build_fakequant
 from quantstudy.engines.run import run_engine
+from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_bytes_atomic, write_text_atomic
 from quantstudy.report.render import RECORD_FILE, load_record
@@ -75,6 +78,37 @@ def export_study(
     return Exported(qdq_path, float_path, script_path, graph, rebuilt)
 
 
+# The floor measured here against the one the study recorded: equal (to the reductions' noise)
+# when the study ran where the check runs, on the same images, so the rebuilt emulation is the
+# study's own.
+REBUILD_KL_RTOL = 0.05
+
+
+def _check_rebuild(
+    record: StudyRecord, floor: Floor, all_images: bool, result: CheckResult, notes: list[str]
+) -> None:
+    gap = record.quality.emulation_gap if record.quality else None
+    if gap is None or gap.floor_kl_mean is None:
+        notes.append("the study recorded no floor: the rebuild is not compared with it")
+    elif str(record.config.device) != "cpu" or not all_images:
+        notes.append(
+            f"the study ran on {record.config.device}"
+            + ("" if all_images else " and the check used a subset")
+            + ": its recorded floor is shown, not compared with the rebuild's"
+        )
+    else:
+        same = floor.differ_count == gap.floor_differ_count and math.isclose(
+            floor.kl_mean, gap.floor_kl_mean, rel_tol=REBUILD_KL_RTOL, abs_tol=1e-12
+        )
+        result.add(
+            "rebuild = study",
+            same,
+            f"the rebuilt emulation's floor ({floor.differ_count} differ, KL mean "
+            f"{floor.kl_mean:.4g}) {'matches' if same else 'differs from'} the study's "
+            f"({gap.floor_differ_count} differ, KL mean {gap.floor_kl_mean:.4g})",
+        )
+
+
 def check_export(
     exported: Exported, data: Path | None = None, images: int | None = None
 ) -> tuple[CheckResult, list[str]]:
@@ -98,6 +132,7 @@ def check_export(
         fakequant.module = fakequant.module.to(memory_format=torch.channels_last)
         floor = floor_of(run_engine(fakequant, x, batch), reference)
     notes = [f"held-out images: {x.shape[0]} of the study's {record.data.heldout.n_images}"]
+    _check_rebuild(record, floor, images is None, result, notes)
     written = compare(run_onnx(model, x, batch), reference)
     if exported.graph.precision == "fp32":
         check_numerics(written, floor, record, result, "ONNX vs fake-quant", gated=True)

@@ -96,8 +96,9 @@ def import_trt(
 
 
 def _policy_of(record: StudyRecord) -> str | None:
+    """The policy the study was decided under: its preset name or file (None: the default)."""
     label = record.decision.policy if record.decision is not None else None
-    return None if label is None or label.startswith("builtin:") else label
+    return label.removeprefix("builtin:") if label is not None else None
 
 
 def _layer_nodes(onnx_file: Path, record: StudyRecord) -> dict[str, str]:
