@@ -184,7 +184,7 @@ def render(paths: list[Path]) -> str:
     lines = [head, "|" + " --- |" * head.count(" | ") + " --- |"]
     for path in paths:
         for m in json.loads(path.read_text())["models"]:
-            for kernel in sorted(m["kernels"], key=lambda k: (KERNELS + (k,)).index(k)):
+            for kernel in sorted(m["kernels"], key=lambda k: (*KERNELS, k).index(k)):
                 row = m["kernels"][kernel]
                 ideal = {i["batch"]: i for i in row["ideal"]}
                 prof = {(k["engine"], k["batch"]): k for k in row["speed"]["kernels"]}
