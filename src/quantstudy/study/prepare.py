@@ -28,7 +28,7 @@ from quantstudy.data.images import load_images
 from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.preprocess import build_transform
 from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
+from quantstudy.quant.plan import build_plan, quant_options
 from quantstudy.recipe.schema import Recipe
 from quantstudy.record import CalibrationInfo, ModelInfo, Preprocessing
 from quantstudy.record.errors import UserError
@@ -130,18 +130,14 @@ def _calibrate(
         )
         info = info.model_copy(update={"weights_detail": detail})
     layers = [d.name for d in inputs.recipe_info.selected]
-    calibration = calibrate(
+    plan = build_plan(
         model,
         layers,
-        batches(calib_x, config.eval_batch, device),
-        inputs.recipe.activations.calibrator,
-        inputs.recipe.activations.params,
+        lambda: batches(calib_x, config.eval_batch, device),
+        inputs.example,
+        quant_options(inputs.recipe),
     )
     model.cpu()
-    weights = inputs.recipe.weights
-    plan = QuantPlan(
-        layers, weights.granularity == "per_channel", calibration, weights.bias_correction
-    )
     return plan, info
 
 
