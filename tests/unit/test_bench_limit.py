@@ -1,0 +1,24 @@
+"""`python -m quantstudy.bench.limit` end to end on the CPU (plumbing only: nothing is timed
+meaningfully there, so no ideal x), and its Markdown table."""
+
+import json
+
+from quantstudy.bench.limit import main, render
+
+
+def test_limit_runs_on_cpu_and_renders_its_table(tiny_imagenet, tmp_path, capsys):
+    out = tmp_path / "limit.json"
+    main(["--images", str(tiny_imagenet), "--out", str(out), "--models", "test_resnet",
+          "--device", "cpu", "--batches", "2", "--n-images", "4", "--rounds", "1",
+          "--iters", "1", "--kernels", "fused,fastest", "--agreement"])  # fmt: skip
+    result = json.loads(out.read_text())
+    (model,) = result["models"]
+    assert set(model["kernels"]) == {"fused", "fastest"}
+    fastest = model["kernels"]["fastest"]
+    assert fastest["ideal"] == [] and "GPU timings" in fastest["ideal_not_computed"]
+    assert {c["why"] for c in fastest["kernel_choice"]} == {"not timed off CUDA"}
+    assert 0 <= fastest["agreement_with_emulation"] <= 1 and model["emulation_floor"] == 1.0
+    table = render([out]).splitlines()
+    assert len(table) == 2 + 2  # header, rule, one row per kernel at the one batch
+    assert table[2].startswith("| test_resnet | fused | 2 | ")
+    assert table[3].split(" | ")[4] == "0"  # no layer moved to scaled_mm off CUDA
