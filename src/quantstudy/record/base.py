@@ -21,7 +21,7 @@ Schema history:
      "inconclusive"; text gates of older records convert on load); EngineQuality
      .kl_mean_intervals; QualitySection.against_fp16.
      FP8 quality options: RecipeInfo.rounding, .activation_granularity, .layer_calibrators,
-     .migration, .migration_alpha; TensorScale.calibrator.
+     .migration, .migration_alpha; TensorScale.calibrator; SearchSection.options (OptionStep).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from quantstudy.record.base import Section
 
 
@@ -37,7 +39,7 @@ class RecipeInfo(Section):
     # version 6: per_tensor (static) | per_row (dynamic); layer -> calibrator overrides;
     # scale migration (none | smooth) and its alpha
     activation_granularity: str = "per_tensor"
-    layer_calibrators: dict[str, str] = {}
+    layer_calibrators: dict[str, str] = Field(default_factory=dict)
     migration: str = "none"
     migration_alpha: float | None = None
     selected: list[LayerDecision]

@@ -120,6 +120,18 @@ class Measured(Section):
     ship: bool | None = None
 
 
+class OptionStep(Section):
+    """One FP8 quality option the search tried (`search/options.py`), on the sensitivity subset
+    with every candidate layer emulated: its KL mean and agreement against fp32, whether it was
+    kept, and its share of the options' total KL decrease (kept options only)."""
+
+    option: str
+    kl_mean: float
+    agreement: float
+    kept: bool
+    share: float | None = None
+
+
 class SearchSection(Section):
     candidate_recipe: str
     method: str  # how the subset was picked, and what is approximate about it
@@ -130,3 +142,4 @@ class SearchSection(Section):
     candidate_measured: Measured | None = None
     recipe_file: str | None = None
     verified: Measured | None = None  # the chosen recipe's own study
+    options: list[OptionStep] | None = None  # version 6: the option step, in the order tried

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from quantstudy.quant.plan import quant_options
 from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.record import StudyRecord, Variant
 from quantstudy.record.errors import UserError
@@ -42,6 +43,7 @@ from quantstudy.search.layer_speed import (
     load_layer_gains,
     measure_layer_speed,
 )
+from quantstudy.search.options import apply_to_recipe, explore_options, for_layers, option_lines
 from quantstudy.search.select import (
     DEFAULT_MARGIN,
     LayerEvidence,
@@ -57,7 +59,7 @@ from quantstudy.search.tables import (
     SensitivitySection,
 )
 from quantstudy.study.config import StudyConfig
-from quantstudy.study.prepare import Prepared, prepare_study
+from quantstudy.study.prepare import Prepared, batches, prepare_study
 from quantstudy.study.run import RecordExtras, run_study
 
 console = Console(stderr=True)
@@ -185,8 +187,22 @@ def run_search(config: SearchConfig) -> SearchResult:
     candidate, _ = run_study(cand_config, prepared=replace(prepared, config=cand_config))
     model, example, plan, layers = prepared.model, prepared.example, prepared.plan, prepared.layers
 
-    # --- 2. sensitivity --------------------------------------------------------------------
+    # --- 1b. the FP8 quality options (`search/options.py`) -----------------------------------
     images, what, ids_sha = _heldout_subset(prepared, config.sensitivity_images)
+    console.print(f"search: FP8 quality options on {images.shape[0]} images")
+    options, plan, option_steps = explore_options(
+        model,
+        example,
+        layers,
+        lambda: batches(prepared.calib_x, study.eval_batch, prepared.device),
+        images,
+        quant_options(base),
+        batch=study.eval_batch,
+        device=study.device,
+    )
+    base = apply_to_recipe(base, options)
+
+    # --- 2. sensitivity --------------------------------------------------------------------
     console.print(f"search: sensitivity of {len(layers)} layers on {images.shape[0]} images")
     sensitivity = measure_sensitivity(
         model,
@@ -236,6 +252,7 @@ def run_search(config: SearchConfig) -> SearchResult:
         predicted=predict(evidence, chosen, batch, fp16_ms),
         candidate_predicted=predict(evidence, layers, batch, fp16_ms),
         candidate_measured=cand_measured,
+        options=option_steps,
     )
     _save(folder, sensitivity, gains_table, search)
     if not chosen:
@@ -250,7 +267,7 @@ def run_search(config: SearchConfig) -> SearchResult:
     p = search.predicted
     write_recipe(
         path,
-        base,
+        for_layers(base, chosen),
         chosen,
         model,
         example,
@@ -315,8 +332,10 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 def summary_lines(search: SearchSection) -> list[str]:
-    """Prediction next to measurement, for the terminal: candidate recipe and searched recipe."""
-    lines = [
+    """Prediction next to measurement, for the terminal: candidate recipe and searched recipe
+    (after the FP8 quality options the search tried, when it tried any)."""
+    lines = [*option_lines(search.options), ""] if search.options else []
+    lines += [
         f"{'':30} {'layers':>6} {'KL mean':>10} {'agreement':>9} {'saved ms':>9} "
         f"{'fp8 ms':>8} {'x':>6}",
     ]

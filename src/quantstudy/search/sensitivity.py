@@ -94,8 +94,11 @@ def measure_sensitivity(
     if fold:
         fold_batchnorm(work, example)
     source = copy.deepcopy(work)  # the quantized layers' float32 source, biases corrected
+    stored = plan.stored_weights(source)  # the plan's rounding and migration, as engines store
     if plan.bias_correction:
-        correct_biases(source, plan.layers, plan.calibration, plan.per_channel)
+        correct_biases(
+            source, plan.layers, plan.calibration, plan.per_channel, stored, plan.divisors
+        )
     work = work.to(device)
     originals = {name: work.get_submodule(name) for name in plan.layers}
     quantized = {
@@ -105,6 +108,8 @@ def measure_sensitivity(
             True,
             plan.per_channel,
             torch.float32,
+            stored[name],
+            **plan.input_quant(name, source.get_submodule(name)),
         ).to(device)
         for name in plan.layers
     }

@@ -1,0 +1,132 @@
+"""The search's option step: which FP8 quality options the searched recipe keeps, and what each
+bought.
+
+From the recipe's own options, each option is tried in a fixed order, on top of those already
+kept: compensating weight rounding (`quant/rounding.py`), per-layer calibrators chosen by their
+readers' output error (`quant/calib_choice.py`), scale migration (`quant/migrate.py`). Each try
+rebuilds the plan from the calibration images and scores the fp32 emulation of every candidate
+layer against fp32 on the sensitivity subset of the held-out images; an option is kept when it
+lowers the KL mean. Options the recipe already has are not tried again. The share of each kept
+option is its KL decrease over the total decrease (the steps are sequential, so a share is
+"what this option added given those before it", not its effect alone). Cost: one calibration
+(two with migration, five with the calibrator choice) and one emulation run per option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from quantstudy.engines.builders import build_fakequant, build_fp32
+from quantstudy.engines.run import run_engine
+from quantstudy.quality.metrics import kl_per_image
+from quantstudy.quant.apply import QuantPlan
+from quantstudy.quant.calib_choice import choose_calibrators
+from quantstudy.quant.plan import QuantOptions, build_plan
+from quantstudy.record import OptionStep
+
+# option -> the change it makes to QuantOptions ("choose": resolved by choose_calibrators)
+TRIED: dict[str, dict] = {
+    "rounding: compensating": {"rounding": "compensating"},
+    "layer_calibrators: chosen": {"layer_calibrators": "choose"},
+    "migration: smooth": {"migration": "smooth"},
+}
+
+
+def _already(options: QuantOptions, change: dict) -> bool:
+    if change.get("layer_calibrators") == "choose":
+        return bool(options.layer_calibrators)
+    return all(getattr(options, k) == v for k, v in change.items())
+
+
+def explore_options(
+    model: nn.Module,
+    example: torch.Tensor,
+    layers: list[str],
+    batches: Callable[[], Iterable[torch.Tensor]],
+    images: torch.Tensor,
+    base: QuantOptions,
+    *,
+    batch: int,
+    device: str,
+) -> tuple[QuantOptions, QuantPlan, list[OptionStep]]:
+    """The kept options, their plan, and one step per option tried (the first step is the
+    recipe's own options)."""
+    dev = torch.device(device)
+    ref = run_engine(build_fp32(model, dev), images, batch)
+
+    def score(options: QuantOptions) -> tuple[QuantPlan, float, float]:
+        plan = build_plan(model.to(dev), layers, batches, example, options)
+        model.cpu()
+        out = run_engine(build_fakequant(model, dev, example, plan), images, batch)
+        agreement = float((out.argmax(1) == ref.argmax(1)).float().mean())
+        return plan, float(kl_per_image(ref, out).mean()), agreement
+
+    plan, kl, agreement = score(base)
+    steps = [OptionStep(option="recipe's own options", kl_mean=kl, agreement=agreement, kept=True)]
+    options, start = base, kl
+    for name, change in TRIED.items():
+        if _already(options, change):
+            continue
+        change = dict(change)
+        if change.get("layer_calibrators") == "choose":
+            change["layer_calibrators"] = choose_calibrators(
+                model.to(dev), layers, batches, options.calibrator
+            )
+            model.cpu()
+        trial = replace(options, **change)
+        trial_plan, trial_kl, trial_agreement = score(trial)
+        kept = trial_kl < kl
+        steps.append(
+            OptionStep(option=name, kl_mean=trial_kl, agreement=trial_agreement, kept=kept)
+        )
+        if kept:
+            options, plan, kl = trial, trial_plan, trial_kl
+    total = start - kl
+    shared = []
+    previous = start
+    for step in steps[1:]:
+        share = None
+        if step.kept and total > 0:
+            share = (previous - step.kl_mean) / total
+            previous = step.kl_mean
+        shared.append(step.model_copy(update={"share": share}))
+    return options, plan, [steps[0], *shared]
+
+
+def apply_to_recipe(recipe, options: QuantOptions):
+    """The recipe (`recipe.schema.Recipe`) with the kept options written into it."""
+    weights = recipe.weights.model_copy(
+        update={"rounding": options.rounding, "bias_correction": options.bias_correction}
+    )
+    activations = recipe.activations.model_copy(
+        update={
+            "layer_calibrators": dict(options.layer_calibrators),
+            "migration": options.migration,
+            "migration_alpha": options.migration_alpha,
+            "granularity": "per_row" if options.row_scales else "per_tensor",
+        }
+    )
+    return recipe.model_copy(update={"weights": weights, "activations": activations})
+
+
+def for_layers(recipe, layers: list[str]):
+    """The recipe with its per-layer calibrators limited to `layers` (the searched subset)."""
+    kept = {k: v for k, v in recipe.activations.layer_calibrators.items() if k in layers}
+    activations = recipe.activations.model_copy(update={"layer_calibrators": kept})
+    return recipe.model_copy(update={"activations": activations})
+
+
+def option_lines(steps: list[OptionStep]) -> list[str]:
+    """The option step for the terminal: KL mean and agreement after each option tried."""
+    lines = [f"{'FP8 quality option':34} {'KL mean':>10} {'agreement':>9} {'kept':>5} {'share':>6}"]
+    for st in steps:
+        share = "-" if st.share is None else f"{100 * st.share:.0f}%"
+        lines.append(
+            f"{st.option:34} {st.kl_mean:>10.4g} {100 * st.agreement:>8.2f}% "
+            f"{'yes' if st.kept else 'no':>5} {share:>6}"
+        )
+    return lines

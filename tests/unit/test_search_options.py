@@ -1,0 +1,69 @@
+"""The search's FP8 quality option step on a tiny net: tried in order, kept when the KL mean
+drops, shares of the total decrease, and the kept options written into the recipe."""
+
+import pytest
+import yaml
+from test_quality_options import LAYERS, _data, _net
+
+from quantstudy.quant.plan import QuantOptions
+from quantstudy.recipe.schema import parse_recipe
+from quantstudy.search.options import (
+    TRIED,
+    apply_to_recipe,
+    explore_options,
+    for_layers,
+    option_lines,
+)
+
+
+def test_option_step_keeps_what_lowers_kl_and_shares_the_decrease():
+    net, x = _net(), _data()
+    options, plan, steps = explore_options(
+        net, x[:1], LAYERS, lambda: [x[:12], x[12:]], x, QuantOptions(), batch=8, device="cpu"
+    )
+    assert steps[0].option == "recipe's own options" and steps[0].kept
+    assert [s.option for s in steps[1:]] == list(TRIED)
+    kl = steps[0].kl_mean
+    for step in steps[1:]:
+        assert step.kept == (step.kl_mean < kl)
+        if step.kept:
+            kl = step.kl_mean
+            assert step.share is not None and step.share > 0
+        else:
+            assert step.share is None
+    shares = [s.share for s in steps if s.share is not None]
+    if shares:
+        assert sum(shares) == pytest.approx(1.0)
+    assert plan.rounding == options.rounding
+    assert len(option_lines(steps)) == len(steps) + 1
+
+
+def test_kept_options_reach_the_recipe_and_stay_valid():
+    base = parse_recipe(b"name: r\nrules:\n  - include: {op: conv2d}\n", "r")
+    options = QuantOptions(
+        rounding="compensating",
+        bias_correction=True,
+        layer_calibrators={"3": "mse", "6": "percentile"},
+        migration="smooth",
+    )
+    recipe = for_layers(apply_to_recipe(base, options), ["3"])
+    again = parse_recipe(yaml.safe_dump(recipe.model_dump(mode="json")).encode(), "again")
+    assert again.weights.rounding == "compensating" and again.weights.bias_correction
+    assert again.activations.layer_calibrators == {"3": "mse"}
+    assert again.activations.migration == "smooth"
+
+
+def test_options_the_recipe_has_are_not_tried_again():
+    net, x = _net(), _data()
+    _, _, steps = explore_options(
+        net,
+        x[:1],
+        LAYERS,
+        lambda: [x[:12], x[12:]],
+        x,
+        QuantOptions(rounding="compensating", migration="smooth"),
+        batch=8,
+        device="cpu",
+    )
+    assert [s.option for s in steps[1:]] == ["layer_calibrators: chosen"]
+    assert steps[0].kl_mean >= 0
