@@ -172,6 +172,58 @@ def print_rows(name: str, kernel: str, row: dict) -> None:
         )
 
 
+def ideal_of_records(paths: list[Path]) -> str:
+    """The ideal x of stored `quantstudy bench speed` records, from each run's own profiles:
+    the recipe's layer shapes are resolved again here (CPU, random weights: only shapes
+    matter), the engine's emulated layers are the selected ones the kernel could not run
+    (kxk convs for scaled_mm and, before the kxk kernel, for fused) when the record counts
+    any, and the activations `quant/absorb.py` finds on the folded model are the bias/activation
+    passes the ideal removes, whichever FP8 kernel the record timed."""
+    import copy
+
+    from quantstudy.bench.schema import SpeedBench, read_record
+    from quantstudy.quant.absorb import absorbable_activations
+    from quantstudy.quant.apply import real_layers
+    from quantstudy.quant.fold import fold_batchnorm
+    from quantstudy.record import EngineInfo
+
+    head = "| record | model | FP8 kernel | batch | x | ideal x | x / ideal |"
+    lines = [head, "| --- | --- | --- | --- | --- | --- | --- |"]
+    for path in paths:
+        record = read_record(path)
+        if not isinstance(record, SpeedBench):
+            continue
+        for res in record.results:
+            loaded = load_model(res.model, "random")
+            example = torch.zeros(1, *resolve_preprocessing(loaded.model).input_size)
+            recipe, source = load_recipe(res.recipe.removeprefix("builtin:"))
+            info = resolve(recipe, loaded.model, example).to_info(recipe, source)
+            names = [d.name for d in info.selected]
+            folded = copy.deepcopy(loaded.model).eval()
+            if recipe.weights.fold_bn:
+                fold_batchnorm(folded, example)
+            pointwise = real_layers(folded, names)
+            absorbed = absorbable_activations(folded, pointwise, example)
+            for e in res.engines:
+                if e.speed is None:
+                    continue
+                emulated = [n for n in names if n not in pointwise] if e.fp8_emulated else []
+                epilogue = {k: act for k, (_, act) in absorbed.items()}
+                engine = EngineInfo(
+                    name="fp8", compute_dtype="float16", device="cuda", compiled=True,
+                    fp8_real=[n for n in names if n not in emulated], fp8_emulated=emulated,
+                    fp8_epilogue=epilogue,  # the fp16 engine's passes: the same for both
+                    fp16_layers=0, weight_bytes=0, numerics={},
+                )  # fmt: skip
+                found, _ = ideal_speed(e.speed, info, [engine], record.provenance.gpu_name)
+                for i in found or []:
+                    lines.append(
+                        f"| {path.stem} | {res.model} | {e.fp8_kernel} | {i.batch} | "
+                        f"{i.measured_x:.2f} | {i.ideal_x:.2f} | {100 * i.fraction:.0f}% |"
+                    )
+    return "\n".join(lines)
+
+
 def render(paths: list[Path]) -> str:
     """The Markdown table of result files: one row per model, FP8 kernel and batch."""
     import json
@@ -219,6 +271,9 @@ def render(paths: list[Path]) -> str:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--render", type=Path, nargs="+", help="print the Markdown table of results")
+    p.add_argument(
+        "--ideal-of", type=Path, nargs="+", help="the ideal x of `quantstudy bench speed` records"
+    )
     p.add_argument("--images", type=Path)
     p.add_argument("--out", type=Path)
     p.add_argument("--models", default=",".join(MODELS))
@@ -232,6 +287,9 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.render:
         print(render(args.render))
+        return
+    if args.ideal_of:
+        print(ideal_of_records(args.ideal_of))
         return
     if args.images is None or args.out is None:
         p.error("--images and --out are required to run")
