@@ -3,11 +3,12 @@ implicit-GEMM kernel (`quant/triton_conv.py`), with the roofline of each.
 
     python -m quantstudy.bench.conv --model res2net50_26w_4s --batch 128 --out conv.json
 
-Per distinct conv shape at `batch` (random weights and inputs: only shapes matter): the fp16
-conv as the fp16 engine runs it (channels-last, cuDNN with benchmark mode), the FP8 layer's
-product on an FP8 channels-last input (autotuned tile), and the same with the input's channels
-zero-padded to a multiple of 16 (16-byte rows for vector loads), each replayed from a CUDA
-graph (median); the FP8 roofline (`speed.ideal`) beside. Prints one table and writes JSON.
+Per distinct conv shape at `batch` (random weights and inputs: only shapes matter; bias, no
+activation, as res2net's 3x3 convs run): the eager fp16 conv on a channels-last map (cuDNN,
+benchmark mode), the FP8 layer's product on an FP8 channels-last input (autotuned tile), and
+the same with the input's channels zero-padded to a multiple of 16 (16-byte rows for vector
+loads), each replayed from a CUDA graph (median); the FP8 roofline (`speed.ideal`) beside.
+Prints one table and writes JSON.
 """
 
 from __future__ import annotations
@@ -68,18 +69,18 @@ def _one(layer: nn.Conv2d, d, batch: int, peaks, device: str = "cuda") -> dict:
         d.in_channels, d.out_channels, layer.kernel_size, layer.stride, layer.padding,
         layer.dilation,
     )  # fmt: skip
-    fp8 = FusedFP8Conv2d(conv, 0.02, True, torch.float16, "relu", fp8_input=True).to(cuda)
+    fp8 = FusedFP8Conv2d(conv, 0.02, True, torch.float16, "none", fp8_input=True).to(cuda)
     conv16 = conv.to(cuda, torch.float16).to(memory_format=torch.channels_last)
     xq = to_fp8(x16, fp8.x_scale).contiguous(memory_format=torch.channels_last)
     pad = -d.in_channels % 16
     with torch.no_grad():
-        fp16_us = _us(lambda: F.relu(conv16(x16)))
+        fp16_us = _us(lambda: conv16(x16))
         fp8_us = _us(lambda: fp8(xq))
         padded_us = None
         if pad:
             wide = nn.Conv2d(d.in_channels + pad, d.out_channels, layer.kernel_size,
                              layer.stride, layer.padding, layer.dilation)  # fmt: skip
-            fp8w = FusedFP8Conv2d(wide, 0.02, True, torch.float16, "relu", fp8_input=True)
+            fp8w = FusedFP8Conv2d(wide, 0.02, True, torch.float16, "none", fp8_input=True)
             fp8w = fp8w.to(cuda)
             xw = F.pad(x16, (0, 0, 0, 0, 0, pad)).contiguous(memory_format=torch.channels_last)
             xwq = to_fp8(xw, fp8w.x_scale).contiguous(memory_format=torch.channels_last)
