@@ -57,7 +57,16 @@ def _as_version_1(data: dict) -> str:
     added_to_config = ("fp8_kernel", "class_list", "strip_prefix", "eval_batch", "speed", "package")
     out["config"] = {k: v for k, v in out["config"].items() if k not in (*added_to_config, "out")}
     assert out["recipe"]["bias_correction"] is False
-    out["recipe"] = {k: v for k, v in out["recipe"].items() if k != "bias_correction"}
+    # schema 6: the FP8 quality options (their defaults: the version-1 behaviour)
+    added_to_recipe = (
+        "bias_correction",
+        "rounding",
+        "activation_granularity",
+        "layer_calibrators",
+        "migration",
+        "migration_alpha",
+    )
+    out["recipe"] = {k: v for k, v in out["recipe"].items() if k not in added_to_recipe}
     for engine in data["engines"]:
         assert engine["fp8_kernel"] is None and engine["fp8_epilogue"] == {}
         assert engine["fp8_handoff"] == {} and engine["fp8_scaled_mm_output"] is None
@@ -72,12 +81,19 @@ def _as_version_1(data: dict) -> str:
     assert all(t["channel_mean"] is None for t in out["calibration"]["tensors"])
     out["calibration"] = out["calibration"] | {
         "tensors": [
-            {k: v for k, v in t.items() if k != "channel_mean"}
+            {k: v for k, v in t.items() if k not in ("channel_mean", "calibrator")}
             for t in out["calibration"]["tensors"]
         ]
     }
-    assert out["speed"].get("ideal") is None
-    out["speed"] = {k: v for k, v in out["speed"].items() if k != "ideal"}
+    added_to_speed = ("ideal", "layer_precision", "engine_version", "engine")  # schema 6
+    assert all(out["speed"].get(k) is None for k in added_to_speed)
+    out["speed"] = {k: v for k, v in out["speed"].items() if k not in added_to_speed}
+    for key in ("digest", "timings"):  # schema 6
+        assert out.pop(key) is None
+    out["variants"] = [
+        var | {"quality": {k: v for k, v in var["quality"].items() if k != "kl_mean_intervals"}}
+        for var in out["variants"]
+    ]
     # schema 6: KL-mean intervals and the FP8 engine against fp16 are new; the decision's gates
     # were text then (the fixture keeps its own, converted on load)
     out["quality"] = {k: v for k, v in out["quality"].items() if k != "against_fp16"} | {
