@@ -46,6 +46,9 @@ BIAS_CORRECTION = (
 )
 
 
+ROW_SCALES = "dynamic per-row scales in the 1x1 convs and linear layers, elsewhere "
+
+
 def render_recipe(r: StudyRecord) -> list[str]:
     lines = ["## Recipe", ""]
     rc = r.recipe
@@ -58,9 +61,12 @@ def render_recipe(r: StudyRecord) -> list[str]:
         "",
         f"- Format: {code(rc.format)}; weight scales: {rc.weight_granularity.replace('_', '-')} "
         f"of the {'BatchNorm-folded' if rc.fold_bn else 'unfolded'} weights"
-        f"{BIAS_CORRECTION if rc.bias_correction else ''}; activations: "
+        f"{BIAS_CORRECTION if rc.bias_correction else ''}"
+        f"{', rounded compensating' if rc.rounding == 'compensating' else ''}; activations: "
+        f"{ROW_SCALES if rc.activation_granularity == 'per_row' else ''}"
         f"static per-tensor scales from the {code(rc.calibrator)} calibrator (parameters: "
-        f"{params}).",
+        f"{params}){' and per-layer overrides' if rc.layer_calibrators else ''}"
+        f"{', scale migration ' + rc.migration if rc.migration != 'none' else ''}.",
     ]
     fp8 = engine_info(r, FP8)
     if fp8 is None:
