@@ -9,6 +9,7 @@ from quantstudy.record import (
     LayerSensitivity,
     LayerSpeed,
     Measured,
+    OptionStep,
     SearchPrediction,
     StudyRecord,
 )
@@ -23,6 +24,7 @@ from quantstudy.report.format import (
     maybe_collapsed,
     opt,
     spread,
+    table,
 )
 from quantstudy.report.plots import SENSITIVITY_PNG
 from quantstudy.report.sections.tables import TableSpec, columns
@@ -271,6 +273,30 @@ def _predictions(r: StudyRecord) -> list[tuple[str, SearchPrediction | None, Mea
     return out
 
 
+def _options(steps: list[OptionStep] | None) -> list[str]:
+    """The option step (`search/options.py`); nothing for searches that predate it."""
+    if not steps:
+        return []
+    rows = [
+        [
+            st.option,
+            fmt_sig(st.kl_mean),
+            fmt_pct(st.agreement),
+            "kept" if st.kept else "not kept",
+            fmt_pct(st.share) if st.share is not None else "-",
+        ]
+        for st in steps
+    ]
+    return [
+        "FP8 quality options, each tried on top of those kept before it and kept when the fp32 "
+        "emulation of every candidate layer lowered its KL mean against fp32 on the sensitivity "
+        "subset; share: of the total KL decrease the kept options bought, in this order.",
+        "",
+        *table(["option", "KL mean", "agreement", "kept", "share"], rows),
+        "",
+    ]
+
+
 def _search(r: StudyRecord) -> list[str]:
     s = r.search
     figures: list[tuple[str, SearchPrediction | Measured]] = []
@@ -303,6 +329,7 @@ def _search(r: StudyRecord) -> list[str]:
             "",
             f"Method: {method}",
             "",
+            *_options(s.options),
         ]
     if figures:
         lines += [
