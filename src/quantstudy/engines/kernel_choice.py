@@ -3,7 +3,7 @@ timed in place while the engine is built.
 
 Why: on the H200 our fused product beat cuBLASLt's FP8 GEMM on thin products (Lite0,
 ghostnet: 0.35-0.6x its time) and lost on large-K ones (crossvit, mobilenetv4, res2net:
-1.1-1.6x; docs/fp8-kernel.md, "Where FP8 missed"). Since the fused kernel promotes its
+1.1-1.6x; docs/fp8-kernel.md, "Where FP8 still misses"). Since the fused kernel promotes its
 sums every 128 products as cuBLASLt does, both compute the same bits, so the choice changes
 no number, only time.
 
