@@ -44,6 +44,8 @@ class Estimate:
     workers: int
 
     def line(self) -> str:
+        if self.estimated == 0 and self.missing == 0:
+            return "estimated time: nothing to run"
         if self.estimated == 0:
             return "estimated time: no estimate (no earlier study of these settings has timings)"
         wall = self.seconds / self.workers

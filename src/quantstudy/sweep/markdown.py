@@ -43,7 +43,7 @@ def render_markdown(s: SweepSummary) -> str:
     batches = sorted({b.batch for r in s.rows for b in r.x})
     counts = ", ".join(f"{n} {status}" for status, n in s.counts.items() if n)
     lines = [
-        f"# Sweep {Path(s.sweep_file).name}",
+        f"# Sweep {s.sweep_file}",
         "",
         f"{len(s.rows)} studies on {s.device} ({counts}); executor {s.executor}. Every figure "
         "below is copied from the study's own `study.json` (folder column).",
@@ -73,7 +73,8 @@ def render_markdown(s: SweepSummary) -> str:
     for r in s.rows:
         cells = [r.model, r.recipe, r.calibrator or "-", str(r.seed), r.fp8_kernel, r.status]
         cells += [_x(r, b) for b in batches]
-        cells += [_agreement(r), _num(r.kl_mean, ".4g"), _top1(r), r.decision or "-"]
+        decision = (r.decision or "-").replace("_", " ")
+        cells += [_agreement(r), _num(r.kl_mean, ".4g"), _top1(r), decision]
         cells += [_num(r.study_s, ".1f"), r.folder]
         lines.append("| " + " | ".join(cells) + " |")
     failed = [r for r in s.rows if r.status == "failed"]
@@ -119,10 +120,10 @@ def write_plots(s: SweepSummary, out: Path) -> dict[str, str]:
                 textcoords="offset points",
             )
         batch = rows[0].x_last.batch  # type: ignore[union-attr]
-        cpu = " (CPU timings: not meaningful)" if rows[0].speed_meaningful is False else ""
-        ax.set_xlabel(f"x = fp16 ms / FP8 ms at batch {batch} (median, q1-q3){cpu}")
+        cpu = "\nCPU timings: not evidence for a GPU" if rows[0].speed_meaningful is False else ""
+        ax.set_xlabel(f"x = fp16 ms / FP8 ms at batch {batch} (median, q1-q3)")
         ax.set_ylabel("top-1 agreement with fp32")
-        ax.set_title(f"{model}: Pareto front (dots) of {len(rows)} studies")
+        ax.set_title(f"{model}: {len(rows)} studies, Pareto front as dots{cpu}", fontsize=10)
         ax.axvline(1.0, color="lightgray", lw=0.8)
         fig.tight_layout()
         name = plot_name(model)

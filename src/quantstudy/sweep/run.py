@@ -114,8 +114,9 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> int:
     in_main = threading.current_thread() is threading.main_thread()  # signal() needs it
     previous = signal.signal(signal.SIGTERM, _raise_interrupt) if in_main else None
     try:
-        with SweepProgress(console, len(todo)) as progress:
-            executor.run(todo, out, progress, stop)
+        if todo:
+            with SweepProgress(console, len(todo)) as progress:
+                executor.run(todo, out, progress, stop)
     except KeyboardInterrupt:
         interrupted = True
         console.print("[yellow]stopped: finished studies are kept; rerun to resume[/yellow]")
