@@ -270,3 +270,13 @@ def test_best_recipe_is_the_fastest_that_ships_and_markdown_lists_every_row():
     assert "| m | m-a | a | max |" in md
     assert "1.500 (1.400-1.600)" in md and "x @ 128 (q1-q3)" in md
     assert md.count("| m | ") == 4 and "![m](pareto-m.png)" in md
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*/sweep.json")), ids=lambda p: p.parent.name)
+def test_committed_sweep_md_is_what_sweep_json_renders(path):
+    summary = SweepSummary.model_validate_json(path.read_text())
+    assert render_markdown(summary) == (path.parent / "sweep.md").read_text()
+    assert all((path.parent / name).is_file() for name in summary.plots.values())
