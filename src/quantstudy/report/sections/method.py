@@ -290,14 +290,15 @@ def _method_options(r: StudyRecord) -> list[str]:
             "- FP8 weights rounded compensating (`quant/rounding.py`): input channels one at a "
             "time in decreasing order of their second moment, each rounding error pushed onto "
             "the channels not yet rounded through the inverse of E[x x^T] (the layer's input "
-            "over every position of the calibration images, damped by 1% of its mean diagonal), "
+            "over every position of the calibration images, lightly damped), "
             f"per output channel never worse than nearest on that objective; {order}. Every "
             "engine stores these weights."
         )
     if rc.activation_granularity == "per_row":
         out.append(
             "- Activation scales of the pointwise FP8 layers computed at run time, one per row "
-            "(pixel or token): max |row| / 448; the static scales above serve the other layers."
+            "(pixel or token) from its own max |x|; the static scales above serve the other "
+            "layers."
         )
     if rc.layer_calibrators:
         chosen = ", ".join(f"{code(k)} {v}" for k, v in rc.layer_calibrators.items())
@@ -305,8 +306,8 @@ def _method_options(r: StudyRecord) -> list[str]:
     if rc.migration != "none":
         out.append(
             f"- Scale migration {code(rc.migration)} (alpha {fmt_plain(rc.migration_alpha)}): "
-            "per input channel d = max|x|^alpha / max|W|^(1 - alpha), the input divided and the "
-            "weight multiplied by d where the float model stays equal (`quant/migrate.py`)."
+            "SmoothQuant's factor per input channel, the input divided and the weight multiplied "
+            "by it where the float model stays equal (`quant/migrate.py`)."
         )
     return ["", "Quantization options:", "", *out, ""] if out else []
 
