@@ -35,6 +35,7 @@ NEW_IN_VERSION_6_CONFIG = {
 }
 
 
+NEW_IN_VERSION_6_RECORD = {"timings", "digest"}
 NEW_IN_VERSION_6_RECIPE = {
     "rounding": "nearest",
     "activation_granularity": "per_tensor",
@@ -48,6 +49,8 @@ def _without_version_3(full: dict) -> dict:
     """The full dump less the version-3 to -6 keys, after checking they hold their empty
     defaults."""
     out = dict(full)
+    for key in NEW_IN_VERSION_6_RECORD:
+        assert out.pop(key) is None
     config = dict(out["config"])
     assert config.pop("fp8_kernel") is None
     for key, default in NEW_IN_VERSION_6_CONFIG.items():

@@ -132,7 +132,8 @@ def _lock(out_dir: Path) -> IO[str]:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.seek(0)
-        holder = lock.read().strip() or "another process"
+        words = lock.read().split()  # "pid N", as the holder wrote it
+        holder = " ".join(words[-2:]) if words else "pid unknown"
         lock.close()
         raise UserError(
             f"{out_dir} is in use by another quantstudy run ({holder}); wait for it to finish, "
