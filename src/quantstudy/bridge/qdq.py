@@ -35,7 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from quantstudy.bridge.rebuild import Rebuilt
-from quantstudy.quant.fp8 import quantize_weight
+from quantstudy.quant.fp8 import E4M3_MAX, quantize_weight
 from quantstudy.record.errors import UserError
 
 FP8_QDQ_OPSET = 19  # first opset with float8 QuantizeLinear/DequantizeLinear
@@ -121,7 +121,7 @@ def build_qdq(rebuilt: Rebuilt, precision: str = "fp16", opset: int | None = Non
         graph.quantize_weight(name, weight, plan.per_channel)
     tensors = []
     for key, consumers in plan.calibration.groups.items():
-        scale = plan.calibration.amax[key] / 448.0
+        scale = plan.calibration.amax[key] / E4M3_MAX  # as the study computed it
         graph.quantize_input(key, consumers, np.float32(scale))
         tensors.append(key)
     graph.finish()
