@@ -1,0 +1,142 @@
+"""Drive the `quantstudy` command as a user would: a subprocess, real files, its exit status."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+MODEL = "mobilenetv3_small_050"  # a small timm model; random weights, built in a second
+WNIDS = ("n01440764", "n01443537")  # ImageNet classes 0 and 1
+# `quantstudy run` exit statuses of a finished study: 0 ship, 3 not ship, 4 inconclusive
+# (`quantstudy run --help`); a study without GPU timings never ships.
+FINISHED = frozenset({0, 3, 4})
+ERROR = "quantstudy: error:"
+
+
+def quantstudy_command() -> list[str]:
+    """The installed console script beside this Python, else the module."""
+    script = Path(sys.executable).parent / "quantstudy"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "quantstudy.cli"]
+
+
+def study_args(out: Path | str, *extra: str) -> list[str]:
+    """`run` of the tiny study every case shares (paths relative to the workspace)."""
+    return [
+        "run",
+        MODEL,
+        "--weights",
+        "random",
+        "--device",
+        "cpu",
+        "--no-speed",
+        "--calib",
+        "4",
+        "--heldout",
+        "20",
+        "--class-list",
+        "classes.txt",
+        "--data",
+        "data",
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def text(self) -> str:
+        return self.out + self.err
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["COLUMNS"] = "250"  # rich wraps at 80 columns when not on a terminal
+    env.setdefault("OMP_NUM_THREADS", "2")
+    return env
+
+
+def umask_022() -> None:
+    os.umask(0o022)
+
+
+def quantstudy(
+    *args: str,
+    cwd: Path,
+    timeout: float = 300,
+    preexec: Callable[[], None] | None = umask_022,
+) -> Result:
+    """Run `quantstudy ARGS` in `cwd` and wait for it."""
+    p = subprocess.run(
+        [*quantstudy_command(), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(),
+        preexec_fn=preexec,
+    )
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+def start(*args: str, cwd: Path) -> subprocess.Popen:
+    """Start `quantstudy ARGS` in `cwd` without waiting."""
+    return subprocess.Popen(
+        [*quantstudy_command(), *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        preexec_fn=umask_022,
+    )
+
+
+def assert_one_line_error(r: Result, *needles: str, code: int = 1) -> str:
+    """The command failed with `code` and said why in exactly one line, its last, no traceback."""
+    assert r.code == code, f"exit {r.code}, expected {code}\n{r.text[-3000:]}"
+    assert "Traceback" not in r.text, r.text[-3000:]
+    errors = [line for line in r.err.splitlines() if line.startswith(ERROR)]
+    assert len(errors) == 1, r.err[-3000:]
+    assert r.err.rstrip("\n").splitlines()[-1] == errors[0], r.err[-3000:]
+    for needle in needles:
+        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
+    return errors[0]
+
+
+def assert_finished(r: Result) -> None:
+    assert r.code in FINISHED, f"exit {r.code}\n{r.text[-3000:]}"
+    assert "Traceback" not in r.text
+
+
+def files_under(folder: Path) -> set[str]:
+    """Every file below `folder`, as paths relative to it."""
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Content of every file below `folder` except the lock (which names its last holder)."""
+    return {
+        name: (folder / name).read_bytes()
+        for name in sorted(files_under(folder))
+        if not name.endswith(".lock")
+    }
+
+
+def leftover_tmp(folder: Path) -> list[str]:
+    return sorted(name for name in files_under(folder) if name.endswith(".tmp"))
+
+
+def copy_study(study: Path, to: Path) -> Path:
+    shutil.copytree(study, to)
+    return to

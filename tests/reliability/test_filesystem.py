@@ -1,0 +1,137 @@
+"""Class 2: filesystem faults end in one line naming the path and what to do; nothing finished
+is lost, no temporary file is left, and what a study writes is readable by others."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.reliability._drive import (
+    assert_finished,
+    assert_one_line_error,
+    copy_study,
+    files_under,
+    leftover_tmp,
+    quantstudy,
+    snapshot,
+    study_args,
+)
+
+
+def test_out_naming_a_file_is_refused_and_the_file_kept(workspace, tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine\n")
+    r = quantstudy(*study_args(target), cwd=workspace)
+    assert_one_line_error(r, str(target), "is a file")
+    assert target.read_text() == "mine\n"
+
+
+def test_out_below_a_file_is_refused(workspace, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine\n")
+    r = quantstudy(*study_args(tmp_path / "notes.txt" / "study"), cwd=workspace)
+    assert_one_line_error(r, "notes.txt is a file")
+
+
+def test_out_in_a_read_only_system_folder_is_one_line(workspace):
+    r = quantstudy(*study_args("/sys/quantstudy-reliability/study"), cwd=workspace)
+    assert_one_line_error(r, "/sys", "--out")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_out_in_a_read_only_folder_is_one_line(workspace, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        r = quantstudy(*study_args(locked / "study"), cwd=workspace)
+    finally:
+        locked.chmod(0o755)
+    assert_one_line_error(r, str(locked), "--out")
+    assert not (locked / "study").exists()
+
+
+def _file_size_limit(limit: int):
+    """A full disk, as the process sees it: writes past `limit` bytes fail (EFBIG)."""
+
+    def apply() -> None:
+        os.umask(0o022)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_disk_full_on_rerun_keeps_the_complete_study(workspace, study, tmp_path):
+    folder = copy_study(study, tmp_path / "study")
+    before = snapshot(folder)
+    r = quantstudy(*study_args(folder), cwd=workspace, preexec=_file_size_limit(4096))
+    assert_one_line_error(r, str(folder / "study.json"), "rerun the same command")
+    assert leftover_tmp(folder) == []
+    assert snapshot(folder) == before  # the complete study is untouched
+
+
+def test_disk_full_mid_run_then_resume(workspace, tmp_path):
+    folder = tmp_path / "study"
+    r = quantstudy(*study_args(folder), cwd=workspace, preexec=_file_size_limit(60_000))
+    line = assert_one_line_error(r, str(folder / ".cache"), "rerun the same command to resume")
+    assert leftover_tmp(folder) == []
+    partial = json.loads((folder / "study.json").read_text())
+    assert partial["status"] == "partial"
+    done = sorted(p.name for p in (folder / ".cache").glob("*.pt"))
+    assert done and done[0] not in line  # the entries written before the fault are kept
+    (folder / ".study.json.dead0000.tmp").write_text("{")  # as a killed writer leaves it
+    again = quantstudy(*study_args(folder), cwd=workspace)
+    assert_finished(again)
+    assert f"resumed {done[0].rsplit('-', 1)[0]} from" in again.err
+    assert leftover_tmp(folder) == []
+    assert json.loads((folder / "study.json").read_text())["status"] == "complete"
+
+
+def test_corrupt_cache_entries_are_recomputed_and_the_study_stays_complete(
+    workspace, study, tmp_path
+):
+    folder = copy_study(study, tmp_path / "study")
+    cache = folder / ".cache"
+    truncated = next(cache.glob("logits-fp8-*.pt"))
+    truncated.write_bytes(truncated.read_bytes()[:100])
+    emptied = next(cache.glob("logits-fp32-*.pt"))
+    emptied.write_bytes(b"")
+    replaced = next(cache.glob("stress-fp16-*.pt"))
+    torch.save({"not": "a tensor"}, replaced)
+    r = quantstudy(*study_args(folder), cwd=workspace)
+    assert_finished(r)
+    for path in (truncated, emptied, replaced):
+        assert f"cache entry {path} is" in r.err and "recomputing it" in r.err
+        assert isinstance(torch.load(path, weights_only=True), torch.Tensor)
+    assert json.loads((folder / "study.json").read_text())["status"] == "complete"
+    assert leftover_tmp(folder) == []
+
+
+def test_study_files_are_readable_by_others(study):
+    for name in files_under(study):
+        mode = stat.S_IMODE((study / name).stat().st_mode)
+        assert mode == 0o644, f"{name} has mode {oct(mode)} under umask 022"
+
+
+def test_a_finished_study_leaves_no_temporary_file(study):
+    assert leftover_tmp(study) == []
+    assert {"study.json", "report.md"} <= files_under(study)
+
+
+def test_report_into_a_read_only_study_is_one_line(study, tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    folder = copy_study(study, tmp_path / "study")
+    folder.chmod(0o555)
+    try:
+        r = quantstudy("report", str(folder), cwd=tmp_path)
+    finally:
+        folder.chmod(0o755)
+    assert_one_line_error(r, str(Path(folder)))

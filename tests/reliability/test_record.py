@@ -1,0 +1,121 @@
+"""Class 4: a record edited after its study is refused by `quantstudy report`, and a report is
+rendered only from a record that agrees with itself."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.reliability._drive import (
+    FINISHED,
+    assert_one_line_error,
+    copy_study,
+    quantstudy,
+)
+
+MODIFIED = "this record was modified after the study"
+DISAGREES = "does not agree with itself"
+
+
+def _agreement(d: dict[str, Any]) -> None:
+    fp8 = next(e for e in d["quality"]["engines"] if e["engine"] == "fp8")
+    fp8["agreement"] = 0.999
+
+
+def _gate(d: dict[str, Any]) -> None:
+    gate = next(g for g in d["decision"]["gates"] if g.get("value") is not None)
+    gate["value"] = gate["value"] + 0.5
+
+
+def _failed_list(d: dict[str, Any]) -> None:
+    passed = next(g["name"] for g in d["decision"]["gates"] if g["status"] != "fail")
+    d["decision"]["failed"] = [*d["decision"]["failed"], passed]
+
+
+def _outcome(d: dict[str, Any]) -> None:
+    d["decision"]["outcome"] = "ship"
+
+
+def _status(d: dict[str, Any]) -> None:
+    d["status"] = "partial" if d["status"] == "complete" else "complete"
+
+
+EDITS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "number-in-quality": (_agreement, MODIFIED),
+    "section-deleted": (lambda d: d.pop("calibration"), MODIFIED),
+    "engines-emptied": (lambda d: d.update(engines=[]), MODIFIED),
+    "held-out-count": (lambda d: d["data"]["heldout"].update(n_images=1300), MODIFIED),
+    "config-seed": (lambda d: d["config"].update(seed=7), MODIFIED),
+    "status": (_status, MODIFIED),
+    "digest-forged": (lambda d: d.update(digest="0" * 64), MODIFIED),
+    "gate-value": (_gate, DISAGREES),
+    "failed-list": (_failed_list, DISAGREES),
+    "outcome": (_outcome, DISAGREES),
+    "decision-deleted": (lambda d: d.pop("decision"), DISAGREES),
+}
+
+
+def _edit(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    path = folder / "study.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.mark.parametrize("case", sorted(EDITS))
+def test_an_edited_record_is_refused_and_no_report_published(study, tmp_path, case):
+    folder = copy_study(study, tmp_path / "study")
+    change, needle = EDITS[case]
+    _edit(folder, change)
+    report = (folder / "report.md").read_bytes()
+    r = quantstudy("report", str(folder), cwd=tmp_path)
+    assert_one_line_error(r, str(folder / "study.json"), needle)
+    assert (folder / "report.md").read_bytes() == report  # the old report is not replaced
+
+
+def test_an_intact_record_renders_the_same_report(study, tmp_path):
+    folder = copy_study(study, tmp_path / "study")
+    report = (folder / "report.md").read_bytes()
+    r = quantstudy("report", str(folder), cwd=tmp_path)
+    assert r.code == 0, r.err
+    assert (folder / "report.md").read_bytes() == report
+
+
+def test_the_seal_ignores_layout(study, tmp_path):
+    """Re-indenting study.json or reordering its keys is not a modification."""
+    folder = copy_study(study, tmp_path / "study")
+    data = json.loads((folder / "study.json").read_text())
+    (folder / "study.json").write_text(json.dumps(dict(reversed(data.items())), indent=4))
+    r = quantstudy("report", str(folder), cwd=tmp_path)
+    assert r.code == 0, r.err
+
+
+def test_a_decision_taken_again_keeps_the_record_sealed(study, tmp_path):
+    folder = copy_study(study, tmp_path / "study")
+    r = quantstudy("decide", str(folder), "--policy", "strict", cwd=tmp_path)
+    assert r.code in FINISHED and "Traceback" not in r.text, r.err
+    assert json.loads((folder / "study.json").read_text())["decision"]["policy"].endswith("strict")
+    again = quantstudy("report", str(folder), cwd=tmp_path)
+    assert again.code == 0, again.err
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (None, "no study record"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "not a study record"),
+        ('{"schema_version": 99}', "schema_version 99"),
+    ],
+    ids=["missing", "not-json", "not-an-object", "future-version"],
+)
+def test_an_unreadable_record_is_one_line(tmp_path, content, needle):
+    folder = tmp_path / "study"
+    folder.mkdir()
+    if content is not None:
+        (folder / "study.json").write_text(content)
+    assert_one_line_error(quantstudy("report", str(folder), cwd=tmp_path), needle)
