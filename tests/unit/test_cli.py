@@ -61,9 +61,9 @@ def test_small_study_end_to_end_on_cpu(tiny_imagenet, tmp_path, capsys):
         f"--batches 1,2 --data {tiny_imagenet} --out {out}"
     ).split()
     code = main(argv)
-    assert code == 0
+    assert code == 4  # inconclusive: random weights, and timings on the CPU
     printed = capsys.readouterr().out
-    assert "DO NOT SHIP" in printed and "report:" in printed
+    assert "INCONCLUSIVE" in printed and "report:" in printed
     record = json.loads((out / "study.json").read_text())
     assert record["status"] == "complete"
     assert {e["name"] for e in record["engines"]} == {
@@ -80,7 +80,7 @@ def test_small_study_end_to_end_on_cpu(tiny_imagenet, tmp_path, capsys):
     assert record["speed"]["meaningful"] is False  # CPU timings
     assert (out / "report.md").exists()
     # resumable: a second run reuses the cached engine outputs
-    assert main(argv) == 0
+    assert main(argv) == 4
     assert "resumed logits-fp8" in capsys.readouterr().err
 
 
@@ -97,7 +97,7 @@ def test_label_outside_the_model_is_a_clean_error(tiny_imagenet, tmp_path, capsy
     )
     code = _run(tiny_imagenet, "--class-list", str(classes), "--calib", "4", "--no-speed")
     assert code == 1
-    assert "outside the model's 1000 classes" in capsys.readouterr().err
+    assert "names 1002 classes but the model predicts 1000" in capsys.readouterr().err
 
 
 def test_duplicate_batches_are_refused_before_work(tiny_imagenet, capsys):

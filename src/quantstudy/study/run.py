@@ -134,7 +134,7 @@ def run_study(
         search=extras.search,
         not_run=_not_run(device, inputs.loaded.info.random_weights, extras.searched),
     )
-    folder = claim_study_folder(out_dir, record, force)  # noqa: F841 (locked until we return)
+    folder = claim_study_folder(out_dir, record, force)  # locked until released below
     _save(record, out_dir)
     cache = StageCache.keyed(
         out_dir / ".cache",
@@ -177,6 +177,7 @@ def run_study(
         report = render_study(out_dir)
     record = record.model_copy(update={"timings": timer.section()})
     _save(record, out_dir)  # the report reads no timings: it stays as rendered
+    folder.release()  # not left to garbage collection: a frame kept alive would keep the lock
     return record, report
 
 
