@@ -98,14 +98,6 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
     calib_root = config.calib_data or config.data
     say_shortfall("calibration", "--calib", config.calib, len(calib_items), calib_root)
     say_shortfall("held-out", "--heldout", config.heldout, len(heldout_items), config.data)
-    if scan.labelled:
-        top = max(item.label for item in scan.items if item.label is not None)
-        if top >= loaded.info.num_classes:
-            raise UserError(
-                f"label index {top} (from the class list) is outside the model's "
-                f"{loaded.info.num_classes} classes; give the --class-list the model was "
-                "trained with"
-            )
     data = DataInfo(
         data_dir=config.data,
         calib_dir=config.calib_data,
