@@ -29,16 +29,12 @@ def exports(tmp_path) -> Path:
     return tmp_path / "trt"
 
 
-def _import(study: Path, exports: Path, out: Path) -> int:
-    args = [
-        "import-trt",
-        str(study),
-        "--fp16",
-        str(exports / "fp16"),
-        "--fp8",
-        str(exports / "fp8"),
-    ]
-    return main([*args, "--onnx", str(study / "tensorrt" / "model.onnx"), "--out", str(out)])
+def _import(
+    study: Path, exports: Path, out: Path, fp16: str = "fp16", onnx_file: Path | None = None
+) -> int:
+    onnx_file = onnx_file or study / "tensorrt" / "model.onnx"
+    args = ["import-trt", str(study), "--fp16", str(exports / fp16), "--fp8", str(exports / "fp8")]
+    return main([*args, "--onnx", str(onnx_file), "--out", str(out)])
 
 
 def test_fixtures_become_a_tensorrt_study_with_a_decision(study, exports, tmp_path, capsys):
