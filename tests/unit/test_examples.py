@@ -80,7 +80,8 @@ def _without_version_3(full: dict) -> dict:
         tensors.append(t)
     calibration["tensors"] = tensors
     speed = dict(out["speed"])
-    assert speed.pop("ideal") is None
+    for key in ("ideal", "layer_precision", "engine", "engine_version"):  # schema 6
+        assert speed.pop(key) is None
     quality = dict(out["quality"])
     assert quality.pop("against_fp16") is None
     quality["engines"] = [dict(e) for e in quality["engines"]]
