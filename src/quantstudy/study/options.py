@@ -54,6 +54,17 @@ VARIANTS: dict[str, dict] = {
         "bias_correction": True,
         "row_scales": True,
     },
+    "nearest + bc + per-row scales": {
+        "rounding": "nearest",
+        "bias_correction": True,
+        "row_scales": True,
+    },
+    "compensating + bc + per-row scales + smooth migration": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "row_scales": True,
+        "migration": "smooth",
+    },
     "compensating + bc + per-layer calibrators": {
         "rounding": "compensating",
         "bias_correction": True,
