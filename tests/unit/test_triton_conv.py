@@ -20,7 +20,8 @@ def test_conv_kernel_under_the_interpreter_matches_the_emulation():
     more channels than one K step, channels-last and plain NCHW input, with each activation
     and bias or none. The two differ only in fp32 summation order (the kernel multiplies the
     scales after the sum, the emulation before), so they agree to a few fp32 ulps of the
-    largest output; the torch path of the op equals the emulation the same way."""
+    largest output; the torch path of the op equals the emulation the same way. Channels are
+    zero-padded to 16 as the layer pads them."""
     pytest.importorskip("triton")
     worst, worst_op, runs = run_interpreted(
         """
@@ -48,7 +49,10 @@ def test_conv_kernel_under_the_interpreter_matches_the_emulation():
             emu = QDQ(conv, xs, True, True, torch.float32)
             ref = _act_reference(emu(x), act)
             layer = FusedFP8Conv2d(conv, xs, True, torch.float32, act)
-            xq = to_fp8(x, layer.x_scale)
+            pad = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, layer.c_pad))  # as the layer does
+            xq = to_fp8(pad, layer.x_scale).contiguous(memory_format=torch.channels_last)
+            if not cl:  # the kernel reads any layout
+                xq = xq.contiguous()
             for tile in [(32, 32, 32), (16, 64, 16)]:
                 y = fp8_conv2d_triton(
                     xq, layer.w_taps, k, layer.w_scale, layer.x_scale, layer.bias, act,
@@ -81,7 +85,7 @@ def test_conv_kernel_rounds_where_the_unfused_engine_stores_under_the_interprete
         conv = nn.Conv2d(26, 26, 3, padding=1)
         x = (torch.randn(2, 26, 8, 8) * 2).contiguous(memory_format=torch.channels_last)
         layer = FusedFP8Conv2d(conv, 0.03, True, torch.float16, "relu")
-        xq = to_fp8(x, layer.x_scale)
+        xq = to_fp8(torch.nn.functional.pad(x, (0, 0, 0, 0, 0, layer.c_pad)), layer.x_scale)
         args = (xq, layer.w_taps, [3, 3], layer.w_scale, layer.x_scale, layer.bias, "relu")
         geo = ([1, 1], [1, 1], [1, 1])
         y = fp8_conv2d_triton(*args, torch.float16, *geo, round_to=torch.float16, tile=(32, 32, 32))
@@ -100,9 +104,12 @@ def test_blocker_and_layer_checks():
     from timm.layers import Conv2dSame
 
     assert kxk_fp8_blocker(Conv2dSame(26, 26, 3)) is not None
-    layer = FusedFP8Conv2d(nn.Conv2d(8, 8, 3, padding=1), 0.1, True, torch.float32, fp8_input=True)
+    conv = nn.Conv2d(16, 8, 3, padding=1)
+    layer = FusedFP8Conv2d(conv, 0.1, True, torch.float32, fp8_input=True)
     with pytest.raises(TypeError, match="reads FP8"):
-        layer(torch.randn(1, 8, 4, 4))
+        layer(torch.randn(1, 16, 4, 4))
+    with pytest.raises(ValueError, match="cannot be padded"):  # 8 channels: padded to 16
+        FusedFP8Conv2d(nn.Conv2d(8, 8, 3), 0.1, True, torch.float32, fp8_input=True)
 
 
 class _Block(nn.Module):

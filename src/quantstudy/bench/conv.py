@@ -5,10 +5,10 @@ implicit-GEMM kernel (`quant/triton_conv.py`), with the roofline of each.
 
 Per distinct conv shape at `batch` (random weights and inputs: only shapes matter; bias, no
 activation, as res2net's 3x3 convs run): the eager fp16 conv on a channels-last map (cuDNN,
-benchmark mode), the FP8 layer's product on an FP8 channels-last input (autotuned tile), and
-the same with the input's channels zero-padded to a multiple of 16 (16-byte rows for vector
-loads), each replayed from a CUDA graph (median); the FP8 roofline (`speed.ideal`) beside.
-Prints one table and writes JSON.
+benchmark mode), the FP8 layer's product on an FP8 channels-last input with its channels
+zero-padded to a multiple of 16 as `FusedFP8Conv2d` pads them (autotuned tile), and the same
+unpadded (pixel rows of 26 or 52 bytes), each replayed from a CUDA graph (median); the FP8
+roofline (`speed.ideal`) beside. Prints one table and writes JSON.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from torch import nn
 
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import resolve_preprocessing
-from quantstudy.quant.fp8 import to_fp8
-from quantstudy.quant.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
+from quantstudy.quant.fp8 import quantize_weight, to_fp8
+from quantstudy.quant.fused_conv import fp8_conv2d, kxk_fp8_blocker
+from quantstudy.quant.triton_conv import tap_major
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record.io import write_json_atomic
@@ -63,28 +64,31 @@ def bench(model_name: str, batch: int) -> list[dict]:
 def _one(layer: nn.Conv2d, d, batch: int, peaks, device: str = "cuda") -> dict:
     h, w = d.input_hw
     cuda = torch.device(device)
-    x = torch.randn(batch, d.in_channels, h, w, device=cuda)
-    x16 = x.half().contiguous(memory_format=torch.channels_last)
+    x16 = torch.randn(batch, d.in_channels, h, w, device=cuda).half()
+    x16 = x16.contiguous(memory_format=torch.channels_last)
     conv = nn.Conv2d(
         d.in_channels, d.out_channels, layer.kernel_size, layer.stride, layer.padding,
         layer.dilation,
     )  # fmt: skip
-    fp8 = FusedFP8Conv2d(conv, 0.02, True, torch.float16, "none", fp8_input=True).to(cuda)
+    w8, w_scale = quantize_weight(conv.weight.detach().float(), True)
+    x_scale, bias = torch.tensor(0.02, device=cuda), conv.bias.detach().to(cuda)
+    w_scale = w_scale.to(cuda)
+    geometry = [list(layer.stride), list(layer.padding), list(layer.dilation)]
     conv16 = conv.to(cuda, torch.float16).to(memory_format=torch.channels_last)
-    xq = to_fp8(x16, fp8.x_scale).contiguous(memory_format=torch.channels_last)
+
+    def fp8_us(pad: int) -> float:
+        """The product on an FP8 channels-last input with `pad` zero channels added."""
+        xq = to_fp8(F.pad(x16, (0, 0, 0, 0, 0, pad)), x_scale)
+        xq = xq.contiguous(memory_format=torch.channels_last)
+        taps = tap_major(F.pad(w8.float(), (0, 0, 0, 0, 0, pad)).to(w8.dtype)).to(cuda)
+        args = (xq, taps, list(layer.kernel_size), w_scale, x_scale, bias, "none")
+        return _us(lambda: fp8_conv2d(*args, torch.float16, *geometry, None, torch.float16))
+
     pad = -d.in_channels % 16
     with torch.no_grad():
         fp16_us = _us(lambda: conv16(x16))
-        fp8_us = _us(lambda: fp8(xq))
-        padded_us = None
-        if pad:
-            wide = nn.Conv2d(d.in_channels + pad, d.out_channels, layer.kernel_size,
-                             layer.stride, layer.padding, layer.dilation)  # fmt: skip
-            fp8w = FusedFP8Conv2d(wide, 0.02, True, torch.float16, "none", fp8_input=True)
-            fp8w = fp8w.to(cuda)
-            xw = F.pad(x16, (0, 0, 0, 0, 0, pad)).contiguous(memory_format=torch.channels_last)
-            xwq = to_fp8(xw, fp8w.x_scale).contiguous(memory_format=torch.channels_last)
-            padded_us = _us(lambda: fp8w(xwq))
+        padded_us = fp8_us(pad)  # what the FP8 layer runs (`FusedFP8Conv2d.c_pad`)
+        unpadded_us = fp8_us(0) if pad else None
     cost = layer_cost(d, batch)
     return {
         "conv": f"{d.in_channels}->{d.out_channels} {h}x{w} k{layer.kernel_size[0]} "
@@ -93,8 +97,8 @@ def _one(layer: nn.Conv2d, d, batch: int, peaks, device: str = "cuda") -> dict:
         "K": cost.k,
         "N": cost.n,
         "fp16_cudnn_us": round(fp16_us, 2),
-        "fp8_us": round(fp8_us, 2),
-        "fp8_channels_padded_us": round(padded_us, 2) if padded_us is not None else None,
+        "fp8_us": round(padded_us, 2),
+        "fp8_unpadded_us": round(unpadded_us, 2) if unpadded_us is not None else None,
         "fp8_roofline_us": round(cost.fp8_us(peaks), 2) if peaks else None,
     }
 
@@ -106,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     torch.backends.cudnn.benchmark = True
-    print("conv | M | K | N | fp16 cuDNN us | FP8 us | FP8 channels padded us | roofline us")
+    print("conv | M | K | N | fp16 cuDNN us | FP8 us (channels padded) | unpadded us | roofline us")
     rows = bench(args.model, args.batch)
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "triton": triton.__version__}  # fmt: skip

@@ -110,6 +110,13 @@ class FusedFP8Conv2d(nn.Module):
         if blocker is not None:
             raise ValueError(blocker)
         w8, w_scale = quantize_weight(layer.weight.detach().float(), per_channel)
+        # Channels padded to 16 (weights once, the input inside its quantize): FP8 pixel rows of
+        # 26 or 52 bytes (res2net) take byte loads, and the H200 ran those convs 2.3-5x slower
+        # than on rows padded to 32 or 64 (`quantstudy.bench.conv`, docs/fp8-kernel.md).
+        self.c_pad = -w8.shape[1] % 16
+        if fp8_input and self.c_pad:
+            raise ValueError("an FP8 input cannot be padded here: its producer writes C channels")
+        w8 = F.pad(w8.float(), (0, 0, 0, 0, 0, self.c_pad)).to(w8.dtype)  # exact: FP8 zeros
         self.kernel_hw = [int(k) for k in layer.kernel_size]
         self.stride = [int(s) for s in layer.stride]
         self.padding = [int(p) for p in layer.padding]
@@ -132,7 +139,11 @@ class FusedFP8Conv2d(nn.Module):
                 raise TypeError(f"this layer reads FP8 from the layer before, got {x.dtype}")
             xq = x
         else:
-            xq = to_fp8(x, self.x_scale)
+            if self.c_pad:
+                x = F.pad(x, (0, 0, 0, 0, 0, self.c_pad))
+            # channels-last whatever layout Inductor would pick: the kernel's loads coalesce
+            # along channels
+            xq = to_fp8(x, self.x_scale).contiguous(memory_format=torch.channels_last)
         out_dtype = E4M3 if self.out_scale is not None else self.dtype
         return fp8_conv2d(
             xq, self.w_taps, self.kernel_hw, self.w_scale, self.x_scale, self.bias, self.act,
@@ -146,5 +157,5 @@ class FusedFP8Conv2d(nn.Module):
         )
         return (
             f"n={self.w_taps.shape[0]}, kernel={kh}x{kw}, stride={tuple(self.stride)}, "
-            f"padding={tuple(self.padding)}, act={self.act}{io}"
+            f"padding={tuple(self.padding)}, c_pad={self.c_pad}, act={self.act}{io}"
         )
