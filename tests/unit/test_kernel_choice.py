@@ -53,21 +53,23 @@ def test_off_cuda_nothing_is_timed_and_every_layer_stays_fused():
 
 
 def test_faster_scaled_mm_replaces_the_fused_layer_with_its_activation_after(tmp_path):
-    """Stand-in times: per timed layer the fused forward first, then the unfused one. `pw`
-    (ReLU absorbed) loses to scaled_mm by 50%, `proj` by 1% (inside the margin: stays fused);
+    """Stand-in times: per timed layer the shared input quantize, the fused forward, then the
+    unfused one; the quantize is subtracted from both. `pw` (ReLU absorbed) loses to scaled_mm
+    by 50%, `proj` by 1% (inside the margin: stays fused);
     the MLP pair hands FP8 over, the 3x3 conv has no unfused kernel: neither is timed. The
     swapped engine computes what the fused one did."""
     model, x, plan = _setup()
     m = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fused").eager
     with torch.no_grad():
         want = m(x)
-    times = iter([10.0, 5.0, 10.0, 9.9])
+    times = iter([2.0, 12.0, 7.0, 3.0, 13.0, 12.9])
     cache = tmp_path / "choice.json"
     got = choose_kernels(m, model, plan, torch.float32, x, CPU, 4, cache, lambda fn: next(times))
     by_name = {c.name: c for c in got}
     assert by_name["pw"].kernel == "scaled_mm" and by_name["pw"].batch == 4
     assert (by_name["pw"].fused_us, by_name["pw"].scaled_mm_us) == (10.0, 5.0)
-    assert by_name["proj"].kernel == "fused" and by_name["proj"].scaled_mm_us == 9.9
+    assert by_name["proj"].kernel == "fused"
+    assert (by_name["proj"].fused_us, by_name["proj"].scaled_mm_us) == (10.0, 9.9)
     assert by_name["k3"].why == "no unfused kernel (kxk conv)"
     assert by_name["fc1"].why == by_name["fc2"].why == "FP8 hand-off"
     assert isinstance(m.pw, nn.Sequential) and isinstance(m.pw[0], FP8Matmul)
