@@ -38,7 +38,8 @@ def test_fastest_engine_times_every_layer_and_matches_the_fused_one(tmp_path, mo
     fastest = build_fp8(model, cuda, x[:1], plan, kernel="fastest", choice_batch=64)
     choice = fastest.info().fp8_kernel_choice
     assert [c.name for c in choice] == ["pw", "fc"]
-    assert all(c.fused_us > 0 and c.scaled_mm_us > 0 and c.batch == 64 for c in choice)
+    # timed (the shared input quantize subtracted, so a tiny product may read 0)
+    assert all(c.fused_us >= 0 and c.scaled_mm_us >= 0 and c.batch == 64 for c in choice)
     assert (tmp_path / "fp8_kernel_choice.json").is_file()
     xin = x.cuda().half().contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
