@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-MODEL = "mobilenetv3_small_050"  # a small timm model; random weights, built in a second
+MODEL = "test_efficientnet"  # timm's tiny CI model (160x160 input), random weights
 WNIDS = ("n01440764", "n01443537")  # ImageNet classes 0 and 1
 # `quantstudy run` exit statuses of a finished study: 0 ship, 3 not ship, 4 inconclusive
 # (`quantstudy run --help`); a study without GPU timings never ships.

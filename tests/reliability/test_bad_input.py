@@ -4,6 +4,10 @@ never accepted in silence."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +15,7 @@ import torch
 from tests.reliability._drive import (
     MODEL,
     WNIDS,
+    Result,
     assert_one_line_error,
     quantstudy,
     study_args,
@@ -29,132 +34,149 @@ rules:
 """
 
 
-def _recipe(tmp_path, kernel: int = 1, fmt: str = "fp8_e4m3", extra: str = "") -> str:
-    path = tmp_path / "recipe.yaml"
+def _recipe(folder: Path, kernel: int = 1, fmt: str = "fp8_e4m3", extra: str = "") -> str:
+    path = folder / "recipe.yaml"
     text = RECIPE.format(name="r", format=fmt, kernel=kernel, why="the suite's rule") + extra
     path.write_text(text)
     return str(path)
 
 
-# --- refused before anything heavy (no torch import) -----------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("option", "value", "needle"),
-    [
-        ("--data", "missing", "--data missing does not exist"),
-        ("--data", "classes.txt", "--data classes.txt is a file"),
-        ("--calib-data", "missing", "--calib-data missing does not exist"),
-        ("--class-list", "missing.txt", "class list missing.txt does not exist"),
-        ("--recipe", "missing.yaml", "missing.yaml"),
-        ("--policy", "missing.yaml", "policy not found"),
-    ],
-)
-def test_missing_path_is_one_line(workspace, tmp_path, option, value, needle):
-    out = tmp_path / "out"
-    r = quantstudy(*study_args(out, option, value), cwd=workspace)
-    assert_one_line_error(r, needle)
-    assert not out.exists()
-
-
-@pytest.mark.parametrize(
-    ("content", "needle"),
-    [
-        (f"{WNIDS[0]}\n\n{WNIDS[1]}\n", "empty line 2"),
-        (f"{WNIDS[0]}\n{WNIDS[1]}\n{WNIDS[0]}\n", "repeated on line 3"),
-        (b"\xff\xfe\x00binary", "not UTF-8"),
-    ],
-    ids=["empty-line", "repeated", "binary"],
-)
-def test_bad_class_list_is_one_line(workspace, tmp_path, content, needle):
-    path = tmp_path / "classes.txt"
+def _file(folder: Path, name: str, content: str | bytes) -> str:
+    path = folder / name
     if isinstance(content, bytes):
         path.write_bytes(content)
     else:
         path.write_text(content)
-    r = quantstudy(*study_args(tmp_path / "out", "--class-list", str(path)), cwd=workspace)
-    assert_one_line_error(r, needle)
+    return str(path)
 
 
-@pytest.mark.parametrize(
-    ("case", "needle"),
-    [
-        ("yaml", "line"),
-        ("unknown-key", "unknwon"),
-        ("int8", "int8 is reserved"),
-    ],
-)
-def test_bad_recipe_file_is_one_line(workspace, tmp_path, case, needle):
-    if case == "yaml":
-        path = tmp_path / "recipe.yaml"
-        path.write_text("name: r\nrules: [\n  - include: {op: conv2d\n")
-        recipe = str(path)
-    elif case == "unknown-key":
-        recipe = _recipe(tmp_path, extra="unknwon: 1\n")
-    else:
-        recipe = _recipe(tmp_path, fmt="int8")
-    r = quantstudy(*study_args(tmp_path / "out", "--recipe", recipe), cwd=workspace)
-    assert_one_line_error(r, needle)
+@dataclass(frozen=True)
+class Case:
+    """One refused command: its arguments (from the case's own folder), what the one line must
+    say, the exit status."""
+
+    argv: Callable[[Path, Path], list[str]]  # (case folder, checkpoints folder) -> argv
+    needles: tuple[str, ...]
+    code: int = 1
 
 
-@pytest.mark.parametrize(
-    ("text", "needle"),
-    [
-        ("version: 1\nquality:\n  min_agreement: 97\n", "got 97"),  # percent, not fraction
-        ("version: 1\nspeed:\n  min_sppedup: 1.1\n", "min_sppedup"),
-        ("version: 1\nspeed:\n  min_speedup: 0.9\n", "min_speedup"),  # ships a slower engine
-    ],
-    ids=["percent-for-fraction", "typo", "slower-ships"],
-)
-def test_bad_policy_content_is_one_line(workspace, tmp_path, text, needle):
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(text)
-    r = quantstudy(*study_args(tmp_path / "out", "--policy", str(policy)), cwd=workspace)
-    assert_one_line_error(r, needle)
+def _run(folder: Path, *extra: str) -> list[str]:
+    return study_args(folder / "out", *extra)
 
 
-@pytest.mark.parametrize(
-    ("args", "code"),
-    [
-        (["--calib", "0"], 1),
-        (["--batches", "1,a"], 2),
-        (["--device", "tpu"], 2),
-    ],
-    ids=["calib-0", "batches", "device"],
-)
-def test_bad_option_value(workspace, tmp_path, args, code):
-    r = quantstudy(*study_args(tmp_path / "out", *args), cwd=workspace)
-    assert r.code == code and "Traceback" not in r.text
-    assert r.err.rstrip().splitlines()[-1].startswith("quantstudy")  # argparse says it too
+def _weights(name: str) -> Callable[[Path, Path], list[str]]:
+    def argv(folder: Path, checkpoints: Path) -> list[str]:
+        args = _run(folder)
+        args[args.index("random")] = str(checkpoints / f"{name}.pth")
+        return args
+
+    return argv
 
 
-# --- refused once the model is known, before any image is decoded -----------------------------
+def _sweep(data: str, extra: str = "") -> Callable[[Path, Path], list[str]]:
+    def argv(folder: Path, _: Path) -> list[str]:
+        (folder / "images").mkdir()
+        text = SWEEP.format(model=MODEL, data=data, extra=extra)
+        return [
+            "sweep",
+            _file(folder, "sweep.yaml", text),
+            "--out",
+            str(folder / "out"),
+            "--dry-run",
+        ]
+
+    return argv
 
 
-def test_recipe_selecting_no_layer_is_refused(workspace, tmp_path):
-    out = tmp_path / "out"
-    recipe = _recipe(tmp_path, kernel=7)  # no 7x7 conv in this model
-    r = quantstudy(*study_args(out, "--recipe", recipe), cwd=workspace)
-    assert_one_line_error(r, "selects no layer", "recipes show")
-    assert not out.exists()  # no "complete FP8 study" of zero FP8 layers
+SWEEP = """\
+models:
+  - {{name: {model}, weights: random}}
+recipes: [default]
+data: {data}
+calib: 4
+heldout: 6
+{extra}"""
+TEN_CLASSES = "\n".join([*WNIDS, *[f"n0000000{i}" for i in range(8)]]) + "\n"
 
-
-def test_class_list_of_another_length_is_refused(workspace, tmp_path):
-    path = tmp_path / "ten.txt"
-    path.write_text("\n".join([*WNIDS, *[f"n0000000{i}" for i in range(8)]]) + "\n")
-    r = quantstudy(*study_args(tmp_path / "out", "--class-list", str(path)), cwd=workspace)
-    assert_one_line_error(r, "names 10 classes", "predicts 1000")
-
-
-def test_unknown_model_is_one_line_with_a_suggestion(workspace, tmp_path):
-    args = study_args(tmp_path / "out")
-    args[1] = MODEL[:-1]
-    r = quantstudy(*args, cwd=workspace)
-    assert_one_line_error(r, MODEL)
+CASES: dict[str, Case] = {
+    # refused before torch is imported (`preflight`)
+    "data-missing": Case(
+        lambda f, _: _run(f, "--data", "missing"), ("--data missing does not exist",)
+    ),
+    "data-is-a-file": Case(lambda f, _: _run(f, "--data", "classes.txt"), ("is a file",)),
+    "calib-data-missing": Case(
+        lambda f, _: _run(f, "--calib-data", "missing"), ("--calib-data missing does not exist",)
+    ),
+    "class-list-missing": Case(
+        lambda f, _: _run(f, "--class-list", "missing.txt"), ("missing.txt does not exist",)
+    ),
+    "class-list-empty-line": Case(
+        lambda f, _: _run(f, "--class-list", _file(f, "c.txt", f"{WNIDS[0]}\n\n{WNIDS[1]}\n")),
+        ("empty line 2",),
+    ),
+    "class-list-repeated": Case(
+        lambda f, _: _run(f, "--class-list", _file(f, "c.txt", f"{WNIDS[0]}\n{WNIDS[0]}\n")),
+        ("repeated on line 2",),
+    ),
+    "class-list-binary": Case(
+        lambda f, _: _run(f, "--class-list", _file(f, "c.txt", b"\xff\xfe\x00binary")),
+        ("not UTF-8",),
+    ),
+    "recipe-missing": Case(lambda f, _: _run(f, "--recipe", "missing.yaml"), ("missing.yaml",)),
+    "recipe-bad-yaml": Case(
+        lambda f, _: _run(f, "--recipe", _file(f, "r.yaml", "name: r\nrules: [\n  - {op: c\n")),
+        ("line",),
+    ),
+    "recipe-unknown-key": Case(
+        lambda f, _: _run(f, "--recipe", _recipe(f, extra="unknwon: 1\n")), ("unknwon",)
+    ),
+    "recipe-int8": Case(lambda f, _: _run(f, "--recipe", _recipe(f, fmt="int8")), ("int8",)),
+    "policy-missing": Case(lambda f, _: _run(f, "--policy", "missing.yaml"), ("policy not found",)),
+    "policy-percent-for-fraction": Case(
+        lambda f, _: _run(
+            f, "--policy", _file(f, "p.yaml", "version: 1\nquality:\n  min_agreement: 97\n")
+        ),
+        ("got 97",),
+    ),
+    "policy-typo": Case(
+        lambda f, _: _run(
+            f, "--policy", _file(f, "p.yaml", "version: 1\nspeed:\n  min_sppedup: 1.1\n")
+        ),
+        ("min_sppedup",),
+    ),
+    "policy-ships-slower": Case(
+        lambda f, _: _run(
+            f, "--policy", _file(f, "p.yaml", "version: 1\nspeed:\n  min_speedup: 0.9\n")
+        ),
+        ("min_speedup",),
+    ),
+    "calib-0": Case(lambda f, _: _run(f, "--calib", "0"), ("--calib",)),
+    "batches-not-numbers": Case(lambda f, _: _run(f, "--batches", "1,a"), ("--batches",), code=2),
+    "device-unknown": Case(lambda f, _: _run(f, "--device", "tpu"), ("--device",), code=2),
+    "sweep-data-missing": Case(_sweep("missing"), ("line 4: data",)),
+    "sweep-key-typo": Case(_sweep("images", "sedes: [0]\n"), ("unknown key 'sedes'",)),
+    "sweep-seed-twice": Case(_sweep("images", "seeds: [0, 0]\n"), ("listed twice",)),
+    # refused once the model is known, before any image is decoded
+    "recipe-selects-no-layer": Case(
+        lambda f, _: _run(f, "--recipe", _recipe(f, kernel=7)),  # no 7x7 conv in this model
+        ("selects no layer", "recipes show"),
+    ),
+    "class-list-of-another-length": Case(
+        lambda f, _: _run(f, "--class-list", _file(f, "ten.txt", TEN_CLASSES)),
+        ("names 10 classes", "predicts 1000"),
+    ),
+    "unknown-model": Case(
+        lambda f, _: [_run(f)[0], MODEL[:-1], *_run(f)[2:]], (MODEL,)
+    ),  # suggests the close match
+    "checkpoint-of-another-model": Case(_weights("other"), ("another architecture",)),
+    "checkpoint-truncated": Case(_weights("truncated"), ("not a PyTorch checkpoint",)),
+    "checkpoint-garbage": Case(_weights("garbage"), ("not a PyTorch checkpoint",)),
+    "checkpoint-without-state-dict": Case(_weights("nostate"), ("not a state dict",)),
+}
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
+def checkpoints(tmp_path_factory) -> Path:
     import timm
 
     folder = tmp_path_factory.mktemp("checkpoints")
@@ -168,19 +190,31 @@ def checkpoints(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize(
-    ("name", "needle"),
-    [
-        ("other", "another architecture"),
-        ("truncated", "not a PyTorch checkpoint"),
-        ("garbage", "not a PyTorch checkpoint"),
-        ("nostate", "not a state dict"),
-    ],
-)
-def test_bad_checkpoint_is_one_line(workspace, tmp_path, checkpoints, name, needle):
-    args = study_args(tmp_path / "out")
-    args[args.index("random")] = str(checkpoints / f"{name}.pth")
-    assert_one_line_error(quantstudy(*args, cwd=workspace), needle)
+@pytest.fixture(scope="module")
+def refused(workspace, checkpoints, tmp_path_factory) -> dict[str, tuple[Result, Path]]:
+    """Every case's command, two at a time (most of their time is Python importing)."""
+    root = tmp_path_factory.mktemp("bad-input")
+
+    def one(name: str) -> tuple[str, Result, Path]:
+        folder = root / name
+        folder.mkdir()
+        return name, quantstudy(*CASES[name].argv(folder, checkpoints), cwd=workspace), folder
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return {name: (r, folder) for name, r, folder in pool.map(one, sorted(CASES))}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input_is_refused_in_one_line(refused, name):
+    r, folder = refused[name]
+    case = CASES[name]
+    if case.code == 2:  # argparse's usage error: usage, then one error line
+        assert r.code == 2 and "Traceback" not in r.text, r.text
+        last = r.err.rstrip().splitlines()[-1]
+        assert last.startswith("quantstudy run: error:") and all(n in last for n in case.needles)
+    else:
+        assert_one_line_error(r, *case.needles)
+    assert not (folder / "out").exists()  # nothing written: no study of bad input
 
 
 # --- used correctly, or skipped with the reason: the shared study ----------------------------
@@ -213,32 +247,3 @@ def test_more_heldout_than_exist_is_said_on_console_and_in_report(finished):
         "| held-out images | 20 asked; 12 used (all the data had) |"
         in (study / "report.md").read_text()
     )
-
-
-# --- sweep files -----------------------------------------------------------------------------
-
-SWEEP = """\
-models:
-  - {{name: {model}, weights: random}}
-recipes: [default]
-data: {data}
-calib: 4
-heldout: 6
-{extra}"""
-
-
-@pytest.mark.parametrize(
-    ("data", "extra", "needle"),
-    [
-        ("missing", "", "line 4: data"),
-        ("data", "sedes: [0]\n", "unknown key 'sedes'"),
-        ("data", "seeds: [0, 0]\n", "listed twice"),
-    ],
-    ids=["missing-data", "typo", "repeated-seed"],
-)
-def test_bad_sweep_file_is_one_line(workspace, tmp_path, data, extra, needle):
-    sweep = tmp_path / "sweep.yaml"
-    sweep.write_text(SWEEP.format(model=MODEL, data=workspace / data, extra=extra))
-    r = quantstudy("sweep", str(sweep), "--out", str(tmp_path / "out"), "--dry-run", cwd=tmp_path)
-    assert_one_line_error(r, needle)
-    assert not (tmp_path / "out").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from tests.reliability._drive import (
     FINISHED,
+    Result,
     assert_one_line_error,
     copy_study,
     quantstudy,
@@ -66,32 +68,38 @@ def _edit(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+@pytest.fixture(scope="module")
+def rendered(study, tmp_path_factory) -> dict[str, tuple[Result, Path, bytes]]:
+    """`quantstudy report` of each edited copy of the study, two at a time: (what it printed,
+    the copy, the copy's report.md before)."""
+    root = tmp_path_factory.mktemp("edited")
+
+    def one(case: str) -> tuple[str, Result, Path, bytes]:
+        folder = copy_study(study, root / case)
+        if case in EDITS:
+            _edit(folder, EDITS[case][0])
+        elif case == "re-indented":  # layout is not content
+            data = json.loads((folder / "study.json").read_text())
+            (folder / "study.json").write_text(json.dumps(dict(reversed(data.items())), indent=4))
+        before = (folder / "report.md").read_bytes()
+        return case, quantstudy("report", str(folder), cwd=root), folder, before
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return {c: (r, f, b) for c, r, f, b in pool.map(one, [*EDITS, "intact", "re-indented"])}
+
+
 @pytest.mark.parametrize("case", sorted(EDITS))
-def test_an_edited_record_is_refused_and_no_report_published(study, tmp_path, case):
-    folder = copy_study(study, tmp_path / "study")
-    change, needle = EDITS[case]
-    _edit(folder, change)
-    report = (folder / "report.md").read_bytes()
-    r = quantstudy("report", str(folder), cwd=tmp_path)
-    assert_one_line_error(r, str(folder / "study.json"), needle)
-    assert (folder / "report.md").read_bytes() == report  # the old report is not replaced
+def test_an_edited_record_is_refused_and_no_report_published(rendered, case):
+    r, folder, before = rendered[case]
+    assert_one_line_error(r, str(folder / "study.json"), EDITS[case][1])
+    assert (folder / "report.md").read_bytes() == before  # the old report is not replaced
 
 
-def test_an_intact_record_renders_the_same_report(study, tmp_path):
-    folder = copy_study(study, tmp_path / "study")
-    report = (folder / "report.md").read_bytes()
-    r = quantstudy("report", str(folder), cwd=tmp_path)
+@pytest.mark.parametrize("case", ["intact", "re-indented"])
+def test_an_intact_record_renders_the_same_report(rendered, case):
+    r, folder, before = rendered[case]
     assert r.code == 0, r.err
-    assert (folder / "report.md").read_bytes() == report
-
-
-def test_the_seal_ignores_layout(study, tmp_path):
-    """Re-indenting study.json or reordering its keys is not a modification."""
-    folder = copy_study(study, tmp_path / "study")
-    data = json.loads((folder / "study.json").read_text())
-    (folder / "study.json").write_text(json.dumps(dict(reversed(data.items())), indent=4))
-    r = quantstudy("report", str(folder), cwd=tmp_path)
-    assert r.code == 0, r.err
+    assert (folder / "report.md").read_bytes() == before
 
 
 def test_a_decision_taken_again_keeps_the_record_sealed(study, tmp_path):
