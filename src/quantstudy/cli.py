@@ -167,19 +167,6 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="(re)render report.md and plots from study.json")
     report.add_argument("study_dir", type=Path)
 
-    decide = sub.add_parser(
-        "decide",
-        help="take a study's decision again from its recorded measurements under a policy, "
-        "rewrite it in study.json and re-render the report (which says so)",
-        epilog=EXIT_STATUS,
-    )
-    decide.add_argument("study_dir", type=Path)
-    decide.add_argument("--policy", help=CLI_HELP["policy"])
-
-    from quantstudy.bridge.commands import add_parsers as add_bridge_parsers
-
-    add_bridge_parsers(sub)  # export, import-trt
-
     sweep = sub.add_parser(
         "sweep",
         help="run a grid of studies (models x recipes x calibrators x seeds x FP8 kernels)",
@@ -203,6 +190,19 @@ def _parser() -> argparse.ArgumentParser:
         "--out, else copied back as bytes)",
     )
     sweep.add_argument("--dry-run", action="store_true", help="print the grid and stop")
+
+    decide = sub.add_parser(
+        "decide",
+        help="take a study's decision again from its recorded measurements under a policy, "
+        "rewrite it in study.json and re-render the report (which says so)",
+        epilog=EXIT_STATUS,
+    )
+    decide.add_argument("study_dir", type=Path)
+    decide.add_argument("--policy", help=CLI_HELP["policy"])
+
+    from quantstudy.bridge.commands import add_parsers as add_bridge_parsers
+
+    add_bridge_parsers(sub)  # export, import-trt
 
     from quantstudy.bench.cli import add_bench_parser
 
