@@ -115,7 +115,7 @@ def test_study_config_refuses_an_unknown_fp8_kernel(tiny_imagenet):
     from quantstudy.record.errors import UserError
     from quantstudy.study.config import StudyConfig
 
-    with pytest.raises(UserError, match="--fp8-kernel must be fused, .*, not cutlass"):
+    with pytest.raises(UserError, match=r"--fp8-kernel must be fused, .*, not cutlass"):
         StudyConfig(model="m", data=tiny_imagenet, fp8_kernel="cutlass")
 
 

@@ -200,7 +200,7 @@ def test_max_calibrator_takes_no_params_and_integer_params_must_be_integers():
 
 def test_unknown_calibrator():
     message = error_of("name: m\nactivations: {calibrator: minmax}\nrules: [{include: {}}]\n")
-    assert "activations.calibrator: 'minmax' is not allowed" in message
+    assert "activations.calibrator: Input should be" in message and "(got 'minmax')" in message
     assert "'max'" in message and "'entropy'" in message
 
 

@@ -28,7 +28,8 @@ from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calibrate import calibrate
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.migrate import exact_divisors, smooth_divisors
-from quantstudy.quant.rounding import Rounding, compensable
+from quantstudy.quant.rounding import compensable
+from quantstudy.record.vocab import Rounding
 
 
 @dataclass(frozen=True)

@@ -41,20 +41,14 @@ pointwise convs of EfficientNet-Lite0. Engines run the stored FP8 weights, so sp
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import torch
 from torch import nn
 
 from quantstudy.quant.fp8 import E4M3, E4M3_MAX, quantize_weight, weight_scale
+from quantstudy.record.vocab import Rounding
 
 DAMP = 0.01
 BLOCK = 128
-
-
-class Rounding(StrEnum):
-    NEAREST = "nearest"
-    COMPENSATING = "compensating"
 
 
 def output_error(weight: torch.Tensor, rounded: torch.Tensor, moment: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,13 @@ from pydantic import (
 
 from quantstudy.recipe.selectors import Selector
 from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import (
+    ActivationGranularity,
+    Calibrator,
+    Migration,
+    Rounding,
+    WeightGranularity,
+)
 
 # Formats the schema knows; a message means "reserved, not implemented yet".
 FORMATS: dict[str, str | None] = {
@@ -108,13 +115,13 @@ class WeightSpec(Strict):
     weights are rounded first, then the bias is corrected for the shift of those stored weights.
     """
 
-    granularity: Literal["per_channel", "per_tensor"] = "per_channel"
+    granularity: WeightGranularity = WeightGranularity.PER_CHANNEL
     fold_bn: bool = True
     bias_correction: bool = False
-    rounding: Literal["nearest", "compensating"] = "nearest"
+    rounding: Rounding = Rounding.NEAREST
 
 
-CalibratorName = Literal["max", "percentile", "mse", "entropy"]
+CalibratorName = Calibrator
 
 
 class ActivationSpec(Strict):
@@ -130,11 +137,11 @@ class ActivationSpec(Strict):
     float network stays equal (`quant/migrate.py`); `migration_alpha` is that alpha.
     """
 
-    granularity: Literal["per_tensor", "per_row"] = "per_tensor"
-    calibrator: CalibratorName = "max"
+    granularity: ActivationGranularity = ActivationGranularity.PER_TENSOR
+    calibrator: CalibratorName = Calibrator.MAX
     params: dict[str, float] = Field(default_factory=dict, validate_default=True)
     layer_calibrators: dict[str, CalibratorName] = Field(default_factory=dict)
-    migration: Literal["none", "smooth"] = "none"
+    migration: Migration = Migration.NONE
     migration_alpha: float = Field(default=0.5, ge=0.0, le=1.0)
 
     @field_validator("params")
@@ -149,7 +156,7 @@ class ActivationSpec(Strict):
         if unknown:
             known = ", ".join(spec) or "none"
             raise ValueError(
-                f"calibrator {name!r} has no parameter {unknown[0]!r} (known: {known})"
+                f"calibrator '{name}' has no parameter {unknown[0]!r} (known: {known})"
             )
         for key, p in spec.items():
             value = params.get(key, p.default)

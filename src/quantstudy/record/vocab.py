@@ -117,3 +117,36 @@ class Missing(StrEnum):
 def choices(enum: type[StrEnum]) -> list[str]:
     """The members' strings, in definition order: argparse `choices=`, error messages."""
     return [m.value for m in enum]
+
+
+class Calibrator(StrEnum):
+    """How a static activation scale is found from the calibration images (`quant/calibrators`)."""
+
+    MAX = "max"
+    PERCENTILE = "percentile"
+    MSE = "mse"
+    ENTROPY = "entropy"
+
+
+class WeightGranularity(StrEnum):
+    PER_CHANNEL = "per_channel"
+    PER_TENSOR = "per_tensor"
+
+
+class Rounding(StrEnum):
+    """How FP8 weights are rounded (`quant/rounding.py`)."""
+
+    NEAREST = "nearest"
+    COMPENSATING = "compensating"
+
+
+class ActivationGranularity(StrEnum):
+    PER_TENSOR = "per_tensor"  # one static scale per tensor, from a calibrator
+    PER_ROW = "per_row"  # one scale per row, computed at run time
+
+
+class Migration(StrEnum):
+    """Range migration between an FP8 layer's input channels and its weights."""
+
+    NONE = "none"
+    SMOOTH = "smooth"

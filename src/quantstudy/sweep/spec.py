@@ -28,12 +28,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
-from quantstudy.recipe.schema import CALIBRATORS
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import CompileMode, Fp8Kernel
+from quantstudy.record.vocab import Calibrator, CompileMode, Fp8Kernel
 
 DEFAULT_RECIPE = "default"  # the model family's built-in recipe (`quantstudy recipes`)
-CalibratorName = Literal[tuple(CALIBRATORS)]  # type: ignore[valid-type]  # the recipes' names
+CalibratorName = Calibrator
 
 
 class Strict(BaseModel):
