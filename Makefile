@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test test-slow test-full lint clean
+.PHONY: demo test test-suites test-slow test-full lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,15 +17,19 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(VENV)/bin/quantstudy demo --calib 500 --heldout 1500
 
-# test: lint and every test but the `slow` ones (minutes each on a 2-core CPU), a few minutes.
-# test-slow: the slow ones alone (full 1300-image data tests, the demo end to end).
-# test-full: everything, as CI runs it (`.ci/run`: test, then test-slow).
+# test: lint and every test but the `slow` and `suite` ones: under 6 minutes on a 2-core CPU.
+# test-suites: the end-to-end CLI suites (tests/reliability, real sweeps on a local Ray cluster).
+# test-slow: the slow ones (full 1300-image data tests, ONNX and FP8-option data tests, the demo).
+# test-full: everything, as CI runs it (`.ci/run`: test, test-suites, then test-slow).
 test: $(VENV)/.installed
 	$(PY) -m ruff check src tests
-	$(PY) -m pytest -q -rs -m "not slow"
+	$(PY) -m pytest -q -rs -m "not slow and not suite"
+
+test-suites: $(VENV)/.installed
+	$(PY) -m pytest -q -rs -m "suite and not slow"
 
 test-slow: $(VENV)/.installed
-	$(PY) -m pytest -q -rs -m slow
+	$(PY) -m pytest -q -rs -m "slow"
 
 test-full: $(VENV)/.installed
 	$(PY) -m ruff check src tests

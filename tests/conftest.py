@@ -18,6 +18,8 @@ def pytest_collection_modifyitems(config, items):
     has_data = SHARED_DATA.is_dir()
     has_gpu = torch.cuda.is_available()
     for item in items:
+        if "tests/reliability/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.suite)
         if "tests/data/" in str(item.fspath).replace("\\", "/") or item.get_closest_marker("data"):
             if not has_data:
                 item.add_marker(pytest.mark.skip(reason=f"real data absent: {SHARED_DATA}"))

@@ -18,7 +18,12 @@ from onnx import numpy_helper
 
 from quantstudy.bridge.export import check_export, export_study
 
-pytestmark = [pytest.mark.data, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+# slow: the export and two onnxruntime passes over the images take about two minutes on 2 cores
+pytestmark = [
+    pytest.mark.data,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
 
 STUDY = Path(__file__).resolve().parents[2] / "examples" / "tf_efficientnet_lite0-h200"
 IMAGES = 200

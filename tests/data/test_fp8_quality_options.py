@@ -31,6 +31,7 @@ def _out(tmp_path: Path, name: str) -> Path:
 
 
 @pytest.mark.data
+@pytest.mark.slow  # two calibrations with second moments and emulations: a minute on 2 cores
 def test_compensating_rounding_beats_nearest_on_a_subset(shared_data, tmp_path):
     torch.set_num_threads(2)
     result = compare_options(

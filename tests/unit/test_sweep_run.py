@@ -18,6 +18,8 @@ from PIL import Image
 
 from quantstudy.cli import main
 
+pytestmark = pytest.mark.suite  # real sweeps of real studies: a minute each on 2 cores
+
 SWEEP = """\
 models:
   - {{name: test_efficientnet, weights: random}}
