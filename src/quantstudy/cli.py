@@ -377,8 +377,19 @@ COMMANDS = {
 }
 
 
+def _delegated(args: argparse.Namespace) -> bool:
+    """`quantstudy bench limit|conv ...`: benchmarks whose own parser reads the rest."""
+    from quantstudy.bench.cli import DELEGATED
+
+    return args.command == "bench" and args.bench_command in DELEGATED
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and not _delegated(args):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.rest = rest
     args.argv = argv  # the command line a record names (None: this process's)
     try:
         status = COMMANDS[args.command](args)

@@ -129,3 +129,23 @@ def test_report_command_prints_the_tables(capsys):
     assert main(["bench", "report", str(RESULTS)]) == 0
     out = capsys.readouterr().out
     assert out == (RESULTS / REPORT_NAME).read_text()
+
+
+@pytest.mark.parametrize("name", ["limit", "conv"])
+def test_benchmarks_with_their_own_parser_are_cli_commands(name, capsys):
+    """`quantstudy bench limit|conv` hand the rest of the command line to their own parser."""
+    from quantstudy.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", name, "--help"])
+    assert exit_info.value.code == 0
+    assert f"usage: quantstudy bench {name}" in capsys.readouterr().out
+
+
+def test_unknown_arguments_elsewhere_are_still_refused(capsys):
+    from quantstudy.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "report", "somewhere", "--bogus"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err

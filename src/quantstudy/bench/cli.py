@@ -48,6 +48,16 @@ def _out(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--out", dest="record", type=Path, required=True, help=f"{what} JSON to write")
 
 
+# Benchmarks with parsers of their own: `quantstudy bench NAME ARGS...` hands ARGS to their main.
+DELEGATED: dict[str, tuple[str, str]] = {
+    "limit": (
+        "quantstudy.bench.limit",
+        "fp16 against the fused, per-layer-choice and scaled_mm FP8 engines beside the ideal x",
+    ),
+    "conv": ("quantstudy.bench.conv", "each dense kxk conv of a recipe: cuDNN fp16 against FP8"),
+}
+
+
 def add_bench_parser(
     sub: argparse._SubParsersAction,
     add_config_args: Callable[[argparse.ArgumentParser, tuple[str, ...]], None],
@@ -110,6 +120,10 @@ def add_bench_parser(
     )
     _out(kernels, "record (kernel sources go beside it)")
 
+    for name, (_, what) in DELEGATED.items():
+        # Their own parsers take every argument after the name (`quantstudy bench limit -h`).
+        kinds.add_parser(name, help=what, add_help=False)
+
     report = kinds.add_parser("report", help="render a folder of bench records as Markdown")
     report.add_argument("folder", type=Path)
     report.add_argument("--write", action="store_true", help="also write it to FOLDER/README.md")
@@ -123,6 +137,11 @@ def run_bench(
     from quantstudy.bench.schema import write_record
 
     command = args.bench_command
+    if command in DELEGATED:
+        import importlib
+
+        importlib.import_module(DELEGATED[command][0]).main(args.rest)
+        return
     if command == "report":
         from quantstudy.bench.report import render_folder, write_report
 

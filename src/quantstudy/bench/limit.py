@@ -269,7 +269,9 @@ def render(paths: list[Path]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog=f"quantstudy bench {__name__.rsplit('.', 1)[-1]}", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--render", type=Path, nargs="+", help="print the Markdown table of results")
     p.add_argument(
         "--ideal-of", type=Path, nargs="+", help="the ideal x of `quantstudy bench speed` records"
