@@ -158,6 +158,12 @@ def _parser() -> argparse.ArgumentParser:
         "--all-but", action="store_true", help="also score the recipe with each layer left out"
     )
     search.add_argument(
+        "--no-options",
+        action="store_true",
+        help="search the layer subset only, under the recipe's own FP8 quality options (skips "
+        "trying compensating rounding, per-layer calibrators and migration first)",
+    )
+    search.add_argument(
         "--margin",
         type=float,
         default=0.5,
@@ -271,6 +277,7 @@ def _cmd_search(args: argparse.Namespace) -> None:
             all_but=args.all_but,
             margin=args.margin,
             out=args.out,
+            options=not args.no_options,
         )
     )
     print("\n".join(summary_lines(result.search)))

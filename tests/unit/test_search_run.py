@@ -48,7 +48,9 @@ def test_search_on_cpu_with_a_gains_file(tiny_imagenet, tmp_path):
     gains_path.write_text(json.dumps({"batch": 2, "saved_ms": gains}))
 
     result = run_search(
-        SearchConfig(study=study, gains=gains_path, sensitivity_images=6, out=tmp_path / "s")
+        SearchConfig(
+            study=study, gains=gains_path, sensitivity_images=6, out=tmp_path / "s", options=False
+        )
     )
     search = result.search
     chosen = [c.layer for c in search.choices if c.chosen]
@@ -120,7 +122,9 @@ def test_search_keeps_the_recipes_bias_correction(tiny_imagenet, tmp_path):
     study = _study(tiny_imagenet, tmp_path).replace(recipe=str(recipe_file))
 
     result = run_search(
-        SearchConfig(study=study, gains=gains_path, sensitivity_images=6, out=tmp_path / "s")
+        SearchConfig(
+            study=study, gains=gains_path, sensitivity_images=6, out=tmp_path / "s", options=False
+        )
     )
     candidate = load_record(tmp_path / "s" / "candidate" / "study.json")
     assert candidate.recipe.bias_correction

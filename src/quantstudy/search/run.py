@@ -83,6 +83,7 @@ class SearchConfig:
     all_but: bool = False
     margin: float = DEFAULT_MARGIN
     out: Path | None = None
+    options: bool = True  # try the FP8 quality options first (a calibration and emulation each)
 
     def out_dir(self, recipe: str) -> Path:
         if self.out is not None:
@@ -189,18 +190,20 @@ def run_search(config: SearchConfig) -> SearchResult:
 
     # --- 1b. the FP8 quality options (`search/options.py`) -----------------------------------
     images, what, ids_sha = _heldout_subset(prepared, config.sensitivity_images)
-    console.print(f"search: FP8 quality options on {images.shape[0]} images")
-    options, plan, option_steps = explore_options(
-        model,
-        example,
-        layers,
-        lambda: batches(prepared.calib_x, study.eval_batch, prepared.device),
-        images,
-        quant_options(base),
-        batch=study.eval_batch,
-        device=study.device,
-    )
-    base = apply_to_recipe(base, options)
+    option_steps = []
+    if config.options:
+        console.print(f"search: FP8 quality options on {images.shape[0]} images")
+        options, plan, option_steps = explore_options(
+            model,
+            example,
+            layers,
+            lambda: batches(prepared.calib_x, study.eval_batch, prepared.device),
+            images,
+            quant_options(base),
+            batch=study.eval_batch,
+            device=study.device,
+        )
+        base = apply_to_recipe(base, options)
 
     # --- 2. sensitivity --------------------------------------------------------------------
     console.print(f"search: sensitivity of {len(layers)} layers on {images.shape[0]} images")
