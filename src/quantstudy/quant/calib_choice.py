@@ -22,8 +22,9 @@ from torch import nn
 
 from quantstudy.quant.calibrate import Calibration, calibrate
 from quantstudy.quant.fp8 import E4M3_MAX, fake_quant
+from quantstudy.record.vocab import Calibrator, choices
 
-CANDIDATES = ("max", "percentile", "mse", "entropy")
+CANDIDATES = tuple(choices(Calibrator))
 
 
 def choose_calibrators(

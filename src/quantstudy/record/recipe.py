@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from quantstudy.record.base import Section
+from quantstudy.record.vocab import WeightGranularity
 
 
 class LayerDecision(Section):
@@ -30,7 +31,7 @@ class RecipeInfo(Section):
     sha256: str
     description: str
     format: str
-    weight_granularity: Literal["per_channel", "per_tensor"]
+    weight_granularity: WeightGranularity
     fold_bn: bool
     bias_correction: bool = False  # version 3
     rounding: str = "nearest"  # version 6: FP8 weight rounding, nearest | compensating
