@@ -250,7 +250,7 @@ def parse_recipe(raw: bytes, origin: str) -> Recipe:
             f"{origin} line 1: a recipe is a YAML mapping with keys "
             f"{', '.join(Recipe.model_fields)} (see `quantstudy recipes show`)"
         )
-    lines = _key_lines(root, (), origin)
+    lines = key_lines(root, (), origin)
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as err:
@@ -264,8 +264,9 @@ def parse_recipe(raw: bytes, origin: str) -> Recipe:
 # --- YAML node marks -> line numbers ------------------------------------------------------------
 
 
-def _key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:
-    """Line (1-based) of every mapping key and list item, by path; rejects duplicate keys."""
+def key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:
+    """Line (1-based) of every mapping key and list item, by path; rejects duplicate keys.
+    Shared by every YAML file the tool reads (recipes, sweeps), so their errors name lines alike."""
     lines: dict[tuple, int] = {path: node.start_mark.line + 1}
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
@@ -275,11 +276,11 @@ def _key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:
                 line = key_node.start_mark.line + 1
                 raise UserError(f"{origin} line {line}: duplicate key {key!r}; keep one")
             seen.add(key)
-            lines.update(_key_lines(value_node, (*path, key), origin))
+            lines.update(key_lines(value_node, (*path, key), origin))
             lines[(*path, key)] = key_node.start_mark.line + 1
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            lines.update(_key_lines(item, (*path, i), origin))
+            lines.update(key_lines(item, (*path, i), origin))
     return lines
 
 

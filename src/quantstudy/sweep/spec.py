@@ -28,6 +28,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
+from quantstudy.recipe.schema import key_lines
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Calibrator, CompileMode, Fp8Kernel
 
@@ -113,7 +114,7 @@ def load_sweep(path: Path) -> SweepSpec:
         raise UserError(f"{origin}{line}: malformed YAML: {err.problem or err}") from None
     if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
         raise UserError(f"{origin} line 1: a sweep file is a YAML mapping with keys {_keys()}")
-    lines = _key_lines(root, (), origin)
+    lines = key_lines(root, (), origin)
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
@@ -173,25 +174,6 @@ def _weights_path(weights: str, base: Path) -> str:
 
 def _keys(model: type[BaseModel] = SweepSpec) -> str:
     return ", ".join(model.model_fields)
-
-
-def _key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:
-    """Line (1-based) of every mapping key and list item, by path; rejects duplicate keys."""
-    lines: dict[tuple, int] = {path: node.start_mark.line + 1}
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = key_node.value
-            if key in seen:
-                line = key_node.start_mark.line + 1
-                raise UserError(f"{origin} line {line}: duplicate key {key!r}; keep one")
-            seen.add(key)
-            lines.update(_key_lines(value_node, (*path, key), origin))
-            lines[(*path, key)] = key_node.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            lines.update(_key_lines(item, (*path, i), origin))
-    return lines
 
 
 def _explain(err: ValidationError, lines: dict[tuple, int], origin: str) -> str:
