@@ -236,15 +236,7 @@ def parse_recipe(raw: bytes, origin: str) -> Recipe:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise UserError(f"{origin}: not UTF-8 text ({err}); save the recipe as UTF-8") from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{origin}{line}: malformed YAML: {err.problem or err}") from None
-    except yaml.YAMLError as err:
-        raise UserError(f"{origin}: malformed YAML: {err}") from None
+    root, data = compose_yaml(text, origin)
     if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
         raise UserError(
             f"{origin} line 1: a recipe is a YAML mapping with keys "
@@ -262,6 +254,19 @@ def parse_recipe(raw: bytes, origin: str) -> Recipe:
 
 
 # --- YAML node marks -> line numbers ------------------------------------------------------------
+
+
+def compose_yaml(text: str, origin: str) -> tuple[yaml.Node | None, object]:
+    """The node tree (for line numbers) and the data of YAML `text`; malformed YAML is a
+    `UserError` naming `origin` and, where the parser knows it, the line."""
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader), yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{origin}{line}: malformed YAML: {err.problem or err}") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"{origin}: malformed YAML: {err}") from None
 
 
 def key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
-from quantstudy.recipe.schema import key_lines
+from quantstudy.recipe.schema import compose_yaml, key_lines
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Calibrator, CompileMode, Fp8Kernel
 
@@ -105,13 +105,7 @@ def load_sweep(path: Path) -> SweepSpec:
         raise UserError(f"sweep file {origin} does not exist; check the path") from None
     except UnicodeDecodeError as err:
         raise UserError(f"{origin}: not UTF-8 text ({err}); save it as UTF-8") from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{origin}{line}: malformed YAML: {err.problem or err}") from None
+    root, data = compose_yaml(text, origin)
     if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
         raise UserError(f"{origin} line 1: a sweep file is a YAML mapping with keys {_keys()}")
     lines = key_lines(root, (), origin)
