@@ -8,13 +8,16 @@ Sharing is found by identity of the input tensor in the first calibration batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from quantstudy.quant.calibrators import Calibrator, make_calibrator
+from quantstudy.quant.calibrators import _BINS, Calibrator, make_calibrator
 from quantstudy.quant.fp8 import E4M3_MAX
 from quantstudy.record import CalibrationInfo, TensorScale
 from quantstudy.record.errors import UserError
@@ -141,37 +144,18 @@ def calibrate(
         else make_calibrator(calibrator, params)
         for key in groups
     }
-    hooks = []
-    for key, cal in cals.items():
-        layer = model.get_submodule(key)
-        dim = 1 if isinstance(layer, nn.Conv2d) else -1
-        divisor = divisors.get(key)
-        hooks.append(
-            layer.register_forward_pre_hook(
-                lambda _m, inp, cal=cal, d=divisor, dim=dim: cal.collect(_divided(inp[0], d, dim))
-            )
-        )
     means = {
         name: _ChannelMean(isinstance(model.get_submodule(name), nn.Conv2d)) for name in layers
     }
-    hooks += [
-        model.get_submodule(name).register_forward_pre_hook(lambda _m, inp, m=m: m.collect(inp[0]))
-        for name, m in means.items()
-    ]
     moments = {name: _SecondMoment() for name in second_moments or []}
-    hooks += [
-        model.get_submodule(name).register_forward_pre_hook(lambda _m, inp, m=m: m.collect(inp[0]))
-        for name, m in moments.items()
-    ]
-    n_images = 0
-    try:
-        with torch.no_grad():
-            for batch in (first, *batches):
-                model(batch)
-                n_images += batch.shape[0]
-    finally:
-        for h in hooks:
-            h.remove()
+    source = _STATS_SOURCE.get()
+    if source is not None and not divisors:  # divided inputs are this plan's own: not shared
+        stats, n_images = source(model, layers, itertools.chain([first], batches), [*moments])
+        _restore(stats, cals, means, moments)
+    else:
+        n_images = _run_pass(
+            model, itertools.chain([first], batches), cals, means, moments, divisors
+        )
     amax: dict[str, float] = {}
     for key, cal in cals.items():
         value = cal.compute_amax()
@@ -192,6 +176,148 @@ def calibrate(
     return Calibration(
         calibrator, params, n_images, groups, amax, channel_mean, second, channel_amax, chosen
     )
+
+
+def _run_pass(
+    model: nn.Module,
+    batches: Iterable[torch.Tensor],
+    cals: dict[str, Calibrator],
+    means: dict[str, _ChannelMean],
+    moments: dict[str, _SecondMoment],
+    divisors: dict[str, torch.Tensor],
+) -> int:
+    """One forward pass over `batches` feeding every collector; returns the image count."""
+    hooks = []
+    for key, cal in cals.items():
+        layer = model.get_submodule(key)
+        dim = 1 if isinstance(layer, nn.Conv2d) else -1
+        divisor = divisors.get(key)
+        hooks.append(
+            layer.register_forward_pre_hook(
+                lambda _m, inp, cal=cal, d=divisor, dim=dim: cal.collect(_divided(inp[0], d, dim))
+            )
+        )
+    for collectors in (means, moments):
+        hooks += [
+            model.get_submodule(name).register_forward_pre_hook(
+                lambda _m, inp, c=c: c.collect(inp[0])
+            )
+            for name, c in collectors.items()
+        ]
+    n_images = 0
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                model(batch)
+                n_images += batch.shape[0]
+    finally:
+        for h in hooks:
+            h.remove()
+    return n_images
+
+
+# --- Observations shared between calibrations (the cache-facing surface) -------------------
+
+
+@dataclass
+class InputStats:
+    """What calibration observes of one layer's input over the calibration images.
+
+    Every registered calibrator's amax is a function of (`amax`, `hist`, `nonfinite`) alone:
+    `max` reads `amax`, `percentile`, `mse` and `entropy` search the histogram of |x|, whose
+    log-spaced bins are fixed (`calibrators._BINS`), not chosen per calibrator or parameter.
+    So one observation serves every calibrator and parameter of a layer, and the per-channel
+    statistics (means and max |x| for bias correction and migration, the second moment for
+    compensating rounding) come from the same pass. What is not shareable: inputs divided by a
+    plan's migration divisors (calibrated again by that plan), and another model, weights,
+    preprocessing, calibration images, batch or device (any changes the fp32 inputs' bits).
+    Tensors are on the CPU; sums float64, as the collectors keep them."""
+
+    amax: float
+    nonfinite: int
+    hist: torch.Tensor  # float64 counts per log2 bin of |x| (`calibrators._BINS`)
+    channel_sum: torch.Tensor  # float64 per input channel
+    channel_amax: torch.Tensor  # float32 max |x| per input channel
+    count: int  # values per channel summed in channel_sum
+    second_sum: torch.Tensor | None = None  # float64 sum of x x^T, when asked for
+    second_count: int = 0
+
+
+StatsSource = Callable[
+    [nn.Module, list[str], Iterator[torch.Tensor], list[str]], tuple[dict[str, InputStats], int]
+]
+"""(model, layers, batches, layers needing second moments) -> (stats per layer, image count).
+A source may answer from stored observations without running the model; `observe` is the one
+that runs it."""
+
+_STATS_SOURCE: ContextVar[StatsSource | None] = ContextVar("calibration_stats", default=None)
+
+
+@contextmanager
+def stats_source(source: StatsSource | None):
+    """Within the block, `calibrate` takes its (undivided) observations from `source`."""
+    token = _STATS_SOURCE.set(source)
+    try:
+        yield
+    finally:
+        _STATS_SOURCE.reset(token)
+
+
+def observe(
+    model: nn.Module,
+    layers: list[str],
+    batches: Iterable[torch.Tensor],
+    second_moments: list[str] | None = None,
+) -> tuple[dict[str, InputStats], int]:
+    """One pass of the fp32 `model` over `batches`: every statistic any calibrator needs of
+    each layer's input (`InputStats`), with the histogram whatever the calibrator."""
+    model.eval()
+    cals = {name: Calibrator() for name in layers}
+    for cal in cals.values():
+        cal.uses_histogram = True
+    means = {
+        name: _ChannelMean(isinstance(model.get_submodule(name), nn.Conv2d)) for name in layers
+    }
+    moments = {name: _SecondMoment() for name in second_moments or []}
+    n_images = _run_pass(model, batches, cals, means, moments, {})
+    stats = {}
+    for name in layers:
+        cal, mean, moment = cals[name], means[name], moments.get(name)
+        if mean.total is None:
+            raise UserError(f"calibration: layer '{name}' never ran in a forward pass")
+        hist = cal.hist if cal.hist is not None else torch.zeros(_BINS, dtype=torch.float64)
+        stats[name] = InputStats(
+            amax=cal.amax,
+            nonfinite=cal.nonfinite,
+            hist=hist,
+            channel_sum=mean.total.cpu(),
+            channel_amax=mean.amax.cpu(),
+            count=mean.count,
+            second_sum=moment.total.cpu() if moment is not None else None,
+            second_count=moment.count if moment is not None else 0,
+        )
+    return stats, n_images
+
+
+def _restore(
+    stats: dict[str, InputStats],
+    cals: dict[str, Calibrator],
+    means: dict[str, _ChannelMean],
+    moments: dict[str, _SecondMoment],
+) -> None:
+    """Put observed statistics into the collectors, as if they had run the pass themselves."""
+    for key, cal in cals.items():
+        s = stats[key]
+        cal.amax, cal.nonfinite = s.amax, s.nonfinite
+        cal.hist = s.hist.clone() if cal.uses_histogram else None
+    for name, mean in means.items():
+        s = stats[name]
+        mean.total, mean.amax, mean.count = s.channel_sum, s.channel_amax, s.count
+    for name, moment in moments.items():
+        s = stats[name]
+        if s.second_sum is None:
+            raise ValueError(f"stats source gave no second moment for '{name}'")
+        moment.total, moment.count = s.second_sum, s.second_count
 
 
 class _ChannelMean:

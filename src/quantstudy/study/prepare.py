@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -28,10 +29,12 @@ from quantstudy.data.images import load_images
 from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.preprocess import build_transform
 from quantstudy.quant.apply import QuantPlan
+from quantstudy.quant.calibrate import stats_source
 from quantstudy.quant.plan import build_plan, quant_options
 from quantstudy.recipe.schema import Recipe
 from quantstudy.record import CalibrationInfo, ModelInfo, Preprocessing
 from quantstudy.record.errors import UserError
+from quantstudy.study.calib_stats import SharedStats, shared_stats
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
 
@@ -130,15 +133,39 @@ def _calibrate(
         )
         info = info.model_copy(update={"weights_detail": detail})
     layers = [d.name for d in inputs.recipe_info.selected]
-    plan = build_plan(
-        model,
-        layers,
-        lambda: batches(calib_x, config.eval_batch, device),
-        inputs.example,
-        quant_options(inputs.recipe),
-    )
+    with stats_source(_shared_stats(config, inputs, device)):
+        plan = build_plan(
+            model,
+            layers,
+            lambda: batches(calib_x, config.eval_batch, device),
+            inputs.example,
+            quant_options(inputs.recipe),
+        )
     model.cpu()
     return plan, info
+
+
+def _shared_stats(
+    config: StudyConfig, inputs: StudyInputs, device: torch.device
+) -> SharedStats | None:
+    """The host's shared calibration statistics for this study's fp32 inputs (`calib_stats.py`:
+    everything that decides them is in the key), or None when sharing is off."""
+    info = inputs.loaded.info
+    folder = config.calib_data or config.data
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return shared_stats(
+        [
+            config.model,
+            info.weights_sha256,
+            info.random_weights,  # BatchNorm re-estimated on the calibration images
+            inputs.pre.model_dump(mode="json"),
+            str(Path(folder).resolve()) if folder else None,
+            inputs.data.calibration.ids_sha256,
+            config.eval_batch,
+            gpu,
+            torch.__version__,
+        ]
+    )
 
 
 def study_device(name: str) -> torch.device:

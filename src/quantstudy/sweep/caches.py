@@ -1,5 +1,13 @@
-"""Compiler caches shared by every study on a host: Inductor's FX graph and kernel caches and
-Triton's compiled kernels, so the second study of a model (and of a kernel shape) compiles warm.
+"""Caches shared by every study on a host: Inductor's FX graph and kernel caches and Triton's
+compiled kernels, so the second study of a model (and of a kernel shape) compiles warm, and the
+calibration statistics (`study/calib_stats.py`), so a model's calibration images pass through
+the fp32 model once per sweep whatever the recipes and calibrators.
+
+The fp16 engine: it does not depend on the recipe (only on BatchNorm folding), so the second
+study of a model finds its Inductor graph (FX graph and AOTAutograd caches; parameters are graph
+inputs, not constants, so the key does not hold their values) and its Triton kernels here, and
+compiles warm; each study process still traces the model with Dynamo. No engine object crosses
+processes.
 
 The folder is resolved on the host that runs the study (a Ray worker on another machine uses its
 own disk): `$QUANTSTUDY_CACHE_DIR`, else `~/.cache/quantstudy`. A cache the user already points
@@ -11,6 +19,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from quantstudy.study.calib_stats import STATS_ENV
+
 CACHE_ENV = "QUANTSTUDY_CACHE_DIR"
 
 
@@ -18,6 +28,10 @@ def host_cache_env() -> dict[str, str]:
     """Environment for a study subprocess: this host's Inductor and Triton cache folders."""
     root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "quantstudy")
     env = {}
-    for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+    for var, sub in (
+        ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+        ("TRITON_CACHE_DIR", "triton"),
+        (STATS_ENV, "calibration"),
+    ):
         env[var] = os.environ.get(var) or str(root / sub)
     return env
