@@ -55,6 +55,10 @@ DELEGATED: dict[str, tuple[str, str]] = {
         "fp16 against the fused, per-layer-choice and scaled_mm FP8 engines beside the ideal x",
     ),
     "conv": ("quantstudy.bench.conv", "each dense kxk conv of a recipe: cuDNN fp16 against FP8"),
+    "study-time": (
+        "quantstudy.bench.study_time",
+        "one study's stage times from cold caches and warm (each in its own process)",
+    ),
 }
 
 
