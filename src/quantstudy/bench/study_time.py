@@ -68,7 +68,7 @@ def _tuning(path: Path) -> dict:
 
 def _quality(record: dict | None) -> object:
     """The quality section without anything that is allowed to differ between runs."""
-    return None if record is None else record.get("quality")
+    return None if record is None else record.get("quality")  # None: no study to compare
 
 
 def stage_table(phases: dict[str, dict]) -> str:
@@ -112,9 +112,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--record", type=Path, required=True, help="JSON record to write")
     p.add_argument("--cache", type=Path, help="cache folder (default: a fresh one under --out)")
     p.add_argument("--phases", default="cold,warm", help="cold,warm (default) or one of them")
-    p.add_argument("run_args", nargs=argparse.REMAINDER, help="-- then `quantstudy run` options")
-    a = p.parse_args(argv)
-    run_args = a.run_args[1:] if a.run_args[:1] == ["--"] else a.run_args
+    p.epilog = "after --: the `quantstudy run` options of the study"
+    argv = sys.argv[1:] if argv is None else argv
+    cut = argv.index("--") if "--" in argv else len(argv)
+    a = p.parse_args(argv[:cut])
+    run_args = argv[cut + 1 :]
     a.out.mkdir(parents=True, exist_ok=True)
     cache = a.cache or Path(tempfile.mkdtemp(prefix="cache-", dir=a.out))
     phases: dict[str, dict] = {}
