@@ -21,7 +21,7 @@ from quantstudy.engines.kernel_choice import choose_kernels
 from quantstudy.engines.size import weight_bytes
 from quantstudy.quant.absorb import absorbable_activations, remove_activations
 from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8, real_layers
-from quantstudy.quant.bias_correction import correct_biases
+from quantstudy.quant.bias_correction import correct_biases, set_biases
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.handoff import fp8_handoffs
 from quantstudy.quant.modules import bind_scaled_mm, scaled_mm_output_of
@@ -149,11 +149,15 @@ def _folded_copy(
     model: nn.Module, example: torch.Tensor, fold: bool, corrected: QuantPlan | None = None
 ) -> nn.Module:
     """A float32 copy, BatchNorm folded when asked, biases corrected for `corrected`'s FP8
-    weights when its recipe asks (`quant/bias_correction.py`)."""
+    weights when its recipe asks (`quant/bias_correction.py`), or set as fitted sequentially
+    (`quant/sequential.py`)."""
     m = copy.deepcopy(model).eval()
     if fold:
         fold_batchnorm(m, example)
-    if corrected is not None and corrected.bias_correction:
+    if corrected is not None and corrected.fitted is not None:
+        corrected.stored_weights(m)  # refuses a fit of another model
+        set_biases(m, corrected.fitted.biases)
+    elif corrected is not None and corrected.bias_correction:
         c = corrected
         weights = c.stored_weights(m)
         correct_biases(m, c.layers, c.calibration, c.per_channel, weights, c.divisors)

@@ -27,3 +27,14 @@ def run_engine(engine: Engine, images: torch.Tensor, batch_size: int = 64) -> to
             outs.append(engine(batch)[:real])
             progress.advance(task, real)
     return torch.cat(outs)
+
+
+def run_reordered(engine: Engine, images: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
+    """`engine` (an eager emulation) again, channels-last: the same arithmetic with its fp32
+    sums in another order, what the study's reassociation floor compares against."""
+    engine.channels_last = True
+    engine.module = engine.module.to(memory_format=torch.channels_last)
+    try:
+        return run_engine(engine, images, batch_size)
+    finally:
+        engine.channels_last = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -16,6 +16,9 @@ from quantstudy.quant.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
 from quantstudy.quant.modules import QDQ, FP8Matmul, FP8Weight, real_fp8_blocker
 from quantstudy.quant.rounding import compensable, fp8_weights
 from quantstudy.record.vocab import Fp8Kernel, choices
+
+if TYPE_CHECKING:  # sequential.py builds on this module
+    from quantstudy.quant.sequential import Fitted
 
 
 @dataclass(frozen=True)
@@ -30,16 +33,30 @@ class QuantPlan:
     row_scales: bool = False  # dynamic per-row activation scales instead of static per-tensor
     # layer -> per-input-channel divisor of its input (scale migration, `quant/migrate.py`)
     divisors: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
+    # weights and biases fitted sequentially (`quant/sequential.py`), when the recipe asks
+    fitted: Fitted | None = field(default=None, compare=False, repr=False)
     # stored weights by the bytes of the float weights they were rounded from (every engine of
     # a study rounds the same folded weights; compensating rounding takes seconds per layer)
     _stored: dict[str, dict[str, FP8Weight]] = field(
         default_factory=dict, compare=False, repr=False
     )
 
+    def weights_digest(self, source: nn.Module) -> str:
+        """SHA-256 of the float32 weights of the plan's layers of `source`."""
+        digest = hashlib.sha256()
+        for name in self.layers:
+            digest.update(source.get_submodule(name).weight.detach().float().cpu().numpy())
+        return digest.hexdigest()
+
     def stored_weights(self, source: nn.Module) -> dict[str, FP8Weight]:
         """The FP8 weight and scale of every plan layer of the float32 `source` (BatchNorm folded
         where the recipe folds), as every engine stores it: migrated by the layer's divisor,
-        then rounded the plan's way. Deterministic, so each engine computes the same values."""
+        then rounded the plan's way, or as fitted sequentially (`quant/sequential.py`).
+        Deterministic, so each engine computes the same values."""
+        if self.fitted is not None:
+            if self.weights_digest(source) != self.fitted.digest:
+                raise ValueError("the plan's weights were fitted for another model")
+            return self.fitted.weights
         migrated = source
         if self.divisors:
             migrated = copy.deepcopy(source)
@@ -53,10 +70,7 @@ class QuantPlan:
             else m
             for name, m in self.calibration.second_moment.items()
         }
-        digest = hashlib.sha256()
-        for name in self.layers:
-            digest.update(migrated.get_submodule(name).weight.detach().float().cpu().numpy())
-        key = digest.hexdigest()
+        key = self.weights_digest(migrated)
         if key not in self._stored:
             self._stored[key] = fp8_weights(
                 migrated, self.layers, self.per_channel, self.rounding, moments

@@ -79,3 +79,15 @@ def correct_biases(
                 zeros = torch.zeros(layer.weight.shape[0], dtype=layer.weight.dtype)
                 layer.bias = nn.Parameter(zeros.to(layer.weight.device))
             layer.bias -= shift.to(layer.bias.dtype).to(layer.bias.device)
+
+
+def set_biases(model: nn.Module, biases: dict[str, torch.Tensor]) -> None:
+    """Give each layer of `biases` that bias, in place (a layer without one gets it)."""
+    for name, bias in biases.items():
+        layer = model.get_submodule(name)
+        with torch.no_grad():
+            value = bias.to(layer.weight.device, layer.weight.dtype)
+            if layer.bias is None:
+                layer.bias = nn.Parameter(value.clone())
+            else:
+                layer.bias.copy_(value)

@@ -271,12 +271,21 @@ class QDQ(nn.Module):
         self.register_buffer("x_scale", scale)
         self.register_buffer("x_divisor", divisor)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        channel = 1 if self.is_conv else -1
+    def channel_view(self, x: torch.Tensor) -> list[int]:
+        """Shape that broadcasts a per-input-channel vector over `x`."""
+        view = [1] * x.dim()
+        view[1 if self.is_conv else -1] = -1
+        return view
+
+    def quantize_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The input as the layer's product reads it: divided by the migration divisor, then
+        FP8 quantize-dequantized (static or per-row scale); unchanged without a scale."""
         if self.x_divisor is not None:
-            view = [1] * x.dim()
-            view[channel] = -1
-            x = x / self.x_divisor.reshape(view).to(x.dtype)
+            x = x / self.x_divisor.reshape(self.channel_view(x)).to(x.dtype)
         if self.x_scale is not None:
+            channel = 1 if self.is_conv else -1
             x = fake_quant(x, row_scale(x, channel) if self.row_scales else self.x_scale)
-        return self.inner(x)
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(self.quantize_input(x))

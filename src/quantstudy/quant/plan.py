@@ -29,6 +29,7 @@ from quantstudy.quant.calibrate import calibrate
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.migrate import exact_divisors, smooth_divisors
 from quantstudy.quant.rounding import compensable
+from quantstudy.quant.sequential import fit_sequential
 from quantstudy.record.vocab import Rounding
 
 
@@ -46,6 +47,7 @@ class QuantOptions:
     layer_calibrators: dict[str, str] = field(default_factory=dict)
     migration: str = "none"
     migration_alpha: float = 0.5
+    sequential: bool = False
 
 
 def quant_options(recipe: Any) -> QuantOptions:
@@ -63,6 +65,7 @@ def quant_options(recipe: Any) -> QuantOptions:
         layer_calibrators=dict(a.layer_calibrators),
         migration=a.migration,
         migration_alpha=a.migration_alpha,
+        sequential=w.sequential,
     )
 
 
@@ -76,7 +79,7 @@ def build_plan(
     """Calibrate the fp32 `model` over `batches()` (called once, twice with migration) and
     return the plan for `layers` under `options` (see the module docstring for the order)."""
     moments = None
-    if Rounding(options.rounding) is Rounding.COMPENSATING:
+    if Rounding(options.rounding) is Rounding.COMPENSATING and not options.sequential:
         moments = [n for n in layers if compensable(model.get_submodule(n))]
     calibration = calibrate(
         model,
@@ -105,7 +108,7 @@ def build_plan(
                 divisors=divisors,
             )
             calibration = replace(calibration, amax=again.amax)
-    return QuantPlan(
+    plan = QuantPlan(
         layers,
         options.per_channel,
         calibration,
@@ -114,3 +117,22 @@ def build_plan(
         options.row_scales,
         divisors,
     )
+    if not options.sequential:
+        return plan
+    folded = copy.deepcopy(model).cpu().eval()
+    if options.fold_bn:
+        fold_batchnorm(folded, example.cpu())
+    digest = plan.weights_digest(folded)
+    folded = folded.to(next(model.parameters()).device)  # where the batches are
+    fitted = fit_sequential(
+        folded,
+        layers,
+        batches,
+        calibration.scale_of,
+        options.per_channel,
+        options.rounding,
+        options.bias_correction,
+        plan.input_quant,
+        digest,
+    )
+    return replace(plan, fitted=fitted)

@@ -58,7 +58,7 @@ def output_error(weight: torch.Tensor, rounded: torch.Tensor, moment: torch.Tens
     return ((d @ moment.double()) * d).sum(dim=1)
 
 
-def _to_grid(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def to_grid(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Nearest FP8 value of each entry of `w` on `scale` (broadcast), saturating; in w's dtype."""
     code = (w / scale).clamp(-E4M3_MAX, E4M3_MAX).float().to(E4M3)
     return code.to(w.dtype) * scale
@@ -84,7 +84,7 @@ def compensate(
         end = min(start + BLOCK, k)
         errors = torch.empty(n, end - start, dtype=w.dtype)
         for j in range(start, end):
-            q[:, j] = _to_grid(w[:, j : j + 1], scale)[:, 0]
+            q[:, j] = to_grid(w[:, j : j + 1], scale)[:, 0]
             e = (w[:, j] - q[:, j]) / upper[j, j]
             w[:, j + 1 : end] -= e[:, None] * upper[j, j + 1 : end][None, :]
             errors[:, j - start] = e
@@ -105,7 +105,7 @@ def round_weight(
     moment = moment.cpu()
     scale = weight_scale(w, per_channel)
     view = scale.reshape(-1, 1) if per_channel else scale
-    near = _to_grid(w.double(), view.double())
+    near = to_grid(w.double(), view.double())
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # column-sized operations: threads only add hand-over costs
     try:

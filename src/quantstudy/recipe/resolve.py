@@ -53,6 +53,7 @@ class Resolution:
             fold_bn=recipe.weights.fold_bn,
             bias_correction=recipe.weights.bias_correction,
             rounding=recipe.weights.rounding,
+            sequential=recipe.weights.sequential,
             calibrator=recipe.activations.calibrator,
             calibrator_params=dict(recipe.activations.params),
             activation_granularity=recipe.activations.granularity,

@@ -11,6 +11,7 @@ A recipe (YAML) says which layers to quantize and how::
       fold_bn: true                       # fold BatchNorm into the conv before taking amax
       bias_correction: false              # subtract the mean output shift of FP8 weight rounding
       rounding: nearest                   # or compensating (quant/rounding.py)
+      sequential: false                   # fit rounding and bias to the partly quantized net
     activations:
       granularity: per_tensor             # static per-tensor scales, or per_row (dynamic)
       calibrator: max                     # max | percentile | mse | entropy
@@ -113,12 +114,19 @@ class WeightSpec(Strict):
     through the second moment of the layer's input over the calibration images
     (`quant/rounding.py`: procedure, damping, order, cost). Order with bias correction: the
     weights are rounded first, then the bias is corrected for the shift of those stored weights.
+
+    `sequential`: fit both, layer by layer in execution order, to the fp32 network's output of
+    that layer from the input the partly quantized network gives it (earlier FP8 layers and
+    this layer's own activation quantization included), instead of from the fp32 network's
+    input alone (`quant/sequential.py`: the fit, its cost). Changes what `rounding` and
+    `bias_correction` are fitted to, not whether they apply.
     """
 
     granularity: WeightGranularity = WeightGranularity.PER_CHANNEL
     fold_bn: bool = True
     bias_correction: bool = False
     rounding: Rounding = Rounding.NEAREST
+    sequential: bool = False
 
 
 CalibratorName = Calibrator

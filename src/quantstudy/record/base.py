@@ -22,6 +22,8 @@ Schema history:
      .kl_mean_intervals; QualitySection.against_fp16.
      FP8 quality options: RecipeInfo.rounding, .activation_granularity, .layer_calibrators,
      .migration, .migration_alpha; TensorScale.calibrator; SearchSection.options (OptionStep).
+  7: RecipeInfo.sequential (weights and biases fitted layer by layer to the partly quantized
+     network, `quant/sequential.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -35,6 +35,7 @@ class RecipeInfo(Section):
     fold_bn: bool
     bias_correction: bool = False  # version 3
     rounding: str = "nearest"  # version 6: FP8 weight rounding, nearest | compensating
+    sequential: bool = False  # version 7: rounding and bias fitted sequentially
     calibrator: str
     calibrator_params: dict[str, float]
     # version 6: per_tensor (static) | per_row (dynamic); layer -> calibrator overrides;

@@ -32,7 +32,7 @@ import torch
 from quantstudy.data.folders import scan_folder
 from quantstudy.data.images import load_images
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_half, set_numerics
-from quantstudy.engines.run import run_engine
+from quantstudy.engines.run import run_engine, run_reordered
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 from quantstudy.quality.metrics import kl_per_image
@@ -64,6 +64,28 @@ VARIANTS: dict[str, dict] = {
         "bias_correction": True,
         "row_scales": True,
         "migration": "smooth",
+    },
+    "sequential nearest + bias correction": {
+        "rounding": "nearest",
+        "bias_correction": True,
+        "sequential": True,
+    },
+    "sequential compensating + bias correction": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "sequential": True,
+    },
+    "sequential nearest + bc + per-row scales": {
+        "rounding": "nearest",
+        "bias_correction": True,
+        "row_scales": True,
+        "sequential": True,
+    },
+    "sequential compensating + bc + per-row scales": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "row_scales": True,
+        "sequential": True,
     },
     "compensating + bc + per-layer calibrators": {
         "rounding": "compensating",
@@ -144,15 +166,22 @@ def compare_options(
             )
         options: QuantOptions = replace(base, **change)
         plan = build_plan(model.to(dev), layers, lambda: _batches(calib, 50, dev), example, options)
+        plan_seconds = time.perf_counter() - t0
         model.cpu()
-        row = {"variant": name, "options": _options_json(options)}
+        row = {"variant": name, "options": _options_json(options), "plan_seconds": plan_seconds}
         fq = build_fakequant(model, dev, example, plan)
-        row["fakequant"] = score(ref, run_engine(fq, heldout, eval_batch).float().cpu(), labels)
+        emulated = run_engine(fq, heldout, eval_batch).float().cpu()
+        row["fakequant"] = score(ref, emulated, labels)
+        if name in (engine_variants or []):
+            floor = run_reordered(fq, heldout, eval_batch).float().cpu()
+            row["floor"] = score(emulated, floor, labels)
         del fq
         if name in (engine_variants or []):
             fp8 = build_fp8(model, dev, example, plan)
             eager = dataclasses.replace(fp8, module=fp8.eager, compiled=False)
-            row["fp8"] = score(ref, run_engine(eager, heldout, eval_batch).float().cpu(), labels)
+            logits = run_engine(eager, heldout, eval_batch).float().cpu()
+            row["fp8"] = score(ref, logits, labels)
+            row["fp8_vs_fakequant"] = score(emulated, logits, labels)
             if speed_batches:
                 fp16 = fp16 or build_half(model, dev, example)
                 row["speed"] = _speed(fp16, fp8, heldout, speed_batches)
@@ -203,7 +232,7 @@ def _device_text(dev: torch.device) -> str:
 
 def _line(row: dict) -> str:
     parts = [row["variant"]]
-    for engine in ("fakequant", "fp8"):
+    for engine in ("fakequant", "fp8", "fp8_vs_fakequant", "floor"):
         if engine in row:
             r = row[engine]
             parts.append(

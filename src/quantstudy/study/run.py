@@ -34,7 +34,7 @@ from quantstudy.engines.builders import (
     build_half,
     set_numerics,
 )
-from quantstudy.engines.run import run_engine
+from quantstudy.engines.run import run_engine, run_reordered
 from quantstudy.quality.metrics import build_quality_section, emulation_gap, score_engine
 from quantstudy.quality.nonfinite import scan_nonfinite
 from quantstudy.quality.stress import stress_inputs
@@ -245,7 +245,7 @@ def _run_engines(
             with timer.stage("engine fakequant: reordered run"):
                 outputs.heldout["fakequant_reordered"] = cache.get_or_compute(
                     "logits-fakequant_reordered",
-                    lambda e=engine: _run_reordered(e, heldout_x, config),
+                    lambda e=engine: run_reordered(e, heldout_x, config.eval_batch),
                 )
     return outputs, infos
 
@@ -319,16 +319,6 @@ def _not_run(device: torch.device, random_weights: bool, searched: bool) -> list
         items.append("Per-layer sensitivity and the recipe search were not run in this study.")
     items.append("Quantization-aware training was not tried.")
     return items
-
-
-def _run_reordered(engine: Engine, images: torch.Tensor, config: StudyConfig) -> torch.Tensor:
-    """The emulation again, channels-last: same arithmetic, fp32 sums in another order."""
-    engine.channels_last = True
-    engine.module = engine.module.to(memory_format=torch.channels_last)
-    try:
-        return run_engine(engine, images, config.eval_batch)
-    finally:
-        engine.channels_last = False
 
 
 def _save(record: StudyRecord, out_dir: Path) -> None:

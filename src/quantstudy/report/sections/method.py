@@ -294,6 +294,20 @@ def _method_options(r: StudyRecord) -> list[str]:
             f"per output channel never worse than nearest on that objective; {order}. Every "
             "engine stores these weights."
         )
+    if rc.sequential:
+        fitted = (
+            "the bias fitted so each layer's mean output (after the activation that consumes "
+            "it, where one does) matches the fp32 network's"
+            if rc.bias_correction
+            else "biases unchanged"
+        )
+        out.append(
+            "- Weights and biases fitted sequentially (`quant/sequential.py`): layer by layer in "
+            "execution order, from the input each layer receives in the network whose earlier "
+            "FP8 layers are already quantized (its own activation quantization included), "
+            f"rounded {code(rc.rounding)}; {fitted}. Every engine stores these weights and "
+            "biases."
+        )
     if rc.activation_granularity == "per_row":
         out.append(
             "- Activation scales of the pointwise FP8 layers computed at run time, one per row "
