@@ -87,6 +87,31 @@ VARIANTS: dict[str, dict] = {
         "row_scales": True,
         "sequential": True,
     },
+    "sequential compensating + bc + smooth migration": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "sequential": True,
+    },
+    "sequential compensating + bc + per-layer calibrators": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "layer_calibrators": "choose",
+        "sequential": True,
+    },
+    "sequential compensating + bc + mse calibrator": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "calibrator": "mse",
+        "sequential": True,
+    },
+    "sequential compensating + bc + percentile calibrator": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "calibrator": "percentile",
+        "params": {"percentile": 99.99},
+        "sequential": True,
+    },
     "compensating + bc + per-layer calibrators": {
         "rounding": "compensating",
         "bias_correction": True,
