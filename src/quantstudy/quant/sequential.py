@@ -248,7 +248,10 @@ def fit_sequential(
         if progress is not None:
             progress(name)
         layer = folded.get_submodule(name)
-        quant = input_quant(name, layer)
+        quant = {
+            k: v.to(layer.weight.device) if isinstance(v, torch.Tensor) else v
+            for k, v in input_quant(name, layer).items()
+        }
         divisor = quant.get("x_divisor")
         w = layer.weight.detach().float().cpu()
         if divisor is not None:
