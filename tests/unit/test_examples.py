@@ -42,6 +42,7 @@ NEW_IN_VERSION_6_RECIPE = {
     "layer_calibrators": {},
     "migration": "none",
     "migration_alpha": None,
+    "sequential": False,  # schema 7
 }
 
 

@@ -65,6 +65,7 @@ def _as_version_1(data: dict) -> str:
         "layer_calibrators",
         "migration",
         "migration_alpha",
+        "sequential",  # schema 7
     )
     out["recipe"] = {k: v for k, v in out["recipe"].items() if k not in added_to_recipe}
     for engine in data["engines"]:

@@ -1,0 +1,152 @@
+"""Sequential FP8 weight fitting (`quant/sequential.py`) on CPU: the bias fit through an
+activation, what stays unchanged without bias correction, the in-sample mean match it promises,
+the engines storing the fitted values alike, and a bad option value."""
+
+import pytest
+import torch
+from torch import nn
+
+from quantstudy.engines.builders import _folded_copy, build_fakequant, build_fp8
+from quantstudy.engines.run import run_engine
+from quantstudy.quant.plan import QuantOptions, build_plan
+from quantstudy.quant.sequential import bias_shift, execution_order
+from quantstudy.recipe.schema import parse_recipe
+from quantstudy.record.errors import UserError
+
+CPU = torch.device("cpu")
+LAYERS = ["3", "6", "9"]  # 3 and 6 feed an activation; 9 feeds the pooling
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU6(),
+        nn.Conv2d(32, 48, 1),
+        nn.BatchNorm2d(48),
+        nn.ReLU6(inplace=True),  # timm's activations work in place: the fit must not be fooled
+        nn.Conv2d(48, 32, 1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.Conv2d(32, 24, 1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(24, 10),
+    ).eval()
+
+
+def _data() -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(24, 3, 12, 12, generator=g) + torch.randn(24, 3, 1, 1, generator=g)
+
+
+def _plan(**options):
+    x = _data()
+    return build_plan(_net(), LAYERS, lambda: [x[:12], x[12:]], x[:1], QuantOptions(**options))
+
+
+def test_bias_shift_without_activation_is_the_mean_difference():
+    g = torch.Generator().manual_seed(0)
+    exact = torch.randn(1000, 3, generator=g, dtype=torch.float64)
+    rounded = exact * 0.9 + 0.25
+    assert torch.allclose(bias_shift(exact, rounded, None), rounded.mean(0) - exact.mean(0))
+
+
+def test_bias_shift_through_relu6_matches_the_mean_after_it():
+    g = torch.Generator().manual_seed(0)
+    exact = 2 * torch.randn(20000, 4, generator=g, dtype=torch.float64)
+    rounded = 0.9 * exact + 0.3 + 0.1 * torch.randn(20000, 4, generator=g, dtype=torch.float64)
+    act = nn.ReLU6(inplace=True)
+    before = exact.clone()
+    shift = bias_shift(exact, rounded, act)
+    assert torch.equal(exact, before)  # the in-place activation ran on copies
+    after = nn.functional.relu6(rounded - shift).mean(0) - nn.functional.relu6(exact).mean(0)
+    assert after.abs().max() < 1e-9
+    pre = rounded.mean(0) - exact.mean(0)  # matching before the activation would move more
+    assert (shift - pre).abs().min() > 0.05
+
+
+def test_bias_shift_leaves_a_channel_that_never_fires():
+    exact = -torch.rand(500, 2, dtype=torch.float64) - 1.0  # always below 0: ReLU6 gives 0
+    rounded = exact + 0.2
+    assert torch.equal(bias_shift(exact, rounded, nn.ReLU6()), torch.zeros(2, dtype=torch.float64))
+
+
+def test_execution_order_follows_the_forward_pass():
+    net = _net()
+    assert execution_order(net, ["9", "3", "6"], _data()[:1]) == ["3", "6", "9"]
+
+
+def test_without_bias_correction_nearest_weights_and_biases_are_unchanged():
+    net, x = _net(), _data()
+    plain, fitted = _plan(), _plan(sequential=True)
+    folded = _folded_copy(net, x[:1], True)
+    ref, got = plain.stored_weights(folded), fitted.stored_weights(folded)
+    for name in LAYERS:
+        assert torch.equal(ref[name][0].float(), got[name][0].float())
+        assert torch.equal(ref[name][1], got[name][1])
+        assert torch.allclose(fitted.fitted.biases[name], folded.get_submodule(name).bias)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "compensating"])
+def test_fitted_biases_match_the_reference_means_on_the_calibration_images(rounding):
+    """In sample, each layer's mean output where the next layer reads it (after its activation,
+    or the output itself) equals the fp32 network's: what the bias fit promises."""
+    net, x = _net(), _data()
+    plan = _plan(sequential=True, bias_correction=True, rounding=rounding)
+    ref = _folded_copy(net, x[:1], True)
+    emulation = build_fakequant(net, CPU, x[:1], plan).module
+    # where the next layer reads each fitted layer's output
+    read_at = {"3": "5", "6": "8", "9": "9"}
+
+    def means(model):
+        seen = {}
+        hooks = [
+            model.get_submodule(at).register_forward_hook(
+                lambda _m, _i, out, n=n: seen.__setitem__(n, out.mean(dim=(0, 2, 3)).clone())
+            )
+            for n, at in read_at.items()
+        ]
+        with torch.no_grad():
+            model(x)
+        for h in hooks:
+            h.remove()
+        return seen
+
+    want, got = means(ref), means(emulation)
+    for name in LAYERS:
+        scale = want[name].abs().max()
+        # the sample of positions makes the match through an activation approximate
+        tol = 1e-5 if name == "9" else 0.02
+        assert (got[name] - want[name]).abs().max() <= tol * scale, name
+    plain = means(
+        build_fakequant(net, CPU, x[:1], _plan(bias_correction=True, rounding=rounding)).module
+    )
+    assert (got["9"] - want["9"]).abs().max() < (plain["9"] - want["9"]).abs().max()
+
+
+def test_every_engine_stores_the_fitted_weights_and_biases():
+    net, x = _net(), _data()
+    plan = _plan(sequential=True, bias_correction=True, rounding="compensating")
+    fq = run_engine(build_fakequant(net, CPU, x[:1], plan), x)
+    for kernel in ("fused", "scaled_mm"):
+        out = run_engine(build_fp8(net, CPU, x[:1], plan, dtype=torch.float32, kernel=kernel), x)
+        assert torch.allclose(out, fq, rtol=1e-4, atol=1e-4), kernel
+
+
+def test_a_fit_of_another_model_is_refused():
+    plan = _plan(sequential=True, bias_correction=True)
+    other = _net()
+    with torch.no_grad():
+        other[3].weight.mul_(2)
+    with pytest.raises(ValueError, match="fitted for another model"):
+        plan.stored_weights(_folded_copy(other, _data()[:1], True))
+
+
+def test_a_bad_sequential_value_is_one_clear_line():
+    text = "name: t\nweights: {sequential: sometimes}\nrules:\n  - include: {op: conv2d}\n"
+    with pytest.raises(UserError) as err:
+        parse_recipe(text.encode(), "r.yaml")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("r.yaml line") and "sequential" in message
