@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test test-suites test-slow test-full lint clean
+.PHONY: demo test test-suites test-slow test-full test-evidence lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,20 +20,25 @@ demo: $(VENV)/.installed
 # test: lint and every test but the `slow` and `suite` ones: under 6 minutes on a 2-core CPU.
 # test-suites: the end-to-end CLI suites (tests/reliability, real sweeps on a local Ray cluster).
 # test-slow: the slow ones (full 1300-image data tests, ONNX and FP8-option data tests, the demo).
-# test-full: everything, as CI runs it (`.ci/run`: test, test-suites, then test-slow).
+# test-full: everything CI runs (`.ci/run`: test, test-suites, then test-slow).
+# test-evidence: the `evidence` tests, which re-measure README tables on the full data (tens of
+# minutes on 2 cores; not in CI).
 test: $(VENV)/.installed
 	$(PY) -m ruff check src tests
-	$(PY) -m pytest -q -rs -m "not slow and not suite"
+	$(PY) -m pytest -q -rs -m "not slow and not suite and not evidence"
 
 test-suites: $(VENV)/.installed
-	$(PY) -m pytest -q -rs -m "suite and not slow"
+	$(PY) -m pytest -q -rs -m "suite and not slow and not evidence"
 
 test-slow: $(VENV)/.installed
-	$(PY) -m pytest -q -rs -m "slow"
+	$(PY) -m pytest -q -rs -m "slow and not evidence"
+
+test-evidence: $(VENV)/.installed
+	$(PY) -m pytest -q -rs -s -m "evidence"
 
 test-full: $(VENV)/.installed
 	$(PY) -m ruff check src tests
-	$(PY) -m pytest -q -rs
+	$(PY) -m pytest -q -rs -m "not evidence"
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests

@@ -46,7 +46,7 @@ def test_lite0_onnx_agrees_with_fake_quant_at_the_floor(exported, shared_data):
     assert exported.graph.layers and len(exported.graph.layers) == 32
 
 
-@pytest.mark.slow
+@pytest.mark.evidence  # the README's figures; not in CI
 def test_lite0_onnx_at_the_floor_on_all_heldout_images(exported, shared_data):
     result, notes = check_export(exported, shared_data / "val-1300")
     print("\n".join(result.lines() + notes))

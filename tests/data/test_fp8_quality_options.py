@@ -1,15 +1,19 @@
 """EfficientNet-Lite0 (real weights, all 32 pointwise convs) under the FP8 quality options.
 
-The slow tests are the evidence behind the README's options table and the issue's Lite0 targets:
-500 calibration images of calib-1000, all of val-1300, on the CPU. They write their table as JSON
-to $QUANTSTUDY_OPTIONS_OUT (default: the test's temporary folder) and print one line per
-variant. The fast test checks the direction of the weight option on a subset.
+The `evidence` tests re-measure the README's options table on the CPU: 500 calibration images of
+calib-1000, all of val-1300 (not timed; a 100-image sequential fit took 4 minutes on 2 cores, so
+about half an hour, the fit most of it; not in CI).
+They write their table as JSON to $QUANTSTUDY_OPTIONS_OUT (default: the test's temporary folder)
+and print one line per variant. The `slow` test checks the direction of the weight option on a
+subset (in CI).
 
 Targets (issue 18): agreement with fp32 >= 97.5% (at most 32 of 1300 images differ) and KL mean
-<= 0.010, for the fp32 emulation and the FP8 engine alike. Measured here (CPU, one thread):
-compensating rounding with bias correction 50 images, KL 0.0132; with dynamic per-row
-activation scales added 36 images, KL 0.0117. Both miss, so the target test is a strict
-expected failure: it reports the day an option closes the gap.
+<= 0.010, for the fp32 emulation and the FP8 engine alike. Measured on the H200
+(examples/lite0-fp8-options) with the sequential fit, smooth migration and compensating
+rounding (`generic_pointwise_sequential`): the emulation 29 images, KL 0.0102; the FP8 engine 30,
+KL 0.0098. The emulation's KL misses by 0.0002, so the KL target test is a strict expected
+failure: it reports the day the gap closes. The CPU run of these tests was not made when the
+H200 figures were (the FP8 engine on a CPU computes in bf16, not fp16).
 """
 
 import os
@@ -22,7 +26,7 @@ from quantstudy.study.options import compare_options
 
 MODEL, WEIGHTS = "tf_efficientnet_lite0", "efficientnet-lite0"
 RECIPE = "generic_pointwise_compensated"
-BEST = "compensating + bc + per-row scales"
+BEST = "sequential compensating + bc + smooth migration"
 
 
 def _out(tmp_path: Path, name: str) -> Path:
@@ -56,6 +60,7 @@ def full_table(shared_data, tmp_path_factory):
 
 @pytest.mark.data
 @pytest.mark.slow
+@pytest.mark.evidence
 def test_each_option_lowers_the_kl_mean(full_table):
     rows = {r["variant"]: r["fakequant"] for r in full_table["rows"]}
     assert full_table["n_heldout"] == 1300 and full_table["layers"] == 32
@@ -63,12 +68,24 @@ def test_each_option_lowers_the_kl_mean(full_table):
     assert rows[BEST]["kl_mean"] < rows["compensating + bias correction"]["kl_mean"]
 
 
+def _best(full_table) -> dict:
+    return next(r for r in full_table["rows"] if r["variant"] == BEST)
+
+
 @pytest.mark.data
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="measured 36 of 1300 differ, KL mean 0.0117 (issue 18)")
-def test_lite0_targets_on_all_heldout_images(full_table):
-    best = next(r for r in full_table["rows"] if r["variant"] == BEST)
+@pytest.mark.evidence
+def test_lite0_agreement_target_on_all_heldout_images(full_table):
+    best = _best(full_table)
     for engine in ("fakequant", "fp8"):
-        r = best[engine]
-        assert r["differ"] <= 32, (engine, r)
-        assert r["kl_mean"] <= 0.010, (engine, r)
+        assert best[engine]["differ"] <= 32, (engine, best[engine])
+
+
+@pytest.mark.data
+@pytest.mark.slow
+@pytest.mark.evidence
+@pytest.mark.xfail(strict=True, reason="H200: the emulation's KL mean 0.0102 (issue 18)")
+def test_lite0_kl_target_on_all_heldout_images(full_table):
+    best = _best(full_table)
+    for engine in ("fakequant", "fp8"):
+        assert best[engine]["kl_mean"] <= 0.010, (engine, best[engine])
