@@ -91,10 +91,12 @@ def build_plan(
         layer_calibrators=options.layer_calibrators,
     )
     divisors: dict[str, torch.Tensor] = {}
-    if options.migration == "smooth":
+    folded = None
+    if options.migration == "smooth" or options.sequential:  # both read the deployed weights
         folded = copy.deepcopy(model).cpu().eval()
         if options.fold_bn:
             fold_batchnorm(folded, example.cpu())
+    if options.migration == "smooth":
         found = smooth_divisors(folded, layers, calibration, options.migration_alpha)
         divisors = exact_divisors(folded, example.cpu(), found)
         if divisors:
@@ -117,11 +119,8 @@ def build_plan(
         options.row_scales,
         divisors,
     )
-    if not options.sequential:
+    if folded is None or not options.sequential:
         return plan
-    folded = copy.deepcopy(model).cpu().eval()
-    if options.fold_bn:
-        fold_batchnorm(folded, example.cpu())
     digest = plan.weights_digest(folded)
     folded = folded.to(next(model.parameters()).device)  # where the batches are
     fitted = fit_sequential(

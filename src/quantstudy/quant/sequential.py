@@ -33,8 +33,8 @@ reaches them:
    depthwise conv, from the paired sample of both outputs).
 
 Cost: one forward pass of the calibration images through the network prefix, twice (reference
-and working copy), per selected layer: about as much as (number of layers) / 2 calibrations
-when layers spread evenly over the depth. Engines store the fitted weights and biases; speed is
+and working copy), per selected layer: about one calibration pass per selected layer when the
+layers spread evenly over the depth. Engines store the fitted weights and biases; speed is
 unchanged. The fitted values depend on the calibration images beyond the recorded scales, so a
 record alone cannot rebuild them (the TensorRT export refuses such recipes).
 """
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -64,7 +64,6 @@ class Fitted:
     weights: dict[str, FP8Weight]
     biases: dict[str, torch.Tensor]
     digest: str
-    order: list[str] = field(default_factory=list)
 
 
 class _Stop(Exception):
@@ -110,12 +109,19 @@ def _prefix_input(model: nn.Module, name: str, batch: torch.Tensor) -> torch.Ten
     return seen[0]
 
 
+def _positions(t: torch.Tensor) -> torch.Tensor:
+    """A conv map (N, C, H, W) or a linear's (..., C) as (positions, C)."""
+    t = t.movedim(1, -1) if t.dim() == 4 else t
+    return t.reshape(-1, t.shape[-1])
+
+
 def _rows(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
-    """A pointwise layer's input as (positions, channels): the pixels a 1x1 conv reads."""
+    """A pointwise layer's input as (positions, channels), float64: the pixels a 1x1 conv
+    reads."""
     if isinstance(layer, nn.Conv2d):
         sh, sw = layer.stride
-        x = x[:, :, ::sh, ::sw].movedim(1, -1)
-    return x.reshape(-1, x.shape[-1]).double()
+        x = x[:, :, ::sh, ::sw]
+    return _positions(x).double()
 
 
 class _PairMoments:
@@ -173,11 +179,6 @@ class _Sample:
 
     def get(self, key: str) -> torch.Tensor:
         return torch.cat(self.parts[key])
-
-
-def _output_rows(y: torch.Tensor) -> torch.Tensor:
-    """A layer output as (positions, channels)."""
-    return (y.movedim(1, -1) if y.dim() == 4 else y).reshape(-1, y.shape[1 if y.dim() == 4 else -1])
 
 
 def bias_shift(
@@ -274,7 +275,7 @@ def fit_sequential(
                 sample.add("xq", qrows, idx)
             else:
                 with torch.no_grad():
-                    y, yq = _output_rows(layer(x)), _output_rows(probe.inner(xq))
+                    y, yq = _positions(layer(x)), _positions(probe.inner(xq))
                 idx = sample.pick(y.shape[0])
                 sample.add("y", y, idx)
                 sample.add("yq", yq, idx)
@@ -301,4 +302,4 @@ def fit_sequential(
             fitted.bias = nn.Parameter(biases[name].to(layer.weight.device))
         qdq = QDQ(fitted, scale_of(name), True, per_channel, torch.float32, stored, **quant)
         replace_module(work, name, qdq.to(layer.weight.device))
-    return Fitted(weights, biases, digest, order)
+    return Fitted(weights, biases, digest)
