@@ -161,7 +161,8 @@ def _parser() -> argparse.ArgumentParser:
         "--no-options",
         action="store_true",
         help="search the layer subset only, under the recipe's own FP8 quality options (skips "
-        "trying compensating rounding, per-layer calibrators and migration first)",
+        "trying compensating rounding, per-layer calibrators, migration and the sequential fit "
+        "first)",
     )
     search.add_argument(
         "--margin",

@@ -45,12 +45,14 @@ def test_kept_options_reach_the_recipe_and_stay_valid():
         bias_correction=True,
         layer_calibrators={"3": "mse", "6": "percentile"},
         migration="smooth",
+        sequential=True,
     )
     recipe = for_layers(apply_to_recipe(base, options), ["3"])
     again = parse_recipe(yaml.safe_dump(recipe.model_dump(mode="json")).encode(), "again")
     assert again.weights.rounding == "compensating" and again.weights.bias_correction
     assert again.activations.layer_calibrators == {"3": "mse"}
     assert again.activations.migration == "smooth"
+    assert again.weights.sequential
 
 
 def test_options_the_recipe_has_are_not_tried_again():
@@ -65,5 +67,27 @@ def test_options_the_recipe_has_are_not_tried_again():
         batch=8,
         device="cpu",
     )
-    assert [s.option for s in steps[1:]] == ["layer_calibrators: chosen"]
+    assert [s.option for s in steps[1:]] == ["layer_calibrators: chosen", "sequential fit"]
     assert steps[0].kl_mean >= 0
+
+
+def test_a_kept_sequential_fit_is_the_plan_returned():
+    """The sequential fit is tried last, with bias correction, and when kept the returned plan
+    carries the fitted weights (so the searched recipe's engines deploy what was scored)."""
+    net, x = _net(), _data()
+    options, plan, steps = explore_options(
+        net,
+        x[:1],
+        LAYERS,
+        lambda: [x[:12], x[12:]],
+        x,
+        QuantOptions(rounding="compensating", migration="smooth", layer_calibrators={"3": "mse"}),
+        batch=8,
+        device="cpu",
+    )
+    (step,) = [s for s in steps if s.option == "sequential fit"]
+    assert steps[-1] is step or steps[-1].option == "sequential fit"
+    assert options.sequential == step.kept
+    assert (plan.fitted is not None) == step.kept
+    if step.kept:
+        assert options.bias_correction

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from quantstudy.engines.builders import _folded_copy, build_fakequant, build_fp8
+from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, deployed_copy
 from quantstudy.engines.run import run_engine
 from quantstudy.quant.plan import QuantOptions, build_plan
 from quantstudy.quant.sequential import bias_shift, execution_order
@@ -81,7 +81,7 @@ def test_execution_order_follows_the_forward_pass():
 def test_without_bias_correction_nearest_weights_and_biases_are_unchanged():
     net, x = _net(), _data()
     plain, fitted = _plan(), _plan(sequential=True)
-    folded = _folded_copy(net, x[:1], True)
+    folded = deployed_copy(net, x[:1], True)
     ref, got = plain.stored_weights(folded), fitted.stored_weights(folded)
     for name in LAYERS:
         assert torch.equal(ref[name][0].float(), got[name][0].float())
@@ -95,7 +95,7 @@ def test_fitted_biases_match_the_reference_means_on_the_calibration_images(round
     or the output itself) equals the fp32 network's: what the bias fit promises."""
     net, x = _net(), _data()
     plan = _plan(sequential=True, bias_correction=True, rounding=rounding)
-    ref = _folded_copy(net, x[:1], True)
+    ref = deployed_copy(net, x[:1], True)
     emulation = build_fakequant(net, CPU, x[:1], plan).module
     # where the next layer reads each fitted layer's output
     read_at = {"3": "5", "6": "8", "9": "9"}
@@ -141,7 +141,7 @@ def test_a_fit_of_another_model_is_refused():
     with torch.no_grad():
         other[3].weight.mul_(2)
     with pytest.raises(ValueError, match="fitted for another model"):
-        plan.stored_weights(_folded_copy(other, _data()[:1], True))
+        plan.stored_weights(deployed_copy(other, _data()[:1], True))
 
 
 def test_a_bad_sequential_value_is_one_clear_line():
@@ -150,3 +150,18 @@ def test_a_bad_sequential_value_is_one_clear_line():
         parse_recipe(text.encode(), "r.yaml")
     message = str(err.value)
     assert "\n" not in message and message.startswith("r.yaml line") and "sequential" in message
+
+
+def test_sensitivity_scores_the_fitted_weights_and_biases():
+    """The search's sensitivity table quantizes with what engines deploy: with a sequential plan
+    its all-layers score is the fp32 emulation's (fitted biases, not re-corrected ones)."""
+    from quantstudy.engines.run import run_engine
+    from quantstudy.quality.metrics import kl_per_image
+    from quantstudy.search.sensitivity import measure_sensitivity
+
+    net, x = _net(), _data()
+    plan = _plan(rounding="compensating", bias_correction=True, sequential=True)
+    table = measure_sensitivity(net, x[:1], plan, x, fold=True, batch=8, device="cpu")
+    ref = run_engine(build_fp32(net, CPU), x, 8)
+    emu = run_engine(build_fakequant(net, CPU, x[:1], plan), x, 8)
+    assert table.all_kl_mean == pytest.approx(float(kl_per_image(ref, emu).mean()), rel=1e-5)

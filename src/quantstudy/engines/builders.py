@@ -145,7 +145,7 @@ def build_fp32(model: nn.Module, device: torch.device) -> BuiltEngine:
     return BuiltEngine("fp32", device, torch.float32, False, m, m, False, None, float_layers=n)
 
 
-def _folded_copy(
+def deployed_copy(
     model: nn.Module, example: torch.Tensor, fold: bool, corrected: QuantPlan | None = None
 ) -> nn.Module:
     """A float32 copy, BatchNorm folded when asked, biases corrected for `corrected`'s FP8
@@ -178,7 +178,7 @@ def build_half(
     It keeps the name "fp16" whatever `dtype` is; `EngineInfo.compute_dtype` says what ran.
     """
     dtype = dtype or half_dtype(device)
-    m = _folded_copy(model, example, fold).to(device, dtype)
+    m = deployed_copy(model, example, fold).to(device, dtype)
     m = m.to(memory_format=torch.channels_last)
     return _compiled_engine(
         "fp16", m, device, dtype, compile_mode, float_layers=count_float_layers(m)
@@ -206,7 +206,7 @@ def build_fp8(
     the faster kept (`engines/kernel_choice.py`).
     """
     dtype = dtype or half_dtype(device)
-    source = _folded_copy(model, example, fold, plan)
+    source = deployed_copy(model, example, fold, plan)
     absorbed, handoff = {}, {}
     built = Fp8Kernel.FUSED if kernel == Fp8Kernel.FASTEST else kernel
     if built == Fp8Kernel.FUSED:
@@ -255,7 +255,7 @@ def build_fakequant(
     Bias correction follows the weights: an activation-only run keeps float weights, so it has
     no rounding shift to correct.
     """
-    m = _folded_copy(model, example, fold, plan if weights else None)
+    m = deployed_copy(model, example, fold, plan if weights else None)
     applied = apply_fake_quant(m, plan, weights=weights, activations=activations)
     m = m.to(device)
     return BuiltEngine(

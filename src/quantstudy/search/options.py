@@ -3,13 +3,17 @@ bought.
 
 From the recipe's own options, each option is tried in a fixed order, on top of those already
 kept: compensating weight rounding (`quant/rounding.py`), per-layer calibrators chosen by their
-readers' output error (`quant/calib_choice.py`), scale migration (`quant/migrate.py`). Each try
+readers' output error (`quant/calib_choice.py`), scale migration (`quant/migrate.py`), and last
+the sequential fit of weights and biases to the partly quantized network (`quant/sequential.py`,
+with bias correction, which it needs to fit the biases). Each try
 rebuilds the plan from the calibration images and scores the fp32 emulation of every candidate
 layer against fp32 on the sensitivity subset of the held-out images; an option is kept when it
 lowers the KL mean. Options the recipe already has are not tried again. The share of each kept
 option is its KL decrease over the total decrease (the steps are sequential, so a share is
 "what this option added given those before it", not its effect alone). Cost: one calibration
-(two with migration, five with the calibrator choice) and one emulation run per option.
+(two with migration, five with the calibrator choice, about one per selected layer for the
+sequential fit) and one emulation run per option. The sequential fit is tried last because it
+fits to whatever rounding, calibrators and migration are kept before it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ TRIED: dict[str, dict] = {
     "rounding: compensating": {"rounding": "compensating"},
     "layer_calibrators: chosen": {"layer_calibrators": "choose"},
     "migration: smooth": {"migration": "smooth"},
+    "sequential fit": {"sequential": True, "bias_correction": True},
 }
 
 
@@ -99,16 +104,21 @@ def explore_options(
 
 def apply_to_recipe(recipe, options: QuantOptions):
     """The recipe (`recipe.schema.Recipe`) with the kept options written into it."""
-    weights = recipe.weights.model_copy(
-        update={"rounding": options.rounding, "bias_correction": options.bias_correction}
+    def validated(section, **update):  # validated again, so strings become the schema's enums
+        return section.model_validate({**section.model_dump(), **update})
+
+    weights = validated(
+        recipe.weights,
+        rounding=options.rounding,
+        bias_correction=options.bias_correction,
+        sequential=options.sequential,
     )
-    activations = recipe.activations.model_copy(
-        update={
-            "layer_calibrators": dict(options.layer_calibrators),
-            "migration": options.migration,
-            "migration_alpha": options.migration_alpha,
-            "granularity": "per_row" if options.row_scales else "per_tensor",
-        }
+    activations = validated(
+        recipe.activations,
+        layer_calibrators=dict(options.layer_calibrators),
+        migration=options.migration,
+        migration_alpha=options.migration_alpha,
+        granularity="per_row" if options.row_scales else "per_tensor",
     )
     return recipe.model_copy(update={"weights": weights, "activations": activations})
 

@@ -19,10 +19,9 @@ import math
 import torch
 from torch import nn
 
+from quantstudy.engines.builders import deployed_copy
 from quantstudy.quality.metrics import score_engine
 from quantstudy.quant.apply import QuantPlan, replace_module
-from quantstudy.quant.bias_correction import correct_biases
-from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.modules import QDQ
 from quantstudy.recipe.selectors import layer_kind
 from quantstudy.record import EngineQuality
@@ -90,15 +89,11 @@ def measure_sensitivity(
     ref = _logits(ref_model, images, batch, device)
     del ref_model
 
-    work = copy.deepcopy(model).eval()
-    if fold:
-        fold_batchnorm(work, example)
-    source = copy.deepcopy(work)  # the quantized layers' float32 source, biases corrected
-    stored = plan.stored_weights(source)  # the plan's rounding and migration, as engines store
-    if plan.bias_correction:
-        correct_biases(
-            source, plan.layers, plan.calibration, plan.per_channel, stored, plan.divisors
-        )
+    work = deployed_copy(model, example, fold)
+    # the quantized layers' float32 source, biases as every engine deploys them (corrected, or
+    # fitted sequentially), and their FP8 weights as every engine stores them
+    source = deployed_copy(model, example, fold, plan)
+    stored = plan.stored_weights(source)
     work = work.to(device)
     originals = {name: work.get_submodule(name) for name in plan.layers}
     quantized = {

@@ -112,6 +112,20 @@ VARIANTS: dict[str, dict] = {
         "params": {"percentile": 99.99},
         "sequential": True,
     },
+    "sequential compensating + bc + smooth migration + mse calibrator": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "calibrator": "mse",
+        "sequential": True,
+    },
+    "sequential compensating + bc + smooth migration + per-layer calibrators": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "layer_calibrators": "choose",
+        "sequential": True,
+    },
     "compensating + bc + per-layer calibrators": {
         "rounding": "compensating",
         "bias_correction": True,
