@@ -63,13 +63,24 @@ def test_conv_kernel_is_as_close_to_the_emulation_as_the_fp16_emulation_it_repla
 
 
 def test_conv_writes_the_next_layers_fp8_input():
-    """FP8 output equals `to_fp8` of the fp16-rounded result but where the two summation
-    orders straddle a rounding boundary (one FP8 step, rare)."""
+    """FP8 output equals `to_fp8` of the fp16-rounded float32 result but where the two
+    summation orders straddle a rounding boundary (one FP8 step, rare). The sums are promoted
+    to float32 after every MMA here (as the 1x1 kernel's FP8-output test does): with the
+    engine's promotion every 128 products the tensor cores' alignment moves about one fp16
+    rounding in 2^7 by a step, a larger share than this test is about (the first run on the
+    H200, 2026-12-01, failed the rarity bound that way)."""
+    from quantstudy.quant.triton_conv import fp8_conv2d_triton
+
     layer, x, ref, _ = _case(104, 14, 1, "relu")
     scale = torch.tensor(ref.abs().max().item() / 448)
-    layer.out_scale = scale.cuda()
+    xp = F.pad(x, (0, 0, 0, 0, 0, layer.c_pad)) if layer.c_pad else x
+    xq = to_fp8(xp, layer.x_scale).contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
-        y8 = layer(x)
+        y8 = fp8_conv2d_triton(
+            xq, layer.w_taps, layer.kernel_hw, layer.w_scale, layer.x_scale, layer.bias, "relu",
+            E4M3, layer.stride, layer.padding, layer.dilation, scale.cuda(), torch.float16,
+            tile=(128, 64, 32, 4, 3), promote=32,
+        )  # fmt: skip
     assert y8.dtype == E4M3
     want = to_fp8(ref.half().float(), scale).float()
     got = y8.float().cpu()

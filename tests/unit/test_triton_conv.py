@@ -90,10 +90,25 @@ def test_conv_kernel_rounds_where_the_unfused_engine_stores_under_the_interprete
         geo = ([1, 1], [1, 1], [1, 1])
         y = fp8_conv2d_triton(*args, torch.float16, *geo, round_to=torch.float16, tile=(32, 32, 32))
         ref = fp8_conv2d(*args, torch.float16, *geo, None, torch.float16)
-        print((y == ref).float().mean().item())
+        every = fp8_conv2d_triton(*args, torch.float16, *geo, round_to=torch.float16,
+                                  tile=(32, 32, 16), promote=16)
+        print(min((y == ref).float().mean().item(), (every == ref).float().mean().item()))
         """
     )
     assert float(same) > 0.999
+
+
+def test_conv_kernel_refuses_a_promotion_it_cannot_keep():
+    pytest.importorskip("triton")
+    from quantstudy.quant.triton_conv import fp8_conv2d_triton
+
+    xq = torch.zeros(1, 16, 4, 4).to(torch.float8_e4m3fn)
+    w = torch.zeros(8, 9 * 16).to(torch.float8_e4m3fn)
+    args = (xq, w, (3, 3), torch.ones(8), torch.tensor(1.0), None, "none", torch.float32)
+    with pytest.raises(ValueError, match="power of two"):
+        fp8_conv2d_triton(*args, promote=48)
+    with pytest.raises(ValueError, match="products per promotion"):
+        fp8_conv2d_triton(*args, tile=(32, 32, 64), promote=32)
 
 
 def test_blocker_and_layer_checks():

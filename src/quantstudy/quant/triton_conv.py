@@ -162,13 +162,18 @@ def fp8_conv2d_triton(
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
     tile: tuple[int, ...] | None = None,
+    promote: int = PROMOTE,
 ) -> torch.Tensor:
     """Launch the conv: xq (B, C, H, W) FP8 E4M3 in any layout (channels-last reads
     coalesce), `w_taps` (N, KH * KW * C) FP8 from `tap_major`, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor; zero padding `padding` on each side. Returns a
     channels-last (B, N, HO, WO) map in `out_dtype`, or the next layer's FP8 input with
     `out_scale`. `round_to` as in `triton_fp8.fp8_gemm_triton`. `tile` (BLOCK_M, BLOCK_N,
-    BLOCK_K[, warps, stages]) fixes the tile; by default the autotuner picks it (CUDA)."""
+    BLOCK_K[, warps, stages]) fixes the tile; by default the autotuner picks it (CUDA).
+    `promote` as in `triton_fp8.fp8_gemm_triton` (tests set it to BLOCK_K to check the epilogue
+    against float32 sums; engines keep PROMOTE, where cuBLASLt promotes)."""
+    if promote < 0 or (promote and promote & (promote - 1)):
+        raise ValueError(f"promote must be 0 or a power of two, got {promote}")
     if xq.dtype != torch.float8_e4m3fn or w_taps.dtype != torch.float8_e4m3fn:
         raise ValueError(
             f"the FP8 conv reads E4M3 input and weight, got {xq.dtype}, {w_taps.dtype}"
@@ -196,7 +201,7 @@ def fp8_conv2d_triton(
         "SH": stride[0], "SW": stride[1], "PH": padding[0], "PW": padding[1],
         "DH": dilation[0], "DW": dilation[1], "KH": kh, "KW": kw,
         "ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "OUT_FP8": out_scale is not None,
-        "ROUND": ROUND_CODES[round_to or torch.float32], "PROMOTE": PROMOTE, "GROUP_M": 8,
+        "ROUND": ROUND_CODES[round_to or torch.float32], "PROMOTE": promote, "GROUP_M": 8,
     }  # fmt: skip
 
     def grid(meta):
@@ -206,8 +211,8 @@ def fp8_conv2d_triton(
         _fp8_conv_tuned[grid](*args, **meta)
     else:
         bm, bn, bk, *launch = tile
-        if bk > PROMOTE:
-            raise ValueError(f"BLOCK_K {bk} is more than the {PROMOTE} products per promotion")
+        if promote and bk > promote:
+            raise ValueError(f"BLOCK_K {bk} is more than the {promote} products per promotion")
         meta |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
         if launch:
             meta |= {"num_warps": launch[0], "num_stages": launch[1]}
