@@ -54,8 +54,9 @@ def fmt_points(v: float) -> str:
 
 
 def fmt_sig(v: float) -> str:
-    """Small quantities (KL, p-values, scales): 3 significant digits, never in e-notation."""
-    return np.format_float_positional(v, precision=3, unique=False, fractional=False, trim="-")
+    """Small quantities (KL, p-values, scales): 3 significant digits, never in e-notation, and
+    trailing zeros kept (0.0100, not 0.01: the digits shown are the digits measured)."""
+    return np.format_float_positional(v, precision=3, unique=False, fractional=False, trim="k")
 
 
 def fmt_mib(v: float) -> str:

@@ -76,7 +76,9 @@ def threshold_words(g: Gate) -> str:
     if g.metric == GateMetric.NONFINITE:
         return "none"
     sign = ">=" if g.direction == Direction.AT_LEAST else "<="
-    return f"{sign} {_FORMAT[g.metric](g.threshold)}{_UNIT.get(g.metric, '')}"
+    # a KL threshold is the policy's own number, shown as written (0.02, not 0.0200)
+    fmt = (lambda v: f"{v:g}") if g.metric == GateMetric.KL_MEAN else _FORMAT[g.metric]
+    return f"{sign} {fmt(g.threshold)}{_UNIT.get(g.metric, '')}"
 
 
 def measured_words(g: Gate) -> str:
