@@ -4,7 +4,7 @@ observed again."""
 
 import pytest
 import torch
-from torch import nn
+from _option_nets import LAYERS, images, pointwise_net
 
 from quantstudy.quant.calibrate import Calibration, calibrate, stats_source
 from quantstudy.quant.plan import QuantOptions, build_plan
@@ -15,29 +15,12 @@ from quantstudy.sweep.caches import host_cache_env
 
 torch.set_num_threads(1)
 
-LAYERS = ["3", "6", "9"]
+_net = pointwise_net
 CALIBRATORS = {"max": {}, "percentile": {"percentile": 99.9}, "mse": {}, "entropy": {}}
 
 
-def _net() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1),
-        nn.BatchNorm2d(32),
-        nn.ReLU6(),
-        nn.Conv2d(32, 48, 1),
-        nn.BatchNorm2d(48),
-        nn.ReLU(),
-        nn.Conv2d(48, 32, 1),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(32, 10),
-    ).eval()
-
-
 def _batches() -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(24, 3, 12, 12, generator=g) + torch.randn(24, 3, 1, 1, generator=g)
+    x = images()
     return [x[:12], x[12:]]
 
 

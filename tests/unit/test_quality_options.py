@@ -4,7 +4,7 @@ activation scales, per-layer calibrators, scale migration and its exactness, bad
 import pytest
 import torch
 from _interpreter import run_interpreted
-from torch import nn
+from _option_nets import LAYERS, images, pointwise_net
 
 from quantstudy.engines.builders import build_fakequant, build_fp8
 from quantstudy.engines.run import run_engine
@@ -15,31 +15,7 @@ from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
 
 CPU = torch.device("cpu")
-
-
-def _net() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1),
-        nn.BatchNorm2d(32),
-        nn.ReLU6(),
-        nn.Conv2d(32, 48, 1),
-        nn.BatchNorm2d(48),
-        nn.ReLU(),
-        nn.Conv2d(48, 32, 1),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(32, 10),
-    ).eval()
-
-
-LAYERS = ["3", "6", "9"]
-
-
-def _data() -> torch.Tensor:
-    g = torch.Generator().manual_seed(1)
-    # correlated channels and a positive mean, as after a ReLU6 block
-    return torch.randn(24, 3, 12, 12, generator=g) + torch.randn(24, 3, 1, 1, generator=g)
+_net, _data = pointwise_net, images
 
 
 def _plan(**options):

@@ -3,7 +3,9 @@ drops, shares of the total decrease, and the kept options written into the recip
 
 import pytest
 import yaml
-from test_quality_options import LAYERS, _data, _net
+from _option_nets import LAYERS
+from _option_nets import images as _data
+from _option_nets import pointwise_net as _net
 
 from quantstudy.quant.plan import QuantOptions
 from quantstudy.recipe.schema import parse_recipe

@@ -4,6 +4,7 @@ the engines storing the fitted values alike, and a bad option value."""
 
 import pytest
 import torch
+from _option_nets import LAYERS, deep_net, images
 from torch import nn
 
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, deployed_copy
@@ -14,31 +15,7 @@ from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
 
 CPU = torch.device("cpu")
-LAYERS = ["3", "6", "9"]  # 3 and 6 feed an activation; 9 feeds the pooling
-
-
-def _net() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1),
-        nn.BatchNorm2d(32),
-        nn.ReLU6(),
-        nn.Conv2d(32, 48, 1),
-        nn.BatchNorm2d(48),
-        nn.ReLU6(inplace=True),  # timm's activations work in place: the fit must not be fooled
-        nn.Conv2d(48, 32, 1),
-        nn.BatchNorm2d(32),
-        nn.ReLU(),
-        nn.Conv2d(32, 24, 1),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(24, 10),
-    ).eval()
-
-
-def _data() -> torch.Tensor:
-    g = torch.Generator().manual_seed(1)
-    return torch.randn(24, 3, 12, 12, generator=g) + torch.randn(24, 3, 1, 1, generator=g)
+_net, _data = deep_net, images
 
 
 def _plan(**options):
