@@ -22,3 +22,18 @@ def test_limit_runs_on_cpu_and_renders_its_table(tiny_imagenet, tmp_path, capsys
     assert len(table) == 2 + 2  # header, rule, one row per kernel at the one batch
     assert table[2].startswith("| test_resnet | fused | 2 | ")
     assert table[3].split(" | ")[4] == "0"  # no layer moved to scaled_mm off CUDA
+
+
+def test_limit_takes_a_recipe_for_every_model(tiny_imagenet, tmp_path):
+    """`--recipe` replaces the family default: with the depthwise variant every selected
+    depthwise conv of a tiny EfficientNet runs real FP8 in the fused engine."""
+    out = tmp_path / "limit.json"
+    main(["--images", str(tiny_imagenet), "--out", str(out), "--models", "test_efficientnet",
+          "--device", "cpu", "--batches", "2", "--n-images", "4", "--rounds", "1",
+          "--iters", "1", "--kernels", "fused",
+          "--recipe", "generic_pointwise_depthwise"])  # fmt: skip
+    (model,) = json.loads(out.read_text())["models"]
+    assert model["recipe"] == "builtin:generic_pointwise_depthwise"
+    fused = model["kernels"]["fused"]
+    assert fused["fp8_emulated"] == 0 and fused["fp8_real"] == model["selected"]
+    assert fused["fp8_handoffs"] > 0  # FP8 storage around the depthwise convs

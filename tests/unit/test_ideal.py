@@ -58,11 +58,12 @@ def _batch(batch=128, fp16_ms=1.0, x=1.05) -> BatchSpeed:
     )  # fmt: skip
 
 
-def _profile(engine, batch=128, mm=0.0, other=0.0) -> KernelBreakdown:
-    times = {KernelGroup.FP16_MATMUL_CONV: mm, KernelGroup.OTHER: other}
+def _profile(engine, batch=128, mm=0.0, other=0.0, dw=0.0) -> KernelBreakdown:
+    times = {KernelGroup.FP16_MATMUL_CONV: mm, KernelGroup.OTHER: other,
+             KernelGroup.DEPTHWISE_CONV: dw}  # fmt: skip
     groups = [KernelGroupTime(group=g, time_us=times.get(g, 0.0), count=1) for g in KernelGroup]
     return KernelBreakdown(
-        engine=engine, batch=batch, kernel_count=1, total_us=mm + other, groups=groups,
+        engine=engine, batch=batch, kernel_count=1, total_us=mm + other + dw, groups=groups,
         top_kernels=[],
     )  # fmt: skip
 
@@ -109,6 +110,31 @@ def test_ideal_of_one_real_layer_by_hand():
     assert got.ideal_x == pytest.approx(1.0 / want_ms)
     assert got.fraction == pytest.approx(1.05 * want_ms)
     assert "H200" in got.peaks and "1979" in got.peaks
+
+
+def test_selected_depthwise_convs_take_their_share_of_the_depthwise_time_at_fp8_storage():
+    # Two 3x3 depthwise convs, 64 and 128 channels on 28x28 at batch 128, both in the fp16
+    # engine's 300 us depthwise group; the recipe selects the second (FP8 storage). fp16 bytes:
+    # input 2 per element, float32 weight, fp16 output; at FP8 storage the input takes 1.
+    def dw(name, c, selected=True):
+        return _layer(name, cin=c, cout=c, hw=(28, 28), kernel=(3, 3), groups=c,
+                      selected=selected)  # fmt: skip
+
+    px = 128 * 28 * 28
+    bytes16 = {c: px * c * 2 + 4 * c * 9 + 2 * px * c for c in (64, 128)}
+    bytes8 = px * 128 + 4 * 128 * 9 + 2 * px * 128
+    dw16 = 300.0 * bytes16[128] / (bytes16[64] + bytes16[128])
+    roof8, passes = bytes8 / BYTES_PER_US, 4 * px * 128 / BYTES_PER_US
+    got = ideal_for_batch(
+        _batch(fp16_ms=1.0), _profile("fp16", other=500, dw=300), _profile("fp8", dw=100),
+        _recipe([dw("b", 128)], [dw("a", 64, selected=False)]), _engine(real=["b"]), H200,
+        "NVIDIA H200",
+    )  # fmt: skip
+    assert got.layers == 1
+    assert got.fp16_products_us == pytest.approx(dw16)  # 200 us: 2/3 of the group
+    assert got.fp8_roofline_us == pytest.approx(roof8)
+    assert got.fp16_elementwise_us == pytest.approx(passes)
+    assert got.ideal_x == pytest.approx(1.0 / (1.0 - (dw16 + passes - roof8) / 1000))
 
 
 def test_elementwise_is_capped_by_the_fp16_engines_pointwise_time():

@@ -10,8 +10,9 @@ depthwise conv (`shapes.py`; random weights) at one batch, timed from CUDA-graph
 - "triton fp8 in": FP8 input (per-tensor scale), fp16 out;
 - "triton fp8 in/out": FP8 input, FP8 output (the next FP8 layer's input);
 
-each Triton variant at its fastest of `TILES`, its result checked against the fp16 conv. Each
-row carries the bytes every variant moves and their roofline. On a machine without CUDA,
+each Triton variant at its fastest of `quant/triton_dw.TILES` (the weight reshaped to taps
+once, as the engine's layer stores it), its result checked against the fp16 conv. Each row
+carries the bytes every variant moves and their roofline. On a machine without CUDA,
 `--shapes-only` lists the convs, bytes and rooflines.
 """
 
@@ -26,7 +27,6 @@ from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import DepthwiseBench, DepthwiseRow
 from quantstudy.bench.shapes import BANDWIDTH, DepthwiseConv, depthwise_convs
 
-TILES = [(64, 64, 4), (32, 128, 4), (128, 32, 4), (64, 128, 8), (16, 256, 8), (128, 64, 8)]
 # variant -> (input bytes, output bytes) per element
 ELEMENT_BYTES = {
     "cudnn fp16": (2, 2),
@@ -84,7 +84,7 @@ def _row(model: str, conv: DepthwiseConv) -> DepthwiseRow:
 
 def time_conv(row: DepthwiseConv) -> dict:
     """The DepthwiseRow fields `us`, `best_tile` and `max_rel_error` of one conv."""
-    from quantstudy.quant.triton_dw import depthwise_conv
+    from quantstudy.quant.triton_dw import TILES, depthwise_taps
 
     dev = torch.device("cuda")
     conv = copy.deepcopy(row.module).to(dev, torch.float16).to(memory_format=torch.channels_last)
@@ -93,7 +93,8 @@ def time_conv(row: DepthwiseConv) -> dict:
     x_scale = x16.abs().amax().float() / 448
     x8 = (x16.float() / x_scale).clamp(-448, 448).to(torch.float8_e4m3fn)
     x8 = x8.contiguous(memory_format=torch.channels_last)
-    weight = conv.weight.float()
+    kh, kw = conv.kernel_size
+    taps = conv.weight.float().reshape(conv.out_channels, kh * kw).t().contiguous()
     bias = conv.bias.float() if conv.bias is not None else None
     with torch.no_grad():
         ref = conv(x16).float()
@@ -110,7 +111,7 @@ def time_conv(row: DepthwiseConv) -> dict:
     for label, (x, xs, os_, dtype) in variants.items():
 
         def call(tile, x=x, xs=xs, os_=os_, dtype=dtype):
-            return depthwise_conv(x, weight, bias, s, pad, hw, "none", xs, os_, dtype, tile)
+            return depthwise_taps(x, taps, (kh, kw), bias, s, pad, hw, "none", xs, os_, dtype, tile)
 
         times = {tile: time_us(lambda tile=tile: call(tile)) for tile in TILES}
         tile = min(times, key=times.get)

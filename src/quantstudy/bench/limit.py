@@ -2,9 +2,11 @@
 side, with the ideal x at the FP8 roofline and measured x as a fraction of it.
 
     python -m quantstudy.bench.limit --images DIR --out limit.json \
-        [--models a,b] [--kernels fused,scaled_mm,fastest] [--batches 1,128] [--agreement]
+        [--models a,b] [--kernels fused,scaled_mm,fastest] [--batches 1,128] [--agreement] \
+        [--recipe NAME]
 
-Per model: its family's built-in recipe, scales calibrated on the first images, the fp16 engine
+Per model: its family's built-in recipe (or `--recipe`, a built-in name or YAML file, for every
+model named), scales calibrated on the first images, the fp16 engine
 and one FP8 engine per kernel, all compiled with Inductor (default mode), timed against fp16
 with the study's harness (`speed.harness.measure_speed`: CUDA-graph replay, interleaved
 rounds, kernel profile per batch), and the ideal x from the same record (`speed.ideal`).
@@ -80,7 +82,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
     pre = resolve_preprocessing(loaded.model)
     items = scan_folder(args.images).items[: args.n_images]
     x, _ = load_images(items, build_transform(pre), desc=f"{name}: images")
-    recipe, source = load_recipe(default_recipe_for(name))
+    recipe, source = load_recipe(args.recipe or default_recipe_for(name))
     resolution = resolve(recipe, loaded.model, x[:1])
     info = resolution.to_info(recipe, source)
     layers = [d.name for d in resolution.selected]
@@ -285,6 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--agreement", action="store_true")
+    p.add_argument("--recipe", help="recipe for every model (default: each family's own)")
     p.add_argument("--device", default="cuda", help="cpu: checks the plumbing, times nothing")
     args = p.parse_args(argv)
     if args.render:

@@ -43,6 +43,7 @@ from quantstudy.quant.apply import QuantPlan, apply_fp8, replace_module
 from quantstudy.quant.fp8 import to_fp8
 from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.fused_conv import FusedFP8Conv2d
+from quantstudy.quant.fused_dw import FusedFP8Depthwise
 from quantstudy.quant.modules import bind_scaled_mm
 from quantstudy.record import LayerKernel
 from quantstudy.record.io import write_json_atomic
@@ -107,7 +108,7 @@ def choose_kernels(
     real = [
         n
         for n in plan.layers
-        if isinstance(model.get_submodule(n), (FusedFP8Matmul, FusedFP8Conv2d))
+        if isinstance(model.get_submodule(n), (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise))
     ]
     if timer is None and device.type != "cuda":
         return [LayerKernel(name=n, kernel=Fp8Kernel.FUSED, why="not timed off CUDA") for n in real]

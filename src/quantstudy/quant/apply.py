@@ -13,6 +13,7 @@ from torch import nn
 from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
+from quantstudy.quant.fused_dw import FusedFP8Depthwise, depthwise_fp8_blocker
 from quantstudy.quant.modules import QDQ, FP8Matmul, FP8Weight, real_fp8_blocker
 from quantstudy.quant.rounding import compensable, fp8_weights
 from quantstudy.record.vocab import Fp8Kernel, choices
@@ -109,10 +110,11 @@ def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
 
 def fp8_blocker(layer: nn.Module, kernel: str = "scaled_mm") -> str | None:
     """Why `layer` cannot run real FP8 with `kernel`; None when it can. The fused kernel also
-    runs dense kxk convs (`quant/fused_conv.py`); torch._scaled_mm has no conv."""
+    runs dense kxk convs (`quant/fused_conv.py`) and depthwise convs on FP8 storage
+    (`quant/fused_dw.py`); torch._scaled_mm has no conv."""
     blocker = real_fp8_blocker(layer)
     if blocker is not None and kernel == "fused" and isinstance(layer, nn.Conv2d):
-        if kxk_fp8_blocker(layer) is None:
+        if kxk_fp8_blocker(layer) is None or depthwise_fp8_blocker(layer) is None:
             return None
     return blocker
 
@@ -138,8 +140,9 @@ def fp8_module(
     """The module an FP8 engine puts in `layer`'s place, and why it is emulated (None: it runs a
     real FP8 product). The one place that chooses it: engines and per-layer timing alike.
 
-    `kernel` "fused": `FusedFP8Matmul` (linears, 1x1 convs) or `FusedFP8Conv2d` (dense kxk
-    convs), with `act` in the epilogue and, given `out_scale`, writing the next layer's FP8 input
+    `kernel` "fused": `FusedFP8Matmul` (linears, 1x1 convs), `FusedFP8Conv2d` (dense kxk
+    convs) or `FusedFP8Depthwise` (depthwise convs, FP8 storage, the plan's stored weight), with
+    `act` in the epilogue and, given `out_scale`, writing the next layer's FP8 input
     (`fp8_input`: reading its own that way); otherwise `FP8Matmul` (torch._scaled_mm). A layer
     no FP8 kernel takes gets the quantize-dequantize `QDQ` in `dtype`. `weight` and
     `input_quant`: the plan's stored weight and input quantization (`QuantPlan.input_quant`)."""
@@ -148,6 +151,11 @@ def fp8_module(
         return QDQ(layer, x_scale, True, per_channel, dtype, weight, **input_quant), blocker
     if kernel != "fused":
         return FP8Matmul(layer, x_scale, per_channel, dtype, weight, **input_quant), None
+    if depthwise_fp8_blocker(layer) is None:
+        new = FusedFP8Depthwise(
+            layer, x_scale, per_channel, dtype, act, out_scale, fp8_input, weight
+        )
+        return new, None
     if real_fp8_blocker(layer) is not None:
         # a kxk conv (`quant/fused_conv.py`): nearest weights, static per-tensor input
         return FusedFP8Conv2d(layer, x_scale, per_channel, dtype, act, out_scale, fp8_input), None

@@ -1,13 +1,13 @@
 """A depthwise convolution as a Triton kernel on channels-last maps, FP8 or fp16 in and out.
 
 Why: the largest byte saving left in the inverted-residual CNNs is the expanded tensor around
-each depthwise conv (docs/fp8-kernel.md, "What would close the misses"):
+each depthwise conv (docs/fp8-kernel.md, last section):
 the 1x1 conv before it could write it in FP8, and the depthwise conv could write the next FP8
 layer's input, if the depthwise conv read and wrote FP8. cuDNN's depthwise kernels read and
 write fp16 only. This kernel reads either (an FP8 map with its per-tensor scale), sums in
 float32, applies bias and activation, and writes fp16 or FP8 (divide by the next layer's scale,
-saturate, round to nearest even). `quantstudy bench depthwise` times it against cuDNN before
-any engine uses it.
+saturate, round to nearest even). `quant/fused_dw.py` puts it in the fused engine;
+`quantstudy bench depthwise` times it against cuDNN.
 
 Each program computes BLOCK_P output pixels x BLOCK_C channels; channels are contiguous in a
 channels-last map, so every tap is one coalesced load per pixel row. Padding is given as the
@@ -22,11 +22,11 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.triton_fp8 import ACT_CODES, activation, fp8_range
+from quantstudy.quant.triton_fp8 import ACT_CODES, _bench, activation, fp8_range
 
 
 @triton.jit
-def _dw_kernel(
+def _depthwise_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, x_scale_ptr, out_scale_ptr,
     P, H, W, C, HO, WO, PAD_H, PAD_W,
     sxb, sxh, sxw, syp,
@@ -65,6 +65,28 @@ def _dw_kernel(
     tl.store(ptrs, y, mask=p_mask[:, None] & c_mask[None, :])
 
 
+# (BLOCK_P, BLOCK_C, warps): pixels x channels per program. Channels are the contiguous axis of
+# a channels-last map, so wide BLOCK_C keeps loads coalesced; narrow maps (C 16-96) want
+# more pixels per program instead. `quantstudy bench depthwise` times each; the engine's
+# autotuner picks among them.
+TILES = [(64, 64, 4), (32, 128, 4), (128, 32, 4), (64, 128, 8), (16, 256, 8), (128, 64, 8)]
+
+
+def _prune(configs, named_args, **kwargs):
+    """Tiles no wider in channels than C's power of two (at least 32); the first when none."""
+    c = named_args["C"]
+    keep = [k for k in configs if k.kwargs["BLOCK_C"] <= max(32, triton.next_power_of_2(c))]
+    return keep or configs[:1]
+
+
+_depthwise_tuned = triton.autotune(
+    configs=[triton.Config({"BLOCK_P": p, "BLOCK_C": c}, num_warps=w) for p, c, w in TILES],
+    key=["P", "C", "H", "W", "STRIDE", "KH", "KW", "ACT", "X_FP8", "OUT_FP8", "HAS_BIAS"],
+    prune_configs_by={"early_config_prune": _prune},
+    do_bench=_bench,
+)(_depthwise_kernel)
+
+
 def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
     """TensorFlow "same" padding (timm's Conv2dSame): output ceil(size / stride), the odd pixel
     of padding at the end. Returns (output size, padding before)."""
@@ -90,6 +112,30 @@ def depthwise_conv(
     with `weight` (C, 1, KH, KW) and `bias` (C,), both float32; returns a channels-last
     (B, C, HO, WO) map in `out_dtype`, or FP8 quantized with `out_scale`. `pad` is the top/left
     padding, `tile` (BLOCK_P, BLOCK_C, warps)."""
+    kh, kw = weight.shape[-2:]
+    taps = weight.reshape(weight.shape[0], kh * kw).t().contiguous().float()
+    return depthwise_taps(
+        x, taps, (kh, kw), bias, stride, pad, out_hw, act, x_scale, out_scale, out_dtype, tile
+    )
+
+
+def depthwise_taps(
+    x: torch.Tensor,
+    taps: torch.Tensor,
+    kernel_hw: tuple[int, int],
+    bias: torch.Tensor | None,
+    stride: int,
+    pad: tuple[int, int],
+    out_hw: tuple[int, int],
+    act: str = "none",
+    x_scale: torch.Tensor | None = None,
+    out_scale: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.float16,
+    tile: tuple[int, int, int] | None = None,
+) -> torch.Tensor:
+    """`depthwise_conv` with the weight given as `taps` (KH * KW, C) float32, one row of
+    channels per tap: what an engine layer stores once instead of reshaping per call. `tile`
+    None: the autotuner picks it (`TILES`, timed from CUDA-graph replays)."""
     if not x.is_contiguous(memory_format=torch.channels_last):
         raise ValueError("the depthwise kernel reads channels-last maps")
     if (x.dtype == torch.float8_e4m3fn) != (x_scale is not None):
@@ -97,21 +143,31 @@ def depthwise_conv(
     if (out_scale is not None) != (out_dtype == torch.float8_e4m3fn):
         raise ValueError("an FP8 output needs out_scale, and out_scale an FP8 output")
     b, c, h, w = x.shape
-    kh, kw = weight.shape[-2:]
+    kh, kw = kernel_hw
+    if taps.shape != (kh * kw, c):
+        raise ValueError(f"taps must be ({kh * kw}, {c}), got {tuple(taps.shape)}")
     ho, wo = out_hw
     y = torch.empty((b, c, ho, wo), device=x.device, dtype=out_dtype)
     y = y.contiguous(memory_format=torch.channels_last)
-    taps = weight.reshape(c, kh * kw).t().contiguous().float()  # (KH*KW, C): channel rows
     one = torch.ones((), device=x.device)
-    block_p, block_c, warps = tile
-    grid = (triton.cdiv(b * ho * wo, block_p), triton.cdiv(c, block_c))
-    _dw_kernel[grid](
+    args = (
         x, taps, bias if bias is not None else taps, y,
         x_scale if x_scale is not None else one, out_scale if out_scale is not None else one,
         b * ho * wo, h, w, c, ho, wo, pad[0], pad[1],
         x.stride(0), x.stride(2), x.stride(3), y.stride(3),
-        STRIDE=stride, KH=kh, KW=kw, ACT=ACT_CODES[act],
-        X_FP8=x_scale is not None, OUT_FP8=out_scale is not None, HAS_BIAS=bias is not None,
-        BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps,
     )  # fmt: skip
+    meta = {
+        "STRIDE": stride, "KH": kh, "KW": kw, "ACT": ACT_CODES[act],
+        "X_FP8": x_scale is not None, "OUT_FP8": out_scale is not None,
+        "HAS_BIAS": bias is not None,
+    }  # fmt: skip
+
+    def grid(m):
+        return (triton.cdiv(b * ho * wo, m["BLOCK_P"]), triton.cdiv(c, m["BLOCK_C"]))
+
+    if tile is None:
+        _depthwise_tuned[grid](*args, **meta)
+    else:
+        block_p, block_c, warps = tile
+        _depthwise_kernel[grid](*args, **meta, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps)
     return y

@@ -104,6 +104,7 @@ def explore_options(
 
 def apply_to_recipe(recipe, options: QuantOptions):
     """The recipe (`recipe.schema.Recipe`) with the kept options written into it."""
+
     def validated(section, **update):  # validated again, so strings become the schema's enums
         return section.model_validate({**section.model_dump(), **update})
 

@@ -30,7 +30,11 @@ all from the study's own record:
 Layer shapes come from the recipe's table (`LayerDecision`): M = batch x output pixels (a
 linear: batch x tokens), K = in channels x kernel area, N = out channels; output size
 ceil(input / stride), the "same" padding of every kxk conv the built-in recipes select.
-Depthwise and grouped layers are not priced (they stay in the fp16 engine's time).
+Selected depthwise convs (run on FP8 storage, `quant/fused_dw.py`) are priced by bytes alone
+(no tensor cores; their FLOPs are negligible): FP8 input read once, the weight in float32,
+fp16 output written once, against their share of the fp16 engine's depthwise group (by fp16
+bytes among all the depthwise convs of the recipe's table), plus their bias/activation pass as
+above. Grouped (not depthwise) layers are not priced.
 """
 
 from __future__ import annotations
@@ -137,6 +141,39 @@ def layer_cost(d: LayerDecision, batch: int) -> LayerCost | None:
     return LayerCost(d.name, m, k, d.out_channels, read, k * d.out_channels, True)
 
 
+def _depthwise_bytes(d: LayerDecision, batch: int, in_bytes: int) -> float | None:
+    """Bytes a depthwise conv moves at `batch` (input at `in_bytes` per element, float32
+    weight, fp16 output); None for other layers and layers the example pass did not run."""
+    if d.groups <= 1 or not (d.groups == d.in_channels == d.out_channels) or not d.input_hw:
+        return None
+    h, w = d.input_hw
+    kh, kw = d.kernel or (1, 1)
+    sh, sw = d.stride or (1, 1)
+    out = batch * math.ceil(h / sh) * math.ceil(w / sw) * d.out_channels
+    return batch * h * w * d.in_channels * in_bytes + 4 * d.groups * kh * kw + 2 * out
+
+
+def _depthwise_terms(
+    recipe: RecipeInfo, fp16: KernelBreakdown, batch: int, peaks: Peaks
+) -> tuple[float, float, float]:
+    """(the fp16 engine's time on the selected depthwise convs, their FP8-storage roofline,
+    their bias/activation passes), in us; zeros when the recipe selects none."""
+    chosen = [(d, _depthwise_bytes(d, batch, 2)) for d in recipe.selected]
+    chosen = [(d, b) for d, b in chosen if b is not None]
+    if not chosen:
+        return 0.0, 0.0, 0.0
+    others = [_depthwise_bytes(d, batch, 2) for d in recipe.excluded]
+    total16 = sum(b for _, b in chosen) + sum(b for b in others if b is not None)
+    share = sum(b for _, b in chosen) / total16
+    bw = peaks.hbm_tbs * 1e6
+    roof8 = sum(_depthwise_bytes(d, batch, 1) for d, _ in chosen) / bw
+    outputs = [batch * math.ceil(d.input_hw[0] / (d.stride or (1, 1))[0])
+               * math.ceil(d.input_hw[1] / (d.stride or (1, 1))[1]) * d.out_channels
+               for d, _ in chosen]  # fmt: skip
+    passes = sum(4 * o for o in outputs) / bw
+    return _group(fp16, KernelGroup.DEPTHWISE_CONV) * share, roof8, passes
+
+
 def _group(b: KernelBreakdown, group: KernelGroup) -> float:
     return next((g.time_us for g in b.groups if g.group == group), 0.0)
 
@@ -154,7 +191,8 @@ def ideal_for_batch(
     batch = bs.batch
     costs = {d.name: layer_cost(d, batch) for d in recipe.selected}
     priced = {name: c for name, c in costs.items() if c is not None}
-    if not priced:
+    dw16, dw8, dw_passes = _depthwise_terms(recipe, fp16, batch, peaks)
+    if not priced and not dw16:
         return None
     mm16 = _group(fp16, KernelGroup.FP16_MATMUL_CONV)
     mm8 = _group(fp8, KernelGroup.FP16_MATMUL_CONV)
@@ -168,8 +206,9 @@ def ideal_for_batch(
     passes = sum(
         c.pass_us(peaks) for c in priced.values() if c.is_conv or c.name in engine.fp8_epilogue
     )
-    elementwise = min(passes, _group(fp16, KernelGroup.OTHER))
-    roof8 = sum(c.fp8_us(peaks) for c in priced.values())
+    elementwise = min(passes + dw_passes, _group(fp16, KernelGroup.OTHER))
+    products += dw16
+    roof8 = sum(c.fp8_us(peaks) for c in priced.values()) + dw8
     fp16_ms = bs.fp16_ms.median
     ideal_ms = fp16_ms - (products + elementwise - roof8) / 1000
     if ideal_ms <= 0:
@@ -178,7 +217,8 @@ def ideal_for_batch(
     return IdealSpeed(
         batch=batch,
         peaks=peaks.text(gpu),
-        layers=len(priced),
+        layers=len(priced)
+        + sum(_depthwise_bytes(d, batch, 2) is not None for d in recipe.selected),
         fp16_products_us=products,
         fp16_elementwise_us=elementwise,
         fp8_roofline_us=roof8,

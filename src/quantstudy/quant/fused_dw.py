@@ -1,0 +1,170 @@
+"""The fused FP8 depthwise convolution: FP8 storage around a depthwise conv the recipe selects.
+
+Why: in the inverted-residual CNNs the depthwise convs take the same time in the fp16 and FP8
+engines (docs/fp8-kernel.md, last section), because both read and write fp16 around them. With
+the depthwise conv selected, the 1x1 conv before it writes its output in FP8 (a hand-off,
+`quant/handoff.py`), this layer reads it, applies the folded BatchNorm bias and the activation
+in its epilogue, and writes the next FP8 layer's input: a memory-bound conv that moves half the
+bytes. The quantization is the emulation's (`QDQ`): static per-tensor input scale, FP8 weights
+(per channel or per tensor) dequantized to float32, float32 sums. The weights stay float32 in
+the kernel (a depthwise conv has no matrix product for FP8 tensor cores to run); what is FP8 is
+the activation storage.
+
+On CUDA the conv is `quant/triton_dw.py`'s kernel; elsewhere the same arithmetic in torch
+(`F.conv2d` with groups), so CPU tests and CPU engines check the layer without a GPU. Both run
+behind one custom op, opaque to Inductor; the input quantize, when the producer writes no FP8,
+stays a torch expression that Inductor fuses into the producing kernel. The epilogue does not
+round through the engine's dtype: no unfused engine runs this conv to agree with (scaled_mm
+engines emulate it), and the emulation keeps float32.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from quantstudy.quant.fp8 import E4M3, dequantize_weight, quantize_weight, to_fp8
+from quantstudy.quant.fused import _act_reference
+from quantstudy.quant.modules import FP8Weight
+
+
+def _same_pad_types() -> tuple[type, ...]:
+    from timm.layers import Conv2dSame
+
+    return (Conv2dSame,)
+
+
+def depthwise_fp8_blocker(layer: nn.Module) -> str | None:
+    """Why `layer` cannot run as a fused FP8 depthwise conv; None when it can: a plain
+    `nn.Conv2d` with fixed zero padding or timm's `Conv2dSame` (TensorFlow "same" padding),
+    one channel per group, one stride for both axes, no dilation."""
+    same = isinstance(layer, _same_pad_types())
+    if type(layer) is not nn.Conv2d and not same:
+        return f"{type(layer).__name__} is not a plain Conv2d (depthwise FP8 kernel)"
+    if not (layer.groups == layer.in_channels == layer.out_channels):
+        return "not a depthwise conv (one channel per group)"
+    if layer.dilation != (1, 1) or layer.stride[0] != layer.stride[1]:
+        return "dilated depthwise conv, or one with two strides, has no FP8 kernel"
+    if layer.padding_mode != "zeros" or (isinstance(layer.padding, str) and not same):
+        return f"padding {layer.padding!r} ({layer.padding_mode}) has no FP8 depthwise kernel"
+    return None
+
+
+@torch.library.custom_op("quantstudy::fp8_depthwise", mutates_args=())
+def fp8_depthwise(
+    xq: torch.Tensor,
+    taps: torch.Tensor,
+    kernel_hw: list[int],
+    x_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    act: str,
+    out_dtype: torch.dtype,
+    stride: int,
+    pad: list[int],
+    out_hw: list[int],
+    out_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """act(depthwise(xq * x_scale, taps) + bias), channels-last (B, C, HO, WO) in `out_dtype`
+    (the next layer's FP8 input with `out_scale`); xq (B, C, H, W) FP8, `taps` (KH * KW, C)
+    float32 (the dequantized FP8 weight, one row per tap), `pad` the top/left zero padding."""
+    if xq.is_cuda:
+        from quantstudy.quant.triton_dw import depthwise_taps
+
+        return depthwise_taps(
+            xq, taps, tuple(kernel_hw), bias, stride, tuple(pad), tuple(out_hw), act, x_scale,
+            out_scale, out_dtype,
+        )  # fmt: skip
+    kh, kw = kernel_hw
+    c = xq.shape[1]
+    w = taps.t().reshape(c, 1, kh, kw)
+    # bottom/right padding that yields out_hw (negative: the rows a strided conv never reads)
+    extra = [(out_hw[i] - 1) * stride + kernel_hw[i] - xq.shape[2 + i] - pad[i] for i in range(2)]
+    x = F.pad(xq.float(), (pad[1], extra[1], pad[0], extra[0]))
+    y = F.conv2d(x, w, stride=stride, groups=c) * x_scale
+    if bias is not None:
+        y = y + bias[None, :, None, None]
+    y = _act_reference(y, act)
+    y = to_fp8(y, out_scale) if out_scale is not None else y.to(out_dtype)
+    return y.contiguous(memory_format=torch.channels_last)
+
+
+@fp8_depthwise.register_fake
+def _(xq, taps, kernel_hw, x_scale, bias, act, out_dtype, stride, pad, out_hw, out_scale=None):
+    out = xq.new_empty((xq.shape[0], out_hw[0], out_hw[1], xq.shape[1]), dtype=out_dtype)
+    return out.permute(0, 3, 1, 2)
+
+
+class FusedFP8Depthwise(nn.Module):
+    """A depthwise conv reading and writing FP8 (module docstring); arguments as
+    `FusedFP8Matmul`'s, `weight` the plan's stored FP8 weight (nearest rounding otherwise)."""
+
+    def __init__(
+        self,
+        layer: nn.Conv2d,
+        x_scale: float,
+        per_channel: bool,
+        dtype: torch.dtype,
+        act: str = "none",
+        out_scale: float | None = None,
+        fp8_input: bool = False,
+        weight: FP8Weight | None = None,
+    ) -> None:
+        super().__init__()
+        blocker = depthwise_fp8_blocker(layer)
+        if blocker is not None:
+            raise ValueError(blocker)
+        w8, w_scale = weight or quantize_weight(layer.weight.detach().float(), per_channel)
+        c = layer.out_channels
+        self.kernel_hw = [int(k) for k in layer.kernel_size]
+        self.stride = int(layer.stride[0])
+        self.same = isinstance(layer, _same_pad_types())
+        self.padding = [int(p) for p in layer.padding] if not self.same else [0, 0]
+        taps = dequantize_weight(w8, w_scale, torch.float32).reshape(c, -1).t()
+        self.register_buffer("taps", taps.contiguous())
+        self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
+        bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
+        self.register_buffer("bias", bias)
+        out = torch.tensor(out_scale, dtype=torch.float32) if out_scale is not None else None
+        self.register_buffer("out_scale", out)
+        self.act = act
+        self.dtype = dtype
+        self.fp8_input = fp8_input
+
+    def geometry(self, h: int, w: int) -> tuple[list[int], list[int]]:
+        """(top/left padding, output size) for an (h, w) input."""
+        if self.same:
+            from quantstudy.quant.triton_dw import same_padding
+
+            (ho, ph), (wo, pw) = (same_padding(n, k, self.stride) for n, k in
+                                  zip((h, w), self.kernel_hw, strict=True))  # fmt: skip
+            return [ph, pw], [ho, wo]
+        out = [(n + 2 * p - k) // self.stride + 1
+               for n, p, k in zip((h, w), self.padding, self.kernel_hw, strict=True)]  # fmt: skip
+        return list(self.padding), out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fp8_input:
+            if x.dtype != E4M3:
+                raise TypeError(f"this layer reads FP8 from its producer, got {x.dtype}")
+            xq = x
+        else:
+            xq = to_fp8(x, self.x_scale)
+        xq = xq.contiguous(memory_format=torch.channels_last)
+        pad, out_hw = self.geometry(x.shape[2], x.shape[3])
+        out_dtype = E4M3 if self.out_scale is not None else self.dtype
+        return fp8_depthwise(
+            xq, self.taps, self.kernel_hw, self.x_scale, self.bias, self.act, out_dtype,
+            self.stride, pad, out_hw, self.out_scale,
+        )  # fmt: skip
+
+    def extra_repr(self) -> str:
+        kh, kw = self.kernel_hw
+        io = (", fp8 in" if self.fp8_input else "") + (
+            ", fp8 out" if self.out_scale is not None else ""
+        )
+        pad = "same" if self.same else tuple(self.padding)
+        return (
+            f"c={self.taps.shape[1]}, kernel={kh}x{kw}, stride={self.stride}, padding={pad}, "
+            f"act={self.act}{io}"
+        )
