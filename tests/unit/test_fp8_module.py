@@ -6,12 +6,14 @@ from torch import nn
 from quantstudy.quant.apply import fp8_module
 from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.fused_conv import FusedFP8Conv2d
+from quantstudy.quant.fused_dw import FusedFP8Depthwise
 from quantstudy.quant.modules import QDQ, FP8Matmul
 
 LAYERS = {
     "pointwise": nn.Conv2d(32, 64, 1),
     "dense 3x3": nn.Conv2d(32, 64, 3, padding=1),
     "depthwise": nn.Conv2d(32, 32, 3, padding=1, groups=32),
+    "grouped": nn.Conv2d(32, 32, 3, padding=1, groups=4),
     "linear": nn.Linear(64, 32),
 }
 
@@ -24,11 +26,12 @@ def _kinds(kernel: str) -> dict[str, tuple[type, bool]]:
     return out
 
 
-def test_fused_kernel_takes_pointwise_dense_and_linear_layers():
+def test_fused_kernel_takes_pointwise_dense_depthwise_and_linear_layers():
     assert _kinds("fused") == {
         "pointwise": (FusedFP8Matmul, True),
         "dense 3x3": (FusedFP8Conv2d, True),
-        "depthwise": (QDQ, False),
+        "depthwise": (FusedFP8Depthwise, True),
+        "grouped": (QDQ, False),
         "linear": (FusedFP8Matmul, True),
     }
 
@@ -38,10 +41,11 @@ def test_scaled_mm_has_no_conv_beyond_1x1():
         "pointwise": (FP8Matmul, True),
         "dense 3x3": (QDQ, False),
         "depthwise": (QDQ, False),
+        "grouped": (QDQ, False),
         "linear": (FP8Matmul, True),
     }
 
 
 def test_emulated_layer_says_why():
-    _, blocker = fp8_module(LAYERS["depthwise"], 0.01, True, torch.float16, "fused")
+    _, blocker = fp8_module(LAYERS["grouped"], 0.01, True, torch.float16, "fused")
     assert blocker == "kernel 3x3 has no FP8 conv kernel"

@@ -161,11 +161,11 @@ def test_kernel_under_the_interpreter_matches_the_torch_path():
             x = torch.randn(2, conv.in_channels, 9, 9)
             xq = to_fp8(x, layer.x_scale).contiguous(memory_format=torch.channels_last)
             pad, out_hw = layer.geometry(9, 9)
-            args = (xq, layer.taps, layer.kernel_hw, layer.x_scale, layer.bias, "relu6",
-                    torch.float32, layer.stride, pad, out_hw)
+            args = (xq, layer.taps, layer.w_scale, layer.kernel_hw, layer.x_scale, layer.bias,
+                    "relu6", torch.float32, layer.stride, pad, out_hw)
             y = depthwise_taps(xq, layer.taps, tuple(layer.kernel_hw), layer.bias, layer.stride,
                                tuple(pad), tuple(out_hw), "relu6", layer.x_scale, None,
-                               torch.float32, (16, 32, 4))
+                               torch.float32, (16, 32, 4), w_scale=layer.w_scale)
             ref = fp8_depthwise(*args)
             worst = max(worst, ((y - ref).abs().max() / ref.abs().max()).item())
         print(worst)

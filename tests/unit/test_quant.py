@@ -157,10 +157,11 @@ def test_fp8_engine_matches_emulation_in_fp32():
     cpu = torch.device("cpu")
     fp8 = build_fp8(m, cpu, x[:1], plan, dtype=torch.float32)
     fq = build_fakequant(m, cpu, x[:1], plan)
-    # the fused kernel runs the 3x3 stem too (`quant/fused_conv.py`); depthwise stays emulated
-    real = ["back", "down", "fc1", "fc2", "odd", "pw1", "pw2", "short", "stem"]
+    # the fused kernel runs the 3x3 stem (`quant/fused_conv.py`) and the depthwise conv
+    # (`quant/fused_dw.py`) too
+    real = ["back", "down", "dw", "fc1", "fc2", "odd", "pw1", "pw2", "short", "stem"]
     assert sorted(fp8.applied.real) == real
-    assert sorted(n for n, _ in fp8.applied.emulated) == ["dw"]
+    assert fp8.applied.emulated == []
     a, b = fp8(x), fq(x)
     assert torch.linalg.norm(a - b) / torch.linalg.norm(b) < 1e-4
     # and the emulation is not trivially the fp32 model
@@ -184,7 +185,7 @@ def test_engine_info_lists_layers_and_bytes():
     plan = _plan(m, ["pw1", "dw"], x)
     cpu = torch.device("cpu")
     info = build_fp8(m, cpu, x[:1], plan).info()
-    assert info.fp8_real == ["pw1"] and info.fp8_emulated == ["dw"]
+    assert info.fp8_real == ["pw1", "dw"] and info.fp8_emulated == []
     assert info.fp16_layers == 10 - 2
     half = build_half(m, cpu, x[:1]).info()
     assert info.weight_bytes < half.weight_bytes  # pw1's weight went from 2 bytes to 1 per value

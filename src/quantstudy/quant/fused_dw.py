@@ -6,9 +6,9 @@ the depthwise conv selected, the 1x1 conv before it writes its output in FP8 (a 
 `quant/handoff.py`), this layer reads it, applies the folded BatchNorm bias and the activation
 in its epilogue, and writes the next FP8 layer's input: a memory-bound conv that moves half the
 bytes. The quantization is the emulation's (`QDQ`): static per-tensor input scale, FP8 weights
-(per channel or per tensor) dequantized to float32, float32 sums. The weights stay float32 in
-the kernel (a depthwise conv has no matrix product for FP8 tensor cores to run); what is FP8 is
-the activation storage.
+(per channel or per tensor), float32 sums; the scales multiply after the sum. The products run
+on CUDA cores in float32 (a depthwise conv has no matrix product for FP8 tensor cores): what FP8
+buys here is the bytes of the activations and weights.
 
 On CUDA the conv is `quant/triton_dw.py`'s kernel; elsewhere the same arithmetic in torch
 (`F.conv2d` with groups), so CPU tests and CPU engines check the layer without a GPU. Both run
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.fp8 import E4M3, dequantize_weight, quantize_weight, to_fp8
+from quantstudy.quant.fp8 import E4M3, quantize_weight, to_fp8
 from quantstudy.quant.fused import _act_reference
 from quantstudy.quant.modules import FP8Weight
 
@@ -55,6 +55,7 @@ def depthwise_fp8_blocker(layer: nn.Module) -> str | None:
 def fp8_depthwise(
     xq: torch.Tensor,
     taps: torch.Tensor,
+    w_scale: torch.Tensor,
     kernel_hw: list[int],
     x_scale: torch.Tensor,
     bias: torch.Tensor | None,
@@ -65,23 +66,24 @@ def fp8_depthwise(
     out_hw: list[int],
     out_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """act(depthwise(xq * x_scale, taps) + bias), channels-last (B, C, HO, WO) in `out_dtype`
-    (the next layer's FP8 input with `out_scale`); xq (B, C, H, W) FP8, `taps` (KH * KW, C)
-    float32 (the dequantized FP8 weight, one row per tap), `pad` the top/left zero padding."""
+    """act(depthwise(xq, taps) * x_scale * w_scale + bias), channels-last (B, C, HO, WO) in
+    `out_dtype` (the next layer's FP8 input with `out_scale`); xq (B, C, H, W) and `taps`
+    (KH * KW, C: one row of channels per tap) FP8, w_scale (C,) float32, `pad` the top/left
+    zero padding."""
     if xq.is_cuda:
         from quantstudy.quant.triton_dw import depthwise_taps
 
         return depthwise_taps(
             xq, taps, tuple(kernel_hw), bias, stride, tuple(pad), tuple(out_hw), act, x_scale,
-            out_scale, out_dtype,
+            out_scale, out_dtype, w_scale=w_scale,
         )  # fmt: skip
     kh, kw = kernel_hw
     c = xq.shape[1]
-    w = taps.t().reshape(c, 1, kh, kw)
+    w = taps.float().t().reshape(c, 1, kh, kw)
     # bottom/right padding that yields out_hw (negative: the rows a strided conv never reads)
     extra = [(out_hw[i] - 1) * stride + kernel_hw[i] - xq.shape[2 + i] - pad[i] for i in range(2)]
     x = F.pad(xq.float(), (pad[1], extra[1], pad[0], extra[0]))
-    y = F.conv2d(x, w, stride=stride, groups=c) * x_scale
+    y = F.conv2d(x, w, stride=stride, groups=c) * (w_scale * x_scale)[None, :, None, None]
     if bias is not None:
         y = y + bias[None, :, None, None]
     y = _act_reference(y, act)
@@ -90,7 +92,8 @@ def fp8_depthwise(
 
 
 @fp8_depthwise.register_fake
-def _(xq, taps, kernel_hw, x_scale, bias, act, out_dtype, stride, pad, out_hw, out_scale=None):
+def _(xq, taps, w_scale, kernel_hw, x_scale, bias, act, out_dtype, stride, pad, out_hw,
+      out_scale=None):  # fmt: skip
     out = xq.new_empty((xq.shape[0], out_hw[0], out_hw[1], xq.shape[1]), dtype=out_dtype)
     return out.permute(0, 3, 1, 2)
 
@@ -120,8 +123,8 @@ class FusedFP8Depthwise(nn.Module):
         self.stride = int(layer.stride[0])
         self.same = isinstance(layer, _same_pad_types())
         self.padding = [int(p) for p in layer.padding] if not self.same else [0, 0]
-        taps = dequantize_weight(w8, w_scale, torch.float32).reshape(c, -1).t()
-        self.register_buffer("taps", taps.contiguous())
+        self.register_buffer("taps", w8.reshape(c, -1).t().contiguous())  # (KH * KW, C) FP8
+        self.register_buffer("w_scale", w_scale.float().expand(c).contiguous())
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
         bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
         self.register_buffer("bias", bias)
@@ -154,8 +157,8 @@ class FusedFP8Depthwise(nn.Module):
         pad, out_hw = self.geometry(x.shape[2], x.shape[3])
         out_dtype = E4M3 if self.out_scale is not None else self.dtype
         return fp8_depthwise(
-            xq, self.taps, self.kernel_hw, self.x_scale, self.bias, self.act, out_dtype,
-            self.stride, pad, out_hw, self.out_scale,
+            xq, self.taps, self.w_scale, self.kernel_hw, self.x_scale, self.bias, self.act,
+            out_dtype, self.stride, pad, out_hw, self.out_scale,
         )  # fmt: skip
 
     def extra_repr(self) -> str:

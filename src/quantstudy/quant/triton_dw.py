@@ -27,11 +27,11 @@ from quantstudy.quant.triton_fp8 import ACT_CODES, _bench, activation, fp8_range
 
 @triton.jit
 def _depthwise_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr, x_scale_ptr, out_scale_ptr,
+    x_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, x_scale_ptr, out_scale_ptr,
     P, H, W, C, HO, WO, PAD_H, PAD_W,
     sxb, sxh, sxw, syp,
     STRIDE: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, ACT: tl.constexpr,
-    X_FP8: tl.constexpr, OUT_FP8: tl.constexpr, HAS_BIAS: tl.constexpr,
+    X_FP8: tl.constexpr, W_FP8: tl.constexpr, OUT_FP8: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     offs_p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -52,7 +52,9 @@ def _depthwise_kernel(
                 rows[:, None] + offs_c[None, :], mask=ok[:, None] & c_mask[None, :], other=0.0
             )
             w = tl.load(w_ptr + (i * KW + j) * C + offs_c, mask=c_mask, other=0.0)
-            acc += x.to(tl.float32) * w[None, :]
+            acc += x.to(tl.float32) * w.to(tl.float32)[None, :]
+    if W_FP8:  # FP8 taps: their per-channel scale after the sum, as the fused products do
+        acc = acc * tl.load(ws_ptr + offs_c, mask=c_mask, other=0.0)[None, :]
     if X_FP8:
         acc = acc * tl.load(x_scale_ptr)
     if HAS_BIAS:
@@ -81,7 +83,7 @@ def _prune(configs, named_args, **kwargs):
 
 _depthwise_tuned = triton.autotune(
     configs=[triton.Config({"BLOCK_P": p, "BLOCK_C": c}, num_warps=w) for p, c, w in TILES],
-    key=["P", "C", "H", "W", "STRIDE", "KH", "KW", "ACT", "X_FP8", "OUT_FP8", "HAS_BIAS"],
+    key=["P", "C", "H", "W", "STRIDE", "KH", "KW", "ACT", "X_FP8", "W_FP8", "OUT_FP8", "HAS_BIAS"],
     prune_configs_by={"early_config_prune": _prune},
     do_bench=_bench,
 )(_depthwise_kernel)
@@ -116,7 +118,7 @@ def depthwise_conv(
     taps = weight.reshape(weight.shape[0], kh * kw).t().contiguous().float()
     return depthwise_taps(
         x, taps, (kh, kw), bias, stride, pad, out_hw, act, x_scale, out_scale, out_dtype, tile
-    )
+    )  # float32 taps: no weight scale
 
 
 def depthwise_taps(
@@ -132,10 +134,12 @@ def depthwise_taps(
     out_scale: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.float16,
     tile: tuple[int, int, int] | None = None,
+    w_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`depthwise_conv` with the weight given as `taps` (KH * KW, C) float32, one row of
-    channels per tap: what an engine layer stores once instead of reshaping per call. `tile`
-    None: the autotuner picks it (`TILES`, timed from CUDA-graph replays)."""
+    """`depthwise_conv` with the weight given as `taps` (KH * KW, C), one row of channels per
+    tap: what an engine layer stores once instead of reshaping per call; float32, or FP8 with
+    its per-channel float32 `w_scale` (C,). `tile` None: the autotuner picks it (`TILES`,
+    timed from CUDA-graph replays)."""
     if not x.is_contiguous(memory_format=torch.channels_last):
         raise ValueError("the depthwise kernel reads channels-last maps")
     if (x.dtype == torch.float8_e4m3fn) != (x_scale is not None):
@@ -146,19 +150,22 @@ def depthwise_taps(
     kh, kw = kernel_hw
     if taps.shape != (kh * kw, c):
         raise ValueError(f"taps must be ({kh * kw}, {c}), got {tuple(taps.shape)}")
+    if (taps.dtype == torch.float8_e4m3fn) != (w_scale is not None):
+        raise ValueError("FP8 taps need w_scale, and w_scale FP8 taps")
     ho, wo = out_hw
     y = torch.empty((b, c, ho, wo), device=x.device, dtype=out_dtype)
     y = y.contiguous(memory_format=torch.channels_last)
     one = torch.ones((), device=x.device)
     args = (
-        x, taps, bias if bias is not None else taps, y,
+        x, taps, w_scale if w_scale is not None else one, bias if bias is not None else one, y,
         x_scale if x_scale is not None else one, out_scale if out_scale is not None else one,
         b * ho * wo, h, w, c, ho, wo, pad[0], pad[1],
         x.stride(0), x.stride(2), x.stride(3), y.stride(3),
     )  # fmt: skip
     meta = {
         "STRIDE": stride, "KH": kh, "KW": kw, "ACT": ACT_CODES[act],
-        "X_FP8": x_scale is not None, "OUT_FP8": out_scale is not None,
+        "X_FP8": x_scale is not None, "W_FP8": w_scale is not None,
+        "OUT_FP8": out_scale is not None,
         "HAS_BIAS": bias is not None,
     }  # fmt: skip
 
