@@ -97,6 +97,41 @@ def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=None, round_to=N
     return xq.new_empty((xq.shape[0], w8.shape[0]), dtype=out_dtype)
 
 
+def take_epilogue(
+    module: nn.Module,
+    layer: nn.Module,
+    dtype: torch.dtype,
+    act: str,
+    out_scale: float | None,
+    fp8_input: bool,
+) -> None:
+    """The epilogue state of every fused FP8 layer: the bias as the fp16 engine and
+    torch._scaled_mm's epilogue hold it (the engine's dtype), kept in float32; the activation;
+    the engine's dtype; the FP8 hand-off (`quant/handoff.py`): `out_scale` writes the next
+    layer's FP8 input, `fp8_input` reads its own already quantized by the layer before."""
+    bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
+    module.register_buffer("bias", bias)
+    module.act = act
+    module.dtype = dtype
+    out = torch.tensor(out_scale, dtype=torch.float32) if out_scale is not None else None
+    module.register_buffer("out_scale", out)
+    module.fp8_input = fp8_input
+
+
+def handed_input(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The FP8 input a hand-off gave `module`, refused in any other dtype."""
+    if x.dtype != E4M3:
+        raise TypeError(f"this layer reads FP8 from the layer before, got {x.dtype}")
+    return x
+
+
+def io_repr(module: nn.Module) -> str:
+    """ ", fp8 in" / ", fp8 out" for a fused layer's hand-offs, for `extra_repr`."""
+    return (", fp8 in" if module.fp8_input else "") + (
+        ", fp8 out" if module.out_scale is not None else ""
+    )
+
+
 class FusedFP8Matmul(PointwiseMatmul):
     """A 1x1 conv or linear layer as one fused FP8 product (see the module docstring).
 
@@ -132,17 +167,7 @@ class FusedFP8Matmul(PointwiseMatmul):
         self.register_buffer("w8", w8.contiguous())
         self.register_buffer("w_scale", w_scale.expand(weight.shape[0]).contiguous())
         self._take_input_quant(x_scale, row_scales, x_divisor, self.k_pad)
-        # The bias as the fp16 engine and torch._scaled_mm's epilogue hold it (the engine's
-        # dtype), kept in float32 for the epilogue.
-        bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
-        self.register_buffer("bias", bias)
-        self.act = act
-        self.dtype = dtype
-        # FP8 hand-off (`quant/handoff.py`): this layer writes the next one's FP8 input, or
-        # reads its input already quantized by the layer before.
-        out = torch.tensor(out_scale, dtype=torch.float32) if out_scale is not None else None
-        self.register_buffer("out_scale", out)
-        self.fp8_input = fp8_input
+        take_epilogue(self, layer, dtype, act, out_scale, fp8_input)
         if fp8_input and self.k_pad:
             raise ValueError("an FP8 input cannot be padded here: its producer writes K columns")
         if fp8_input and (row_scales or x_divisor is not None):
@@ -150,9 +175,7 @@ class FusedFP8Matmul(PointwiseMatmul):
 
     def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
         if self.fp8_input:
-            if x2d.dtype != E4M3:
-                raise TypeError(f"this layer reads FP8 from the layer before, got {x2d.dtype}")
-            xq, x_scale = x2d, self.x_scale
+            xq, x_scale = handed_input(self, x2d), self.x_scale
         else:
             if self.k_pad:
                 x2d = F.pad(x2d, (0, self.k_pad))
@@ -172,7 +195,4 @@ class FusedFP8Matmul(PointwiseMatmul):
 
     def extra_repr(self) -> str:
         k = self.w8.shape[1] - self.k_pad
-        io = (", fp8 in" if self.fp8_input else "") + (
-            ", fp8 out" if self.out_scale is not None else ""
-        )
-        return f"n={self.w8.shape[0]}, k={k}, k_pad={self.k_pad}, act={self.act}{io}"
+        return f"n={self.w8.shape[0]}, k={k}, k_pad={self.k_pad}, act={self.act}{io_repr(self)}"

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from quantstudy.quant.fp8 import E4M3, quantize_weight, to_fp8
-from quantstudy.quant.fused import _act_reference
+from quantstudy.quant.fused import _act_reference, handed_input, io_repr, take_epilogue
 
 
 def kxk_fp8_blocker(layer: nn.Module) -> str | None:
@@ -125,19 +125,11 @@ class FusedFP8Conv2d(nn.Module):
         self.register_buffer("w_taps", taps.contiguous())
         self.register_buffer("w_scale", w_scale.expand(w8.shape[0]).contiguous())
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
-        bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
-        self.register_buffer("bias", bias)
-        out = torch.tensor(out_scale, dtype=torch.float32) if out_scale is not None else None
-        self.register_buffer("out_scale", out)
-        self.act = act
-        self.dtype = dtype
-        self.fp8_input = fp8_input
+        take_epilogue(self, layer, dtype, act, out_scale, fp8_input)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fp8_input:
-            if x.dtype != E4M3:
-                raise TypeError(f"this layer reads FP8 from the layer before, got {x.dtype}")
-            xq = x
+            xq = handed_input(self, x)
         else:
             if self.c_pad:
                 x = F.pad(x, (0, 0, 0, 0, 0, self.c_pad))
@@ -152,10 +144,7 @@ class FusedFP8Conv2d(nn.Module):
 
     def extra_repr(self) -> str:
         kh, kw = self.kernel_hw
-        io = (", fp8 in" if self.fp8_input else "") + (
-            ", fp8 out" if self.out_scale is not None else ""
-        )
         return (
             f"n={self.w_taps.shape[0]}, kernel={kh}x{kw}, stride={tuple(self.stride)}, "
-            f"padding={tuple(self.padding)}, c_pad={self.c_pad}, act={self.act}{io}"
+            f"padding={tuple(self.padding)}, c_pad={self.c_pad}, act={self.act}{io_repr(self)}"
         )

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from quantstudy.quant.fp8 import E4M3, quantize_weight, to_fp8
-from quantstudy.quant.fused import _act_reference
+from quantstudy.quant.fused import _act_reference, handed_input, io_repr, take_epilogue
 from quantstudy.quant.modules import FP8Weight
 
 
@@ -126,13 +126,7 @@ class FusedFP8Depthwise(nn.Module):
         self.register_buffer("taps", w8.reshape(c, -1).t().contiguous())  # (KH * KW, C) FP8
         self.register_buffer("w_scale", w_scale.float().expand(c).contiguous())
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
-        bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
-        self.register_buffer("bias", bias)
-        out = torch.tensor(out_scale, dtype=torch.float32) if out_scale is not None else None
-        self.register_buffer("out_scale", out)
-        self.act = act
-        self.dtype = dtype
-        self.fp8_input = fp8_input
+        take_epilogue(self, layer, dtype, act, out_scale, fp8_input)
 
     def geometry(self, h: int, w: int) -> tuple[list[int], list[int]]:
         """(top/left padding, output size) for an (h, w) input."""
@@ -147,12 +141,7 @@ class FusedFP8Depthwise(nn.Module):
         return list(self.padding), out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fp8_input:
-            if x.dtype != E4M3:
-                raise TypeError(f"this layer reads FP8 from its producer, got {x.dtype}")
-            xq = x
-        else:
-            xq = to_fp8(x, self.x_scale)
+        xq = handed_input(self, x) if self.fp8_input else to_fp8(x, self.x_scale)
         xq = xq.contiguous(memory_format=torch.channels_last)
         pad, out_hw = self.geometry(x.shape[2], x.shape[3])
         out_dtype = E4M3 if self.out_scale is not None else self.dtype
@@ -163,11 +152,8 @@ class FusedFP8Depthwise(nn.Module):
 
     def extra_repr(self) -> str:
         kh, kw = self.kernel_hw
-        io = (", fp8 in" if self.fp8_input else "") + (
-            ", fp8 out" if self.out_scale is not None else ""
-        )
         pad = "same" if self.same else tuple(self.padding)
         return (
             f"c={self.taps.shape[1]}, kernel={kh}x{kw}, stride={self.stride}, padding={pad}, "
-            f"act={self.act}{io}"
+            f"act={self.act}{io_repr(self)}"
         )
