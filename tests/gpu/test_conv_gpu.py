@@ -67,8 +67,7 @@ def test_conv_writes_the_next_layers_fp8_input():
     summation orders straddle a rounding boundary (one FP8 step, rare). The sums are promoted
     to float32 after every MMA here (as the 1x1 kernel's FP8-output test does): with the
     engine's promotion every 128 products the tensor cores' alignment moves about one fp16
-    rounding in 2^7 by a step, a larger share than this test is about (the first run on the
-    H200, 2026-12-01, failed the rarity bound that way)."""
+    rounding in 2^7 by a step, a larger share than this test's rarity bound is about."""
     from quantstudy.quant.triton_conv import fp8_conv2d_triton
 
     layer, x, ref, _ = _case(104, 14, 1, "relu")
