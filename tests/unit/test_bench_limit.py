@@ -37,3 +37,14 @@ def test_limit_takes_a_recipe_for_every_model(tiny_imagenet, tmp_path):
     fused = model["kernels"]["fused"]
     assert fused["fp8_emulated"] == 0 and fused["fp8_real"] == model["selected"]
     assert fused["fp8_handoffs"] > 0  # FP8 storage around the depthwise convs
+
+
+def test_limit_refuses_an_unknown_recipe_before_loading_anything(tmp_path):
+    import pytest
+
+    from quantstudy.record.errors import UserError
+
+    with pytest.raises(UserError, match="no_such_recipe"):
+        main(["--images", str(tmp_path), "--out", str(tmp_path / "l.json"), "--device", "cpu",
+              "--recipe", "no_such_recipe"])  # fmt: skip
+    assert not (tmp_path / "l.json").exists()

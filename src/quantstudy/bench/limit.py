@@ -298,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.images is None or args.out is None:
         p.error("--images and --out are required to run")
+    if args.recipe:
+        load_recipe(args.recipe)  # a bad name or file is refused before any model loads
     args.kernels = args.kernels.split(",")
     args.batches = [int(b) for b in args.batches.split(",")]
     args.device = torch.device(args.device)
