@@ -27,6 +27,8 @@ CASES = [
 def _case(c: int, hw: int, stride: int, act: str):
     torch.manual_seed(c + hw + stride)
     conv = nn.Conv2d(c, c, 3, stride=stride, padding=1)
+    with torch.no_grad():  # the layer holds its bias in the engine's dtype, as fp16's does
+        conv.bias.copy_(conv.bias.half().float())
     x = (torch.randn(8, c, hw, hw) * 2).half().float()  # both paths see the same fp16 input
     emu = QDQ(conv, 0.02, True, True, torch.float32)
     with torch.no_grad():
