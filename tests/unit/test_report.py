@@ -389,3 +389,22 @@ def test_fused_engine_sentence_names_absorptions_and_handoffs(record):
     assert "1 FP8 layer wrote the next FP8 layer's input already quantized" in md
     assert f"`{real[1]}` -> `{real[2]}`" in md
     assert check_markdown(md, fused) == []
+
+
+def test_a_value_near_its_threshold_gets_one_more_digit_not_the_full_float():
+    """x 1.05196 [1.05148, 1.05392] against >= 1.05: two decimals would print a tie."""
+    from quantstudy.record import Gate
+    from quantstudy.record.vocab import Direction, GateKind, GateMetric, GateStatus
+    from quantstudy.report.sections.decision import interval_words, measured_words
+
+    gate = Gate(
+        name="speed at batch 128", kind=GateKind.SPEED, status=GateStatus.PASS,
+        metric=GateMetric.SPEEDUP, batch=128, value=1.0519556065626459,
+        low=1.0514804506405522, high=1.0539155501757396, threshold=1.05,
+        direction=Direction.AT_LEAST,
+    )  # fmt: skip
+    assert measured_words(gate) == "1.052"
+    assert interval_words(gate) == "[1.051, 1.054]"
+    far = gate.model_copy(update={"value": 1.2345, "low": 1.05})
+    assert measured_words(far) == "1.23"
+    assert interval_words(far) == "[1.05, 1.054]"  # the threshold itself prints as it is

@@ -59,6 +59,12 @@ def fmt_sig(v: float) -> str:
     return np.format_float_positional(v, precision=3, unique=False, fractional=False, trim="k")
 
 
+def fmt_fine(v: float) -> str:
+    """A ratio or KL that its usual format would print equal to a threshold it is not: one
+    more significant digit (1.052 against 1.05), not the record's full float."""
+    return np.format_float_positional(v, precision=4, unique=False, fractional=False, trim="k")
+
+
 def fmt_mib(v: float) -> str:
     """Bytes as MiB, 2 decimals."""
     return f"{v / 1048576:.2f}"
@@ -82,6 +88,7 @@ FORMATTERS: tuple[Callable[[float], str], ...] = (
     fmt_pct,
     fmt_points,
     fmt_sig,
+    fmt_fine,
     fmt_mib,
     fmt_count,
     fmt_level,

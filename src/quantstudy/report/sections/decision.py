@@ -14,6 +14,7 @@ from quantstudy.record.vocab import Direction, GateMetric, GateStatus, Missing, 
 from quantstudy.report.format import (
     code,
     fmt_count,
+    fmt_fine,
     fmt_level,
     fmt_pct,
     fmt_plain,
@@ -62,13 +63,15 @@ def typed(d: Decision) -> bool:
 
 def fmt_value(g: Gate, v: float) -> str:
     """A value of gate `g` in its metric's format; where that format would print it equal to
-    the threshold it is not, the record's full value, so a verdict never looks like a tie."""
+    the threshold it is not, with more digits (ratios and KL one more significant digit, else
+    the record's full value), so a verdict never looks like a tie."""
     assert g.metric is not None
     fmt = _FORMAT[g.metric]
     s = fmt(v)
-    if g.threshold is not None and v != g.threshold and s == fmt(g.threshold):
-        s = fmt_plain(v)
-    return s
+    if g.threshold is None or v == g.threshold or s != fmt(g.threshold):
+        return s
+    finer = fmt_fine(v) if g.metric in (GateMetric.SPEEDUP, GateMetric.KL_MEAN) else None
+    return finer if finer is not None and finer != fmt_fine(g.threshold) else fmt_plain(v)
 
 
 def threshold_words(g: Gate) -> str:
