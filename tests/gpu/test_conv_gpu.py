@@ -66,10 +66,10 @@ def test_conv_kernel_is_as_close_to_the_emulation_as_the_fp16_emulation_it_repla
 
 def test_conv_writes_the_next_layers_fp8_input():
     """The FP8 write is exact: the kernel's FP8 output is `to_fp8` of its own fp16 output (same
-    tile, same sums), and within one FP8 step of `to_fp8` of the fp32 emulation everywhere.
-    Against the emulation alone the two summation orders (and the FP8 tensor cores' alignment
-    within an MMA) straddle a rounding boundary on about 0.1% of outputs on the H200, so that
-    comparison bounds the step, not the count."""
+    tile, same sums), and that fp16 output is the emulation's at the reassociation floor. Against
+    the emulation's FP8 directly, the two summation orders (and the FP8 tensor cores' alignment
+    within an MMA) straddle a rounding boundary on about 0.1% of outputs on the H200, and near
+    zero by more than one subnormal step, so the chain is checked in its two exact links."""
     from quantstudy.quant.triton_conv import fp8_conv2d_triton
 
     layer, x, ref, _ = _case(104, 14, 1, "relu")
@@ -85,8 +85,8 @@ def test_conv_writes_the_next_layers_fp8_input():
     assert y8.dtype == E4M3
     got = y8.float().cpu()
     assert torch.equal(got, to_fp8(y16.float().cpu(), scale).float())
-    want = to_fp8(ref.half().float(), scale).float()
-    assert ((got - want).abs() <= want.abs() / 8 + 2**-9).all()
+    y16 = y16.float().cpu()
+    assert torch.allclose(y16, ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item())
 
 
 def test_autotuned_kernel_runs_under_compile_and_cuda_graph():
