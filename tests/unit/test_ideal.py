@@ -115,14 +115,14 @@ def test_ideal_of_one_real_layer_by_hand():
 def test_selected_depthwise_convs_take_their_share_of_the_depthwise_time_at_fp8_storage():
     # Two 3x3 depthwise convs, 64 and 128 channels on 28x28 at batch 128, both in the fp16
     # engine's 300 us depthwise group; the recipe selects the second (FP8 storage). fp16 bytes:
-    # input 2 per element, float32 weight, fp16 output; at FP8 storage the input takes 1.
+    # input and weight 2 per element, fp16 output; at FP8 storage input and taps take 1.
     def dw(name, c, selected=True):
         return _layer(name, cin=c, cout=c, hw=(28, 28), kernel=(3, 3), groups=c,
                       selected=selected)  # fmt: skip
 
     px = 128 * 28 * 28
-    bytes16 = {c: px * c * 2 + 4 * c * 9 + 2 * px * c for c in (64, 128)}
-    bytes8 = px * 128 + 4 * 128 * 9 + 2 * px * 128
+    bytes16 = {c: px * c * 2 + 2 * c * 9 + 2 * px * c for c in (64, 128)}
+    bytes8 = px * 128 + 128 * 9 + 2 * px * 128
     dw16 = 300.0 * bytes16[128] / (bytes16[64] + bytes16[128])
     roof8, passes = bytes8 / BYTES_PER_US, 4 * px * 128 / BYTES_PER_US
     got = ideal_for_batch(

@@ -84,6 +84,7 @@ def _row(model: str, conv: DepthwiseConv) -> DepthwiseRow:
 
 def time_conv(row: DepthwiseConv) -> dict:
     """The DepthwiseRow fields `us`, `best_tile` and `max_rel_error` of one conv."""
+    from quantstudy.quant.fused_dw import taps_of
     from quantstudy.quant.triton_dw import TILES, depthwise_taps
 
     dev = torch.device("cuda")
@@ -94,7 +95,7 @@ def time_conv(row: DepthwiseConv) -> dict:
     x8 = (x16.float() / x_scale).clamp(-448, 448).to(torch.float8_e4m3fn)
     x8 = x8.contiguous(memory_format=torch.channels_last)
     kh, kw = conv.kernel_size
-    taps = conv.weight.float().reshape(conv.out_channels, kh * kw).t().contiguous()
+    taps = taps_of(conv.weight.float())
     bias = conv.bias.float() if conv.bias is not None else None
     with torch.no_grad():
         ref = conv(x16).float()

@@ -98,6 +98,13 @@ def _(xq, taps, w_scale, kernel_hw, x_scale, bias, act, out_dtype, stride, pad, 
     return out.permute(0, 3, 1, 2)
 
 
+def taps_of(weight: torch.Tensor) -> torch.Tensor:
+    """A depthwise weight (C, 1, KH, KW) as `quant/triton_dw.py`'s kernel reads it: (KH * KW,
+    C), one contiguous row of channels per tap, in the weight's dtype (float32, or FP8 with a
+    per-channel scale)."""
+    return weight.reshape(weight.shape[0], -1).t().contiguous()
+
+
 class FusedFP8Depthwise(nn.Module):
     """A depthwise conv reading and writing FP8 (module docstring); arguments as
     `FusedFP8Matmul`'s, `weight` the plan's stored FP8 weight (nearest rounding otherwise)."""
@@ -123,7 +130,7 @@ class FusedFP8Depthwise(nn.Module):
         self.stride = int(layer.stride[0])
         self.same = isinstance(layer, _same_pad_types())
         self.padding = [int(p) for p in layer.padding] if not self.same else [0, 0]
-        self.register_buffer("taps", w8.reshape(c, -1).t().contiguous())  # (KH * KW, C) FP8
+        self.register_buffer("taps", taps_of(w8))  # (KH * KW, C) FP8
         self.register_buffer("w_scale", w_scale.float().expand(c).contiguous())
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
         take_epilogue(self, layer, dtype, act, out_scale, fp8_input)

@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from quantstudy.quant.fused_dw import taps_of
 from quantstudy.quant.triton_fp8 import ACT_CODES, _bench, activation, fp8_range
 
 
@@ -113,11 +114,21 @@ def depthwise_conv(
     """Depthwise conv of a channels-last map `x` (B, C, H, W; FP8 with `x_scale`, or float)
     with `weight` (C, 1, KH, KW) and `bias` (C,), both float32; returns a channels-last
     (B, C, HO, WO) map in `out_dtype`, or FP8 quantized with `out_scale`. `pad` is the top/left
-    padding, `tile` (BLOCK_P, BLOCK_C, warps)."""
+    padding, `tile` (BLOCK_P, BLOCK_C, warps). For tests: engines store `taps_of` once."""
     kh, kw = weight.shape[-2:]
-    taps = weight.reshape(weight.shape[0], kh * kw).t().contiguous().float()
     return depthwise_taps(
-        x, taps, (kh, kw), bias, stride, pad, out_hw, act, x_scale, out_scale, out_dtype, tile
+        x,
+        taps_of(weight.float()),
+        (kh, kw),
+        bias,
+        stride,
+        pad,
+        out_hw,
+        act,
+        x_scale,
+        out_scale,
+        out_dtype,
+        tile,
     )  # float32 taps: no weight scale
 
 

@@ -31,9 +31,9 @@ Layer shapes come from the recipe's table (`LayerDecision`): M = batch x output 
 linear: batch x tokens), K = in channels x kernel area, N = out channels; output size
 ceil(input / stride), the "same" padding of every kxk conv the built-in recipes select.
 Selected depthwise convs (run on FP8 storage, `quant/fused_dw.py`) are priced by bytes alone
-(no tensor cores; their FLOPs are negligible): FP8 input read once, the weight in float32,
-fp16 output written once, against their share of the fp16 engine's depthwise group (by fp16
-bytes among all the depthwise convs of the recipe's table), plus their bias/activation pass as
+(no tensor cores; their FLOPs are negligible): FP8 input and FP8 taps read once, fp16 output
+written once, against their share of the fp16 engine's depthwise group (by fp16 bytes among
+all the depthwise convs of the recipe's table), plus their bias/activation pass as
 above. Grouped (not depthwise) layers are not priced.
 """
 
@@ -141,37 +141,47 @@ def layer_cost(d: LayerDecision, batch: int) -> LayerCost | None:
     return LayerCost(d.name, m, k, d.out_channels, read, k * d.out_channels, True)
 
 
-def _depthwise_bytes(d: LayerDecision, batch: int, in_bytes: int) -> float | None:
-    """Bytes a depthwise conv moves at `batch` (input at `in_bytes` per element, float32
-    weight, fp16 output); None for other layers and layers the example pass did not run."""
+@dataclass(frozen=True)
+class _Depthwise:
+    """Element counts of one depthwise conv at one batch: input, weight taps, output."""
+
+    inputs: int
+    taps: int
+    outputs: int
+
+    def bytes(self, storage: int) -> int:
+        """Bytes moved with input and taps at `storage` bytes each (2: fp16 engine, 1: FP8
+        storage) and the fp16 output written once."""
+        return storage * (self.inputs + self.taps) + 2 * self.outputs
+
+
+def _depthwise(d: LayerDecision, batch: int) -> _Depthwise | None:
+    """The depthwise conv `d` at `batch`; None for other layers and layers the example pass
+    did not run."""
     if d.groups <= 1 or not (d.groups == d.in_channels == d.out_channels) or not d.input_hw:
         return None
     h, w = d.input_hw
     kh, kw = d.kernel or (1, 1)
     sh, sw = d.stride or (1, 1)
     out = batch * math.ceil(h / sh) * math.ceil(w / sw) * d.out_channels
-    return batch * h * w * d.in_channels * in_bytes + 4 * d.groups * kh * kw + 2 * out
+    return _Depthwise(batch * h * w * d.in_channels, d.groups * kh * kw, out)
 
 
 def _depthwise_terms(
     recipe: RecipeInfo, fp16: KernelBreakdown, batch: int, peaks: Peaks
-) -> tuple[float, float, float]:
-    """(the fp16 engine's time on the selected depthwise convs, their FP8-storage roofline,
-    their bias/activation passes), in us; zeros when the recipe selects none."""
-    chosen = [(d, _depthwise_bytes(d, batch, 2)) for d in recipe.selected]
-    chosen = [(d, b) for d, b in chosen if b is not None]
+) -> tuple[int, float, float, float]:
+    """(how many selected depthwise convs are priced, the fp16 engine's time on them, their
+    FP8-storage roofline, their bias/activation passes), times in us; zeros when the recipe
+    selects none."""
+    chosen = [c for c in (_depthwise(d, batch) for d in recipe.selected) if c is not None]
     if not chosen:
-        return 0.0, 0.0, 0.0
-    others = [_depthwise_bytes(d, batch, 2) for d in recipe.excluded]
-    total16 = sum(b for _, b in chosen) + sum(b for b in others if b is not None)
-    share = sum(b for _, b in chosen) / total16
+        return 0, 0.0, 0.0, 0.0
+    others = [c for c in (_depthwise(d, batch) for d in recipe.excluded) if c is not None]
+    share = sum(c.bytes(2) for c in chosen) / sum(c.bytes(2) for c in chosen + others)
     bw = peaks.hbm_tbs * 1e6
-    roof8 = sum(_depthwise_bytes(d, batch, 1) for d, _ in chosen) / bw
-    outputs = [batch * math.ceil(d.input_hw[0] / (d.stride or (1, 1))[0])
-               * math.ceil(d.input_hw[1] / (d.stride or (1, 1))[1]) * d.out_channels
-               for d, _ in chosen]  # fmt: skip
-    passes = sum(4 * o for o in outputs) / bw
-    return _group(fp16, KernelGroup.DEPTHWISE_CONV) * share, roof8, passes
+    roof8 = sum(c.bytes(1) for c in chosen) / bw
+    passes = sum(4 * c.outputs for c in chosen) / bw
+    return len(chosen), _group(fp16, KernelGroup.DEPTHWISE_CONV) * share, roof8, passes
 
 
 def _group(b: KernelBreakdown, group: KernelGroup) -> float:
@@ -191,7 +201,7 @@ def ideal_for_batch(
     batch = bs.batch
     costs = {d.name: layer_cost(d, batch) for d in recipe.selected}
     priced = {name: c for name, c in costs.items() if c is not None}
-    dw16, dw8, dw_passes = _depthwise_terms(recipe, fp16, batch, peaks)
+    n_dw, dw16, dw8, dw_passes = _depthwise_terms(recipe, fp16, batch, peaks)
     if not priced and not dw16:
         return None
     mm16 = _group(fp16, KernelGroup.FP16_MATMUL_CONV)
@@ -217,8 +227,7 @@ def ideal_for_batch(
     return IdealSpeed(
         batch=batch,
         peaks=peaks.text(gpu),
-        layers=len(priced)
-        + sum(_depthwise_bytes(d, batch, 2) is not None for d in recipe.selected),
+        layers=len(priced) + n_dw,
         fp16_products_us=products,
         fp16_elementwise_us=elementwise,
         fp8_roofline_us=roof8,
