@@ -12,6 +12,7 @@ from torch import nn
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import resolve_preprocessing
 from quantstudy.quant.modules import real_fp8_blocker
+from quantstudy.quant.trace import input_shapes
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
 
@@ -56,26 +57,6 @@ def traced_model(model_name: str) -> tuple[nn.Module, torch.Tensor]:
     """The model with random weights and a zero image of its input size."""
     model = load_model(model_name, "random").model.eval()
     return model, torch.zeros(1, *resolve_preprocessing(model).input_size)
-
-
-def input_shapes(model: nn.Module, example: torch.Tensor, names: list[str]) -> dict[str, tuple]:
-    """Shape of each named layer's input in one forward pass of `example`."""
-    shapes: dict[str, tuple] = {}
-
-    def record(name: str):
-        def hook(_module: nn.Module, args: tuple) -> None:
-            shapes.setdefault(name, tuple(args[0].shape))
-
-        return hook
-
-    hooks = [model.get_submodule(name).register_forward_pre_hook(record(name)) for name in names]
-    try:
-        with torch.no_grad():
-            model(example)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return shapes
 
 
 def fp8_products(model_name: str, recipe_name: str | None, batch: int) -> list[Product]:

@@ -22,6 +22,7 @@ from torch import nn
 
 from quantstudy.quant.calibrate import Calibration, calibrate
 from quantstudy.quant.fp8 import E4M3_MAX, fake_quant
+from quantstudy.quant.trace import pre_hooks
 from quantstudy.record.vocab import Calibrator, choices
 
 CANDIDATES = tuple(choices(Calibrator))
@@ -79,14 +80,9 @@ def _output_costs(
 
         return score
 
-    handles = [model.get_submodule(k).register_forward_pre_hook(hook(k)) for k in base.groups]
-    try:
-        with torch.no_grad():
-            for batch in batches:
-                model(batch)
-    finally:
-        for h in handles:
-            h.remove()
+    with pre_hooks(model, [(k, hook(k)) for k in base.groups]), torch.no_grad():
+        for batch in batches:
+            model(batch)
     return costs
 
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from quantstudy.quant.calibrators import _BINS, Calibrator, make_calibrator
 from quantstudy.quant.fp8 import E4M3_MAX
+from quantstudy.quant.trace import pre_hooks
 from quantstudy.record import CalibrationInfo, TensorScale
 from quantstudy.record.errors import UserError
 
@@ -81,7 +82,6 @@ def _group_consumers(
     """Group selected layers by the identity of the tensor they read, in first-use order."""
     seen: list[tuple[torch.Tensor, str]] = []
     groups: dict[str, list[str]] = {}
-    hooks = []
 
     def pre_hook(name: str):
         def hook(_m, inp):
@@ -95,14 +95,8 @@ def _group_consumers(
 
         return hook
 
-    for name in layers:
-        hooks.append(model.get_submodule(name).register_forward_pre_hook(pre_hook(name)))
-    try:
-        with torch.no_grad():
-            model(batch)
-    finally:
-        for h in hooks:
-            h.remove()
+    with pre_hooks(model, [(name, pre_hook(name)) for name in layers]), torch.no_grad():
+        model(batch)
     missing = [n for n in layers if not any(n in c for c in groups.values())]
     if missing:
         raise UserError(
@@ -189,30 +183,21 @@ def _run_pass(
     """One forward pass over `batches` feeding every collector; returns the image count."""
     hooks = []
     for key, cal in cals.items():
-        layer = model.get_submodule(key)
-        dim = 1 if isinstance(layer, nn.Conv2d) else -1
+        dim = 1 if isinstance(model.get_submodule(key), nn.Conv2d) else -1
         divisor = divisors.get(key)
         hooks.append(
-            layer.register_forward_pre_hook(
-                lambda _m, inp, cal=cal, d=divisor, dim=dim: cal.collect(_divided(inp[0], d, dim))
+            (
+                key,
+                lambda _m, inp, cal=cal, d=divisor, dim=dim: cal.collect(_divided(inp[0], d, dim)),
             )
         )
     for collectors in (means, moments):
-        hooks += [
-            model.get_submodule(name).register_forward_pre_hook(
-                lambda _m, inp, c=c: c.collect(inp[0])
-            )
-            for name, c in collectors.items()
-        ]
+        hooks += [(name, lambda _m, inp, c=c: c.collect(inp[0])) for name, c in collectors.items()]
     n_images = 0
-    try:
-        with torch.no_grad():
-            for batch in batches:
-                model(batch)
-                n_images += batch.shape[0]
-    finally:
-        for h in hooks:
-            h.remove()
+    with pre_hooks(model, hooks), torch.no_grad():
+        for batch in batches:
+            model(batch)
+            n_images += batch.shape[0]
     return n_images
 
 

@@ -41,6 +41,7 @@ record alone cannot rebuild them (the TensorRT export refuses such recipes).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ from quantstudy.quant.apply import replace_module
 from quantstudy.quant.fp8 import quantize_weight
 from quantstudy.quant.modules import QDQ, FP8Weight
 from quantstudy.quant.rounding import compensable, round_weight
+from quantstudy.quant.trace import pre_hooks
 from quantstudy.record.vocab import Rounding
 
 
@@ -73,18 +75,9 @@ class _Stop(Exception):
 def execution_order(model: nn.Module, layers: list[str], batch: torch.Tensor) -> list[str]:
     """`layers` in the order one forward pass of `batch` first calls them."""
     order: list[str] = []
-    hooks = [
-        model.get_submodule(n).register_forward_pre_hook(
-            lambda _m, _i, n=n: order.append(n) if n not in order else None
-        )
-        for n in layers
-    ]
-    try:
-        with torch.no_grad():
-            model(batch)
-    finally:
-        for h in hooks:
-            h.remove()
+    hooks = [(n, lambda _m, _i, n=n: order.append(n) if n not in order else None) for n in layers]
+    with pre_hooks(model, hooks), torch.no_grad():
+        model(batch)
     return order + [n for n in layers if n not in order]
 
 
@@ -96,14 +89,8 @@ def _prefix_input(model: nn.Module, name: str, batch: torch.Tensor) -> torch.Ten
         seen.append(inp[0])
         raise _Stop
 
-    handle = model.get_submodule(name).register_forward_pre_hook(hook)
-    try:
-        with torch.no_grad():
-            model(batch)
-    except _Stop:
-        pass
-    finally:
-        handle.remove()
+    with pre_hooks(model, [(name, hook)]), torch.no_grad(), contextlib.suppress(_Stop):
+        model(batch)
     if not seen:
         raise RuntimeError(f"layer {name} did not run in the forward pass")
     return seen[0]

@@ -12,11 +12,26 @@ last BatchNorm of residual blocks, so with random weights the branch adds exact 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
+
+PreHook = Callable[[nn.Module, tuple], object]
+
+
+@contextmanager
+def pre_hooks(model: nn.Module, hooks: Iterable[tuple[str, PreHook]]) -> Iterator[None]:
+    """Forward pre-hooks on `model`'s submodules (name, hook), removed on leaving, whatever
+    the pass raised: every capture pass of calibration, the fit and the benchmarks."""
+    handles = [model.get_submodule(name).register_forward_pre_hook(h) for name, h in hooks]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def forward_once(model: nn.Module, example: torch.Tensor, handles: list[RemovableHandle]) -> None:
@@ -27,6 +42,25 @@ def forward_once(model: nn.Module, example: torch.Tensor, handles: list[Removabl
     finally:
         for h in handles:
             h.remove()
+
+
+def input_shapes(
+    model: nn.Module, example: torch.Tensor, layers: Iterable[str]
+) -> dict[str, tuple[int, ...]]:
+    """Shape of each layer's first positional input in one forward pass on `example` (layers
+    that did not run are absent)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def record(name: str) -> PreHook:
+        def hook(_m: nn.Module, args: tuple) -> None:
+            if name not in shapes and args and isinstance(args[0], torch.Tensor):
+                shapes[name] = tuple(int(s) for s in args[0].shape)
+
+        return hook
+
+    with pre_hooks(model, [(n, record(n)) for n in layers]), torch.no_grad():
+        model.eval()(example)
+    return shapes
 
 
 def tensor_links(

@@ -42,7 +42,7 @@ from quantstudy.quant.calibrate import Calibration
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fp8 import E4M3_MAX
 from quantstudy.quant.modules import bind_scaled_mm
-from quantstudy.quant.trace import forward_once
+from quantstudy.quant.trace import input_shapes
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import CompileMode, Fp8Kernel, choices
 from quantstudy.search.sensitivity import kind_of
@@ -59,17 +59,9 @@ NEEDS_CUDA = (
 def layer_input_shapes(
     model: nn.Module, example: torch.Tensor, layers: list[str]
 ) -> dict[str, tuple[int, ...]]:
-    """Shape of each layer's first positional input in one forward pass on `example`."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    hooks = []
-    for name in layers:
-
-        def hook(_m, args, name=name):
-            if name not in shapes and args and isinstance(args[0], torch.Tensor):
-                shapes[name] = tuple(int(s) for s in args[0].shape)
-
-        hooks.append(model.get_submodule(name).register_forward_pre_hook(hook))
-    forward_once(model, example, hooks)
+    """Shape of each layer's first positional input in one forward pass on `example`; every
+    layer must run."""
+    shapes = input_shapes(model, example, layers)
     missing = [n for n in layers if n not in shapes]
     if missing:
         raise UserError(f"layers never ran in a forward pass, so they have no shape: {missing[:5]}")
