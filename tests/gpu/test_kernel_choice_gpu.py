@@ -35,7 +35,7 @@ def test_fastest_engine_times_every_layer_and_matches_the_fused_one(tmp_path, mo
     plan = QuantPlan(["pw", "fc"], True, calibrate(model, ["pw", "fc"], [x]))
     cuda = torch.device("cuda")
     fused = build_fp8(model, cuda, x[:1], plan, kernel="fused")
-    fastest = build_fp8(model, cuda, x[:1], plan, kernel="fastest", choice_batch=64)
+    fastest = build_fp8(model, cuda, x[:1], plan, kernel="fastest", choice_batches=[64])
     choice = fastest.info().fp8_kernel_choice
     assert [c.name for c in choice] == ["pw", "fc"]
     # timed (the shared input quantize subtracted, so a tiny product may read 0)

@@ -209,10 +209,11 @@ def test_report_lists_the_kernel_each_layer_runs():
 
     assert kernel_choice_lines(None) == []
     choice = [
+        LayerKernel(name="a", kernel="fused", fused_us=1.0, scaled_mm_us=2.0, batch=1),
         LayerKernel(name="a", kernel="scaled_mm", fused_us=10.0, scaled_mm_us=5.0, batch=128),
         LayerKernel(name="b", kernel="fused", why="FP8 hand-off"),
     ]
     text = "\n".join(kernel_choice_lines(choice))
-    assert "scaled_mm runs 1 of 2 layers" in text
+    assert "scaled_mm runs at batch 1, 0 of 2; at batch 128, 1 of 2 layers" in text
     assert "| a | scaled_mm | 10.0 | 5.0 | 128 | - |" in text
     assert "| b | fused | not measured | not measured | - | FP8 hand-off |" in text

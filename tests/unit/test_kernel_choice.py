@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8
-from quantstudy.engines.kernel_choice import choose_kernels
+from quantstudy.engines.kernel_choice import ByBatch, choose_kernels, nearest_batch
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calibrate import calibrate
 from quantstudy.quant.fused import FusedFP8Matmul
@@ -82,3 +82,32 @@ def test_faster_scaled_mm_replaces_the_fused_layer_with_its_activation_after(tmp
     m2 = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fused").eager
     again = choose_kernels(m2, model, plan, torch.float32, x, CPU, 4, cache, lambda fn: 1 / 0)
     assert again == got
+
+
+def test_the_choice_is_made_per_batch_and_a_split_layer_runs_both_by_batch(tmp_path):
+    """Stand-in times at batches 1 and 4 (per timed layer: quantize, fused, unfused): `pw`
+    loses to scaled_mm at batch 1 only, `proj` at batch 4 only. Each becomes a `ByBatch` pair
+    that runs scaled_mm at its winning batch, one record per layer and batch; the engine
+    computes what the fused one did at both sizes, and an untimed batch takes the nearest."""
+    model, x, plan = _setup()
+    m = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fused").eager
+    x4 = x.repeat(2, 1, 1, 1)
+    with torch.no_grad():
+        want1, want4 = m(x[:1]), m(x4)
+    times = iter([2.0, 12.0, 7.0, 3.0, 13.0, 12.9, 2.0, 7.0, 12.0, 1.0, 11.0, 4.0])
+    got = choose_kernels(
+        m, model, plan, torch.float32, x, CPU, [4, 1], tmp_path / "c.json", lambda fn: next(times)
+    )
+    rows = {(c.name, c.batch): (c.kernel, c.fused_us, c.scaled_mm_us) for c in got if c.batch}
+    assert rows == {
+        ("pw", 1): ("scaled_mm", 10.0, 5.0), ("proj", 1): ("fused", 10.0, 9.9),
+        ("pw", 4): ("fused", 5.0, 10.0), ("proj", 4): ("scaled_mm", 10.0, 3.0),
+    }  # fmt: skip
+    assert isinstance(m.pw, ByBatch) and isinstance(m.proj, ByBatch)
+    assert (m.pw.wins, m.proj.wins, m.pw.timed) == ([1], [4], [1, 4])
+    assert isinstance(m.pw.fused, FusedFP8Matmul) and isinstance(m.pw.scaled_mm[0], FP8Matmul)
+    with torch.no_grad():
+        assert torch.allclose(m(x[:1]), want1, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(m(x4), want4, rtol=1e-5, atol=1e-6)
+    assert [nearest_batch(b, [1, 4]) for b in (1, 2, 3, 8, 128)] == [1, 4, 4, 4, 4]
+    assert nearest_batch(8, [1, 128]) == 1 and nearest_batch(16, [1, 128]) == 128

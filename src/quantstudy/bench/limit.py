@@ -117,7 +117,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
         del emu
     for kernel in args.kernels:
         fp8 = build_fp8(
-            model, device, x[:1], plan, fold=fold, kernel=kernel, choice_batch=max(args.batches)
+            model, device, x[:1], plan, fold=fold, kernel=kernel, choice_batches=args.batches
         )
         print(f"  {time.perf_counter() - t0:6.1f} s  {name}: timing fp16 vs {kernel}", flush=True)
         speed = measure_speed(

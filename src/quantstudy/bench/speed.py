@@ -76,7 +76,16 @@ def _time_model(
     mode = config.compile_mode
     fp16 = build_half(model, device, example, fold=fold, compile_mode=mode)
     built = {
-        k: build_fp8(model, device, example, prepared.plan, fold=fold, compile_mode=mode, kernel=k)
+        k: build_fp8(
+            model,
+            device,
+            example,
+            prepared.plan,
+            fold=fold,
+            compile_mode=mode,
+            kernel=k,
+            choice_batches=config.batches,
+        )
         for k in kernels
     }
     engines = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -195,15 +195,16 @@ def build_fp8(
     compile_mode: str = "default",
     dtype: torch.dtype | None = None,
     kernel: str = "fused",
-    choice_batch: int = 128,
+    choice_batches: Sequence[int] = (128,),
 ) -> BuiltEngine:
     """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules.
 
     `kernel` "fused" (default): each real FP8 layer is one fused product that also applies the
     activation that consumes it (`quant/absorb.py` finds and checks those); "scaled_mm": the
     unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both); "fastest": the
-    fused engine with each layer timed in place at `choice_batch` against the unfused one, and
-    the faster kept (`engines/kernel_choice.py`).
+    fused engine with each layer timed in place at each of `choice_batches` (the batches the
+    engine will run) against the unfused one, and the faster kept per batch
+    (`engines/kernel_choice.py`).
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
@@ -223,7 +224,7 @@ def build_fp8(
     bind_scaled_mm(m, device)
     chosen = None
     if kernel == Fp8Kernel.FASTEST:
-        chosen = choose_kernels(m, source, plan, dtype, example, device, choice_batch)
+        chosen = choose_kernels(m, source, plan, dtype, example, device, choice_batches)
     return _compiled_engine(
         "fp8",
         m,

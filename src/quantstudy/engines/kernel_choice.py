@@ -7,9 +7,9 @@ ghostnet: 0.35-0.6x its time) and lost on large-K ones (crossvit, mobilenetv4, r
 sums every 128 products as cuBLASLt does, both compute the same bits, so the choice changes
 no number, only time.
 
-How: one forward pass of the built fused engine (eager, on the GPU, the example tiled to the
-batch the choice is made for) with a pre-hook on every fused 1x1/linear layer that times, on
-that layer's own input:
+How: one forward pass of the built fused engine per batch the choice is made for (eager, on
+the GPU, the example tiled to that batch) with a pre-hook on every fused 1x1/linear layer that
+times, on that layer's own input:
 
 - fused: the layer's forward (input quantize and the fused product with scale, bias and the
   absorbed activation in its epilogue);
@@ -21,7 +21,11 @@ kernels) but fused into the producing kernel by the compiled engine, so its time
 alone on the same input, is subtracted from both: on res2net at batch 128 it was most of each
 layer's eager time (docs/fp8-kernel.md). Each is replayed from a CUDA graph
 (`triton.testing.do_bench_cudagraph`, median). scaled_mm replaces the fused
-layer only when it is faster by more than `MARGIN` (ties keep the engine's default). Layers
+layer only when it is faster by more than `MARGIN` (ties keep the engine's default), at every
+batch it was timed at; a layer that wins at some batches only becomes a `ByBatch` pair that
+runs scaled_mm at those (a batch never timed takes the choice of the nearest timed one, by
+ratio; a compiled engine specializes on its static batch, so the branch costs nothing there:
+on the H200 a choice made at batch 128 alone cost xception41 0.04 of x at batch 1). Layers
 with an FP8 hand-off (`quant/handoff.py`) and kxk convs have no unfused counterpart and stay
 fused. Timings are cached per GPU, library versions and layer (input shape, the layer's
 description, bias, weight granularity, dtype) in a JSON file in the engines' cache directory,
@@ -32,8 +36,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -45,6 +50,7 @@ from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.fused_conv import FusedFP8Conv2d
 from quantstudy.quant.fused_dw import FusedFP8Depthwise
 from quantstudy.quant.modules import bind_scaled_mm
+from quantstudy.quant.trace import pre_hooks
 from quantstudy.record import LayerKernel
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.vocab import Fp8Kernel
@@ -89,6 +95,28 @@ def _unfused(fp8mm: nn.Module, act: str) -> nn.Module:
     return nn.Sequential(fp8mm, ACT_MODULES[act]()) if act != "none" else fp8mm
 
 
+def nearest_batch(batch: int, timed: Sequence[int]) -> int:
+    """The timed batch closest to `batch` by ratio (the larger on a tie)."""
+    return min(sorted(timed, reverse=True), key=lambda t: abs(math.log(batch / t)))
+
+
+class ByBatch(nn.Module):
+    """One FP8 layer as two equal computations, the fused product and the unfused
+    torch._scaled_mm layer, and the batches at which the unfused one was timed faster."""
+
+    def __init__(self, fused: nn.Module, scaled_mm: nn.Module, wins: set[int], timed: list[int]):
+        super().__init__()
+        self.fused, self.scaled_mm = fused, scaled_mm
+        self.wins, self.timed = sorted(wins), sorted(timed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pick = nearest_batch(x.shape[0], self.timed)
+        return self.scaled_mm(x) if pick in self.wins else self.fused(x)
+
+    def extra_repr(self) -> str:
+        return f"scaled_mm at batches {self.wins} of timed {self.timed}"
+
+
 def choose_kernels(
     model: nn.Module,
     source: nn.Module,
@@ -96,14 +124,16 @@ def choose_kernels(
     dtype: torch.dtype,
     example: torch.Tensor,
     device: torch.device,
-    batch: int,
+    batches: int | Sequence[int],
     cache: Path | None = None,
     timer: Callable[[Callable[[], object]], float] | None = None,
 ) -> list[LayerKernel]:
     """Time and choose every fused 1x1/linear layer of the fused engine `model` (on `device`,
-    channels-last) at `batch` (the module docstring), swap the layers scaled_mm wins in place,
-    and return the choice per FP8 layer. Off CUDA nothing is timed and every layer stays
-    fused, unless a `timer` (a callable's time in us) is given: tests pass their own."""
+    channels-last) at each of `batches` (the module docstring), swap in place the layers
+    scaled_mm wins, and return the choice per FP8 layer and timed batch. Off CUDA nothing is
+    timed and every layer stays fused, unless a `timer` (a callable's time in us) is given:
+    tests pass their own."""
+    batches = sorted({batches} if isinstance(batches, int) else set(batches))
     fused = {n: m for n, m in model.named_modules() if isinstance(m, FusedFP8Matmul)}
     real = [
         n
@@ -120,9 +150,9 @@ def choose_kernels(
     stored = json.loads(path.read_text()) if path.is_file() else {}
     versions = _versions(device)
     clock = timer or _time_us
-    timed: dict[str, tuple[float, float]] = {}
+    timed: dict[int, dict[str, tuple[float, float]]] = {b: {} for b in batches}
 
-    def hook(name: str, layer: FusedFP8Matmul):
+    def hook(name: str, layer: FusedFP8Matmul, batch: int):
         def pre(_module, args):
             x = args[0]
             if layer.fp8_input or layer.out_scale is not None:
@@ -135,24 +165,21 @@ def choose_kernels(
                 # forward, not __call__: this hook must not run again inside its own timing
                 fused_us, mm_us = clock(lambda: layer.forward(x)), clock(lambda: other(x))
                 stored[key] = [max(fused_us - shared, 0.0), max(mm_us - shared, 0.0)]
-            timed[name] = tuple(stored[key])
+            timed[batch][name] = tuple(stored[key])
 
         return pre
 
-    handles = [m.register_forward_pre_hook(hook(n, m)) for n, m in fused.items()]
-    try:
+    for batch in batches:
         x = example[:1].repeat(batch, *([1] * (example.dim() - 1)))
         x = x.to(device, dtype).contiguous(memory_format=torch.channels_last)
-        with torch.no_grad():
-            model(x)
-    finally:
-        for h in handles:
-            h.remove()
+        with pre_hooks(model, [(n, hook(n, m, batch)) for n, m in fused.items()]):
+            with torch.no_grad():
+                model(x)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, stored)
     choices = []
     for name in real:
-        if name not in timed:
+        if name not in timed[batches[0]]:
             layer = model.get_submodule(name)
             why = "not run in the example pass"
             if isinstance(layer, FusedFP8Conv2d):
@@ -161,17 +188,23 @@ def choose_kernels(
                 why = "FP8 hand-off"
             choices.append(LayerKernel(name=name, kernel=Fp8Kernel.FUSED, why=why))
             continue
-        fused_us, mm_us = timed[name]
-        win = mm_us < (1 - MARGIN) * fused_us
-        if win:
-            replace_module(model, name, _unfused(alt.get_submodule(name), fused[name].act))
-        choices.append(
-            LayerKernel(
-                name=name,
-                kernel=Fp8Kernel.SCALED_MM if win else Fp8Kernel.FUSED,
-                fused_us=fused_us,
-                scaled_mm_us=mm_us,
-                batch=batch,
+        wins = set()
+        for batch in batches:
+            fused_us, mm_us = timed[batch][name]
+            win = mm_us < (1 - MARGIN) * fused_us
+            wins |= {batch} if win else set()
+            choices.append(
+                LayerKernel(
+                    name=name,
+                    kernel=Fp8Kernel.SCALED_MM if win else Fp8Kernel.FUSED,
+                    fused_us=fused_us,
+                    scaled_mm_us=mm_us,
+                    batch=batch,
+                )
             )
-        )
+        unfused = _unfused(alt.get_submodule(name), fused[name].act)
+        if wins == set(batches):
+            replace_module(model, name, unfused)
+        elif wins:
+            replace_module(model, name, ByBatch(fused[name], unfused, wins, batches))
     return choices

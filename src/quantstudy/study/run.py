@@ -196,7 +196,14 @@ def _builders(
         "fp32": lambda: build_fp32(model, device),
         "fp16": lambda: build_half(model, device, example, fold=fold, compile_mode=mode),
         "fp8": lambda: build_fp8(
-            model, device, example, plan, fold=fold, compile_mode=mode, kernel=config.kernel
+            model,
+            device,
+            example,
+            plan,
+            fold=fold,
+            compile_mode=mode,
+            kernel=config.kernel,
+            choice_batches=config.batches,
         ),
         **{
             name: (

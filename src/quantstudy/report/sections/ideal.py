@@ -75,11 +75,14 @@ def kernel_choice_lines(choice: list[LayerKernel] | None) -> list[str]:
     [] for an engine that made no choice."""
     if not choice:
         return []
-    picked = sum(c.kernel == "scaled_mm" for c in choice)
+    layers = len({c.name for c in choice})
+    batches = sorted({c.batch for c in choice if c.batch is not None})
+    picked = [sum(c.kernel == "scaled_mm" and c.batch == b for c in choice) for b in batches]
+    runs = "; ".join(f"at batch {b}, {n} of {layers}" for b, n in zip(batches, picked, strict=True))
     lines = [
         f"FP8 kernel per layer: the faster of the fused product and torch._scaled_mm, timed in "
-        f"place at engine build (`engines/kernel_choice.py`); scaled_mm runs {picked} of "
-        f"{len(choice)} layers.",
+        f"place at engine build at each timed batch (`engines/kernel_choice.py`); scaled_mm runs "
+        f"{runs or f'0 of {layers}'} layers.",
         "",
     ]
     return [*lines, *KERNEL_CHOICE_TABLE.render(choice), ""]
