@@ -149,3 +149,25 @@ def test_unknown_arguments_elsewhere_are_still_refused(capsys):
         main(["bench", "report", "somewhere", "--bogus"])
     assert exit_info.value.code == 2
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_a_cut_depthwise_run_keeps_the_rows_it_finished(tmp_path, monkeypatch):
+    """Each finished row is written at once, marked unfinished until the last: a run cut by a
+    time limit (as on the GPU machine) leaves a readable record of what it timed."""
+    import quantstudy.bench.depthwise as dw
+
+    real, calls = dw._row, []
+
+    def cut_after_two(model, conv):
+        calls.append(conv)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # what `timeout` ends a run with, in effect
+        return real(model, conv)
+
+    monkeypatch.setattr(dw, "_row", cut_after_two)
+    out = tmp_path / "dw.json"
+    with pytest.raises(KeyboardInterrupt):
+        dw.bench_depthwise("tf_efficientnet_lite0", 2, shapes_only=True, out=out)
+    partial = read_record(out)
+    assert len(partial.results) == 2 and partial.unfinished == "10 of 12 convs not timed yet"
+    assert "**unfinished** (the run was cut): 10 of 12" in render_folder(tmp_path)

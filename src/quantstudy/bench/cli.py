@@ -174,12 +174,14 @@ def run_bench(
 
         record = bench_gemm(
             args.model, args.recipe, args.batch, shapes_only=args.shapes_only,
-            sweep=args.sweep, argv=argv,
+            sweep=args.sweep, argv=argv, out=args.record,
         )  # fmt: skip
     elif command == "depthwise":
         from quantstudy.bench.depthwise import bench_depthwise
 
-        record = bench_depthwise(args.model, args.batch, shapes_only=args.shapes_only, argv=argv)
+        record = bench_depthwise(
+            args.model, args.batch, shapes_only=args.shapes_only, argv=argv, out=args.record
+        )
     else:
         from quantstudy.bench.kernels import bench_kernels
 

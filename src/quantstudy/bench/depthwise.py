@@ -19,12 +19,13 @@ carries the bytes every variant moves and their roofline. On a machine without C
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 
 from quantstudy.bench.gemm import time_us
 from quantstudy.bench.provenance import collect_provenance, need_cuda
-from quantstudy.bench.schema import DepthwiseBench, DepthwiseRow
+from quantstudy.bench.schema import DepthwiseBench, DepthwiseRow, write_record
 from quantstudy.bench.shapes import BANDWIDTH, DepthwiseConv, depthwise_convs
 
 # variant -> (input bytes, output bytes) per element
@@ -37,7 +38,12 @@ ELEMENT_BYTES = {
 
 
 def bench_depthwise(
-    model: str, batch: int, *, shapes_only: bool = False, argv: list[str] | None = None
+    model: str,
+    batch: int,
+    *,
+    shapes_only: bool = False,
+    argv: list[str] | None = None,
+    out: Path | None = None,
 ) -> DepthwiseBench:
     device = torch.device("cpu")
     if not shapes_only:
@@ -45,7 +51,19 @@ def bench_depthwise(
     convs, skipped = depthwise_convs(model, batch)
     for name in skipped:
         print(f"skipped {name}: the kernel runs one stride for both axes, no dilation")
-    rows = []
+    provenance = collect_provenance(device, argv)
+
+    def record(rows: list[DepthwiseRow]) -> DepthwiseBench:
+        return DepthwiseBench(
+            provenance=provenance,
+            meaningful=not shapes_only,
+            meaningless_reason="shapes and bytes only, nothing timed" if shapes_only else None,
+            batch=batch,
+            bandwidth=BANDWIDTH,
+            results=rows,
+        )
+
+    rows: list[DepthwiseRow] = []
     for conv in convs:
         row = _row(model, conv)
         if not shapes_only:
@@ -56,14 +74,10 @@ def bench_depthwise(
                 flush=True,
             )
         rows.append(row)
-    return DepthwiseBench(
-        provenance=collect_provenance(device, argv),
-        meaningful=not shapes_only,
-        meaningless_reason="shapes and bytes only, nothing timed" if shapes_only else None,
-        batch=batch,
-        bandwidth=BANDWIDTH,
-        results=rows,
-    )
+        if out is not None and len(rows) < len(convs):
+            left = f"{len(convs) - len(rows)} of {len(convs)} convs not timed yet"
+            write_record(out, record(rows).model_copy(update={"unfinished": left}))
+    return record(rows)
 
 
 def _row(model: str, conv: DepthwiseConv) -> DepthwiseRow:

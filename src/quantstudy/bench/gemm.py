@@ -21,12 +21,13 @@ the fused kernel slow, and why, is in docs/fp8-kernel.md. On a machine without C
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from quantstudy.bench.provenance import collect_provenance, need_cuda
-from quantstudy.bench.schema import GemmBench, GemmRow
+from quantstudy.bench.schema import GemmBench, GemmRow, write_record
 from quantstudy.bench.shapes import BANDWIDTH, Product, fp8_products
 
 TIMED = (
@@ -45,12 +46,27 @@ def bench_gemm(
     shapes_only: bool = False,
     sweep: bool = False,
     argv: list[str] | None = None,
+    out: Path | None = None,
 ) -> GemmBench:
     device = torch.device("cpu")
     if not shapes_only:
         device = need_cuda("bench gemm", " (--shapes-only lists the products on any machine)")
-    rows = []
-    for product in fp8_products(model, recipe, batch):
+    provenance = collect_provenance(device, argv)
+
+    def record(rows: list[GemmRow]) -> GemmBench:
+        return GemmBench(
+            provenance=provenance,
+            meaningful=not shapes_only,
+            meaningless_reason="shapes and bytes only, nothing timed" if shapes_only else None,
+            batch=batch,
+            bandwidth=BANDWIDTH,
+            timed=TIMED,
+            results=rows,
+        )
+
+    products = fp8_products(model, recipe, batch)
+    rows: list[GemmRow] = []
+    for product in products:
         row = _row(model, product)
         if not shapes_only:
             row = row.model_copy(update=time_product(product, sweep))
@@ -62,15 +78,10 @@ def bench_gemm(
                 flush=True,
             )
         rows.append(row)
-    return GemmBench(
-        provenance=collect_provenance(device, argv),
-        meaningful=not shapes_only,
-        meaningless_reason="shapes and bytes only, nothing timed" if shapes_only else None,
-        batch=batch,
-        bandwidth=BANDWIDTH,
-        timed=TIMED,
-        results=rows,
-    )
+        if out is not None and len(rows) < len(products):
+            left = f"{len(products) - len(rows)} of {len(products)} products not timed yet"
+            write_record(out, record(rows).model_copy(update={"unfinished": left}))
+    return record(rows)
 
 
 def _row(model: str, p: Product) -> GemmRow:

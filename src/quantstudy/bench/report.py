@@ -16,8 +16,8 @@ from quantstudy.bench.schema import (
     EngineSpeed,
     GemmBench,
     KernelsBench,
-    Provenance,
     PublishedBench,
+    Record,
     SpeedBench,
     SpeedResult,
     read_folder,
@@ -95,7 +95,8 @@ def _opt(v: object) -> str:
     return "-" if v is None else str(v)
 
 
-def _provenance(p: Provenance, meaningful: bool, reason: str | None) -> list[str]:
+def _provenance(rec: Record) -> list[str]:
+    p = rec.provenance
     gpu = p.gpu_name or "no GPU"
     if p.gpu_capability:
         gpu += f" (compute capability {p.gpu_capability})"
@@ -118,8 +119,10 @@ def _provenance(p: Provenance, meaningful: bool, reason: str | None) -> list[str
         f"- device: {p.device}, {gpu}; {versions or 'versions not recorded'}",
         f"- date: {p.created_utc or 'not recorded'}",
     ]
-    if not meaningful:
-        lines.append(f"- **not meaningful as speed evidence**: {reason}")
+    if not rec.meaningful:
+        lines.append(f"- **not meaningful as speed evidence**: {rec.meaningless_reason}")
+    if rec.unfinished:
+        lines.append(f"- **unfinished** (the run was cut): {rec.unfinished}")
     if p.note:
         lines.append(f"- note: {p.note}")
     return [*lines, ""]
@@ -204,7 +207,7 @@ def _speed_section(name: str, rec: SpeedBench) -> list[str]:
         f"{','.join(map(str, rec.batches))}, {rec.rounds} rounds of {rec.iters} calls, "
         f"compile mode {rec.compile_mode}"
     )
-    out = [f"### {name}", "", *_provenance(rec.provenance, rec.meaningful, rec.meaningless_reason)]
+    out = [f"### {name}", "", *_provenance(rec)]
     out[-1:-1] = [settings]
     head = [
         "model",
@@ -319,7 +322,7 @@ REFERENCES = ["fp16 conv", "fp16 mm", "scaled_mm"]
 
 
 def _gemm_section(name: str, rec: GemmBench) -> list[str]:
-    out = [f"### {name}", "", *_provenance(rec.provenance, rec.meaningful, rec.meaningless_reason)]
+    out = [f"### {name}", "", *_provenance(rec)]
     out[-1:-1] = [f"- batch {rec.batch}; times: {rec.timed}"]
     # every variant but the swept tiles ("pointer 128x64x32x4x4"), the references first
     cols = list(dict.fromkeys(k for r in rec.results for k in r.us if not TILE.search(k)))
@@ -339,7 +342,7 @@ def _gemm_section(name: str, rec: GemmBench) -> list[str]:
 
 
 def _depthwise_section(name: str, rec: DepthwiseBench) -> list[str]:
-    out = [f"### {name}", "", *_provenance(rec.provenance, rec.meaningful, rec.meaningless_reason)]
+    out = [f"### {name}", "", *_provenance(rec)]
     variants = list(rec.results[0].bytes) if rec.results else []
     head = ["model", "C", "k", "stride", "input", "layers", *(f"{v} us" for v in variants)]
     head += [f"roofline {v} us" for v in variants]
@@ -360,7 +363,7 @@ def _depthwise_section(name: str, rec: DepthwiseBench) -> list[str]:
 
 
 def _kernels_section(name: str, rec: KernelsBench) -> list[str]:
-    out = [f"### {name}", "", *_provenance(rec.provenance, rec.meaningful, rec.meaningless_reason)]
+    out = [f"### {name}", "", *_provenance(rec)]
     out[-1:-1] = [f"- {rec.model}, {rec.recipe}, batch {rec.batch}, FP8 kernel {rec.fp8_kernel}"]
     head = ["compile", "engine", "kernels", "total us", *GROUPS, "slowest kernels (us)"]
     rows = []
@@ -382,7 +385,7 @@ def _published_section(name: str, rec: PublishedBench) -> list[str]:
         "",
         rec.title,
         "",
-        *_provenance(rec.provenance, rec.meaningful, rec.meaningless_reason),
+        *_provenance(rec),
     ]
     head = ["model", "GPU", "TensorRT", "opt level", "batch", "fp16 ms", "FP8 ms", "x", "source"]
     rows = [

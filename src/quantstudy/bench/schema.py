@@ -47,6 +47,8 @@ class Record(Section):
     provenance: Provenance
     meaningful: bool  # False: timings from a CPU or none at all; not evidence for speed
     meaningless_reason: str | None = None
+    # set in the copies a run writes after each row, so a cut run keeps what it finished
+    unfinished: str | None = None
 
 
 # --- speed ---------------------------------------------------------------------------------
