@@ -25,7 +25,7 @@ import torch
 
 from quantstudy.bench.gemm import time_us
 from quantstudy.bench.provenance import collect_provenance, need_cuda
-from quantstudy.bench.schema import DepthwiseBench, DepthwiseRow, write_record
+from quantstudy.bench.schema import DepthwiseBench, DepthwiseRow, write_unfinished
 from quantstudy.bench.shapes import BANDWIDTH, DepthwiseConv, depthwise_convs
 
 # variant -> (input bytes, output bytes) per element
@@ -74,9 +74,7 @@ def bench_depthwise(
                 flush=True,
             )
         rows.append(row)
-        if out is not None and len(rows) < len(convs):
-            left = f"{len(convs) - len(rows)} of {len(convs)} convs not timed yet"
-            write_record(out, record(rows).model_copy(update={"unfinished": left}))
+        write_unfinished(out, record(rows), len(rows), len(convs), "convs")
     return record(rows)
 
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from quantstudy.bench.provenance import collect_provenance, need_cuda
-from quantstudy.bench.schema import GemmBench, GemmRow, write_record
+from quantstudy.bench.schema import GemmBench, GemmRow, write_unfinished
 from quantstudy.bench.shapes import BANDWIDTH, Product, fp8_products
 
 TIMED = (
@@ -78,9 +78,7 @@ def bench_gemm(
                 flush=True,
             )
         rows.append(row)
-        if out is not None and len(rows) < len(products):
-            left = f"{len(products) - len(rows)} of {len(products)} products not timed yet"
-            write_record(out, record(rows).model_copy(update={"unfinished": left}))
+        write_unfinished(out, record(rows), len(rows), len(products), "products")
     return record(rows)
 
 

@@ -226,6 +226,14 @@ def write_record(path: Path, record: Record) -> None:
     write_json_atomic(path, record.model_dump(mode="json", exclude_none=True))
 
 
+def write_unfinished(out: Path | None, record: Record, done: int, total: int, what: str) -> None:
+    """While rows remain (`done` of `total`), write `record` to `out` marked unfinished, so a
+    run cut by a time limit keeps what it timed; the finished record is written by the caller."""
+    if out is not None and done < total:
+        left = f"{total - done} of {total} {what} not timed yet"
+        write_record(out, record.model_copy(update={"unfinished": left}))
+
+
 def read_record(path: Path) -> BenchRecord:
     """One record; a file that is not one is a `UserError` naming it."""
     try:

@@ -192,7 +192,8 @@ def choose_kernels(
         for batch in batches:
             fused_us, mm_us = timed[batch][name]
             win = mm_us < (1 - MARGIN) * fused_us
-            wins |= {batch} if win else set()
+            if win:
+                wins.add(batch)
             choices.append(
                 LayerKernel(
                     name=name,
@@ -202,9 +203,10 @@ def choose_kernels(
                     batch=batch,
                 )
             )
-        unfused = _unfused(alt.get_submodule(name), fused[name].act)
-        if wins == set(batches):
-            replace_module(model, name, unfused)
-        elif wins:
-            replace_module(model, name, ByBatch(fused[name], unfused, wins, batches))
+        if wins:
+            unfused = _unfused(alt.get_submodule(name), fused[name].act)
+            both = wins != set(batches)
+            replace_module(
+                model, name, ByBatch(fused[name], unfused, wins, batches) if both else unfused
+            )
     return choices

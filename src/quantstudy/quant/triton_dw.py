@@ -116,20 +116,10 @@ def depthwise_conv(
     (B, C, HO, WO) map in `out_dtype`, or FP8 quantized with `out_scale`. `pad` is the top/left
     padding, `tile` (BLOCK_P, BLOCK_C, warps). For tests: engines store `taps_of` once."""
     kh, kw = weight.shape[-2:]
+    taps = taps_of(weight.float())  # float32 taps: no weight scale
     return depthwise_taps(
-        x,
-        taps_of(weight.float()),
-        (kh, kw),
-        bias,
-        stride,
-        pad,
-        out_hw,
-        act,
-        x_scale,
-        out_scale,
-        out_dtype,
-        tile,
-    )  # float32 taps: no weight scale
+        x, taps, (kh, kw), bias, stride, pad, out_hw, act, x_scale, out_scale, out_dtype, tile
+    )
 
 
 def depthwise_taps(
