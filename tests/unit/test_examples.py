@@ -25,6 +25,7 @@ NEW_IN_VERSION_3_ENGINE = {"fp8_kernel": None, "fp8_epilogue": {}}
 NEW_IN_VERSION_4_ENGINE = {"fp8_handoff": {}}
 NEW_IN_VERSION_5_ENGINE = {"fp8_scaled_mm_output": None}
 NEW_IN_VERSION_6_ENGINE = {"fp8_kernel_choice": None}
+NEW_IN_VERSION_8_ENGINE = {"fp8_residual": {}}
 NEW_IN_VERSION_6_CONFIG = {
     "class_list": None,
     "strip_prefix": None,
@@ -47,7 +48,7 @@ NEW_IN_VERSION_6_RECIPE = {
 
 
 def _without_version_3(full: dict) -> dict:
-    """The full dump less the version-3 to -6 keys, after checking they hold their empty
+    """The full dump less the version-3 to -8 keys, after checking they hold their empty
     defaults."""
     out = dict(full)
     for key in NEW_IN_VERSION_6_RECORD:
@@ -68,6 +69,7 @@ def _without_version_3(full: dict) -> dict:
             | NEW_IN_VERSION_4_ENGINE
             | NEW_IN_VERSION_5_ENGINE
             | NEW_IN_VERSION_6_ENGINE
+            | NEW_IN_VERSION_8_ENGINE
         )
         for key, empty in added.items():
             assert engine.pop(key) == empty

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8
-from quantstudy.engines.kernel_choice import ByBatch, choose_kernels, nearest_batch
+from quantstudy.engines.kernel_choice import ByBatch, Unfused, choose_kernels, nearest_batch
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calibrate import calibrate
 from quantstudy.quant.fused import FusedFP8Matmul
@@ -72,8 +72,8 @@ def test_faster_scaled_mm_replaces_the_fused_layer_with_its_activation_after(tmp
     assert (by_name["proj"].fused_us, by_name["proj"].scaled_mm_us) == (10.0, 9.9)
     assert by_name["k3"].why == "no unfused kernel (kxk conv)"
     assert by_name["fc1"].why == by_name["fc2"].why == "FP8 hand-off"
-    assert isinstance(m.pw, nn.Sequential) and isinstance(m.pw[0], FP8Matmul)
-    assert isinstance(m.pw[1], nn.ReLU)
+    assert isinstance(m.pw, Unfused) and isinstance(m.pw.layer, FP8Matmul)
+    assert isinstance(m.pw.act, nn.ReLU) and m.pw.res_act is None
     assert isinstance(m.proj, FusedFP8Matmul) and isinstance(m.k3, FusedFP8Conv2d)
     with torch.no_grad():
         assert torch.allclose(m(x), want, rtol=1e-5, atol=1e-6)
@@ -105,7 +105,7 @@ def test_the_choice_is_made_per_batch_and_a_split_layer_runs_both_by_batch(tmp_p
     }  # fmt: skip
     assert isinstance(m.pw, ByBatch) and isinstance(m.proj, ByBatch)
     assert (m.pw.wins, m.proj.wins, m.pw.timed) == ([1], [4], [1, 4])
-    assert isinstance(m.pw.fused, FusedFP8Matmul) and isinstance(m.pw.scaled_mm[0], FP8Matmul)
+    assert isinstance(m.pw.fused, FusedFP8Matmul) and isinstance(m.pw.scaled_mm.layer, FP8Matmul)
     with torch.no_grad():
         assert torch.allclose(m(x[:1]), want1, rtol=1e-5, atol=1e-6)
         assert torch.allclose(m(x4), want4, rtol=1e-5, atol=1e-6)

@@ -77,6 +77,7 @@ def _as_version_1(data: dict) -> str:
         "fp8_handoff",
         "fp8_scaled_mm_output",
         "fp8_kernel_choice",
+        "fp8_residual",  # schema 8
     )
     out["engines"] = [{k: v for k, v in e.items() if k not in added} for e in data["engines"]]
     assert all(t["channel_mean"] is None for t in out["calibration"]["tensors"])
@@ -370,7 +371,7 @@ def test_write_plots_skips_absent_data(tmp_path):
     assert [p.name for p in written] == [LATENCY_PNG, KL_PNG]
 
 
-def test_fused_engine_sentence_names_absorptions_and_handoffs(record):
+def test_fused_engine_sentence_names_absorptions_handoffs_and_residual_sums(record):
     engines = []
     for e in record.engines:
         if e.name == "fp8":
@@ -380,6 +381,7 @@ def test_fused_engine_sentence_names_absorptions_and_handoffs(record):
                     "fp8_kernel": "fused",
                     "fp8_epilogue": {real[0]: "relu"},
                     "fp8_handoff": {real[1]: real[2]},
+                    "fp8_residual": {real[0]: "relu", real[2]: "none"},
                 }
             )
         engines.append(e)
@@ -388,6 +390,10 @@ def test_fused_engine_sentence_names_absorptions_and_handoffs(record):
     assert "Activations computed in the FP8 layers' epilogue (1 of" in md
     assert "1 FP8 layer wrote the next FP8 layer's input already quantized" in md
     assert f"`{real[1]}` -> `{real[2]}`" in md
+    assert "2 FP8 layers summed their block's residual in the epilogue" in md
+    assert (
+        f"none x1, relu x1; no fp16 output before the add): `{sorted([real[0], real[2]])[0]}`" in md
+    )
     assert check_markdown(md, fused) == []
 
 

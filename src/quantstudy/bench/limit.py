@@ -3,7 +3,7 @@ side, with the ideal x at the FP8 roofline and measured x as a fraction of it.
 
     python -m quantstudy.bench.limit --images DIR --out limit.json \
         [--models a,b] [--kernels fused,scaled_mm,fastest] [--batches 1,128] [--agreement] \
-        [--recipe NAME]
+        [--recipe NAME] [--residual on|off|both]
 
 Per model: its family's built-in recipe (or `--recipe`, a built-in name or YAML file, for every
 model named), scales calibrated on the first images, the fp16 engine
@@ -13,7 +13,9 @@ rounds, kernel profile per batch), and the ideal x from the same record (`speed.
 `--agreement` adds, on the images, the top-1 agreement of each FP8 engine (eager, so no extra
 compile) with the recipe's fp32 fake-quant emulation, beside the emulation against itself run
 channels-last (its fp32 sums reordered): the reassociation floor. Prints one table and writes
-JSON after every engine, so a run cut short keeps what it finished.
+JSON after every engine, so a run cut short keeps what it finished. `--residual off` builds the
+fused engines with residual sums as separate passes (`quant/residual.py`), `both` times each
+fused engine both ways (the second as "<kernel>/residual-apart").
 """
 
 from __future__ import annotations
@@ -115,11 +117,16 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
             reordered = torch.cat([emu(xcl[i : i + chunk]) for i in range(0, len(x), chunk)])
         out["emulation_floor"] = _top1_agreement(reference, reordered)
         del emu
-    for kernel in args.kernels:
+    residual = {"on": (True,), "off": (False,), "both": (True, False)}[args.residual]
+    for kernel, fused_sum in ((k, r) for k in args.kernels for r in residual):
+        if not fused_sum and kernel == "scaled_mm":
+            continue  # the unfused engine never sums in its epilogue
         fp8 = build_fp8(
-            model, device, x[:1], plan, fold=fold, kernel=kernel, choice_batches=args.batches
-        )
-        print(f"  {time.perf_counter() - t0:6.1f} s  {name}: timing fp16 vs {kernel}", flush=True)
+            model, device, x[:1], plan, fold=fold, kernel=kernel, choice_batches=args.batches,
+            residual=fused_sum,
+        )  # fmt: skip
+        label = kernel if fused_sum or args.residual == "off" else f"{kernel}/residual-apart"
+        print(f"  {time.perf_counter() - t0:6.1f} s  {name}: timing fp16 vs {label}", flush=True)
         speed = measure_speed(
             fp16, fp8, x, args.batches, rounds=args.rounds, iters=args.iters,
             compile_mode="default",
@@ -132,6 +139,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
             "fp8_emulated": len(einfo.fp8_emulated),
             "epilogue_activations": len(einfo.fp8_epilogue),
             "fp8_handoffs": len(einfo.fp8_handoff),
+            "fp8_residual_sums": len(einfo.fp8_residual),
             "speed": speed.model_dump(mode="json"),
             "ideal": [i.model_dump(mode="json") for i in ideal or []],
             "ideal_not_computed": why,
@@ -142,8 +150,8 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
                 got = torch.cat([fp8.eager(fp8.prepare(x[i : i + chunk])).float().cpu()
                                  for i in range(0, len(x), chunk)])  # fmt: skip
             row["agreement_with_emulation"] = _top1_agreement(got, reference)
-        out["kernels"][kernel] = row
-        print_rows(name, kernel, row)
+        out["kernels"][label] = row
+        print_rows(name, label, row)
         save(out)
         del fp8
         torch.cuda.empty_cache()
@@ -256,7 +264,7 @@ def render(paths: list[Path]) -> str:
                         kernel,
                         str(b["batch"]),
                         f"{row['fp8_real']}/{row['fp8_emulated']}",
-                        str(picked) if kernel == "fastest" else "-",
+                        str(picked) if kernel.startswith("fastest") else "-",
                         f"{b['fp16_ms']['median']:.3f}",
                         f"{b['fp8_ms']['median']:.3f}",
                         f"{r['median']:.2f} [{r['q1']:.2f}-{r['q3']:.2f}]",
@@ -288,6 +296,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--agreement", action="store_true")
     p.add_argument("--recipe", help="recipe for every model (default: each family's own)")
+    p.add_argument(
+        "--residual", choices=("on", "off", "both"), default="on",
+        help="residual sums in the fused layers' epilogue (both: time each way)",
+    )  # fmt: skip
     p.add_argument("--device", default="cuda", help="cpu: checks the plumbing, times nothing")
     args = p.parse_args(argv)
     if args.render:

@@ -77,6 +77,7 @@ class EngineSpeed(Section):
     fp8_emulated: int | None = None  # layers quantize-dequantized around an fp16 op
     epilogue_activations: int | None = None  # activations computed in fused epilogues
     fp8_handoffs: int | None = None  # FP8 layers writing the next FP8 layer's input
+    fp8_residual_sums: int | None = None  # fused layers summing a residual in their epilogue
     scaled_mm_output: str | None = None
     speed: SpeedSection | None = None  # the harness's section, as a study records it
     logged: list[LoggedBatch] | None = None  # instead of `speed`, for a run known from its log

@@ -105,6 +105,7 @@ def _time_model(
                 fp8_emulated=len(info.fp8_emulated),
                 epilogue_activations=len(info.fp8_epilogue),
                 fp8_handoffs=len(info.fp8_handoff),
+                fp8_residual_sums=len(info.fp8_residual),
                 scaled_mm_output=info.fp8_scaled_mm_output,
                 speed=speed,
             )

@@ -19,12 +19,14 @@ from torch import nn
 from quantstudy.engines.base import Engine
 from quantstudy.engines.kernel_choice import choose_kernels
 from quantstudy.engines.size import weight_bytes
-from quantstudy.quant.absorb import absorbable_activations, remove_activations
+from quantstudy.quant.absorb import absorbable_activations, remove_activations, with_absorbed
 from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8, real_layers
 from quantstudy.quant.bias_correction import correct_biases, set_biases
 from quantstudy.quant.fold import fold_batchnorm
+from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.handoff import fp8_handoffs
 from quantstudy.quant.modules import bind_scaled_mm, scaled_mm_output_of
+from quantstudy.quant.residual import fuse_residuals, residual_sites
 from quantstudy.record import EngineInfo, LayerKernel
 from quantstudy.record.vocab import CompileMode, Fp8Kernel
 
@@ -73,6 +75,7 @@ class BuiltEngine(Engine):
     fp8_kernel: str | None = None
     fp8_epilogue: dict[str, str] = field(default_factory=dict)
     fp8_handoff: dict[str, str] = field(default_factory=dict)
+    fp8_residual: dict[str, str] = field(default_factory=dict)
     fp8_kernel_choice: list[LayerKernel] | None = None
 
     def info(self) -> EngineInfo:
@@ -90,6 +93,7 @@ class BuiltEngine(Engine):
             fp8_kernel=self.fp8_kernel if self.applied.real else None,
             fp8_epilogue=dict(self.fp8_epilogue),
             fp8_handoff=dict(self.fp8_handoff),
+            fp8_residual=dict(self.fp8_residual),
             fp8_scaled_mm_output=scaled_mm_output_of(self.eager),
             fp8_kernel_choice=self.fp8_kernel_choice,
             fp16_layers=self.float_layers,
@@ -196,6 +200,7 @@ def build_fp8(
     dtype: torch.dtype | None = None,
     kernel: str = "fused",
     choice_batches: Sequence[int] = (128,),
+    residual: bool = True,
 ) -> BuiltEngine:
     """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules.
 
@@ -204,7 +209,9 @@ def build_fp8(
     unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both); "fastest": the
     fused engine with each layer timed in place at each of `choice_batches` (the batches the
     engine will run) against the unfused one, and the faster kept per batch
-    (`engines/kernel_choice.py`).
+    (`engines/kernel_choice.py`). With `residual` (default) fused 1x1/linear layers that feed a
+    residual sum also compute it (`quant/residual.py`); False keeps the add a separate pass
+    (benchmarks run both).
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
@@ -220,6 +227,12 @@ def build_fp8(
     m = m.to(dtype)
     epilogue = {layer: act for layer, (_, act) in absorbed.items()}
     applied = apply_fp8(m, source, plan, dtype, built, epilogue, handoff)
+    sites = {}
+    if built == Fp8Kernel.FUSED and residual:
+        fused = [n for n in applied.real if isinstance(m.get_submodule(n), FusedFP8Matmul)]
+        base = with_absorbed(source, {layer: act for layer, (act, _) in absorbed.items()})
+        sites = residual_sites(base, fused, example)
+        fuse_residuals(m, sites, fused)
     m = m.to(device).to(memory_format=torch.channels_last)
     bind_scaled_mm(m, device)
     chosen = None
@@ -236,6 +249,7 @@ def build_fp8(
         fp8_kernel=kernel,
         fp8_epilogue=epilogue,
         fp8_handoff=handoff,
+        fp8_residual={layer: site.act for layer, site in sites.items()},
         fp8_kernel_choice=chosen,
     )
 

@@ -14,7 +14,8 @@ times, on that layer's own input:
 - fused: the layer's forward (input quantize and the fused product with scale, bias and the
   absorbed activation in its epilogue);
 - scaled_mm: the unfused layer of the same plan (`FP8Matmul`: input quantize,
-  torch._scaled_mm, bias, cast), then the absorbed activation as its own op.
+  torch._scaled_mm, bias, cast), then the absorbed activation as its own op, and where the
+  fused layer sums a residual (`quant/residual.py`), that add and its activation too.
 
 Both start with the same input quantize, eager here (float32 divide, clamp, cast: separate
 kernels) but fused into the producing kernel by the compiled engine, so its time, measured
@@ -91,8 +92,28 @@ def _time_us(fn: Callable[[], object]) -> float:
     return 1000 * triton.testing.do_bench_cudagraph(fn, rep=10, return_mode="median")
 
 
-def _unfused(fp8mm: nn.Module, act: str) -> nn.Module:
-    return nn.Sequential(fp8mm, ACT_MODULES[act]()) if act != "none" else fp8mm
+def _act_module(act: str) -> nn.Module:
+    return ACT_MODULES[act]() if act != "none" else nn.Identity()
+
+
+class Unfused(nn.Module):
+    """The unfused layer (`FP8Matmul`) with the fused layer's epilogue as separate ops: the
+    absorbed activation, then, for a residual layer, the sum and the activation after it."""
+
+    def __init__(self, fp8mm: nn.Module, act: str, res_act: str | None) -> None:
+        super().__init__()
+        self.layer, self.act = fp8mm, _act_module(act)
+        self.res_act = _act_module(res_act) if res_act is not None else None
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        if (residual is None) != (self.res_act is None):
+            raise ValueError("a residual layer takes its residual, and no other layer takes one")
+        y = self.act(self.layer(x))
+        return y if self.res_act is None else self.res_act(y + residual)
+
+
+def _unfused(alt: nn.Module, name: str, fused: FusedFP8Matmul) -> Unfused:
+    return Unfused(alt.get_submodule(name), fused.act, fused.res_act)
 
 
 def nearest_batch(batch: int, timed: Sequence[int]) -> int:
@@ -109,9 +130,9 @@ class ByBatch(nn.Module):
         self.fused, self.scaled_mm = fused, scaled_mm
         self.wins, self.timed = sorted(wins), sorted(timed)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *residual: torch.Tensor) -> torch.Tensor:
         pick = nearest_batch(x.shape[0], self.timed)
-        return self.scaled_mm(x) if pick in self.wins else self.fused(x)
+        return self.scaled_mm(x, *residual) if pick in self.wins else self.fused(x, *residual)
 
     def extra_repr(self) -> str:
         return f"scaled_mm at batches {self.wins} of timed {self.timed}"
@@ -154,16 +175,17 @@ def choose_kernels(
 
     def hook(name: str, layer: FusedFP8Matmul, batch: int):
         def pre(_module, args):
-            x = args[0]
+            x, rest = args[0], args[1:]  # rest: the residual of a residual layer
             if layer.fp8_input or layer.out_scale is not None:
                 return
             key = json.dumps([versions, list(x.shape), layer.extra_repr(), layer.bias is not None,
                               plan.per_channel, str(dtype)])  # fmt: skip
             if key not in stored:
-                other = _unfused(alt.get_submodule(name), layer.act)
+                other = _unfused(alt, name, layer)
                 shared = clock(lambda: to_fp8(x, layer.x_scale))
                 # forward, not __call__: this hook must not run again inside its own timing
-                fused_us, mm_us = clock(lambda: layer.forward(x)), clock(lambda: other(x))
+                fused_us = clock(lambda: layer.forward(x, *rest))
+                mm_us = clock(lambda: other(x, *rest))
                 stored[key] = [max(fused_us - shared, 0.0), max(mm_us - shared, 0.0)]
             timed[batch][name] = tuple(stored[key])
 
@@ -204,7 +226,7 @@ def choose_kernels(
                 )
             )
         if wins:
-            unfused = _unfused(alt.get_submodule(name), fused[name].act)
+            unfused = _unfused(alt, name, fused[name])
             both = wins != set(batches)
             replace_module(
                 model, name, ByBatch(fused[name], unfused, wins, batches) if both else unfused

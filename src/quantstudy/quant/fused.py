@@ -67,9 +67,12 @@ def fp8_gemm(
     out_dtype: torch.dtype,
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
+    residual: torch.Tensor | None = None,
+    res_act: str = "none",
 ) -> torch.Tensor:
     """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8,
-    x_scale a scalar or one scale per row (M, 1).
+    x_scale a scalar or one scale per row (M, 1). With `residual` (M, N) in the engine's dtype,
+    res_act(that + residual): the residual sum of `quant/residual.py`.
     With `out_scale` the result is written as the next layer's FP8 input (`to_fp8`).
     `round_to` (the engine's dtype) rounds the sum before the activation and the activated
     value before an FP8 write, where the unfused engine stores them: both engines then
@@ -79,8 +82,9 @@ def fp8_gemm(
 
         xq = xq.contiguous()
         return fp8_gemm_triton(
-            xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=out_scale, round_to=round_to
-        )
+            xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=out_scale,
+            round_to=round_to, residual=residual, res_act=res_act,
+        )  # fmt: skip
 
     def rounded(t: torch.Tensor) -> torch.Tensor:
         return t.to(round_to).float() if round_to is not None else t
@@ -89,11 +93,14 @@ def fp8_gemm(
     if bias is not None:
         y = y + bias
     y = _act_reference(rounded(y), act)
+    if residual is not None:
+        y = _act_reference(rounded(rounded(y) + residual.float()), res_act)
     return to_fp8(rounded(y), out_scale) if out_scale is not None else y.to(out_dtype)
 
 
 @fp8_gemm.register_fake
-def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=None, round_to=None):
+def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=None, round_to=None,
+      residual=None, res_act="none"):  # fmt: skip
     return xq.new_empty((xq.shape[0], w8.shape[0]), dtype=out_dtype)
 
 
@@ -168,12 +175,17 @@ class FusedFP8Matmul(PointwiseMatmul):
         self.register_buffer("w_scale", w_scale.expand(weight.shape[0]).contiguous())
         self._take_input_quant(x_scale, row_scales, x_divisor, self.k_pad)
         take_epilogue(self, layer, dtype, act, out_scale, fp8_input)
+        # The activation after a residual sum in the epilogue; None: no residual (set by
+        # `quant/residual.py` when it moves a block's add into this layer).
+        self.res_act: str | None = None
         if fp8_input and self.k_pad:
             raise ValueError("an FP8 input cannot be padded here: its producer writes K columns")
         if fp8_input and (row_scales or x_divisor is not None):
             raise ValueError("an FP8 input from the layer before has its static per-tensor scale")
 
-    def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
+    def _matmul(self, x2d: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        if (residual is None) != (self.res_act is None):
+            raise ValueError("a residual layer takes its residual, and no other layer takes one")
         if self.fp8_input:
             xq, x_scale = handed_input(self, x2d), self.x_scale
         else:
@@ -191,8 +203,12 @@ class FusedFP8Matmul(PointwiseMatmul):
             out_dtype,
             self.out_scale,
             self.dtype,
+            residual,
+            self.res_act or "none",
         )
 
     def extra_repr(self) -> str:
         k = self.w8.shape[1] - self.k_pad
-        return f"n={self.w8.shape[0]}, k={k}, k_pad={self.k_pad}, act={self.act}{io_repr(self)}"
+        res = f", + residual, {self.res_act}" if self.res_act is not None else ""
+        head = f"n={self.w8.shape[0]}, k={k}, k_pad={self.k_pad}, act={self.act}"
+        return head + io_repr(self) + res

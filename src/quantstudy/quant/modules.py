@@ -94,18 +94,27 @@ class PointwiseMatmul(nn.Module):
         scale = row_scale(x2d) if self.row_scales else self.x_scale
         return to_fp8(x2d, scale), scale
 
-    def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
+    def _matmul(self, x2d: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _rows(self, t: torch.Tensor) -> torch.Tensor:
+        """(rows, channels): a linear's leading dimensions, or a conv's pixels (a view for
+        channels-last tensors)."""
         if not self.is_conv:
-            lead = x.shape[:-1]
-            return self._matmul(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
+            return t.reshape(-1, t.shape[-1])
+        return t.permute(0, 2, 3, 1).reshape(-1, t.shape[1])
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The layer on `x`; `residual` (the output's shape) is summed in the epilogue by
+        layers that take one (`quant/residual.py`)."""
+        r = None if residual is None else self._rows(residual)
+        if not self.is_conv:
+            return self._matmul(self._rows(x), r).reshape(*x.shape[:-1], -1)
         sh, sw = self.stride
         if (sh, sw) != (1, 1):
             x = x[:, :, ::sh, ::sw]
-        b, c, h, w = x.shape
-        y = self._matmul(x.permute(0, 2, 3, 1).reshape(-1, c))
+        b, _, h, w = x.shape
+        y = self._matmul(self._rows(x), r)
         return y.reshape(b, h, w, -1).permute(0, 3, 1, 2)
 
 
@@ -188,7 +197,9 @@ class FP8Matmul(PointwiseMatmul):
         if self.bias is not None and self.bias_in_mm:
             self.mm_bias = F.pad(self.bias, (0, self.n_pad)).to(device, self.mm_dtype)
 
-    def _matmul(self, x2d: torch.Tensor) -> torch.Tensor:
+    def _matmul(self, x2d: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        if residual is not None:
+            raise ValueError("the unfused layer's residual sum follows its activation, outside it")
         if self.k_pad:
             x2d = F.pad(x2d, (0, self.k_pad))
         xq, x_scale = self._quantize_input(x2d)

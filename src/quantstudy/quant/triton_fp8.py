@@ -1,7 +1,9 @@
 """The fused FP8 matrix product as a Triton kernel: FP8 operands, float32 accumulation, epilogue.
 
 y[m, n] = act(acc[m, n] * x_scale * w_scale[n] + bias[n]), acc = sum_k xq[m, k] * w8[n, k],
-written once in the engine's dtype, or as the next FP8 layer's quantized input (FP8 hand-off).
+optionally followed by a residual sum and its activation, res_act(y[m, n] + r[m, n])
+(`quant/residual.py`), written once in the engine's dtype, or as the next FP8 layer's quantized
+input (FP8 hand-off).
 cuBLASLt's FP8 kernel (torch._scaled_mm) writes bf16 and needs a row-wise activation scale
 tensor of M elements plus a separate pass for the activation; here the per-channel scale,
 folded-BatchNorm bias and activation ride in the epilogue, the activation scale is read from
@@ -245,40 +247,47 @@ def _finish(
     acc, scale, bias, first_m, first_n, M, N, c_ptr, c_desc, stride_cm, stride_cn, out_scale_ptr,
     ACT: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr, ROUND: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, x_scale_ptr, ROW_SCALE: tl.constexpr,
+    res_ptr, stride_rm, stride_rn, HAS_RES: tl.constexpr, RES_ACT: tl.constexpr,
 ):  # fmt: skip
     """Epilogue: scales and bias on the float32 sums, the activation, then one write of the
     tile whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the
     next FP8 layer's quantized input (divide by its scale, saturate at 448, round to nearest
-    even: `quant.fp8.to_fp8`'s arithmetic). The values are rounded to the engine's dtype
-    (ROUND) wherever the unfused engine stores them, before the activation and before the
-    FP8 write, so fused and unfused engines quantize the same numbers."""
+    even: `quant.fp8.to_fp8`'s arithmetic). With HAS_RES the residual tile (engine dtype, any
+    strides) is added to the activated value and RES_ACT applied to the sum. The values are
+    rounded to the engine's dtype (ROUND) wherever the unfused engine stores them (before the
+    activation, both terms of the residual sum and the sum itself, before the FP8 write), so
+    fused and unfused engines quantize the same numbers."""
+    offs_m = first_m + tl.arange(0, BLOCK_M)
+    offs_n = first_n + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if ROW_SCALE:  # dynamic per-row activation scales: x_scale[m] * w_scale[n], as torch does
-        rows = first_m + tl.arange(0, BLOCK_M)
-        x_rows = tl.load(x_scale_ptr + rows, mask=rows < M, other=0.0)
+        x_rows = tl.load(x_scale_ptr + offs_m, mask=offs_m < M, other=0.0)
         y = acc * (scale[None, :] * x_rows[:, None]) + bias[None, :]
     else:
         y = acc * scale[None, :] + bias[None, :]
     y = activation(_round(y, ROUND), ACT)
+    if HAS_RES:
+        r_ptrs = res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn
+        r = tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
+        y = activation(_round(_round(y, ROUND) + r, ROUND), RES_ACT)
     if OUT_FP8:
         y = fp8_range(_round(y, ROUND), out_scale_ptr)
     if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
         c_desc.store([first_m, first_n], y.to(c_desc.dtype, fp_downcast_rounding="rtne"))
     else:
-        offs_m = first_m + tl.arange(0, BLOCK_M)
-        offs_n = first_n + tl.arange(0, BLOCK_N)
         c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
 
 
 @triton.jit
 def _fp8_gemm_kernel(
     a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
-    M, N, K,
-    stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
+    res_ptr, M, N, K,
+    stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn, stride_rm, stride_rn,
     tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
     OUT_FP8: tl.constexpr, ROUND: tl.constexpr, PROMOTE: tl.constexpr, ROW_SCALE: tl.constexpr,
+    HAS_RES: tl.constexpr, RES_ACT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
 ):  # fmt: skip
@@ -303,7 +312,7 @@ def _fp8_gemm_kernel(
             _finish(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
                 out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
-                x_scale_ptr, ROW_SCALE,
+                x_scale_ptr, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
             )  # fmt: skip
     else:
         pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -338,7 +347,7 @@ def _fp8_gemm_kernel(
         _finish(
             acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
             stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
-            x_scale_ptr, ROW_SCALE,
+            x_scale_ptr, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
         )  # fmt: skip
 
 
@@ -359,8 +368,10 @@ def _config(bm, bn, bk, warps, stages, loads=False, store=False, per_sm=0):
     return triton.Config(meta, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
 
 
-# What the autotuner keys its choice on (ROW_SCALE: dynamic per-row activation scales).
+# What the autotuner keys its choice on (ROW_SCALE: dynamic per-row activation scales;
+# HAS_RES: a residual sum in the epilogue).
 AUTOTUNE_KEY = ["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "PROMOTE", "ROW_SCALE"]
+AUTOTUNE_KEY += ["HAS_RES", "RES_ACT"]
 AUTOTUNE_KEY += ["tma_loads_ok", "tma_store_ok"]
 _fp8_gemm_tuned = triton.autotune(
     configs=[
@@ -410,6 +421,8 @@ def fp8_gemm_triton(
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
     promote: int = PROMOTE,
+    residual: torch.Tensor | None = None,
+    res_act: str = "none",
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
@@ -423,7 +436,8 @@ def fp8_gemm_triton(
     writes the output quantized to FP8 with that scale (`out_dtype` must then be E4M3).
     `round_to` (the engine's dtype; None: float32) is where the epilogue rounds (`_finish`);
     `promote` is how many products the tensor cores sum before float32 takes over (`_mma`;
-    0: all of K); where K is larger, a multiple of the tile's BLOCK_K."""
+    0: all of K); where K is larger, a multiple of the tile's BLOCK_K. `residual` ((M, N), any
+    strides) is added after the activation and `res_act` applied to the sum (`_finish`)."""
     if promote < 0 or (promote and promote & (promote - 1)):
         raise ValueError(f"promote must be 0 or a power of two, got {promote}")
     if (out_scale is not None) != (out_dtype == torch.float8_e4m3fn):
@@ -433,6 +447,8 @@ def fp8_gemm_triton(
             raise ValueError(f"I/O path must be one of {IO_PATHS}, got {path!r}")
     m, k = xq.shape
     n = w8.shape[0]
+    if residual is not None and tuple(residual.shape) != (m, n):
+        raise ValueError(f"the residual must be ({m}, {n}), got {tuple(residual.shape)}")
     out = torch.empty((m, n), device=xq.device, dtype=out_dtype)
     if m == 0:
         return out
@@ -455,12 +471,15 @@ def fp8_gemm_triton(
         xq, descs["a_desc"], w8, descs["b_desc"], out, descs["c_desc"],
         w_scale, x_scale, bias if bias is not None else w_scale,
         out_scale if out_scale is not None else x_scale,
+        residual if residual is not None else out,
         m, n, k,
         xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1), out.stride(0), out.stride(1),
+        *(residual.stride() if residual is not None else (0, 0)),
         int(use_loads), int(use_store),
     )  # fmt: skip
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
     meta |= {"ROW_SCALE": x_scale.numel() > 1}
+    meta |= {"HAS_RES": residual is not None, "RES_ACT": ACT_CODES[res_act]}
     meta |= {"OUT_FP8": out_scale is not None, "ROUND": ROUND_CODES[round_to or torch.float32]}
     # K within one promotion: the whole sum is one tensor-core chain from zero whatever the tile
     # (the same bits), so the K loop needs no hand-over and every tile depth stays open.
@@ -474,7 +493,8 @@ def fp8_gemm_triton(
         return (tiles_m * triton.cdiv(n, meta["BLOCK_N"]),)
 
     if tile is None:
-        _tuned_launch(grid, args, descs, meta, (xq, w8, out))
+        tensors = (xq, w8, out) if residual is None else (xq, w8, out, residual)
+        _tuned_launch(grid, args, descs, meta, tensors)
         return out
     bm, bn, bk, *launch = tile
     if promote and bk > promote:

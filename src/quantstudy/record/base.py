@@ -24,6 +24,8 @@ Schema history:
      .migration, .migration_alpha; TensorScale.calibrator; SearchSection.options (OptionStep).
   7: RecipeInfo.sequential (weights and biases fitted layer by layer to the partly quantized
      network, `quant/sequential.py`).
+  8: EngineInfo.fp8_residual (fused FP8 layers that sum a block's residual in their
+     epilogue, `quant/residual.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -36,6 +36,8 @@ class EngineInfo(Section):
     fp8_epilogue: dict[str, str] = Field(default_factory=dict)  # layer -> absorbed activation
     # producer -> consumer: the producer writes the consumer's FP8 input (schema 4 on)
     fp8_handoff: dict[str, str] = Field(default_factory=dict)
+    # layer -> activation after the residual sum its epilogue computes ("none"; schema 8 on)
+    fp8_residual: dict[str, str] = Field(default_factory=dict)
     # "scaled_mm" engines: the output torch._scaled_mm wrote, e.g. "float16, bias in its
     # epilogue" (`quant.modules.scaled_mm_output`); None otherwise (schema 5 on)
     fp8_scaled_mm_output: str | None = None

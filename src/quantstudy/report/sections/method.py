@@ -162,6 +162,15 @@ def _kernel_lines(r: StudyRecord) -> list[str]:
                 f" {n} FP8 {'layer' if n == 1 else 'layers'} wrote the next FP8 layer's input "
                 f"already quantized (no fp16 output, no quantize pass between them): {pairs}."
             )
+        if e.fp8_residual:
+            n, acts = len(e.fp8_residual), Counter(e.fp8_residual.values())
+            after = ", ".join(f"{a} x{k}" for a, k in sorted(acts.items()))
+            names = ", ".join(code(layer) for layer in sorted(e.fp8_residual))
+            lines[-1] += (
+                f" {n} FP8 {'layer' if n == 1 else 'layers'} summed their block's residual in "
+                f"the epilogue (the add and the activation after it, {after}; no fp16 output "
+                f"before the add): {names}."
+            )
     return lines
 
 

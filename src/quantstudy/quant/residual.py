@@ -1,0 +1,275 @@
+"""Residual sums moved into the epilogue of the FP8 layer that feeds them.
+
+Why: a residual block ends `act(layer(x) + shortcut)` (res2net's Bottle2neck: conv3, the
+in-place `out += shortcut`, ReLU; an inverted residual: the projection conv plus the block
+input; a transformer block: fc2 plus the stream). In the fused engine the layer writes its fp16
+output and a separate pass reads it back with the shortcut; with the sum in the layer's
+epilogue (`quant/triton_fp8.py`, `_finish`) that write and read disappear (docs/fp8-kernel.md).
+
+The add is a functional op, invisible to module hooks, so the block that holds it is traced
+with `torch.fx` (the FP8 layers, convs, linears and activations kept as leaves). A site is a
+fused 1x1/linear layer whose output, after operations that pass it on unchanged (an eval-mode
+dropout; `nn.Identity` and a zero drop path leave no node), has exactly one reader, an add of
+one other tensor, optionally followed by an activation the epilogue computes and that is the
+sum's only reader. The smallest traceable module above the layer (not the model itself) that
+holds such an add is rewritten: the layer is called with the other tensor as its residual and
+the add and activation leave the graph. Candidates are then checked as activation absorption
+is (`quant/absorb.py`): in a float copy the same rewrite (the layer wrapped in
+`FloatResidual`, the same operations in the same order) must leave the model's output
+bit-identical on the example and a seeded wide random input.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch import nn
+
+from quantstudy.quant.absorb import exact_subset
+from quantstudy.quant.apply import replace_module
+from quantstudy.quant.fused import activation_name
+
+_ADDS = {operator.add, operator.iadd, torch.add}
+_IN_PLACE = {operator.iadd, "add_"}
+_RELU_FUNCTIONS = {F.relu, torch.relu}
+
+
+class _Tracer(fx.Tracer):
+    """Leaves: the layers named, every conv, linear and activation module, what torch.nn
+    keeps as leaves, and this package's modules (quantized layers); `nn.Identity` is traced
+    through so that it leaves no node."""
+
+    def __init__(self, leaves: set[str]) -> None:
+        super().__init__()
+        self.leaves = leaves
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        if qualname in self.leaves:
+            return True
+        if type(m) is nn.Identity:
+            return False
+        return (
+            isinstance(m, (nn.Conv2d, nn.Linear))
+            or activation_name(m) is not None
+            or type(m).__module__.startswith("quantstudy.")
+            or super().is_leaf_module(m, qualname)
+        )
+
+
+@dataclass(frozen=True)
+class Match:
+    """One site in a traced block: the layer's node, the add, the activation after it (None:
+    none), the other term of the sum, and the epilogue's name for that activation."""
+
+    layer: fx.Node
+    add: fx.Node
+    act_node: fx.Node | None
+    other: fx.Node
+    act: str
+
+
+def _trace(block: nn.Module, leaves: set[str]) -> fx.Graph | None:
+    try:
+        return _Tracer(leaves).trace(block)
+    except Exception:  # untraceable code only means no site in this block
+        return None
+
+
+def _passes_on(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """Whether `node` returns its first input unchanged (dropout in eval mode)."""
+    if node.op == "call_module":
+        m = modules.get(node.target)
+        return isinstance(m, nn.Dropout) and (not m.training or m.p == 0)
+    if node.op == "call_function" and node.target is F.dropout:
+        training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
+        return training is False
+    return False
+
+
+def _only_user(node: fx.Node) -> fx.Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _activation(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[str, Callable] | None:
+    """(epilogue name, the callable) of an activation node on one tensor, else None."""
+    if node.op == "call_module":
+        m = modules.get(node.target)
+        name = activation_name(m) if m is not None else None
+        return (name, m) if name is not None and len(node.args) == 1 else None
+    if node.op == "call_function" and node.target in _RELU_FUNCTIONS and len(node.args) == 1:
+        inplace = node.kwargs.get("inplace", False)
+        return ("relu", F.relu) if not inplace else None
+    return None
+
+
+def _other_term(add: fx.Node, value: fx.Node) -> fx.Node | None:
+    """The other tensor `add` sums with `value`; None if it is not a plain two-tensor add, or
+    is in place on the other tensor (that tensor's other readers would see the sum)."""
+    is_add = add.op == "call_function" and add.target in _ADDS
+    is_add |= add.op == "call_method" and add.target in ("add", "add_")
+    if not is_add or len(add.args) != 2 or add.kwargs:
+        return None
+    a, b = add.args
+    if not (isinstance(a, fx.Node) and isinstance(b, fx.Node)) or a is b:
+        return None
+    if add.target in _IN_PLACE and a is not value:
+        return None
+    return b if a is value else a
+
+
+def find_match(graph: fx.Graph, modules: dict[str, nn.Module], layer: str) -> Match | None:
+    """The site of `layer` (a name relative to the traced block) in `graph`, if any."""
+    node = next((n for n in graph.nodes if n.op == "call_module" and n.target == layer), None)
+    if node is None or len(node.args) != 1 or node.kwargs:
+        return None
+    value = node
+    while (user := _only_user(value)) is not None and _passes_on(user, modules):
+        value = user
+    add = _only_user(value)
+    other = _other_term(add, value) if add is not None else None
+    if other is None:
+        return None
+    after = _only_user(add)
+    act = _activation(after, modules) if after is not None else None
+    return Match(node, add, after if act else None, other, act[0] if act else "none")
+
+
+def _fuse(graph: fx.Graph, match: Match) -> None:
+    """Call the layer with its residual where the sum (or its activation) was, and drop the
+    nodes the call replaces."""
+    last = match.act_node or match.add
+    with graph.inserting_before(last):
+        call = graph.call_module(match.layer.target, (match.layer.args[0], match.other))
+    last.replace_all_uses_with(call)
+    chain, node = [], match.layer
+    while node is not match.add:  # the layer and the pass-on nodes after it
+        chain.append(node)
+        node = next(iter(node.users))
+    dead = [last] + ([match.add] if match.act_node is not None else []) + chain[::-1]
+    for n in dead:  # readers before what they read
+        graph.erase_node(n)
+
+
+@dataclass(frozen=True)
+class Site:
+    """An FP8 layer whose residual sum moves into its epilogue: the block rewritten, and the
+    activation after the sum ("none": none)."""
+
+    block: str
+    act: str
+
+
+def _ancestors(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+
+
+def _candidates(model: nn.Module, layers: list[str]) -> dict[str, Site]:
+    """layer -> its site, in the smallest traceable module above it that holds its add; where
+    two layers feed one add, the first of `layers`."""
+    graphs: dict[str, fx.Graph | None] = {}
+    found: dict[str, Site] = {}
+    taken: set[fx.Node] = set()  # one layer per add: conv3 and a downsample conv share one
+    for layer in layers:
+        for block in _ancestors(layer):
+            if block not in graphs:
+                inner = {n.removeprefix(block + ".") for n in layers if n.startswith(block + ".")}
+                graphs[block] = _trace(model.get_submodule(block), inner)
+            graph = graphs[block]
+            if graph is None:
+                continue
+            modules = dict(model.get_submodule(block).named_modules())
+            match = find_match(graph, modules, layer.removeprefix(block + "."))
+            if match is not None:
+                if match.add not in taken:
+                    taken.add(match.add)
+                    found[layer] = Site(block, match.act)
+                break
+    return found
+
+
+def rewrite(
+    model: nn.Module,
+    sites: dict[str, Site],
+    layers: list[str],
+    wrap: Callable[[nn.Module, Match, dict[str, nn.Module]], nn.Module],
+) -> nn.Module:
+    """`model` (in place) with each site's block replaced by its traced graph, rewritten so that
+    the layer takes the sum's other term as its residual; each layer becomes
+    `wrap(layer, match, block's modules)`. `layers` are the leaves of the traces, as found."""
+    blocks: dict[str, list[str]] = {}
+    for layer, site in sites.items():
+        blocks.setdefault(site.block, []).append(layer)
+    for block, members in blocks.items():
+        module = model.get_submodule(block)
+        inner = {n.removeprefix(block + ".") for n in layers if n.startswith(block + ".")}
+        graph = _Tracer(inner).trace(module)
+        modules = dict(module.named_modules())
+        wrapped = {}
+        for layer in members:
+            rel = layer.removeprefix(block + ".")
+            match = find_match(graph, modules, rel)
+            if match is None:
+                raise RuntimeError(f"{layer}: its residual sum is not found again in {block}")
+            wrapped[rel] = wrap(modules[rel], match, modules)
+            _fuse(graph, match)
+        graph.lint()
+        traced = fx.GraphModule(module, graph, class_name=type(module).__name__)
+        for rel, new in wrapped.items():
+            replace_module(traced, rel, new)
+        replace_module(model, block, traced)
+    return model
+
+
+class FloatResidual(nn.Module):
+    """act(layer(x) + residual) in float, with the block's own activation: the check's copy of
+    what the fused layer computes."""
+
+    def __init__(self, layer: nn.Module, act: Callable | None) -> None:
+        super().__init__()
+        self.layer = layer
+        self.act = act if isinstance(act, nn.Module) else None
+        self._act_fn = None if isinstance(act, nn.Module) else act
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        y = self.layer(x) + residual
+        act = self.act or self._act_fn
+        return act(y) if act is not None else y
+
+
+def _float_wrap(layer: nn.Module, match: Match, modules: dict[str, nn.Module]) -> nn.Module:
+    act = None
+    if match.act_node is not None:
+        act = _activation(match.act_node, modules)[1]
+    return FloatResidual(layer, act)
+
+
+def residual_sites(base: nn.Module, layers: list[str], example: torch.Tensor) -> dict[str, Site]:
+    """layer -> site among `layers` (fused 1x1/linear FP8 layers, named in `base`, the float
+    model as the engine computes it: BatchNorm folded, activations absorbed), found and checked
+    as the module docstring says."""
+    sites = _candidates(base, layers)
+
+    def trial(model: nn.Module, chosen: dict[str, str]) -> nn.Module:
+        return rewrite(copy.deepcopy(model), {k: sites[k] for k in chosen}, layers, _float_wrap)
+
+    kept = exact_subset(base, example, {k: s.block for k, s in sites.items()}, trial)
+    return {k: sites[k] for k in kept}
+
+
+def fuse_residuals(model: nn.Module, sites: dict[str, Site], layers: list[str]) -> None:
+    """Rewrite the engine `model` (in place) so that each site's fused FP8 layer sums its
+    residual and applies the activation after it in its epilogue."""
+
+    def take(layer: nn.Module, match: Match, _modules: dict[str, nn.Module]) -> nn.Module:
+        layer.res_act = match.act
+        return layer
+
+    rewrite(model, sites, layers, take)
