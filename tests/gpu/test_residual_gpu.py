@@ -1,0 +1,47 @@
+"""Residual sums in the fused FP8 kernel's epilogue on CUDA (`quant/residual.py`)."""
+
+import pytest
+import torch
+
+from quantstudy.engines.builders import build_fp8
+from tests.unit.test_residual import _setup
+
+
+@pytest.mark.parametrize("res_act", ["none", "relu"])
+@pytest.mark.parametrize("tile", [None, (128, 64, 64)])
+def test_the_epilogue_sum_writes_what_the_separate_add_writes(res_act, tile):
+    """The kernel with the residual (channels-last rows of an NCHW tensor, as the engine hands
+    it) writes the same fp16 bits as the kernel without it followed by the add (and ReLU) in
+    fp16 torch: both round the layer's value and the sum to fp16. `tile` None: the autotuner's
+    choice (descriptor stores allowed)."""
+    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+
+    g = torch.Generator().manual_seed(7)
+    b, h, w, k, n = 16, 28, 28, 104, 256
+    m = b * h * w
+    xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn).cuda()
+    w8 = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn).cuda()
+    ws = (torch.rand(n, generator=g) / 50 + 1e-3).cuda()
+    xs, bias = torch.tensor(0.05).cuda(), torch.randn(n, generator=g).cuda()
+    nchw = torch.randn(b, n, h, w, generator=g).half().cuda()
+    r = nchw.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1).reshape(m, n)
+    args = (xq, w8, ws, xs, bias, "relu6", torch.float16, tile)
+    alone = fp8_gemm_triton(*args, round_to=torch.float16)
+    want = alone + r
+    want = want.clamp_min(0) if res_act == "relu" else want
+    got = fp8_gemm_triton(*args, round_to=torch.float16, residual=r, res_act=res_act)
+    assert torch.equal(got, want), (got.float() - want.float()).abs().max()
+
+
+def test_residual_engine_equals_the_separate_add_engine_eagerly():
+    """Eager fused engines (the Triton kernels, fp16) with and without the sums in their
+    epilogue: the same bits, as both round where the other stores."""
+    model, x, plan = _setup()
+    cuda = torch.device("cuda")
+    on = build_fp8(model, cuda, x, plan)
+    off = build_fp8(model, cuda, x, plan, residual=False)
+    assert len(on.info().fp8_residual) == 3 and off.info().fp8_residual == {}
+    xs = torch.randn(8, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = on.eager(on.prepare(xs)), off.eager(off.prepare(xs))
+    assert torch.equal(a, b)
