@@ -78,6 +78,19 @@ class _ShortcutInPlace(nn.Module):
         return s + x
 
 
+class _ConcatOther(nn.Module):
+    """The other term is a concatenation only the add reads (ghostnet's ghost module): the
+    compiled engine would compute it inside the add, so the layer does not take it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(16, 16, 1)
+        self.a, self.b = nn.Conv2d(16, 8, 1), nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        return torch.cat([self.a(x), self.b(x)], 1) + self.conv(x)
+
+
 class _Branchy(nn.Module):
     """Data-dependent control flow: untraceable, so no site (and no error)."""
 
@@ -137,10 +150,11 @@ def test_residual_sums_move_into_the_layer_and_change_no_number(dtype):
     assert not torch.equal(got, fused.eager(fused.prepare(x.flip(0))))  # the input matters
 
 
-@pytest.mark.parametrize("tail", [_TwoReaders, _ShortcutInPlace, _Branchy])
+@pytest.mark.parametrize("tail", [_TwoReaders, _ShortcutInPlace, _ConcatOther, _Branchy])
 def test_no_site_where_the_sum_cannot_move(tail):
     """A second reader, an in-place shortcut the traced graph would not reproduce (refused by
-    the bit-exact check), untraceable control flow: the tail's layer keeps its add."""
+    the bit-exact check), an other term stored only for the layer, untraceable control flow:
+    the tail's layer keeps its add."""
     model, x, plan = _setup(nn.Sequential(tail()))
     found = residual_sites(deployed_copy(model, x, fold=True), plan.layers, x)
     assert "tail.0.conv" not in found

@@ -10,8 +10,8 @@ The add is a functional op, invisible to module hooks, so the block that holds i
 with `torch.fx` (the FP8 layers, convs, linears and activations kept as leaves). A site is a
 fused 1x1/linear layer whose output, after operations that pass it on unchanged (an eval-mode
 dropout; `nn.Identity` and a zero drop path leave no node), has exactly one reader, an add of
-one other tensor, optionally followed by an activation the epilogue computes and that is the
-sum's only reader. The smallest traceable module above the layer (not the model itself) that
+one other tensor that the engine stores anyway (`_stored_anyway`), optionally followed by an
+activation the epilogue computes and that is the sum's only reader. The smallest traceable module above the layer (not the model itself) that
 holds such an add is rewritten: the layer is called with the other tensor as its residual and
 the add and activation leave the graph. Candidates are then checked as activation absorption
 is (`quant/absorb.py`): in a float copy the same rewrite (the layer wrapped in
@@ -124,6 +124,15 @@ def _other_term(add: fx.Node, value: fx.Node) -> fx.Node | None:
     return b if a is value else a
 
 
+def _stored_anyway(node: fx.Node) -> bool:
+    """Whether the compiled engine writes the other term to memory whatever the layer does: a
+    block input, a module's output (a cuDNN or FP8 kernel's), or a value with other readers.
+    A value only the add reads (ghostnet's concatenated halves) Inductor computes inside the
+    add's kernel; handing it to the layer would write it once more (on the H200 that cost
+    ghostnet_100 33 us at batch 128, docs/fp8-kernel.md)."""
+    return node.op in ("placeholder", "call_module") or len(node.users) > 1
+
+
 def find_match(graph: fx.Graph, modules: dict[str, nn.Module], layer: str) -> Match | None:
     """The site of `layer` (a name relative to the traced block) in `graph`, if any."""
     node = next((n for n in graph.nodes if n.op == "call_module" and n.target == layer), None)
@@ -134,7 +143,7 @@ def find_match(graph: fx.Graph, modules: dict[str, nn.Module], layer: str) -> Ma
         value = user
     add = _only_user(value)
     other = _other_term(add, value) if add is not None else None
-    if other is None:
+    if other is None or not _stored_anyway(other):
         return None
     after = _only_user(add)
     act = _activation(after, modules) if after is not None else None
