@@ -6,17 +6,17 @@ input; a transformer block: fc2 plus the stream). In the fused engine the layer 
 output and a separate pass reads it back with the shortcut; with the sum in the layer's
 epilogue (`quant/triton_fp8.py`, `_finish`) that write and read disappear (docs/fp8-kernel.md).
 
-The add is a functional op, invisible to module hooks, so the block that holds it is traced
-with `torch.fx` (the FP8 layers, convs, linears and activations kept as leaves). A site is a
-fused 1x1/linear layer whose output, after operations that pass it on unchanged (an eval-mode
-dropout; `nn.Identity` and a zero drop path leave no node), has exactly one reader, an add of
-one other tensor that the engine stores anyway (`_stored_anyway`), optionally followed by an
-activation the epilogue computes and that is the sum's only reader. The smallest traceable
-module above the layer (not the model itself) that holds such an add is rewritten: the layer
-is called with the other tensor as its residual and the add and activation leave the graph. Candidates are then checked as activation absorption
-is (`quant/absorb.py`): in a float copy the same rewrite (the layer wrapped in
-`FloatResidual`, the same operations in the same order) must leave the model's output
-bit-identical on the example and a seeded wide random input.
+The add is a functional op, invisible to module hooks, so the block that holds it is traced with
+`torch.fx` (the FP8 layers, convs, linears and activations kept as leaves). A site is a fused
+1x1/linear layer whose output, after operations that pass it on unchanged (an eval-mode dropout;
+`nn.Identity` and a zero drop path leave no node), has exactly one reader, an add of one other
+tensor that the engine stores anyway (`_stored_anyway`), optionally followed by an activation
+the epilogue computes and that is the sum's only reader. The smallest traceable module above the
+layer (not the model itself) that holds such an add is rewritten: the layer is called with the
+other tensor as its residual and the add and activation leave the graph. Candidates are then
+checked as activation absorption is (`quant/absorb.py`): in a float copy the same rewrite (the
+layer wrapped in `FloatResidual`, the same operations in the same order) must leave the model's
+output bit-identical on the example and a seeded wide random input.
 """
 
 from __future__ import annotations
