@@ -91,6 +91,17 @@ class _ConcatOther(nn.Module):
         return torch.cat([self.a(x), self.b(x)], 1) + self.conv(x)
 
 
+class _CalledTwice(nn.Module):
+    """One layer called twice, once into an add: a residual at one call only cannot be."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(16, 16, 1)
+
+    def forward(self, x):
+        return self.conv(self.conv(x)) + x
+
+
 class _Branchy(nn.Module):
     """Data-dependent control flow: untraceable, so no site (and no error)."""
 
@@ -150,11 +161,14 @@ def test_residual_sums_move_into_the_layer_and_change_no_number(dtype):
     assert not torch.equal(got, fused.eager(fused.prepare(x.flip(0))))  # the input matters
 
 
-@pytest.mark.parametrize("tail", [_TwoReaders, _ShortcutInPlace, _ConcatOther, _Branchy])
+KEEP_THEIR_ADD = [_TwoReaders, _ShortcutInPlace, _ConcatOther, _CalledTwice, _Branchy]
+
+
+@pytest.mark.parametrize("tail", KEEP_THEIR_ADD)
 def test_no_site_where_the_sum_cannot_move(tail):
     """A second reader, an in-place shortcut the traced graph would not reproduce (refused by
-    the bit-exact check), an other term stored only for the layer, untraceable control flow:
-    the tail's layer keeps its add."""
+    the bit-exact check), an other term stored only for the layer, a layer called twice,
+    untraceable control flow: the tail's layer keeps its add."""
     model, x, plan = _setup(nn.Sequential(tail()))
     found = residual_sites(deployed_copy(model, x, fold=True), plan.layers, x)
     assert "tail.0.conv" not in found

@@ -135,9 +135,10 @@ def _stored_anyway(node: fx.Node) -> bool:
 
 def find_match(graph: fx.Graph, modules: dict[str, nn.Module], layer: str) -> Match | None:
     """The site of `layer` (a name relative to the traced block) in `graph`, if any."""
-    node = next((n for n in graph.nodes if n.op == "call_module" and n.target == layer), None)
-    if node is None or len(node.args) != 1 or node.kwargs:
-        return None
+    calls = [n for n in graph.nodes if n.op == "call_module" and n.target == layer]
+    if len(calls) != 1 or len(calls[0].args) != 1 or calls[0].kwargs:
+        return None  # a layer called twice would take a residual at one call only
+    node = calls[0]
     value = node
     while (user := _only_user(value)) is not None and _passes_on(user, modules):
         value = user
