@@ -65,7 +65,8 @@ def exact_subset(
 ) -> dict[str, str]:
     """The pairs whose rewrite of `model` (a copy built by `rewrite(model, pairs)`) leaves its
     output bit-identical on the example and a seeded wide random input: all of them if that
-    holds together, else those that pass alone, if they also pass together; else none."""
+    holds together, else those that pass alone, if they also pass together; else none. A
+    rewrite whose modules refuse their inputs (ValueError) is not exact."""
     if not pairs:
         return {}
     probes = _probes(example)
@@ -74,8 +75,11 @@ def exact_subset(
 
     def exact(chosen: dict[str, str]) -> bool:
         trial = rewrite(model, chosen).eval()
-        with torch.no_grad():
-            return all(torch.equal(trial(x), ref) for x, ref in zip(probes, refs, strict=True))
+        try:
+            with torch.no_grad():
+                return all(torch.equal(trial(x), ref) for x, ref in zip(probes, refs, strict=True))
+        except ValueError:  # a rewritten module refused its input: that rewrite cannot be
+            return False
 
     if exact(pairs):
         return pairs

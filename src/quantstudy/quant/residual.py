@@ -240,7 +240,8 @@ def rewrite(
 
 class FloatResidual(nn.Module):
     """act(layer(x) + residual) in float, with the block's own activation: the check's copy of
-    what the fused layer computes."""
+    what the fused layer computes, refusing (ValueError) what the fused layer cannot take: a
+    residual of another shape (a broadcast add) or dtype."""
 
     def __init__(self, layer: nn.Module, act: Callable | None) -> None:
         super().__init__()
@@ -249,7 +250,10 @@ class FloatResidual(nn.Module):
         self._act_fn = None if isinstance(act, nn.Module) else act
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        y = self.layer(x) + residual
+        y = self.layer(x)
+        if residual.shape != y.shape or residual.dtype != y.dtype:
+            raise ValueError(f"residual {tuple(residual.shape)} for an output {tuple(y.shape)}")
+        y = y + residual
         act = self.act or self._act_fn
         return act(y) if act is not None else y
 
