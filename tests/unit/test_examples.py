@@ -25,7 +25,7 @@ NEW_IN_VERSION_3_ENGINE = {"fp8_kernel": None, "fp8_epilogue": {}}
 NEW_IN_VERSION_4_ENGINE = {"fp8_handoff": {}}
 NEW_IN_VERSION_5_ENGINE = {"fp8_scaled_mm_output": None}
 NEW_IN_VERSION_6_ENGINE = {"fp8_kernel_choice": None}
-NEW_IN_VERSION_8_ENGINE = {"fp8_residual": {}}
+NEW_IN_VERSION_8_ENGINE = {"fp8_residual": {}, "fp8_sum_handoff": {}}
 NEW_IN_VERSION_6_CONFIG = {
     "class_list": None,
     "strip_prefix": None,

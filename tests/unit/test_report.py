@@ -78,6 +78,7 @@ def _as_version_1(data: dict) -> str:
         "fp8_scaled_mm_output",
         "fp8_kernel_choice",
         "fp8_residual",  # schema 8
+        "fp8_sum_handoff",
     )
     out["engines"] = [{k: v for k, v in e.items() if k not in added} for e in data["engines"]]
     assert all(t["channel_mean"] is None for t in out["calibration"]["tensors"])
@@ -382,6 +383,7 @@ def test_fused_engine_sentence_names_absorptions_handoffs_and_residual_sums(reco
                     "fp8_epilogue": {real[0]: "relu"},
                     "fp8_handoff": {real[1]: real[2]},
                     "fp8_residual": {real[0]: "relu", real[2]: "none"},
+                    "fp8_sum_handoff": {real[0]: real[1]},
                 }
             )
         engines.append(e)
@@ -391,6 +393,7 @@ def test_fused_engine_sentence_names_absorptions_handoffs_and_residual_sums(reco
     assert "1 FP8 layer wrote the next FP8 layer's input already quantized" in md
     assert f"`{real[1]}` -> `{real[2]}`" in md
     assert "2 FP8 layers summed their block's residual in the epilogue" in md
+    assert "1 of those also wrote the next FP8 layer's input, quantized, beside the sum" in md
     assert (
         f"none x1, relu x1; no fp16 output before the add): `{sorted([real[0], real[2]])[0]}`" in md
     )

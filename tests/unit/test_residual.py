@@ -197,7 +197,7 @@ def test_no_site_where_the_sum_cannot_move(tail):
 
 def test_a_layer_without_its_residual_is_refused():
     model, x, plan = _setup()
-    layer = build_fp8(model, CPU, x, plan, dtype=torch.float32).eager.blocks[2].pwl
+    layer = build_fp8(model, CPU, x, plan, dtype=torch.float32).eager.get_submodule("blocks.2.pwl")
     with pytest.raises(ValueError, match="takes its residual"):
         layer(torch.randn(2, 48, 8, 8))
 
@@ -239,7 +239,9 @@ def test_kernel_choice_times_and_swaps_residual_layers_with_their_sum(tmp_path):
 
     from quantstudy.engines.kernel_choice import Unfused, choose_kernels
 
-    model, x, plan = _setup()
+    model, x, full = _setup()
+    # the sums' readers in fp16, so that no sum also writes an FP8 copy (`quant/sum_handoff.py`)
+    plan = QuantPlan([n for n in full.layers if n != "blocks.1.conv1"], True, full.calibration)
     m = build_fp8(model, CPU, x, plan, dtype=torch.float32).eager
     with torch.no_grad():
         want = m(x)
@@ -252,7 +254,8 @@ def test_kernel_choice_times_and_swaps_residual_layers_with_their_sum(tmp_path):
     times = cycle([1.0, 10.0, 2.0])  # quantize, fused, unfused
     source = deployed_copy(model, x, fold=True)  # what build_fp8 builds both layers from
     got = choose_kernels(m, source, plan, torch.float32, x, CPU, 2, tmp_path / "c.json", timer)
-    handed = {"blocks.2.pw", "blocks.2.pwl"}  # an FP8 hand-off: no unfused counterpart
+    # FP8 hand-offs have no unfused counterpart: pw -> pwl, and blocks.1.conv3's sum -> pw
+    handed = {"blocks.2.pw", "blocks.2.pwl", "blocks.1.conv3"}
     assert {c.name for c in got if c.kernel == "scaled_mm"} == set(plan.layers) - handed
     conv3 = m.get_submodule("blocks.0.conv3")
     assert isinstance(conv3, Unfused) and isinstance(conv3.res_act, nn.ReLU)

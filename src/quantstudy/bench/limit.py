@@ -140,6 +140,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
             "epilogue_activations": len(einfo.fp8_epilogue),
             "fp8_handoffs": len(einfo.fp8_handoff),
             "fp8_residual_sums": len(einfo.fp8_residual),
+            "fp8_sum_handoffs": len(einfo.fp8_sum_handoff),
             "speed": speed.model_dump(mode="json"),
             "ideal": [i.model_dump(mode="json") for i in ideal or []],
             "ideal_not_computed": why,

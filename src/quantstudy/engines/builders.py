@@ -26,7 +26,8 @@ from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.handoff import fp8_handoffs
 from quantstudy.quant.modules import bind_scaled_mm, scaled_mm_output_of
-from quantstudy.quant.residual import fuse_residuals, residual_sites
+from quantstudy.quant.residual import float_summed, fuse_residuals, residual_sites
+from quantstudy.quant.sum_handoff import can_read_fp8, fuse_sum_handoffs, sum_handoffs
 from quantstudy.record import EngineInfo, LayerKernel
 from quantstudy.record.vocab import CompileMode, Fp8Kernel
 
@@ -76,6 +77,7 @@ class BuiltEngine(Engine):
     fp8_epilogue: dict[str, str] = field(default_factory=dict)
     fp8_handoff: dict[str, str] = field(default_factory=dict)
     fp8_residual: dict[str, str] = field(default_factory=dict)
+    fp8_sum_handoff: dict[str, str] = field(default_factory=dict)
     fp8_kernel_choice: list[LayerKernel] | None = None
 
     def info(self) -> EngineInfo:
@@ -94,6 +96,7 @@ class BuiltEngine(Engine):
             fp8_epilogue=dict(self.fp8_epilogue),
             fp8_handoff=dict(self.fp8_handoff),
             fp8_residual=dict(self.fp8_residual),
+            fp8_sum_handoff=dict(self.fp8_sum_handoff),
             fp8_scaled_mm_output=scaled_mm_output_of(self.eager),
             fp8_kernel_choice=self.fp8_kernel_choice,
             fp16_layers=self.float_layers,
@@ -210,8 +213,9 @@ def build_fp8(
     fused engine with each layer timed in place at each of `choice_batches` (the batches the
     engine will run) against the unfused one, and the faster kept per batch
     (`engines/kernel_choice.py`). With `residual` (default) fused 1x1/linear layers that feed a
-    residual sum also compute it (`quant/residual.py`); False keeps the add a separate pass
-    (benchmarks run both).
+    residual sum also compute it (`quant/residual.py`) and, where the next fused layer reads
+    the sum, write its FP8 input too (`quant/sum_handoff.py`); False keeps the add a separate
+    pass (benchmarks run both).
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
@@ -227,12 +231,16 @@ def build_fp8(
     m = m.to(dtype)
     epilogue = {layer: act for layer, (_, act) in absorbed.items()}
     applied = apply_fp8(m, source, plan, dtype, built, epilogue, handoff)
-    sites = {}
+    sites, pairs = {}, {}
     if built == Fp8Kernel.FUSED and residual:
         fused = [n for n in applied.real if isinstance(m.get_submodule(n), FusedFP8Matmul)]
         base = with_absorbed(source, {layer: act for layer, (act, _) in absorbed.items()})
         sites = residual_sites(base, fused, example)
         fuse_residuals(m, sites, fused)
+        readers = {n for n in fused if can_read_fp8(m.get_submodule(n)) and plan.static_input(n)}
+        summed = float_summed(base, sites, fused)
+        pairs = sum_handoffs(summed, sites, fused, readers, example)
+        m = fuse_sum_handoffs(m, pairs, fused)
     m = m.to(device).to(memory_format=torch.channels_last)
     bind_scaled_mm(m, device)
     chosen = None
@@ -250,6 +258,7 @@ def build_fp8(
         fp8_epilogue=epilogue,
         fp8_handoff=handoff,
         fp8_residual={layer: site.act for layer, site in sites.items()},
+        fp8_sum_handoff={layer: pair.reader for layer, pair in pairs.items()},
         fp8_kernel_choice=chosen,
     )
 

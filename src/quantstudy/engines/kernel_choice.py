@@ -176,7 +176,7 @@ def choose_kernels(
     def hook(name: str, layer: FusedFP8Matmul, batch: int):
         def pre(_module, args):
             x, rest = args[0], args[1:]  # rest: the residual of a residual layer
-            if layer.fp8_input or layer.out_scale is not None:
+            if layer.fp8_input or layer.out_scale is not None or layer.pair_scale is not None:
                 return
             key = json.dumps([versions, list(x.shape), layer.extra_repr(), layer.bias is not None,
                               plan.per_channel, str(dtype)])  # fmt: skip
@@ -206,7 +206,7 @@ def choose_kernels(
             why = "not run in the example pass"
             if isinstance(layer, FusedFP8Conv2d):
                 why = "no unfused kernel (kxk conv)"
-            elif layer.fp8_input or layer.out_scale is not None:
+            elif layer.fp8_input or layer.out_scale is not None or layer.pair_scale is not None:
                 why = "FP8 hand-off"
             choices.append(LayerKernel(name=name, kernel=Fp8Kernel.FUSED, why=why))
             continue

@@ -86,22 +86,69 @@ def fp8_gemm(
             round_to=round_to, residual=residual, res_act=res_act,
         )  # fmt: skip
 
-    def rounded(t: torch.Tensor) -> torch.Tensor:
-        return t.to(round_to).float() if round_to is not None else t
+    y = _torch_epilogue(xq, w8, w_scale, x_scale, bias, act, round_to, residual, res_act)
+    return to_fp8(_rounded(y, round_to), out_scale) if out_scale is not None else y.to(out_dtype)
 
+
+def _rounded(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    return t.to(dtype).float() if dtype is not None else t
+
+
+def _torch_epilogue(
+    xq, w8, w_scale, x_scale, bias, act, round_to, residual, res_act
+) -> torch.Tensor:  # fmt: skip
+    """The op's arithmetic in torch (off CUDA): exact FP8 products summed in float32, then
+    the epilogue, rounded to `round_to` where the unfused engine stores; float32 out."""
     y = (xq.float() @ w8.float().t()) * (w_scale * x_scale)
     if bias is not None:
         y = y + bias
-    y = _act_reference(rounded(y), act)
+    y = _act_reference(_rounded(y, round_to), act)
     if residual is not None:
-        y = _act_reference(rounded(rounded(y) + residual.float()), res_act)
-    return to_fp8(rounded(y), out_scale) if out_scale is not None else y.to(out_dtype)
+        y = _act_reference(_rounded(_rounded(y, round_to) + residual.float(), round_to), res_act)
+    return y
 
 
 @fp8_gemm.register_fake
 def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=None, round_to=None,
       residual=None, res_act="none"):  # fmt: skip
     return xq.new_empty((xq.shape[0], w8.shape[0]), dtype=out_dtype)
+
+
+@torch.library.custom_op("quantstudy::fp8_gemm_pair", mutates_args=())
+def fp8_gemm_pair(
+    xq: torch.Tensor,
+    w8: torch.Tensor,
+    w_scale: torch.Tensor,
+    x_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    act: str,
+    out_dtype: torch.dtype,
+    pair_scale: torch.Tensor,
+    round_to: torch.dtype | None,
+    residual: torch.Tensor | None,
+    res_act: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fp8_gemm` writing two outputs from one epilogue: the result in `out_dtype` and its
+    FP8 copy quantized with `pair_scale`, the next FP8 layer's input (a residual sum read
+    both by that layer and by the next shortcut, `quant/residual.py`)."""
+    if xq.is_cuda:
+        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+
+        xq = xq.contiguous()
+        q = torch.empty((xq.shape[0], w8.shape[0]), device=xq.device, dtype=E4M3)
+        y = fp8_gemm_triton(
+            xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=pair_scale,
+            round_to=round_to, residual=residual, res_act=res_act, pair=q,
+        )  # fmt: skip
+        return y, q
+    y = _torch_epilogue(xq, w8, w_scale, x_scale, bias, act, round_to, residual, res_act)
+    return y.to(out_dtype), to_fp8(_rounded(y, round_to), pair_scale)
+
+
+@fp8_gemm_pair.register_fake
+def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, pair_scale, round_to, residual, res_act):
+    shape = (xq.shape[0], w8.shape[0])
+    return xq.new_empty(shape, dtype=out_dtype), xq.new_empty(shape, dtype=E4M3)
 
 
 def take_epilogue(
@@ -178,6 +225,9 @@ class FusedFP8Matmul(PointwiseMatmul):
         # The activation after a residual sum in the epilogue; None: no residual (set by
         # `quant/residual.py` when it moves a block's add into this layer).
         self.res_act: str | None = None
+        # The next FP8 layer's input scale where this layer also writes that layer's FP8
+        # input beside its own output (a residual sum with two readers, `quant/residual.py`).
+        self.register_buffer("pair_scale", None)
         if fp8_input and self.k_pad:
             raise ValueError("an FP8 input cannot be padded here: its producer writes K columns")
         if fp8_input and (row_scales or x_divisor is not None):
@@ -192,6 +242,11 @@ class FusedFP8Matmul(PointwiseMatmul):
             if self.k_pad:
                 x2d = F.pad(x2d, (0, self.k_pad))
             xq, x_scale = self._quantize_input(x2d)
+        if self.pair_scale is not None:
+            return fp8_gemm_pair(
+                xq, self.w8, self.w_scale, x_scale, self.bias, self.act, self.dtype,
+                self.pair_scale, self.dtype, residual, self.res_act or "none",
+            )  # fmt: skip
         out_dtype = E4M3 if self.out_scale is not None else self.dtype
         return fp8_gemm(
             xq,
@@ -210,5 +265,6 @@ class FusedFP8Matmul(PointwiseMatmul):
     def extra_repr(self) -> str:
         k = self.w8.shape[1] - self.k_pad
         res = f", + residual, {self.res_act}" if self.res_act is not None else ""
+        res += ", and fp8 out" if self.pair_scale is not None else ""
         head = f"n={self.w8.shape[0]}, k={k}, k_pad={self.k_pad}, act={self.act}"
         return head + io_repr(self) + res

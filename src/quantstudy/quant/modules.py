@@ -108,13 +108,18 @@ class PointwiseMatmul(nn.Module):
         """The layer on `x`; `residual` (the output's shape) is summed in the epilogue by
         layers that take one (`quant/residual.py`)."""
         r = None if residual is None else self._rows(residual)
-        if not self.is_conv:
-            return self._matmul(self._rows(x), r).reshape(*x.shape[:-1], -1)
-        sh, sw = self.stride
-        if (sh, sw) != (1, 1):
-            x = x[:, :, ::sh, ::sw]
-        b, _, h, w = x.shape
+        if self.is_conv and self.stride != (1, 1):
+            x = x[:, :, :: self.stride[0], :: self.stride[1]]
         y = self._matmul(self._rows(x), r)
+        if isinstance(y, tuple):  # the output and its FP8 copy for the next layer
+            return tuple(self._unrows(t, x) for t in y)
+        return self._unrows(y, x)
+
+    def _unrows(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The (rows, N) product back in the layout of the (subsampled) input `x`."""
+        if not self.is_conv:
+            return y.reshape(*x.shape[:-1], -1)
+        b, _, h, w = x.shape
         return y.reshape(b, h, w, -1).permute(0, 3, 1, 2)
 
 

@@ -248,14 +248,18 @@ class FloatResidual(nn.Module):
         self.layer = layer
         self.act = act if isinstance(act, nn.Module) else None
         self._act_fn = None if isinstance(act, nn.Module) else act
+        self.pair = False  # return the sum twice, as a sum hand-off does (`quant/sum_handoff.py`)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         y = self.layer(x)
         if residual.shape != y.shape or residual.dtype != y.dtype:
             raise ValueError(f"residual {tuple(residual.shape)} for an output {tuple(y.shape)}")
         y = y + residual
         act = self.act or self._act_fn
-        return act(y) if act is not None else y
+        y = act(y) if act is not None else y
+        return (y, y) if self.pair else y
 
 
 def _float_wrap(layer: nn.Module, match: Match, modules: dict[str, nn.Module]) -> nn.Module:
@@ -265,6 +269,11 @@ def _float_wrap(layer: nn.Module, match: Match, modules: dict[str, nn.Module]) -
     return FloatResidual(layer, act)
 
 
+def float_summed(base: nn.Module, sites: dict[str, Site], layers: list[str]) -> nn.Module:
+    """A copy of the float `base` with the sites' sums in their layers (`FloatResidual`)."""
+    return rewrite(copy.deepcopy(base), sites, layers, _float_wrap)
+
+
 def residual_sites(base: nn.Module, layers: list[str], example: torch.Tensor) -> dict[str, Site]:
     """layer -> site among `layers` (fused 1x1/linear FP8 layers, named in `base`, the float
     model as the engine computes it: BatchNorm folded, activations absorbed), found and checked
@@ -272,7 +281,7 @@ def residual_sites(base: nn.Module, layers: list[str], example: torch.Tensor) ->
     sites = _candidates(base, layers)
 
     def trial(model: nn.Module, chosen: dict[str, str]) -> nn.Module:
-        return rewrite(copy.deepcopy(model), {k: sites[k] for k in chosen}, layers, _float_wrap)
+        return float_summed(model, {k: sites[k] for k in chosen}, layers)
 
     kept = exact_subset(base, example, {k: s.block for k, s in sites.items()}, trial)
     return {k: sites[k] for k in kept}

@@ -3,7 +3,7 @@
 y[m, n] = act(acc[m, n] * x_scale * w_scale[n] + bias[n]), acc = sum_k xq[m, k] * w8[n, k],
 optionally followed by a residual sum and its activation, res_act(y[m, n] + r[m, n])
 (`quant/residual.py`), written once in the engine's dtype, or as the next FP8 layer's quantized
-input (FP8 hand-off).
+input (FP8 hand-off), or both (a residual sum that is also the next FP8 layer's input).
 cuBLASLt's FP8 kernel (torch._scaled_mm) writes bf16 and needs a row-wise activation scale
 tensor of M elements plus a separate pass for the activation; here the per-channel scale,
 folded-BatchNorm bias and activation ride in the epilogue, the activation scale is read from
@@ -248,12 +248,15 @@ def _finish(
     ACT: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr, ROUND: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, x_scale_ptr, ROW_SCALE: tl.constexpr,
     res_ptr, stride_rm, stride_rn, HAS_RES: tl.constexpr, RES_ACT: tl.constexpr,
+    q_ptr, PAIR: tl.constexpr,
 ):  # fmt: skip
     """Epilogue: scales and bias on the float32 sums, the activation, then one write of the
     tile whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the
     next FP8 layer's quantized input (divide by its scale, saturate at 448, round to nearest
     even: `quant.fp8.to_fp8`'s arithmetic). With HAS_RES the residual tile (engine dtype, any
-    strides) is added to the activated value and RES_ACT applied to the sum. The values are
+    strides) is added to the activated value and RES_ACT applied to the sum. With PAIR the
+    tile is also written to `q_ptr` (same strides) as the next FP8 layer's input, quantized
+    from the value stored in the engine's dtype with the scale at `out_scale_ptr`. The values are
     rounded to the engine's dtype (ROUND) wherever the unfused engine stores them (before the
     activation, both terms of the residual sum and the sum itself, before the FP8 write), so
     fused and unfused engines quantize the same numbers."""
@@ -272,6 +275,10 @@ def _finish(
         y = activation(_round(_round(y, ROUND) + r, ROUND), RES_ACT)
     if OUT_FP8:
         y = fp8_range(_round(y, ROUND), out_scale_ptr)
+    if PAIR:
+        q = fp8_range(_round(y, ROUND), out_scale_ptr)
+        q_ptrs = q_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(q_ptrs, q.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
     if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
         c_desc.store([first_m, first_n], y.to(c_desc.dtype, fp_downcast_rounding="rtne"))
     else:
@@ -282,12 +289,12 @@ def _finish(
 @triton.jit
 def _fp8_gemm_kernel(
     a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
-    res_ptr, M, N, K,
+    res_ptr, q_ptr, M, N, K,
     stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn, stride_rm, stride_rn,
     tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
     OUT_FP8: tl.constexpr, ROUND: tl.constexpr, PROMOTE: tl.constexpr, ROW_SCALE: tl.constexpr,
-    HAS_RES: tl.constexpr, RES_ACT: tl.constexpr,
+    HAS_RES: tl.constexpr, RES_ACT: tl.constexpr, PAIR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
 ):  # fmt: skip
@@ -313,6 +320,7 @@ def _fp8_gemm_kernel(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
                 out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
                 x_scale_ptr, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
+                q_ptr, PAIR,
             )  # fmt: skip
     else:
         pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -347,7 +355,7 @@ def _fp8_gemm_kernel(
         _finish(
             acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
             stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
-            x_scale_ptr, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
+            x_scale_ptr, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT, q_ptr, PAIR,
         )  # fmt: skip
 
 
@@ -371,7 +379,7 @@ def _config(bm, bn, bk, warps, stages, loads=False, store=False, per_sm=0):
 # What the autotuner keys its choice on (ROW_SCALE: dynamic per-row activation scales;
 # HAS_RES: a residual sum in the epilogue).
 AUTOTUNE_KEY = ["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "PROMOTE", "ROW_SCALE"]
-AUTOTUNE_KEY += ["HAS_RES", "RES_ACT"]
+AUTOTUNE_KEY += ["HAS_RES", "RES_ACT", "PAIR"]
 AUTOTUNE_KEY += ["tma_loads_ok", "tma_store_ok"]
 _fp8_gemm_tuned = triton.autotune(
     configs=[
@@ -423,6 +431,7 @@ def fp8_gemm_triton(
     promote: int = PROMOTE,
     residual: torch.Tensor | None = None,
     res_act: str = "none",
+    pair: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
@@ -437,11 +446,15 @@ def fp8_gemm_triton(
     `round_to` (the engine's dtype; None: float32) is where the epilogue rounds (`_finish`);
     `promote` is how many products the tensor cores sum before float32 takes over (`_mma`;
     0: all of K); where K is larger, a multiple of the tile's BLOCK_K. `residual` ((M, N), any
-    strides) is added after the activation and `res_act` applied to the sum (`_finish`)."""
+    strides) is added after the activation and `res_act` applied to the sum (`_finish`).
+    `pair` ((M, N) FP8, contiguous) also receives the output quantized with `out_scale`, while
+    the output itself stays in `out_dtype`."""
     if promote < 0 or (promote and promote & (promote - 1)):
         raise ValueError(f"promote must be 0 or a power of two, got {promote}")
-    if (out_scale is not None) != (out_dtype == torch.float8_e4m3fn):
+    if (out_scale is not None) != (out_dtype == torch.float8_e4m3fn or pair is not None):
         raise ValueError("an FP8 output needs out_scale, and out_scale needs an FP8 output")
+    if pair is not None and out_dtype == torch.float8_e4m3fn:
+        raise ValueError("a pair writes the output in the engine's dtype and its FP8 copy")
     for path in (loads, store):
         if path is not None and path not in IO_PATHS:
             raise ValueError(f"I/O path must be one of {IO_PATHS}, got {path!r}")
@@ -450,6 +463,8 @@ def fp8_gemm_triton(
     if residual is not None and tuple(residual.shape) != (m, n):
         raise ValueError(f"the residual must be ({m}, {n}), got {tuple(residual.shape)}")
     out = torch.empty((m, n), device=xq.device, dtype=out_dtype)
+    if pair is not None and (tuple(pair.shape) != (m, n) or pair.stride() != out.stride()):
+        raise ValueError(f"the FP8 copy must be a contiguous ({m}, {n}) tensor")
     if m == 0:
         return out
     default = "pointer" if tile is not None else "tma"
@@ -472,6 +487,7 @@ def fp8_gemm_triton(
         w_scale, x_scale, bias if bias is not None else w_scale,
         out_scale if out_scale is not None else x_scale,
         residual if residual is not None else out,
+        pair if pair is not None else out,
         m, n, k,
         xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1), out.stride(0), out.stride(1),
         *(residual.stride() if residual is not None else (0, 0)),
@@ -480,7 +496,9 @@ def fp8_gemm_triton(
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
     meta |= {"ROW_SCALE": x_scale.numel() > 1}
     meta |= {"HAS_RES": residual is not None, "RES_ACT": ACT_CODES[res_act]}
-    meta |= {"OUT_FP8": out_scale is not None, "ROUND": ROUND_CODES[round_to or torch.float32]}
+    meta |= {"PAIR": pair is not None}
+    meta |= {"OUT_FP8": out_scale is not None and pair is None}
+    meta |= {"ROUND": ROUND_CODES[round_to or torch.float32]}
     # K within one promotion: the whole sum is one tensor-core chain from zero whatever the tile
     # (the same bits), so the K loop needs no hand-over and every tile depth stays open.
     promote = 0 if k <= promote else promote
@@ -493,7 +511,7 @@ def fp8_gemm_triton(
         return (tiles_m * triton.cdiv(n, meta["BLOCK_N"]),)
 
     if tile is None:
-        tensors = (xq, w8, out) if residual is None else (xq, w8, out, residual)
+        tensors = (xq, w8, out, *(t for t in (residual, pair) if t is not None))
         _tuned_launch(grid, args, descs, meta, tensors)
         return out
     bm, bn, bk, *launch = tile

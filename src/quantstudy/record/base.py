@@ -25,7 +25,8 @@ Schema history:
   7: RecipeInfo.sequential (weights and biases fitted layer by layer to the partly quantized
      network, `quant/sequential.py`).
   8: EngineInfo.fp8_residual (fused FP8 layers that sum a block's residual in their
-     epilogue, `quant/residual.py`).
+     epilogue, `quant/residual.py`) and EngineInfo.fp8_sum_handoff (those that also write the
+     next FP8 layer's input, `quant/sum_handoff.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

@@ -38,6 +38,8 @@ class EngineInfo(Section):
     fp8_handoff: dict[str, str] = Field(default_factory=dict)
     # layer -> activation after the residual sum its epilogue computes ("none"; schema 8 on)
     fp8_residual: dict[str, str] = Field(default_factory=dict)
+    # sum layer -> the next FP8 layer whose input it also writes (schema 8 on)
+    fp8_sum_handoff: dict[str, str] = Field(default_factory=dict)
     # "scaled_mm" engines: the output torch._scaled_mm wrote, e.g. "float16, bias in its
     # epilogue" (`quant.modules.scaled_mm_output`); None otherwise (schema 5 on)
     fp8_scaled_mm_output: str | None = None

@@ -171,6 +171,15 @@ def _kernel_lines(r: StudyRecord) -> list[str]:
                 f"the epilogue (the add and the activation after it, {after}; no fp16 output "
                 f"before the add): {names}."
             )
+        if e.fp8_sum_handoff:
+            pairs = ", ".join(
+                f"{code(p)} -> {code(c)}" for p, c in sorted(e.fp8_sum_handoff.items())
+            )
+            n = len(e.fp8_sum_handoff)
+            lines[-1] += (
+                f" {n} of those also wrote the next FP8 layer's input, quantized, beside the "
+                f"sum (no quantize pass between them): {pairs}."
+            )
     return lines
 
 
