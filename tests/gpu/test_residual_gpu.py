@@ -75,7 +75,7 @@ def test_sum_handoff_engine_equals_the_separate_passes_eagerly():
     input, against the engine with adds and quantizes apart: the same bits."""
     model, x, plan = _setup()
     cuda = torch.device("cuda")
-    on = build_fp8(model, cuda, x, plan)
+    on = build_fp8(model, cuda, x, plan, sum_handoff=True)
     off = build_fp8(model, cuda, x, plan, residual=False)
     assert len(on.info().fp8_sum_handoff) == 2
     xs = torch.randn(8, 3, 8, 8, generator=torch.Generator().manual_seed(2))

@@ -39,6 +39,23 @@ def test_limit_takes_a_recipe_for_every_model(tiny_imagenet, tmp_path):
     assert fused["fp8_handoffs"] > 0  # FP8 storage around the depthwise convs
 
 
+def test_limit_times_each_residual_variant_under_its_own_name(tiny_imagenet, tmp_path):
+    """`--residual both --sum-handoff`: the fused engine with its sums, with their FP8 copies
+    too, and with the adds apart; the unfused engine once (it never sums in its epilogue)."""
+    out = tmp_path / "limit.json"
+    main(["--images", str(tiny_imagenet), "--out", str(out), "--models", "test_resnet",
+          "--device", "cpu", "--batches", "2", "--n-images", "4", "--rounds", "1",
+          "--iters", "1", "--kernels", "fused,scaled_mm", "--residual", "both",
+          "--sum-handoff"])  # fmt: skip
+    (model,) = json.loads(out.read_text())["models"]
+    rows = model["kernels"]
+    assert set(rows) == {"fused", "fused/sum-handoff", "fused/residual-apart", "scaled_mm"}
+    assert rows["fused"]["fp8_residual_sums"] > 0 and rows["fused"]["fp8_sum_handoffs"] == 0
+    assert rows["fused/sum-handoff"]["fp8_sum_handoffs"] > 0
+    assert rows["fused/residual-apart"]["fp8_residual_sums"] == 0
+    assert rows["scaled_mm"]["fp8_residual_sums"] == 0
+
+
 def test_limit_refuses_an_unknown_recipe_before_loading_anything(tmp_path):
     import pytest
 

@@ -17,9 +17,11 @@ def test_a_sum_read_by_the_next_fp8_layer_is_also_written_as_its_input(dtype):
     """conv3's sum is read by the next block's conv1 (and its identity shortcut), the second
     block's by the inverted residual's first conv: both sums are also written as that layer's
     FP8 input, across blocks (the stage is rewritten), and the engine's output stays bit-identical
-    to the engine that adds and quantizes in separate passes. pwl's sum leaves the model: none."""
+    to the engine that adds and quantizes in separate passes. pwl's sum leaves the model: none.
+    (Off by default until it has run on a GPU: the default engine has sums, no copies.)"""
     model, x, plan = _setup()
-    fused = build_fp8(model, CPU, x, plan, dtype=dtype)
+    assert build_fp8(model, CPU, x, plan, dtype=dtype).info().fp8_sum_handoff == {}
+    fused = build_fp8(model, CPU, x, plan, dtype=dtype, sum_handoff=True)
     apart = build_fp8(model, CPU, x, plan, dtype=dtype, residual=False)
     assert fused.info().fp8_sum_handoff == {
         "blocks.0.conv3": "blocks.1.conv1", "blocks.1.conv3": "blocks.2.pw",
@@ -38,7 +40,7 @@ def test_no_hand_off_to_a_reader_in_fp16_or_one_that_cannot_read_fp8():
     model, x, plan = _setup()
     kept = [n for n in plan.layers if n not in ("blocks.1.conv1", "blocks.2.pw")]
     fewer = QuantPlan(kept, True, plan.calibration)
-    info = build_fp8(model, CPU, x, fewer, dtype=torch.float32).info()
+    info = build_fp8(model, CPU, x, fewer, dtype=torch.float32, sum_handoff=True).info()
     assert set(info.fp8_residual) == {"blocks.0.conv3", "blocks.1.conv3", "blocks.2.pwl"}
     assert info.fp8_sum_handoff == {}
 

@@ -3,7 +3,7 @@ side, with the ideal x at the FP8 roofline and measured x as a fraction of it.
 
     python -m quantstudy.bench.limit --images DIR --out limit.json \
         [--models a,b] [--kernels fused,scaled_mm,fastest] [--batches 1,128] [--agreement] \
-        [--recipe NAME] [--residual on|off|both]
+        [--recipe NAME] [--residual on|off|both] [--sum-handoff]
 
 Per model: its family's built-in recipe (or `--recipe`, a built-in name or YAML file, for every
 model named), scales calibrated on the first images, the fp16 engine
@@ -15,7 +15,9 @@ compile) with the recipe's fp32 fake-quant emulation, beside the emulation again
 channels-last (its fp32 sums reordered): the reassociation floor. Prints one table and writes
 JSON after every engine, so a run cut short keeps what it finished. `--residual off` builds the
 fused engines with residual sums as separate passes (`quant/residual.py`), `both` times each
-fused engine both ways (the second as "<kernel>/residual-apart").
+fused engine both ways (the second as "<kernel>/residual-apart"). `--sum-handoff` adds, for
+each fused engine with the sums, one whose sums also write the next FP8 layer's input
+(`quant/sum_handoff.py`), as "<kernel>/sum-handoff".
 """
 
 from __future__ import annotations
@@ -117,15 +119,18 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
             reordered = torch.cat([emu(xcl[i : i + chunk]) for i in range(0, len(x), chunk)])
         out["emulation_floor"] = _top1_agreement(reference, reordered)
         del emu
-    residual = {"on": (True,), "off": (False,), "both": (True, False)}[args.residual]
-    for kernel, fused_sum in ((k, r) for k in args.kernels for r in residual):
-        if not fused_sum and kernel == "scaled_mm":
+    variants = {"on": ["sums"], "off": ["apart"], "both": ["sums", "apart"]}[args.residual]
+    if args.sum_handoff and "sums" in variants:
+        variants.insert(variants.index("sums") + 1, "handoff")
+    for kernel, variant in ((k, v) for k in args.kernels for v in variants):
+        if variant != "sums" and kernel == "scaled_mm":
             continue  # the unfused engine never sums in its epilogue
         fp8 = build_fp8(
             model, device, x[:1], plan, fold=fold, kernel=kernel, choice_batches=args.batches,
-            residual=fused_sum,
+            residual=variant != "apart", sum_handoff=variant == "handoff",
         )  # fmt: skip
-        label = kernel if fused_sum or args.residual == "off" else f"{kernel}/residual-apart"
+        suffix = {"sums": "", "apart": "/residual-apart", "handoff": "/sum-handoff"}[variant]
+        label = kernel if args.residual == "off" and variant == "apart" else kernel + suffix
         print(f"  {time.perf_counter() - t0:6.1f} s  {name}: timing fp16 vs {label}", flush=True)
         speed = measure_speed(
             fp16, fp8, x, args.batches, rounds=args.rounds, iters=args.iters,
@@ -300,6 +305,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--residual", choices=("on", "off", "both"), default="on",
         help="residual sums in the fused layers' epilogue (both: time each way)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sum-handoff", action="store_true",
+        help="also time the fused engines whose sums write the next FP8 layer's input",
     )  # fmt: skip
     p.add_argument("--device", default="cuda", help="cpu: checks the plumbing, times nothing")
     args = p.parse_args(argv)

@@ -204,6 +204,7 @@ def build_fp8(
     kernel: str = "fused",
     choice_batches: Sequence[int] = (128,),
     residual: bool = True,
+    sum_handoff: bool = False,
 ) -> BuiltEngine:
     """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules.
 
@@ -213,9 +214,10 @@ def build_fp8(
     fused engine with each layer timed in place at each of `choice_batches` (the batches the
     engine will run) against the unfused one, and the faster kept per batch
     (`engines/kernel_choice.py`). With `residual` (default) fused 1x1/linear layers that feed a
-    residual sum also compute it (`quant/residual.py`) and, where the next fused layer reads
-    the sum, write its FP8 input too (`quant/sum_handoff.py`); False keeps the add a separate
-    pass (benchmarks run both).
+    residual sum also compute it (`quant/residual.py`); False keeps the add a separate pass
+    (benchmarks run both). With `sum_handoff` too, where the next fused layer reads such a sum,
+    the epilogue also writes that layer's FP8 input (`quant/sum_handoff.py`): off by default
+    until it has run on a GPU.
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
@@ -237,6 +239,7 @@ def build_fp8(
         base = with_absorbed(source, {layer: act for layer, (act, _) in absorbed.items()})
         sites = residual_sites(base, fused, example)
         fuse_residuals(m, sites, fused)
+    if sites and sum_handoff:
         readers = {n for n in fused if can_read_fp8(m.get_submodule(n)) and plan.static_input(n)}
         summed = float_summed(base, sites, fused)
         pairs = sum_handoffs(summed, sites, fused, readers, example)
