@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import operator
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,7 +42,7 @@ class SumHandoff:
     reader: str
 
 
-def _scopes(layer: str, block: str) -> list[str]:
+def _scopes(block: str) -> list[str]:
     """The block and every module above it, the model last ("")."""
     parts = block.split(".")
     return [".".join(parts[:i]) for i in range(len(parts), 0, -1)] + [""]
@@ -58,10 +59,7 @@ def _find(graph: fx.Graph, layer: str, readers: set[str]) -> tuple[fx.Node, fx.N
     if len(calls) != 1 or len(calls[0].args) != 2:
         return None
     node = calls[0]
-    called = {}
-    for n in graph.nodes:
-        if n.op == "call_module":
-            called[n.target] = called.get(n.target, 0) + 1
+    called = Counter(n.target for n in graph.nodes if n.op == "call_module")
     for user in node.users:  # graph order
         if (
             user.op == "call_module"
@@ -77,11 +75,13 @@ def _find(graph: fx.Graph, layer: str, readers: set[str]) -> tuple[fx.Node, fx.N
 def _candidates(
     model: nn.Module, sites: dict[str, Site], layers: list[str], readers: set[str]
 ) -> dict[str, SumHandoff]:
+    """Sum layer -> its hand-off, looking upward from the sum's block until the sum is read
+    (by a qualifying reader or not) or a module does not trace."""
     found: dict[str, SumHandoff] = {}
     taken: set[str] = set()  # a reader reads one copy
     graphs: dict[str, fx.Graph | None] = {}
     for layer, site in sites.items():
-        for scope in _scopes(layer, site.block):
+        for scope in _scopes(site.block):
             if scope not in graphs:
                 inner = {_rel(n, scope) for n in layers if not scope or n.startswith(scope + ".")}
                 module = model.get_submodule(scope) if scope else model
