@@ -74,11 +74,36 @@ class Match:
     act: str
 
 
-def _trace(block: nn.Module, leaves: set[str]) -> fx.Graph | None:
+def relative(name: str, scope: str) -> str:
+    """`name` as the module `scope` ("": the model) names it."""
+    return name.removeprefix(scope + ".") if scope else name
+
+
+def trace_scope(
+    model: nn.Module, scope: str, layers: list[str], strict: bool = False
+) -> fx.Graph | None:
+    """The graph of `model`'s module `scope` ("": the model), the `layers` under it kept as
+    leaves; None where it does not trace (untraceable code only means no site there), unless
+    `strict`."""
+    leaves = {relative(n, scope) for n in layers if not scope or n.startswith(scope + ".")}
+    module = model.get_submodule(scope)
+    if strict:
+        return _Tracer(leaves).trace(module)
     try:
-        return _Tracer(leaves).trace(block)
-    except Exception:  # untraceable code only means no site in this block
+        return _Tracer(leaves).trace(module)
+    except Exception:
         return None
+
+
+def install(model: nn.Module, scope: str, graph: fx.Graph) -> nn.Module:
+    """`model` with its module `scope` replaced (in place) by `graph` as a GraphModule of the
+    same submodules; the GraphModule itself where the scope is the model ("")."""
+    module = model.get_submodule(scope)
+    traced = fx.GraphModule(module, graph, class_name=type(module).__name__)
+    if not scope:
+        return traced
+    replace_module(model, scope, traced)
+    return model
 
 
 def _passes_on(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
@@ -176,7 +201,8 @@ class Site:
     act: str
 
 
-def _ancestors(name: str) -> list[str]:
+def ancestors(name: str) -> list[str]:
+    """The modules above `name`, nearest first, the model itself left out."""
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
 
@@ -188,15 +214,14 @@ def _candidates(model: nn.Module, layers: list[str]) -> dict[str, Site]:
     found: dict[str, Site] = {}
     taken: set[fx.Node] = set()  # one layer per add: conv3 and a downsample conv share one
     for layer in layers:
-        for block in _ancestors(layer):
+        for block in ancestors(layer):
             if block not in graphs:
-                inner = {n.removeprefix(block + ".") for n in layers if n.startswith(block + ".")}
-                graphs[block] = _trace(model.get_submodule(block), inner)
+                graphs[block] = trace_scope(model, block, layers)
             graph = graphs[block]
             if graph is None:
                 continue
             modules = dict(model.get_submodule(block).named_modules())
-            match = find_match(graph, modules, layer.removeprefix(block + "."))
+            match = find_match(graph, modules, relative(layer, block))
             if match is not None:
                 if match.add not in taken:
                     taken.add(match.add)
@@ -218,23 +243,19 @@ def rewrite(
     for layer, site in sites.items():
         blocks.setdefault(site.block, []).append(layer)
     for block, members in blocks.items():
-        module = model.get_submodule(block)
-        inner = {n.removeprefix(block + ".") for n in layers if n.startswith(block + ".")}
-        graph = _Tracer(inner).trace(module)
-        modules = dict(module.named_modules())
+        graph = trace_scope(model, block, layers, strict=True)
+        modules = dict(model.get_submodule(block).named_modules())
         wrapped = {}
         for layer in members:
-            rel = layer.removeprefix(block + ".")
-            match = find_match(graph, modules, rel)
+            match = find_match(graph, modules, relative(layer, block))
             if match is None:
                 raise RuntimeError(f"{layer}: its residual sum is not found again in {block}")
-            wrapped[rel] = wrap(modules[rel], match, modules)
+            wrapped[layer] = wrap(modules[relative(layer, block)], match, modules)
             _fuse(graph, match)
         graph.lint()
-        traced = fx.GraphModule(module, graph, class_name=type(module).__name__)
-        for rel, new in wrapped.items():
-            replace_module(traced, rel, new)
-        replace_module(model, block, traced)
+        install(model, block, graph)  # a block, never the model: `ancestors`
+        for layer, new in wrapped.items():
+            replace_module(model, layer, new)
     return model
 
 

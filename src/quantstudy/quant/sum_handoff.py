@@ -29,8 +29,7 @@ import torch.fx as fx
 from torch import nn
 
 from quantstudy.quant.absorb import exact_subset
-from quantstudy.quant.apply import replace_module
-from quantstudy.quant.residual import Site, _trace, _Tracer
+from quantstudy.quant.residual import Site, ancestors, install, relative, trace_scope
 
 
 @dataclass(frozen=True)
@@ -44,12 +43,7 @@ class SumHandoff:
 
 def _scopes(block: str) -> list[str]:
     """The block and every module above it, the model last ("")."""
-    parts = block.split(".")
-    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)] + [""]
-
-
-def _rel(name: str, scope: str) -> str:
-    return name.removeprefix(scope + ".") if scope else name
+    return [block, *ancestors(block), ""]
 
 
 def _find(graph: fx.Graph, layer: str, readers: set[str]) -> tuple[fx.Node, fx.Node] | str | None:
@@ -83,15 +77,13 @@ def _candidates(
     for layer, site in sites.items():
         for scope in _scopes(site.block):
             if scope not in graphs:
-                inner = {_rel(n, scope) for n in layers if not scope or n.startswith(scope + ".")}
-                module = model.get_submodule(scope) if scope else model
-                graphs[scope] = _trace(module, inner)
+                graphs[scope] = trace_scope(model, scope, layers)
             graph = graphs[scope]
             if graph is None:
                 break
             inside = [r for r in readers - taken if not scope or r.startswith(scope + ".")]
-            own = {_rel(r, scope) for r in inside}
-            hit = _find(graph, _rel(layer, scope), own)
+            own = {relative(r, scope) for r in inside}
+            hit = _find(graph, relative(layer, scope), own)
             if hit == "up":
                 continue
             if hit is not None:
@@ -114,12 +106,10 @@ def rewrite_pairs(
     itself is a scope)."""
     scopes = sorted({p.scope for p in pairs.values()}, key=lambda s: -len(s.split(".")) if s else 0)
     for scope in scopes:
-        module = model.get_submodule(scope) if scope else model
-        inner = {_rel(n, scope) for n in layers if not scope or n.startswith(scope + ".")}
-        graph = _Tracer(inner).trace(module)
+        graph = trace_scope(model, scope, layers, strict=True)
         mine = {layer: p for layer, p in pairs.items() if p.scope == scope}
         for layer, pair in mine.items():
-            hit = _find(graph, _rel(layer, scope), {_rel(pair.reader, scope)})
+            hit = _find(graph, relative(layer, scope), {relative(pair.reader, scope)})
             if not isinstance(hit, tuple):
                 raise RuntimeError(f"{layer}: its reader {pair.reader} is not found again")
             node, reader = hit
@@ -132,10 +122,7 @@ def rewrite_pairs(
             reader.args = (fp8,)
             wrap(model.get_submodule(layer), model.get_submodule(pair.reader))
         graph.lint()
-        traced = fx.GraphModule(module, graph, class_name=type(module).__name__)
-        if not scope:
-            return traced
-        replace_module(model, scope, traced)
+        model = install(model, scope, graph)  # the model itself comes last
     return model
 
 
