@@ -111,3 +111,27 @@ def test_the_choice_is_made_per_batch_and_a_split_layer_runs_both_by_batch(tmp_p
         assert torch.allclose(m(x4), want4, rtol=1e-5, atol=1e-6)
     assert [nearest_batch(b, [1, 4]) for b in (1, 2, 3, 8, 128)] == [1, 4, 4, 4, 4]
     assert nearest_batch(8, [1, 128]) == 1 and nearest_batch(16, [1, 128]) == 128
+
+
+def test_a_depthwise_layer_without_hand_offs_stays_fused_with_its_reason(tmp_path):
+    """A real FP8 depthwise conv between fp16 layers (no hand-off on either side) has no
+    unfused counterpart and is not timed: it stays fused, with its reason, and the hand-off
+    test that decides that reason does not ask it for a 1x1 layer's attribute."""
+    from quantstudy.quant.fused_dw import FusedFP8Depthwise
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1, groups=16)
+    )
+    model.eval()
+    x = torch.randn(2, 3, 8, 8)
+    plan = QuantPlan(["1"], True, calibrate(model, ["1"], [x]))
+    m = build_fp8(model, CPU, x, plan, dtype=torch.float32).eager
+    dw = m.get_submodule("1")
+    assert isinstance(dw, FusedFP8Depthwise) and not dw.fp8_input and dw.out_scale is None
+    got = choose_kernels(
+        m, model, plan, torch.float32, x, CPU, 2, tmp_path / "c.json", lambda f: 1.0
+    )
+    assert [(c.name, c.kernel, c.why) for c in got] == [
+        ("1", "fused", "not run in the example pass")
+    ]

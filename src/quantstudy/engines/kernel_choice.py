@@ -116,6 +116,13 @@ def _unfused(alt: nn.Module, name: str, fused: FusedFP8Matmul) -> Unfused:
     return Unfused(alt.get_submodule(name), fused.act, fused.res_act)
 
 
+def _hands_off(layer: nn.Module) -> bool:
+    """Whether a fused layer reads or writes an FP8 hand-off: it has no unfused counterpart.
+    (Only 1x1/linear layers write a sum's FP8 copy, `pair_scale`.)"""
+    pair = getattr(layer, "pair_scale", None)
+    return layer.fp8_input or layer.out_scale is not None or pair is not None
+
+
 def nearest_batch(batch: int, timed: Sequence[int]) -> int:
     """The timed batch closest to `batch` by ratio (the larger on a tie)."""
     return min(sorted(timed, reverse=True), key=lambda t: abs(math.log(batch / t)))
@@ -176,7 +183,7 @@ def choose_kernels(
     def hook(name: str, layer: FusedFP8Matmul, batch: int):
         def pre(_module, args):
             x, rest = args[0], args[1:]  # rest: the residual of a residual layer
-            if layer.fp8_input or layer.out_scale is not None or layer.pair_scale is not None:
+            if _hands_off(layer):
                 return
             key = json.dumps([versions, list(x.shape), layer.extra_repr(), layer.bias is not None,
                               plan.per_channel, str(dtype)])  # fmt: skip
@@ -206,7 +213,7 @@ def choose_kernels(
             why = "not run in the example pass"
             if isinstance(layer, FusedFP8Conv2d):
                 why = "no unfused kernel (kxk conv)"
-            elif layer.fp8_input or layer.out_scale is not None or layer.pair_scale is not None:
+            elif _hands_off(layer):
                 why = "FP8 hand-off"
             choices.append(LayerKernel(name=name, kernel=Fp8Kernel.FUSED, why=why))
             continue
