@@ -111,6 +111,30 @@ def test_promotion_interval_must_be_zero_or_a_power_of_two(promote):
         fp8_gemm_triton(*args, promote=promote)
 
 
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ({"residual": torch.zeros(4, 4)}, r"residual must be \(4, 8\)"),
+        ({"pair": torch.zeros(4, 8).to(torch.float8_e4m3fn)}, "needs out_scale"),
+        ({"pair": torch.zeros(8, 4).to(torch.float8_e4m3fn), "out_scale": torch.tensor(1.0)},
+         r"contiguous \(4, 8\)"),
+        ({"pair": torch.zeros(4, 8).to(torch.float8_e4m3fn), "out_scale": torch.tensor(1.0),
+          "out_dtype": torch.float8_e4m3fn}, "in the engine's dtype"),
+    ],
+)  # fmt: skip
+def test_residual_and_fp8_copy_of_the_wrong_shape_are_refused(extra, message):
+    """Before any launch: a residual or FP8 copy not shaped as the output, a copy without its
+    scale, a copy beside an output that is FP8 itself."""
+    pytest.importorskip("triton")
+    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+
+    xq = torch.zeros(4, 16).to(torch.float8_e4m3fn)
+    w8 = torch.zeros(8, 16).to(torch.float8_e4m3fn)
+    extra = {"out_dtype": torch.float16, **extra}
+    with pytest.raises(ValueError, match=message):
+        fp8_gemm_triton(xq, w8, torch.ones(8), torch.tensor(1.0), None, "none", **extra)
+
+
 def test_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
     """With `round_to` the epilogue rounds the sum to fp16 before the activation, as the
     unfused engine stores it: the kernel then equals the op's torch path with the same rounding
