@@ -1,7 +1,7 @@
 """The fused FP8 depthwise convolution: FP8 storage around a depthwise conv the recipe selects.
 
 Why: in the inverted-residual CNNs the depthwise convs take the same time in the fp16 and FP8
-engines (docs/fp8-kernel.md, last section), because both read and write fp16 around them. With
+engines (docs/fp8-kernel.md, "All six models"), because both read and write fp16 around them. With
 the depthwise conv selected, the 1x1 conv before it writes its output in FP8 (a hand-off,
 `quant/handoff.py`), this layer reads it, applies the folded BatchNorm bias and the activation
 in its epilogue, and writes the next FP8 layer's input: a memory-bound conv that moves half the

@@ -1,7 +1,7 @@
 """A depthwise convolution as a Triton kernel on channels-last maps, FP8 or fp16 in and out.
 
 Why: the largest byte saving left in the inverted-residual CNNs is the expanded tensor around
-each depthwise conv (docs/fp8-kernel.md, last section):
+each depthwise conv (docs/fp8-kernel.md, "All six models"):
 the 1x1 conv before it could write it in FP8, and the depthwise conv could write the next FP8
 layer's input, if the depthwise conv read and wrote FP8. cuDNN's depthwise kernels read and
 write fp16 only. This kernel reads either (an FP8 map with its per-tensor scale), sums in
