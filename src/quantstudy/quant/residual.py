@@ -211,6 +211,7 @@ def _candidates(model: nn.Module, layers: list[str]) -> dict[str, Site]:
     """layer -> its site, in the smallest traceable module above it that holds its add; where
     two layers feed one add, the first of `layers`."""
     graphs: dict[str, fx.Graph | None] = {}
+    modules: dict[str, dict[str, nn.Module]] = {}
     found: dict[str, Site] = {}
     taken: set[fx.Node] = set()  # one layer per add: conv3 and a downsample conv share one
     for layer in layers:
@@ -220,8 +221,9 @@ def _candidates(model: nn.Module, layers: list[str]) -> dict[str, Site]:
             graph = graphs[block]
             if graph is None:
                 continue
-            modules = dict(model.get_submodule(block).named_modules())
-            match = find_match(graph, modules, relative(layer, block))
+            if block not in modules:
+                modules[block] = dict(model.get_submodule(block).named_modules())
+            match = find_match(graph, modules[block], relative(layer, block))
             if match is not None:
                 if match.add not in taken:
                     taken.add(match.add)
@@ -267,8 +269,7 @@ class FloatResidual(nn.Module):
     def __init__(self, layer: nn.Module, act: Callable | None) -> None:
         super().__init__()
         self.layer = layer
-        self.act = act if isinstance(act, nn.Module) else None
-        self._act_fn = None if isinstance(act, nn.Module) else act
+        self.act = act  # the block's module (registered as a child) or a function
         self.pair = False  # return the sum twice, as a sum hand-off does (`quant/sum_handoff.py`)
 
     def forward(
@@ -278,8 +279,7 @@ class FloatResidual(nn.Module):
         if residual.shape != y.shape or residual.dtype != y.dtype:
             raise ValueError(f"residual {tuple(residual.shape)} for an output {tuple(y.shape)}")
         y = y + residual
-        act = self.act or self._act_fn
-        y = act(y) if act is not None else y
+        y = self.act(y) if self.act is not None else y
         return (y, y) if self.pair else y
 
 
