@@ -20,6 +20,7 @@ from quantstudy.record.vocab import Fp8Kernel, choices
 
 if TYPE_CHECKING:  # sequential.py builds on this module
     from quantstudy.quant.sequential import Fitted
+    from quantstudy.quant.tune import Tuned
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class QuantPlan:
     divisors: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
     # weights and biases fitted sequentially (`quant/sequential.py`), when the recipe asks
     fitted: Fitted | None = field(default=None, compare=False, repr=False)
+    # what output tuning (`quant/tune.py`) measured; its values are in `fitted`
+    tuned: Tuned | None = field(default=None, compare=False, repr=False)
     # stored weights by the bytes of the float weights they were rounded from (every engine of
     # a study rounds the same folded weights; compensating rounding takes seconds per layer)
     _stored: dict[str, dict[str, FP8Weight]] = field(

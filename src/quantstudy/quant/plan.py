@@ -11,7 +11,10 @@ searches and the quality data tests build the same plan:
    again, divided, so their scales fit what the layers quantize.
 3. The engines then store the weights migrated, rounded (`quant/rounding.py`) and, with bias
    correction, correct the bias for the shift of those stored weights
-   (`QuantPlan.stored_weights`, `engines/builders.py`).
+   (`QuantPlan.stored_weights`, `engines/builders.py`); or, with the sequential fit
+   (`quant/sequential.py`), as fitted layer by layer.
+4. Output tuning (`quant/tune.py`), last: the gains and biases of all layers at once, from the
+   stored weights and biases of step 3, against the fp32 logits.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ import torch
 from torch import nn
 
 from quantstudy.quant.apply import QuantPlan
+from quantstudy.quant.bias_correction import correct_biases
 from quantstudy.quant.calibrate import calibrate
 from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.migrate import exact_divisors, smooth_divisors
+from quantstudy.quant.modules import QDQ
 from quantstudy.quant.rounding import compensable
-from quantstudy.quant.sequential import fit_sequential
-from quantstudy.record.vocab import Rounding
+from quantstudy.quant.sequential import Fitted, fit_sequential
+from quantstudy.quant.tune import Tuned, tune_outputs
+from quantstudy.record.vocab import Rounding, Tuning
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,8 @@ class QuantOptions:
     migration: str = "none"
     migration_alpha: float = 0.5
     sequential: bool = False
+    tune: str = "none"
+    tune_epochs: int = 10
 
 
 def quant_options(recipe: Any) -> QuantOptions:
@@ -66,6 +74,8 @@ def quant_options(recipe: Any) -> QuantOptions:
         migration=a.migration,
         migration_alpha=a.migration_alpha,
         sequential=w.sequential,
+        tune=w.tune,
+        tune_epochs=w.tune_epochs,
     )
 
 
@@ -92,7 +102,8 @@ def build_plan(
     )
     divisors: dict[str, torch.Tensor] = {}
     folded = None
-    if options.migration == "smooth" or options.sequential:  # both read the deployed weights
+    tuned = Tuning(options.tune) is not Tuning.NONE
+    if options.migration == "smooth" or options.sequential or tuned:  # read deployed weights
         folded = copy.deepcopy(model).cpu().eval()
         if options.fold_bn:
             fold_batchnorm(folded, example.cpu())
@@ -119,19 +130,75 @@ def build_plan(
         options.row_scales,
         divisors,
     )
-    if folded is None or not options.sequential:
+    if folded is None or not (options.sequential or tuned):
         return plan
     digest = plan.weights_digest(folded)
-    folded = folded.to(next(model.parameters()).device)  # where the batches are
-    fitted = fit_sequential(
+    device = next(model.parameters()).device  # where the batches are
+    if options.sequential:
+        fitted = fit_sequential(
+            folded.to(device),
+            layers,
+            batches,
+            calibration.scale_of,
+            options.per_channel,
+            options.rounding,
+            options.bias_correction,
+            plan.input_quant,
+            digest,
+        )
+    else:
+        fitted = Fitted(plan.stored_weights(folded), _stored_biases(plan, folded), digest)
+    if not tuned:
+        return replace(plan, fitted=fitted)
+    t = _tune(plan, model, folded.to(device), batches, fitted, options)
+    return replace(plan, fitted=Fitted(t.weights, t.biases, digest), tuned=t)
+
+
+def _stored_biases(plan: QuantPlan, folded: nn.Module) -> dict[str, torch.Tensor]:
+    """Each plan layer's float32 bias as the engines store it without a fit: corrected for the
+    stored weights when the recipe asks (`quant/bias_correction.py`); zeros where none."""
+    m = copy.deepcopy(folded)
+    if plan.bias_correction:
+        weights = plan.stored_weights(folded)
+        correct_biases(m, plan.layers, plan.calibration, plan.per_channel, weights, plan.divisors)
+    out = {}
+    for name in plan.layers:
+        layer = m.get_submodule(name)
+        bias = layer.bias if layer.bias is not None else torch.zeros(layer.weight.shape[0])
+        out[name] = bias.detach().float().cpu()
+    return out
+
+
+def _tune(
+    plan: QuantPlan,
+    model: nn.Module,
+    folded: nn.Module,
+    batches: Callable[[], Iterable[torch.Tensor]],
+    start: Fitted,
+    options: QuantOptions,
+) -> Tuned:
+    """Step 4 of the module docstring, from the weights and biases `start`."""
+
+    def emulation(name: str, layer: nn.Module, bias: torch.Tensor) -> QDQ:
+        fitted = copy.deepcopy(layer)
+        with torch.no_grad():
+            fitted.bias = nn.Parameter(bias.to(layer.weight.device, layer.weight.dtype))
+        quant = {
+            k: v.to(layer.weight.device) if isinstance(v, torch.Tensor) else v
+            for k, v in plan.input_quant(name, layer).items()
+        }
+        scale, stored = plan.calibration.scale_of(name), start.weights[name]
+        qdq = QDQ(fitted, scale, True, plan.per_channel, torch.float32, stored, **quant)
+        return qdq.to(layer.weight.device)
+
+    return tune_outputs(
+        model.eval(),
         folded,
-        layers,
+        plan.layers,
         batches,
-        calibration.scale_of,
-        options.per_channel,
-        options.rounding,
-        options.bias_correction,
-        plan.input_quant,
-        digest,
+        emulation,
+        start.weights,
+        start.biases,
+        plan.per_channel and Tuning(options.tune) is Tuning.SCALE_BIAS,
+        options.tune_epochs,
     )
-    return replace(plan, fitted=fitted)

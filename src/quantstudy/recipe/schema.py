@@ -12,6 +12,8 @@ A recipe (YAML) says which layers to quantize and how::
       bias_correction: false              # subtract the mean output shift of FP8 weight rounding
       rounding: nearest                   # or compensating (quant/rounding.py)
       sequential: false                   # fit rounding and bias to the partly quantized net
+      tune: none                          # or bias / scale_bias: trained against fp32 logits
+      tune_epochs: 10                     # passes over the calibration images when tuning
     activations:
       granularity: per_tensor             # static per-tensor scales, or per_row (dynamic)
       calibrator: max                     # max | percentile | mse | entropy
@@ -56,6 +58,7 @@ from quantstudy.record.vocab import (
     Calibrator,
     Migration,
     Rounding,
+    Tuning,
     WeightGranularity,
 )
 
@@ -120,6 +123,11 @@ class WeightSpec(Strict):
     this layer's own activation quantization included), instead of from the fp32 network's
     input alone (`quant/sequential.py`: the fit, its cost). Changes what `rounding` and
     `bias_correction` are fitted to, not whether they apply.
+
+    `tune`: after all of the above, train every selected layer's bias (`bias`), and each output
+    channel's gain folded into its weight scale (`scale_bias`, per-channel weights only),
+    jointly against the fp32 network's logits on the calibration images, the FP8 weights fixed
+    (`quant/tune.py`: objective, hold-out, cost); `tune_epochs` passes over them.
     """
 
     granularity: WeightGranularity = WeightGranularity.PER_CHANNEL
@@ -127,6 +135,17 @@ class WeightSpec(Strict):
     bias_correction: bool = False
     rounding: Rounding = Rounding.NEAREST
     sequential: bool = False
+    tune: Tuning = Tuning.NONE
+    tune_epochs: int = Field(default=10, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _tune_needs_channels(self) -> WeightSpec:
+        if self.tune is Tuning.SCALE_BIAS and self.granularity is not WeightGranularity.PER_CHANNEL:
+            raise ValueError(
+                "tune: scale_bias folds a gain per output channel into the weight scales, which "
+                "needs granularity: per_channel (use tune: bias with per_tensor)"
+            )
+        return self
 
 
 CalibratorName = Calibrator

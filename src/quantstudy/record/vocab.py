@@ -140,6 +140,14 @@ class Rounding(StrEnum):
     COMPENSATING = "compensating"
 
 
+class Tuning(StrEnum):
+    """What end-to-end output tuning trains against the fp32 logits (`quant/tune.py`)."""
+
+    NONE = "none"
+    BIAS = "bias"  # each selected layer's bias
+    SCALE_BIAS = "scale_bias"  # and each output channel's gain, folded into its weight scale
+
+
 class ActivationGranularity(StrEnum):
     PER_TENSOR = "per_tensor"  # one static scale per tensor, from a calibrator
     PER_ROW = "per_row"  # one scale per row, computed at run time

@@ -126,6 +126,38 @@ VARIANTS: dict[str, dict] = {
         "layer_calibrators": "choose",
         "sequential": True,
     },
+    "nearest + bc + tuned biases": {
+        "rounding": "nearest",
+        "bias_correction": True,
+        "tune": "bias",
+    },
+    "nearest + bc + tuned scales and biases": {
+        "rounding": "nearest",
+        "bias_correction": True,
+        "tune": "scale_bias",
+    },
+    "sequential compensating + bc + smooth migration + tuned biases": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "sequential": True,
+        "tune": "bias",
+    },
+    "sequential compensating + bc + smooth migration + tuned biases, 30 epochs": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "sequential": True,
+        "tune": "bias",
+        "tune_epochs": 30,
+    },
+    "sequential compensating + bc + smooth migration + tuned scales and biases": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "sequential": True,
+        "tune": "scale_bias",
+    },
     "compensating + bc + per-layer calibrators": {
         "rounding": "compensating",
         "bias_correction": True,
@@ -208,6 +240,9 @@ def compare_options(
         plan_seconds = time.perf_counter() - t0
         model.cpu()
         row = {"variant": name, "options": _options_json(options), "plan_seconds": plan_seconds}
+        if plan.tuned is not None:
+            before, after = plan.tuned.heldout_kl
+            row["tuning"] = {"heldout_kl": [before, after], "epoch": plan.tuned.epoch}
         fq = build_fakequant(model, dev, example, plan)
         emulated = run_engine(fq, heldout, eval_batch).float().cpu()
         row["fakequant"] = score(ref, emulated, labels)
@@ -279,6 +314,10 @@ def _line(row: dict) -> str:
                 f"KL {r['kl_mean']:.4f}, top-1 {r['top1_change'] * 100:+.2f} "
                 f"[{r['top1_low'] * 100:+.2f}, {r['top1_high'] * 100:+.2f}] pt"
             )
+    if "tuning" in row:
+        (before, after), epoch = row["tuning"]["heldout_kl"], row["tuning"]["epoch"]
+        parts.append(f"tuning: held-out KL {before:.4f} -> {after:.4f} (epoch {epoch})")
+    parts.append(f"plan {row['plan_seconds']:.1f} s")
     return " | ".join(parts)
 
 

@@ -1,0 +1,97 @@
+"""What the fused FP8 product's epilogue costs per thing it does, one product at a time.
+
+For the products that end a residual block (a 1x1 conv whose output is added to the block's
+input, then activated), each epilogue variant timed alone on the GPU from CUDA-graph replays,
+autotuned as the engine runs it (`quant/triton_fp8.py`):
+
+- "residual": the sum and the ReLU in the epilogue, fp16 out (`quant/residual.py`);
+- "residual + quantize": the same, then the next layer's FP8 input in a separate pass (what an
+  engine without sum hand-offs runs; Inductor fuses that pass into other work where it can, so
+  this is its cost when it cannot);
+- "residual + pair": the FP8 copy written by the same epilogue (`quant/sum_handoff.py`).
+
+The shapes are res2net50_26w_4s's block-ending products at batch 128 (its conv3 of each stage),
+where the engine with sum hand-offs measured slower than the one without (docs/fp8-kernel.md,
+"Residual sums in the epilogue"). Prints a table and writes JSON:
+
+    python -m quantstudy.bench.epilogue --out epilogue.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from quantstudy.bench.provenance import collect_provenance, need_cuda
+from quantstudy.quant.fp8 import E4M3, to_fp8
+
+# (name, M, N, K): res2net50_26w_4s at batch 128, each stage's conv3 (K = 4 x width, N = 4 x 64 x
+# 2^stage channels, M = 128 x H x W)
+SHAPES = [
+    ("layer1 conv3", 128 * 56 * 56, 256, 104),
+    ("layer2 conv3", 128 * 28 * 28, 512, 208),
+    ("layer3 conv3", 128 * 14 * 14, 1024, 416),
+    ("layer4 conv3", 128 * 7 * 7, 2048, 832),
+]
+
+
+def _time(fn) -> float:
+    from triton.testing import do_bench_cudagraph
+
+    fn()  # tunes the launch outside the graph
+    torch.cuda.synchronize()
+    return float(do_bench_cudagraph(fn, rep=20)) * 1000.0
+
+
+def bench(m: int, n: int, k: int, device: torch.device) -> dict[str, float]:
+    """Microseconds per call of each epilogue variant (module docstring) for one product."""
+    from quantstudy.quant.triton_fp8 import TUNE_LOG, fp8_gemm_triton
+
+    g = torch.Generator(device=device).manual_seed(0)
+    x8 = torch.randn(m, k, device=device, generator=g).to(E4M3)
+    w8 = torch.randn(n, k, device=device, generator=g).to(E4M3)
+    w_scale = torch.rand(n, device=device, generator=g) / 64
+    bias = torch.randn(n, device=device, generator=g)
+    one = torch.ones((), device=device)
+    out_scale = torch.full((), 0.05, device=device)
+    res = torch.randn(m, n, device=device, generator=g).half()
+    pair = torch.empty(m, n, device=device, dtype=E4M3)
+    args = (x8, w8, w_scale, one, bias, "none", torch.float16)
+    kw = {"round_to": torch.float16, "residual": res, "res_act": "relu"}
+    before = len(TUNE_LOG)
+    times = {
+        "residual": _time(lambda: fp8_gemm_triton(*args, **kw)),
+        "residual + quantize": _time(lambda: to_fp8(fp8_gemm_triton(*args, **kw), out_scale)),
+        "residual + pair": _time(
+            lambda: fp8_gemm_triton(*args, **kw, out_scale=out_scale, pair=pair)
+        ),
+    }
+    times["tiles"] = [row["best"] for row in TUNE_LOG[before:]]
+    return times
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    device = need_cuda("bench epilogue")
+    provenance = collect_provenance(device, argv)
+    rows = []
+    print("product | M x N x K | residual us | + quantize pass us | + pair us")
+    for name, m, n, k in SHAPES:
+        t = bench(m, n, k, device)
+        rows.append({"product": name, "M": m, "N": n, "K": k, **t})
+        print(
+            f"{name} | {m} x {n} x {k} | {t['residual']:.1f} | {t['residual + quantize']:.1f} "
+            f"| {t['residual + pair']:.1f}",
+            flush=True,
+        )
+    record = {"provenance": provenance.model_dump(mode="json"), "rows": rows}
+    args.out.write_text(json.dumps(record, indent=1))
+
+
+if __name__ == "__main__":
+    main()
