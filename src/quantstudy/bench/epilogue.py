@@ -8,7 +8,9 @@ autotuned as the engine runs it (`quant/triton_fp8.py`):
 - "residual + quantize": the same, then the next layer's FP8 input in a separate pass (what an
   engine without sum hand-offs runs; Inductor fuses that pass into other work where it can, so
   this is its cost when it cannot);
-- "residual + pair": the FP8 copy written by the same epilogue (`quant/sum_handoff.py`).
+- "residual + pair": the FP8 copy written by the same epilogue (`quant/sum_handoff.py`);
+- "... pointer": the same two with pointer stores only (no tensor-descriptor store), to see
+  whether the pair's extra masked pointer store is what costs beside a descriptor store.
 
 The shapes are res2net50_26w_4s's block-ending products at batch 128 (its conv3 of each stage),
 where the engine with sum hand-offs measured slower than the one without (docs/fp8-kernel.md,
@@ -68,6 +70,10 @@ def bench(m: int, n: int, k: int, device: torch.device) -> dict[str, float]:
         "residual + pair": _time(
             lambda: fp8_gemm_triton(*args, **kw, out_scale=out_scale, pair=pair)
         ),
+        "residual pointer": _time(lambda: fp8_gemm_triton(*args, **kw, store="pointer")),
+        "residual + pair pointer": _time(
+            lambda: fp8_gemm_triton(*args, **kw, out_scale=out_scale, pair=pair, store="pointer")
+        ),
     }
     times["tiles"] = [row["best"] for row in TUNE_LOG[before:]]
     return times
@@ -80,15 +86,14 @@ def main(argv: list[str] | None = None) -> None:
     device = need_cuda("bench epilogue")
     provenance = collect_provenance(device, argv)
     rows = []
-    print("product | M x N x K | residual us | + quantize pass us | + pair us")
+    names = ["residual", "residual + quantize", "residual + pair"]
+    names += ["residual pointer", "residual + pair pointer"]
+    print("product | M x N x K | " + " | ".join(f"{n} us" for n in names))
     for name, m, n, k in SHAPES:
         t = bench(m, n, k, device)
         rows.append({"product": name, "M": m, "N": n, "K": k, **t})
-        print(
-            f"{name} | {m} x {n} x {k} | {t['residual']:.1f} | {t['residual + quantize']:.1f} "
-            f"| {t['residual + pair']:.1f}",
-            flush=True,
-        )
+        cells = " | ".join(f"{t[v]:.1f}" for v in names)
+        print(f"{name} | {m} x {n} x {k} | {cells}", flush=True)
     record = {"provenance": provenance.model_dump(mode="json"), "rows": rows}
     args.out.write_text(json.dumps(record, indent=1))
 
