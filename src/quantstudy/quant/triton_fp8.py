@@ -248,20 +248,18 @@ def _finish(
     ACT: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr, ROUND: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, x_scale_ptr, ROW_SCALE: tl.constexpr,
     res_ptr, stride_rm, stride_rn, HAS_RES: tl.constexpr, RES_ACT: tl.constexpr,
-    q_ptr, q_desc, PAIR: tl.constexpr,
+    q_ptr, PAIR: tl.constexpr,
 ):  # fmt: skip
     """Epilogue: scales and bias on the float32 sums, the activation, then one write of the
     tile whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the
     next FP8 layer's quantized input (divide by its scale, saturate at 448, round to nearest
     even: `quant.fp8.to_fp8`'s arithmetic). With HAS_RES the residual tile (engine dtype, any
     strides) is added to the activated value and RES_ACT applied to the sum. With PAIR the
-    tile is also written to `q_ptr` (same strides; through `q_desc` with TMA_STORE) as the next
-    FP8 layer's input, quantized from the value stored in the engine's dtype with the scale at
-    `out_scale_ptr` (the copy through a masked pointer store made res2net's residual products
-    about three times slower on the H200, `bench/epilogue.py`). The values are rounded to the
-    engine's dtype (ROUND) wherever the unfused engine stores them (before the activation, both
-    terms of the residual sum and the sum itself, before the FP8 write), so fused and unfused
-    engines quantize the same numbers."""
+    tile is also written to `q_ptr` (same strides) as the next FP8 layer's input, quantized
+    from the value stored in the engine's dtype with the scale at `out_scale_ptr`. The values are
+    rounded to the engine's dtype (ROUND) wherever the unfused engine stores them (before the
+    activation, both terms of the residual sum and the sum itself, before the FP8 write), so
+    fused and unfused engines quantize the same numbers."""
     offs_m = first_m + tl.arange(0, BLOCK_M)
     offs_n = first_n + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -279,12 +277,8 @@ def _finish(
         y = fp8_range(_round(y, ROUND), out_scale_ptr)
     if PAIR:
         q = fp8_range(_round(y, ROUND), out_scale_ptr)
-        if TMA_STORE:
-            q_desc.store([first_m, first_n], q.to(q_desc.dtype, fp_downcast_rounding="rtne"))
-        else:
-            q_ptrs = q_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-            q8 = q.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
-            tl.store(q_ptrs, q8, mask=mask)
+        q_ptrs = q_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(q_ptrs, q.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
     if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
         c_desc.store([first_m, first_n], y.to(c_desc.dtype, fp_downcast_rounding="rtne"))
     else:
@@ -295,7 +289,7 @@ def _finish(
 @triton.jit
 def _fp8_gemm_kernel(
     a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
-    res_ptr, q_ptr, q_desc, M, N, K,
+    res_ptr, q_ptr, M, N, K,
     stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn, stride_rm, stride_rn,
     tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
@@ -326,7 +320,7 @@ def _fp8_gemm_kernel(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
                 out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
                 x_scale_ptr, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
-                q_ptr, q_desc, PAIR,
+                q_ptr, PAIR,
             )  # fmt: skip
     else:
         pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -361,16 +355,14 @@ def _fp8_gemm_kernel(
         _finish(
             acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
             stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
-            x_scale_ptr, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
-            q_ptr, q_desc, PAIR,
+            x_scale_ptr, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT, q_ptr, PAIR,
         )  # fmt: skip
 
 
 def _set_block_shapes(nargs) -> None:
     """Give the descriptors the tile of the config about to run (a descriptor carries it)."""
     bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
-    shapes = {"a_desc": [bm, bk], "b_desc": [bn, bk], "c_desc": [bm, bn], "q_desc": [bm, bn]}
-    for name, shape in shapes.items():
+    for name, shape in (("a_desc", [bm, bk]), ("b_desc", [bn, bk]), ("c_desc", [bm, bn])):
         if nargs[name] is not None:
             nargs[name].block_shape = shape
 
@@ -477,7 +469,7 @@ def fp8_gemm_triton(
         return out
     default = "pointer" if tile is not None else "tma"
     use_loads = (loads or default) == "tma" and tma_ok(xq) and tma_ok(w8)
-    use_store = (store or default) == "tma" and tma_ok(out) and (pair is None or tma_ok(pair))
+    use_store = (store or default) == "tma" and tma_ok(out)
     if (loads == "tma" and not use_loads) or (store == "tma" and not use_store):
         raise ValueError("tensor descriptors need 16-byte aligned rows on a Hopper GPU")
 
@@ -489,14 +481,13 @@ def fp8_gemm_triton(
         "a_desc": desc(xq, use_loads),
         "b_desc": desc(w8, use_loads),
         "c_desc": desc(out, use_store),
-        "q_desc": desc(pair, use_store and pair is not None),
     }
     args = (
         xq, descs["a_desc"], w8, descs["b_desc"], out, descs["c_desc"],
         w_scale, x_scale, bias if bias is not None else w_scale,
         out_scale if out_scale is not None else x_scale,
         residual if residual is not None else out,
-        pair if pair is not None else out, descs["q_desc"],
+        pair if pair is not None else out,
         m, n, k,
         xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1), out.stride(0), out.stride(1),
         *(residual.stride() if residual is not None else (0, 0)),
