@@ -44,11 +44,13 @@ NEW_IN_VERSION_6_RECIPE = {
     "migration": "none",
     "migration_alpha": None,
     "sequential": False,  # schema 7
+    "tune": "none",  # schema 9
+    "tune_epochs": None,
 }
 
 
 def _without_version_3(full: dict) -> dict:
-    """The full dump less the version-3 to -8 keys, after checking they hold their empty
+    """The full dump less the version-3 to -9 keys, after checking they hold their empty
     defaults."""
     out = dict(full)
     for key in NEW_IN_VERSION_6_RECORD:

@@ -66,6 +66,8 @@ def _as_version_1(data: dict) -> str:
         "migration",
         "migration_alpha",
         "sequential",  # schema 7
+        "tune",  # schema 9
+        "tune_epochs",
     )
     out["recipe"] = {k: v for k, v in out["recipe"].items() if k not in added_to_recipe}
     for engine in data["engines"]:
@@ -417,3 +419,12 @@ def test_a_value_near_its_threshold_gets_one_more_digit_not_the_full_float():
     far = gate.model_copy(update={"value": 1.2345, "low": 1.05})
     assert measured_words(far) == "1.23"
     assert interval_words(far) == "[1.05, 1.054]"  # the threshold itself prints as it is
+
+
+def test_method_section_says_what_output_tuning_trained(record):
+    plain = render_markdown(record)
+    assert "Output tuning" not in plain
+    for tune, what in (("bias", "biases trained"), ("scale_bias", "per-output-channel gains")):
+        recipe = record.recipe.model_copy(update={"tune": tune, "tune_epochs": 12})
+        md = render_markdown(record.model_copy(update={"recipe": recipe}))
+        assert "Output tuning (`quant/tune.py`)" in md and what in md and "12 epochs" in md

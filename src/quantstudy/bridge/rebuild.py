@@ -79,12 +79,13 @@ def calibration_of(record: StudyRecord) -> Calibration:
 # Recipe options the export writes as Q/DQ: field -> the one value it supports. Later options
 # (compensating weight rounding, dynamic per-row activation scales, scale migration) change what
 # the engines compute in ways a per-tensor Q/DQ pair does not express; sequentially fitted
-# weights and biases depend on the calibration images, which the record does not hold.
+# or tuned weights and biases depend on the calibration images, which the record does not hold.
 SUPPORTED = {
     "rounding": "nearest",
     "activation_granularity": "per_tensor",
     "migration": "none",
     "sequential": False,
+    "tune": "none",
 }
 
 

@@ -216,8 +216,8 @@ def build_fp8(
     (`engines/kernel_choice.py`). With `residual` (default) fused 1x1/linear layers that feed a
     residual sum also compute it (`quant/residual.py`); False keeps the add a separate pass
     (benchmarks run both). With `sum_handoff` too, where the next fused layer reads such a sum,
-    the epilogue also writes that layer's FP8 input (`quant/sum_handoff.py`): off by default
-    until it has run on a GPU.
+    the epilogue also writes that layer's FP8 input (`quant/sum_handoff.py`): off by default,
+    it made res2net slower on the H200 (docs/fp8-kernel.md).
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)

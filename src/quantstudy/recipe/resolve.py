@@ -54,6 +54,8 @@ class Resolution:
             bias_correction=recipe.weights.bias_correction,
             rounding=recipe.weights.rounding,
             sequential=recipe.weights.sequential,
+            tune=recipe.weights.tune,
+            tune_epochs=recipe.weights.tune_epochs if recipe.weights.tune != "none" else None,
             calibrator=recipe.activations.calibrator,
             calibrator_params=dict(recipe.activations.params),
             activation_granularity=recipe.activations.granularity,

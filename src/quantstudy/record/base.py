@@ -27,6 +27,8 @@ Schema history:
   8: EngineInfo.fp8_residual (fused FP8 layers that sum a block's residual in their
      epilogue, `quant/residual.py`) and EngineInfo.fp8_sum_handoff (those that also write the
      next FP8 layer's input, `quant/sum_handoff.py`).
+  9: RecipeInfo.tune and .tune_epochs (biases and weight-scale gains trained against the fp32
+     logits, `quant/tune.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

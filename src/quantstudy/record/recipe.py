@@ -36,6 +36,9 @@ class RecipeInfo(Section):
     bias_correction: bool = False  # version 3
     rounding: str = "nearest"  # version 6: FP8 weight rounding, nearest | compensating
     sequential: bool = False  # version 7: rounding and bias fitted sequentially
+    # version 9: output tuning against the fp32 logits (none | bias | scale_bias) and its epochs
+    tune: str = "none"
+    tune_epochs: int | None = None
     calibrator: str
     calibrator_params: dict[str, float]
     # version 6: per_tensor (static) | per_row (dynamic); layer -> calibrator overrides;

@@ -113,6 +113,8 @@ def apply_to_recipe(recipe, options: QuantOptions):
         rounding=options.rounding,
         bias_correction=options.bias_correction,
         sequential=options.sequential,
+        tune=options.tune,
+        tune_epochs=options.tune_epochs,
     )
     activations = validated(
         recipe.activations,

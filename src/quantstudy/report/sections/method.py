@@ -326,6 +326,14 @@ def _method_options(r: StudyRecord) -> list[str]:
             f"rounded {code(rc.rounding)}; {fitted}. Every engine stores these weights and "
             "biases."
         )
+    if rc.tune != "none":
+        what = "biases" if rc.tune == "bias" else "biases and per-output-channel gains"
+        out.append(
+            f"- Output tuning (`quant/tune.py`): the selected layers' {what} trained jointly "
+            f"for up to {rc.tune_epochs} epochs against the fp32 network's logits (KL) on the "
+            "calibration images, the FP8 weights fixed; every fifth image held out, the epoch "
+            "with its lowest KL kept (the start included). Every engine stores these values."
+        )
     if rc.activation_granularity == "per_row":
         out.append(
             "- Activation scales of the pointwise FP8 layers computed at run time, one per row "
