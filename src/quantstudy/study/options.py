@@ -334,13 +334,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--speed-batches", type=int, nargs="*", default=[])
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    p.add_argument("--max-heldout", type=int, default=None, help="the first N held-out images")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     result = compare_options(
         a.model, a.weights, a.data, a.calib_data, a.calib, a.recipe, a.variants, a.device,
-        a.engine_variants, a.speed_batches, out=a.out,
+        a.engine_variants, a.speed_batches, out=a.out, max_heldout=a.max_heldout,
     )  # fmt: skip
     args = argv if argv is not None else sys.argv[1:]
     result["command"] = "python -m quantstudy.study.options " + " ".join(args)
