@@ -1,0 +1,26 @@
+"""`python -m quantstudy.bench.epilogue` on a machine without CUDA: one clear error, no file."""
+
+import itertools
+
+import pytest
+import torch
+
+from quantstudy.bench.epilogue import SHAPES, main
+from quantstudy.record.errors import UserError
+
+NO_GPU = "checks the refusal on a machine without CUDA"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason=NO_GPU)
+def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
+    out = tmp_path / "epilogue.json"
+    with pytest.raises(UserError, match="bench epilogue needs a CUDA GPU"):
+        main(["--out", str(out)])
+    assert not out.exists()
+
+
+def test_the_shapes_are_res2net_block_ends_at_batch_128():
+    # each stage halves the map and doubles the channels: M falls 4x, N and K grow 2x
+    for (_, m0, n0, k0), (_, m1, n1, k1) in itertools.pairwise(SHAPES):
+        assert (m0 // m1, n1 // n0, k1 // k0) == (4, 2, 2)
+    assert SHAPES[0][1:] == (128 * 56 * 56, 256, 104)
