@@ -1,9 +1,10 @@
 """EfficientNet-Lite0 fp32 top-1 on val-1300: loading, ordered mapping, labels and preprocessing
 together give the accuracy an independent computation gives on all 1300 images (about 0.814).
 
-By default a class-balanced subset of 200 images runs (seconds); the whole folder is `evidence`:
-CI checks the same fp32 top-1 on all 1300 through the study's own preparation instead
-(`test_fp8_lite0.py`, whose full-folder fixture computes these logits anyway)."""
+Marker `evidence` (a class-balanced 200 and the whole folder): `make test` and CI check the same
+fp32 top-1 through the study's own preparation instead (`test_fp8_lite0.py`, whose fixture
+computes these logits anyway, on 200 images and, in `make test-slow`, on all 1300); this one
+loads the images apart from the study, as an independent path."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ TOP1_ALL = 0.814  # the independent computation, all of val-1300
 AGREED = 0.025  # how far our pipeline may sit from it on all 1300 images
 
 
-@pytest.mark.parametrize("n", [200, pytest.param(ALL, marks=pytest.mark.evidence)])
+@pytest.mark.evidence
+@pytest.mark.parametrize("n", [200, ALL])
 def test_lite0_fp32_top1_on_val_1300(shared_data, n):
     torch.set_num_threads(2)
     loaded = load_model("tf_efficientnet_lite0", "efficientnet-lite0")

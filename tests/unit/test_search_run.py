@@ -36,6 +36,7 @@ def _study(data, tmp_path) -> StudyConfig:
     )
 
 
+@pytest.mark.suite  # a whole search with its verifying study: `make test-suites`
 def test_search_on_cpu_with_a_gains_file(tiny_imagenet, tmp_path):
     study = _study(tiny_imagenet, tmp_path)
     model = load_model("mobilenetv4_conv_small", "random").model
@@ -108,6 +109,7 @@ def test_search_without_gpu_or_gains_is_refused_before_any_work(tiny_imagenet, t
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.suite  # a whole search: `make test-suites`
 def test_search_keeps_the_recipes_bias_correction(tiny_imagenet, tmp_path):
     base, _ = load_recipe("mobilenetv4_pointwise")
     data = base.model_dump(mode="json")
