@@ -168,3 +168,17 @@ def test_options_parse_and_default():
     assert r.activations.layer_calibrators == {"a": "mse"}
     d = parse_recipe(b"name: d\nrules:\n  - include: {op: conv2d}\n", "d")
     assert d.weights.rounding == "nearest" and d.activations.migration == "none"
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_the_options_module_refuses_a_bad_max_heldout_before_loading_anything(
+    value, tmp_path, capsys
+):
+    from quantstudy.study.options import main
+
+    out = tmp_path / "options.json"
+    args = ["tf_efficientnet_lite0", "--data", str(tmp_path), "--calib-data", str(tmp_path)]
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--max-heldout", value, "--out", str(out)])
+    assert exit_.value.code == 2 and "--max-heldout" in capsys.readouterr().err
+    assert not out.exists()

@@ -22,13 +22,13 @@ where the engine with sum hand-offs measured slower than the one without (docs/f
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
 
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.quant.fp8 import E4M3, to_fp8
+from quantstudy.record.io import write_json_atomic
 
 # (name, M, N, K): res2net50_26w_4s at batch 128, each stage's conv3 (K = 4 x width, N = 4 x 64 x
 # 2^stage channels, M = 128 x H x W)
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         cells = " | ".join(f"{t[v]:.1f}" for v in names)
         print(f"{name} | {m} x {n} x {k} | {cells}", flush=True)
     record = {"provenance": provenance.model_dump(mode="json"), "rows": rows}
-    args.out.write_text(json.dumps(record, indent=1))
+    write_json_atomic(args.out, record)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.migrate import exact_divisors, smooth_divisors
 from quantstudy.quant.modules import QDQ
 from quantstudy.quant.rounding import compensable
-from quantstudy.quant.sequential import Fitted, fit_sequential
+from quantstudy.quant.sequential import Fitted, emulated, fit_sequential, layer_quant
 from quantstudy.quant.tune import Tuned, tune_outputs
 from quantstudy.record.vocab import Rounding, Tuning
 
@@ -180,16 +180,9 @@ def _tune(
     """Step 4 of the module docstring, from the weights and biases `start`."""
 
     def emulation(name: str, layer: nn.Module, bias: torch.Tensor) -> QDQ:
-        fitted = copy.deepcopy(layer)
-        with torch.no_grad():
-            fitted.bias = nn.Parameter(bias.to(layer.weight.device, layer.weight.dtype))
-        quant = {
-            k: v.to(layer.weight.device) if isinstance(v, torch.Tensor) else v
-            for k, v in plan.input_quant(name, layer).items()
-        }
+        quant = layer_quant(plan.input_quant, name, layer)
         scale, stored = plan.calibration.scale_of(name), start.weights[name]
-        qdq = QDQ(fitted, scale, True, plan.per_channel, torch.float32, stored, **quant)
-        return qdq.to(layer.weight.device)
+        return emulated(layer, bias, scale, plan.per_channel, stored, quant)
 
     return tune_outputs(
         model.eval(),

@@ -86,12 +86,11 @@ def trace_scope(
     leaves; None where it does not trace (untraceable code only means no site there), unless
     `strict`."""
     leaves = {relative(n, scope) for n in layers if not scope or n.startswith(scope + ".")}
-    module = model.get_submodule(scope)
-    if strict:
-        return _Tracer(leaves).trace(module)
     try:
-        return _Tracer(leaves).trace(module)
+        return _Tracer(leaves).trace(model.get_submodule(scope))
     except Exception:
+        if strict:
+            raise
         return None
 
 

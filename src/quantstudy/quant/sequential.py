@@ -137,6 +137,32 @@ class _PairMoments:
         return self.mx.cpu() / self.count, self.mq.cpu() / self.count
 
 
+def layer_quant(input_quant: Callable[[str, nn.Module], dict], name: str, layer: nn.Module) -> dict:
+    """`input_quant(name, layer)` (`QuantPlan.input_quant`) with its tensors on the layer's
+    device."""
+    device = layer.weight.device
+    return {
+        k: v.to(device) if isinstance(v, torch.Tensor) else v
+        for k, v in input_quant(name, layer).items()
+    }
+
+
+def emulated(
+    layer: nn.Module,
+    bias: torch.Tensor,
+    x_scale: float,
+    per_channel: bool,
+    stored: FP8Weight,
+    quant: dict,
+) -> QDQ:
+    """The float32 emulation of `layer` with its stored FP8 weight and `bias`, on its device."""
+    fitted = copy.deepcopy(layer)
+    with torch.no_grad():
+        fitted.bias = nn.Parameter(bias.to(layer.weight.device, layer.weight.dtype))
+    qdq = QDQ(fitted, x_scale, True, per_channel, torch.float32, stored, **quant)
+    return qdq.to(layer.weight.device)
+
+
 def fit_pointwise(
     w: torch.Tensor, moments: _PairMoments, per_channel: bool, compensating: bool
 ) -> tuple[FP8Weight, torch.Tensor]:
@@ -236,10 +262,7 @@ def fit_sequential(
         if progress is not None:
             progress(name)
         layer = folded.get_submodule(name)
-        quant = {
-            k: v.to(layer.weight.device) if isinstance(v, torch.Tensor) else v
-            for k, v in input_quant(name, layer).items()
-        }
+        quant = layer_quant(input_quant, name, layer)
         divisor = quant.get("x_divisor")
         w = layer.weight.detach().float().cpu()
         if divisor is not None:
@@ -284,9 +307,6 @@ def fit_sequential(
         elif bias_correction:
             bias = bias - bias_shift(exact, rounded, act)
         biases[name] = bias.float()
-        fitted = copy.deepcopy(layer)
-        with torch.no_grad():
-            fitted.bias = nn.Parameter(biases[name].to(layer.weight.device))
-        qdq = QDQ(fitted, scale_of(name), True, per_channel, torch.float32, stored, **quant)
-        replace_module(work, name, qdq.to(layer.weight.device))
+        qdq = emulated(layer, biases[name], scale_of(name), per_channel, stored, quant)
+        replace_module(work, name, qdq)
     return Fitted(weights, biases, digest)

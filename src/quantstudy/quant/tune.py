@@ -112,7 +112,6 @@ def tune_outputs(
     biases: dict[str, torch.Tensor],
     per_channel: bool,
     epochs: int,
-    progress: Callable[[str], None] | None = None,
 ) -> Tuned:
     """Tune the gains and biases of `layers` of the BatchNorm-folded float32 `folded` (module
     docstring) against the fp32 `reference`'s logits. `emulation(name, layer, bias)` is the
@@ -124,7 +123,7 @@ def tune_outputs(
     device = next(folded.parameters()).device
     gen = torch.Generator().manual_seed(0)
     held = torch.arange(len(images)) % HOLDOUT == HOLDOUT - 1
-    if held.all() or not held.any():
+    if not held.any():
         raise ValueError(
             f"tuning needs at least {HOLDOUT} calibration images (every {HOLDOUT}th checks it), "
             f"got {len(images)}"
@@ -143,14 +142,15 @@ def tune_outputs(
     params = [p for t in tunables.values() for p in t.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=LR)
 
+    held_x, held_ref = images[held], ref[held.to(ref.device)]
+
     def heldout_kl() -> float:
         with torch.no_grad():
-            x, r = images[held], ref[held.to(ref.device)]
             total = sum(
                 _kl(rb, work(xb.to(device))).item() * len(xb)
-                for xb, rb in zip(x.split(BATCH), r.split(BATCH), strict=True)
+                for xb, rb in zip(held_x.split(BATCH), held_ref.split(BATCH), strict=True)
             )
-        return total / int(held.sum())
+        return total / len(held_x)
 
     def state() -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in work.named_parameters() if v.requires_grad}
@@ -165,8 +165,6 @@ def tune_outputs(
             loss.backward()
             optimizer.step()
         score = heldout_kl()
-        if progress is not None:
-            progress(f"epoch {epoch}/{epochs}: held-out KL {score:.5f} (start {start:.5f})")
         if score < best:
             best, best_epoch, best_state = score, epoch, state()
     out_w, out_b = dict(weights), dict(biases)

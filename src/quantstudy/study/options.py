@@ -321,6 +321,13 @@ def _line(row: dict) -> str:
     return " | ".join(parts)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model")
@@ -334,7 +341,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--speed-batches", type=int, nargs="*", default=[])
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
-    p.add_argument("--max-heldout", type=int, default=None, help="the first N held-out images")
+    p.add_argument(
+        "--max-heldout", type=_positive, default=None, help="the first N held-out images"
+    )
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     if a.threads:
