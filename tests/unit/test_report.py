@@ -68,6 +68,7 @@ def _as_version_1(data: dict) -> str:
         "sequential",  # schema 7
         "tune",  # schema 9
         "tune_epochs",
+        "per_row_max_channels",  # schema 10
     )
     out["recipe"] = {k: v for k, v in out["recipe"].items() if k not in added_to_recipe}
     for engine in data["engines"]:

@@ -227,7 +227,9 @@ def build_fp8(
         real = real_layers(source, plan.layers, built)
         absorbed = absorbable_activations(source, real, example)
         handoff = fp8_handoffs(source, real, example, absorbed)
-        handoff = {p: c for p, c in handoff.items() if plan.static_input(c)}
+        handoff = {
+            p: c for p, c in handoff.items() if plan.static_input(c, source.get_submodule(c))
+        }
     m = copy.deepcopy(source)
     remove_activations(m, absorbed)
     m = m.to(dtype)
@@ -240,7 +242,11 @@ def build_fp8(
         sites = residual_sites(base, fused, example)
         fuse_residuals(m, sites, fused)
     if sites and sum_handoff:
-        readers = {n for n in fused if can_read_fp8(m.get_submodule(n)) and plan.static_input(n)}
+        readers = {
+            n
+            for n in fused
+            if can_read_fp8(m.get_submodule(n)) and plan.static_input(n, source.get_submodule(n))
+        }
         summed = float_summed(base, sites, fused)
         pairs = sum_handoffs(summed, sites, fused, readers, example)
         m = fuse_sum_handoffs(m, pairs, fused)

@@ -35,6 +35,8 @@ class QuantPlan:
     row_scales: bool = False  # dynamic per-row activation scales instead of static per-tensor
     # layer -> per-input-channel divisor of its input (scale migration, `quant/migrate.py`)
     divisors: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
+    # with row_scales: only layers whose input has at most this many channels (None: all)
+    row_max_channels: int | None = None
     # weights and biases fitted sequentially (`quant/sequential.py`), when the recipe asks
     fitted: Fitted | None = field(default=None, compare=False, repr=False)
     # what output tuning (`quant/tune.py`) measured; its values are in `fitted`
@@ -81,18 +83,25 @@ class QuantPlan:
             )
         return self._stored[key]
 
-    def static_input(self, name: str) -> bool:
+    def static_input(self, name: str, layer: nn.Module) -> bool:
         """Whether `name` quantizes its input with its static per-tensor scale alone (what an
         FP8 hand-off from the layer before writes)."""
-        return not self.row_scales and name not in self.divisors
+        return not self.per_row(layer) and name not in self.divisors
+
+    def per_row(self, layer: nn.Module) -> bool:
+        """Whether `layer` takes dynamic per-row input scales: the plan asks for them, the layer
+        is a linear or dense 1x1 conv, and its input is no wider than `row_max_channels`."""
+        if not (self.row_scales and compensable(layer)):
+            return False
+        width = layer.in_features if isinstance(layer, nn.Linear) else layer.in_channels
+        return self.row_max_channels is None or width <= self.row_max_channels
 
     def input_quant(self, name: str, layer: nn.Module) -> dict:
         """How `layer` quantizes its input beyond the static scale: dynamic per-row scales and
         the migration divisor, for linears and dense 1x1 convs (others keep static scales)."""
-        pointwise = compensable(layer)
         return {
-            "row_scales": self.row_scales and pointwise,
-            "x_divisor": self.divisors.get(name) if pointwise else None,
+            "row_scales": self.per_row(layer),
+            "x_divisor": self.divisors.get(name) if compensable(layer) else None,
         }
 
 

@@ -50,6 +50,7 @@ class QuantOptions:
     calibrator: str = "max"
     params: dict[str, float] = field(default_factory=dict)
     row_scales: bool = False
+    row_max_channels: int | None = None  # per-row scales only on inputs this narrow
     layer_calibrators: dict[str, str] = field(default_factory=dict)
     migration: str = "none"
     migration_alpha: float = 0.5
@@ -70,6 +71,7 @@ def quant_options(recipe: Any) -> QuantOptions:
         calibrator=a.calibrator,
         params=dict(a.params),
         row_scales=a.granularity == "per_row",
+        row_max_channels=a.per_row_max_channels,
         layer_calibrators=dict(a.layer_calibrators),
         migration=a.migration,
         migration_alpha=a.migration_alpha,
@@ -129,6 +131,7 @@ def build_plan(
         options.rounding,
         options.row_scales,
         divisors,
+        row_max_channels=options.row_max_channels,
     )
     if folded is None or not (options.sequential or tuned):
         return plan

@@ -59,6 +59,7 @@ class Resolution:
             calibrator=recipe.activations.calibrator,
             calibrator_params=dict(recipe.activations.params),
             activation_granularity=recipe.activations.granularity,
+            per_row_max_channels=recipe.activations.per_row_max_channels,
             layer_calibrators=dict(recipe.activations.layer_calibrators),
             migration=recipe.activations.migration,
             migration_alpha=(

@@ -16,6 +16,7 @@ A recipe (YAML) says which layers to quantize and how::
       tune_epochs: 10                     # passes over the calibration images when tuning
     activations:
       granularity: per_tensor             # static per-tensor scales, or per_row (dynamic)
+      per_row_max_channels: null          # per_row: only inputs of at most this many channels
       calibrator: max                     # max | percentile | mse | entropy
       params: {}                          # e.g. {percentile: 99.99}; defaults are filled in
       layer_calibrators: {}               # layer name -> calibrator, overriding `calibrator`
@@ -157,6 +158,11 @@ class ActivationSpec(Strict):
     `granularity`: `per_tensor`, one static scale per tensor from a calibrator; `per_row`, one
     scale per row (a pixel of a conv's input map, a token of a linear's input) computed at run
     time, max |row| / 448 (no calibration; each row costs a max before its quantize).
+    `per_row_max_channels`: with `per_row`, only layers whose input has at most this many
+    channels take per-row scales; the others keep static per-tensor ones. A row's largest value
+    is exact under its own scale, so short rows gain most (the expand convs of inverted
+    residual blocks, `examples/lite0-fp8-options`), and the fused kernel quantizes such rows in
+    its prologue without a pass of its own (`quant/triton_fp8.py`).
     `layer_calibrators`: layer name -> calibrator (with its default parameters) for the tensor
     that layer reads, overriding `calibrator`; `quantstudy search` chooses them.
     `migration`: `smooth` moves range between each input channel of an FP8 layer and the weights
@@ -167,9 +173,19 @@ class ActivationSpec(Strict):
     granularity: ActivationGranularity = ActivationGranularity.PER_TENSOR
     calibrator: CalibratorName = Calibrator.MAX
     params: dict[str, float] = Field(default_factory=dict, validate_default=True)
+    per_row_max_channels: int | None = Field(default=None, ge=1)
     layer_calibrators: dict[str, CalibratorName] = Field(default_factory=dict)
     migration: Migration = Migration.NONE
     migration_alpha: float = Field(default=0.5, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _rows_limit_needs_rows(self) -> ActivationSpec:
+        if self.per_row_max_channels is not None and self.granularity != "per_row":
+            raise ValueError(
+                "per_row_max_channels limits per-row scales to narrow inputs; it needs "
+                "granularity: per_row"
+            )
+        return self
 
     @field_validator("params")
     @classmethod

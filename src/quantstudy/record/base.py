@@ -29,6 +29,8 @@ Schema history:
      next FP8 layer's input, `quant/sum_handoff.py`).
   9: RecipeInfo.tune and .tune_epochs (biases and weight-scale gains trained against the fp32
      logits, `quant/tune.py`).
+ 10: RecipeInfo.per_row_max_channels (per-row activation scales only on inputs of at most
+     that many channels).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -44,6 +44,7 @@ class RecipeInfo(Section):
     # version 6: per_tensor (static) | per_row (dynamic); layer -> calibrator overrides;
     # scale migration (none | smooth) and its alpha
     activation_granularity: str = "per_tensor"
+    per_row_max_channels: int | None = None  # version 10: per-row scales only on inputs this narrow
     layer_calibrators: dict[str, str] = Field(default_factory=dict)
     migration: str = "none"
     migration_alpha: float | None = None

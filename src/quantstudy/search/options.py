@@ -122,6 +122,7 @@ def apply_to_recipe(recipe, options: QuantOptions):
         migration=options.migration,
         migration_alpha=options.migration_alpha,
         granularity="per_row" if options.row_scales else "per_tensor",
+        per_row_max_channels=options.row_max_channels if options.row_scales else None,
     )
     return recipe.model_copy(update={"weights": weights, "activations": activations})
 

@@ -170,6 +170,17 @@ VARIANTS: dict[str, dict] = {
     },
 }
 
+_BUILT_IN = "sequential compensating + bc + smooth migration"
+VARIANTS[f"{_BUILT_IN} + per-row scales"] = {**VARIANTS[_BUILT_IN], "row_scales": True}
+# Per-row scales on narrow inputs only, where a row's own scale gains most
+# (examples/lite0-fp8-options, "Per-row activation scales").
+for _width in (48, 112, 320):
+    VARIANTS[f"{_BUILT_IN} + per-row scales on inputs <= {_width} channels"] = {
+        **VARIANTS[_BUILT_IN],
+        "row_scales": True,
+        "row_max_channels": _width,
+    }
+
 
 def _batches(x: torch.Tensor, size: int, device: torch.device) -> Iterator[torch.Tensor]:
     return (x[i : i + size].to(device) for i in range(0, x.shape[0], size))

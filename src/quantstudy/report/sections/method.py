@@ -335,8 +335,11 @@ def _method_options(r: StudyRecord) -> list[str]:
             "with its lowest KL kept (the start included). Every engine stores these values."
         )
     if rc.activation_granularity == "per_row":
+        which = "pointwise FP8 layers"
+        if rc.per_row_max_channels is not None:
+            which += f" whose input has at most {rc.per_row_max_channels} channels"
         out.append(
-            "- Activation scales of the pointwise FP8 layers computed at run time, one per row "
+            f"- Activation scales of the {which} computed at run time, one per row "
             "(pixel or token) from its own max |x|; the static scales above serve the other "
             "layers."
         )

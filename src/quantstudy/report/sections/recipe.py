@@ -46,7 +46,11 @@ BIAS_CORRECTION = (
 )
 
 
-ROW_SCALES = "dynamic per-row scales in the 1x1 convs and linear layers, elsewhere "
+def _row_scales(rc) -> str:
+    """Which layers took dynamic per-row scales, for the recipe line."""
+    narrow = rc.per_row_max_channels
+    where = f" whose input has at most {narrow} channels" if narrow is not None else ""
+    return f"dynamic per-row scales in the 1x1 convs and linear layers{where}, elsewhere "
 
 
 def render_recipe(r: StudyRecord) -> list[str]:
@@ -63,7 +67,7 @@ def render_recipe(r: StudyRecord) -> list[str]:
         f"of the {'BatchNorm-folded' if rc.fold_bn else 'unfolded'} weights"
         f"{BIAS_CORRECTION if rc.bias_correction else ''}"
         f"{', rounded compensating' if rc.rounding == 'compensating' else ''}; activations: "
-        f"{ROW_SCALES if rc.activation_granularity == 'per_row' else ''}"
+        f"{_row_scales(rc) if rc.activation_granularity == 'per_row' else ''}"
         f"static per-tensor scales from the {code(rc.calibrator)} calibrator (parameters: "
         f"{params}){' and per-layer overrides' if rc.layer_calibrators else ''}"
         f"{', scale migration ' + rc.migration if rc.migration != 'none' else ''}.",
