@@ -46,6 +46,18 @@ def row_scale(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.where(scale > 0, scale, torch.ones_like(scale))
 
 
+def quantize_rows(
+    x: torch.Tensor, divisor: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 rows of `x` (rows, K) with dynamic per-row scales ((rows, 1)), after dividing by a
+    per-column `divisor` in x's dtype (scale migration): what the fused kernel computes in its
+    prologue (`quant/triton_fp8.py`, QUANT_A)."""
+    if divisor is not None:
+        x = x / divisor.to(x.dtype)
+    scale = row_scale(x)
+    return to_fp8(x, scale), scale
+
+
 def fake_quant(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Quantize then dequantize, returning x's dtype: the emulation of one FP8 tensor."""
     return (to_fp8(x, scale).float() * scale).to(x.dtype)

@@ -20,6 +20,7 @@ from quantstudy.quant.fp8 import (
     E4M3,
     dequantize_weight,
     fake_quant,
+    quantize_rows,
     quantize_weight,
     row_scale,
     to_fp8,
@@ -89,10 +90,11 @@ class PointwiseMatmul(nn.Module):
 
     def _quantize_input(self, x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """FP8 rows of the (already padded) input and their scale: scalar, or (rows, 1)."""
+        if self.row_scales:
+            return quantize_rows(x2d, self.x_divisor)
         if self.x_divisor is not None:
             x2d = x2d / self.x_divisor.to(x2d.dtype)
-        scale = row_scale(x2d) if self.row_scales else self.x_scale
-        return to_fp8(x2d, scale), scale
+        return to_fp8(x2d, self.x_scale), self.x_scale
 
     def _matmul(self, x2d: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError

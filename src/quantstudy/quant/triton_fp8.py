@@ -192,6 +192,40 @@ def _round(y, ROUND: tl.constexpr):
     return y
 
 
+@triton.jit
+def _a_tile(a_ptrs, mask, d_ptrs, k_mask, HAS_DIV: tl.constexpr):
+    """One tile of an unquantized input (QUANT_A), divided by the migration divisor (`d_ptrs`,
+    float32 values of the engine's dtype) and rounded back to that dtype, as the engine's
+    `x / divisor` does before its quantize."""
+    a = tl.load(a_ptrs, mask=mask, other=0.0)
+    if HAS_DIV:
+        d = tl.load(d_ptrs, mask=k_mask, other=1.0)
+        a = tl.math.div_rn(a.to(tl.float32), d[None, :]).to(a.dtype, fp_downcast_rounding="rtne")
+    return a
+
+
+@triton.jit
+def _row_amax(a, amax):
+    """The running max |a| of each row."""
+    return tl.maximum(amax, tl.max(tl.abs(a.to(tl.float32)), axis=1))
+
+
+@triton.jit
+def _row_scales(amax):
+    """`quant.fp8.row_scale`: max |row| / 448, 1 for an all-zero row."""
+    rows = tl.math.div_rn(amax, 448.0)
+    return tl.where(rows > 0.0, rows, 1.0)
+
+
+@triton.jit
+def _to_e4m3(a, rows):
+    """`quant.fp8.to_fp8` of a tile with one scale per row: divide (round to nearest), saturate
+    at +-448, round to nearest even."""
+    q = tl.math.div_rn(a.to(tl.float32), rows[:, None])
+    q = tl.minimum(tl.maximum(q, -448.0), 448.0)
+    return q.to(tl.float8e4nv, fp_downcast_rounding="rtne")
+
+
 # Products summed in the tensor cores before the sums move to float32 registers (`_mma`): 128,
 # one K tile of cuBLASLt's FP8 kernels (torch._scaled_mm, use_fast_accum=False), so that the
 # fused engine rounds where the unfused one does. 0: never (all of K in the tensor cores).
@@ -246,7 +280,7 @@ def _channel_terms(
 def _finish(
     acc, scale, bias, first_m, first_n, M, N, c_ptr, c_desc, stride_cm, stride_cn, out_scale_ptr,
     ACT: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr, ROUND: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, x_scale_ptr, ROW_SCALE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, x_rows, ROW_SCALE: tl.constexpr,
     res_ptr, stride_rm, stride_rn, HAS_RES: tl.constexpr, RES_ACT: tl.constexpr,
     q_ptr, PAIR: tl.constexpr,
 ):  # fmt: skip
@@ -259,12 +293,12 @@ def _finish(
     from the value stored in the engine's dtype with the scale at `out_scale_ptr`. The values are
     rounded to the engine's dtype (ROUND) wherever the unfused engine stores them (before the
     activation, both terms of the residual sum and the sum itself, before the FP8 write), so
-    fused and unfused engines quantize the same numbers."""
+    fused and unfused engines quantize the same numbers. With ROW_SCALE `x_rows` holds the
+    tile's rows' activation scales."""
     offs_m = first_m + tl.arange(0, BLOCK_M)
     offs_n = first_n + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if ROW_SCALE:  # dynamic per-row activation scales: x_scale[m] * w_scale[n], as torch does
-        x_rows = tl.load(x_scale_ptr + offs_m, mask=offs_m < M, other=0.0)
         y = acc * (scale[None, :] * x_rows[:, None]) + bias[None, :]
     else:
         y = acc * scale[None, :] + bias[None, :]
@@ -287,17 +321,30 @@ def _finish(
 
 
 @triton.jit
+def _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The rows' activation scales as given (ROW_SCALE), else zeros (unused)."""
+    if ROW_SCALE:
+        return tl.load(x_scale_ptr + offs_m, mask=offs_m < M, other=0.0)
+    return tl.zeros((BLOCK_M,), dtype=tl.float32)
+
+
+@triton.jit
 def _fp8_gemm_kernel(
     a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
-    res_ptr, q_ptr, M, N, K,
+    res_ptr, q_ptr, d_ptr, M, N, K,
     stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn, stride_rm, stride_rn,
     tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
     OUT_FP8: tl.constexpr, ROUND: tl.constexpr, PROMOTE: tl.constexpr, ROW_SCALE: tl.constexpr,
     HAS_RES: tl.constexpr, RES_ACT: tl.constexpr, PAIR: tl.constexpr,
+    QUANT_A: tl.constexpr, HAS_DIV: tl.constexpr,  # input quantized per row here (prologue)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
 ):  # fmt: skip
+    # QUANT_A: `a` is the unquantized input in the engine's dtype (pointer loads only); each
+    # row's scale is its max |x| / 448 (a first pass over K), its tiles are quantized in
+    # registers in the main loop (a second pass, from L2 where K spans several tiles), and the
+    # epilogue applies the row scales: dynamic per-row FP8 without a quantize pass.
     if STREAM:
         # Thin products (K <= BLOCK_K, N <= BLOCK_N, see `_prune`): each program keeps the whole
         # weight, its scales and bias in registers and walks over row tiles, so the loads of the
@@ -312,14 +359,21 @@ def _fp8_gemm_kernel(
         for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
             offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
             a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
+            a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
+            if QUANT_A:
+                a = _a_tile(a_ptrs, a_mask, d_ptr + offs_k, offs_k < K, HAS_DIV)
+                x_rows = _row_scales(_row_amax(a, tl.zeros((BLOCK_M,), dtype=tl.float32)))
+                a = _to_e4m3(a, x_rows)
+            else:
+                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+                x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             acc, part = _mma(a, b, acc, tl.zeros_like(acc), 0, BLOCK_K, PROMOTE)
             acc += part
             _finish(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
                 out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
-                x_scale_ptr, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
+                x_rows, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
                 q_ptr, PAIR,
             )  # fmt: skip
     else:
@@ -331,6 +385,7 @@ def _fp8_gemm_kernel(
         if TMA_LOADS:
             # No address arithmetic or masks in the loop: tiles past an edge arrive
             # zero-filled, so they add nothing to the sums.
+            x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
             for k0 in range(0, tl.cdiv(K, BLOCK_K)):
                 a = a_desc.load([pid_m * BLOCK_M, k0 * BLOCK_K])
                 b = b_desc.load([pid_n * BLOCK_N, k0 * BLOCK_K])
@@ -339,11 +394,27 @@ def _fp8_gemm_kernel(
             offs_k = tl.arange(0, BLOCK_K)
             a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
             b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+            if QUANT_A:
+                amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+                for k0 in range(0, tl.cdiv(K, BLOCK_K)):
+                    k_mask = offs_k < K - k0 * BLOCK_K
+                    a_mask = (offs_m[:, None] < M) & k_mask[None, :]
+                    ptrs = a_ptrs + k0 * BLOCK_K * stride_ak
+                    d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
+                    amax = _row_amax(_a_tile(ptrs, a_mask, d_ptrs, k_mask, HAS_DIV), amax)
+                x_rows = _row_scales(amax)
+            else:
+                x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
             for k0 in range(0, tl.cdiv(K, BLOCK_K)):
                 k_left = K - k0 * BLOCK_K
                 a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
                 b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
-                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+                if QUANT_A:
+                    d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
+                    a = _a_tile(a_ptrs, a_mask, d_ptrs, offs_k < k_left, HAS_DIV)
+                    a = _to_e4m3(a, x_rows)
+                else:
+                    a = tl.load(a_ptrs, mask=a_mask, other=0.0)
                 b = tl.load(b_ptrs, mask=b_mask, other=0.0)
                 acc, part = _mma(a, b, acc, part, k0, BLOCK_K, PROMOTE)
                 a_ptrs += BLOCK_K * stride_ak
@@ -355,7 +426,7 @@ def _fp8_gemm_kernel(
         _finish(
             acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
             stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
-            x_scale_ptr, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT, q_ptr, PAIR,
+            x_rows, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT, q_ptr, PAIR,
         )  # fmt: skip
 
 
@@ -379,7 +450,7 @@ def _config(bm, bn, bk, warps, stages, loads=False, store=False, per_sm=0):
 # What the autotuner keys its choice on (ROW_SCALE: dynamic per-row activation scales;
 # HAS_RES: a residual sum in the epilogue).
 AUTOTUNE_KEY = ["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "PROMOTE", "ROW_SCALE"]
-AUTOTUNE_KEY += ["HAS_RES", "RES_ACT", "PAIR"]
+AUTOTUNE_KEY += ["HAS_RES", "RES_ACT", "PAIR", "QUANT_A", "HAS_DIV"]
 AUTOTUNE_KEY += ["tma_loads_ok", "tma_store_ok"]
 _fp8_gemm_tuned = triton.autotune(
     configs=[
@@ -432,10 +503,14 @@ def fp8_gemm_triton(
     residual: torch.Tensor | None = None,
     res_act: str = "none",
     pair: torch.Tensor | None = None,
+    x_divisor: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
-    per-row activation scales); returns (M, N) in `out_dtype`.
+    per-row activation scales); returns (M, N) in `out_dtype`. An `xq` in another dtype (the
+    engine's) is quantized in the kernel with dynamic per-row scales (`quant.fp8.quantize_rows`
+    arithmetic; `x_scale` is then not read), after division by `x_divisor` ((K,) float32
+    values of xq's dtype) where given; w8 may then be wider than K (its padding is not read).
 
     By default the autotuner picks the tile, the streaming programs for thin products and,
     where `tma_ok` allows, the I/O paths; `loads` or `store` "pointer" keeps it off the
@@ -458,8 +533,13 @@ def fp8_gemm_triton(
     for path in (loads, store):
         if path is not None and path not in IO_PATHS:
             raise ValueError(f"I/O path must be one of {IO_PATHS}, got {path!r}")
+    quant_a = xq.dtype != torch.float8_e4m3fn
+    if x_divisor is not None and not quant_a:
+        raise ValueError("a divisor divides an unquantized input; this one is FP8 already")
     m, k = xq.shape
     n = w8.shape[0]
+    if quant_a and (w8.shape[1] < k or xq.stride(1) != 1):
+        raise ValueError(f"an input quantized here needs unit column stride and K <= {w8.shape[1]}")
     if residual is not None and tuple(residual.shape) != (m, n):
         raise ValueError(f"the residual must be ({m}, {n}), got {tuple(residual.shape)}")
     out = torch.empty((m, n), device=xq.device, dtype=out_dtype)
@@ -468,7 +548,7 @@ def fp8_gemm_triton(
     if m == 0:
         return out
     default = "pointer" if tile is not None else "tma"
-    use_loads = (loads or default) == "tma" and tma_ok(xq) and tma_ok(w8)
+    use_loads = (loads or default) == "tma" and tma_ok(xq) and tma_ok(w8) and not quant_a
     use_store = (store or default) == "tma" and tma_ok(out)
     if (loads == "tma" and not use_loads) or (store == "tma" and not use_store):
         raise ValueError("tensor descriptors need 16-byte aligned rows on a Hopper GPU")
@@ -488,13 +568,15 @@ def fp8_gemm_triton(
         out_scale if out_scale is not None else x_scale,
         residual if residual is not None else out,
         pair if pair is not None else out,
+        x_divisor if x_divisor is not None else w_scale,
         m, n, k,
         xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1), out.stride(0), out.stride(1),
         *(residual.stride() if residual is not None else (0, 0)),
         int(use_loads), int(use_store),
     )  # fmt: skip
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
-    meta |= {"ROW_SCALE": x_scale.numel() > 1}
+    meta |= {"ROW_SCALE": quant_a or x_scale.numel() > 1}
+    meta |= {"QUANT_A": quant_a, "HAS_DIV": x_divisor is not None}
     meta |= {"HAS_RES": residual is not None, "RES_ACT": ACT_CODES[res_act]}
     meta |= {"PAIR": pair is not None}
     meta |= {"OUT_FP8": out_scale is not None and pair is None}
