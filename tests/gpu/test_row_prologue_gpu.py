@@ -16,7 +16,7 @@ def _inputs(m: int, k: int, n: int):
     g = torch.Generator().manual_seed(m + k + n)
     x = (torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 8).half()
     x[1] = 0  # an all-zero row: scale 1
-    d = (torch.rand(k, generator=g) + 0.5).half().float()
+    d = 1 / (torch.rand(k, generator=g) + 0.5)  # a reciprocal divisor
     w8 = (torch.randn(n, k, generator=g) * 4).to(torch.float8_e4m3fn)
     ws = torch.rand(n, generator=g) / 100 + 1e-3
     b = torch.randn(n, generator=g)
@@ -33,7 +33,7 @@ def test_prologue_quantize_writes_what_quantizing_first_writes(m, k, n, divided)
     div = d if divided else None
     q, s = quantize_rows(x, div)
     first = fp8_gemm_triton(q, w8, ws, s.contiguous(), b, "relu6", torch.float16)
-    here = fp8_gemm_triton(x, w8, ws, s.new_ones(()), b, "relu6", torch.float16, x_divisor=div)
+    here = fp8_gemm_triton(x, w8, ws, s.new_ones(()), b, "relu6", torch.float16, x_inv_divisor=div)
     assert torch.equal(here, first), int((here != first).sum())
 
 
@@ -53,7 +53,16 @@ def test_prologue_quantized_values_are_exact(tile, stream):
     for div in (None, d):
         q, s = quantize_rows(x, div)
         y = fp8_gemm_triton(
-            x, eye, ones, ones[0], None, "none", torch.float32, tile, stream=stream, x_divisor=div
+            x,
+            eye,
+            ones,
+            ones[0],
+            None,
+            "none",
+            torch.float32,
+            tile,
+            stream=stream,
+            x_inv_divisor=div,
         )
         assert torch.equal(y, q.float() * s), int((y != q.float() * s).sum())
 

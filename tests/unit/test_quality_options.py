@@ -130,7 +130,7 @@ def test_triton_kernel_quantizes_rows_in_its_prologue_under_the_interpreter():
             x = (torch.randn(m, k, generator=g) * 5).half()
             x[3] = 0  # an all-zero row: scale 1
             x[5, 7] = 3e4  # one large value: the rest of its row is subnormal or zero
-            d = (torch.rand(k, generator=g) + 0.5).half().float()
+            d = 1 / (torch.rand(k, generator=g) + 0.5)  # a reciprocal divisor
             w8 = torch.zeros(k, k + 8).to(torch.float8_e4m3fn)  # 8 padded columns
             w8[:, :k] = torch.eye(k).to(torch.float8_e4m3fn)
             ws, xs = torch.ones(k), torch.ones(())
@@ -138,7 +138,7 @@ def test_triton_kernel_quantizes_rows_in_its_prologue_under_the_interpreter():
                 q, s = quantize_rows(x, div)
                 y = fp8_gemm_triton(
                     x, w8, ws, xs, None, "none", torch.float32, tile, stream=stream,
-                    x_divisor=div,
+                    x_inv_divisor=div,
                 )
                 r = q.float()
                 step = torch.maximum(r.abs() / 8, torch.full_like(r, 2.0**-9))

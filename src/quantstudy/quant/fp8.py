@@ -11,6 +11,10 @@ import torch
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
+# 1/448 rounded to float32. Per-row scales are max |x| times it: torch on CUDA divides by a
+# scalar that way (a product with its reciprocal), on the CPU it divides, so a product is
+# what CPU, GPU and the fused kernel's prologue (`quant/triton_fp8.py`) compute alike.
+E4M3_INV = float(torch.tensor(1 / E4M3_MAX, dtype=torch.float32))
 
 
 def weight_scale(weight: torch.Tensor, per_channel: bool) -> torch.Tensor:
@@ -40,22 +44,34 @@ def quantize_weight(weight: torch.Tensor, per_channel: bool) -> tuple[torch.Tens
 
 
 def row_scale(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Dynamic scale of each row of `x` (max |x| along `dim`, kept as size 1) / 448, float32;
-    an all-zero row gets scale 1 (it quantizes to zero whatever the scale)."""
-    scale = x.detach().float().abs().amax(dim=dim, keepdim=True) / E4M3_MAX
+    """Dynamic scale of each row of `x` (max |x| along `dim`, kept as size 1) x `E4M3_INV`,
+    float32; an all-zero row gets scale 1 (it quantizes to zero whatever the scale)."""
+    scale = x.detach().float().abs().amax(dim=dim, keepdim=True) * E4M3_INV
     return torch.where(scale > 0, scale, torch.ones_like(scale))
 
 
+def to_fp8_rows(x: torch.Tensor, scale: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Quantize with one scale per row (`row_scale`): x times the scale's reciprocal in
+    float32 (one division per row, not per value, in the fused kernel too), saturate, cast."""
+    return (x.float() * torch.reciprocal(scale)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+
+
 def quantize_rows(
-    x: torch.Tensor, divisor: torch.Tensor | None = None
+    x: torch.Tensor, inv_divisor: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """FP8 rows of `x` (rows, K) with dynamic per-row scales ((rows, 1)), after dividing by a
-    per-column `divisor` in x's dtype (scale migration): what the fused kernel computes in its
-    prologue (`quant/triton_fp8.py`, QUANT_A)."""
-    if divisor is not None:
-        x = x / divisor.to(x.dtype)
+    """FP8 rows of `x` (rows, K) and their dynamic scales ((rows, 1)), after multiplying by
+    the per-column reciprocal of a migration divisor (float32, the product rounded to x's
+    dtype): what the fused kernel computes in its prologue (`quant/triton_fp8.py`, QUANT_A)."""
+    if inv_divisor is not None:
+        x = (x.float() * inv_divisor).to(x.dtype)
     scale = row_scale(x)
-    return to_fp8(x, scale), scale
+    return to_fp8_rows(x, scale), scale
+
+
+def fake_quant_rows(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """`fake_quant` with one dynamic scale per row along `dim` (`row_scale`, `to_fp8_rows`)."""
+    scale = row_scale(x, dim)
+    return (to_fp8_rows(x, scale).float() * scale).to(x.dtype)
 
 
 def fake_quant(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

@@ -69,12 +69,13 @@ def fp8_gemm(
     round_to: torch.dtype | None = None,
     residual: torch.Tensor | None = None,
     res_act: str = "none",
-    x_divisor: torch.Tensor | None = None,
+    x_inv_divisor: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8,
     x_scale a scalar or one scale per row (M, 1). An xq in the engine's dtype is quantized here
-    with dynamic per-row scales after division by `x_divisor` (`quant.fp8.quantize_rows`; on
-    CUDA in the kernel's prologue, no pass of its own), and w8 may be K-padded beyond it.
+    with dynamic per-row scales after the product with `x_inv_divisor` (`quant.fp8
+    .quantize_rows`; on CUDA in the kernel's prologue, no pass of its own), and w8 may be
+    K-padded beyond it.
     With `residual` (M, N) in the engine's dtype,
     res_act(that + residual): the residual sum of `quant/residual.py`.
     With `out_scale` the result is written as the next layer's FP8 input (`to_fp8`).
@@ -87,11 +88,11 @@ def fp8_gemm(
         xq = xq.contiguous()
         return fp8_gemm_triton(
             xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=out_scale,
-            round_to=round_to, residual=residual, res_act=res_act, x_divisor=x_divisor,
+            round_to=round_to, residual=residual, res_act=res_act, x_inv_divisor=x_inv_divisor,
         )  # fmt: skip
 
     if xq.dtype != E4M3:
-        divisor = x_divisor[: xq.shape[1]] if x_divisor is not None else None
+        divisor = x_inv_divisor[: xq.shape[1]] if x_inv_divisor is not None else None
         xq, x_scale = quantize_rows(xq, divisor)
         xq = F.pad(xq.float(), (0, w8.shape[1] - xq.shape[1])).to(E4M3)  # exact: FP8 zeros
     y = _torch_epilogue(xq, w8, w_scale, x_scale, bias, act, round_to, residual, res_act)
@@ -118,7 +119,7 @@ def _torch_epilogue(
 
 @fp8_gemm.register_fake
 def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=None, round_to=None,
-      residual=None, res_act="none", x_divisor=None):  # fmt: skip
+      residual=None, res_act="none", x_inv_divisor=None):  # fmt: skip
     return xq.new_empty((xq.shape[0], w8.shape[0]), dtype=out_dtype)
 
 
@@ -229,10 +230,6 @@ class FusedFP8Matmul(PointwiseMatmul):
         self.register_buffer("w8", w8.contiguous())
         self.register_buffer("w_scale", w_scale.expand(weight.shape[0]).contiguous())
         self._take_input_quant(x_scale, row_scales, x_divisor, self.k_pad)
-        # Per-row scales are taken in the kernel's prologue from the unpadded input, divided by
-        # the divisor as the engine's dtype holds it (`fp8_gemm`).
-        divisor = self.x_divisor.to(dtype).float() if self.x_divisor is not None else None
-        self.register_buffer("prologue_divisor", divisor if row_scales else None)
         take_epilogue(self, layer, dtype, act, out_scale, fp8_input)
         # The activation after a residual sum in the epilogue; None: no residual (set by
         # `quant/residual.py` when it moves a block's add into this layer).
@@ -252,7 +249,7 @@ class FusedFP8Matmul(PointwiseMatmul):
         if self.fp8_input:
             xq, x_scale = handed_input(self, x2d), self.x_scale
         elif self.row_scales and self.pair_scale is None:  # quantized in the kernel
-            xq, x_scale, divisor = x2d, self.x_scale, self.prologue_divisor
+            xq, x_scale, divisor = x2d, self.x_scale, self.x_inv_divisor
         else:
             if self.k_pad:
                 x2d = F.pad(x2d, (0, self.k_pad))

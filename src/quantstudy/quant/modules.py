@@ -20,9 +20,9 @@ from quantstudy.quant.fp8 import (
     E4M3,
     dequantize_weight,
     fake_quant,
+    fake_quant_rows,
     quantize_rows,
     quantize_weight,
-    row_scale,
     to_fp8,
 )
 
@@ -87,11 +87,14 @@ class PointwiseMatmul(nn.Module):
         self.row_scales = row_scales
         divisor = None if x_divisor is None else F.pad(x_divisor.float(), (0, k_pad), value=1.0)
         self.register_buffer("x_divisor", divisor)
+        # per-row quantize multiplies by the divisor's reciprocal (`quant.fp8.quantize_rows`)
+        inverse = torch.reciprocal(divisor) if divisor is not None and row_scales else None
+        self.register_buffer("x_inv_divisor", inverse)
 
     def _quantize_input(self, x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """FP8 rows of the (already padded) input and their scale: scalar, or (rows, 1)."""
         if self.row_scales:
-            return quantize_rows(x2d, self.x_divisor)
+            return quantize_rows(x2d, self.x_inv_divisor)
         if self.x_divisor is not None:
             x2d = x2d / self.x_divisor.to(x2d.dtype)
         return to_fp8(x2d, self.x_scale), self.x_scale
@@ -302,7 +305,7 @@ class QDQ(nn.Module):
             x = x / self.x_divisor.reshape(self.channel_view(x)).to(x.dtype)
         if self.x_scale is not None:
             channel = 1 if self.is_conv else -1
-            x = fake_quant(x, row_scale(x, channel) if self.row_scales else self.x_scale)
+            x = fake_quant_rows(x, channel) if self.row_scales else fake_quant(x, self.x_scale)
         return x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

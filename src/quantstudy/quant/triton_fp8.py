@@ -34,10 +34,14 @@ import torch
 import triton
 import triton.language as tl
 
+from quantstudy.quant import fp8
+
 try:  # Triton 3.3+ (torch 2.7+); older ones keep the pointer paths only
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # pragma: no cover - depends on the installed Triton
     TensorDescriptor = None
+
+E4M3_INV = tl.constexpr(fp8.E4M3_INV)  # per-row scales are max |x| times it (`_row_scales`)
 
 # Activation codes of the epilogue; `quant.fused.ACTIVATIONS` maps modules to them.
 ACT_CODES = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5}
@@ -194,13 +198,12 @@ def _round(y, ROUND: tl.constexpr):
 
 @triton.jit
 def _a_tile(a_ptrs, mask, d_ptrs, k_mask, HAS_DIV: tl.constexpr):
-    """One tile of an unquantized input (QUANT_A), divided by the migration divisor (`d_ptrs`,
-    float32 values of the engine's dtype) and rounded back to that dtype, as the engine's
-    `x / divisor` does before its quantize."""
+    """One tile of an unquantized input (QUANT_A) times the reciprocal of the migration
+    divisor (`d_ptrs`, float32), rounded back to the input's dtype (`quant.fp8.quantize_rows`)."""
     a = tl.load(a_ptrs, mask=mask, other=0.0)
     if HAS_DIV:
         d = tl.load(d_ptrs, mask=k_mask, other=1.0)
-        a = tl.math.div_rn(a.to(tl.float32), d[None, :]).to(a.dtype, fp_downcast_rounding="rtne")
+        a = (a.to(tl.float32) * d[None, :]).to(a.dtype, fp_downcast_rounding="rtne")
     return a
 
 
@@ -212,16 +215,16 @@ def _row_amax(a, amax):
 
 @triton.jit
 def _row_scales(amax):
-    """`quant.fp8.row_scale`: max |row| / 448, 1 for an all-zero row."""
-    rows = tl.math.div_rn(amax, 448.0)
+    """`quant.fp8.row_scale`: max |row| x float32(1/448), 1 for an all-zero row."""
+    rows = amax * E4M3_INV
     return tl.where(rows > 0.0, rows, 1.0)
 
 
 @triton.jit
-def _to_e4m3(a, rows):
-    """`quant.fp8.to_fp8` of a tile with one scale per row: divide (round to nearest), saturate
-    at +-448, round to nearest even."""
-    q = tl.math.div_rn(a.to(tl.float32), rows[:, None])
+def _to_e4m3(a, inv_rows):
+    """`quant.fp8.to_fp8_rows` of a tile: times each row's reciprocal scale, saturate at
+    +-448, round to nearest even."""
+    q = a.to(tl.float32) * inv_rows[:, None]
     q = tl.minimum(tl.maximum(q, -448.0), 448.0)
     return q.to(tl.float8e4nv, fp_downcast_rounding="rtne")
 
@@ -363,7 +366,7 @@ def _fp8_gemm_kernel(
             if QUANT_A:
                 a = _a_tile(a_ptrs, a_mask, d_ptr + offs_k, offs_k < K, HAS_DIV)
                 x_rows = _row_scales(_row_amax(a, tl.zeros((BLOCK_M,), dtype=tl.float32)))
-                a = _to_e4m3(a, x_rows)
+                a = _to_e4m3(a, tl.math.div_rn(1.0, x_rows))
             else:
                 a = tl.load(a_ptrs, mask=a_mask, other=0.0)
                 x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
@@ -403,6 +406,7 @@ def _fp8_gemm_kernel(
                     d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
                     amax = _row_amax(_a_tile(ptrs, a_mask, d_ptrs, k_mask, HAS_DIV), amax)
                 x_rows = _row_scales(amax)
+                inv_rows = tl.math.div_rn(1.0, x_rows)  # torch.reciprocal: IEEE, once per row
             else:
                 x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
             for k0 in range(0, tl.cdiv(K, BLOCK_K)):
@@ -412,7 +416,7 @@ def _fp8_gemm_kernel(
                 if QUANT_A:
                     d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
                     a = _a_tile(a_ptrs, a_mask, d_ptrs, offs_k < k_left, HAS_DIV)
-                    a = _to_e4m3(a, x_rows)
+                    a = _to_e4m3(a, inv_rows)
                 else:
                     a = tl.load(a_ptrs, mask=a_mask, other=0.0)
                 b = tl.load(b_ptrs, mask=b_mask, other=0.0)
@@ -503,14 +507,14 @@ def fp8_gemm_triton(
     residual: torch.Tensor | None = None,
     res_act: str = "none",
     pair: torch.Tensor | None = None,
-    x_divisor: torch.Tensor | None = None,
+    x_inv_divisor: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
     per-row activation scales); returns (M, N) in `out_dtype`. An `xq` in another dtype (the
     engine's) is quantized in the kernel with dynamic per-row scales (`quant.fp8.quantize_rows`
-    arithmetic; `x_scale` is then not read), after division by `x_divisor` ((K,) float32
-    values of xq's dtype) where given; w8 may then be wider than K (its padding is not read).
+    arithmetic; `x_scale` is then not read), after the product with `x_inv_divisor` ((K,)
+    float32) where given; w8 may then be wider than K (its padding is not read).
 
     By default the autotuner picks the tile, the streaming programs for thin products and,
     where `tma_ok` allows, the I/O paths; `loads` or `store` "pointer" keeps it off the
@@ -534,7 +538,7 @@ def fp8_gemm_triton(
         if path is not None and path not in IO_PATHS:
             raise ValueError(f"I/O path must be one of {IO_PATHS}, got {path!r}")
     quant_a = xq.dtype != torch.float8_e4m3fn
-    if x_divisor is not None and not quant_a:
+    if x_inv_divisor is not None and not quant_a:
         raise ValueError("a divisor divides an unquantized input; this one is FP8 already")
     m, k = xq.shape
     n = w8.shape[0]
@@ -568,7 +572,7 @@ def fp8_gemm_triton(
         out_scale if out_scale is not None else x_scale,
         residual if residual is not None else out,
         pair if pair is not None else out,
-        x_divisor if x_divisor is not None else w_scale,
+        x_inv_divisor if x_inv_divisor is not None else w_scale,
         m, n, k,
         xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1), out.stride(0), out.stride(1),
         *(residual.stride() if residual is not None else (0, 0)),
@@ -576,7 +580,7 @@ def fp8_gemm_triton(
     )  # fmt: skip
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
     meta |= {"ROW_SCALE": quant_a or x_scale.numel() > 1}
-    meta |= {"QUANT_A": quant_a, "HAS_DIV": x_divisor is not None}
+    meta |= {"QUANT_A": quant_a, "HAS_DIV": x_inv_divisor is not None}
     meta |= {"HAS_RES": residual is not None, "RES_ACT": ACT_CODES[res_act]}
     meta |= {"PAIR": pair is not None}
     meta |= {"OUT_FP8": out_scale is not None and pair is None}
