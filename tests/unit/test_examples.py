@@ -46,11 +46,12 @@ NEW_IN_VERSION_6_RECIPE = {
     "sequential": False,  # schema 7
     "tune": "none",  # schema 9
     "tune_epochs": None,
+    "per_row_max_channels": None,  # schema 10
 }
 
 
 def _without_version_3(full: dict) -> dict:
-    """The full dump less the version-3 to -9 keys, after checking they hold their empty
+    """The full dump less the version-3 to -10 keys, after checking they hold their empty
     defaults."""
     out = dict(full)
     for key in NEW_IN_VERSION_6_RECORD:
