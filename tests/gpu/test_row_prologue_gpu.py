@@ -25,8 +25,11 @@ def _inputs(m: int, k: int, n: int):
 
 @pytest.mark.parametrize("m,k,n", SHAPES)
 @pytest.mark.parametrize("divided", [False, True])
-def test_prologue_quantize_writes_what_quantizing_first_writes(m, k, n, divided):
-    """Bit for bit, autotuned: every tile and path promotes its sums at the same K."""
+def test_prologue_quantize_computes_what_quantizing_first_computes(m, k, n, divided):
+    """Autotuned, against quantizing in torch first. The quantized values are exact (the next
+    test); the products may differ by an fp16 unit in the last place where the two launches
+    take different tiles: on the H200 0 values at K 24, 3-6% of them at K 80-320 (the tensor
+    cores' sums in another order), so this compares to fp16 rounding."""
     from quantstudy.quant.triton_fp8 import fp8_gemm_triton
 
     x, d, w8, ws, b = _inputs(m, k, n)
@@ -34,7 +37,9 @@ def test_prologue_quantize_writes_what_quantizing_first_writes(m, k, n, divided)
     q, s = quantize_rows(x, div)
     first = fp8_gemm_triton(q, w8, ws, s.contiguous(), b, "relu6", torch.float16)
     here = fp8_gemm_triton(x, w8, ws, s.new_ones(()), b, "relu6", torch.float16, x_inv_divisor=div)
-    assert torch.equal(here, first), int((here != first).sum())
+    assert torch.allclose(here.float(), first.float(), rtol=2e-3, atol=1e-3), (
+        (here.float() - first.float()).abs().max()
+    )
 
 
 @pytest.mark.parametrize(
