@@ -27,9 +27,12 @@ def _inputs(m: int, k: int, n: int):
 @pytest.mark.parametrize("divided", [False, True])
 def test_prologue_quantize_computes_what_quantizing_first_computes(m, k, n, divided):
     """Autotuned, against quantizing in torch first. The quantized values are exact (the next
-    test); the products may differ by an fp16 unit in the last place where the two launches
-    take different tiles: on the H200 0 values at K 24, 3-6% of them at K 80-320 (the tensor
-    cores' sums in another order), so this compares to fp16 rounding."""
+    test); the products differ where the two launches take different tiles: the tensor cores
+    keep about 14 bits of a running sum (`_mma`), so sums chunked otherwise differ by a few
+    fp16 units in the last place. On the H200 (865b051) K 24 and 80 passed a 1e-3 tolerance
+    (K 320 with the divisor too), K 192 and K 320 without did not; the one difference the
+    log kept is 0.0078 (K 192, divided: two units at 4-8, the relu6 range). This tolerance,
+    four units there, was set from that run and has not run on a GPU since."""
     from quantstudy.quant.triton_fp8 import fp8_gemm_triton
 
     x, d, w8, ws, b = _inputs(m, k, n)
@@ -37,7 +40,7 @@ def test_prologue_quantize_computes_what_quantizing_first_computes(m, k, n, divi
     q, s = quantize_rows(x, div)
     first = fp8_gemm_triton(q, w8, ws, s.contiguous(), b, "relu6", torch.float16)
     here = fp8_gemm_triton(x, w8, ws, s.new_ones(()), b, "relu6", torch.float16, x_inv_divisor=div)
-    assert torch.allclose(here.float(), first.float(), rtol=2e-3, atol=1e-3), (
+    assert torch.allclose(here.float(), first.float(), rtol=2e-3, atol=1.6e-2), (
         (here.float() - first.float()).abs().max()
     )
 
