@@ -50,7 +50,7 @@ def row_scale(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.where(scale > 0, scale, torch.ones_like(scale))
 
 
-def to_fp8_rows(x: torch.Tensor, scale: torch.Tensor, dim: int = -1) -> torch.Tensor:
+def to_fp8_rows(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Quantize with one scale per row (`row_scale`): x times the scale's reciprocal in
     float32 (one division per row, not per value, in the fused kernel too), saturate, cast."""
     return (x.float() * torch.reciprocal(scale)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)

@@ -4,7 +4,8 @@ Why: on the H200 the unfused layer (`FP8Matmul`, as first measured: `torch._scal
 bf16, then cast, bias and activation in a separate pass) lost to fp16 at every batch, and the
 byte counts put most of the loss in the extra passes over the layer's output (docs/fp8-kernel.md).
 `FusedFP8Matmul` writes its output once, activation applied, in the engine's dtype. The input
-quantize stays a plain torch expression so that Inductor fuses it into the producing kernel.
+quantize stays a plain torch expression so that Inductor fuses it into the producing kernel;
+with dynamic per-row scales the kernel quantizes the input itself (`quant/triton_fp8.py`).
 
 On CUDA the product is the Triton kernel of `quant/triton_fp8.py`; elsewhere the same arithmetic
 in torch (exact FP8 products summed in float32), so CPU tests check the layer and the activation
@@ -73,10 +74,9 @@ def fp8_gemm(
 ) -> torch.Tensor:
     """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8,
     x_scale a scalar or one scale per row (M, 1). An xq in the engine's dtype is quantized here
-    with dynamic per-row scales after the product with `x_inv_divisor` (`quant.fp8
-    .quantize_rows`; on CUDA in the kernel's prologue, no pass of its own), and w8 may be
-    K-padded beyond it.
-    With `residual` (M, N) in the engine's dtype,
+    with dynamic per-row scales after the product with `x_inv_divisor`
+    (`quant.fp8.quantize_rows`; on CUDA in the kernel's prologue, no pass of its own), and w8
+    may then be K-padded beyond it. With `residual` (M, N) in the engine's dtype,
     res_act(that + residual): the residual sum of `quant/residual.py`.
     With `out_scale` the result is written as the next layer's FP8 input (`to_fp8`).
     `round_to` (the engine's dtype) rounds the sum before the activation and the activated

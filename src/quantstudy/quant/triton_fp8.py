@@ -3,7 +3,8 @@
 y[m, n] = act(acc[m, n] * x_scale * w_scale[n] + bias[n]), acc = sum_k xq[m, k] * w8[n, k],
 optionally followed by a residual sum and its activation, res_act(y[m, n] + r[m, n])
 (`quant/residual.py`), written once in the engine's dtype, or as the next FP8 layer's quantized
-input (FP8 hand-off), or both (a residual sum that is also the next FP8 layer's input).
+input (FP8 hand-off), or both (a residual sum that is also the next FP8 layer's input). An
+input in the engine's dtype is quantized in the kernel with dynamic per-row scales (QUANT_A).
 cuBLASLt's FP8 kernel (torch._scaled_mm) writes bf16 and needs a row-wise activation scale
 tensor of M elements plus a separate pass for the activation; here the per-channel scale,
 folded-BatchNorm bias and activation ride in the epilogue, the activation scale is read from
