@@ -139,19 +139,29 @@ def test_fused_engine_computes_what_the_unfused_one_does(lite0, fp32_engines):
 
 def test_bias_correction_removes_most_of_the_weight_shift(lite0):
     # The recipe generic_pointwise_bc: same layers, biases corrected by (Wq - W) . E[x].
-    # Measured when it was added (this data, CPU): agreement 0.9462 -> 0.9631, KL 0.036 -> 0.0158.
-    # At most SECOND_IMAGES: a paired comparison on the same images (1.7 points measured).
+    # Measured when it was added (this data, CPU, all 1300): agreement 0.9462 -> 0.9631, KL
+    # 0.036 -> 0.0158. Run on at most SECOND_IMAGES; the KL mean carries the claim, agreement
+    # gains are a few images there (the first 400 of the 1300: 0.9650 -> 0.9675).
     plan, n = lite0["plan"], min(lite0["n"], SECOND_IMAGES)
     corrected = QuantPlan(plan.layers, True, plan.calibration, bias_correction=True)
     engine = build_fakequant(lite0["model"], CPU, lite0["example"], corrected)
     out, ref = run_engine(engine, lite0["x"][:n]), lite0["ref"][:n]
-    kl = torch.nn.functional.kl_div(
-        out.log_softmax(1), ref.log_softmax(1), log_target=True, reduction="none"
-    ).sum(1)
-    agreement = _agree(out, ref)
-    print(f"bias-corrected emulation on {n}: agreement {agreement:.4f}, KL mean {kl.mean():.4f}")
-    assert agreement >= _agree(lite0["fq"][:n], ref) + 0.01
-    assert float(kl.mean()) <= 0.02  # the default policy's KL gate; uncorrected it is 0.036
+
+    def kl_mean(logits: torch.Tensor) -> float:
+        kl = torch.nn.functional.kl_div(
+            logits.log_softmax(1), ref.log_softmax(1), log_target=True, reduction="none"
+        )
+        return float(kl.sum(1).mean())
+
+    before, after = kl_mean(lite0["fq"][:n]), kl_mean(out)
+    agreement, base = _agree(out, ref), _agree(lite0["fq"][:n], ref)
+    print(
+        f"bias correction on {n}: agreement {base:.4f} -> {agreement:.4f}, "
+        f"KL {before:.4f} -> {after:.4f}"
+    )
+    assert after <= 0.6 * before
+    assert after <= 0.02  # the default policy's KL gate; uncorrected it is 0.036
+    assert agreement >= base
 
 
 def test_fp8_engine_bf16_close_to_emulation(lite0):
