@@ -346,7 +346,7 @@ def _fp8_gemm_kernel(
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
 ):  # fmt: skip
     # QUANT_A: `a` is the unquantized input in the engine's dtype (pointer loads only); each
-    # row's scale is its max |x| / 448 (a first pass over K), its tiles are quantized in
+    # row's scale is its max |x| x float32(1/448) (a first pass over K), its tiles quantized in
     # registers in the main loop (a second pass, from L2 where K spans several tiles), and the
     # epilogue applies the row scales: dynamic per-row FP8 without a quantize pass.
     if STREAM:

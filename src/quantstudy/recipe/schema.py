@@ -157,7 +157,8 @@ class ActivationSpec(Strict):
 
     `granularity`: `per_tensor`, one static scale per tensor from a calibrator; `per_row`, one
     scale per row (a pixel of a conv's input map, a token of a linear's input) computed at run
-    time, max |row| / 448 (no calibration; each row costs a max before its quantize).
+    time, max |row| x float32(1/448) (`quant.fp8.row_scale`; no calibration; each row costs a
+    max before its quantize).
     `per_row_max_channels`: with `per_row`, only layers whose input has at most this many
     channels take per-row scales; the others keep static per-tensor ones. A row's largest value
     is exact under its own scale, so short rows gain most (the expand convs of inverted
