@@ -47,11 +47,13 @@ NEW_IN_VERSION_6_RECIPE = {
     "tune": "none",  # schema 9
     "tune_epochs": None,
     "per_row_max_channels": None,  # schema 10
+    "scale_candidates": 1,  # schema 11
+    "refine_sweeps": 0,
 }
 
 
 def _without_version_3(full: dict) -> dict:
-    """The full dump less the version-3 to -10 keys, after checking they hold their empty
+    """The full dump less the version-3 to -11 keys, after checking they hold their empty
     defaults."""
     out = dict(full)
     for key in NEW_IN_VERSION_6_RECORD:

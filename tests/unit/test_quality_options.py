@@ -10,7 +10,8 @@ from quantstudy.engines.builders import build_fakequant, build_fp8
 from quantstudy.engines.run import run_engine
 from quantstudy.quant.fp8 import row_scale
 from quantstudy.quant.migrate import exact_divisors, smooth_divisors, with_migration
-from quantstudy.quant.plan import QuantOptions, build_plan
+from quantstudy.quant.plan import QuantOptions, build_plan, quant_options
+from quantstudy.recipe.resolve import resolve
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
 
@@ -231,6 +232,58 @@ def test_a_row_width_limit_without_row_scales_is_one_clear_line():
         parse_recipe(text.replace("64", "0").replace("per_tensor", "per_row").encode(), "r.yaml")
     ok = parse_recipe(text.replace("per_tensor", "per_row").encode(), "r.yaml")
     assert ok.activations.per_row_max_channels == 64
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ("{rounding: nearest, scale_candidates: 16}", "set rounding: compensating"),
+        ("{rounding: nearest, refine_sweeps: 4}", "set rounding: compensating"),
+        ("{rounding: compensating, scale_candidates: 0}", "weights.scale_candidates"),
+        ("{rounding: compensating, scale_candidates: 65}", "weights.scale_candidates"),
+        ("{rounding: compensating, refine_sweeps: -1}", "weights.refine_sweeps"),
+        ("{rounding: compensating, refine_sweeps: many}", "weights.refine_sweeps"),
+    ],
+)
+def test_bad_rounding_searches_are_one_clear_line(weights, message):
+    text = (RECIPE % ("compensating", "per_tensor", "none", 0.5, "{}")).replace(
+        "{rounding: compensating}", weights
+    )
+    with pytest.raises(UserError, match=message) as err:
+        parse_recipe(text.encode(), "r.yaml")
+    assert "\n" not in str(err.value) and str(err.value).startswith("r.yaml line")
+
+
+def test_rounding_searches_reach_the_plan_and_the_record():
+    searched = "{rounding: compensating, scale_candidates: 8, refine_sweeps: 2}"
+    text = (RECIPE % ("compensating", "per_tensor", "none", 0.5, "{}")).replace(
+        "{rounding: compensating}", searched
+    )
+    recipe = parse_recipe(text.encode(), "r.yaml")
+    options = quant_options(recipe)
+    assert (options.scale_candidates, options.refine_sweeps) == (8, 2)
+    info = resolve(recipe, _net(), _data()[:1]).to_info(recipe, "r.yaml")
+    assert (info.scale_candidates, info.refine_sweeps) == (8, 2)
+    default = quant_options(parse_recipe(b"name: d\nrules:\n  - include: {op: conv2d}\n", "d"))
+    assert (default.scale_candidates, default.refine_sweeps) == (1, 0)
+
+
+def test_rounding_searches_reach_every_engine_alike_and_cut_the_weight_error():
+    """The searched weights and scales are stored once and every engine reads them: the FP8
+    engines agree with the emulation as closely as without the searches."""
+    net, x = _net(), _data()
+    with torch.no_grad():
+        ref = net(x)
+    plan = _plan(rounding="compensating", scale_candidates=8, refine_sweeps=3)
+    fq = run_engine(build_fakequant(net, CPU, x[:1], plan), x)
+    for kernel in ("fused", "scaled_mm"):
+        engine = build_fp8(net, CPU, x[:1], plan, dtype=torch.float32, kernel=kernel)
+        assert torch.allclose(run_engine(engine, x), fq, rtol=1e-4, atol=1e-4), kernel
+    errors = {}
+    for name, p in (("plain", _plan(rounding="compensating")), ("searched", plan)):
+        engine = build_fakequant(net, CPU, x[:1], p, activations=False)
+        errors[name] = _err(run_engine(engine, x), ref)
+    assert errors["searched"] < errors["plain"]
 
 
 def test_options_parse_and_default():

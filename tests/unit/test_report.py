@@ -69,6 +69,8 @@ def _as_version_1(data: dict) -> str:
         "tune",  # schema 9
         "tune_epochs",
         "per_row_max_channels",  # schema 10
+        "scale_candidates",  # schema 11
+        "refine_sweeps",
     )
     out["recipe"] = {k: v for k, v in out["recipe"].items() if k not in added_to_recipe}
     for engine in data["engines"]:

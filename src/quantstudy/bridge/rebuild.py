@@ -82,6 +82,8 @@ def calibration_of(record: StudyRecord) -> Calibration:
 # or tuned weights and biases depend on the calibration images, which the record does not hold.
 SUPPORTED = {
     "rounding": "nearest",
+    "scale_candidates": 1,
+    "refine_sweeps": 0,
     "activation_granularity": "per_tensor",
     "migration": "none",
     "sequential": False,

@@ -15,7 +15,7 @@ from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
 from quantstudy.quant.fused_dw import FusedFP8Depthwise, depthwise_fp8_blocker
 from quantstudy.quant.modules import QDQ, FP8Matmul, FP8Weight, real_fp8_blocker
-from quantstudy.quant.rounding import compensable, fp8_weights
+from quantstudy.quant.rounding import Search, compensable, fp8_weights
 from quantstudy.record.vocab import Fp8Kernel, choices
 
 if TYPE_CHECKING:  # sequential.py builds on this module
@@ -37,6 +37,9 @@ class QuantPlan:
     divisors: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
     # with row_scales: only layers whose input has at most this many channels (None: all)
     row_max_channels: int | None = None
+    # compensating rounding's scale candidates per channel and refinement sweeps
+    scale_candidates: int = 1
+    refine_sweeps: int = 0
     # weights and biases fitted sequentially (`quant/sequential.py`), when the recipe asks
     fitted: Fitted | None = field(default=None, compare=False, repr=False)
     # what output tuning (`quant/tune.py`) measured; its values are in `fitted`
@@ -79,9 +82,14 @@ class QuantPlan:
         key = self.weights_digest(migrated)
         if key not in self._stored:
             self._stored[key] = fp8_weights(
-                migrated, self.layers, self.per_channel, self.rounding, moments
+                migrated, self.layers, self.per_channel, self.rounding, moments, self.search
             )
         return self._stored[key]
+
+    @property
+    def search(self) -> Search:
+        """Compensating rounding's searches (`quant/rounding.py`)."""
+        return Search(self.scale_candidates, self.refine_sweeps)
 
     def static_input(self, name: str, layer: nn.Module) -> bool:
         """Whether `name` quantizes its input with its static per-tensor scale alone (what an

@@ -47,6 +47,8 @@ class QuantOptions:
     fold_bn: bool = True
     bias_correction: bool = False
     rounding: str = "nearest"
+    scale_candidates: int = 1  # compensating rounding: scales tried per channel
+    refine_sweeps: int = 0  # compensating rounding: coordinate-descent sweeps
     calibrator: str = "max"
     params: dict[str, float] = field(default_factory=dict)
     row_scales: bool = False
@@ -68,6 +70,8 @@ def quant_options(recipe: Any) -> QuantOptions:
         fold_bn=w.fold_bn,
         bias_correction=w.bias_correction,
         rounding=w.rounding,
+        scale_candidates=w.scale_candidates,
+        refine_sweeps=w.refine_sweeps,
         calibrator=a.calibrator,
         params=dict(a.params),
         row_scales=a.granularity == "per_row",
@@ -132,6 +136,8 @@ def build_plan(
         options.row_scales,
         divisors,
         row_max_channels=options.row_max_channels,
+        scale_candidates=options.scale_candidates,
+        refine_sweeps=options.refine_sweeps,
     )
     if folded is None or not (options.sequential or tuned):
         return plan
@@ -148,6 +154,7 @@ def build_plan(
             options.bias_correction,
             plan.input_quant,
             digest,
+            search=plan.search,
         )
     else:
         fitted = Fitted(plan.stored_weights(folded), _stored_biases(plan, folded), digest)

@@ -53,7 +53,7 @@ from quantstudy.quant.absorb import absorbable_activations
 from quantstudy.quant.apply import replace_module
 from quantstudy.quant.fp8 import quantize_weight
 from quantstudy.quant.modules import QDQ, FP8Weight
-from quantstudy.quant.rounding import compensable, round_weight
+from quantstudy.quant.rounding import PLAIN, Search, compensable, round_weight
 from quantstudy.quant.trace import pre_hooks
 from quantstudy.record.vocab import Rounding
 
@@ -164,12 +164,16 @@ def emulated(
 
 
 def fit_pointwise(
-    w: torch.Tensor, moments: _PairMoments, per_channel: bool, compensating: bool
+    w: torch.Tensor,
+    moments: _PairMoments,
+    per_channel: bool,
+    compensating: bool,
+    search: Search = PLAIN,
 ) -> tuple[FP8Weight, torch.Tensor]:
-    """Stored FP8 weight of a pointwise layer's (N, K) weight `w` (module docstring, step 2)
-    and its dequantized values Q (N, K), float64."""
+    """Stored FP8 weight of a pointwise layer's (N, K) weight `w` (module docstring, step 2),
+    with compensating rounding's `search`, and its dequantized values Q (N, K), float64."""
     h = moments.moment() if compensating else None
-    w8, scale = round_weight(w.float(), per_channel, h)
+    w8, scale = round_weight(w.float(), per_channel, h, search if compensating else PLAIN)
     view = scale.reshape(-1, 1) if per_channel else scale
     return (w8, scale), w8.double() * view.double()
 
@@ -243,11 +247,12 @@ def fit_sequential(
     input_quant: Callable[[str, nn.Module], dict],
     digest: str,
     progress: Callable[[str], None] | None = None,
+    search: Search = PLAIN,
 ) -> Fitted:
     """Fit every layer of `layers` of the BatchNorm-folded float32 `folded` in execution order
     (module docstring). `batches()` yields the calibration batches (called twice per layer);
     `scale_of(name)` is a layer's static input scale and `input_quant(name, layer)` its other
-    input quantization (`QuantPlan.input_quant`)."""
+    input quantization (`QuantPlan.input_quant`); `search` refines compensating rounding."""
     ref = copy.deepcopy(folded).eval()
     work = copy.deepcopy(folded).eval()
     first = next(iter(batches()))
@@ -293,7 +298,7 @@ def fit_sequential(
         bias = torch.zeros(w.shape[0], dtype=torch.float64) if bias is None else bias
         if pointwise:
             flat = w.reshape(w.shape[0], -1).double()
-            (w8, scale), q = fit_pointwise(flat, moments, per_channel, compensating)
+            (w8, scale), q = fit_pointwise(flat, moments, per_channel, compensating, search)
             stored = (w8.reshape(w.shape), scale)
             exact = sample.get("x") @ flat.t() + bias
             rounded = sample.get("xq") @ q.t() + bias

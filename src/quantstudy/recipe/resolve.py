@@ -53,6 +53,8 @@ class Resolution:
             fold_bn=recipe.weights.fold_bn,
             bias_correction=recipe.weights.bias_correction,
             rounding=recipe.weights.rounding,
+            scale_candidates=recipe.weights.scale_candidates,
+            refine_sweeps=recipe.weights.refine_sweeps,
             sequential=recipe.weights.sequential,
             tune=recipe.weights.tune,
             tune_epochs=recipe.weights.tune_epochs if recipe.weights.tune != "none" else None,

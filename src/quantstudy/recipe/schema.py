@@ -11,6 +11,8 @@ A recipe (YAML) says which layers to quantize and how::
       fold_bn: true                       # fold BatchNorm into the conv before taking amax
       bias_correction: false              # subtract the mean output shift of FP8 weight rounding
       rounding: nearest                   # or compensating (quant/rounding.py)
+      scale_candidates: 1                 # compensating: scales tried per channel (one octave)
+      refine_sweeps: 0                    # compensating: coordinate-descent sweeps after it
       sequential: false                   # fit rounding and bias to the partly quantized net
       tune: none                          # or bias / scale_bias: trained against fp32 logits
       tune_epochs: 10                     # passes over the calibration images when tuning
@@ -119,6 +121,12 @@ class WeightSpec(Strict):
     (`quant/rounding.py`: procedure, damping, order, cost). Order with bias correction: the
     weights are rounded first, then the bias is corrected for the shift of those stored weights.
 
+    `scale_candidates` and `refine_sweeps` (compensating rounding only; they need its second
+    moment): each channel is rounded on that many scales spread over one octave above amax/448
+    and keeps the one with the smallest output error, then that many coordinate-descent sweeps
+    lower the error further (`quant/rounding.py`). The stored weights and scales change; the
+    engines and their speed do not.
+
     `sequential`: fit both, layer by layer in execution order, to the fp32 network's output of
     that layer from the input the partly quantized network gives it (earlier FP8 layers and
     this layer's own activation quantization included), instead of from the fp32 network's
@@ -135,6 +143,8 @@ class WeightSpec(Strict):
     fold_bn: bool = True
     bias_correction: bool = False
     rounding: Rounding = Rounding.NEAREST
+    scale_candidates: int = Field(default=1, ge=1, le=64)
+    refine_sweeps: int = Field(default=0, ge=0, le=100)
     sequential: bool = False
     tune: Tuning = Tuning.NONE
     tune_epochs: int = Field(default=10, ge=1, le=1000)
@@ -145,6 +155,17 @@ class WeightSpec(Strict):
             raise ValueError(
                 "tune: scale_bias folds a gain per output channel into the weight scales, which "
                 "needs granularity: per_channel (use tune: bias with per_tensor)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _searches_need_compensating(self) -> WeightSpec:
+        searched = self.scale_candidates > 1 or self.refine_sweeps > 0
+        if searched and self.rounding is not Rounding.COMPENSATING:
+            raise ValueError(
+                "scale_candidates and refine_sweeps search under the layer's input second "
+                "moment, which only compensating rounding collects: set rounding: compensating, "
+                "or leave them at 1 and 0"
             )
         return self
 

@@ -31,6 +31,8 @@ Schema history:
      logits, `quant/tune.py`).
  10: RecipeInfo.per_row_max_channels (per-row activation scales only on inputs of at most
      that many channels).
+ 11: RecipeInfo.scale_candidates and .refine_sweeps (compensating rounding's search over
+     weight scales and its coordinate-descent sweeps, `quant/rounding.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

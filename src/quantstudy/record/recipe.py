@@ -35,6 +35,9 @@ class RecipeInfo(Section):
     fold_bn: bool
     bias_correction: bool = False  # version 3
     rounding: str = "nearest"  # version 6: FP8 weight rounding, nearest | compensating
+    # version 11: compensating rounding's scale candidates per channel and refinement sweeps
+    scale_candidates: int = 1
+    refine_sweeps: int = 0
     sequential: bool = False  # version 7: rounding and bias fitted sequentially
     # version 9: output tuning against the fp32 logits (none | bias | scale_bias) and its epochs
     tune: str = "none"

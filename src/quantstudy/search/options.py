@@ -2,7 +2,8 @@
 bought.
 
 From the recipe's own options, each option is tried in a fixed order, on top of those already
-kept: compensating weight rounding (`quant/rounding.py`), per-layer calibrators chosen by their
+kept: compensating weight rounding (`quant/rounding.py`), its scale candidates and refinement
+sweeps (when compensating rounding is kept), per-layer calibrators chosen by their
 readers' output error (`quant/calib_choice.py`), scale migration (`quant/migrate.py`), and last
 the sequential fit of weights and biases to the partly quantized network (`quant/sequential.py`,
 with bias correction, which it needs to fit the biases). Each try
@@ -30,11 +31,16 @@ from quantstudy.quality.metrics import kl_per_image
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calib_choice import choose_calibrators
 from quantstudy.quant.plan import QuantOptions, build_plan
+from quantstudy.quant.rounding import SEARCHED
 from quantstudy.record import OptionStep
 
 # option -> the change it makes to QuantOptions ("choose": resolved by choose_calibrators)
 TRIED: dict[str, dict] = {
     "rounding: compensating": {"rounding": "compensating"},
+    "scale candidates and refinement": {
+        "scale_candidates": SEARCHED.scales,
+        "refine_sweeps": SEARCHED.sweeps,
+    },
     "layer_calibrators: chosen": {"layer_calibrators": "choose"},
     "migration: smooth": {"migration": "smooth"},
     "sequential fit": {"sequential": True, "bias_correction": True},
@@ -42,8 +48,12 @@ TRIED: dict[str, dict] = {
 
 
 def _already(options: QuantOptions, change: dict) -> bool:
+    """Whether `options` already hold `change` (or cannot take it: the rounding searches refine
+    compensating rounding only)."""
     if change.get("layer_calibrators") == "choose":
         return bool(options.layer_calibrators)
+    if "scale_candidates" in change and options.rounding != "compensating":
+        return True
     return all(getattr(options, k) == v for k, v in change.items())
 
 
@@ -111,6 +121,8 @@ def apply_to_recipe(recipe, options: QuantOptions):
     weights = validated(
         recipe.weights,
         rounding=options.rounding,
+        scale_candidates=options.scale_candidates,
+        refine_sweeps=options.refine_sweeps,
         bias_correction=options.bias_correction,
         sequential=options.sequential,
         tune=options.tune,

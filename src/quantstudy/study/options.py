@@ -39,6 +39,7 @@ from quantstudy.quality.metrics import kl_per_image
 from quantstudy.quality.paired import paired_bootstrap
 from quantstudy.quant.calib_choice import choose_calibrators
 from quantstudy.quant.plan import QuantOptions, build_plan, quant_options
+from quantstudy.quant.rounding import SEARCHED
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record.io import write_json_atomic
@@ -171,6 +172,18 @@ VARIANTS: dict[str, dict] = {
 }
 
 _BUILT_IN = "sequential compensating + bc + smooth migration"
+# Compensating rounding's searches (quant/rounding.py), on their own and together.
+_SEARCHES = {
+    "scale search": {"scale_candidates": SEARCHED.scales},
+    "refinement": {"refine_sweeps": SEARCHED.sweeps},
+    "scale search + refinement": {
+        "scale_candidates": SEARCHED.scales,
+        "refine_sweeps": SEARCHED.sweeps,
+    },
+}
+for _base in ("compensating + bias correction", _BUILT_IN):
+    for _label, _change in _SEARCHES.items():
+        VARIANTS[f"{_base} + {_label}"] = {**VARIANTS[_base], **_change}
 VARIANTS[f"{_BUILT_IN} + per-row scales"] = {**VARIANTS[_BUILT_IN], "row_scales": True}
 # Per-row scales on narrow inputs only, where a row's own scale gains most
 # (examples/lite0-fp8-options, "Per-row activation scales").

@@ -312,6 +312,19 @@ def _method_options(r: StudyRecord) -> list[str]:
             f"per output channel never worse than nearest on that objective; {order}. Every "
             "engine stores these weights."
         )
+    if rc.rounding == "compensating" and rc.scale_candidates > 1:
+        out.append(
+            f"- Each output channel's weights rounded on {rc.scale_candidates} scales, amax/448 "
+            f"x 2^(k/{rc.scale_candidates}) over one octave, keeping the scale and rounding "
+            "with the smallest output error under the same second moment (`quant/rounding.py`); "
+            "the stored scales are the chosen ones."
+        )
+    if rc.rounding == "compensating" and rc.refine_sweeps > 0:
+        out.append(
+            f"- Then up to {rc.refine_sweeps} coordinate-descent sweeps over the input channels: "
+            "each weight moved to the FP8 value nearest its optimum given the others, which "
+            "never raises that output error."
+        )
     if rc.sequential:
         fitted = (
             "the bias fitted so each layer's mean output (after the activation that consumes "

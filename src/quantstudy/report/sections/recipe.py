@@ -53,6 +53,18 @@ def _row_scales(rc) -> str:
     return f"dynamic per-row scales in the 1x1 convs and linear layers{where}, elsewhere "
 
 
+def _rounding(rc) -> str:
+    """How the weights were rounded, for the recipe line (nothing for nearest)."""
+    if rc.rounding != "compensating":
+        return ""
+    searched = [
+        f"{rc.scale_candidates} scale candidates per channel" if rc.scale_candidates > 1 else "",
+        f"{rc.refine_sweeps} refinement sweeps" if rc.refine_sweeps > 0 else "",
+    ]
+    searched = [s for s in searched if s]
+    return ", rounded compensating" + (f" ({' and '.join(searched)})" if searched else "")
+
+
 def render_recipe(r: StudyRecord) -> list[str]:
     lines = ["## Recipe", ""]
     rc = r.recipe
@@ -66,7 +78,7 @@ def render_recipe(r: StudyRecord) -> list[str]:
         f"- Format: {code(rc.format)}; weight scales: {rc.weight_granularity.replace('_', '-')} "
         f"of the {'BatchNorm-folded' if rc.fold_bn else 'unfolded'} weights"
         f"{BIAS_CORRECTION if rc.bias_correction else ''}"
-        f"{', rounded compensating' if rc.rounding == 'compensating' else ''}; activations: "
+        f"{_rounding(rc)}; activations: "
         f"{_row_scales(rc) if rc.activation_granularity == 'per_row' else ''}"
         f"static per-tensor scales from the {code(rc.calibrator)} calibrator (parameters: "
         f"{params}){' and per-layer overrides' if rc.layer_calibrators else ''}"
