@@ -49,6 +49,7 @@ NEW_IN_VERSION_6_RECIPE = {
     "per_row_max_channels": None,  # schema 10
     "scale_candidates": 1,  # schema 11
     "refine_sweeps": 0,
+    "headroom": 1.0,
 }
 
 

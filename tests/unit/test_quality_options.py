@@ -308,3 +308,52 @@ def test_the_options_module_refuses_a_bad_max_heldout_before_loading_anything(
         main([*args, "--max-heldout", value, "--out", str(out)])
     assert exit_.value.code == 2 and "--max-heldout" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_options_table_pairs_each_variant_with_the_first():
+    """`score` keeps per-image KL and differing images; `paired` turns two scores of the same
+    images into the change of KL mean and of the differing count, with intervals."""
+    from quantstudy.study.options import paired, score
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(200, 10, generator=g)
+    labels = ref.argmax(1).numpy()
+    near = ref + 0.3 * torch.randn(200, 10, generator=g)
+    far = ref + 0.6 * torch.randn(200, 10, generator=g)
+    a, b = score(ref, near, labels), score(ref, far, labels)
+    assert len(a["per_image"]["kl"]) == 200 and len(a["per_image"]["differ"]) == a["differ"]
+    c = paired(a, b)
+    assert c["differ_change"] == b["differ"] - a["differ"] > 0
+    assert c["kl_mean_change"] == pytest.approx(b["kl_mean"] - a["kl_mean"], rel=1e-4)
+    assert 0 < c["kl_low"] < c["kl_mean_change"] < c["kl_high"]
+    assert c["differ_low"] <= c["differ_change"] <= c["differ_high"]
+    assert paired(a, a)["kl_mean_change"] == 0 and paired(a, a)["differ_high"] == 0
+
+
+def test_headroom_multiplies_every_static_amax_and_spares_larger_inputs():
+    """Headroom h: each recorded amax (the clip value) is h x the calibrator's; an input twice
+    as large as any calibration image then no longer saturates, so the emulation tracks fp32
+    more closely on it."""
+    net, x = _net(), _data()
+    plain, roomy = _plan(), _plan(headroom=4.0)
+    assert roomy.calibration.amax == {k: 4.0 * v for k, v in plain.calibration.amax.items()}
+    with torch.no_grad():
+        ref = net(3 * x)
+    errors = {
+        h: _err(run_engine(build_fakequant(net, CPU, x[:1], p), 3 * x), ref)
+        for h, p in ((1, plain), (4, roomy))
+    }
+    assert errors[4] < errors[1]
+
+
+@pytest.mark.parametrize("value", ["0.5", "300", "none"])
+def test_a_bad_headroom_is_one_clear_line(value):
+    text = (RECIPE % ("nearest", "per_tensor", "none", 0.5, "{}")).replace(
+        "granularity: per_tensor,", f"granularity: per_tensor, headroom: {value},"
+    )
+    with pytest.raises(UserError, match=r"activations\.headroom") as err:
+        parse_recipe(text.encode(), "r.yaml")
+    assert "\n" not in str(err.value)
+    ok = parse_recipe(text.replace(f"headroom: {value}", "headroom: 4").encode(), "r.yaml")
+    assert quant_options(ok).headroom == 4.0
+    assert resolve(ok, _net(), _data()[:1]).to_info(ok, "r.yaml").headroom == 4.0

@@ -9,7 +9,13 @@ from scipy.stats import binomtest
 
 from quantstudy.quality.balance import precision_warnings
 from quantstudy.quality.metrics import score_engine
-from quantstudy.quality.paired import mcnemar_exact, paired_bootstrap, paired_counts
+from quantstudy.quality.paired import (
+    bootstrap_mean_intervals,
+    mcnemar_exact,
+    paired_bootstrap,
+    paired_counts,
+    paired_mean_change,
+)
 from quantstudy.record.errors import UserError
 
 torch.set_num_threads(1)
@@ -117,3 +123,29 @@ def test_seed_review_case_is_flagged_as_within_noise():
     warnings = precision_warnings(q)
     assert len(warnings) == 1
     assert warnings[0].startswith("fp8: top-1 change +0.13 points is within noise")
+
+
+def test_paired_mean_change_is_tighter_than_either_mean():
+    """Two recipes' per-image KL share most of their variation (the same hard images), so the
+    paired interval on their difference is far narrower than either mean's own spread."""
+    rng = np.random.default_rng(3)
+    hard = rng.exponential(0.01, 1300)
+    base = hard * (1 + 0.05 * rng.standard_normal(1300))
+    other = 0.9 * hard * (1 + 0.05 * rng.standard_normal(1300))
+    ci = paired_mean_change(base, other, resamples=2000, seed=0)
+    assert ci.change == pytest.approx(float((other - base).mean()))
+    assert ci.low < ci.change < ci.high < 0  # a real 10% drop, resolved
+    ((_, low, high),) = bootstrap_mean_intervals(base, (0.95,), resamples=2000, seed=0)
+    assert (ci.high - ci.low) < 0.5 * (high - low)
+
+
+def test_paired_mean_change_of_flags_counts_images():
+    base = np.zeros(100)
+    base[:10] = 1
+    other = np.zeros(100)
+    other[5:20] = 1  # 15 differ: 5 left, 10 joined
+    ci = paired_mean_change(base, other, resamples=1000, seed=0)
+    assert ci.change * 100 == pytest.approx(5)
+    assert ci.low < ci.change < ci.high
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_mean_change(base, other[:50], resamples=1000, seed=0)

@@ -71,6 +71,7 @@ def _as_version_1(data: dict) -> str:
         "per_row_max_channels",  # schema 10
         "scale_candidates",  # schema 11
         "refine_sweeps",
+        "headroom",
     )
     out["recipe"] = {k: v for k, v in out["recipe"].items() if k not in added_to_recipe}
     for engine in data["engines"]:

@@ -52,6 +52,7 @@ def test_kept_options_reach_the_recipe_and_stay_valid():
         bias_correction=True,
         layer_calibrators={"3": "mse", "6": "percentile"},
         migration="smooth",
+        headroom=4.0,
         sequential=True,
     )
     recipe = for_layers(apply_to_recipe(base, options), ["3"])
@@ -59,7 +60,7 @@ def test_kept_options_reach_the_recipe_and_stay_valid():
     assert again.weights.rounding == "compensating" and again.weights.bias_correction
     assert (again.weights.scale_candidates, again.weights.refine_sweeps) == (16, 4)
     assert again.activations.layer_calibrators == {"3": "mse"}
-    assert again.activations.migration == "smooth"
+    assert again.activations.migration == "smooth" and again.activations.headroom == 4.0
     assert again.weights.sequential
 
 
@@ -78,6 +79,7 @@ def test_options_the_recipe_has_are_not_tried_again():
     assert [s.option for s in steps[1:]] == [
         "scale candidates and refinement",
         "layer_calibrators: chosen",
+        "headroom: 4",
         "sequential fit",
     ]
     assert steps[0].kl_mean >= 0

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -22,6 +22,10 @@ from quantstudy.quant.fp8 import E4M3_MAX
 from quantstudy.quant.trace import pre_hooks
 from quantstudy.record import CalibrationInfo, TensorScale
 from quantstudy.record.errors import UserError
+
+# The headroom the search's option step tries and the options table measures: two binades
+# above the calibration images' amax (the recipe schema's `activations.headroom` says why).
+HEADROOM_TRIED = 4.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,13 @@ class Calibration:
     channel_amax: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
     # tensor key -> calibrator that set its amax, where a layer override chose another one
     tensor_calibrator: dict[str, str] = field(default_factory=dict)
+
+    def with_headroom(self, headroom: float) -> Calibration:
+        """Every amax multiplied by `headroom` (the recipe's `activations.headroom`): the clip
+        values the scales are taken from."""
+        if headroom == 1.0:
+            return self
+        return replace(self, amax={k: v * headroom for k, v in self.amax.items()})
 
     def scale_of(self, layer: str) -> float:
         """Scale (amax/448) of the tensor that `layer` reads."""

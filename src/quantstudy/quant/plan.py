@@ -4,7 +4,8 @@ One place decides what calibration collects and in which order the options act, 
 searches and the quality data tests build the same plan:
 
 1. Calibrate the fp32 model: activation amax per tensor (the recipe's calibrator, or a layer's
-   override), per-channel input means (bias correction) and max |x| (migration), and each
+   override; times the recipe's headroom, after migration's second calibration), per-channel
+   input means (bias correction) and max |x| (migration), and each
    pointwise layer's input second moment when the weights round compensating.
 2. Scale migration (`quant/migrate.py`): divisors from those channel maxima and the BatchNorm-
    folded weights, kept where the float model stays equal; the migrated tensors are calibrated
@@ -56,6 +57,7 @@ class QuantOptions:
     layer_calibrators: dict[str, str] = field(default_factory=dict)
     migration: str = "none"
     migration_alpha: float = 0.5
+    headroom: float = 1.0  # static scales: the calibrator's amax x this / 448
     sequential: bool = False
     tune: str = "none"
     tune_epochs: int = 10
@@ -79,6 +81,7 @@ def quant_options(recipe: Any) -> QuantOptions:
         layer_calibrators=dict(a.layer_calibrators),
         migration=a.migration,
         migration_alpha=a.migration_alpha,
+        headroom=a.headroom,
         sequential=w.sequential,
         tune=w.tune,
         tune_epochs=w.tune_epochs,
@@ -127,6 +130,7 @@ def build_plan(
                 divisors=divisors,
             )
             calibration = replace(calibration, amax=again.amax)
+    calibration = calibration.with_headroom(options.headroom)
     plan = QuantPlan(
         layers,
         options.per_channel,

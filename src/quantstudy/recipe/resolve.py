@@ -69,6 +69,7 @@ class Resolution:
                 if recipe.activations.migration != "none"
                 else None
             ),
+            headroom=recipe.activations.headroom,
             selected=list(self.selected),
             excluded=list(self.excluded),
             counts=dict(self.counts),

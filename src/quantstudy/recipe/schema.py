@@ -20,6 +20,7 @@ A recipe (YAML) says which layers to quantize and how::
       granularity: per_tensor             # static per-tensor scales, or per_row (dynamic)
       per_row_max_channels: null          # per_row: only inputs of at most this many channels
       calibrator: max                     # max | percentile | mse | entropy
+      headroom: 1.0                       # static scales: the calibrator's amax x this / 448
       params: {}                          # e.g. {percentile: 99.99}; defaults are filled in
       layer_calibrators: {}               # layer name -> calibrator, overriding `calibrator`
       migration: none                     # or smooth (quant/migrate.py)
@@ -190,6 +191,12 @@ class ActivationSpec(Strict):
     `migration`: `smooth` moves range between each input channel of an FP8 layer and the weights
     that read it (SmoothQuant's factor max|x_c|^alpha / max|W_c|^(1 - alpha)), only where the
     float network stays equal (`quant/migrate.py`); `migration_alpha` is that alpha.
+    `headroom`: every static scale is the calibrator's amax x headroom / 448. FP8's rounding
+    error is relative, so a larger scale costs the values almost nothing until they fall into
+    E4M3's subnormals (2^-6 below the largest binade's start x 448, about 1/28,000 of the clip
+    value), while a held-out value above the calibration images' amax saturates and loses its
+    whole excess (Transformer Engine's FP8 recipes keep a `margin` for that reason). The
+    recorded amax is the clip value, headroom included.
     """
 
     granularity: ActivationGranularity = ActivationGranularity.PER_TENSOR
@@ -199,6 +206,7 @@ class ActivationSpec(Strict):
     layer_calibrators: dict[str, CalibratorName] = Field(default_factory=dict)
     migration: Migration = Migration.NONE
     migration_alpha: float = Field(default=0.5, ge=0.0, le=1.0)
+    headroom: float = Field(default=1.0, ge=1.0, le=256.0)
 
     @model_validator(mode="after")
     def _rows_limit_needs_rows(self) -> ActivationSpec:

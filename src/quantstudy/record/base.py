@@ -32,7 +32,8 @@ Schema history:
  10: RecipeInfo.per_row_max_channels (per-row activation scales only on inputs of at most
      that many channels).
  11: RecipeInfo.scale_candidates and .refine_sweeps (compensating rounding's search over
-     weight scales and its coordinate-descent sweeps, `quant/rounding.py`).
+     weight scales and its coordinate-descent sweeps, `quant/rounding.py`); RecipeInfo.headroom
+     (static activation scales above the calibrator's amax).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

@@ -51,6 +51,7 @@ class RecipeInfo(Section):
     layer_calibrators: dict[str, str] = Field(default_factory=dict)
     migration: str = "none"
     migration_alpha: float | None = None
+    headroom: float = 1.0  # version 11: static scales are the calibrator's amax x this / 448
     selected: list[LayerDecision]
     excluded: list[LayerDecision]
     counts: dict[str, int]  # e.g. {"selected.conv2d.1x1": 54, "excluded.conv2d.depthwise": 45}

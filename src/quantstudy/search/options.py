@@ -4,7 +4,8 @@ bought.
 From the recipe's own options, each option is tried in a fixed order, on top of those already
 kept: compensating weight rounding (`quant/rounding.py`), its scale candidates and refinement
 sweeps (when compensating rounding is kept), per-layer calibrators chosen by their
-readers' output error (`quant/calib_choice.py`), scale migration (`quant/migrate.py`), and last
+readers' output error (`quant/calib_choice.py`), scale migration (`quant/migrate.py`), headroom
+above the calibrated amax (the recipe schema's `activations.headroom`), and last
 the sequential fit of weights and biases to the partly quantized network (`quant/sequential.py`,
 with bias correction, which it needs to fit the biases). Each try
 rebuilds the plan from the calibration images and scores the fp32 emulation of every candidate
@@ -30,6 +31,7 @@ from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import kl_per_image
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calib_choice import choose_calibrators
+from quantstudy.quant.calibrate import HEADROOM_TRIED
 from quantstudy.quant.plan import QuantOptions, build_plan
 from quantstudy.quant.rounding import SEARCHED
 from quantstudy.record import OptionStep
@@ -43,6 +45,7 @@ TRIED: dict[str, dict] = {
     },
     "layer_calibrators: chosen": {"layer_calibrators": "choose"},
     "migration: smooth": {"migration": "smooth"},
+    f"headroom: {HEADROOM_TRIED:g}": {"headroom": HEADROOM_TRIED},
     "sequential fit": {"sequential": True, "bias_correction": True},
 }
 
@@ -133,6 +136,7 @@ def apply_to_recipe(recipe, options: QuantOptions):
         layer_calibrators=dict(options.layer_calibrators),
         migration=options.migration,
         migration_alpha=options.migration_alpha,
+        headroom=options.headroom,
         granularity="per_row" if options.row_scales else "per_tensor",
         per_row_max_channels=options.row_max_channels if options.row_scales else None,
     )

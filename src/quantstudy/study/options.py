@@ -5,7 +5,11 @@ The recipe's layer selection is kept; each variant changes only the quantization
 what each option buys. Per variant: the plan is built from the calibration images
 (`quant/plan.py`), the fp32 emulation (and optionally the FP8 engine) runs on the held-out
 images, and each is scored against the fp32 model: images whose top-1 differs, agreement,
-KL mean, top-1 change with its paired-bootstrap 95% interval. With `speed`, the fused FP8 engine
+KL mean, top-1 change with its paired-bootstrap 95% interval. Every later variant is also
+compared with the first on the same images (`against_first`): the change in KL mean and in the
+number of differing top-1s, each with its paired 95% interval, since two variants' counts of
+about 30 move by several images between runs that differ in a scale's last bit and only the
+pairing says whether a difference is more than that. With `speed`, the fused FP8 engine
 is timed against the fp16 engine (`speed/harness.measure_speed`, CUDA graphs).
 
     python -m quantstudy.study.options tf_efficientnet_lite0 --weights efficientnet-lite0 \\
@@ -36,8 +40,9 @@ from quantstudy.engines.run import run_engine, run_reordered
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 from quantstudy.quality.metrics import kl_per_image
-from quantstudy.quality.paired import paired_bootstrap
+from quantstudy.quality.paired import paired_bootstrap, paired_mean_change
 from quantstudy.quant.calib_choice import choose_calibrators
+from quantstudy.quant.calibrate import HEADROOM_TRIED
 from quantstudy.quant.plan import QuantOptions, build_plan, quant_options
 from quantstudy.quant.rounding import SEARCHED
 from quantstudy.recipe.builtin import load_recipe
@@ -184,6 +189,15 @@ _SEARCHES = {
 for _base in ("compensating + bias correction", _BUILT_IN):
     for _label, _change in _SEARCHES.items():
         VARIANTS[f"{_base} + {_label}"] = {**VARIANTS[_base], **_change}
+# Headroom above the calibrated amax (recipe schema, `activations.headroom`), alone and with the
+# rounding searches.
+for _base in (
+    "compensating + bias correction",
+    "compensating + bc + smooth migration",
+    _BUILT_IN,
+    f"{_BUILT_IN} + scale search + refinement",
+):
+    VARIANTS[f"{_base} + headroom 4"] = {**VARIANTS[_base], "headroom": HEADROOM_TRIED}
 VARIANTS[f"{_BUILT_IN} + per-row scales"] = {**VARIANTS[_BUILT_IN], "row_scales": True}
 # Per-row scales on narrow inputs only, where a row's own scale gains most
 # (examples/lite0-fp8-options, "Per-row activation scales").
@@ -200,19 +214,50 @@ def _batches(x: torch.Tensor, size: int, device: torch.device) -> Iterator[torch
 
 
 def score(ref: torch.Tensor, out: torch.Tensor, labels: np.ndarray) -> dict:
-    """Against the fp32 logits `ref`: differing top-1s, agreement, KL mean, top-1 change (CI)."""
-    differ = int((out.argmax(1) != ref.argmax(1)).sum())
+    """Against the fp32 logits `ref`: differing top-1s, agreement, KL mean, top-1 change (CI),
+    and per image the KL and which top-1s differ (for `paired`)."""
+    differs = (out.argmax(1) != ref.argmax(1)).numpy()
+    differ = int(differs.sum())
     ref_ok = (ref.argmax(1).numpy() == labels).astype(np.int64)
     out_ok = (out.argmax(1).numpy() == labels).astype(np.int64)
     ci = paired_bootstrap(ref_ok, out_ok, resamples=2000, seed=0)
+    kl = kl_per_image(ref, out)
     return {
         "differ": differ,
         "n": len(ref),
         "agreement": 1 - differ / len(ref),
-        "kl_mean": float(np.mean(kl_per_image(ref, out))),
+        "kl_mean": float(np.mean(kl)),
         "top1_change": ci.change,
         "top1_low": ci.low,
         "top1_high": ci.high,
+        "per_image": {
+            "kl": [float(f"{v:.6g}") for v in np.asarray(kl, dtype=np.float64)],
+            "differ": np.flatnonzero(differs).tolist(),
+        },
+    }
+
+
+def paired(base: dict, other: dict) -> dict:
+    """`other` against `base`, two scores of the same images: the change in KL mean and in
+    the number of differing top-1s, each with its 95% paired bootstrap interval."""
+    n = base["n"]
+    flags = []
+    for s in (base, other):
+        f = np.zeros(n)
+        f[s["per_image"]["differ"]] = 1.0
+        flags.append(f)
+    kl = paired_mean_change(
+        np.asarray(base["per_image"]["kl"]), np.asarray(other["per_image"]["kl"]),
+        resamples=2000, seed=0,
+    )  # fmt: skip
+    count = paired_mean_change(*flags, resamples=2000, seed=0)
+    return {
+        "kl_mean_change": kl.change,
+        "kl_low": kl.low,
+        "kl_high": kl.high,
+        "differ_change": other["differ"] - base["differ"],
+        "differ_low": count.low * n,
+        "differ_high": count.high * n,
     }
 
 
@@ -285,6 +330,12 @@ def compare_options(
                 row["speed"] = _speed(fp16, fp8, heldout, speed_batches)
             del fp8
         row["seconds"] = time.perf_counter() - t0
+        if rows:  # against the first variant, on the same images
+            row["against_first"] = {
+                e: paired(rows[0][e], row[e])
+                for e in ("fakequant", "fp8")
+                if e in rows[0] and e in row
+            }
         rows.append(row)
         print(_line(row), flush=True)
         if out is not None:
@@ -338,6 +389,12 @@ def _line(row: dict) -> str:
                 f"KL {r['kl_mean']:.4f}, top-1 {r['top1_change'] * 100:+.2f} "
                 f"[{r['top1_low'] * 100:+.2f}, {r['top1_high'] * 100:+.2f}] pt"
             )
+    for engine, c in row.get("against_first", {}).items():
+        parts.append(
+            f"{engine} - first: KL {c['kl_mean_change']:+.4f} [{c['kl_low']:+.4f}, "
+            f"{c['kl_high']:+.4f}], differ {c['differ_change']:+d} [{c['differ_low']:+.0f}, "
+            f"{c['differ_high']:+.0f}]"
+        )
     if "tuning" in row:
         (before, after), epoch = row["tuning"]["heldout_kl"], row["tuning"]["epoch"]
         parts.append(f"tuning: held-out KL {before:.4f} -> {after:.4f} (epoch {epoch})")

@@ -347,6 +347,14 @@ def _method_options(r: StudyRecord) -> list[str]:
             "calibration images, the FP8 weights fixed; every fifth image held out, the epoch "
             "with its lowest KL kept (the start included). Every engine stores these values."
         )
+    if rc.headroom != 1.0:
+        out.append(
+            f"- Static activation scales with headroom: the calibrator's amax x "
+            f"{fmt_plain(rc.headroom)} / 448, so held-out values up to that many times the "
+            "calibration images' largest saturate no sooner; FP8's relative rounding error does "
+            "not grow with the scale until values reach E4M3's subnormals. The amax above is "
+            "that clip value."
+        )
     if rc.activation_granularity == "per_row":
         which = "pointwise FP8 layers"
         if rc.per_row_max_channels is not None:

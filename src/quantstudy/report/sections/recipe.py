@@ -82,7 +82,8 @@ def render_recipe(r: StudyRecord) -> list[str]:
         f"{_row_scales(rc) if rc.activation_granularity == 'per_row' else ''}"
         f"static per-tensor scales from the {code(rc.calibrator)} calibrator (parameters: "
         f"{params}){' and per-layer overrides' if rc.layer_calibrators else ''}"
-        f"{', scale migration ' + rc.migration if rc.migration != 'none' else ''}.",
+        f"{', scale migration ' + rc.migration if rc.migration != 'none' else ''}"
+        f"{f', headroom x{fmt_plain(rc.headroom)}' if rc.headroom != 1.0 else ''}.",
     ]
     fp8 = engine_info(r, FP8)
     if fp8 is None:
