@@ -26,7 +26,7 @@ from quantstudy.study.options import compare_options
 
 MODEL, WEIGHTS = "tf_efficientnet_lite0", "efficientnet-lite0"
 RECIPE = "generic_pointwise_compensated"
-BEST = "sequential compensating + bc + smooth migration"
+BEST = "sequential compensating + bc + smooth migration + scale search + refinement + headroom 4"
 
 
 def _out(tmp_path: Path, name: str) -> Path:
@@ -84,7 +84,6 @@ def test_lite0_agreement_target_on_all_heldout_images(full_table):
 @pytest.mark.data
 @pytest.mark.slow
 @pytest.mark.evidence
-@pytest.mark.xfail(strict=True, reason="H200: the emulation's KL mean 0.0102 (issue 18)")
 def test_lite0_kl_target_on_all_heldout_images(full_table):
     best = _best(full_table)
     for engine in ("fakequant", "fp8"):

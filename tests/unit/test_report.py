@@ -432,3 +432,22 @@ def test_method_section_says_what_output_tuning_trained(record):
         recipe = record.recipe.model_copy(update={"tune": tune, "tune_epochs": 12})
         md = render_markdown(record.model_copy(update={"recipe": recipe}))
         assert "Output tuning (`quant/tune.py`)" in md and what in md and "12 epochs" in md
+
+
+def test_rounding_searches_and_headroom_are_stated_and_pass_the_self_check(record):
+    plain = render_markdown(record)
+    assert "scale candidates" not in plain and "headroom" not in plain
+    recipe = record.recipe.model_copy(
+        update={
+            "rounding": "compensating",
+            "scale_candidates": 16,
+            "refine_sweeps": 4,
+            "headroom": 4.0,
+        }
+    )
+    searched = record.model_copy(update={"recipe": recipe})
+    md = render_markdown(searched)
+    assert "rounded compensating (16 scale candidates per channel and 4 refinement sweeps)" in md
+    assert "rounded on 16 scales" in md and "up to 4 coordinate-descent sweeps" in md
+    assert "headroom x4" in md and "amax x 4" in md
+    assert check_markdown(md, searched) == []

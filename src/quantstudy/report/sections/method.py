@@ -314,10 +314,10 @@ def _method_options(r: StudyRecord) -> list[str]:
         )
     if rc.rounding == "compensating" and rc.scale_candidates > 1:
         out.append(
-            f"- Each output channel's weights rounded on {rc.scale_candidates} scales, amax/448 "
-            f"x 2^(k/{rc.scale_candidates}) over one octave, keeping the scale and rounding "
-            "with the smallest output error under the same second moment (`quant/rounding.py`); "
-            "the stored scales are the chosen ones."
+            f"- Each output channel's weights rounded on {rc.scale_candidates} scales spread "
+            "evenly (in log) over one octave above its amax-based scale, keeping the scale and "
+            "rounding with the smallest output error under the same second moment "
+            "(`quant/rounding.py`); the stored scales are the chosen ones."
         )
     if rc.rounding == "compensating" and rc.refine_sweeps > 0:
         out.append(
@@ -349,11 +349,11 @@ def _method_options(r: StudyRecord) -> list[str]:
         )
     if rc.headroom != 1.0:
         out.append(
-            f"- Static activation scales with headroom: the calibrator's amax x "
-            f"{fmt_plain(rc.headroom)} / 448, so held-out values up to that many times the "
-            "calibration images' largest saturate no sooner; FP8's relative rounding error does "
-            "not grow with the scale until values reach E4M3's subnormals. The amax above is "
-            "that clip value."
+            f"- Static activation scales with headroom: each clip value is the calibrator's "
+            f"amax x {fmt_plain(rc.headroom)}, so held-out values up to that many times the "
+            "calibration images' largest do not saturate; FP8's relative rounding error does "
+            "not grow with the scale until values reach E4M3's subnormals. The amax values "
+            "above are these clip values."
         )
     if rc.activation_granularity == "per_row":
         which = "pointwise FP8 layers"
