@@ -167,9 +167,9 @@ class Search:
 
 
 PLAIN = Search()  # the greedy pass alone, on amax/448
-# What the search's option step tries and the options table measures: 16 candidates place the
-# grid every 1/16 octave; 4 sweeps reach most of what refinement gives (module docstring's
-# figures; sweeps that change nothing end it sooner).
+# What the search's option step tries and `generic_pointwise_sequential` uses: 16 candidates
+# place the grid every 1/16 octave; on Lite0's layers (module docstring) 4 sweeps after the
+# greedy pass left the same mean error as 10 (1.70e-4), and a sweep that moves nothing ends it.
 SEARCHED = Search(scales=16, sweeps=4)
 
 
