@@ -93,26 +93,11 @@ def paired_bootstrap(
             f"bootstrap resamples must be at least {MIN_RESAMPLES} for a stable 95% interval; "
             f"got {resamples}"
         )
-    n = len(ref_correct)
-    if n == 0:
+    if len(ref_correct) == 0:
         raise ValueError("paired bootstrap needs at least one image")
-    delta = eng_correct.astype(np.int64) - ref_correct.astype(np.int64)
-    rng = np.random.default_rng(seed)
-    changes = np.empty(resamples, dtype=np.float64)
-    per_chunk = max(1, _CHUNK_DRAWS // n)
-    for start in range(0, resamples, per_chunk):
-        stop = min(start + per_chunk, resamples)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        changes[start:stop] = delta[idx].sum(axis=1) / n
-    tail = (1.0 - CI_LEVEL) / 2.0 * 100.0
-    low, high = np.percentile(changes, [tail, 100.0 - tail])
-    return BootstrapCI(
-        change=float(delta.sum() / n),
-        low=float(low),
-        high=float(high),
-        resamples=resamples,
-        seed=seed,
-    )
+    delta = np.asarray(eng_correct, dtype=np.int64) - np.asarray(ref_correct, dtype=np.int64)
+    ((_, low, high),) = bootstrap_mean_intervals(delta, (CI_LEVEL,), resamples=resamples, seed=seed)
+    return BootstrapCI(float(delta.sum() / len(delta)), low, high, resamples, seed)
 
 
 def bootstrap_mean_intervals(

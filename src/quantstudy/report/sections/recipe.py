@@ -57,11 +57,11 @@ def _rounding(rc) -> str:
     """How the weights were rounded, for the recipe line (nothing for nearest)."""
     if rc.rounding != "compensating":
         return ""
-    searched = [
-        f"{rc.scale_candidates} scale candidates per channel" if rc.scale_candidates > 1 else "",
-        f"{rc.refine_sweeps} refinement sweeps" if rc.refine_sweeps > 0 else "",
-    ]
-    searched = [s for s in searched if s]
+    searched = []
+    if rc.scale_candidates > 1:
+        searched.append(f"{rc.scale_candidates} scale candidates per channel")
+    if rc.refine_sweeps > 0:
+        searched.append(f"{rc.refine_sweeps} refinement sweeps")
     return ", rounded compensating" + (f" ({' and '.join(searched)})" if searched else "")
 
 
