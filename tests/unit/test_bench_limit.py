@@ -40,16 +40,21 @@ def test_limit_takes_a_recipe_for_every_model(tiny_imagenet, tmp_path):
 
 
 def test_limit_times_each_residual_variant_under_its_own_name(tiny_imagenet, tmp_path):
-    """`--residual both --sum-handoff`: the fused engine with its sums, with their FP8 copies
-    too, and with the adds apart; the unfused engine once (it never sums in its epilogue)."""
+    """`--residual both --sum-handoff --pad-apart`: the fused engine with its sums, with their
+    FP8 copies too, with its padding passes kept, and with the adds apart; the unfused engine
+    once (it never sums in its epilogue). (ResNet pads inside its convs: nothing to write.)"""
     out = tmp_path / "limit.json"
     main(["--images", str(tiny_imagenet), "--out", str(out), "--models", "test_resnet",
           "--device", "cpu", "--batches", "2", "--n-images", "4", "--rounds", "1",
           "--iters", "1", "--kernels", "fused,scaled_mm", "--residual", "both",
-          "--sum-handoff"])  # fmt: skip
+          "--sum-handoff", "--pad-apart"])  # fmt: skip
     (model,) = json.loads(out.read_text())["models"]
     rows = model["kernels"]
-    assert set(rows) == {"fused", "fused/sum-handoff", "fused/residual-apart", "scaled_mm"}
+    assert set(rows) == {
+        "fused", "fused/sum-handoff", "fused/pad-apart", "fused/residual-apart", "scaled_mm"
+    }  # fmt: skip
+    assert rows["fused/pad-apart"]["fp8_residual_sums"] == rows["fused"]["fp8_residual_sums"]
+    assert rows["fused"]["fp8_padded_outputs"] == 0
     assert rows["fused"]["fp8_residual_sums"] > 0 and rows["fused"]["fp8_sum_handoffs"] == 0
     assert rows["fused/sum-handoff"]["fp8_sum_handoffs"] > 0
     assert rows["fused/residual-apart"]["fp8_residual_sums"] == 0

@@ -85,6 +85,7 @@ def _as_version_1(data: dict) -> str:
         "fp8_kernel_choice",
         "fp8_residual",  # schema 8
         "fp8_sum_handoff",
+        "fp8_padded_output",  # schema 12
     )
     out["engines"] = [{k: v for k, v in e.items() if k not in added} for e in data["engines"]]
     assert all(t["channel_mean"] is None for t in out["calibration"]["tensors"])
@@ -390,6 +391,7 @@ def test_fused_engine_sentence_names_absorptions_handoffs_and_residual_sums(reco
                     "fp8_handoff": {real[1]: real[2]},
                     "fp8_residual": {real[0]: "relu", real[2]: "none"},
                     "fp8_sum_handoff": {real[0]: real[1]},
+                    "fp8_padded_output": {real[1]: "blocks.1.0.conv_dw"},
                 }
             )
         engines.append(e)
@@ -402,6 +404,10 @@ def test_fused_engine_sentence_names_absorptions_handoffs_and_residual_sums(reco
     assert "1 of those also wrote the next FP8 layer's input, quantized, beside the sum" in md
     assert (
         f"none x1, relu x1; no fp16 output before the add): `{sorted([real[0], real[2]])[0]}`" in md
+    )
+    assert (
+        "1 FP8 layer wrote its output inside the zero padding of the conv that reads it"
+        f" (no padding pass between them): `{real[1]}` -> `blocks.1.0.conv_dw`." in md
     )
     assert check_markdown(md, fused) == []
 

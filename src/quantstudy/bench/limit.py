@@ -3,7 +3,7 @@ side, with the ideal x at the FP8 roofline and measured x as a fraction of it.
 
     python -m quantstudy.bench.limit --images DIR --out limit.json \
         [--models a,b] [--kernels fused,scaled_mm,fastest] [--batches 1,128] [--agreement] \
-        [--recipe NAME] [--residual on|off|both] [--sum-handoff]
+        [--recipe NAME] [--residual on|off|both] [--sum-handoff] [--pad-apart]
 
 Per model: its family's built-in recipe (or `--recipe`, a built-in name or YAML file, for every
 model named), scales calibrated on the first images, the fp16 engine
@@ -17,7 +17,9 @@ JSON after every engine, so a run cut short keeps what it finished. `--residual 
 fused engines with residual sums as separate passes (`quant/residual.py`), `both` times each
 fused engine both ways (the second as "<kernel>/residual-apart"). `--sum-handoff` adds, for
 each fused engine with the sums, one whose sums also write the next FP8 layer's input
-(`quant/sum_handoff.py`), as "<kernel>/sum-handoff".
+(`quant/sum_handoff.py`), as "<kernel>/sum-handoff". `--pad-apart` adds, for each fused engine
+with the sums, one whose 1x1 convs do not write the next conv's zero padding
+(`quant/pad_handoff.py`; the pad is then a pass of its own), as "<kernel>/pad-apart".
 """
 
 from __future__ import annotations
@@ -122,14 +124,18 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
     variants = {"on": ["sums"], "off": ["apart"], "both": ["sums", "apart"]}[args.residual]
     if args.sum_handoff and "sums" in variants:
         variants.insert(variants.index("sums") + 1, "handoff")
+    if args.pad_apart and "sums" in variants:
+        variants.insert(variants.index("sums") + 1, "padapart")
     for kernel, variant in ((k, v) for k in args.kernels for v in variants):
         if variant != "sums" and kernel == "scaled_mm":
             continue  # the unfused engine never sums in its epilogue
         fp8 = build_fp8(
             model, device, x[:1], plan, fold=fold, kernel=kernel, choice_batches=args.batches,
             residual=variant != "apart", sum_handoff=variant == "handoff",
+            pad_outputs=variant != "padapart",
         )  # fmt: skip
-        suffix = {"sums": "", "apart": "/residual-apart", "handoff": "/sum-handoff"}[variant]
+        suffix = {"sums": "", "apart": "/residual-apart", "handoff": "/sum-handoff",
+                  "padapart": "/pad-apart"}[variant]  # fmt: skip
         label = kernel if args.residual == "off" and variant == "apart" else kernel + suffix
         print(f"  {time.perf_counter() - t0:6.1f} s  {name}: timing fp16 vs {label}", flush=True)
         speed = measure_speed(
@@ -146,6 +152,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
             "fp8_handoffs": len(einfo.fp8_handoff),
             "fp8_residual_sums": len(einfo.fp8_residual),
             "fp8_sum_handoffs": len(einfo.fp8_sum_handoff),
+            "fp8_padded_outputs": len(einfo.fp8_padded_output),
             "speed": speed.model_dump(mode="json"),
             "ideal": [i.model_dump(mode="json") for i in ideal or []],
             "ideal_not_computed": why,
@@ -309,6 +316,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--sum-handoff", action="store_true",
         help="also time the fused engines whose sums write the next FP8 layer's input",
+    )  # fmt: skip
+    p.add_argument(
+        "--pad-apart", action="store_true",
+        help="also time the fused engines whose 1x1 convs leave the next conv's padding a pass",
     )  # fmt: skip
     p.add_argument("--device", default="cuda", help="cpu: checks the plumbing, times nothing")
     args = p.parse_args(argv)

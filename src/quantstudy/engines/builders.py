@@ -26,6 +26,7 @@ from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.handoff import fp8_handoffs
 from quantstudy.quant.modules import bind_scaled_mm, scaled_mm_output_of
+from quantstudy.quant.pad_handoff import can_pad, fuse_padded, padded_outputs
 from quantstudy.quant.residual import float_summed, fuse_residuals, residual_sites
 from quantstudy.quant.sum_handoff import can_read_fp8, fuse_sum_handoffs, sum_handoffs
 from quantstudy.record import EngineInfo, LayerKernel
@@ -78,6 +79,7 @@ class BuiltEngine(Engine):
     fp8_handoff: dict[str, str] = field(default_factory=dict)
     fp8_residual: dict[str, str] = field(default_factory=dict)
     fp8_sum_handoff: dict[str, str] = field(default_factory=dict)
+    fp8_padded_output: dict[str, str] = field(default_factory=dict)
     fp8_kernel_choice: list[LayerKernel] | None = None
 
     def info(self) -> EngineInfo:
@@ -97,6 +99,7 @@ class BuiltEngine(Engine):
             fp8_handoff=dict(self.fp8_handoff),
             fp8_residual=dict(self.fp8_residual),
             fp8_sum_handoff=dict(self.fp8_sum_handoff),
+            fp8_padded_output=dict(self.fp8_padded_output),
             fp8_scaled_mm_output=scaled_mm_output_of(self.eager),
             fp8_kernel_choice=self.fp8_kernel_choice,
             fp16_layers=self.float_layers,
@@ -205,6 +208,7 @@ def build_fp8(
     choice_batches: Sequence[int] = (128,),
     residual: bool = True,
     sum_handoff: bool = False,
+    pad_outputs: bool = True,
 ) -> BuiltEngine:
     """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules.
 
@@ -217,7 +221,9 @@ def build_fp8(
     residual sum also compute it (`quant/residual.py`); False keeps the add a separate pass
     (benchmarks run both). With `sum_handoff` too, where the next fused layer reads such a sum,
     the epilogue also writes that layer's FP8 input (`quant/sum_handoff.py`): off by default,
-    it made res2net slower on the H200 (docs/fp8-kernel.md).
+    it made res2net slower on the H200 (docs/fp8-kernel.md). With `pad_outputs` (default) a
+    fused 1x1 conv whose output only a zero-padding conv reads writes it padded, and that conv
+    pads no more (`quant/pad_handoff.py`); False keeps the pad a pass (benchmarks run both).
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
@@ -250,6 +256,11 @@ def build_fp8(
         summed = float_summed(base, sites, fused)
         pairs = sum_handoffs(summed, sites, fused, readers, example)
         m = fuse_sum_handoffs(m, pairs, fused)
+    padded = {}
+    if built == Fp8Kernel.FUSED and pad_outputs:
+        writers = [n for n in applied.real if can_pad(m.get_submodule(n))]
+        padded = padded_outputs(source, writers, example, absorbed)
+        fuse_padded(m, source, padded)
     m = m.to(device).to(memory_format=torch.channels_last)
     bind_scaled_mm(m, device)
     chosen = None
@@ -268,6 +279,7 @@ def build_fp8(
         fp8_handoff=handoff,
         fp8_residual={layer: site.act for layer, site in sites.items()},
         fp8_sum_handoff={layer: pair.reader for layer, pair in pairs.items()},
+        fp8_padded_output=padded,
         fp8_kernel_choice=chosen,
     )
 

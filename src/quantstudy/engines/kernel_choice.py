@@ -117,10 +117,12 @@ def _unfused(alt: nn.Module, name: str, fused: FusedFP8Matmul) -> Unfused:
 
 
 def _hands_off(layer: nn.Module) -> bool:
-    """Whether a fused layer reads or writes an FP8 hand-off: it has no unfused counterpart.
-    (Only 1x1/linear layers write a sum's FP8 copy, `pair_scale`.)"""
+    """Whether a fused layer reads or writes an FP8 hand-off or writes a padded output: it has
+    no unfused counterpart. (Only 1x1/linear layers write a sum's FP8 copy, `pair_scale`, or
+    a padded output, `out_pad`.)"""
     pair = getattr(layer, "pair_scale", None)
-    return layer.fp8_input or layer.out_scale is not None or pair is not None
+    padded = getattr(layer, "out_pad", None) is not None
+    return layer.fp8_input or layer.out_scale is not None or pair is not None or padded
 
 
 def nearest_batch(batch: int, timed: Sequence[int]) -> int:
@@ -213,6 +215,8 @@ def choose_kernels(
             why = "not run in the example pass"
             if isinstance(layer, FusedFP8Conv2d):
                 why = "no unfused kernel (kxk conv)"
+            elif getattr(layer, "out_pad", None) is not None:
+                why = "writes the next conv's padded input"
             elif _hands_off(layer):
                 why = "FP8 hand-off"
             choices.append(LayerKernel(name=name, kernel=Fp8Kernel.FUSED, why=why))

@@ -20,6 +20,7 @@ from torch import nn
 
 from quantstudy.quant.fp8 import E4M3, quantize_rows, quantize_weight, to_fp8
 from quantstudy.quant.modules import FP8Weight, PointwiseMatmul, align
+from quantstudy.quant.padding import OutputPad
 
 # Activation modules the epilogue computes, by exact type (subclasses may change the forward).
 ACTIVATIONS: dict[type, str] = {
@@ -160,6 +161,53 @@ def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, pair_scale, round_to, resi
     return xq.new_empty(shape, dtype=out_dtype), xq.new_empty(shape, dtype=E4M3)
 
 
+@torch.library.custom_op("quantstudy::fp8_gemm_padded", mutates_args=())
+def fp8_gemm_padded(
+    xq: torch.Tensor,
+    w8: torch.Tensor,
+    w_scale: torch.Tensor,
+    x_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    act: str,
+    out_dtype: torch.dtype,
+    round_to: torch.dtype | None,
+    x_inv_divisor: torch.Tensor | None,
+    size: list[int],
+    pads: list[int],
+) -> torch.Tensor:
+    """`fp8_gemm` of a conv's B x H x W pixels (`size`) written into the interior of a
+    zero-padded (B, H + top + bottom, W + left + right, N) buffer, `pads` (left, right, top,
+    bottom) as `F.pad` takes them: the padding the next conv would apply
+    (`quant/pad_handoff.py`), with no pass of its own."""
+    b, h, w = size
+    left, right, top, bottom = pads
+    n = w8.shape[0]
+    if xq.is_cuda:
+        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+
+        out = torch.empty((b, h + top + bottom, w + left + right, n), device=xq.device,
+                          dtype=out_dtype)  # fmt: skip
+        for edge in (out[:, :top], out[:, top + h :], out[:, top : top + h, :left],
+                     out[:, top : top + h, left + w :]):  # fmt: skip
+            if edge.numel():
+                edge.zero_()
+        fp8_gemm_triton(
+            xq.contiguous(), w8, w_scale, x_scale, bias, act, out_dtype, round_to=round_to,
+            x_inv_divisor=x_inv_divisor, out=out[:, top : top + h, left : left + w],
+        )  # fmt: skip
+        return out
+    y = fp8_gemm(xq, w8, w_scale, x_scale, bias, act, out_dtype, None, round_to, None, "none",
+                 x_inv_divisor)  # fmt: skip
+    return F.pad(y.reshape(b, h, w, n), (0, 0, left, right, top, bottom))
+
+
+@fp8_gemm_padded.register_fake
+def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, round_to, x_inv_divisor, size, pads):
+    b, h, w = size
+    left, right, top, bottom = pads
+    return xq.new_empty((b, h + top + bottom, w + left + right, w8.shape[0]), dtype=out_dtype)
+
+
 def take_epilogue(
     module: nn.Module,
     layer: nn.Module,
@@ -237,23 +285,44 @@ class FusedFP8Matmul(PointwiseMatmul):
         # The next FP8 layer's input scale where this layer also writes that layer's FP8
         # input beside its own output (a residual sum with two readers, `quant/residual.py`).
         self.register_buffer("pair_scale", None)
+        # The zero padding of the conv that alone reads this layer's output, written here
+        # around the output (`quant/pad_handoff.py`); None: a plain output.
+        self.out_pad: OutputPad | None = None
         if fp8_input and self.k_pad:
             raise ValueError("an FP8 input cannot be padded here: its producer writes K columns")
         if fp8_input and (row_scales or x_divisor is not None):
             raise ValueError("an FP8 input from the layer before has its static per-tensor scale")
 
+    def _operand(self, x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The kernel's input, its scale and the migration divisor's reciprocal where the
+        kernel quantizes the input itself."""
+        if self.fp8_input:
+            return handed_input(self, x2d), self.x_scale, None
+        if self.row_scales and self.pair_scale is None:  # quantized in the kernel
+            return x2d, self.x_scale, self.x_inv_divisor
+        if self.k_pad:
+            x2d = F.pad(x2d, (0, self.k_pad))
+        return (*self._quantize_input(x2d), None)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        if self.out_pad is None:
+            return super().forward(x, residual)
+        if residual is not None or self.out_scale is not None or self.pair_scale is not None:
+            raise ValueError("a padded output is the layer's own, without residual or FP8 write")
+        if self.stride != (1, 1):
+            x = x[:, :, :: self.stride[0], :: self.stride[1]]
+        b, _, h, w = x.shape
+        xq, x_scale, divisor = self._operand(self._rows(x))
+        y = fp8_gemm_padded(
+            xq, self.w8, self.w_scale, x_scale, self.bias, self.act, self.dtype, self.dtype,
+            divisor, [b, h, w], list(self.out_pad.pads(h, w)),
+        )  # fmt: skip
+        return y.permute(0, 3, 1, 2)
+
     def _matmul(self, x2d: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if (residual is None) != (self.res_act is None):
             raise ValueError("a residual layer takes its residual, and no other layer takes one")
-        divisor = None
-        if self.fp8_input:
-            xq, x_scale = handed_input(self, x2d), self.x_scale
-        elif self.row_scales and self.pair_scale is None:  # quantized in the kernel
-            xq, x_scale, divisor = x2d, self.x_scale, self.x_inv_divisor
-        else:
-            if self.k_pad:
-                x2d = F.pad(x2d, (0, self.k_pad))
-            xq, x_scale = self._quantize_input(x2d)
+        xq, x_scale, divisor = self._operand(x2d)
         if self.pair_scale is not None:
             return fp8_gemm_pair(
                 xq, self.w8, self.w_scale, x_scale, self.bias, self.act, self.dtype,
@@ -279,5 +348,6 @@ class FusedFP8Matmul(PointwiseMatmul):
         k = self.w8.shape[1] - self.k_pad
         res = f", + residual, {self.res_act}" if self.res_act is not None else ""
         res += ", and fp8 out" if self.pair_scale is not None else ""
+        res += f", padded out {self.out_pad}" if self.out_pad is not None else ""
         head = f"n={self.w8.shape[0]}, k={k}, k_pad={self.k_pad}, act={self.act}"
         return head + io_repr(self) + res

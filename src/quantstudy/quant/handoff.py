@@ -58,7 +58,9 @@ def _candidates(
     }
 
 
-def _marked(model: nn.Module, pairs: dict[str, str]) -> nn.Module:
+def marked_readers(model: nn.Module, pairs: dict[str, str]) -> nn.Module:
+    """A copy of `model` with each producer's output doubled and its consumer's input halved:
+    bit-identical output only where the consumer alone reads the producer's output."""
     trial = copy.deepcopy(model)
     for p, c in pairs.items():
         replace_module(trial, p, nn.Sequential(trial.get_submodule(p), _Times(2.0)))
@@ -75,4 +77,4 @@ def fp8_handoffs(
     """producer -> consumer among `layers` (real FP8 layers of a fused engine, `absorbed` the
     activations moved into their epilogues), checked as the module docstring says."""
     base = with_absorbed(model, {layer: act for layer, (act, _) in absorbed.items()})
-    return exact_subset(base, example, _candidates(model, base, layers, example), _marked)
+    return exact_subset(base, example, _candidates(model, base, layers, example), marked_readers)

@@ -286,7 +286,7 @@ def _finish(
     ACT: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr, ROUND: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, x_rows, ROW_SCALE: tl.constexpr,
     res_ptr, stride_rm, stride_rn, HAS_RES: tl.constexpr, RES_ACT: tl.constexpr,
-    q_ptr, PAIR: tl.constexpr,
+    q_ptr, PAIR: tl.constexpr, out_w, out_hw, stride_cb, stride_ch, MAP_OUT: tl.constexpr,
 ):  # fmt: skip
     """Epilogue: scales and bias on the float32 sums, the activation, then one write of the
     tile whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the
@@ -298,7 +298,9 @@ def _finish(
     rounded to the engine's dtype (ROUND) wherever the unfused engine stores them (before the
     activation, both terms of the residual sum and the sum itself, before the FP8 write), so
     fused and unfused engines quantize the same numbers. With ROW_SCALE `x_rows` holds the
-    tile's rows' activation scales."""
+    tile's rows' activation scales. With MAP_OUT row m is pixel (b, h, w) of a map `out_w` wide
+    and `out_hw` pixels per image, written at b * stride_cb + h * stride_ch + w * stride_cm: the
+    interior of a zero-padded buffer (`quant/pad_handoff.py`)."""
     offs_m = first_m + tl.arange(0, BLOCK_M)
     offs_n = first_n + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -320,7 +322,13 @@ def _finish(
     if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
         c_desc.store([first_m, first_n], y.to(c_desc.dtype, fp_downcast_rounding="rtne"))
     else:
-        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        if MAP_OUT:
+            pixel = offs_m % out_hw
+            rows = (offs_m // out_hw) * stride_cb + (pixel // out_w) * stride_ch
+            rows += (pixel % out_w) * stride_cm
+        else:
+            rows = offs_m * stride_cm
+        c_ptrs = c_ptr + rows[:, None] + offs_n[None, :] * stride_cn
         tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
 
 
@@ -337,11 +345,13 @@ def _fp8_gemm_kernel(
     a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
     res_ptr, q_ptr, d_ptr, M, N, K,
     stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn, stride_rm, stride_rn,
+    out_w, out_hw, stride_cb, stride_ch,  # MAP_OUT: the output's pixel map (`_finish`)
     tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
     OUT_FP8: tl.constexpr, ROUND: tl.constexpr, PROMOTE: tl.constexpr, ROW_SCALE: tl.constexpr,
     HAS_RES: tl.constexpr, RES_ACT: tl.constexpr, PAIR: tl.constexpr,
     QUANT_A: tl.constexpr, HAS_DIV: tl.constexpr,  # input quantized per row here (prologue)
+    MAP_OUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
 ):  # fmt: skip
@@ -378,7 +388,7 @@ def _fp8_gemm_kernel(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
                 out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
                 x_rows, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
-                q_ptr, PAIR,
+                q_ptr, PAIR, out_w, out_hw, stride_cb, stride_ch, MAP_OUT,
             )  # fmt: skip
     else:
         pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -432,6 +442,7 @@ def _fp8_gemm_kernel(
             acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
             stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
             x_rows, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT, q_ptr, PAIR,
+            out_w, out_hw, stride_cb, stride_ch, MAP_OUT,
         )  # fmt: skip
 
 
@@ -453,9 +464,9 @@ def _config(bm, bn, bk, warps, stages, loads=False, store=False, per_sm=0):
 
 
 # What the autotuner keys its choice on (ROW_SCALE: dynamic per-row activation scales;
-# HAS_RES: a residual sum in the epilogue).
+# HAS_RES: a residual sum in the epilogue; MAP_OUT: a padded buffer's interior written).
 AUTOTUNE_KEY = ["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "PROMOTE", "ROW_SCALE"]
-AUTOTUNE_KEY += ["HAS_RES", "RES_ACT", "PAIR", "QUANT_A", "HAS_DIV"]
+AUTOTUNE_KEY += ["HAS_RES", "RES_ACT", "PAIR", "QUANT_A", "HAS_DIV", "MAP_OUT"]
 AUTOTUNE_KEY += ["tma_loads_ok", "tma_store_ok"]
 _fp8_gemm_tuned = triton.autotune(
     configs=[
@@ -509,6 +520,7 @@ def fp8_gemm_triton(
     res_act: str = "none",
     pair: torch.Tensor | None = None,
     x_inv_divisor: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
@@ -528,7 +540,9 @@ def fp8_gemm_triton(
     0: all of K); where K is larger, a multiple of the tile's BLOCK_K. `residual` ((M, N), any
     strides) is added after the activation and `res_act` applied to the sum (`_finish`).
     `pair` ((M, N) FP8, contiguous) also receives the output quantized with `out_scale`, while
-    the output itself stays in `out_dtype`."""
+    the output itself stays in `out_dtype`. `out` (B, H, W, N) in `out_dtype`, B x H x W = M,
+    any strides (the interior of a zero-padded buffer, `quant/pad_handoff.py`) receives the
+    output pixel by pixel instead of a new (M, N) tensor, through pointer stores."""
     if promote < 0 or (promote and promote & (promote - 1)):
         raise ValueError(f"promote must be 0 or a power of two, got {promote}")
     if (out_scale is not None) != (out_dtype == torch.float8_e4m3fn or pair is not None):
@@ -547,14 +561,21 @@ def fp8_gemm_triton(
         raise ValueError(f"an input quantized here needs unit column stride and K <= {w8.shape[1]}")
     if residual is not None and tuple(residual.shape) != (m, n):
         raise ValueError(f"the residual must be ({m}, {n}), got {tuple(residual.shape)}")
-    out = torch.empty((m, n), device=xq.device, dtype=out_dtype)
+    mapped = out is not None
+    if mapped:
+        if out.dim() != 4 or out.shape[0] * out.shape[1] * out.shape[2] != m or out.shape[3] != n:
+            raise ValueError(f"a mapped output is (B, H, W, {n}) with B x H x W = {m} rows")
+        if out.dtype != out_dtype or pair is not None:
+            raise ValueError(f"a mapped output is one {out_dtype} tensor, without an FP8 copy")
+    else:
+        out = torch.empty((m, n), device=xq.device, dtype=out_dtype)
     if pair is not None and (tuple(pair.shape) != (m, n) or pair.stride() != out.stride()):
         raise ValueError(f"the FP8 copy must be a contiguous ({m}, {n}) tensor")
     if m == 0:
         return out
     default = "pointer" if tile is not None else "tma"
     use_loads = (loads or default) == "tma" and tma_ok(xq) and tma_ok(w8) and not quant_a
-    use_store = (store or default) == "tma" and tma_ok(out)
+    use_store = (store or default) == "tma" and not mapped and tma_ok(out)
     if (loads == "tma" and not use_loads) or (store == "tma" and not use_store):
         raise ValueError("tensor descriptors need 16-byte aligned rows on a Hopper GPU")
 
@@ -575,15 +596,18 @@ def fp8_gemm_triton(
         pair if pair is not None else out,
         x_inv_divisor if x_inv_divisor is not None else w_scale,
         m, n, k,
-        xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1), out.stride(0), out.stride(1),
+        xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1),
+        *((out.stride(2), out.stride(3)) if mapped else out.stride()),
         *(residual.stride() if residual is not None else (0, 0)),
+        *((out.shape[2], out.shape[1] * out.shape[2], out.stride(0), out.stride(1)) if mapped
+          else (1, 1, 0, 0)),
         int(use_loads), int(use_store),
     )  # fmt: skip
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
     meta |= {"ROW_SCALE": quant_a or x_scale.numel() > 1}
     meta |= {"QUANT_A": quant_a, "HAS_DIV": x_inv_divisor is not None}
     meta |= {"HAS_RES": residual is not None, "RES_ACT": ACT_CODES[res_act]}
-    meta |= {"PAIR": pair is not None}
+    meta |= {"PAIR": pair is not None, "MAP_OUT": mapped}
     meta |= {"OUT_FP8": out_scale is not None and pair is None}
     meta |= {"ROUND": ROUND_CODES[round_to or torch.float32]}
     # K within one promotion: the whole sum is one tensor-core chain from zero whatever the tile

@@ -34,6 +34,8 @@ Schema history:
  11: RecipeInfo.scale_candidates and .refine_sweeps (compensating rounding's search over
      weight scales and its coordinate-descent sweeps, `quant/rounding.py`); RecipeInfo.headroom
      (static activation scales above the calibrator's amax).
+ 12: EngineInfo.fp8_padded_output (fused 1x1 convs writing the next conv's zero padding
+     around their output, `quant/pad_handoff.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -40,6 +40,8 @@ class EngineInfo(Section):
     fp8_residual: dict[str, str] = Field(default_factory=dict)
     # sum layer -> the next FP8 layer whose input it also writes (schema 8 on)
     fp8_sum_handoff: dict[str, str] = Field(default_factory=dict)
+    # fused 1x1 conv -> the conv whose zero padding it writes around its output (schema 12 on)
+    fp8_padded_output: dict[str, str] = Field(default_factory=dict)
     # "scaled_mm" engines: the output torch._scaled_mm wrote, e.g. "float16, bias in its
     # epilogue" (`quant.modules.scaled_mm_output`); None otherwise (schema 5 on)
     fp8_scaled_mm_output: str | None = None

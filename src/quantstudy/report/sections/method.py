@@ -180,6 +180,16 @@ def _kernel_lines(r: StudyRecord) -> list[str]:
                 f" {n} of those also wrote the next FP8 layer's input, quantized, beside the "
                 f"sum (no quantize pass between them): {pairs}."
             )
+        if e.fp8_padded_output:
+            pairs = ", ".join(
+                f"{code(p)} -> {code(c)}" for p, c in sorted(e.fp8_padded_output.items())
+            )
+            n = len(e.fp8_padded_output)
+            wrote = "layer wrote its" if n == 1 else "layers wrote their"
+            lines[-1] += (
+                f" {n} FP8 {wrote} output inside the "
+                f"zero padding of the conv that reads it (no padding pass between them): {pairs}."
+            )
     return lines
 
 
