@@ -186,7 +186,8 @@ _SEARCHES = {
         "refine_sweeps": SEARCHED.sweeps,
     },
 }
-for _base in ("compensating + bias correction", _BUILT_IN):
+_NO_MIGRATION = "sequential compensating + bias correction"
+for _base in ("compensating + bias correction", _BUILT_IN, _NO_MIGRATION):
     for _label, _change in _SEARCHES.items():
         VARIANTS[f"{_base} + {_label}"] = {**VARIANTS[_base], **_change}
 # Headroom above the calibrated amax (recipe schema, `activations.headroom`), alone and with the
@@ -196,6 +197,7 @@ for _base in (
     "compensating + bc + smooth migration",
     _BUILT_IN,
     f"{_BUILT_IN} + scale search + refinement",
+    f"{_NO_MIGRATION} + scale search + refinement",  # the built-in recipe less migration
 ):
     VARIANTS[f"{_base} + headroom 4"] = {**VARIANTS[_base], "headroom": HEADROOM_TRIED}
 VARIANTS[f"{_BUILT_IN} + per-row scales"] = {**VARIANTS[_BUILT_IN], "row_scales": True}
