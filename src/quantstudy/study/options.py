@@ -176,6 +176,8 @@ VARIANTS: dict[str, dict] = {
     },
 }
 
+# The built-in recipe of 2026-12-01 (`generic_pointwise_sequential` then); the current one is
+# `f"{_NO_MIGRATION} + scale search + refinement + headroom 4"` (its recipe file says why).
 _BUILT_IN = "sequential compensating + bc + smooth migration"
 # Compensating rounding's searches (quant/rounding.py), on their own and together.
 _SEARCHES = {
