@@ -23,7 +23,9 @@ for name in FILES:
         e, q = set(fp8["per_image"]["differ"]), set(emu["per_image"]["differ"])
         engine_only += len(e - q)
         emulation_only += len(q - e)
-        print(f"{name} | {row['variant']} | engine {len(e)}, emulation {len(q)} | "
-              f"engine only {len(e - q)}, emulation only {len(q - e)}")
+        print(
+            f"{name} | {row['variant']} | engine {len(e)}, emulation {len(q)} | "
+            f"engine only {len(e - q)}, emulation only {len(q - e)}"
+        )
 p = binomtest(engine_only, engine_only + emulation_only).pvalue
 print(f"total: engine only {engine_only}, emulation only {emulation_only}, sign test p = {p:.2f}")
