@@ -156,3 +156,21 @@ def test_section_meaningful_with_real_weights():
     section = _section(False, torch.tensor([0, 1] * 20))
     assert section.meaningful and section.meaningless_reason is None
     assert not any("imbalanced" in w for w in section.warnings)
+
+
+def test_emulation_gap_splits_the_images_only_one_of_the_two_gets_wrong():
+    """Against fp32: the engine alone differs on 3 images, the emulation alone on 1, both on 1;
+    McNemar's exact p on the 3-1 split is the binomial test's."""
+    from scipy.stats import binomtest
+
+    ref = random_logits(n=40, seed=5)
+    fq, fp8 = ref.clone(), ref.clone()
+    for i in (1, 2, 3):
+        fp8[i] = fp8[i].flip(0)
+    fq[7] = fq[7].flip(0)
+    fq[9], fp8[9] = fq[9].flip(0), fp8[9].flip(0)
+    gap = emulation_gap(fp8, fq, reference_logits=ref)
+    assert (gap.engine_only_differ, gap.emulation_only_differ) == (3, 1)
+    assert gap.split_mcnemar_p == pytest.approx(binomtest(1, 4).pvalue)
+    assert gap.differ_count == 4  # the engine against its emulation: images 1, 2, 3 and 7
+    assert emulation_gap(fp8, fq).engine_only_differ is None

@@ -106,6 +106,10 @@ def _as_version_1(data: dict) -> str:
     ]
     # schema 6: KL-mean intervals and the FP8 engine against fp16 are new; the decision's gates
     # were text then (the fixture keeps its own, converted on load)
+    split = ("engine_only_differ", "emulation_only_differ", "split_mcnemar_p")  # schema 12
+    gap = out["quality"]["emulation_gap"]
+    assert all(gap[k] is None for k in split)
+    out["quality"]["emulation_gap"] = {k: v for k, v in gap.items() if k not in split}
     out["quality"] = {k: v for k, v in out["quality"].items() if k != "against_fp16"} | {
         "engines": [
             {k: v for k, v in e.items() if k != "kl_mean_intervals"}
@@ -457,3 +461,19 @@ def test_rounding_searches_and_headroom_are_stated_and_pass_the_self_check(recor
     assert "rounded on 16 scales" in md and "up to 4 coordinate-descent sweeps" in md
     assert "headroom x4" in md and "amax x 4" in md
     assert check_markdown(md, searched) == []
+
+
+def test_emulation_gap_names_which_of_the_two_differs_from_fp32(record):
+    """With the split recorded (schema 12), the report gives both counts and McNemar's p in
+    place of the upper bound, and every number passes the self-check."""
+    gap = record.quality.emulation_gap.model_copy(
+        update={"engine_only_differ": 18, "emulation_only_differ": 8, "split_mcnemar_p": 0.0755}
+    )
+    split = record.model_copy(
+        update={"quality": record.quality.model_copy(update={"emulation_gap": gap})}
+    )
+    md = render_markdown(split)
+    assert "the FP8 engine alone differs on 18 images and its emulation alone on 8" in md
+    assert "McNemar's exact test on that split, p = 0.0755" in md
+    assert "so at most" not in md
+    assert check_markdown(md, split) == []

@@ -183,6 +183,7 @@ def emulation_gap(
     fp8_logits: torch.Tensor,
     fakequant_logits: torch.Tensor,
     reordered_logits: torch.Tensor | None = None,
+    reference_logits: torch.Tensor | None = None,
 ) -> EmulationGap:
     """FP8 engine against its fake-quant emulation: top-1 agreement and KL(fakequant || fp8).
 
@@ -193,6 +194,11 @@ def emulation_gap(
     `reordered_logits` is the emulation run again with only its fp32 summation order changed; its
     agreement with the emulation is the floor below which no distinct kernel can be expected to
     go, since FP8 rounding amplifies reassociation noise.
+
+    With `reference_logits` (fp32), the images where exactly one of the two differs from the
+    reference are split by which one, with McNemar's exact test on that split: it tells an
+    engine that loses more images than its recipe from one that loses different ones (an
+    engine computing in fp16 between its FP8 layers cannot reach the fp32 floor).
     """
     _check_inputs(fakequant_logits, fp8_logits, None)
     floor = None if reordered_logits is None else emulation_gap(reordered_logits, fakequant_logits)
@@ -200,6 +206,18 @@ def emulation_gap(
     agree = emu.agrees_with(fp8)
     finite = torch.from_numpy(emu.valid & fp8.valid)
     stats = KLStats.of(kl_per_image(fakequant_logits[finite], fp8_logits[finite]))
+    split: dict = {}
+    if reference_logits is not None:
+        _check_inputs(reference_logits, fp8_logits, None)
+        ref = Predictions.of(reference_logits)
+        fp8_same, emu_same = ref.agrees_with(fp8), ref.agrees_with(emu)
+        engine_only = int((~fp8_same & emu_same).sum())
+        emulation_only = int((fp8_same & ~emu_same).sum())
+        split = {
+            "engine_only_differ": engine_only,
+            "emulation_only_differ": emulation_only,
+            "split_mcnemar_p": mcnemar_exact(emulation_only, engine_only),
+        }
     return EmulationGap(
         agreement=float(agree.mean()),
         differ_count=int(agree.size - agree.sum()),
@@ -208,6 +226,7 @@ def emulation_gap(
         floor_agreement=floor.agreement if floor else None,
         floor_differ_count=floor.differ_count if floor else None,
         floor_kl_mean=floor.kl_mean if floor else None,
+        **split,
     )
 
 

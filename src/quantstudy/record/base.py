@@ -35,7 +35,9 @@ Schema history:
      weight scales and its coordinate-descent sweeps, `quant/rounding.py`); RecipeInfo.headroom
      (static activation scales above the calibrator's amax).
  12: EngineInfo.fp8_padded_output (fused 1x1 convs writing the next conv's zero padding
-     around their output, `quant/pad_handoff.py`).
+     around their output, `quant/pad_handoff.py`); EmulationGap.engine_only_differ,
+     .emulation_only_differ and .split_mcnemar_p (which of the two differs from fp32 where
+     only one does).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

@@ -66,6 +66,11 @@ class EmulationGap(Section):
     floor_agreement: float | None = None
     floor_differ_count: int | None = None
     floor_kl_mean: float | None = None
+    # Against fp32 (schema 12 on): images the FP8 engine alone differs on, those its emulation
+    # alone differs on, and McNemar's exact p on that split.
+    engine_only_differ: int | None = None
+    emulation_only_differ: int | None = None
+    split_mcnemar_p: float | None = None
 
 
 class QualitySection(Section):

@@ -283,7 +283,7 @@ def _score(
         [scan_nonfinite(n, h[n], ids, outputs.stress[n], stress_names) for n in names],
         stress_names,
         labels,
-        emulation_gap(h["fp8"], h["fakequant"], h["fakequant_reordered"]),
+        emulation_gap(h["fp8"], h["fakequant"], h["fakequant_reordered"], ref),
         inputs.loaded.info.random_weights,
         against_fp16=score_engine("fp8", h["fp16"], h["fp8"], labels, seed=config.seed),
     )
