@@ -1,5 +1,6 @@
-"""The search's FP8 quality option step on a tiny net: tried in order, kept when the KL mean
-drops, shares of the total decrease, and the kept options written into the recipe."""
+"""The search's FP8 quality option step on a tiny net: tried in order, kept when the paired KL
+change's interval lies below zero, shares of the total decrease, and the kept options written
+into the recipe."""
 
 import pytest
 import yaml
@@ -29,8 +30,11 @@ def test_option_step_keeps_what_lowers_kl_and_shares_the_decrease():
         tried.remove("scale candidates and refinement")
     assert [s.option for s in steps[1:]] == tried
     kl = steps[0].kl_mean
+    assert steps[0].kl_change is None
     for step in steps[1:]:
-        assert step.kept == (step.kl_mean < kl)
+        assert step.kl_change_low <= step.kl_change <= step.kl_change_high
+        assert step.kl_change == pytest.approx(step.kl_mean - kl)
+        assert step.kept == (step.kl_change_high < 0)
         if step.kept:
             kl = step.kl_mean
             assert step.share is not None and step.share > 0
@@ -105,3 +109,19 @@ def test_a_kept_sequential_fit_is_the_plan_returned():
     assert (plan.fitted is not None) == step.kept
     if step.kept:
         assert options.bias_correction
+
+
+def test_an_option_that_changes_nothing_is_not_kept(monkeypatch):
+    """A trial with the very same per-image KL: change 0 [0, 0], not below zero, not kept."""
+    import quantstudy.search.options as opts
+
+    monkeypatch.setattr(opts, "TRIED", {"headroom: 1": {"headroom": 1.0, "migration": "none"},
+                                        "nothing new": {"refine_sweeps": 0}})  # fmt: skip
+    monkeypatch.setattr(opts, "_already", lambda options, change: False)
+    net, x = _net(), _data()
+    _, _, steps = opts.explore_options(
+        net, x[:1], LAYERS, lambda: [x[:12], x[12:]], x, QuantOptions(), batch=8, device="cpu"
+    )
+    for step in steps[1:]:
+        assert step.kl_change == 0.0 and step.kl_change_high == 0.0 and not step.kept
+        assert step.share is None

@@ -285,3 +285,26 @@ def test_unknown_schema_versions_are_refused(tmp_path):
         (tmp_path / "study.json").write_text(json.dumps(data))
         with pytest.raises(UserError, match="schema_version"):
             load_record(tmp_path / "study.json")
+
+
+def test_option_steps_render_their_paired_change_and_pass_the_self_check():
+    """Schema 12's paired KL change per option: its column and the rule that kept it; every
+    number in the record."""
+    from quantstudy.record import OptionStep
+    from quantstudy.report.format import fmt_sig
+
+    record = _search_record()
+    steps = [
+        OptionStep(option="recipe's own options", kl_mean=0.0143, agreement=0.975, kept=True),
+        OptionStep(option="rounding: compensating", kl_mean=0.0121, agreement=0.978, kept=True,
+                   kl_change=-0.0022, kl_change_low=-0.0031, kl_change_high=-0.0013, share=1.0),
+        OptionStep(option="migration: smooth", kl_mean=0.0120, agreement=0.977, kept=False,
+                   kl_change=-0.0001, kl_change_low=-0.0006, kl_change_high=0.0004),
+    ]  # fmt: skip
+    search = record.search.model_copy(update={"options": steps})
+    record = record.model_copy(update={"search": search})
+    md = render_markdown(record)
+    change = f"{fmt_sig(-0.0001)} [{fmt_sig(-0.0006)}, {fmt_sig(0.0004)}]"
+    assert f"| migration: smooth | {fmt_sig(0.0120)} | {change} | 97.70% | not kept | - |" in md
+    assert "lay below zero" in md and "KL change [95% CI]" in md
+    assert check_markdown(md, record) == []

@@ -122,14 +122,21 @@ class Measured(Section):
 
 class OptionStep(Section):
     """One FP8 quality option the search tried (`search/options.py`), on the sensitivity subset
-    with every candidate layer emulated: its KL mean and agreement against fp32, whether it was
-    kept, and its share of the options' total KL decrease (kept options only)."""
+    with every candidate layer emulated: its KL mean and agreement against fp32, its paired KL
+    change, whether it was kept, and its share of the options' total KL decrease (kept options
+    only)."""
 
     option: str
     kl_mean: float
     agreement: float
     kept: bool
     share: float | None = None
+    # The paired change in KL mean against the options kept before it, with its 95% bootstrap
+    # interval; kept when the interval lies below zero (schema 12 on; None: the first step, or
+    # a search that kept any decrease).
+    kl_change: float | None = None
+    kl_change_low: float | None = None
+    kl_change_high: float | None = None
 
 
 class SearchSection(Section):

@@ -277,22 +277,34 @@ def _options(steps: list[OptionStep] | None) -> list[str]:
     """The option step (`search/options.py`); nothing for searches that predate it."""
     if not steps:
         return []
-    rows = [
-        [
-            st.option,
-            fmt_sig(st.kl_mean),
+    paired = any(st.kl_change is not None for st in steps)
+    rows = []
+    for st in steps:
+        change = "-"
+        if st.kl_change is not None:
+            change = f"{fmt_sig(st.kl_change)} [{fmt_sig(st.kl_change_low)}, " + (
+                f"{fmt_sig(st.kl_change_high)}]"
+            )
+        row = [st.option, fmt_sig(st.kl_mean), *([change] if paired else [])]
+        row += [
             fmt_pct(st.agreement),
             "kept" if st.kept else "not kept",
             fmt_pct(st.share) if st.share is not None else "-",
         ]
-        for st in steps
-    ]
+        rows.append(row)
+    rule = (
+        "kept when the paired change in KL mean against the options kept before it (the same "
+        "images, 95% bootstrap interval) lay below zero"
+        if paired
+        else "kept when it lowered the KL mean"
+    )
+    head = ["option", "KL mean", *(["KL change [95% CI]"] if paired else [])]
     return [
-        "FP8 quality options, each tried on top of those kept before it and kept when the fp32 "
-        "emulation of every candidate layer lowered its KL mean against fp32 on the sensitivity "
-        "subset; share: of the total KL decrease the kept options bought, in this order.",
+        "FP8 quality options, each tried on top of those kept before it, the fp32 emulation of "
+        f"every candidate layer scored against fp32 on the sensitivity subset, and {rule}; "
+        "share: of the total KL decrease the kept options bought, in this order.",
         "",
-        *table(["option", "KL mean", "agreement", "kept", "share"], rows),
+        *table([*head, "agreement", "kept", "share"], rows),
         "",
     ]
 
