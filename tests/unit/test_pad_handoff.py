@@ -138,3 +138,21 @@ def test_kernel_writes_the_interior_of_a_padded_buffer_under_the_interpreter():
         """
     )
     assert same == "1"
+
+
+def test_a_reader_the_plan_quantizes_keeps_its_own_padding():
+    """With the strided depthwise conv in the plan too, it is no float `Conv2dSame` in the
+    engine: pw writes no padding for it; and fuse_padded refuses a reader that pads nothing."""
+    from quantstudy.quant.pad_handoff import fuse_padded
+
+    model, x, _ = _setup()
+    layers = ["pw", "dw", "pwl", "side"]
+    plan = QuantPlan(layers, True, calibrate(model, layers, [x]))
+    built = build_fp8(model, CPU, x, plan, dtype=torch.float32)
+    assert built.info().fp8_padded_output == {"pwl": "pad"}
+    assert built.eager.pw.out_pad is None and type(built.eager.dw) is not nn.Conv2d
+    with torch.no_grad():
+        assert torch.isfinite(built.eager(built.prepare(x))).all()
+    engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, pad_outputs=False).eager
+    with pytest.raises(ValueError, match="not the same zero padding"):
+        fuse_padded(engine, model, {"pwl": "conv"})

@@ -26,7 +26,7 @@ from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.handoff import fp8_handoffs
 from quantstudy.quant.modules import bind_scaled_mm, scaled_mm_output_of
-from quantstudy.quant.pad_handoff import can_pad, fuse_padded, padded_outputs
+from quantstudy.quant.pad_handoff import can_pad, fuse_padded, padded_outputs, padding_of
 from quantstudy.quant.residual import float_summed, fuse_residuals, residual_sites
 from quantstudy.quant.sum_handoff import can_read_fp8, fuse_sum_handoffs, sum_handoffs
 from quantstudy.record import EngineInfo, LayerKernel
@@ -260,6 +260,8 @@ def build_fp8(
     if built == Fp8Kernel.FUSED and pad_outputs:
         writers = [n for n in applied.real if can_pad(m.get_submodule(n))]
         padded = padded_outputs(source, writers, example, absorbed)
+        # a reader the plan made an FP8 layer applies its own padding
+        padded = {p: c for p, c in padded.items() if padding_of(m.get_submodule(c)) is not None}
         fuse_padded(m, source, padded)
     m = m.to(device).to(memory_format=torch.channels_last)
     bind_scaled_mm(m, device)

@@ -101,7 +101,8 @@ def fuse_padded(model: nn.Module, source: nn.Module, pairs: dict[str, str]) -> N
         if not can_pad(layer):
             raise ValueError(f"{p} cannot write a padded output: {type(layer).__name__}")
         pad = padding_of(source.get_submodule(c))
-        if pad is None:
-            raise ValueError(f"{c} pads nothing: {type(source.get_submodule(c)).__name__}")
+        reader = model.get_submodule(c)
+        if pad is None or padding_of(reader) != pad:
+            raise ValueError(f"{c} is not the same zero padding here: {type(reader).__name__}")
         layer.out_pad = pad
         replace_module(model, c, _unpadded(model.get_submodule(c)))
