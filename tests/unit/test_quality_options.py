@@ -357,3 +357,23 @@ def test_a_bad_headroom_is_one_clear_line(value):
     ok = parse_recipe(text.replace(f"headroom: {value}", "headroom: 4").encode(), "r.yaml")
     assert quant_options(ok).headroom == 4.0
     assert resolve(ok, _net(), _data()[:1]).to_info(ok, "r.yaml").headroom == 4.0
+
+
+def test_the_options_module_scores_the_engine_in_other_dtypes(tiny_imagenet, tmp_path):
+    """`--engine-dtypes float32`: the engine variant's FP8 engine of the same plan, also built
+    in float32, gets its own rows against fp32 and against the emulation; in float32 the engine
+    computes the emulation's arithmetic up to summation order."""
+    import json
+
+    from quantstudy.study.options import main
+
+    torch.set_num_threads(2)
+    out = tmp_path / "options.json"
+    data = str(tiny_imagenet)
+    main(["test_efficientnet", "--weights", "random", "--data", data, "--calib-data", data,
+          "--calib", "8", "--variants", "nearest", "--engine-variants", "nearest",
+          "--engine-dtypes", "float32", "--threads", "2", "--out", str(out)])  # fmt: skip
+    (row,) = json.loads(out.read_text())["rows"]
+    assert {"fp8", "fp8_float32", "fp8_float32_vs_fakequant"} <= set(row)
+    assert row["fp8_float32"]["n"] == row["fp8"]["n"] == 12
+    assert row["fp8_float32_vs_fakequant"]["kl_mean"] < 1e-6

@@ -10,7 +10,10 @@ compared with the first on the same images (`against_first`): the change in KL m
 number of differing top-1s, each with its paired 95% interval, since two variants' counts of
 about 30 move by several images between runs that differ in a scale's last bit and only the
 pairing says whether a difference is more than that. With `speed`, the fused FP8 engine
-is timed against the fp16 engine (`speed/harness.measure_speed`, CUDA graphs).
+is timed against the fp16 engine (`speed/harness.measure_speed`, CUDA graphs). With
+`engine_dtypes` the FP8 engine of the same plan is also built in other compute dtypes
+(`fp8_<dtype>` rows): the engine in float32 against the emulation separates what the FP8
+arithmetic does from what the engine's half-precision storage between its layers does.
 
     python -m quantstudy.study.options tf_efficientnet_lite0 --weights efficientnet-lite0 \\
         --data val-1300 --calib-data calib-1000 --calib 500 --out options.json
@@ -279,12 +282,15 @@ def compare_options(
     eval_batch: int = 100,
     out: Path | None = None,
     max_heldout: int | None = None,
+    engine_dtypes: list[str] | None = None,
 ) -> dict:
     """The rows of the options table for `model_name` (see the module docstring): the fp32
     emulation of every variant; the FP8 engine (and its speed at `speed_batches`) of those in
     `engine_variants` (run eagerly for quality; compiled, as studies time it, for speed).
     With `out`, the result so far is written there after each variant; `max_heldout` keeps
-    the first held-out images only."""
+    the first held-out images only; `engine_dtypes` ("float32", "bfloat16", "float16") adds
+    the same variants' FP8 engine in those compute dtypes, scored eagerly, not timed."""
+    extra = [_DTYPES[d] for d in engine_dtypes or []]
     set_numerics()
     dev = torch.device(device)
     model = load_model(model_name, weights).model.eval()
@@ -333,6 +339,14 @@ def compare_options(
                 fp16 = fp16 or build_half(model, dev, example)
                 row["speed"] = _speed(fp16, fp8, heldout, speed_batches)
             del fp8
+            for dtype in extra:
+                key = "fp8_" + str(dtype).removeprefix("torch.")
+                other = build_fp8(model, dev, example, plan, dtype=dtype)
+                other = dataclasses.replace(other, module=other.eager, compiled=False)
+                logits = run_engine(other, heldout, eval_batch).float().cpu()
+                row[key] = score(ref, logits, labels)
+                row[key + "_vs_fakequant"] = score(emulated, logits, labels)
+                del other
         row["seconds"] = time.perf_counter() - t0
         if rows:  # against the first variant, on the same images
             row["against_first"] = {
@@ -383,9 +397,13 @@ def _device_text(dev: torch.device) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 def _line(row: dict) -> str:
     parts = [row["variant"]]
-    for engine in ("fakequant", "fp8", "fp8_vs_fakequant", "floor"):
+    extra = [k for k in row if k.startswith("fp8_") and k != "fp8_vs_fakequant"]
+    for engine in ("fakequant", "fp8", "fp8_vs_fakequant", *extra, "floor"):
         if engine in row:
             r = row[engine]
             parts.append(
@@ -424,6 +442,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--variants", nargs="*", choices=list(VARIANTS), default=None)
     p.add_argument("--engine-variants", nargs="*", choices=list(VARIANTS), default=[])
     p.add_argument("--speed-batches", type=int, nargs="*", default=[])
+    p.add_argument(
+        "--engine-dtypes", nargs="*", choices=list(_DTYPES), default=[],
+        help="also score the engine variants' FP8 engine in these compute dtypes (not timed)",
+    )  # fmt: skip
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     p.add_argument(
@@ -436,6 +458,7 @@ def main(argv: list[str] | None = None) -> None:
     result = compare_options(
         a.model, a.weights, a.data, a.calib_data, a.calib, a.recipe, a.variants, a.device,
         a.engine_variants, a.speed_batches, out=a.out, max_heldout=a.max_heldout,
+        engine_dtypes=a.engine_dtypes,
     )  # fmt: skip
     args = argv if argv is not None else sys.argv[1:]
     result["command"] = "python -m quantstudy.study.options " + " ".join(args)
