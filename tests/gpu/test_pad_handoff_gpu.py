@@ -45,3 +45,23 @@ def test_padded_engine_equals_the_engine_with_padding_passes(compiled):
             return
         a, b = on.eager(on.prepare(xs)), off.eager(off.prepare(xs))
     assert torch.equal(a, b), (a.float() - b.float()).abs().max()
+
+
+def test_float32_engine_computes_its_emulation_up_to_summation_order():
+    """The fused FP8 engine built in float32 on CUDA (the Triton kernels with no half-precision
+    rounding, padded outputs included) against the recipe's fp32 emulation: the same FP8 values
+    and sums in another order, so all but a few outputs agree to 1e-3 (an FP8 rounding that the
+    order flips moves its descendants by one FP8 step). On the CPU this engine sat at the
+    reassociation floor on Lite0 (examples/lite0-fp8-options, 14 images against 13)."""
+    from quantstudy.engines.builders import build_fakequant
+
+    model, x, plan = _setup(16, 16)
+    cuda = torch.device("cuda")
+    fp8 = build_fp8(model, cuda, x, plan, dtype=torch.float32)
+    emu = build_fakequant(model, cuda, x, plan)
+    assert fp8.info().compute_dtype == "float32" and fp8.info().fp8_padded_output
+    xs = torch.randn(8, 16, 16, 16, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        a, b = fp8.eager(fp8.prepare(xs)).float(), emu(xs).cuda()
+    close = (a - b).abs() <= 1e-3 * (1 + b.abs())
+    assert close.float().mean() > 0.99, (a - b).abs().max()
