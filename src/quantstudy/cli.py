@@ -33,6 +33,7 @@ STUDY_OPTIONS = (
     "batches",
     "compile_mode",
     "fp8_kernel",
+    "float32_engine",
     "test_settings",
     "policy",
     "speed",

@@ -131,3 +131,21 @@ def test_demo_fallback_on_the_foolbox_images(monkeypatch, tmp_path, capsys, fool
     assert code == 0
     out = capsys.readouterr().out
     assert "foolbox" in out and "report:" in out
+
+
+def test_a_study_with_the_float32_engine_records_its_gap(tiny_imagenet, tmp_path):
+    """`--float32-engine`: the FP8 engine built in float32 is scored against the emulation
+    beside the floor; the split of the images only one of engine and emulation gets different
+    from fp32 is recorded in every study."""
+    out = tmp_path / "study"
+    argv = (
+        "run mobilenetv4_conv_small --weights random --device cpu --calib 4 --heldout 8 "
+        f"--no-speed --float32-engine --data {tiny_imagenet} --out {out}"
+    ).split()
+    assert main(argv) == 4
+    record = json.loads((out / "study.json").read_text())
+    gap = record["quality"]["emulation_gap"]
+    assert record["config"]["float32_engine"] is True
+    assert isinstance(gap["float32_differ_count"], int) and gap["float32_kl_mean"] >= 0
+    assert isinstance(gap["engine_only_differ"], int) and 0 <= gap["split_mcnemar_p"] <= 1
+    assert "FP8 engine built in float32 vs fake-quant emulation" in (out / "report.md").read_text()

@@ -34,6 +34,7 @@ NEW_IN_VERSION_6_CONFIG = {
     "speed": True,
     "package": False,
     "out": None,
+    "float32_engine": False,  # schema 12
 }
 
 
@@ -100,7 +101,8 @@ def _without_version_3(full: dict) -> dict:
         assert e.pop("kl_mean_intervals") is None
     if quality["emulation_gap"] is not None:  # schema 12: the split against fp32
         gap = dict(quality["emulation_gap"])
-        for key in ("engine_only_differ", "emulation_only_differ", "split_mcnemar_p"):
+        split = ("engine_only_differ", "emulation_only_differ", "split_mcnemar_p")
+        for key in (*split, "float32_agreement", "float32_differ_count", "float32_kl_mean"):
             assert gap.pop(key) is None
         quality["emulation_gap"] = gap
     return out | {

@@ -174,3 +174,12 @@ def test_emulation_gap_splits_the_images_only_one_of_the_two_gets_wrong():
     assert gap.split_mcnemar_p == pytest.approx(binomtest(1, 4).pvalue)
     assert gap.differ_count == 4  # the engine against its emulation: images 1, 2, 3 and 7
     assert emulation_gap(fp8, fq).engine_only_differ is None
+
+
+def test_emulation_gap_scores_the_float32_engine_against_the_emulation():
+    fq = random_logits(n=30, seed=6)
+    wide = fq.clone()
+    wide[4] = wide[4].flip(0)
+    gap = emulation_gap(fq.clone(), fq, float32_logits=wide)
+    assert gap.float32_differ_count == 1 and gap.float32_agreement == pytest.approx(29 / 30)
+    assert gap.differ_count == 0 and emulation_gap(fq, fq).float32_differ_count is None

@@ -55,6 +55,7 @@ def _as_version_1(data: dict) -> str:
     assert all(var["predicted"] is None and var["measured"] is None for var in data["variants"])
     assert out["config"].get("fp8_kernel") is None
     added_to_config = ("fp8_kernel", "class_list", "strip_prefix", "eval_batch", "speed", "package")
+    added_to_config += ("float32_engine",)  # schema 12
     out["config"] = {k: v for k, v in out["config"].items() if k not in (*added_to_config, "out")}
     assert out["recipe"]["bias_correction"] is False
     # schema 6: the FP8 quality options (their defaults: the version-1 behaviour)
@@ -107,6 +108,7 @@ def _as_version_1(data: dict) -> str:
     # schema 6: KL-mean intervals and the FP8 engine against fp16 are new; the decision's gates
     # were text then (the fixture keeps its own, converted on load)
     split = ("engine_only_differ", "emulation_only_differ", "split_mcnemar_p")  # schema 12
+    split += ("float32_agreement", "float32_differ_count", "float32_kl_mean")
     gap = out["quality"]["emulation_gap"]
     assert all(gap[k] is None for k in split)
     out["quality"]["emulation_gap"] = {k: v for k, v in gap.items() if k not in split}
@@ -477,3 +479,19 @@ def test_emulation_gap_names_which_of_the_two_differs_from_fp32(record):
     assert "McNemar's exact test on that split, p = 0.0755" in md
     assert "so at most" not in md
     assert check_markdown(md, split) == []
+
+
+def test_emulation_gap_shows_the_float32_engine_beside_the_floor(record):
+    """A study run with `float32_engine` records the float32 engine's gap; the table gets its
+    row and the report says what it separates; every number passes the self-check."""
+    gap = record.quality.emulation_gap.model_copy(
+        update={"float32_agreement": 0.9892, "float32_differ_count": 14, "float32_kl_mean": 0.00195,
+                "floor_agreement": 0.99, "floor_differ_count": 13, "floor_kl_mean": 0.00196}
+    )  # fmt: skip
+    wide = record.model_copy(
+        update={"quality": record.quality.model_copy(update={"emulation_gap": gap})}
+    )
+    md = render_markdown(wide)
+    assert "| FP8 engine built in float32 vs fake-quant emulation | 98.92% | 14 | 0.00195 |" in md
+    assert "the half-precision storage between its layers" in md
+    assert check_markdown(md, wide) == []

@@ -184,6 +184,7 @@ def emulation_gap(
     fakequant_logits: torch.Tensor,
     reordered_logits: torch.Tensor | None = None,
     reference_logits: torch.Tensor | None = None,
+    float32_logits: torch.Tensor | None = None,
 ) -> EmulationGap:
     """FP8 engine against its fake-quant emulation: top-1 agreement and KL(fakequant || fp8).
 
@@ -199,9 +200,13 @@ def emulation_gap(
     reference are split by which one, with McNemar's exact test on that split: it tells an
     engine that loses more images than its recipe from one that loses different ones (an
     engine computing in fp16 between its FP8 layers cannot reach the fp32 floor).
+
+    `float32_logits` is the same FP8 engine built in float32: its gap to the emulation is the
+    FP8 arithmetic's alone, to be read against the floor.
     """
     _check_inputs(fakequant_logits, fp8_logits, None)
     floor = None if reordered_logits is None else emulation_gap(reordered_logits, fakequant_logits)
+    wide = None if float32_logits is None else emulation_gap(float32_logits, fakequant_logits)
     emu, fp8 = Predictions.of(fakequant_logits), Predictions.of(fp8_logits)
     agree = emu.agrees_with(fp8)
     finite = torch.from_numpy(emu.valid & fp8.valid)
@@ -227,6 +232,9 @@ def emulation_gap(
         floor_differ_count=floor.differ_count if floor else None,
         floor_kl_mean=floor.kl_mean if floor else None,
         **split,
+        float32_agreement=wide.agreement if wide else None,
+        float32_differ_count=wide.differ_count if wide else None,
+        float32_kl_mean=wide.kl_mean if wide else None,
     )
 
 

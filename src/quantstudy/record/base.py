@@ -37,8 +37,9 @@ Schema history:
  12: EngineInfo.fp8_padded_output (fused 1x1 convs writing the next conv's zero padding
      around their output, `quant/pad_handoff.py`); EmulationGap.engine_only_differ,
      .emulation_only_differ and .split_mcnemar_p (which of the two differs from fp32 where
-     only one does); OptionStep.kl_change/_low/_high (the search keeps an option on a paired
-     decrease beyond its interval).
+     only one does); EmulationGap.float32_* and StudyConfig.float32_engine (the FP8 engine
+     built in float32 against its emulation); OptionStep.kl_change/_low/_high (the search keeps
+     an option on a paired decrease beyond its interval).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

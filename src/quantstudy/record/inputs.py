@@ -135,6 +135,11 @@ class StudyConfig(Section):
     test_settings: bool = Field(
         False, description="use the checkpoint's test-time input size and crop"
     )
+    float32_engine: bool = Field(
+        False,
+        description="also score the FP8 engine built in float32 against its emulation, which "
+        "tells the FP8 arithmetic from the half-precision storage between layers",
+    )
     policy: PathText | None = Field(None, description="decision policy YAML (default: built-in)")
     class_list: PathText | None = Field(
         None, description="wnids in label order, one a line (default: the 1000 ImageNet classes)"

@@ -71,6 +71,11 @@ class EmulationGap(Section):
     engine_only_differ: int | None = None
     emulation_only_differ: int | None = None
     split_mcnemar_p: float | None = None
+    # The same FP8 engine built in float32 against the emulation (schema 12 on; a study run
+    # with `float32_engine`): its FP8 arithmetic without half-precision storage between layers.
+    float32_agreement: float | None = None
+    float32_differ_count: int | None = None
+    float32_kl_mean: float | None = None
 
 
 class QualitySection(Section):

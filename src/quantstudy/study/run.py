@@ -16,6 +16,7 @@ resumes where it stopped. A caller that measured more (a search) passes its sect
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from quantstudy.record import (
     Variant,
 )
 from quantstudy.record.io import write_record
+from quantstudy.record.vocab import Fp8Kernel
 from quantstudy.report.render import render_study
 from quantstudy.speed.harness import measure_speed, speed_not_run
 from quantstudy.speed.ideal import ideal_speed
@@ -254,7 +256,28 @@ def _run_engines(
                     "logits-fakequant_reordered",
                     lambda e=engine: run_reordered(e, heldout_x, config.eval_batch),
                 )
+    if config.float32_engine:
+        with timer.stage("engine fp8 in float32: build and run"), _untimed_tiles(device):
+            outputs.heldout["fp8_float32"] = cache.get_or_compute(
+                "logits-fp8_float32",
+                lambda: run_engine(
+                    _float32_fp8(config, inputs, plan, device), heldout_x, config.eval_batch
+                ),
+            )
     return outputs, infos
+
+
+def _float32_fp8(
+    config: StudyConfig, inputs: StudyInputs, plan: QuantPlan, device: torch.device
+) -> Engine:
+    """The study's FP8 engine built in float32 and run eagerly (quality only): the fused
+    kernel where the study's engine chooses per layer, the unfused one where it runs that."""
+    kernel = Fp8Kernel.SCALED_MM if config.kernel == Fp8Kernel.SCALED_MM else Fp8Kernel.FUSED
+    fp8 = build_fp8(
+        inputs.loaded.model, device, inputs.example, plan,
+        fold=inputs.recipe.weights.fold_bn, kernel=kernel, dtype=torch.float32,
+    )  # fmt: skip
+    return dataclasses.replace(fp8, module=fp8.eager, compiled=False)
 
 
 def _untimed_tiles(device: torch.device) -> AbstractContextManager:
@@ -283,7 +306,9 @@ def _score(
         [scan_nonfinite(n, h[n], ids, outputs.stress[n], stress_names) for n in names],
         stress_names,
         labels,
-        emulation_gap(h["fp8"], h["fakequant"], h["fakequant_reordered"], ref),
+        emulation_gap(
+            h["fp8"], h["fakequant"], h["fakequant_reordered"], ref, h.get("fp8_float32")
+        ),
         inputs.loaded.info.random_weights,
         against_fp16=score_engine("fp8", h["fp16"], h["fp8"], labels, seed=config.seed),
     )
