@@ -8,6 +8,7 @@ captures them in CUDA graphs. On CPU they run eagerly, with bf16 in place of fp1
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from quantstudy.quant.fold import fold_batchnorm
 from quantstudy.quant.fused import FusedFP8Matmul
 from quantstudy.quant.handoff import fp8_handoffs
 from quantstudy.quant.modules import bind_scaled_mm, scaled_mm_output_of
-from quantstudy.quant.pad_handoff import can_pad, fuse_padded, padded_outputs, padding_of
+from quantstudy.quant.pad_handoff import fuse_padded, padded_outputs
 from quantstudy.quant.residual import float_summed, fuse_residuals, residual_sites
 from quantstudy.quant.sum_handoff import can_read_fp8, fuse_sum_handoffs, sum_handoffs
 from quantstudy.record import EngineInfo, LayerKernel
@@ -81,6 +82,10 @@ class BuiltEngine(Engine):
     fp8_sum_handoff: dict[str, str] = field(default_factory=dict)
     fp8_padded_output: dict[str, str] = field(default_factory=dict)
     fp8_kernel_choice: list[LayerKernel] | None = None
+
+    def eagerly(self) -> BuiltEngine:
+        """This engine run through its eager module: a quality pass that needs no compile."""
+        return dataclasses.replace(self, module=self.eager, compiled=False)
 
     def info(self) -> EngineInfo:
         return EngineInfo(
@@ -258,10 +263,7 @@ def build_fp8(
         m = fuse_sum_handoffs(m, pairs, fused)
     padded = {}
     if built == Fp8Kernel.FUSED and pad_outputs:
-        writers = [n for n in applied.real if can_pad(m.get_submodule(n))]
-        padded = padded_outputs(source, writers, example, absorbed)
-        # a reader the plan made an FP8 layer applies its own padding
-        padded = {p: c for p, c in padded.items() if padding_of(m.get_submodule(c)) is not None}
+        padded = padded_outputs(m, source, applied.real, example, absorbed)
         fuse_padded(m, source, padded)
     m = m.to(device).to(memory_format=torch.channels_last)
     bind_scaled_mm(m, device)

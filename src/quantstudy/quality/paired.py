@@ -17,6 +17,9 @@ from scipy.stats import binomtest
 from quantstudy.record.errors import UserError
 
 MIN_RESAMPLES = 1000
+# Resamples of a paired change between two recipes on the same images (`paired_mean_change`'s
+# callers: the options table and the search's option step), seed 0 as the study's intervals.
+PAIRED_RESAMPLES = 2000
 CI_LEVEL = 0.95
 # Index draws per chunk (resamples x images): bounds memory for large held-out sets.
 _CHUNK_DRAWS = 4_000_000

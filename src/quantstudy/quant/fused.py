@@ -309,8 +309,7 @@ class FusedFP8Matmul(PointwiseMatmul):
             return super().forward(x, residual)
         if residual is not None or self.out_scale is not None or self.pair_scale is not None:
             raise ValueError("a padded output is the layer's own, without residual or FP8 write")
-        if self.stride != (1, 1):
-            x = x[:, :, :: self.stride[0], :: self.stride[1]]
+        x = self._subsampled(x)
         b, _, h, w = x.shape
         xq, x_scale, divisor = self._operand(self._rows(x))
         y = fp8_gemm_padded(

@@ -109,12 +109,17 @@ class PointwiseMatmul(nn.Module):
             return t.reshape(-1, t.shape[-1])
         return t.permute(0, 2, 3, 1).reshape(-1, t.shape[1])
 
+    def _subsampled(self, x: torch.Tensor) -> torch.Tensor:
+        """The input pixels a strided 1x1 conv reads (all of them at stride 1)."""
+        if self.is_conv and self.stride != (1, 1):
+            return x[:, :, :: self.stride[0], :: self.stride[1]]
+        return x
+
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """The layer on `x`; `residual` (the output's shape) is summed in the epilogue by
         layers that take one (`quant/residual.py`)."""
         r = None if residual is None else self._rows(residual)
-        if self.is_conv and self.stride != (1, 1):
-            x = x[:, :, :: self.stride[0], :: self.stride[1]]
+        x = self._subsampled(x)
         y = self._matmul(self._rows(x), r)
         if isinstance(y, tuple):  # the output and its FP8 copy for the next layer
             return tuple(self._unrows(t, x) for t in y)

@@ -71,17 +71,24 @@ def can_pad(layer: nn.Module) -> bool:
 
 
 def padded_outputs(
+    engine: nn.Module,
     source: nn.Module,
     layers: list[str],
     example: torch.Tensor,
     absorbed: dict[str, tuple[str, str]],
 ) -> dict[str, str]:
-    """producer -> padding consumer among `layers` (fused 1x1 convs that `can_pad`) in the float
-    `source`, `absorbed` the activations moved into their epilogues; checked as the module
-    docstring says."""
+    """producer -> padding consumer in the `engine` built from the float `source`: producers
+    among `layers` that `can_pad` there, consumers that pad alike in both (a reader the plan
+    made an FP8 layer applies its own padding), `absorbed` the activations moved into the
+    producers' epilogues; checked as the module docstring says."""
+    writers = [n for n in layers if can_pad(engine.get_submodule(n))]
     base = with_absorbed(source, {layer: act for layer, (act, _) in absorbed.items()})
-    pads = [n for n, m in base.named_modules() if padding_of(m) is not None]
-    links, calls = tensor_links(base, example, layers, [*layers, *pads])  # calls of both
+    pads = [
+        n
+        for n, m in base.named_modules()
+        if padding_of(m) is not None and padding_of(engine.get_submodule(n)) == padding_of(m)
+    ]
+    links, calls = tensor_links(base, example, writers, [*writers, *pads])  # calls of both
     taken: set[str] = set()
     candidates = {}
     for p, c in links:

@@ -36,16 +36,13 @@ from torch import nn
 from quantstudy.engines.builders import build_fakequant, build_fp32
 from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import kl_per_image
-from quantstudy.quality.paired import paired_mean_change
+from quantstudy.quality.paired import PAIRED_RESAMPLES, paired_mean_change
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.quant.calib_choice import choose_calibrators
 from quantstudy.quant.calibrate import HEADROOM_TRIED
 from quantstudy.quant.plan import QuantOptions, build_plan
 from quantstudy.quant.rounding import SEARCHED
 from quantstudy.record import OptionStep
-
-# Bootstrap resamples of each option's paired KL change (seed 0, as the study's intervals).
-RESAMPLES = 2000
 
 # option -> the change it makes to QuantOptions ("choose": resolved by choose_calibrators)
 TRIED: dict[str, dict] = {
@@ -92,7 +89,7 @@ def explore_options(
         model.cpu()
         out = run_engine(build_fakequant(model, dev, example, plan), images, batch)
         agreement = float((out.argmax(1) == ref.argmax(1)).float().mean())
-        return plan, np.asarray(kl_per_image(ref, out), dtype=np.float64), agreement
+        return plan, kl_per_image(ref, out), agreement
 
     plan, per_image, agreement = score(base)
     kl = float(per_image.mean())
@@ -110,7 +107,7 @@ def explore_options(
         trial = replace(options, **change)
         trial_plan, trial_per_image, trial_agreement = score(trial)
         trial_kl = float(trial_per_image.mean())
-        delta = paired_mean_change(per_image, trial_per_image, resamples=RESAMPLES, seed=0)
+        delta = paired_mean_change(per_image, trial_per_image, resamples=PAIRED_RESAMPLES, seed=0)
         kept = delta.high < 0
         steps.append(
             OptionStep(

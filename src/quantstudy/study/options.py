@@ -25,7 +25,6 @@ on the CPU; the H200 call recorded in `examples/lite0-fp8-options/`).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import platform
 import sys
 import time
@@ -43,7 +42,7 @@ from quantstudy.engines.run import run_engine, run_reordered
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 from quantstudy.quality.metrics import kl_per_image
-from quantstudy.quality.paired import paired_bootstrap, paired_mean_change
+from quantstudy.quality.paired import PAIRED_RESAMPLES, paired_bootstrap, paired_mean_change
 from quantstudy.quant.calib_choice import choose_calibrators
 from quantstudy.quant.calibrate import HEADROOM_TRIED
 from quantstudy.quant.plan import QuantOptions, build_plan, quant_options
@@ -179,8 +178,9 @@ VARIANTS: dict[str, dict] = {
     },
 }
 
-# The built-in recipe of 2026-12-01 (`generic_pointwise_sequential` then); the current one is
-# `f"{_NO_MIGRATION} + scale search + refinement + headroom 4"` (its recipe file says why).
+# The sequential fit with migration, the base of the searches and per-row variants below;
+# `generic_pointwise_sequential` itself is `f"{_NO_MIGRATION} + scale search + refinement +
+# headroom 4"` (its recipe file says why migration is left out).
 _BUILT_IN = "sequential compensating + bc + smooth migration"
 # Compensating rounding's searches (quant/rounding.py), on their own and together.
 _SEARCHES = {
@@ -255,9 +255,9 @@ def paired(base: dict, other: dict) -> dict:
         flags.append(f)
     kl = paired_mean_change(
         np.asarray(base["per_image"]["kl"]), np.asarray(other["per_image"]["kl"]),
-        resamples=2000, seed=0,
+        resamples=PAIRED_RESAMPLES, seed=0,
     )  # fmt: skip
-    count = paired_mean_change(*flags, resamples=2000, seed=0)
+    count = paired_mean_change(*flags, resamples=PAIRED_RESAMPLES, seed=0)
     return {
         "kl_mean_change": kl.change,
         "kl_low": kl.low,
@@ -329,24 +329,17 @@ def compare_options(
             floor = run_reordered(fq, heldout, eval_batch).float().cpu()
             row["floor"] = score(emulated, floor, labels)
         del fq
-        if name in (engine_variants or []):
-            fp8 = build_fp8(model, dev, example, plan)
-            eager = dataclasses.replace(fp8, module=fp8.eager, compiled=False)
-            logits = run_engine(eager, heldout, eval_batch).float().cpu()
-            row["fp8"] = score(ref, logits, labels)
-            row["fp8_vs_fakequant"] = score(emulated, logits, labels)
-            if speed_batches:
+        for dtype in [None, *extra] if name in (engine_variants or []) else []:
+            # None: the engine's own half dtype, the one timed
+            key = "fp8" if dtype is None else "fp8_" + str(dtype).removeprefix("torch.")
+            fp8 = build_fp8(model, dev, example, plan, dtype=dtype)
+            logits = run_engine(fp8.eagerly(), heldout, eval_batch).float().cpu()
+            row[key] = score(ref, logits, labels)
+            row[key + "_vs_fakequant"] = score(emulated, logits, labels)
+            if dtype is None and speed_batches:
                 fp16 = fp16 or build_half(model, dev, example)
                 row["speed"] = _speed(fp16, fp8, heldout, speed_batches)
             del fp8
-            for dtype in extra:
-                key = "fp8_" + str(dtype).removeprefix("torch.")
-                other = build_fp8(model, dev, example, plan, dtype=dtype)
-                other = dataclasses.replace(other, module=other.eager, compiled=False)
-                logits = run_engine(other, heldout, eval_batch).float().cpu()
-                row[key] = score(ref, logits, labels)
-                row[key + "_vs_fakequant"] = score(emulated, logits, labels)
-                del other
         row["seconds"] = time.perf_counter() - t0
         if rows:  # against the first variant, on the same images
             row["against_first"] = {

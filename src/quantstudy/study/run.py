@@ -16,7 +16,6 @@ resumes where it stopped. A caller that measured more (a search) passes its sect
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -277,7 +276,7 @@ def _float32_fp8(
         inputs.loaded.model, device, inputs.example, plan,
         fold=inputs.recipe.weights.fold_bn, kernel=kernel, dtype=torch.float32,
     )  # fmt: skip
-    return dataclasses.replace(fp8, module=fp8.eager, compiled=False)
+    return fp8.eagerly()
 
 
 def _untimed_tiles(device: torch.device) -> AbstractContextManager:

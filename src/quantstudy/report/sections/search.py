@@ -282,9 +282,8 @@ def _options(steps: list[OptionStep] | None) -> list[str]:
     for st in steps:
         change = "-"
         if st.kl_change is not None:
-            change = f"{fmt_sig(st.kl_change)} [{fmt_sig(st.kl_change_low)}, " + (
-                f"{fmt_sig(st.kl_change_high)}]"
-            )
+            low, high = fmt_sig(st.kl_change_low), fmt_sig(st.kl_change_high)
+            change = f"{fmt_sig(st.kl_change)} [{low}, {high}]"
         row = [st.option, fmt_sig(st.kl_mean), *([change] if paired else [])]
         row += [
             fmt_pct(st.agreement),
