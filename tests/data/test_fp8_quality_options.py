@@ -10,7 +10,7 @@ subset (in CI).
 Targets (issue 18): agreement with fp32 >= 97.5% (at most 32 of 1300 images differ) and KL mean
 <= 0.010, for the fp32 emulation and the FP8 engine alike. The built-in recipe's options
 (`generic_pointwise_sequential`: the sequential fit, compensating rounding with 16 scale
-candidates and 4 refinement sweeps, headroom 4; no migration since 2026-12-02) measured on this
+candidates and 4 refinement sweeps, headroom 4; no migration) measured on this
 repository's 2-core CPU (examples/lite0-fp8-options/options-cpu-no-migration.json, the options
 module on this variant alone, 18 minutes): the emulation 32 images, KL 0.0093, both targets met
 (the count at the line); the CPU FP8 engine, which computes in bf16 where the GPU engine computes
