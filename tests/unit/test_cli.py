@@ -148,4 +148,6 @@ def test_a_study_with_the_float32_engine_records_its_gap(tiny_imagenet, tmp_path
     assert record["config"]["float32_engine"] is True
     assert isinstance(gap["float32_differ_count"], int) and gap["float32_kl_mean"] >= 0
     assert isinstance(gap["engine_only_differ"], int) and 0 <= gap["split_mcnemar_p"] <= 1
+    # every study: the emulation stored in the CPU engine's half dtype, the floor for its storage
+    assert gap["half_floor_dtype"] == "bfloat16" and isinstance(gap["half_floor_differ_count"], int)
     assert "FP8 engine built in float32 vs fake-quant emulation" in (out / "report.md").read_text()

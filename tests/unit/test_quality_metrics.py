@@ -183,3 +183,13 @@ def test_emulation_gap_scores_the_float32_engine_against_the_emulation():
     gap = emulation_gap(fq.clone(), fq, float32_logits=wide)
     assert gap.float32_differ_count == 1 and gap.float32_agreement == pytest.approx(29 / 30)
     assert gap.differ_count == 0 and emulation_gap(fq, fq).float32_differ_count is None
+
+
+def test_emulation_gap_scores_the_half_storage_floor_with_its_dtype():
+    fq = random_logits(n=20, seed=7)
+    half = fq.clone()
+    half[3], half[11] = half[3].flip(0), half[11].flip(0)
+    gap = emulation_gap(fq.clone(), fq, half_storage=(half, torch.float16))
+    assert (gap.half_floor_dtype, gap.half_floor_differ_count) == ("float16", 2)
+    assert gap.half_floor_agreement == pytest.approx(18 / 20) and gap.half_floor_kl_mean > 0
+    assert emulation_gap(fq, fq).half_floor_dtype is None

@@ -495,3 +495,20 @@ def test_emulation_gap_shows_the_float32_engine_beside_the_floor(record):
     assert "| FP8 engine built in float32 vs fake-quant emulation | 98.92% | 14 | 0.00195 |" in md
     assert "the half-precision storage between its layers" in md
     assert check_markdown(md, wide) == []
+
+
+def test_emulation_gap_shows_the_half_storage_floor(record):
+    """The emulation with half-precision storage gets its row, named by its dtype, and the
+    report says which engines it is the floor for; every number passes the self-check."""
+    gap = record.quality.emulation_gap.model_copy(
+        update={"half_floor_dtype": "float16", "half_floor_agreement": 0.9777,
+                "half_floor_differ_count": 29, "half_floor_kl_mean": 0.00457}
+    )  # fmt: skip
+    half = record.model_copy(
+        update={"quality": record.quality.model_copy(update={"emulation_gap": gap})}
+    )
+    md = render_markdown(half)
+    row = "| emulation vs itself, values stored in float16 (floor) | 97.77% | 29 | 0.00457 |"
+    assert row in md and "stores values as the half-precision engines do" in md
+    assert check_markdown(md, half) == []
+    assert "values stored in" not in render_markdown(record)

@@ -185,6 +185,7 @@ def emulation_gap(
     reordered_logits: torch.Tensor | None = None,
     reference_logits: torch.Tensor | None = None,
     float32_logits: torch.Tensor | None = None,
+    half_storage: tuple[torch.Tensor, torch.dtype] | None = None,
 ) -> EmulationGap:
     """FP8 engine against its fake-quant emulation: top-1 agreement and KL(fakequant || fp8).
 
@@ -203,10 +204,15 @@ def emulation_gap(
 
     `float32_logits` is the same FP8 engine built in float32: its gap to the emulation is the
     FP8 arithmetic's alone, to be read against the floor.
+
+    `half_storage` is the emulation run again with its stored values rounded to a half dtype
+    (`engines.run.run_half_storage`), and that dtype: its agreement with the emulation is the
+    floor for an engine that stores in that dtype between its layers.
     """
     _check_inputs(fakequant_logits, fp8_logits, None)
     floor = None if reordered_logits is None else emulation_gap(reordered_logits, fakequant_logits)
     wide = None if float32_logits is None else emulation_gap(float32_logits, fakequant_logits)
+    half = None if half_storage is None else emulation_gap(half_storage[0], fakequant_logits)
     emu, fp8 = Predictions.of(fakequant_logits), Predictions.of(fp8_logits)
     agree = emu.agrees_with(fp8)
     finite = torch.from_numpy(emu.valid & fp8.valid)
@@ -235,6 +241,10 @@ def emulation_gap(
         float32_agreement=wide.agreement if wide else None,
         float32_differ_count=wide.differ_count if wide else None,
         float32_kl_mean=wide.kl_mean if wide else None,
+        half_floor_dtype=str(half_storage[1]).removeprefix("torch.") if half_storage else None,
+        half_floor_agreement=half.agreement if half else None,
+        half_floor_differ_count=half.differ_count if half else None,
+        half_floor_kl_mean=half.kl_mean if half else None,
     )
 
 

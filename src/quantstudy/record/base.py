@@ -40,6 +40,8 @@ Schema history:
      only one does); EmulationGap.float32_* and StudyConfig.float32_engine (the FP8 engine
      built in float32 against its emulation); OptionStep.kl_change/_low/_high (the search keeps
      an option on a paired decrease beyond its interval).
+ 13: EmulationGap.half_floor_* (the emulation with its stored values rounded to the FP8
+     engine's half dtype: the floor for an engine that stores in it between layers).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -49,7 +51,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

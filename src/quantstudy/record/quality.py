@@ -76,6 +76,12 @@ class EmulationGap(Section):
     float32_agreement: float | None = None
     float32_differ_count: int | None = None
     float32_kl_mean: float | None = None
+    # The emulation with its stored values rounded to the engine's half dtype (schema 13 on,
+    # `engines.run.run_half_storage`): the floor for an engine storing in that dtype.
+    half_floor_dtype: str | None = None
+    half_floor_agreement: float | None = None
+    half_floor_differ_count: int | None = None
+    half_floor_kl_mean: float | None = None
 
 
 class QualitySection(Section):

@@ -13,7 +13,9 @@ pairing says whether a difference is more than that. With `speed`, the fused FP8
 is timed against the fp16 engine (`speed/harness.measure_speed`, CUDA graphs). With
 `engine_dtypes` the FP8 engine of the same plan is also built in other compute dtypes
 (`fp8_<dtype>` rows): the engine in float32 against the emulation separates what the FP8
-arithmetic does from what the engine's half-precision storage between its layers does.
+arithmetic does from what the engine's half-precision storage between its layers does, and
+the `floor_half` row (the emulation with its stored values rounded to the engine's half dtype,
+`engines.run.run_half_storage`) is the floor for that storage.
 
     python -m quantstudy.study.options tf_efficientnet_lite0 --weights efficientnet-lite0 \\
         --data val-1300 --calib-data calib-1000 --calib 500 --out options.json
@@ -37,8 +39,14 @@ import torch
 
 from quantstudy.data.folders import scan_folder
 from quantstudy.data.images import load_images
-from quantstudy.engines.builders import build_fakequant, build_fp8, build_half, set_numerics
-from quantstudy.engines.run import run_engine, run_reordered
+from quantstudy.engines.builders import (
+    build_fakequant,
+    build_fp8,
+    build_half,
+    half_dtype,
+    set_numerics,
+)
+from quantstudy.engines.run import run_engine, run_half_storage, run_reordered
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 from quantstudy.quality.metrics import kl_per_image
@@ -328,6 +336,8 @@ def compare_options(
         if name in (engine_variants or []):
             floor = run_reordered(fq, heldout, eval_batch).float().cpu()
             row["floor"] = score(emulated, floor, labels)
+            half = run_half_storage(fq, heldout, half_dtype(dev), eval_batch).float().cpu()
+            row["floor_half"] = score(emulated, half, labels)
         del fq
         for dtype in [None, *extra] if name in (engine_variants or []) else []:
             # None: the engine's own half dtype, the one timed
@@ -396,7 +406,7 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 def _line(row: dict) -> str:
     parts = [row["variant"]]
     extra = [k for k in row if k.startswith("fp8_") and k != "fp8_vs_fakequant"]
-    for engine in ("fakequant", "fp8", "fp8_vs_fakequant", *extra, "floor"):
+    for engine in ("fakequant", "fp8", "fp8_vs_fakequant", *extra, "floor", "floor_half"):
         if engine in row:
             r = row[engine]
             parts.append(

@@ -32,9 +32,10 @@ from quantstudy.engines.builders import (
     build_fp8,
     build_fp32,
     build_half,
+    half_dtype,
     set_numerics,
 )
-from quantstudy.engines.run import run_engine, run_reordered
+from quantstudy.engines.run import run_engine, run_half_storage, run_reordered
 from quantstudy.quality.metrics import build_quality_section, emulation_gap, score_engine
 from quantstudy.quality.nonfinite import scan_nonfinite
 from quantstudy.quality.stress import stress_inputs
@@ -75,6 +76,7 @@ class EngineOutputs:
     heldout: dict[str, torch.Tensor]
     stress: dict[str, torch.Tensor]
     timed: dict[str, Engine]
+    half_storage: torch.dtype | None = None  # the dtype of heldout["fakequant_half"]
 
 
 @dataclass(frozen=True)
@@ -255,6 +257,13 @@ def _run_engines(
                     "logits-fakequant_reordered",
                     lambda e=engine: run_reordered(e, heldout_x, config.eval_batch),
                 )
+            half = outputs.half_storage = half_dtype(device)
+            short = str(half).removeprefix("torch.")
+            with timer.stage(f"engine fakequant: {short} storage run"):
+                outputs.heldout["fakequant_half"] = cache.get_or_compute(
+                    f"logits-fakequant_{short}",
+                    lambda e=engine, d=half: run_half_storage(e, heldout_x, d, config.eval_batch),
+                )
     if config.float32_engine:
         with timer.stage("engine fp8 in float32: build and run"), _untimed_tiles(device):
             outputs.heldout["fp8_float32"] = cache.get_or_compute(
@@ -306,7 +315,12 @@ def _score(
         stress_names,
         labels,
         emulation_gap(
-            h["fp8"], h["fakequant"], h["fakequant_reordered"], ref, h.get("fp8_float32")
+            h["fp8"],
+            h["fakequant"],
+            h["fakequant_reordered"],
+            ref,
+            h.get("fp8_float32"),
+            (h["fakequant_half"], outputs.half_storage) if outputs.half_storage else None,
         ),
         inputs.loaded.info.random_weights,
         against_fp16=score_engine("fp8", h["fp16"], h["fp8"], labels, seed=config.seed),

@@ -71,6 +71,7 @@ def _gap_rows(gap: EmulationGap) -> list[list[str]]:
     others = (
         ("FP8 engine built in float32 vs fake-quant emulation", "float32"),
         ("emulation vs itself, fp32 sums reordered (floor)", "floor"),
+        (f"emulation vs itself, values stored in {gap.half_floor_dtype} (floor)", "half_floor"),
     )
     for name, key in others:  # recorded without their KL max
         agreement = getattr(gap, f"{key}_agreement")
@@ -173,6 +174,15 @@ def _emulation_gap(gap: EmulationGap | None) -> list[str]:
             "hand-offs) in float32 and runs it eagerly: its distance from the emulation is the "
             "FP8 arithmetic's alone, and what the engine adds beyond it is the half-precision "
             "storage between its layers, which FP8 rounding amplifies like any perturbation.",
+        ]
+    if gap.half_floor_agreement is not None:
+        lines += [
+            "",
+            f"The {gap.half_floor_dtype} floor row runs the emulation again with every layer's "
+            f"output and the float layers' weights rounded to {gap.half_floor_dtype}, the "
+            "arithmetic still fp32: one correct implementation of the recipe that stores values "
+            "as the half-precision engines do. An FP8 engine storing in that dtype between "
+            "its layers can be expected to agree with the emulation about this well, not better.",
         ]
     return [*lines, "", _split_sentence(gap), ""]
 

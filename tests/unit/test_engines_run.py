@@ -1,0 +1,66 @@
+"""Running engines: the emulation with half-precision storage (`run_half_storage`)."""
+
+import pytest
+import torch
+from torch import nn
+
+from quantstudy.engines.builders import BuiltEngine
+from quantstudy.engines.run import run_engine, run_half_storage
+from quantstudy.quant.modules import QDQ
+
+torch.set_num_threads(1)
+
+
+def _engine(module: nn.Module) -> BuiltEngine:
+    return BuiltEngine("fakequant", torch.device("cpu"), torch.float32, False, module, module,
+                       False, None)  # fmt: skip
+
+
+def _net() -> nn.Sequential:
+    torch.manual_seed(0)
+    stem = nn.Conv2d(3, 8, 3, padding=1)
+    pointwise = QDQ(nn.Conv2d(8, 16, 1), 0.01, True, True, torch.float32)
+    return nn.Sequential(stem, nn.ReLU(), pointwise, nn.Flatten(), nn.Linear(16 * 4 * 4, 10))
+
+
+def _half(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return t.to(dtype).float()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_storage_rounds_outputs_and_float_weights_not_the_fp8_layers(dtype):
+    """The run equals the same network computed by hand with every module's output and the
+    float layers' weights and biases rounded to `dtype`; the FP8 layer keeps its weights."""
+    net = _net().eval()
+    x = torch.randn(3, 3, 4, 4)
+    stem, relu, pointwise, flatten, head = net
+    with torch.no_grad():
+        h = _half(nn.functional.conv2d(x, _half(stem.weight, dtype), _half(stem.bias, dtype),
+                                       padding=1), dtype)  # fmt: skip
+        h = _half(pointwise(_half(relu(h), dtype)), dtype)
+        want = _half(nn.functional.linear(flatten(h), _half(head.weight, dtype),
+                                          _half(head.bias, dtype)), dtype)  # fmt: skip
+    got = run_half_storage(_engine(net), x, dtype, batch_size=2)
+    assert torch.equal(got, want)
+    assert not torch.equal(got, run_engine(_engine(net), x, batch_size=2))
+
+
+def test_half_storage_restores_the_emulation():
+    """Parameters and hooks are put back: the emulation computes what it did before, bit for bit,
+    also when the run fails."""
+    net = _net().eval()
+    x = torch.randn(2, 3, 4, 4)
+    before = run_engine(_engine(net), x)
+    params = {n: p.detach().clone() for n, p in net.named_parameters()}
+    run_half_storage(_engine(net), x, torch.float16)
+    with pytest.raises(RuntimeError):
+        run_half_storage(_engine(net), torch.randn(2, 5, 4, 4), torch.float16)  # wrong channels
+    assert torch.equal(run_engine(_engine(net), x), before)
+    assert all(torch.equal(p, params[n]) for n, p in net.named_parameters())
+
+
+def test_half_storage_needs_an_eager_module():
+    engine = _engine(_net())
+    engine.module = lambda x: x  # a plain callable, as a compiled engine holds
+    with pytest.raises(TypeError, match=r"eager nn\.Module"):
+        run_half_storage(engine, torch.randn(1, 3, 4, 4), torch.float16)
