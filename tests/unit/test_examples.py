@@ -56,7 +56,7 @@ NEW_IN_VERSION_6_RECIPE = {
 
 
 def _without_version_3(full: dict) -> dict:
-    """The full dump less the version-3 to -12 keys, after checking they hold their empty
+    """The full dump less the version-3 to -13 keys, after checking they hold their empty
     defaults."""
     out = dict(full)
     for key in NEW_IN_VERSION_6_RECORD:
@@ -102,7 +102,9 @@ def _without_version_3(full: dict) -> dict:
     if quality["emulation_gap"] is not None:  # schema 12: the split against fp32
         gap = dict(quality["emulation_gap"])
         split = ("engine_only_differ", "emulation_only_differ", "split_mcnemar_p")
-        for key in (*split, "float32_agreement", "float32_differ_count", "float32_kl_mean"):
+        split += ("float32_agreement", "float32_differ_count", "float32_kl_mean")
+        split += tuple(f"half_floor_{k}" for k in ("dtype", "agreement", "differ_count", "kl_mean"))
+        for key in split:  # the last four: schema 13
             assert gap.pop(key) is None
         quality["emulation_gap"] = gap
     return out | {

@@ -109,6 +109,7 @@ def _as_version_1(data: dict) -> str:
     # were text then (the fixture keeps its own, converted on load)
     split = ("engine_only_differ", "emulation_only_differ", "split_mcnemar_p")  # schema 12
     split += ("float32_agreement", "float32_differ_count", "float32_kl_mean")
+    split += tuple(f"half_floor_{k}" for k in ("dtype", "agreement", "differ_count", "kl_mean"))
     gap = out["quality"]["emulation_gap"]
     assert all(gap[k] is None for k in split)
     out["quality"]["emulation_gap"] = {k: v for k, v in gap.items() if k not in split}
