@@ -362,7 +362,8 @@ def test_a_bad_headroom_is_one_clear_line(value):
 def test_the_options_module_scores_the_engine_in_other_dtypes(tiny_imagenet, tmp_path):
     """`--engine-dtypes float32`: the engine variant's FP8 engine of the same plan, also built
     in float32, gets its own rows against fp32 and against the emulation; in float32 the engine
-    computes the emulation's arithmetic up to summation order."""
+    computes the emulation's arithmetic up to summation order. `--storage-dtypes`: the
+    emulation stored in each half dtype, bf16 (8 significant bits) further from it than fp16."""
     import json
 
     from quantstudy.study.options import main
@@ -372,8 +373,13 @@ def test_the_options_module_scores_the_engine_in_other_dtypes(tiny_imagenet, tmp
     data = str(tiny_imagenet)
     main(["test_efficientnet", "--weights", "random", "--data", data, "--calib-data", data,
           "--calib", "8", "--variants", "nearest", "--engine-variants", "nearest",
-          "--engine-dtypes", "float32", "--threads", "2", "--out", str(out)])  # fmt: skip
+          "--engine-dtypes", "float32", "--storage-dtypes", "float16", "bfloat16",
+          "--threads", "2", "--out", str(out)])  # fmt: skip
     (row,) = json.loads(out.read_text())["rows"]
     assert {"fp8", "fp8_float32", "fp8_float32_vs_fakequant"} <= set(row)
+    # the emulation stored in each half dtype, against the emulation and against fp32
+    for dtype in ("float16", "bfloat16"):
+        assert row[f"floor_{dtype}"]["n"] == row[f"fakequant_{dtype}"]["n"] == 12
+    assert row["floor_bfloat16"]["kl_mean"] > row["floor_float16"]["kl_mean"] > 0
     assert row["fp8_float32"]["n"] == row["fp8"]["n"] == 12
     assert row["fp8_float32_vs_fakequant"]["kl_mean"] < 1e-6

@@ -14,8 +14,9 @@ is timed against the fp16 engine (`speed/harness.measure_speed`, CUDA graphs). W
 `engine_dtypes` the FP8 engine of the same plan is also built in other compute dtypes
 (`fp8_<dtype>` rows): the engine in float32 against the emulation separates what the FP8
 arithmetic does from what the engine's half-precision storage between its layers does, and
-the `floor_half` row (the emulation with its stored values rounded to the engine's half dtype,
-`engines.run.run_half_storage`) is the floor for that storage.
+the `floor_<dtype>` row (the emulation with its stored values rounded to a half dtype,
+`engines.run.run_half_storage`, against the emulation) is the floor for that storage;
+`fakequant_<dtype>` scores the same run against fp32.
 
     python -m quantstudy.study.options tf_efficientnet_lite0 --weights efficientnet-lite0 \\
         --data val-1300 --calib-data calib-1000 --calib 500 --out options.json
@@ -291,14 +292,18 @@ def compare_options(
     out: Path | None = None,
     max_heldout: int | None = None,
     engine_dtypes: list[str] | None = None,
+    storage_dtypes: list[str] | None = None,
 ) -> dict:
     """The rows of the options table for `model_name` (see the module docstring): the fp32
     emulation of every variant; the FP8 engine (and its speed at `speed_batches`) of those in
     `engine_variants` (run eagerly for quality; compiled, as studies time it, for speed).
     With `out`, the result so far is written there after each variant; `max_heldout` keeps
     the first held-out images only; `engine_dtypes` ("float32", "bfloat16", "float16") adds
-    the same variants' FP8 engine in those compute dtypes, scored eagerly, not timed."""
+    the same variants' FP8 engine in those compute dtypes, scored eagerly, not timed;
+    `storage_dtypes` are the half dtypes the engine variants' emulation is also run stored in
+    (default: the device's engine dtype)."""
     extra = [_DTYPES[d] for d in engine_dtypes or []]
+    storage = [_DTYPES[d] for d in storage_dtypes or []]
     set_numerics()
     dev = torch.device(device)
     model = load_model(model_name, weights).model.eval()
@@ -336,8 +341,11 @@ def compare_options(
         if name in (engine_variants or []):
             floor = run_reordered(fq, heldout, eval_batch).float().cpu()
             row["floor"] = score(emulated, floor, labels)
-            half = run_half_storage(fq, heldout, half_dtype(dev), eval_batch).float().cpu()
-            row["floor_half"] = score(emulated, half, labels)
+            for dtype in storage or [half_dtype(dev)]:
+                short = str(dtype).removeprefix("torch.")
+                half = run_half_storage(fq, heldout, dtype, eval_batch).float().cpu()
+                row[f"floor_{short}"] = score(emulated, half, labels)
+                row[f"fakequant_{short}"] = score(ref, half, labels)
         del fq
         for dtype in [None, *extra] if name in (engine_variants or []) else []:
             # None: the engine's own half dtype, the one timed
@@ -406,7 +414,8 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 def _line(row: dict) -> str:
     parts = [row["variant"]]
     extra = [k for k in row if k.startswith("fp8_") and k != "fp8_vs_fakequant"]
-    for engine in ("fakequant", "fp8", "fp8_vs_fakequant", *extra, "floor", "floor_half"):
+    stored = [k for k in row if k.startswith(("floor_", "fakequant_"))]
+    for engine in ("fakequant", "fp8", "fp8_vs_fakequant", *extra, "floor", *stored):
         if engine in row:
             r = row[engine]
             parts.append(
@@ -449,6 +458,10 @@ def main(argv: list[str] | None = None) -> None:
         "--engine-dtypes", nargs="*", choices=list(_DTYPES), default=[],
         help="also score the engine variants' FP8 engine in these compute dtypes (not timed)",
     )  # fmt: skip
+    p.add_argument(
+        "--storage-dtypes", nargs="*", choices=["float16", "bfloat16"], default=[],
+        help="run the engine variants' emulation stored in these dtypes (default: the engine's)",
+    )  # fmt: skip
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     p.add_argument(
@@ -461,7 +474,7 @@ def main(argv: list[str] | None = None) -> None:
     result = compare_options(
         a.model, a.weights, a.data, a.calib_data, a.calib, a.recipe, a.variants, a.device,
         a.engine_variants, a.speed_batches, out=a.out, max_heldout=a.max_heldout,
-        engine_dtypes=a.engine_dtypes,
+        engine_dtypes=a.engine_dtypes, storage_dtypes=a.storage_dtypes,
     )  # fmt: skip
     args = argv if argv is not None else sys.argv[1:]
     result["command"] = "python -m quantstudy.study.options " + " ".join(args)
