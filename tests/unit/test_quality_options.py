@@ -381,5 +381,6 @@ def test_the_options_module_scores_the_engine_in_other_dtypes(tiny_imagenet, tmp
     for dtype in ("float16", "bfloat16"):
         assert row[f"floor_{dtype}"]["n"] == row[f"fakequant_{dtype}"]["n"] == 12
     assert row["floor_bfloat16"]["kl_mean"] > row["floor_float16"]["kl_mean"] > 0
+    assert row["fakequant_reordered"]["n"] == 12  # the floor's run, against fp32
     assert row["fp8_float32"]["n"] == row["fp8"]["n"] == 12
     assert row["fp8_float32_vs_fakequant"]["kl_mean"] < 1e-6

@@ -16,7 +16,8 @@ is timed against the fp16 engine (`speed/harness.measure_speed`, CUDA graphs). W
 arithmetic does from what the engine's half-precision storage between its layers does, and
 the `floor_<dtype>` row (the emulation with its stored values rounded to a half dtype,
 `engines.run.run_half_storage`, against the emulation) is the floor for that storage;
-`fakequant_<dtype>` scores the same run against fp32.
+`fakequant_<dtype>` scores the same run against fp32, as `fakequant_reordered` scores the
+floor's reordered run: how far equally correct computations of one recipe land from fp32.
 
     python -m quantstudy.study.options tf_efficientnet_lite0 --weights efficientnet-lite0 \\
         --data val-1300 --calib-data calib-1000 --calib 500 --out options.json
@@ -341,6 +342,7 @@ def compare_options(
         if name in (engine_variants or []):
             floor = run_reordered(fq, heldout, eval_batch).float().cpu()
             row["floor"] = score(emulated, floor, labels)
+            row["fakequant_reordered"] = score(ref, floor, labels)
             for dtype in storage or [half_dtype(dev)]:
                 short = str(dtype).removeprefix("torch.")
                 half = run_half_storage(fq, heldout, dtype, eval_batch).float().cpu()
