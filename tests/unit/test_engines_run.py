@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.builders import BuiltEngine
-from quantstudy.engines.run import run_engine, run_half_storage
+from quantstudy.engines.run import run_engine, run_half_storage, run_reordered
 from quantstudy.quant.modules import QDQ
 
 torch.set_num_threads(1)
@@ -64,3 +64,14 @@ def test_half_storage_needs_an_eager_module():
     engine.module = lambda x: x  # a plain callable, as a compiled engine holds
     with pytest.raises(TypeError, match=r"eager nn\.Module"):
         run_half_storage(engine, torch.randn(1, 3, 4, 4), torch.float16)
+
+
+def test_the_reordered_run_leaves_the_emulation_in_its_own_layout():
+    """After the floor's channels-last run, the emulation's weights are back in NCHW, so a later
+    run (the half-precision storage run) sums in the emulation's own order."""
+    net = _net().eval()
+    x = torch.randn(2, 3, 4, 4)
+    engine = _engine(net)
+    run_reordered(engine, x)
+    assert not engine.channels_last
+    assert all(p.is_contiguous() for p in net.parameters())

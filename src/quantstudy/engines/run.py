@@ -38,8 +38,9 @@ def run_reordered(engine: Engine, images: torch.Tensor, batch_size: int = 64) ->
     engine.module = engine.module.to(memory_format=torch.channels_last)
     try:
         return run_engine(engine, images, batch_size)
-    finally:
+    finally:  # a later run of the emulation must sum in its own order again
         engine.channels_last = False
+        engine.module = engine.module.to(memory_format=torch.contiguous_format)
 
 
 def run_half_storage(
