@@ -104,6 +104,7 @@ def _without_version_3(full: dict) -> dict:
         split = ("engine_only_differ", "emulation_only_differ", "split_mcnemar_p")
         split += ("float32_agreement", "float32_differ_count", "float32_kl_mean")
         split += tuple(f"half_floor_{k}" for k in ("dtype", "agreement", "differ_count", "kl_mean"))
+        split += ("floor_only_differ", "floor_emulation_only_differ", "floor_split_mcnemar_p")
         for key in split:  # the last four: schema 13
             assert gap.pop(key) is None
         quality["emulation_gap"] = gap

@@ -174,6 +174,24 @@ def test_emulation_gap_splits_the_images_only_one_of_the_two_gets_wrong():
     assert gap.split_mcnemar_p == pytest.approx(binomtest(1, 4).pvalue)
     assert gap.differ_count == 4  # the engine against its emulation: images 1, 2, 3 and 7
     assert emulation_gap(fp8, fq).engine_only_differ is None
+    assert gap.floor_only_differ is None  # no reordered run given
+
+
+def test_emulation_gap_splits_the_floor_run_the_same_way():
+    """The reordered run alone differs from fp32 on 2 images, the emulation alone on 1: the
+    floor's split, the scale for the engine's."""
+    from scipy.stats import binomtest
+
+    ref = random_logits(n=40, seed=8)
+    fq, fp8, reordered = ref.clone(), ref.clone(), ref.clone()
+    for i in (4, 5):
+        reordered[i] = reordered[i].flip(0)
+    fq[6] = fq[6].flip(0)
+    gap = emulation_gap(fp8, fq, reordered, ref)
+    assert (gap.floor_only_differ, gap.floor_emulation_only_differ) == (2, 1)
+    assert gap.floor_split_mcnemar_p == pytest.approx(binomtest(1, 3).pvalue)
+    assert (gap.engine_only_differ, gap.emulation_only_differ) == (0, 1)
+    assert gap.floor_differ_count == 3  # reordered against the emulation: images 4, 5 and 6
 
 
 def test_emulation_gap_scores_the_float32_engine_against_the_emulation():

@@ -110,6 +110,7 @@ def _as_version_1(data: dict) -> str:
     split = ("engine_only_differ", "emulation_only_differ", "split_mcnemar_p")  # schema 12
     split += ("float32_agreement", "float32_differ_count", "float32_kl_mean")
     split += tuple(f"half_floor_{k}" for k in ("dtype", "agreement", "differ_count", "kl_mean"))
+    split += ("floor_only_differ", "floor_emulation_only_differ", "floor_split_mcnemar_p")
     gap = out["quality"]["emulation_gap"]
     assert all(gap[k] is None for k in split)
     out["quality"]["emulation_gap"] = {k: v for k, v in gap.items() if k not in split}
@@ -478,7 +479,25 @@ def test_emulation_gap_names_which_of_the_two_differs_from_fp32(record):
     md = render_markdown(split)
     assert "the FP8 engine alone differs on 18 images and its emulation alone on 8" in md
     assert "McNemar's exact test on that split, p = 0.0755" in md
+    assert "not that it computes the recipe worse" in md  # no floor split recorded
     assert "so at most" not in md
+    assert check_markdown(md, split) == []
+
+
+def test_emulation_gap_sets_the_engine_split_beside_the_floor_split(record):
+    """With the floor run's split recorded (schema 13), the report gives it as the scale for the
+    engine's; every number passes the self-check."""
+    gap = record.quality.emulation_gap.model_copy(
+        update={"engine_only_differ": 18, "emulation_only_differ": 8, "split_mcnemar_p": 0.0755,
+                "floor_only_differ": 14, "floor_emulation_only_differ": 3,
+                "floor_split_mcnemar_p": 0.0127}
+    )  # fmt: skip
+    split = record.model_copy(
+        update={"quality": record.quality.model_copy(update={"emulation_gap": gap})}
+    )
+    md = render_markdown(split)
+    assert "its floor run (channels-last) alone differs on 14 images and it alone on 3" in md
+    assert "(p = 0.0127)" in md and "not that it computes" not in md
     assert check_markdown(md, split) == []
 
 

@@ -41,7 +41,9 @@ Schema history:
      built in float32 against its emulation); OptionStep.kl_change/_low/_high (the search keeps
      an option on a paired decrease beyond its interval).
  13: EmulationGap.half_floor_* (the emulation with its stored values rounded to the FP8
-     engine's half dtype: the floor for an engine that stores in it between layers).
+     engine's half dtype: the floor for an engine that stores in it between layers) and
+     EmulationGap.floor_only_differ, .floor_emulation_only_differ, .floor_split_mcnemar_p (the
+     reordered run's split against the emulation, the scale for the engine's).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

@@ -82,6 +82,11 @@ class EmulationGap(Section):
     half_floor_agreement: float | None = None
     half_floor_differ_count: int | None = None
     half_floor_kl_mean: float | None = None
+    # The floor's reordered run split against the emulation the same way (schema 13 on): how
+    # uneven a split two equally correct computations of the recipe give.
+    floor_only_differ: int | None = None
+    floor_emulation_only_differ: int | None = None
+    floor_split_mcnemar_p: float | None = None
 
 
 class QualitySection(Section):

@@ -196,15 +196,27 @@ def _split_sentence(gap: EmulationGap) -> str:
             f"{gap.differ_count} of the FP8 engine's differences from fp32 are not reproduced "
             "by the emulation of the recipe. KL is compared only as a mean and maximum here."
         )
-    return (
+    words = (
         f"Against fp32, the FP8 engine alone differs on {gap.engine_only_differ} images and "
         f"its emulation alone on {gap.emulation_only_differ}: those are the FP8 engine's "
         "differences from fp32 that the emulation of the recipe does not reproduce, and the "
         "reverse. McNemar's exact test on that split, p = "
         f"{fmt_sig(gap.split_mcnemar_p)}, is how often a split at least this uneven arises "
-        "when the engine loses no more images than its emulation: a small p says the engine "
-        "itself costs top-1, a large one that the two lose different images at rates this "
-        "data cannot tell apart. KL is compared only as a mean and maximum here."
+        "when the engine loses no more images than this run of its emulation. The emulation "
+        "is itself one of many equally correct computations of the recipe"
+    )
+    if gap.floor_only_differ is None or gap.floor_emulation_only_differ is None:
+        return (
+            f"{words}, so a small p says the engine lost more images than this run of the "
+            "emulation did, not that it computes the recipe worse. KL is compared only as a "
+            "mean and maximum here."
+        )
+    return (
+        f"{words}: its floor run (channels-last) alone differs on {gap.floor_only_differ} "
+        f"images and it alone on {gap.floor_emulation_only_differ} (p = "
+        f"{fmt_sig(gap.floor_split_mcnemar_p)}). An engine whose split is no more uneven than "
+        "the floor's loses images at a rate two correct computations of the recipe already "
+        "differ by. KL is compared only as a mean and maximum here."
     )
 
 
