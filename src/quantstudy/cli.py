@@ -8,6 +8,8 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -394,6 +396,10 @@ def _delegated(args: argparse.Namespace) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from quantstudy.sweep.point import STOP_ON_SIGINT
+
+    if os.environ.get(STOP_ON_SIGINT) == "1":  # a sweep's study: its stop request is SIGINT
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
     if rest and not _delegated(args):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -67,7 +68,10 @@ def _env() -> dict[str, str]:
 
 
 def umask_022() -> None:
+    """The child's umask, and SIGINT's default handling: a shell's background job (pytest run
+    with `&`) passes SIGINT ignored on, and the Ctrl-C tests would then test nothing."""
     os.umask(0o022)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def quantstudy(

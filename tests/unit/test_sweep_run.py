@@ -56,6 +56,26 @@ def sweep_dir(tmp_path_factory) -> Path:
     return root
 
 
+def _sigint(handling: signal.Handlers) -> object:
+    """A preexec_fn giving the child SIGINT's `handling`: SIG_DFL, so that the test does not
+    depend on how pytest was started (a shell's background job inherits SIGINT ignored), or
+    SIG_IGN, to start the sweep as such a job."""
+    return lambda: signal.signal(signal.SIGINT, handling)
+
+
+def _start_sweep(sweep_dir: Path, out: Path, handling: signal.Handlers) -> subprocess.Popen:
+    """`quantstudy sweep bad.yaml` with one worker, started once its first study has cached
+    its fp32 logits (the stop then lands mid-study)."""
+    argv = [sys.executable, "-m", "quantstudy.cli", "sweep", str(sweep_dir / "bad.yaml")]
+    proc = subprocess.Popen([*argv, "--out", str(out), "--workers", "1"], stderr=subprocess.PIPE,
+                            preexec_fn=_sigint(handling))  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(out.glob("*generic_pointwise*/.cache/logits-fp32-*.pt")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the first study never cached"
+        time.sleep(0.1)
+    return proc
+
+
 def _sweep(sweep_dir: Path, name: str, out: str, *extra: str) -> int:
     return main(["sweep", str(sweep_dir / name), "--out", str(sweep_dir / out), *extra])
 
@@ -127,12 +147,7 @@ def test_ray_sweep_gives_the_local_records(sweep_dir, local_sweep, ray_cluster, 
 
 def test_stopped_sweep_resumes_and_a_bad_recipe_fails_alone(sweep_dir, capsys):
     out = sweep_dir / "resume"
-    argv = [sys.executable, "-m", "quantstudy.cli", "sweep", str(sweep_dir / "bad.yaml")]
-    proc = subprocess.Popen([*argv, "--out", str(out), "--workers", "1"], stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while not list(out.glob("*generic_pointwise*/.cache/logits-fp32-*.pt")):
-        assert proc.poll() is None and time.monotonic() < deadline, "the first study never cached"
-        time.sleep(0.1)
+    proc = _start_sweep(sweep_dir, out, signal.SIG_DFL)
     os.kill(proc.pid, signal.SIGINT)  # Ctrl-C
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err.decode()[-2000:]
@@ -150,3 +165,22 @@ def test_stopped_sweep_resumes_and_a_bad_recipe_fails_alone(sweep_dir, capsys):
     assert "no_such_recipe" in (bad / "run.log").read_text()
     md = (out / "sweep.md").read_text()
     assert "## Failed points" in md and failed["error"] in md
+
+
+def test_a_sweep_started_with_sigint_ignored_still_stops_its_study_cleanly(sweep_dir):
+    """A sweep run as a script's background job inherits SIGINT ignored and passes that on; its
+    stop request to a study is SIGINT, which the study must still hear (`STOP_ON_SIGINT`) rather
+    than be killed after the grace period with its record left unwritten."""
+    from quantstudy.sweep.point import STOP_GRACE_S
+
+    out = sweep_dir / "ignored"
+    proc = _start_sweep(sweep_dir, out, signal.SIG_IGN)
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)  # what a background job is stopped with
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert time.monotonic() - t0 < STOP_GRACE_S  # not the SIGKILL after the grace period
+    (good,) = out.glob("*generic_pointwise*")
+    assert json.loads((good / "point.json").read_text())["status"] == "interrupted"
+    assert "interrupted; rerun the same command to resume" in (good / "run.log").read_text()
+    assert json.loads((good / "study.json").read_text())["status"] == "partial"

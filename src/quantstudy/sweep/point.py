@@ -32,6 +32,9 @@ from quantstudy.sweep.grid import GridPoint
 POINT_FILE = "point.json"
 LOG_FILE = "run.log"
 STOP_GRACE_S = 20.0  # after SIGINT, time a study gets to finish writing before SIGKILL
+# Set in a study's environment: it stops on SIGINT even where it inherited SIGINT ignored (a
+# sweep started as a script's background job passes that on), so the stop request is heard.
+STOP_ON_SIGINT = "QUANTSTUDY_STOP_ON_SIGINT"
 ERROR_PREFIX = "quantstudy: error: "  # how the CLI prints a user mistake (cli.py)
 
 Status = Literal["running", "complete", "failed", "interrupted"]
@@ -119,9 +122,9 @@ def run_point(
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
-    """This process's environment with `extra`; PYTHONPATH made absolute (the study's working
-    directory is its folder)."""
-    env = {**os.environ, **extra}
+    """This process's environment with `extra` and `STOP_ON_SIGINT`; PYTHONPATH made absolute
+    (the study's working directory is its folder)."""
+    env = {**os.environ, **extra, STOP_ON_SIGINT: "1"}
     if env.get("PYTHONPATH"):
         parts = env["PYTHONPATH"].split(os.pathsep)
         env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in parts if p)
