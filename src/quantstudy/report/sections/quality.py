@@ -172,8 +172,9 @@ def _emulation_gap(gap: EmulationGap | None) -> list[str]:
             "",
             "The float32 row builds the same FP8 engine (the same FP8 layers, epilogues and "
             "hand-offs) in float32 and runs it eagerly: its distance from the emulation is the "
-            "FP8 arithmetic's alone, and what the engine adds beyond it is the half-precision "
-            "storage between its layers, which FP8 rounding amplifies like any perturbation.",
+            "FP8 arithmetic's alone (on a GPU, with the FP8 tensor cores' own rounding of their "
+            "sums), and what the engine adds beyond it is the half-precision storage between its "
+            "layers, which FP8 rounding amplifies like any perturbation.",
         ]
     if gap.half_floor_agreement is not None:
         lines += [
