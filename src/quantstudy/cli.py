@@ -260,6 +260,10 @@ def _print_outcome(record, report: Path) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from quantstudy.study.guard import preflight
+    from quantstudy.sweep.point import STOP_ON_SIGINT
+
+    if os.environ.get(STOP_ON_SIGINT) == "1":  # a sweep's study: its stop request is SIGINT
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     config = _model_config(args)
     preflight(config)  # bad paths and files refused before torch is even imported
@@ -396,10 +400,6 @@ def _delegated(args: argparse.Namespace) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from quantstudy.sweep.point import STOP_ON_SIGINT
-
-    if os.environ.get(STOP_ON_SIGINT) == "1":  # a sweep's study: its stop request is SIGINT
-        signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
     if rest and not _delegated(args):

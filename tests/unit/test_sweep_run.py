@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def sweep_dir(tmp_path_factory) -> Path:
     return root
 
 
-def _sigint(handling: signal.Handlers) -> object:
+def _sigint(handling: signal.Handlers) -> Callable[[], object]:
     """A preexec_fn giving the child SIGINT's `handling`: SIG_DFL, so that the test does not
     depend on how pytest was started (a shell's background job inherits SIGINT ignored), or
     SIG_IGN, to start the sweep as such a job."""
@@ -169,8 +170,9 @@ def test_stopped_sweep_resumes_and_a_bad_recipe_fails_alone(sweep_dir, capsys):
 
 def test_a_sweep_started_with_sigint_ignored_still_stops_its_study_cleanly(sweep_dir):
     """A sweep run as a script's background job inherits SIGINT ignored and passes that on; its
-    stop request to a study is SIGINT, which the study must still hear (`STOP_ON_SIGINT`) rather
-    than be killed after the grace period with its record left unwritten."""
+    stop request to a study is SIGINT, which the study must still hear (`STOP_ON_SIGINT` in
+    `sweep/point.py`) rather than be killed after the grace period with its record left
+    unwritten."""
     from quantstudy.sweep.point import STOP_GRACE_S
 
     out = sweep_dir / "ignored"

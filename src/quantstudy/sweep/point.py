@@ -32,8 +32,9 @@ from quantstudy.sweep.grid import GridPoint
 POINT_FILE = "point.json"
 LOG_FILE = "run.log"
 STOP_GRACE_S = 20.0  # after SIGINT, time a study gets to finish writing before SIGKILL
-# Set in a study's environment: it stops on SIGINT even where it inherited SIGINT ignored (a
-# sweep started as a script's background job passes that on), so the stop request is heard.
+# Set in a study's environment (`quantstudy run` reads it): the study stops on SIGINT even where
+# it inherited SIGINT ignored (a sweep started as a script's background job passes that on), so
+# the stop request is heard.
 STOP_ON_SIGINT = "QUANTSTUDY_STOP_ON_SIGINT"
 ERROR_PREFIX = "quantstudy: error: "  # how the CLI prints a user mistake (cli.py)
 
