@@ -32,7 +32,6 @@ from quantstudy.engines.builders import (
     build_fp8,
     build_fp32,
     build_half,
-    half_dtype,
     set_numerics,
 )
 from quantstudy.engines.run import run_engine, run_half_storage, run_reordered
@@ -76,7 +75,6 @@ class EngineOutputs:
     heldout: dict[str, torch.Tensor]
     stress: dict[str, torch.Tensor]
     timed: dict[str, Engine]
-    half_storage: torch.dtype | None = None  # the dtype of heldout["fakequant_half"]
 
 
 @dataclass(frozen=True)
@@ -257,7 +255,7 @@ def _run_engines(
                     "logits-fakequant_reordered",
                     lambda e=engine: run_reordered(e, heldout_x, config.eval_batch),
                 )
-            half = outputs.half_storage = half_dtype(device)
+            half = outputs.timed["fp8"].dtype  # the floor of the storage the FP8 engine uses
             short = str(half).removeprefix("torch.")
             with timer.stage(f"engine fakequant: {short} storage run"):
                 outputs.heldout["fakequant_half"] = cache.get_or_compute(
@@ -320,7 +318,7 @@ def _score(
             h["fakequant_reordered"],
             ref,
             h.get("fp8_float32"),
-            (h["fakequant_half"], outputs.half_storage) if outputs.half_storage else None,
+            (h["fakequant_half"], outputs.timed["fp8"].dtype),
         ),
         inputs.loaded.info.random_weights,
         against_fp16=score_engine("fp8", h["fp16"], h["fp8"], labels, seed=config.seed),
