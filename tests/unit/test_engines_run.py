@@ -75,3 +75,36 @@ def test_the_reordered_run_leaves_the_emulation_in_its_own_layout():
     run_reordered(engine, x)
     assert not engine.channels_last
     assert all(p.is_contiguous() for p in net.parameters())
+
+
+class _Gained(nn.Module):
+    """A module with a parameter of its own and a child: its parameter is stored in half too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.randn(4, 1, 1))
+        self.inner = nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) * self.gain
+
+
+def test_half_storage_rounds_buffers_and_parameters_of_modules_with_children():
+    torch.manual_seed(1)
+    bn = nn.BatchNorm2d(4).eval()
+    bn.running_mean.normal_()
+    bn.running_var.uniform_(0.5, 2.0)
+    net = nn.Sequential(bn, _Gained()).eval()
+    x = torch.randn(2, 4, 3, 3)
+    dtype = torch.float16
+    before = {n: t.clone() for n, t in net.state_dict().items()}
+    with torch.no_grad():
+        h = nn.functional.batch_norm(
+            x, _half(bn.running_mean, dtype), _half(bn.running_var, dtype),
+            _half(bn.weight, dtype), _half(bn.bias, dtype), eps=bn.eps,
+        )  # fmt: skip
+        # the leaves' outputs are rounded (BatchNorm, Identity), not the product in _Gained's
+        # own forward
+        want = _half(h, dtype) * _half(net[1].gain, dtype)
+    assert torch.equal(run_half_storage(_engine(net), x, dtype), want)
+    assert all(torch.equal(t, before[n]) for n, t in net.state_dict().items())

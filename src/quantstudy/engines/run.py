@@ -46,49 +46,55 @@ def run_reordered(engine: Engine, images: torch.Tensor, batch_size: int = 64) ->
 def run_half_storage(
     engine: Engine, images: torch.Tensor, dtype: torch.dtype, batch_size: int = 64
 ) -> torch.Tensor:
-    """`engine` (an eager float32 emulation) with every module's output, and the weights and
-    biases of its float layers, rounded to `dtype`; the arithmetic stays float32.
+    """`engine` (an eager float32 emulation) with every leaf module's output, and the
+    parameters and buffers outside its FP8 layers, rounded to `dtype`; the arithmetic stays
+    float32. Sums written in a module's own forward (a block's residual sum) stay float32
+    until a leaf reads them.
 
     One correct implementation of the recipe that stores values in `dtype` between layers, as
     the half-precision engines do: FP8 rounding amplifies each such rounding as it amplifies a
     reordered fp32 sum, so its distance from the emulation is the floor for an engine that
     stores in `dtype`. The FP8 layers (`QDQ`) keep their weights (FP8 values whose float32
-    scales the fused epilogue applies) and round only their output. Parameters are rounded in
-    place and restored afterwards."""
+    scales the fused epilogue applies) and round only their output. Parameters and buffers are
+    rounded in place and restored afterwards."""
     module = engine.module
     if not isinstance(module, nn.Module):
         raise TypeError(f"{engine.name}: half-precision storage needs an eager nn.Module")
-    saved: list[tuple[torch.Tensor, torch.Tensor]] = []
-    hooks = []
-    for sub in _storing_modules(module):
-        if not isinstance(sub, QDQ):
-            for p in sub.parameters(recurse=False):
-                saved.append((p, p.detach().clone()))
-                p.data = p.data.to(dtype).to(p.dtype)
-        hooks.append(sub.register_forward_hook(lambda _m, _i, out: _rounded(out, dtype)))
+    outputs, tensors = _stored_parts(module)
+    saved = [(t, t.detach().clone()) for t in tensors]
+    for t in tensors:
+        t.data = t.data.to(dtype).to(t.dtype)
+    hooks = [m.register_forward_hook(lambda _m, _i, out: _rounded(out, dtype)) for m in outputs]
     try:
         return run_engine(engine, images, batch_size)
     finally:
         for h in hooks:
             h.remove()
-        for p, value in saved:
-            p.data = value
+        for t, value in saved:
+            t.data = value
 
 
-def _storing_modules(module: nn.Module) -> list[nn.Module]:
-    """The modules whose outputs an engine stores: leaves, and FP8 emulations as one unit."""
-    found: list[nn.Module] = []
+def _stored_parts(module: nn.Module) -> tuple[list[nn.Module], list[torch.Tensor]]:
+    """What a half-precision engine stores in its dtype: the outputs of the leaf modules and of
+    the FP8 emulations (`QDQ`, as one unit), and the floating-point parameters and buffers of
+    every other module (a BatchNorm's, say, whether or not it has children)."""
+    outputs: list[nn.Module] = []
+    tensors: list[torch.Tensor] = []
 
     def visit(m: nn.Module) -> None:
-        children = list(m.children())
-        if isinstance(m, QDQ) or not children:
-            found.append(m)
+        if isinstance(m, QDQ):
+            outputs.append(m)
             return
+        own = [*m.parameters(recurse=False), *m.buffers(recurse=False)]
+        tensors.extend(t for t in own if t.is_floating_point())
+        children = list(m.children())
+        if not children:
+            outputs.append(m)
         for c in children:
             visit(c)
 
     visit(module)
-    return found
+    return outputs, tensors
 
 
 def _rounded(out: object, dtype: torch.dtype) -> object:

@@ -180,8 +180,9 @@ def _emulation_gap(gap: EmulationGap | None) -> list[str]:
         lines += [
             "",
             f"The {gap.half_floor_dtype} floor row runs the emulation again with every layer's "
-            f"output and the float layers' weights rounded to {gap.half_floor_dtype}, the "
-            "arithmetic still fp32: one correct implementation of the recipe that stores values "
+            "output and the parameters outside the FP8 layers rounded to "
+            f"{gap.half_floor_dtype}, the arithmetic still fp32: one correct implementation of "
+            "the recipe that stores values "
             "as the half-precision engines do. An FP8 engine storing in that dtype between "
             "its layers can be expected to agree with the emulation about this well, not better.",
         ]
