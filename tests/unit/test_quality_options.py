@@ -384,3 +384,15 @@ def test_the_options_module_scores_the_engine_in_other_dtypes(tiny_imagenet, tmp
     assert row["fakequant_reordered"]["n"] == 12  # the floor's run, against fp32
     assert row["fp8_float32"]["n"] == row["fp8"]["n"] == 12
     assert row["fp8_float32_vs_fakequant"]["kl_mean"] < 1e-6
+
+
+def test_the_options_module_refuses_a_storage_dtype_that_is_not_half(tmp_path, capsys):
+    """`--storage-dtypes` takes the half dtypes only: float32 storage is the emulation itself."""
+    from quantstudy.study.options import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["m", "--data", str(tmp_path), "--calib-data", str(tmp_path),
+              "--storage-dtypes", "float32", "--out", str(tmp_path / "o.json")])  # fmt: skip
+    assert err.value.code == 2
+    assert "--storage-dtypes: invalid choice: 'float32'" in capsys.readouterr().err
+    assert not (tmp_path / "o.json").exists()
