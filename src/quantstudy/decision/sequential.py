@@ -174,7 +174,7 @@ def first_verdicts(
 
 
 @dataclass(frozen=True)
-class _Scale:
+class Scale:
     """A gate's value as offset + scale * x, with x in [0, 1] the sequence's units."""
 
     offset: float
@@ -187,13 +187,19 @@ class _Scale:
         return self.offset + self.scale * x
 
 
-_TOP1_SCALE = _Scale(-1.0, 2.0)
-_UNIT = _Scale(0.0, 1.0)
+def gate_rule(name: str, policy: Policy) -> tuple[float, Direction, Scale]:
+    """Threshold and good side of an interval gate under `policy`, and its map onto [0, 1]."""
+    q = policy.quality
+    rules = {
+        TOP1: (q.top1.threshold, Direction.AT_LEAST, Scale(-1.0, 2.0)),
+        AGREEMENT: (q.agreement.min, Direction.AT_LEAST, Scale(0.0, 1.0)),
+        KL_MEAN: (q.kl_mean.max, Direction.AT_MOST, Scale(0.0, KL_CAP)),
+    }
+    return rules[name]
 
 
-def _blank(
-    name: str, metric: GateMetric, threshold: float, direction: Direction, images: int
-) -> GateLook:
+def _blank(name: str, metric: GateMetric, policy: Policy, images: int) -> GateLook:
+    threshold, direction, _ = gate_rule(name, policy)
     return GateLook(
         name=name,
         metric=metric,
@@ -205,7 +211,7 @@ def _blank(
 
 
 def _interval_look(
-    gate: GateLook, x: np.ndarray, scale: _Scale, alpha: float, previous: GateLook | None
+    gate: GateLook, x: np.ndarray, scale: Scale, alpha: float, previous: GateLook | None
 ) -> GateLook:
     """The gate's interval and verdict from its observations `x` in [0, 1]."""
     if x.size == 0:
@@ -242,7 +248,7 @@ def _missing(gate: GateLook, missing: Missing, reason: str) -> GateLook:
 
 def _top1_look(per: PerImage, policy: Policy, n: int, prev: GateLook | None) -> GateLook:
     tp = policy.quality.top1
-    gate = _blank(TOP1, GateMetric.TOP1_CHANGE, tp.threshold, Direction.AT_LEAST, n)
+    gate = _blank(TOP1, GateMetric.TOP1_CHANGE, policy, n)
     gate = gate.model_copy(update={"baseline": tp.baseline})
     if per.labels is None:
         reason = "held-out set is unlabelled"
@@ -255,23 +261,24 @@ def _top1_look(per: PerImage, policy: Policy, n: int, prev: GateLook | None) -> 
         return _missing(gate, Missing.NOT_MEASURED, "no per-image top-1 of both engines")
     labels = per.labels[:n]
     d = (engine[:n] == labels).astype(np.float64) - (base[:n] == labels)
-    return _interval_look(gate, (d + 1.0) / 2.0, _TOP1_SCALE, 1.0 - policy.confidence, prev)
+    scale = gate_rule(TOP1, policy)[2]
+    return _interval_look(gate, scale.to_unit(d), scale, 1.0 - policy.confidence, prev)
 
 
 def _agreement_look(per: PerImage, policy: Policy, n: int, prev: GateLook | None) -> GateLook:
     ap = policy.quality.agreement
-    gate = _blank(AGREEMENT, GateMetric.AGREEMENT, ap.min, Direction.AT_LEAST, n)
+    gate = _blank(AGREEMENT, GateMetric.AGREEMENT, policy, n)
     gate = gate.model_copy(update={"baseline": ap.baseline})
     engine, base = per.top1.get(policy.engine), per.top1.get(ap.baseline.value)
     if engine is None or base is None:
         return _missing(gate, Missing.NOT_MEASURED, "no per-image top-1 of both engines")
     x = (engine[:n] == base[:n]).astype(np.float64)
-    return _interval_look(gate, x, _UNIT, 1.0 - policy.confidence, prev)
+    return _interval_look(gate, x, gate_rule(AGREEMENT, policy)[2], 1.0 - policy.confidence, prev)
 
 
 def _kl_look(per: PerImage, policy: Policy, n: int, prev: GateLook | None) -> GateLook:
     kp = policy.quality.kl_mean
-    gate = _blank(KL_MEAN, GateMetric.KL_MEAN, kp.max, Direction.AT_MOST, n)
+    gate = _blank(KL_MEAN, GateMetric.KL_MEAN, policy, n)
     gate = gate.model_copy(update={"baseline": kp.baseline, "cap": KL_CAP})
     kl = per.kl.get((kp.baseline.value, policy.engine))
     if kl is None:
@@ -279,8 +286,9 @@ def _kl_look(per: PerImage, policy: Policy, n: int, prev: GateLook | None) -> Ga
     kl = np.asarray(kl[:n], dtype=np.float64)
     kl = kl[np.isfinite(kl)]
     above = int(np.count_nonzero(kl > KL_CAP))
-    x = np.minimum(np.maximum(kl, 0.0), KL_CAP) / KL_CAP
-    out = _interval_look(gate, x, _Scale(0.0, KL_CAP), 1.0 - policy.confidence, prev)
+    scale = gate_rule(KL_MEAN, policy)[2]
+    x = scale.to_unit(np.clip(kl, 0.0, KL_CAP))
+    out = _interval_look(gate, x, scale, 1.0 - policy.confidence, prev)
     out = out.model_copy(update={"above_cap": above})
     if above and out.status == GateStatus.PASS:
         reason = f"{above} images have KL above the {KL_CAP:g}-nat cap the pass assumes"
@@ -291,7 +299,14 @@ def _kl_look(per: PerImage, policy: Policy, n: int, prev: GateLook | None) -> Ga
 
 
 def _finite_look(per: PerImage, n: int, prev: GateLook | None) -> GateLook:
-    gate = _blank(FINITE, GateMetric.NONFINITE, 0.0, Direction.AT_MOST, n)
+    gate = GateLook(
+        name=FINITE,
+        metric=GateMetric.NONFINITE,
+        images=n,
+        threshold=0.0,
+        direction=Direction.AT_MOST,
+        status=GateStatus.INCONCLUSIVE,
+    )
     bad = int(sum(per.nonfinite.values()))
     if prev is not None and prev.status == GateStatus.FAIL:
         return prev.model_copy(update={"images": n, "estimate": max(float(bad), prev.estimate)})
@@ -371,8 +386,10 @@ __all__ = [
     "SOURCE",
     "TRUNCATION",
     "PerImage",
+    "Scale",
     "confidence_sequence",
     "first_verdicts",
+    "gate_rule",
     "gates_from_look",
     "look",
     "settled",
