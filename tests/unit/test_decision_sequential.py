@@ -260,3 +260,54 @@ def test_the_section_round_trips_in_a_study_record():
     record = build_record().model_copy(update={"sequential": section})
     again = StudyRecord.model_validate_json(record.model_dump_json())
     assert again.sequential == section
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def _sequential_record(n: int = 6000, round_size: int = 500) -> StudyRecord:
+    per = _per_image(n, change=0.02)
+    looks, prev = [], None
+    for images in range(round_size, n + 1, round_size):
+        prev = seq.look(per, POLICY, images, previous=prev)
+        looks.append(prev)
+    section = SequentialSection(
+        method=seq.METHOD,
+        source=seq.SOURCE,
+        alpha=1 - POLICY.confidence,
+        confidence=POLICY.confidence,
+        round_size=round_size,
+        upper_bound=50_000,
+        bet_block=seq.BET_BLOCK,
+        kl_cap=seq.KL_CAP,
+        looks=looks,
+        stop_reason=StopReason.SETTLED if seq.settled(prev) else StopReason.DATA_EXHAUSTED,
+    )
+    return build_record().model_copy(update={"sequential": section})
+
+
+def test_the_report_shows_every_look_and_passes_its_self_check(tmp_path):
+    from quantstudy.report.markdown import render_markdown
+    from quantstudy.report.plots import write_plots
+    from quantstudy.report.selfcheck import check_markdown
+    from quantstudy.report.sequential_plot import SEQUENTIAL_PNG
+
+    record = _sequential_record()
+    md = render_markdown(record)
+    assert check_markdown(md, record) == []
+    section = md[md.index("### Sequential decision") :]
+    assert seq.SOURCE in section and f"{len(record.sequential.looks)} looks" in section
+    assert section.count("\n| 3,000 |") == 1  # one row per look
+    assert f"]({SEQUENTIAL_PNG})" in section
+    written = {p.name for p in write_plots(record, tmp_path)}
+    assert SEQUENTIAL_PNG in written
+    assert (tmp_path / SEQUENTIAL_PNG).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_record_without_looks_renders_no_sequential_section():
+    from quantstudy.report.markdown import render_markdown
+    from quantstudy.report.plots import available_plots
+
+    record = build_record()
+    assert "Sequential decision" not in render_markdown(record)
+    assert "sequential.png" not in {name for name, _ in available_plots(record)}
