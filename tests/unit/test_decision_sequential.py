@@ -12,7 +12,6 @@ from scipy.stats import norm
 
 from quantstudy.decision import sequential as seq
 from quantstudy.decision.gates import AGREEMENT, FINITE, KL_MEAN, TOP1
-from quantstudy.decision.policy import outcome_of
 from quantstudy.decision.schema import Policy
 from quantstudy.decision.simulate import Case, cases, simulate
 from quantstudy.record import SequentialSection, StudyRecord
@@ -235,10 +234,51 @@ def test_per_image_arrays_must_line_up():
 def test_a_look_becomes_the_decisions_quality_gates():
     per = _per_image(20_000, change=0.02)
     gates = seq.gates_from_look(seq.look(per, POLICY), POLICY)
-    assert [g.name for g in gates] == [TOP1, AGREEMENT, KL_MEAN, FINITE]
-    assert outcome_of(gates) == Outcome.NOT_SHIP
+    assert [g.name for g in gates] == [TOP1, AGREEMENT, KL_MEAN]
+    assert [g.status for g in gates] == [GateStatus.FAIL, GateStatus.PASS, GateStatus.PASS]
     top1 = gates[0]
     assert top1.low < top1.value < top1.high and top1.confidence == POLICY.confidence
+
+
+def test_decide_takes_a_sequential_studys_gates_from_its_last_look():
+    """The fixed-N gates of the same record would use intervals that do not hold after
+    optional stopping; `decide` replaces them, and the report's meaning check agrees."""
+    from quantstudy.decision.policy import decide
+    from quantstudy.report.meaning import check_meaning
+
+    record = _sequential_record()
+    last = {g.name: g for g in record.sequential.looks[-1].gates}
+    decision = decide(record, POLICY, "builtin:default")
+    by_name = {g.name: g for g in decision.gates}
+    for name in (TOP1, AGREEMENT, KL_MEAN):
+        assert (by_name[name].low, by_name[name].high) == (last[name].lower, last[name].upper)
+        assert by_name[name].status == last[name].status
+    assert decision.outcome == Outcome.NOT_SHIP and TOP1 in decision.failed
+    assert check_meaning(record.model_copy(update={"decision": decision})) == []
+
+
+def test_another_policy_is_held_against_the_last_interval_or_left_open():
+    record = _sequential_record()
+    last = {g.name: g for g in record.sequential.looks[-1].gates}
+    # a 2-point margin: the top-1 change's last interval lies above -2 points only if its
+    # lower bound does; the verdict follows the interval, not the look's own threshold
+    loose = Policy.model_validate({"quality": {"top1": {"margin_points": 2.5}}})
+    g = seq.decision_gates(record.sequential, loose)[TOP1]
+    assert last[TOP1].lower > -0.025 and g.status == GateStatus.PASS
+    other = Policy.model_validate({"confidence": 0.99})
+    g = seq.decision_gates(record.sequential, other)[AGREEMENT]
+    assert g.status == GateStatus.INCONCLUSIVE and g.missing == Missing.NOT_RECORDED
+
+
+def test_random_weights_keep_the_quality_gates_open_whatever_the_looks():
+    from quantstudy.decision.policy import decide
+
+    record = _sequential_record()
+    record = record.model_copy(
+        update={"model": record.model.model_copy(update={"random_weights": True})}
+    )
+    gates = {g.name: g for g in decide(record, POLICY, "builtin:default").gates}
+    assert gates[TOP1].missing == Missing.RANDOM_WEIGHTS
 
 
 def test_the_section_round_trips_in_a_study_record():

@@ -7,21 +7,10 @@ is a sequence of intervals that holds at every sample size at once: with probabi
 1 - alpha the mean lies inside every one of them, so a look after every round, a stop at any
 time, and a later `extend` with more images keep the stated level.
 
-Method: the predictable plug-in empirical-Bernstein confidence sequence (PrPl-EB) of
-Waudby-Smith and Ramdas (`SOURCE`, Theorem 2), for the mean of observations in [0, 1]. With
-predictable bets lambda_i in [0, 1) and predictable means m_i (both fixed before X_i is seen),
-      C_n = sum(lambda_i X_i) / sum(lambda_i)
-            +- (log(2 / alpha) + sum((X_i - m_i)^2 psi(lambda_i))) / sum(lambda_i),
-      psi(l) = -log(1 - l) - l,
-is a (1 - alpha) confidence sequence. It needs no distribution, only the bounds, and adapts to
-the variance (paired top-1 changes are mostly 0, so their variance is far below the range's).
-Bets follow the paper's plug-in rule lambda = min(sqrt(2 log(2/alpha) / (s^2 n log(1 + n))),
-`TRUNCATION`), with s^2 the variance of the images before the bet (prior 1/4, as in the paper)
-and n the images at the end of the bet. Bets and means are refreshed every `BET_BLOCK` images
-(any predictable choice keeps the guarantee); that keeps the statistics per block (count, sum,
-sum of squares), which is what lets `simulate.py` run 10,000 studies in seconds through the
-same code. The interval reported at a look is the running intersection over every block end so
-far and the look itself (valid: the sequence holds at all those sizes at once).
+Method: the predictable plug-in empirical-Bernstein confidence sequence of Waudby-Smith and
+Ramdas (`confseq.py`: formula, bets, source), for means of observations in [0, 1], at
+alpha = 1 - the policy's confidence, refreshed every `BET_BLOCK` images. The interval at a look
+is the running intersection over every block end so far, the look itself and the look before.
 
 The gates, each mapped onto [0, 1] (thresholds and policy as in `gates.py`):
 - top-1 change vs the policy's baseline (labels needed): d_i = engine correct - baseline correct
@@ -47,7 +36,8 @@ API (the round loop in `study/` calls it after every round):
     now = look(per, policy, previous=last_look)   # a record.Look
     settled(now)   # every quality gate passed or failed: stop
     stuck(now)     # an open gate lacks evidence more images cannot bring (e.g. labels)
-    gates_from_look(now, policy)   # the decision's quality gates from the last look
+    gates_from_look(now, policy)   # the decision's quality gates from a look
+    decision_gates(record.sequential, policy)   # what `decide` uses for a sequential study
 """
 
 from __future__ import annotations
@@ -58,10 +48,29 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from quantstudy.decision.gates import AGREEMENT, FINITE, KL_MEAN, TOP1, status_of
+from quantstudy.decision.confseq import (
+    BET_BLOCK,
+    FAIL,
+    METHOD,
+    OPEN,
+    PASS,
+    SOURCE,
+    TRUNCATION,
+    block_stats,
+    confidence_sequence,
+    first_verdicts,
+)
+from quantstudy.decision.gates import (
+    AGREEMENT,
+    FINITE,
+    KL_MEAN,
+    TOP1,
+    status_of,
+)
 from quantstudy.decision.schema import Policy
-from quantstudy.record import Gate, GateLook, Look
+from quantstudy.record import Gate, GateLook, Look, SequentialSection
 from quantstudy.record.vocab import (
+    Baseline,
     Direction,
     GateKind,
     GateMetric,
@@ -69,17 +78,9 @@ from quantstudy.record.vocab import (
     Missing,
 )
 
-METHOD = "predictable plug-in empirical-Bernstein confidence sequence (PrPl-EB)"
-SOURCE = (
-    "Waudby-Smith, I. and Ramdas, A., Estimating means of bounded random variables by "
-    "betting, J. R. Stat. Soc. B 86(1):1-27 (2024), arXiv:2010.09686, Theorem 2"
-)
-BET_BLOCK = 100  # images per bet: a smaller block bets closer to the paper's per-image rule
-TRUNCATION = 0.75  # the largest bet; the paper suggests 1/2 or 3/4 (3/4 narrows low-variance KL)
 KL_CAP = 1.0  # nats: per-image KL above this blocks the KL gate's pass (module docstring)
 
-_OPEN, _PASS, _FAIL = 0, 1, 2
-_STATUS = {_OPEN: GateStatus.INCONCLUSIVE, _PASS: GateStatus.PASS, _FAIL: GateStatus.FAIL}
+_STATUS = {OPEN: GateStatus.INCONCLUSIVE, PASS: GateStatus.PASS, FAIL: GateStatus.FAIL}
 
 
 @dataclass(frozen=True)
@@ -108,66 +109,6 @@ class PerImage:
     def images(self) -> int:
         arrays = [*self.top1.values(), *self.kl.values()]
         return len(arrays[0]) if arrays else 0
-
-
-# --- the confidence sequence ----------------------------------------------------------------
-
-
-def block_stats(x: np.ndarray, block: int = BET_BLOCK) -> tuple[np.ndarray, ...]:
-    """Count, sum and sum of squares of `x` (values in [0, 1]) per block of `block` images;
-    the last block holds the remainder."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.size == 0:
-        return np.zeros(0), np.zeros(0), np.zeros(0)
-    starts = np.arange(0, x.size, block)
-    count = np.diff(np.append(starts, x.size)).astype(np.float64)
-    return count, np.add.reduceat(x, starts), np.add.reduceat(x * x, starts)
-
-
-def confidence_sequence(
-    count: np.ndarray, total: np.ndarray, total_sq: np.ndarray, alpha: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """PrPl-EB lower and upper bounds at every block end, running-intersected.
-
-    Inputs are per-block statistics of observations in [0, 1] along the last axis (leading
-    axes: independent studies, for the simulation). Bet and mean of block k come from blocks
-    before k only, so they are predictable."""
-    n_end = np.cumsum(count, axis=-1)
-    n_before = n_end - count
-    s_before = np.cumsum(total, axis=-1) - total
-    q_before = np.cumsum(total_sq, axis=-1) - total_sq
-    mean_prior = (0.5 + s_before) / (n_before + 1.0)  # the paper's predictable mean
-    spread = np.maximum(q_before - s_before * s_before / np.maximum(n_before, 1.0), 0.0)
-    var = (0.25 + spread) / (n_before + 1.0)
-    log_term = math.log(2.0 / alpha)
-    bet = np.minimum(np.sqrt(2.0 * log_term / (var * n_end * np.log1p(n_end))), TRUNCATION)
-    dev = total_sq - 2.0 * mean_prior * total + count * mean_prior * mean_prior
-    psi = -np.log1p(-bet) - bet
-    weight = np.cumsum(bet * count, axis=-1)
-    center = np.cumsum(bet * total, axis=-1) / weight
-    margin = (log_term + np.cumsum(psi * np.maximum(dev, 0.0), axis=-1)) / weight
-    lower = np.maximum.accumulate(np.clip(center - margin, 0.0, 1.0), axis=-1)
-    upper = np.minimum.accumulate(np.clip(center + margin, 0.0, 1.0), axis=-1)
-    return lower, upper
-
-
-def first_verdicts(
-    lower: np.ndarray, upper: np.ndarray, threshold: float, direction: Direction
-) -> tuple[np.ndarray, np.ndarray]:
-    """The first verdict along the last axis and the index where it came (size if never).
-
-    Codes: 0 open, 1 pass, 2 fail; pass and fail follow `gates.status_of` (a pass on the
-    threshold itself, a fail strictly beyond it)."""
-    if direction == Direction.AT_LEAST:
-        passing, failing = lower >= threshold, upper < threshold
-    else:
-        passing, failing = upper <= threshold, lower > threshold
-    size = lower.shape[-1]
-    at_pass = np.where(passing.any(axis=-1), passing.argmax(axis=-1), size)
-    at_fail = np.where(failing.any(axis=-1), failing.argmax(axis=-1), size)
-    code = np.where(at_pass <= at_fail, _PASS, _FAIL)
-    at = np.minimum(at_pass, at_fail)
-    return np.where(at < size, code, _OPEN), at
 
 
 # --- the gates ------------------------------------------------------------------------------
@@ -222,7 +163,7 @@ def _interval_look(
     t = scale.to_unit(gate.threshold)
     code, at = first_verdicts(lower, upper, t, gate.direction)
     low, high = scale.value(float(lower[-1])), scale.value(float(upper[-1]))
-    status, settled_at = _STATUS[int(code)], (int(ends[at]) if code != _OPEN else None)
+    status, settled_at = _STATUS[int(code)], (int(ends[at]) if code != OPEN else None)
     if previous is not None and previous.lower is not None and previous.upper is not None:
         low, high = max(low, previous.lower), min(high, previous.upper)
         if previous.status != GateStatus.INCONCLUSIVE and previous.missing is None:
@@ -351,32 +292,87 @@ def stuck(look: Look) -> bool:
     return any(g.status == GateStatus.INCONCLUSIVE and g.missing is not None for g in look.gates)
 
 
-def gates_from_look(look: Look, policy: Policy) -> list[Gate]:
-    """The decision's quality gates from a look, in `decide`'s typed form.
+def _baseline_of(name: str, policy: Policy) -> Baseline:
+    q = policy.quality
+    return {TOP1: q.top1.baseline, AGREEMENT: q.agreement.baseline, KL_MEAN: q.kl_mean.baseline}[
+        name
+    ]
 
-    After a sequential study these replace the fixed-N quality gates: their intervals would
-    not hold at a sample size the data chose."""
-    gates = []
-    for g in look.gates:
-        interval = g.metric != GateMetric.NONFINITE
-        gates.append(
-            Gate(
-                name=g.name,
-                kind=GateKind.QUALITY,
-                metric=g.metric,
-                status=g.status,
-                baseline=g.baseline,
-                value=g.estimate,
-                low=g.lower if interval else None,
-                high=g.upper if interval else None,
-                confidence=policy.confidence if interval else None,
-                threshold=g.threshold,
-                direction=g.direction,
-                missing=g.missing,
-                skipped_reason=g.skipped_reason,
-            )
+
+def _unevaluated(gate: Gate, missing: Missing, reason: str) -> Gate:
+    return gate.model_copy(update={"missing": missing, "skipped_reason": reason})
+
+
+def _decision_gate(g: GateLook, policy: Policy, confidence: float) -> Gate:
+    """One interval gate of the decision from its last look, under `policy`.
+
+    The look's verdict stands when the policy's threshold is the look's. Under another
+    threshold the last interval decides: a confidence sequence holds at every size at once, so
+    its last interval may be held against any threshold. A look at another confidence or
+    against another baseline is not evidence for this policy's gate."""
+    threshold, direction, _ = gate_rule(g.name, policy)
+    baseline = _baseline_of(g.name, policy)
+    gate = Gate(
+        name=g.name,
+        kind=GateKind.QUALITY,
+        metric=g.metric,
+        status=GateStatus.INCONCLUSIVE,
+        baseline=baseline,
+        value=g.estimate,
+        low=g.lower,
+        high=g.upper,
+        confidence=policy.confidence,
+        threshold=threshold,
+        direction=direction,
+    )
+    if not math.isclose(confidence, policy.confidence, abs_tol=1e-9):
+        why = f"looks recorded at confidence {confidence:g}, not {policy.confidence:g}"
+        return _unevaluated(gate, Missing.NOT_RECORDED, why)
+    if g.baseline != baseline:
+        why = f"looks recorded against {g.baseline}, not {baseline}"
+        return _unevaluated(gate, Missing.NOT_RECORDED, why)
+    if g.missing == Missing.UNLABELLED and g.name == TOP1:
+        reason = "held-out set is unlabelled"
+        if policy.quality.top1.require_labels:
+            return _unevaluated(gate, g.missing, f"{reason}; the policy requires labels")
+        skip = f"{reason}; the policy does not require labels"
+        return gate.model_copy(
+            update={"status": GateStatus.PASS, "missing": g.missing, "skipped_reason": skip}
         )
-    return gates
+    if g.missing is not None or g.lower is None or g.upper is None:
+        why = g.skipped_reason or "no interval at the last look"
+        return _unevaluated(gate, g.missing or Missing.NOT_MEASURED, why)
+    if threshold == g.threshold and direction == g.direction:
+        status = g.status
+    else:
+        status = status_of(g.lower, g.upper, threshold, direction)
+    if status == GateStatus.PASS and g.above_cap:
+        return _unevaluated(gate, Missing.NOT_MEASURED, g.skipped_reason or "KL above the cap")
+    return gate.model_copy(update={"status": status, "skipped_reason": g.skipped_reason})
+
+
+def gates_from_look(look: Look, policy: Policy) -> list[Gate]:
+    """The decision's interval gates (top-1 change, agreement, KL mean) from a look taken under
+    `policy`; the NaN/Inf gate stays `gates.finite_gate`'s, which also counts stress inputs."""
+    return [
+        _decision_gate(g, policy, policy.confidence)
+        for g in look.gates
+        if g.metric != GateMetric.NONFINITE
+    ]
+
+
+def decision_gates(section: SequentialSection | None, policy: Policy) -> dict[str, Gate]:
+    """The interval gates of a sequential study's decision, by name, from its last look (empty
+    without looks). After a sequential study these replace the fixed-N gates, whose intervals
+    would not hold at a sample size the data chose (`policy.decide`)."""
+    if section is None or not section.looks:
+        return {}
+    last = section.looks[-1]
+    return {
+        g.name: _decision_gate(g, policy, section.confidence)
+        for g in last.gates
+        if g.metric != GateMetric.NONFINITE
+    }
 
 
 __all__ = [
@@ -388,6 +384,7 @@ __all__ = [
     "PerImage",
     "Scale",
     "confidence_sequence",
+    "decision_gates",
     "first_verdicts",
     "gate_rule",
     "gates_from_look",
