@@ -14,7 +14,7 @@ from quantstudy.decision import sequential as seq
 from quantstudy.decision.gates import AGREEMENT, FINITE, KL_MEAN, TOP1
 from quantstudy.decision.schema import Policy
 from quantstudy.decision.simulate import Case, cases, simulate
-from quantstudy.record import SequentialSection, StudyRecord
+from quantstudy.record import StudyRecord
 from quantstudy.record.vocab import GateStatus, Missing, Outcome, StopReason
 
 POLICY = Policy()
@@ -204,6 +204,17 @@ def test_nonfinite_output_fails_at_once_and_stays_failed():
     assert _gate(later, FINITE).status == GateStatus.FAIL
 
 
+def test_nonfinite_flags_per_image_say_where_the_gate_failed():
+    per = _per_image(1000)
+    flags = np.zeros(1000, bool)
+    flags[[640, 900]] = True
+    flagged = seq.PerImage(top1=per.top1, nonfinite={"fp8": flags, "fp16": np.zeros(1000, bool)})
+    assert _gate(seq.look(flagged, POLICY, 600), FINITE).status == GateStatus.PASS
+    g = _gate(seq.look(flagged, POLICY, 700), FINITE)
+    assert (g.status, g.settled_at, g.estimate) == (GateStatus.FAIL, 641, 1.0)
+    assert _gate(seq.look(flagged, POLICY), FINITE).estimate == 2.0
+
+
 def test_kl_above_the_cap_blocks_a_pass_but_not_a_fail():
     per = _per_image(5000, kl_scale=0.002)
     assert _gate(seq.look(per, POLICY), KL_MEAN).status == GateStatus.PASS
@@ -285,18 +296,7 @@ def test_the_section_round_trips_in_a_study_record():
     per = _per_image(3000)
     looks = [seq.look(per, POLICY, 1000)]
     looks.append(seq.look(per, POLICY, 3000, previous=looks[0]))
-    section = SequentialSection(
-        method=seq.METHOD,
-        source=seq.SOURCE,
-        alpha=1 - POLICY.confidence,
-        confidence=POLICY.confidence,
-        round_size=1000,
-        upper_bound=50_000,
-        bet_block=seq.BET_BLOCK,
-        kl_cap=seq.KL_CAP,
-        looks=looks,
-        stop_reason=StopReason.DATA_EXHAUSTED,
-    )
+    section = seq.make_section(POLICY, 1000, 50_000, looks, StopReason.DATA_EXHAUSTED)
     record = build_record().model_copy(update={"sequential": section})
     again = StudyRecord.model_validate_json(record.model_dump_json())
     assert again.sequential == section
@@ -311,18 +311,8 @@ def _sequential_record(n: int = 6000, round_size: int = 500) -> StudyRecord:
     for images in range(round_size, n + 1, round_size):
         prev = seq.look(per, POLICY, images, previous=prev)
         looks.append(prev)
-    section = SequentialSection(
-        method=seq.METHOD,
-        source=seq.SOURCE,
-        alpha=1 - POLICY.confidence,
-        confidence=POLICY.confidence,
-        round_size=round_size,
-        upper_bound=50_000,
-        bet_block=seq.BET_BLOCK,
-        kl_cap=seq.KL_CAP,
-        looks=looks,
-        stop_reason=StopReason.SETTLED if seq.settled(prev) else StopReason.DATA_EXHAUSTED,
-    )
+    stop = StopReason.SETTLED if seq.settled(prev) else StopReason.DATA_EXHAUSTED
+    section = seq.make_section(POLICY, round_size, 50_000, looks, stop)
     return build_record().model_copy(update={"sequential": section})
 
 

@@ -36,6 +36,7 @@ API (the round loop in `study/` calls it after every round):
     now = look(per, policy, previous=last_look)   # a record.Look
     settled(now)   # every quality gate passed or failed: stop
     stuck(now)     # an open gate lacks evidence more images cannot bring (e.g. labels)
+    make_section(policy, round_size, upper_bound, looks, stop_reason)  # record.sequential
     gates_from_look(now, policy)   # the decision's quality gates from a look
     decision_gates(record.sequential, policy)   # what `decide` uses for a sequential study
 """
@@ -76,6 +77,7 @@ from quantstudy.record.vocab import (
     GateMetric,
     GateStatus,
     Missing,
+    StopReason,
 )
 
 KL_CAP = 1.0  # nats: per-image KL above this blocks the KL gate's pass (module docstring)
@@ -89,14 +91,15 @@ class PerImage:
 
     `top1`: each engine's top-1 class index ("fp32", "fp16", "fp8", ...); `labels`: the true
     class index, None for unlabelled data; `kl`: KL(baseline || engine) per image, keyed
-    (baseline, engine), NaN where either output was not finite; `nonfinite`: the count of
-    images with a non-finite output, per engine.
+    (baseline, engine), NaN where either output was not finite; `nonfinite`: per engine,
+    either a boolean array (this image had a non-finite output) or the count of such images
+    among all of them (then a look at fewer images than the arrays hold counts them all).
     """
 
     top1: Mapping[str, np.ndarray]
     labels: np.ndarray | None = None
     kl: Mapping[tuple[str, str], np.ndarray] = field(default_factory=dict)
-    nonfinite: Mapping[str, int] = field(default_factory=dict)
+    nonfinite: Mapping[str, int | np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         sizes = {len(a) for a in self.top1.values()} | {len(a) for a in self.kl.values()}
@@ -239,6 +242,21 @@ def _kl_look(per: PerImage, policy: Policy, n: int, prev: GateLook | None) -> Ga
     return out
 
 
+def _nonfinite(per: PerImage, n: int) -> tuple[int, int | None]:
+    """Images with a non-finite output among the first `n`, and the first such image's count
+    (None when unknown: only counts were given)."""
+    bad, first = 0, None
+    for v in per.nonfinite.values():
+        if isinstance(v, np.ndarray):
+            hits = np.flatnonzero(v[:n])
+            bad += int(hits.size)
+            if hits.size:
+                first = min(first or n, int(hits[0]) + 1)
+        else:
+            bad += int(v)
+    return bad, first
+
+
 def _finite_look(per: PerImage, n: int, prev: GateLook | None) -> GateLook:
     gate = GateLook(
         name=FINITE,
@@ -248,12 +266,13 @@ def _finite_look(per: PerImage, n: int, prev: GateLook | None) -> GateLook:
         direction=Direction.AT_MOST,
         status=GateStatus.INCONCLUSIVE,
     )
-    bad = int(sum(per.nonfinite.values()))
+    bad, first = _nonfinite(per, n)
     if prev is not None and prev.status == GateStatus.FAIL:
         return prev.model_copy(update={"images": n, "estimate": max(float(bad), prev.estimate)})
     status = GateStatus.FAIL if bad else GateStatus.PASS
+    settled_at = (first or n) if bad else None
     return gate.model_copy(
-        update={"estimate": float(bad), "status": status, "settled_at": n if bad else None}
+        update={"estimate": float(bad), "status": status, "settled_at": settled_at}
     )
 
 
@@ -279,6 +298,29 @@ def look(
             _kl_look(per_image, policy, n, prev.get(KL_MEAN)),
             _finite_look(per_image, n, prev.get(FINITE)),
         ],
+    )
+
+
+def make_section(
+    policy: Policy,
+    round_size: int,
+    upper_bound: int | None,
+    looks: list[Look] | None = None,
+    stop_reason: StopReason | None = None,
+) -> SequentialSection:
+    """The record's section for looks taken by `look` under `policy` (method, source and
+    constants filled in here, so the round loop only supplies its own numbers)."""
+    return SequentialSection(
+        method=METHOD,
+        source=SOURCE,
+        alpha=1.0 - policy.confidence,
+        confidence=policy.confidence,
+        round_size=round_size,
+        upper_bound=upper_bound,
+        bet_block=BET_BLOCK,
+        kl_cap=KL_CAP,
+        looks=list(looks or []),
+        stop_reason=stop_reason,
     )
 
 
@@ -389,6 +431,7 @@ __all__ = [
     "gate_rule",
     "gates_from_look",
     "look",
+    "make_section",
     "settled",
     "stuck",
 ]
