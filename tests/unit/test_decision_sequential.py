@@ -12,10 +12,16 @@ from scipy.stats import norm
 
 from quantstudy.decision import sequential as seq
 from quantstudy.decision.gates import AGREEMENT, FINITE, KL_MEAN, TOP1
+from quantstudy.decision.policy import decide
 from quantstudy.decision.schema import Policy
 from quantstudy.decision.simulate import Case, cases, simulate
 from quantstudy.record import StudyRecord
 from quantstudy.record.vocab import GateStatus, Missing, Outcome, StopReason
+from quantstudy.report.markdown import render_markdown
+from quantstudy.report.meaning import check_meaning
+from quantstudy.report.plots import available_plots, write_plots
+from quantstudy.report.selfcheck import check_markdown
+from quantstudy.report.sequential_plot import SEQUENTIAL_PNG
 
 POLICY = Policy()
 STUDIES = 10_000
@@ -254,8 +260,6 @@ def test_a_look_becomes_the_decisions_quality_gates():
 def test_decide_takes_a_sequential_studys_gates_from_its_last_look():
     """The fixed-N gates of the same record would use intervals that do not hold after
     optional stopping; `decide` replaces them, and the report's meaning check agrees."""
-    from quantstudy.decision.policy import decide
-    from quantstudy.report.meaning import check_meaning
 
     record = _sequential_record()
     last = {g.name: g for g in record.sequential.looks[-1].gates}
@@ -282,7 +286,6 @@ def test_another_policy_is_held_against_the_last_interval_or_left_open():
 
 
 def test_random_weights_keep_the_quality_gates_open_whatever_the_looks():
-    from quantstudy.decision.policy import decide
 
     record = _sequential_record()
     record = record.model_copy(
@@ -317,14 +320,13 @@ def _sequential_record(n: int = 6000, round_size: int = 500) -> StudyRecord:
 
 
 def test_the_report_shows_every_look_and_passes_its_self_check(tmp_path):
-    from quantstudy.report.markdown import render_markdown
-    from quantstudy.report.plots import write_plots
-    from quantstudy.report.selfcheck import check_markdown
-    from quantstudy.report.sequential_plot import SEQUENTIAL_PNG
 
     record = _sequential_record()
+    record = record.model_copy(update={"decision": decide(record, POLICY, "builtin:default")})
     md = render_markdown(record)
     assert check_markdown(md, record) == []
+    # the decision's table says where its quality intervals come from
+    assert "confidence sequences at the last look" in md and "Tango" not in md
     section = md[md.index("### Sequential decision") :]
     assert seq.SOURCE in section and f"{len(record.sequential.looks)} looks" in section
     assert section.count("\n| 3,000 |") == 1  # one row per look
@@ -335,8 +337,6 @@ def test_the_report_shows_every_look_and_passes_its_self_check(tmp_path):
 
 
 def test_a_record_without_looks_renders_no_sequential_section():
-    from quantstudy.report.markdown import render_markdown
-    from quantstudy.report.plots import available_plots
 
     record = build_record()
     assert "Sequential decision" not in render_markdown(record)
