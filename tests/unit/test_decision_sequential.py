@@ -187,15 +187,31 @@ def test_looks_at_any_round_size_agree_on_the_verdict():
 
 
 def test_unlabelled_data_skips_or_blocks_the_top1_gate():
-    per = _per_image(2000, labels=False)
+    per = _per_image(20_000, labels=False)
     g = _gate(seq.look(per, POLICY), TOP1)
     assert g.status == GateStatus.PASS and g.missing == Missing.UNLABELLED
     strict = Policy.model_validate(
         {"quality": {"top1": {"require_labels": True}}, "confidence": POLICY.confidence}
     )
+    early = seq.look(per, strict, 500)
+    assert _gate(early, TOP1).status == GateStatus.INCONCLUSIVE
+    # agreement is still open on evidence at 500 images: not stuck, keep going
+    assert _gate(early, AGREEMENT).status == GateStatus.INCONCLUSIVE
+    assert not seq.stuck(early) and seq.stop_reason(early, True, None) is None
     now = seq.look(per, strict)
-    assert _gate(now, TOP1).status == GateStatus.INCONCLUSIVE
     assert seq.stuck(now) and not seq.settled(now)
+    assert seq.stop_reason(now, True, None) == StopReason.NO_EVIDENCE
+
+
+def test_stop_reasons_in_order():
+    per = _per_image(20_000, change=0.02)
+    done = seq.look(per, POLICY)
+    assert seq.stop_reason(done, False, 20_000) == StopReason.SETTLED
+    early = seq.look(per, POLICY, 500)
+    assert not early.settled
+    assert seq.stop_reason(early, True, None) is None
+    assert seq.stop_reason(early, True, 500) == StopReason.UPPER_BOUND
+    assert seq.stop_reason(early, False, None) == StopReason.DATA_EXHAUSTED
 
 
 def test_nonfinite_output_fails_at_once_and_stays_failed():

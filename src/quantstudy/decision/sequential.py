@@ -35,7 +35,8 @@ API (the round loop in `study/` calls it after every round):
                    kl={("fp32", "fp8"): kl}, nonfinite={"fp8": 0, ...})
     now = look(per, policy, previous=last_look)   # a record.Look
     settled(now)   # every quality gate passed or failed: stop
-    stuck(now)     # an open gate lacks evidence more images cannot bring (e.g. labels)
+    stuck(now)     # every open gate lacks evidence more images cannot bring (e.g. labels)
+    stop_reason(now, data_left, upper_bound)   # a StopReason, or None: take another round
     make_section(policy, round_size, upper_bound, looks, stop_reason)  # record.sequential
     gates_from_look(now, policy)   # the decision's quality gates from a look
     decision_gates(record.sequential, policy)   # what `decide` uses for a sequential study
@@ -330,8 +331,28 @@ def settled(look: Look) -> bool:
 
 
 def stuck(look: Look) -> bool:
-    """An open gate lacks evidence more images cannot bring (no labels, no engine output)."""
-    return any(g.status == GateStatus.INCONCLUSIVE and g.missing is not None for g in look.gates)
+    """Some gate is open and every open gate lacks evidence more images cannot bring (no
+    labels, no engine output): more rounds cannot settle anything. While another gate is still
+    open on evidence it is not stuck, since that gate may yet fail."""
+    open_gates = [g for g in look.gates if g.status == GateStatus.INCONCLUSIVE]
+    return bool(open_gates) and all(g.missing is not None for g in open_gates)
+
+
+def stop_reason(look: Look, data_left: bool, upper_bound: int | None) -> StopReason | None:
+    """Why the round loop stops after `look`, or None to take another round.
+
+    `data_left`: whether the held-out data holds images not yet looked at; `upper_bound`: the
+    most images the study may take (None: no limit). Settled comes first: a study that settled
+    on its last images is settled, not exhausted."""
+    if look.settled:
+        return StopReason.SETTLED
+    if stuck(look):
+        return StopReason.NO_EVIDENCE
+    if upper_bound is not None and look.images >= upper_bound:
+        return StopReason.UPPER_BOUND
+    if not data_left:
+        return StopReason.DATA_EXHAUSTED
+    return None
 
 
 def _baseline_of(name: str, policy: Policy) -> Baseline:
@@ -433,5 +454,6 @@ __all__ = [
     "look",
     "make_section",
     "settled",
+    "stop_reason",
     "stuck",
 ]

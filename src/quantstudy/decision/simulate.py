@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from quantstudy.decision.gates import AGREEMENT, KL_MEAN, TOP1
 from quantstudy.decision.schema import Policy
 from quantstudy.decision.sequential import (
     BET_BLOCK,
@@ -161,8 +162,6 @@ def cases(policy: Policy) -> list[Case]:
     and the threshold -+ max(margin, 0.5 point). Agreement: the minimum and -+ min(1 point,
     half the distance to 1). KL: values 0.1, 2.5 and 20 times the limit m (a long tail, at
     `KL_TAIL` of images), mixed for means 0.5 m, m and 1.5 m."""
-    from quantstudy.decision.gates import AGREEMENT, KL_MEAN, TOP1
-
     q = policy.quality
     out = []
     t, delta = q.top1.threshold, max(q.top1.margin_points / 100.0, 0.005)

@@ -77,6 +77,7 @@ class StopReason(StrEnum):
     """Why a sequential study (`--heldout auto`) stopped taking held-out images."""
 
     SETTLED = "settled"  # every quality gate passed or failed
+    NO_EVIDENCE = "no_evidence"  # every open gate lacks evidence more images cannot bring
     DATA_EXHAUSTED = "data_exhausted"  # the held-out folder ran out first
     UPPER_BOUND = "upper_bound"  # the study's image limit was reached first
 

@@ -34,6 +34,7 @@ _VALUE: dict[GateMetric, Callable[[float], str]] = {
 _VERDICT = {GateStatus.PASS: "pass", GateStatus.FAIL: "fail", GateStatus.INCONCLUSIVE: "open"}
 _STOP = {
     StopReason.SETTLED: "every quality gate settled",
+    StopReason.NO_EVIDENCE: "every open gate lacks evidence more images cannot bring",
     StopReason.DATA_EXHAUSTED: "the held-out data ran out",
     StopReason.UPPER_BOUND: "the study's image limit was reached",
 }
