@@ -11,6 +11,7 @@ from _records import build_record
 from scipy.stats import norm
 
 from quantstudy.decision import sequential as seq
+from quantstudy.decision import sequential_gates
 from quantstudy.decision.gates import AGREEMENT, FINITE, KL_MEAN, TOP1
 from quantstudy.decision.policy import decide
 from quantstudy.decision.schema import Policy
@@ -257,6 +258,16 @@ def test_kl_ignores_images_not_finite_in_both_engines():
     assert g.images == 900
 
 
+def test_an_image_with_a_non_finite_output_is_neither_correct_nor_in_agreement():
+    labels = np.array([3, 3, 5, 7])
+    fp32 = np.array([3, 3, 5, -1])  # fp32's last row was not finite
+    fp8 = np.array([3, -1, 5, -1])  # FP8's second and last rows were not finite
+    per = seq.PerImage(top1={"fp32": fp32, "fp16": fp32, "fp8": fp8}, labels=labels)
+    now = seq.look(per, POLICY)
+    assert _gate(now, AGREEMENT).estimate == pytest.approx(2 / 4)
+    assert _gate(now, TOP1).estimate == pytest.approx(-1 / 4)
+
+
 def test_per_image_arrays_must_line_up():
     with pytest.raises(ValueError, match="differ in length"):
         seq.PerImage(top1={"fp8": np.zeros(3, int)}, labels=np.zeros(4, int))
@@ -266,7 +277,7 @@ def test_per_image_arrays_must_line_up():
 
 def test_a_look_becomes_the_decisions_quality_gates():
     per = _per_image(20_000, change=0.02)
-    gates = seq.gates_from_look(seq.look(per, POLICY), POLICY)
+    gates = sequential_gates.gates_from_look(seq.look(per, POLICY), POLICY)
     assert [g.name for g in gates] == [TOP1, AGREEMENT, KL_MEAN]
     assert [g.status for g in gates] == [GateStatus.FAIL, GateStatus.PASS, GateStatus.PASS]
     top1 = gates[0]
@@ -294,10 +305,10 @@ def test_another_policy_is_held_against_the_last_interval_or_left_open():
     # a 2-point margin: the top-1 change's last interval lies above -2 points only if its
     # lower bound does; the verdict follows the interval, not the look's own threshold
     loose = Policy.model_validate({"quality": {"top1": {"margin_points": 2.5}}})
-    g = seq.decision_gates(record.sequential, loose)[TOP1]
+    g = sequential_gates.decision_gates(record.sequential, loose)[TOP1]
     assert last[TOP1].lower > -0.025 and g.status == GateStatus.PASS
     other = Policy.model_validate({"confidence": 0.99})
-    g = seq.decision_gates(record.sequential, other)[AGREEMENT]
+    g = sequential_gates.decision_gates(record.sequential, other)[AGREEMENT]
     assert g.status == GateStatus.INCONCLUSIVE and g.missing == Missing.NOT_RECORDED
 
 

@@ -2,7 +2,7 @@
 
 `load_policy(name_or_path)` reads a built-in preset (`PRESETS`; None: `default`) or a policy
 file; `decide(record, policy, label)` evaluates every gate (`gates.py`; a `--heldout auto`
-study's interval gates from its last look, `sequential.py`) and returns a typed
+study's interval gates from its last look, `sequential_gates.py`) and returns a typed
 `Decision` whose outcome is ship (every gate passes), not ship (a gate fails) or inconclusive
 (no gate fails, some cannot yet pass). `EXIT_CODES` maps outcomes to the CLI's exit status.
 """
@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from quantstudy.decision.gates import quality_gates, speed_gates
 from quantstudy.decision.schema import Policy, QualityPolicy, SpeedPolicy
-from quantstudy.decision.sequential import decision_gates
+from quantstudy.decision.sequential_gates import decision_gates
 from quantstudy.record import Decision, Gate, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import GateKind, GateStatus, Outcome
@@ -119,7 +119,7 @@ def outcome_of(gates: list[Gate]) -> Outcome:
 
 def _quality_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
     """The quality gates; a sequential study's interval gates come from its last look
-    (`sequential.py`), since fixed-N intervals do not hold at a size the data chose."""
+    (`sequential_gates.py`), since fixed-N intervals do not hold at a size the data chose."""
     gates = quality_gates(record, policy)
     q = record.quality
     if record.model.random_weights or (q is not None and not q.meaningful):

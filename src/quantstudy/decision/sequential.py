@@ -38,13 +38,12 @@ API (the round loop in `study/` calls it after every round):
     stuck(now)     # every open gate lacks evidence more images cannot bring (e.g. labels)
     stop_reason(now, data_left, upper_bound)   # a StopReason, or None: take another round
     make_section(policy, round_size, upper_bound, looks, stop_reason)  # record.sequential
-    gates_from_look(now, policy)   # the decision's quality gates from a look
-    decision_gates(record.sequential, policy)   # what `decide` uses for a sequential study
+
+The decision's gates from the looks: `sequential_gates.py`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -70,11 +69,9 @@ from quantstudy.decision.gates import (
     status_of,
 )
 from quantstudy.decision.schema import Policy
-from quantstudy.record import Gate, GateLook, Look, SequentialSection
+from quantstudy.record import GateLook, Look, SequentialSection
 from quantstudy.record.vocab import (
-    Baseline,
     Direction,
-    GateKind,
     GateMetric,
     GateStatus,
     Missing,
@@ -90,7 +87,9 @@ _STATUS = {OPEN: GateStatus.INCONCLUSIVE, PASS: GateStatus.PASS, FAIL: GateStatu
 class PerImage:
     """Per-image results over the held-out images seen so far, all in the same image order.
 
-    `top1`: each engine's top-1 class index ("fp32", "fp16", "fp8", ...); `labels`: the true
+    `top1`: each engine's top-1 class index ("fp32", "fp16", "fp8", ...), -1 where its output
+    was not finite (such an image is neither correct nor in agreement, as in the quality
+    section's figures: `np.where(valid, top1, -1)`); `labels`: the true
     class index, None for unlabelled data; `kl`: KL(baseline || engine) per image, keyed
     (baseline, engine), NaN where either output was not finite; `nonfinite`: per engine,
     either a boolean array (this image had a non-finite output) or the count of such images
@@ -191,6 +190,10 @@ def _missing(gate: GateLook, missing: Missing, reason: str) -> GateLook:
     return gate.model_copy(update={"missing": missing, "skipped_reason": reason})
 
 
+def _correct(top1: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    return (top1 == labels) & (top1 >= 0)
+
+
 def _top1_look(per: PerImage, policy: Policy, n: int, prev: GateLook | None) -> GateLook:
     tp = policy.quality.top1
     gate = _blank(TOP1, GateMetric.TOP1_CHANGE, policy, n)
@@ -205,7 +208,7 @@ def _top1_look(per: PerImage, policy: Policy, n: int, prev: GateLook | None) -> 
     if engine is None or base is None:
         return _missing(gate, Missing.NOT_MEASURED, "no per-image top-1 of both engines")
     labels = per.labels[:n]
-    d = (engine[:n] == labels).astype(np.float64) - (base[:n] == labels)
+    d = _correct(engine[:n], labels).astype(np.float64) - _correct(base[:n], labels)
     scale = gate_rule(TOP1, policy)[2]
     return _interval_look(gate, scale.to_unit(d), scale, 1.0 - policy.confidence, prev)
 
@@ -217,7 +220,7 @@ def _agreement_look(per: PerImage, policy: Policy, n: int, prev: GateLook | None
     engine, base = per.top1.get(policy.engine), per.top1.get(ap.baseline.value)
     if engine is None or base is None:
         return _missing(gate, Missing.NOT_MEASURED, "no per-image top-1 of both engines")
-    x = (engine[:n] == base[:n]).astype(np.float64)
+    x = ((engine[:n] == base[:n]) & (engine[:n] >= 0)).astype(np.float64)
     return _interval_look(gate, x, gate_rule(AGREEMENT, policy)[2], 1.0 - policy.confidence, prev)
 
 
@@ -355,89 +358,6 @@ def stop_reason(look: Look, data_left: bool, upper_bound: int | None) -> StopRea
     return None
 
 
-def _baseline_of(name: str, policy: Policy) -> Baseline:
-    q = policy.quality
-    return {TOP1: q.top1.baseline, AGREEMENT: q.agreement.baseline, KL_MEAN: q.kl_mean.baseline}[
-        name
-    ]
-
-
-def _unevaluated(gate: Gate, missing: Missing, reason: str) -> Gate:
-    return gate.model_copy(update={"missing": missing, "skipped_reason": reason})
-
-
-def _decision_gate(g: GateLook, policy: Policy, confidence: float) -> Gate:
-    """One interval gate of the decision from its last look, under `policy`.
-
-    The look's verdict stands when the policy's threshold is the look's. Under another
-    threshold the last interval decides: a confidence sequence holds at every size at once, so
-    its last interval may be held against any threshold. A look at another confidence or
-    against another baseline is not evidence for this policy's gate."""
-    threshold, direction, _ = gate_rule(g.name, policy)
-    baseline = _baseline_of(g.name, policy)
-    gate = Gate(
-        name=g.name,
-        kind=GateKind.QUALITY,
-        metric=g.metric,
-        status=GateStatus.INCONCLUSIVE,
-        baseline=baseline,
-        value=g.estimate,
-        low=g.lower,
-        high=g.upper,
-        confidence=policy.confidence,
-        threshold=threshold,
-        direction=direction,
-    )
-    if not math.isclose(confidence, policy.confidence, abs_tol=1e-9):
-        why = f"looks recorded at confidence {confidence:g}, not {policy.confidence:g}"
-        return _unevaluated(gate, Missing.NOT_RECORDED, why)
-    if g.baseline != baseline:
-        why = f"looks recorded against {g.baseline}, not {baseline}"
-        return _unevaluated(gate, Missing.NOT_RECORDED, why)
-    if g.missing == Missing.UNLABELLED and g.name == TOP1:
-        reason = "held-out set is unlabelled"
-        if policy.quality.top1.require_labels:
-            return _unevaluated(gate, g.missing, f"{reason}; the policy requires labels")
-        skip = f"{reason}; the policy does not require labels"
-        return gate.model_copy(
-            update={"status": GateStatus.PASS, "missing": g.missing, "skipped_reason": skip}
-        )
-    if g.missing is not None or g.lower is None or g.upper is None:
-        why = g.skipped_reason or "no interval at the last look"
-        return _unevaluated(gate, g.missing or Missing.NOT_MEASURED, why)
-    if threshold == g.threshold and direction == g.direction:
-        status = g.status
-    else:
-        status = status_of(g.lower, g.upper, threshold, direction)
-    if status == GateStatus.PASS and g.above_cap:
-        return _unevaluated(gate, Missing.NOT_MEASURED, g.skipped_reason or "KL above the cap")
-    return gate.model_copy(update={"status": status, "skipped_reason": g.skipped_reason})
-
-
-def gates_from_look(look: Look, policy: Policy) -> list[Gate]:
-    """The decision's interval gates (top-1 change, agreement, KL mean) from a look taken under
-    `policy`; the NaN/Inf gate stays `gates.finite_gate`'s, which also counts stress inputs."""
-    return [
-        _decision_gate(g, policy, policy.confidence)
-        for g in look.gates
-        if g.metric != GateMetric.NONFINITE
-    ]
-
-
-def decision_gates(section: SequentialSection | None, policy: Policy) -> dict[str, Gate]:
-    """The interval gates of a sequential study's decision, by name, from its last look (empty
-    without looks). After a sequential study these replace the fixed-N gates, whose intervals
-    would not hold at a sample size the data chose (`policy.decide`)."""
-    if section is None or not section.looks:
-        return {}
-    last = section.looks[-1]
-    return {
-        g.name: _decision_gate(g, policy, section.confidence)
-        for g in last.gates
-        if g.metric != GateMetric.NONFINITE
-    }
-
-
 __all__ = [
     "BET_BLOCK",
     "KL_CAP",
@@ -447,10 +367,8 @@ __all__ = [
     "PerImage",
     "Scale",
     "confidence_sequence",
-    "decision_gates",
     "first_verdicts",
     "gate_rule",
-    "gates_from_look",
     "look",
     "make_section",
     "settled",

@@ -178,7 +178,7 @@ def redecided_sentence(d: Decision) -> str | None:
 
 def gate_table(d: Decision, sequential: bool = False) -> list[str]:
     """The gates as a table, and how their intervals were made (`sequential`: the quality
-    gates come from a `--heldout auto` study's last look, `decision/sequential.py`)."""
+    gates come from a `--heldout auto` study's last look, `decision/sequential_gates.py`)."""
     if not typed(d):
         return table(
             ["Gate", "Kind", "Threshold", "Measured", "Result"],
