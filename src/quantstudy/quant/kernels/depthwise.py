@@ -22,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.fused_dw import taps_of
-from quantstudy.quant.triton_fp8 import ACT_CODES, _bench, activation, fp8_range
+from quantstudy.quant.kernels.gemm import ACT_CODES, _bench, activation, fp8_range
+from quantstudy.quant.layers.fused_depthwise import taps_of
 
 
 @triton.jit

@@ -24,9 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.fp8 import E4M3, quantize_weight, to_fp8
-from quantstudy.quant.fused import _act_reference, handed_input, io_repr, take_epilogue
-from quantstudy.quant.modules import FP8Weight
+from quantstudy.quant.formats.fp8 import E4M3, quantize_weight, to_fp8
+from quantstudy.quant.layers.fused_matmul import (
+    _act_reference,
+    handed_input,
+    io_repr,
+    take_epilogue,
+)
+from quantstudy.quant.layers.matmul import FP8Weight
 
 
 def _same_pad_types() -> tuple[type, ...]:
@@ -71,7 +76,7 @@ def fp8_depthwise(
     (KH * KW, C: one row of channels per tap) FP8, w_scale (C,) float32, `pad` the top/left
     zero padding."""
     if xq.is_cuda:
-        from quantstudy.quant.triton_dw import depthwise_taps
+        from quantstudy.quant.kernels.depthwise import depthwise_taps
 
         return depthwise_taps(
             xq, taps, tuple(kernel_hw), bias, stride, tuple(pad), tuple(out_hw), act, x_scale,
@@ -138,7 +143,7 @@ class FusedFP8Depthwise(nn.Module):
     def geometry(self, h: int, w: int) -> tuple[list[int], list[int]]:
         """(top/left padding, output size) for an (h, w) input."""
         if self.same:
-            from quantstudy.quant.triton_dw import same_padding
+            from quantstudy.quant.kernels.depthwise import same_padding
 
             (ho, ph), (wo, pw) = (same_padding(n, k, self.stride) for n, k in
                                   zip((h, w), self.kernel_hw, strict=True))  # fmt: skip
