@@ -32,7 +32,7 @@ from torch import nn
 
 from quantstudy.quant.calibration.calibrate import Calibration
 from quantstudy.quant.fitting.rounding import compensable
-from quantstudy.quant.plan.apply import replace_module
+from quantstudy.quant.graph.edit import replace_module
 
 RTOL, ATOL = 1e-4, 1e-4
 

@@ -51,9 +51,9 @@ from torch import nn
 
 from quantstudy.quant.fitting.rounding import PLAIN, Search, compensable, round_weight
 from quantstudy.quant.formats.fp8 import quantize_weight
+from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.graph.trace import pre_hooks
 from quantstudy.quant.layers.matmul import QDQ, FP8Weight
-from quantstudy.quant.plan.apply import replace_module
 from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.record.vocab import Rounding
 

@@ -40,8 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from quantstudy.quant.formats.fp8 import E4M3_MAX
+from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.layers.matmul import QDQ, FP8Weight
-from quantstudy.quant.plan.apply import replace_module
 
 HOLDOUT = 5  # every fifth calibration image checks the tuning instead of training it
 LR = 1e-3  # Adam's step, in the units of the gains (about 1) and biases

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from quantstudy.quant.formats.fp8 import E4M3, quantize_weight, to_fp8
+from quantstudy.quant.kernels.layout import same_padding, taps_of
 from quantstudy.quant.layers.fused_matmul import (
     _act_reference,
     handed_input,
@@ -103,13 +104,6 @@ def _(xq, taps, w_scale, kernel_hw, x_scale, bias, act, out_dtype, stride, pad, 
     return out.permute(0, 3, 1, 2)
 
 
-def taps_of(weight: torch.Tensor) -> torch.Tensor:
-    """A depthwise weight (C, 1, KH, KW) as `quant/triton_dw.py`'s kernel reads it: (KH * KW,
-    C), one contiguous row of channels per tap, in the weight's dtype (float32, or FP8 with a
-    per-channel scale)."""
-    return weight.reshape(weight.shape[0], -1).t().contiguous()
-
-
 class FusedFP8Depthwise(nn.Module):
     """A depthwise conv reading and writing FP8 (module docstring); arguments as
     `FusedFP8Matmul`'s, `weight` the plan's stored FP8 weight (nearest rounding otherwise)."""
@@ -143,8 +137,6 @@ class FusedFP8Depthwise(nn.Module):
     def geometry(self, h: int, w: int) -> tuple[list[int], list[int]]:
         """(top/left padding, output size) for an (h, w) input."""
         if self.same:
-            from quantstudy.quant.kernels.depthwise import same_padding
-
             (ho, ph), (wo, pw) = (same_padding(n, k, self.stride) for n, k in
                                   zip((h, w), self.kernel_hw, strict=True))  # fmt: skip
             return [ph, pw], [ho, wo]

@@ -12,6 +12,7 @@ from torch import nn
 
 from quantstudy.quant.calibration.calibrate import Calibration
 from quantstudy.quant.fitting.rounding import Search, compensable, fp8_weights
+from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, depthwise_fp8_blocker
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
@@ -119,13 +120,6 @@ class Applied:
 
     real: list[str]
     emulated: list[tuple[str, str]]
-
-
-def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
-    """Put `new` where the submodule `name` of `model` is."""
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, new)
 
 
 def fp8_blocker(layer: nn.Module, kernel: str = "scaled_mm") -> str | None:

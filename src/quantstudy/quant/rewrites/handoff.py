@@ -20,8 +20,8 @@ from collections import Counter
 import torch
 from torch import nn
 
+from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.graph.trace import tensor_links
-from quantstudy.quant.plan.apply import replace_module
 from quantstudy.quant.rewrites.absorb import exact_subset, with_absorbed
 
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.graph.trace import tensor_links
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.padding import OutputPad
-from quantstudy.quant.plan.apply import replace_module
 from quantstudy.quant.rewrites.absorb import exact_subset, with_absorbed
 from quantstudy.quant.rewrites.handoff import marked_readers
 

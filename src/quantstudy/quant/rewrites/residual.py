@@ -31,8 +31,8 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
+from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.layers.fused_matmul import activation_name
-from quantstudy.quant.plan.apply import replace_module
 from quantstudy.quant.rewrites.absorb import exact_subset
 
 _ADDS = {operator.add, operator.iadd, torch.add}
