@@ -4,13 +4,15 @@ The package root exports only the entry points users call; everything else lives
 subpackage (see docs/DESIGN.md). Importing it does no GPU work.
 """
 
-__version__ = "0.1.0"
-
 __all__ = ["StudyConfig", "UserError", "__version__", "run_study"]
 
 
 def __getattr__(name: str):
     # Lazy, so `import quantstudy` stays cheap and never imports torch or touches CUDA.
+    if name == "__version__":
+        from quantstudy.record.version import __version__
+
+        return __version__
     if name == "run_study":
         from quantstudy.study.run import run_study
 

@@ -26,7 +26,7 @@ import torch
 
 from quantstudy.engines.builders import build_fakequant, build_fp8
 from quantstudy.engines.run import run_engine
-from quantstudy.quant.apply import QuantPlan
+from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.study.prepare import prepare_study
 

@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.fp8 import E4M3, to_fp8
-from quantstudy.quant.fused import _act_reference
-from quantstudy.quant.fused_conv import FusedFP8Conv2d
-from quantstudy.quant.modules import QDQ
+from quantstudy.quant.formats.fp8 import E4M3, to_fp8
+from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
+from quantstudy.quant.layers.fused_matmul import _act_reference
+from quantstudy.quant.layers.matmul import QDQ
 
 pytestmark = pytest.mark.gpu
 
@@ -70,7 +70,7 @@ def test_conv_writes_the_next_layers_fp8_input():
     the emulation's FP8 directly, the two summation orders (and the FP8 tensor cores' alignment
     within an MMA) straddle a rounding boundary on about 0.1% of outputs on the H200, and near
     zero by more than one subnormal step, so the chain is checked in its two exact links."""
-    from quantstudy.quant.triton_conv import fp8_conv2d_triton
+    from quantstudy.quant.kernels.conv import fp8_conv2d_triton
 
     layer, x, ref, _ = _case(104, 14, 1, "relu")
     scale = torch.tensor(ref.abs().max().item() / 448)

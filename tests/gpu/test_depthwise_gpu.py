@@ -8,8 +8,8 @@ import torch.nn.functional as F
 @pytest.mark.parametrize("fp8_in,fp8_out", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("k,stride", [(3, 1), (5, 2)])
 def test_depthwise_kernel_matches_the_fp16_conv(k, stride, fp8_in, fp8_out):
-    from quantstudy.quant.fp8 import E4M3, to_fp8
-    from quantstudy.quant.triton_dw import depthwise_conv
+    from quantstudy.quant.formats.fp8 import E4M3, to_fp8
+    from quantstudy.quant.kernels.depthwise import depthwise_conv
 
     torch.manual_seed(k + stride)
     c, h = 96, 28

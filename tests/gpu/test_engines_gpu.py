@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_half
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.speed.kernels import profile_kernels
 
 

@@ -6,10 +6,10 @@ import torch.nn.functional as F
 from timm.layers import Conv2dSame
 from torch import nn
 
-from quantstudy.quant.fp8 import E4M3, to_fp8
-from quantstudy.quant.fused import _act_reference
-from quantstudy.quant.fused_dw import FusedFP8Depthwise
-from quantstudy.quant.modules import QDQ
+from quantstudy.quant.formats.fp8 import E4M3, to_fp8
+from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise
+from quantstudy.quant.layers.fused_matmul import _act_reference
+from quantstudy.quant.layers.matmul import QDQ
 
 pytestmark = pytest.mark.gpu
 

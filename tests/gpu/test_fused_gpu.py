@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from quantstudy.quant.fused import _act_reference
+from quantstudy.quant.layers.fused_matmul import _act_reference
 
 SHAPES = [(1, 16, 16), (49, 1152, 192), (6272, 24, 144), (200_704, 16, 96), (197, 384, 1536)]
 
@@ -17,7 +17,7 @@ CASES = [("pointer", act) for act in ("none", "relu6", "gelu")] + [("autotuned",
 @pytest.mark.parametrize("m,k,n", [*SHAPES, (300, 40, 24)])
 def test_fused_kernel_matches_torch(m, k, n, act, paths):
     """`paths` "pointer" keeps the autotuner off tensor descriptors; "autotuned" lets it pick."""
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     g = torch.Generator().manual_seed(m + k + n)
     xq = (torch.randn(m, k, generator=g) * 4).to(torch.float8_e4m3fn)
@@ -38,7 +38,7 @@ def test_fused_layer_with_unaligned_k_matches_its_cpu_reference(k):
     """K padded to 16 on the GPU path computes what the CPU reference computes unpadded."""
     from torch import nn
 
-    from quantstudy.quant.fused import FusedFP8Matmul
+    from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 
     torch.manual_seed(k)
     conv = nn.Conv2d(k, 96, 1)
@@ -57,7 +57,7 @@ def test_fused_layer_with_unaligned_k_matches_its_cpu_reference(k):
 @pytest.mark.parametrize("store", ["pointer", "tma"])
 def test_streaming_programs_match_torch(store):
     """The streaming path, forced (the autotuner may or may not pick it for a shape)."""
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     m, k, n = 200_704, 16, 96
     g = torch.Generator().manual_seed(7)
@@ -75,8 +75,8 @@ def test_fp8_output_is_the_next_layers_quantized_input(store):
     """Written FP8 equals `to_fp8` of the float32 result but where the two summation orders
     straddle a rounding boundary (one FP8 step, rare). Triton's interpreter converts fp32 to
     FP8 wrongly (ties and carries), so this is checked on the GPU only."""
-    from quantstudy.quant.fp8 import E4M3, to_fp8
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.formats.fp8 import E4M3, to_fp8
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     m, k, n = 4096, 256, 512
     g = torch.Generator().manual_seed(3)
@@ -111,8 +111,8 @@ def test_fused_and_unfused_layers_write_the_same_fp16_numbers():
     tensor cores at different points, fall on two sides of an fp16 rounding (one ulp)."""
     from torch import nn
 
-    from quantstudy.quant.fused import FusedFP8Matmul
-    from quantstudy.quant.modules import FP8Matmul
+    from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+    from quantstudy.quant.layers.matmul import FP8Matmul
 
     torch.manual_seed(0)
     lin = nn.Linear(256, 384)
@@ -136,7 +136,7 @@ def test_promotion_interval_that_reproduces_scaled_mm(k):
     """Which promotion interval (`triton_fp8._mma`) writes torch._scaled_mm's numbers (row-wise
     scales, fp16 out, bias in its epilogue, use_fast_accum=False): printed for every interval
     and tile depth, asserted for the default."""
-    from quantstudy.quant.triton_fp8 import PROMOTE, fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import PROMOTE, fp8_gemm_triton
 
     g = torch.Generator().manual_seed(k)
     m, n = 4096, 384

@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.plan.apply import QuantPlan
 
 pytestmark = pytest.mark.gpu
 

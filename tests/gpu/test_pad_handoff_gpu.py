@@ -11,7 +11,7 @@ from tests.unit.test_pad_handoff import _setup
 def test_the_mapped_store_writes_the_plain_output_inside_the_padding(tile):
     """The kernel writing the interior of a padded buffer (the autotuner's choice, or a fixed
     tile) stores the bits of its plain (M, N) output at each pixel and nothing else."""
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     g = torch.Generator().manual_seed(9)
     b, h, w, k, n = 16, 56, 56, 24, 144

@@ -14,7 +14,7 @@ def test_the_epilogue_sum_writes_what_the_separate_add_writes(res_act, tile):
     it) writes the same fp16 bits as the kernel without it followed by the add (and ReLU) in
     fp16 torch: both round the layer's value and the sum to fp16. `tile` None: the autotuner's
     choice (descriptor stores allowed)."""
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     g = torch.Generator().manual_seed(7)
     b, h, w, k, n = 16, 28, 28, 104, 256
@@ -50,8 +50,8 @@ def test_residual_engine_equals_the_separate_add_engine_eagerly():
 def test_the_pair_writes_the_fp8_copy_of_its_own_output():
     """The second store of a sum that is also the next layer's input (`quant/sum_handoff.py`):
     the fp16 output is the kernel's without the copy, the copy is `to_fp8` of it bit for bit."""
-    from quantstudy.quant.fp8 import to_fp8
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.formats.fp8 import to_fp8
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     g = torch.Generator().manual_seed(8)
     m, k, n = 16 * 28 * 28, 104, 256

@@ -5,7 +5,7 @@ the same outputs as quantizing first and launching the kernel on FP8 rows."""
 import pytest
 import torch
 
-from quantstudy.quant.fp8 import quantize_rows
+from quantstudy.quant.formats.fp8 import quantize_rows
 
 # (M, K, N): Lite0's expand convs at batch 128 and 1 (K 24 unaligned to 16), a K over several
 # tiles, conv_head's K 320.
@@ -31,7 +31,7 @@ def test_prologue_quantize_computes_what_quantizing_first_computes(m, k, n, divi
     keep about 14 bits of a running sum (`_mma`), so sums chunked otherwise differ by a few
     fp16 units in the last place: on an H200, within 1e-3 at K 24 and 80, up to 0.0078 at
     K 192 (two units at 4-8, the relu6 range). The tolerance allows four units there."""
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     x, d, w8, ws, b = _inputs(m, k, n)
     div = d if divided else None
@@ -49,7 +49,7 @@ def test_prologue_quantize_computes_what_quantizing_first_computes(m, k, n, divi
 def test_prologue_quantized_values_are_exact(tile, stream):
     """With an identity weight each output is one quantized value times its row scale (float32
     out): every value equals `quantize_rows`' (ties, carries, subnormals included)."""
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     k = 32
     x, d, *_ = _inputs(4096, k, k)
@@ -78,7 +78,7 @@ def test_fused_layer_with_row_scales_and_divisor_matches_its_cpu_reference():
     unpadded fp16 rows in the kernel; the CPU path (float32 engine) in torch."""
     from torch import nn
 
-    from quantstudy.quant.fused import FusedFP8Matmul
+    from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 
     torch.manual_seed(0)
     conv = nn.Conv2d(24, 144, 1)

@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from quantstudy.engines.builders import build_fakequant, build_fp8
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.bias_correction import correct_biases, output_shift
-from quantstudy.quant.calibrate import calibrate
-from quantstudy.quant.fp8 import dequantize_weight, quantize_weight
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.fitting.bias_correction import correct_biases, output_shift
+from quantstudy.quant.formats.fp8 import dequantize_weight, quantize_weight
+from quantstudy.quant.plan.apply import QuantPlan
 
 CPU = torch.device("cpu")
 

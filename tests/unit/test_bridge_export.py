@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from quantstudy.bridge.check import CheckResult, check_structure, run_onnx, session
 from quantstudy.bridge.export import Exported, check_export, export_study
 from quantstudy.cli import main
-from quantstudy.quant.fp8 import fake_quant
+from quantstudy.quant.formats.fp8 import fake_quant
 from quantstudy.record.errors import UserError
 from quantstudy.report.render import load_record
 from tests.unit._bridge_study import small_study

@@ -6,8 +6,8 @@ import pytest
 import torch
 from _option_nets import LAYERS, images, pointwise_net
 
-from quantstudy.quant.calibrate import Calibration, calibrate, stats_source
-from quantstudy.quant.plan import QuantOptions, build_plan
+from quantstudy.quant.calibration.calibrate import Calibration, calibrate, stats_source
+from quantstudy.quant.plan.build import QuantOptions, build_plan
 from quantstudy.record import StudyConfig
 from quantstudy.study.calib_stats import STATS_ENV, SharedStats
 from quantstudy.study.prepare import prepare_study

@@ -6,7 +6,8 @@ pytest.importorskip("triton")  # CUDA builds of torch ship it; CPU-only builds d
 
 from _interpreter import run_interpreted
 
-from quantstudy.quant.triton_dw import depthwise_conv, same_padding
+from quantstudy.quant.kernels.depthwise import depthwise_conv
+from quantstudy.quant.kernels.layout import same_padding
 
 
 def test_same_padding_matches_tensorflow():
@@ -23,8 +24,9 @@ def test_depthwise_kernel_under_the_interpreter_matches_torch():
     runs, worst = run_interpreted(
         """
         import torch, torch.nn.functional as F
-        from quantstudy.quant.fused import _act_reference
-        from quantstudy.quant.triton_dw import depthwise_conv, same_padding
+        from quantstudy.quant.layers.fused_matmul import _act_reference
+        from quantstudy.quant.kernels.depthwise import depthwise_conv
+        from quantstudy.quant.kernels.layout import same_padding
         g = torch.Generator().manual_seed(0)
         worst, runs = 0.0, 0
         cases = [(2, 40, 9, 9, 3, 1, False), (1, 24, 10, 10, 5, 2, True), (2, 70, 7, 8, 3, 2, True)]

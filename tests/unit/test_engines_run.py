@@ -6,7 +6,7 @@ from torch import nn
 
 from quantstudy.engines.builders import BuiltEngine
 from quantstudy.engines.run import run_engine, run_half_storage, run_reordered
-from quantstudy.quant.modules import QDQ
+from quantstudy.quant.layers.matmul import QDQ
 
 torch.set_num_threads(1)
 

@@ -3,11 +3,11 @@
 import torch
 from torch import nn
 
-from quantstudy.quant.apply import fp8_module
-from quantstudy.quant.fused import FusedFP8Matmul
-from quantstudy.quant.fused_conv import FusedFP8Conv2d
-from quantstudy.quant.fused_dw import FusedFP8Depthwise
-from quantstudy.quant.modules import QDQ, FP8Matmul
+from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
+from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.layers.matmul import QDQ, FP8Matmul
+from quantstudy.quant.plan.apply import fp8_module
 
 LAYERS = {
     "pointwise": nn.Conv2d(32, 64, 1),

@@ -6,10 +6,10 @@ from _interpreter import run_interpreted
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8
-from quantstudy.quant.absorb import absorbable_activations
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
-from quantstudy.quant.fused import FusedFP8Matmul, activation_name
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul, activation_name
+from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.quant.rewrites.absorb import absorbable_activations
 
 CPU = torch.device("cpu")
 
@@ -21,9 +21,9 @@ def test_triton_kernel_under_the_interpreter_matches_torch():
     pointer, tma, refused, worst = run_interpreted(
         """
         import torch
-        from quantstudy.quant.fused import _act_reference
+        from quantstudy.quant.layers.fused_matmul import _act_reference
         import itertools
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(0)
         # which (loads, store) paths each (K, N) allows: 16-byte rows of FP8 K, fp16 N
         ok = {  # (tma loads allowed, tma store allowed)
@@ -73,7 +73,7 @@ def test_every_promotion_interval_counts_each_k_step_once_under_the_interpreter(
     (worst, refused) = run_interpreted(
         """
         import torch
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(1)
         m, k, n = 40, 304, 24  # 10 K steps of 32, the last one half empty
         xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
@@ -102,7 +102,7 @@ def test_every_promotion_interval_counts_each_k_step_once_under_the_interpreter(
 @pytest.mark.parametrize("promote", [-128, 96])
 def test_promotion_interval_must_be_zero_or_a_power_of_two(promote):
     pytest.importorskip("triton")
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     xq = torch.zeros(4, 256).to(torch.float8_e4m3fn)
     w8 = torch.zeros(8, 256).to(torch.float8_e4m3fn)
@@ -126,7 +126,7 @@ def test_residual_and_fp8_copy_of_the_wrong_shape_are_refused(extra, message):
     """Before any launch: a residual or FP8 copy not shaped as the output, a copy without its
     scale, a copy beside an output that is FP8 itself."""
     pytest.importorskip("triton")
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     xq = torch.zeros(4, 16).to(torch.float8_e4m3fn)
     w8 = torch.zeros(8, 16).to(torch.float8_e4m3fn)
@@ -145,8 +145,8 @@ def test_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
     same, worst, moved = run_interpreted(
         """
         import torch
-        from quantstudy.quant.fused import fp8_gemm
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.layers.fused_matmul import fp8_gemm
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(5)
         m, k, n = 96, 48, 40
         xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
@@ -176,8 +176,8 @@ def test_streaming_programs_under_the_interpreter_match_torch():
     runs, worst = run_interpreted(
         """
         import torch
-        from quantstudy.quant.fused import _act_reference
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.layers.fused_matmul import _act_reference
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(1)
         worst, runs = 0.0, 0
         shapes = [(700, 32, 40, 64, 32), (530, 16, 16, 16, 32), (1000, 48, 96, 128, 64)]
@@ -320,7 +320,7 @@ def test_gpu_without_fp8_tensor_cores_is_a_clear_error(monkeypatch):
 def test_fused_layer_pads_k_to_16_with_exact_zeros():
     """K 24 becomes 32 (16-byte FP8 rows for vector and descriptor loads); the result is the
     unpadded product's, to the bit, in fp32 compute."""
-    from quantstudy.quant.fp8 import quantize_weight, to_fp8
+    from quantstudy.quant.formats.fp8 import quantize_weight, to_fp8
 
     torch.manual_seed(0)
     conv = nn.Conv2d(24, 40, 1)
@@ -338,7 +338,7 @@ def test_fused_layer_pads_k_to_16_with_exact_zeros():
 
 def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
     pytest.importorskip("triton")
-    from quantstudy.quant.triton_fp8 import _fp8_gemm_tuned, _prune
+    from quantstudy.quant.kernels.gemm import _fp8_gemm_tuned, _prune
 
     configs = _fp8_gemm_tuned.configs
 
@@ -397,7 +397,7 @@ class MlpPair(nn.Module):
 
 
 def test_handoff_takes_the_mlp_pair_and_not_a_reused_output():
-    from quantstudy.quant.handoff import fp8_handoffs
+    from quantstudy.quant.rewrites.handoff import fp8_handoffs
 
     torch.manual_seed(0)
     m = MlpPair().eval()
@@ -447,8 +447,8 @@ class ResidualBlock(nn.Module):
 def test_in_place_residual_add_breaks_absorption_and_handoff():
     """With the zero-initialised BN the branch adds exact zeros, so a value check alone would
     pass; the tensor's version counter shows the in-place add."""
-    from quantstudy.quant.fold import fold_batchnorm
-    from quantstudy.quant.handoff import fp8_handoffs
+    from quantstudy.quant.rewrites.fold import fold_batchnorm
+    from quantstudy.quant.rewrites.handoff import fp8_handoffs
 
     torch.manual_seed(0)
     m = ResidualBlock().eval()
@@ -493,8 +493,8 @@ def test_fp8_io_is_refused_where_it_cannot_be_right():
     """A hand-off consumer whose K would need padding, a consumer given a float input, and an
     FP8 output without its scale (or a scale without an FP8 output) are clear errors."""
     pytest.importorskip("triton")
-    from quantstudy.quant.fp8 import E4M3
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.formats.fp8 import E4M3
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     with pytest.raises(ValueError, match="cannot be padded"):
         FusedFP8Matmul(nn.Linear(24, 8), 0.1, True, torch.float32, fp8_input=True)

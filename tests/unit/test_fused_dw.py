@@ -10,11 +10,11 @@ from _interpreter import run_interpreted
 from timm.layers import Conv2dSame
 from torch import nn
 
-from quantstudy.quant.apply import QuantPlan, apply_fp8, real_layers
-from quantstudy.quant.calibrate import calibrate
-from quantstudy.quant.fused import _act_reference
-from quantstudy.quant.fused_dw import FusedFP8Depthwise, depthwise_fp8_blocker
-from quantstudy.quant.modules import QDQ
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, depthwise_fp8_blocker
+from quantstudy.quant.layers.fused_matmul import _act_reference
+from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.plan.apply import QuantPlan, apply_fp8, real_layers
 
 CASES = [  # (channels, size, kernel, stride, padding or "same", act)
     (32, 9, 3, 1, 1, "relu6"),
@@ -50,7 +50,7 @@ def test_layer_equals_the_emulation_in_fp32(c, hw, k, s, p, act):
 def test_fp8_input_and_output():
     """Reading its producer's FP8 map and writing the next layer's FP8 input: the emulation's
     output quantized with that scale, but where summation order straddles an FP8 rounding."""
-    from quantstudy.quant.fp8 import E4M3, to_fp8
+    from quantstudy.quant.formats.fp8 import E4M3, to_fp8
 
     torch.manual_seed(3)
     conv = _conv(32, 3, 1, 1)
@@ -150,9 +150,9 @@ def test_kernel_under_the_interpreter_matches_the_torch_path():
         import torch
         from timm.layers import Conv2dSame
         from torch import nn
-        from quantstudy.quant.fp8 import to_fp8
-        from quantstudy.quant.fused_dw import FusedFP8Depthwise, fp8_depthwise
-        from quantstudy.quant.triton_dw import depthwise_taps
+        from quantstudy.quant.formats.fp8 import to_fp8
+        from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, fp8_depthwise
+        from quantstudy.quant.kernels.depthwise import depthwise_taps
         torch.manual_seed(0)
         worst = 0.0
         convs = (nn.Conv2d(24, 24, 3, padding=1, groups=24), Conv2dSame(40, 40, 5, 2, groups=40))

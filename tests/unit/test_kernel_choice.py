@@ -7,11 +7,11 @@ from torch import nn
 
 from quantstudy.engines.builders import build_fp8
 from quantstudy.engines.kernel_choice import ByBatch, Unfused, choose_kernels, nearest_batch
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
-from quantstudy.quant.fused import FusedFP8Matmul
-from quantstudy.quant.fused_conv import FusedFP8Conv2d
-from quantstudy.quant.modules import FP8Matmul
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.layers.matmul import FP8Matmul
+from quantstudy.quant.plan.apply import QuantPlan
 
 CPU = torch.device("cpu")
 
@@ -117,7 +117,7 @@ def test_a_depthwise_layer_without_hand_offs_stays_fused_with_its_reason(tmp_pat
     """A real FP8 depthwise conv between fp16 layers (no hand-off on either side) has no
     unfused counterpart and is not timed: it stays fused, with its reason, and the hand-off
     test that decides that reason does not ask it for a 1x1 layer's attribute."""
-    from quantstudy.quant.fused_dw import FusedFP8Depthwise
+    from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise
 
     torch.manual_seed(0)
     model = nn.Sequential(

@@ -8,10 +8,10 @@ from torch import nn
 
 from quantstudy.engines.builders import build_fp8
 from quantstudy.engines.kernel_choice import choose_kernels
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
-from quantstudy.quant.fused import FusedFP8Matmul
-from quantstudy.quant.padding import OutputPad, same_pad
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.layers.padding import OutputPad, same_pad
+from quantstudy.quant.plan.apply import QuantPlan
 from tests.unit._interpreter import run_interpreted
 
 CPU = torch.device("cpu")
@@ -101,7 +101,7 @@ def test_a_padded_output_refuses_a_residual():
 
 def test_mapped_output_of_the_wrong_shape_is_refused():
     pytest.importorskip("triton")
-    from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     xq = torch.zeros(12, 16).to(torch.float8_e4m3fn)
     w8 = torch.zeros(8, 16).to(torch.float8_e4m3fn)
@@ -120,7 +120,7 @@ def test_kernel_writes_the_interior_of_a_padded_buffer_under_the_interpreter():
     (same,) = run_interpreted(
         """
         import torch
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(5)
         b, h, w, k, n = 2, 5, 7, 32, 48
         m = b * h * w
@@ -143,7 +143,7 @@ def test_kernel_writes_the_interior_of_a_padded_buffer_under_the_interpreter():
 def test_a_reader_the_plan_quantizes_keeps_its_own_padding():
     """With the strided depthwise conv in the plan too, it is no float `Conv2dSame` in the
     engine: pw writes no padding for it; and fuse_padded refuses a reader that pads nothing."""
-    from quantstudy.quant.pad_handoff import fuse_padded
+    from quantstudy.quant.rewrites.pad_handoff import fuse_padded
 
     model, x, _ = _setup()
     layers = ["pw", "dw", "pwl", "side"]

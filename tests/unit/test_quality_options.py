@@ -8,9 +8,9 @@ from _option_nets import LAYERS, images, pointwise_net
 
 from quantstudy.engines.builders import build_fakequant, build_fp8
 from quantstudy.engines.run import run_engine
-from quantstudy.quant.fp8 import row_scale
-from quantstudy.quant.migrate import exact_divisors, smooth_divisors, with_migration
-from quantstudy.quant.plan import QuantOptions, build_plan, quant_options
+from quantstudy.quant.fitting.migrate import exact_divisors, smooth_divisors, with_migration
+from quantstudy.quant.formats.fp8 import row_scale
+from quantstudy.quant.plan.build import QuantOptions, build_plan, quant_options
 from quantstudy.recipe.resolve import resolve
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
@@ -75,7 +75,7 @@ def test_triton_kernel_row_scales_under_the_interpreter():
     (worst,) = run_interpreted(
         """
         import torch
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(0)
         worst = 0.0
         for m, k, n in [(70, 48, 40), (5, 16, 16)]:
@@ -123,8 +123,8 @@ def test_triton_kernel_quantizes_rows_in_its_prologue_under_the_interpreter():
     equal, far = run_interpreted(
         """
         import torch
-        from quantstudy.quant.fp8 import quantize_rows
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.formats.fp8 import quantize_rows
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(0)
         equal, total, far = 0, 0, 0
         for m, k, tile, stream in [(70, 40, (32, 64, 16), 0), (40, 24, (32, 32, 32), 1)]:
@@ -170,7 +170,7 @@ def test_migration_keeps_the_float_model_and_calibrates_divided_inputs():
     plan = _plan(migration="smooth", migration_alpha=0.5)
     assert set(plan.divisors) == set(LAYERS)
     folded = _net()
-    from quantstudy.quant.fold import fold_batchnorm
+    from quantstudy.quant.rewrites.fold import fold_batchnorm
 
     fold_batchnorm(folded, x[:1])
     with torch.no_grad():

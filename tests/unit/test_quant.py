@@ -6,11 +6,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_half
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
-from quantstudy.quant.calibrators import make_calibrator
-from quantstudy.quant.fold import fold_batchnorm
-from quantstudy.quant.fp8 import E4M3_MAX, fake_quant, quantize_weight
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.calibration.calibrators import make_calibrator
+from quantstudy.quant.formats.fp8 import E4M3_MAX, fake_quant, quantize_weight
+from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.quant.rewrites.fold import fold_batchnorm
 
 torch.manual_seed(0)
 
@@ -205,7 +205,7 @@ def test_weight_only_and_activation_only_differ():
 def test_conv_with_its_own_forward_is_emulated_not_real_and_not_folded():
     from timm.layers import ScaledStdConv2d, StdConv2d
 
-    from quantstudy.quant.modules import real_fp8_blocker
+    from quantstudy.quant.layers.matmul import real_fp8_blocker
 
     assert real_fp8_blocker(StdConv2d(32, 64, 1)) is not None
     assert real_fp8_blocker(ScaledStdConv2d(32, 64, 1)) is not None
@@ -218,7 +218,7 @@ def test_conv_with_its_own_forward_is_emulated_not_real_and_not_folded():
 def test_scaled_mm_output_takes_the_best_the_device_supports(monkeypatch):
     """The probe's order: engine dtype with the bias in the epilogue, then without it, then
     bf16 (what row-wise scaling wrote before CUDA 12.9); each refusal moves one step down."""
-    from quantstudy.quant import modules
+    from quantstudy.quant.layers import matmul as modules
 
     def refusing(*refused):
         def fake(a, b, *, scale_a, scale_b, bias=None, out_dtype):
@@ -248,7 +248,7 @@ def test_scaled_mm_output_takes_the_best_the_device_supports(monkeypatch):
 def test_unfused_layer_with_the_bias_inside_equals_the_bias_after(monkeypatch):
     """On CPU in fp32 the bias inside torch._scaled_mm and added after give the same layer
     (N = 24 is padded to 32, so the bias handed to torch._scaled_mm is padded too)."""
-    from quantstudy.quant import modules
+    from quantstudy.quant.layers import matmul as modules
 
     lin = nn.Linear(40, 24)
     x = torch.randn(64, 40)

@@ -206,7 +206,7 @@ def test_unknown_calibrator():
 
 def test_calibrator_params_match_the_calibrators_that_use_them():
     """The study passes recipe params to quant's calibrators: names and defaults must agree."""
-    from quantstudy.quant import calibrators as quant
+    from quantstudy.quant.calibration import calibrators as quant
 
     assert set(quant.CALIBRATORS) == set(CALIBRATORS)
     for name, spec in CALIBRATORS.items():

@@ -5,10 +5,10 @@ import torch
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8, deployed_copy
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
-from quantstudy.quant.fused import FusedFP8Matmul
-from quantstudy.quant.residual import residual_sites
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.quant.rewrites.residual import residual_sites
 from tests.unit._interpreter import run_interpreted
 
 CPU = torch.device("cpu")
@@ -210,8 +210,8 @@ def test_kernel_residual_sum_under_the_interpreter_matches_the_torch_path():
     (same,) = run_interpreted(
         """
         import torch
-        from quantstudy.quant.fused import fp8_gemm
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.layers.fused_matmul import fp8_gemm
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(3)
         m, k, n = 80, 32, 48
         xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)

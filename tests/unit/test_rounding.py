@@ -6,8 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from quantstudy.quant.fp8 import E4M3, dequantize_weight, quantize_weight, weight_scale
-from quantstudy.quant.rounding import (
+from quantstudy.quant.fitting.rounding import (
     SEARCHED,
     Search,
     candidate_scales,
@@ -17,6 +16,7 @@ from quantstudy.quant.rounding import (
     round_weight,
     to_grid,
 )
+from quantstudy.quant.formats.fp8 import E4M3, dequantize_weight, quantize_weight, weight_scale
 
 # The FP8 E4M3 grid, for the brute force: every finite value the format holds.
 GRID = torch.arange(256, dtype=torch.uint8).view(E4M3).float()

@@ -8,7 +8,7 @@ from _option_nets import LAYERS
 from _option_nets import images as _data
 from _option_nets import pointwise_net as _net
 
-from quantstudy.quant.plan import QuantOptions
+from quantstudy.quant.plan.build import QuantOptions
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.search.options import (
     TRIED,

@@ -6,8 +6,8 @@ import pytest
 import torch
 from _search_nets import FRAGILE, LAYERS, make_fragile, small_net
 
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record.errors import UserError
 from quantstudy.search.sensitivity import measure_sensitivity
 

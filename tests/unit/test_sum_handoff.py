@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from quantstudy.engines.builders import build_fp8
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.fused import FusedFP8Matmul
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.plan.apply import QuantPlan
 from tests.unit._interpreter import run_interpreted
 from tests.unit.test_residual import _setup
 
@@ -55,7 +55,7 @@ def test_kernel_pair_under_the_interpreter_writes_the_fp8_copy_of_its_output():
     (same,) = run_interpreted(
         """
         import torch
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(4)
         m, k, n = 80, 32, 48
         xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)

@@ -8,10 +8,10 @@ import torch
 from _interpreter import run_interpreted
 from torch import nn
 
-from quantstudy.quant.apply import QuantPlan, apply_fp8, real_layers
-from quantstudy.quant.calibrate import calibrate
-from quantstudy.quant.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
-from quantstudy.quant.modules import QDQ
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
+from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.plan.apply import QuantPlan, apply_fp8, real_layers
 
 
 def test_conv_kernel_under_the_interpreter_matches_the_emulation():
@@ -27,11 +27,11 @@ def test_conv_kernel_under_the_interpreter_matches_the_emulation():
         """
         import torch
         from torch import nn
-        from quantstudy.quant.fp8 import to_fp8
-        from quantstudy.quant.fused import _act_reference
-        from quantstudy.quant.fused_conv import FusedFP8Conv2d
-        from quantstudy.quant.modules import QDQ
-        from quantstudy.quant.triton_conv import fp8_conv2d_triton, tap_major
+        from quantstudy.quant.formats.fp8 import to_fp8
+        from quantstudy.quant.layers.fused_matmul import _act_reference
+        from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
+        from quantstudy.quant.layers.matmul import QDQ
+        from quantstudy.quant.kernels.conv import fp8_conv2d_triton, tap_major
         torch.manual_seed(0)
         cases = [  # (B, C, H, W, N, kernel, stride, padding, dilation, bias, act, channels-last)
             (2, 26, 9, 9, 26, (3, 3), (1, 1), (1, 1), (1, 1), True, "relu", True),
@@ -78,9 +78,9 @@ def test_conv_kernel_rounds_where_the_unfused_engine_stores_under_the_interprete
         """
         import torch
         from torch import nn
-        from quantstudy.quant.fp8 import to_fp8
-        from quantstudy.quant.fused_conv import FusedFP8Conv2d, fp8_conv2d
-        from quantstudy.quant.triton_conv import fp8_conv2d_triton
+        from quantstudy.quant.formats.fp8 import to_fp8
+        from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d, fp8_conv2d
+        from quantstudy.quant.kernels.conv import fp8_conv2d_triton
         torch.manual_seed(3)
         conv = nn.Conv2d(26, 26, 3, padding=1)
         x = (torch.randn(2, 26, 8, 8) * 2).contiguous(memory_format=torch.channels_last)
@@ -100,7 +100,7 @@ def test_conv_kernel_rounds_where_the_unfused_engine_stores_under_the_interprete
 
 def test_conv_kernel_refuses_a_promotion_it_cannot_keep():
     pytest.importorskip("triton")
-    from quantstudy.quant.triton_conv import fp8_conv2d_triton
+    from quantstudy.quant.kernels.conv import fp8_conv2d_triton
 
     xq = torch.zeros(1, 16, 4, 4).to(torch.float8_e4m3fn)
     w = torch.zeros(8, 9 * 16).to(torch.float8_e4m3fn)

@@ -7,12 +7,12 @@ import torch
 from _option_nets import LAYERS, deep_net
 from torch import nn
 
-import quantstudy.quant.tune as tune
+import quantstudy.quant.fitting.tune as tune
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, deployed_copy
 from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import kl_per_image
-from quantstudy.quant.modules import QDQ
-from quantstudy.quant.plan import QuantOptions, build_plan
+from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.plan.build import QuantOptions, build_plan
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
 

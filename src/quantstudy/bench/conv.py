@@ -23,9 +23,9 @@ from torch import nn
 
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import resolve_preprocessing
-from quantstudy.quant.fp8 import quantize_weight, to_fp8
-from quantstudy.quant.fused_conv import fp8_conv2d, kxk_fp8_blocker
-from quantstudy.quant.triton_conv import tap_major
+from quantstudy.quant.formats.fp8 import quantize_weight, to_fp8
+from quantstudy.quant.kernels.conv import tap_major
+from quantstudy.quant.layers.fused_conv import fp8_conv2d, kxk_fp8_blocker
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record.io import write_json_atomic

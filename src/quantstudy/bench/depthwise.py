@@ -96,8 +96,8 @@ def _row(model: str, conv: DepthwiseConv) -> DepthwiseRow:
 
 def time_conv(row: DepthwiseConv) -> dict:
     """The DepthwiseRow fields `us`, `best_tile` and `max_rel_error` of one conv."""
-    from quantstudy.quant.fused_dw import taps_of
-    from quantstudy.quant.triton_dw import TILES, depthwise_taps
+    from quantstudy.quant.kernels.depthwise import TILES, depthwise_taps
+    from quantstudy.quant.kernels.layout import taps_of
 
     dev = torch.device("cuda")
     conv = copy.deepcopy(row.module).to(dev, torch.float16).to(memory_format=torch.channels_last)

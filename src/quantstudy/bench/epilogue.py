@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from quantstudy.bench.provenance import collect_provenance, need_cuda
-from quantstudy.quant.fp8 import E4M3, to_fp8
+from quantstudy.quant.formats.fp8 import E4M3, to_fp8
 from quantstudy.record.io import write_json_atomic
 
 # (name, M, N, K): res2net50_26w_4s at batch 128, each stage's conv3 (K = 4 x width, N = 4 x 64 x
@@ -50,7 +50,7 @@ def _time(fn) -> float:
 
 def bench(m: int, n: int, k: int, device: torch.device) -> dict[str, float]:
     """Microseconds per call of each epilogue variant (module docstring) for one product."""
-    from quantstudy.quant.triton_fp8 import TUNE_LOG, fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import TUNE_LOG, fp8_gemm_triton
 
     g = torch.Generator(device=device).manual_seed(0)
     x8 = torch.randn(m, k, device=device, generator=g).to(E4M3)

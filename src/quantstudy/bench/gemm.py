@@ -107,7 +107,7 @@ def time_us(fn: Callable[[], object]) -> float:
 
 def _variants(a8: torch.Tensor, w8: torch.Tensor, sweep: bool) -> list[tuple]:
     """(label, tile, loads, store, programs per SM, fast accumulation) of every Triton launch."""
-    from quantstudy.quant.triton_fp8 import STREAM_TILES, TILES, tma_ok
+    from quantstudy.quant.kernels.gemm import STREAM_TILES, TILES, tma_ok
 
     out: list[tuple] = [
         ("autotuned", None, None, None, 0, False),
@@ -139,8 +139,8 @@ def time_product(p: Product, sweep: bool) -> dict:
     `best_triton` and `refused` (tiles the compiler refuses for lack of shared memory)."""
     from triton.runtime.errors import OutOfResources
 
-    from quantstudy.quant.fused import _act_reference
-    from quantstudy.quant.triton_fp8 import PROMOTE, fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import PROMOTE, fp8_gemm_triton
+    from quantstudy.quant.layers.fused_matmul import _act_reference
 
     m, k, n = p.m, p.k, p.n
     dev = torch.device("cuda")

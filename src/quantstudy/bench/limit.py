@@ -39,8 +39,8 @@ from quantstudy.engines.builders import build_fakequant, build_fp8, build_half, 
 from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calibrate import calibrate
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record.io import write_json_atomic
@@ -205,9 +205,9 @@ def ideal_of_records(paths: list[Path]) -> str:
     import copy
 
     from quantstudy.bench.schema import SpeedBench, read_record
-    from quantstudy.quant.absorb import absorbable_activations
-    from quantstudy.quant.apply import real_layers
-    from quantstudy.quant.fold import fold_batchnorm
+    from quantstudy.quant.plan.apply import real_layers
+    from quantstudy.quant.rewrites.absorb import absorbable_activations
+    from quantstudy.quant.rewrites.fold import fold_batchnorm
     from quantstudy.record import EngineInfo
 
     head = "| record | model | FP8 kernel | batch | x | ideal x | x / ideal |"

@@ -11,8 +11,8 @@ from torch import nn
 
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import resolve_preprocessing
-from quantstudy.quant.modules import real_fp8_blocker
-from quantstudy.quant.trace import input_shapes
+from quantstudy.quant.graph.trace import input_shapes
+from quantstudy.quant.layers.matmul import real_fp8_blocker
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
 

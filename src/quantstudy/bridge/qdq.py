@@ -35,7 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from quantstudy.bridge.rebuild import Rebuilt
-from quantstudy.quant.fp8 import E4M3_MAX, quantize_weight
+from quantstudy.quant.formats.fp8 import E4M3_MAX, quantize_weight
 from quantstudy.record.errors import UserError
 
 FP8_QDQ_OPSET = 19  # first opset with float8 QuantizeLinear/DequantizeLinear

@@ -23,10 +23,10 @@ from quantstudy.data.images import load_images
 from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.bias_correction import correct_biases
-from quantstudy.quant.calibrate import Calibration
-from quantstudy.quant.fold import fold_batchnorm
+from quantstudy.quant.calibration.calibrate import Calibration
+from quantstudy.quant.fitting.bias_correction import correct_biases
+from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record import ImageSet, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.study.inputs import split_study_data

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from quantstudy import __version__
 from quantstudy.decision.policy import decide, load_policy
 from quantstudy.record import SCHEMA_VERSION, Decision, Redecision, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.version import __version__
 
 
 def redecide(record: StudyRecord, policy_name: str | Path | None) -> Decision:

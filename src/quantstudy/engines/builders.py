@@ -20,16 +20,20 @@ from torch import nn
 from quantstudy.engines.base import Engine
 from quantstudy.engines.kernel_choice import choose_kernels
 from quantstudy.engines.size import weight_bytes
-from quantstudy.quant.absorb import absorbable_activations, remove_activations, with_absorbed
-from quantstudy.quant.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8, real_layers
-from quantstudy.quant.bias_correction import correct_biases, set_biases
-from quantstudy.quant.fold import fold_batchnorm
-from quantstudy.quant.fused import FusedFP8Matmul
-from quantstudy.quant.handoff import fp8_handoffs
-from quantstudy.quant.modules import bind_scaled_mm, scaled_mm_output_of
-from quantstudy.quant.pad_handoff import fuse_padded, padded_outputs
-from quantstudy.quant.residual import float_summed, fuse_residuals, residual_sites
-from quantstudy.quant.sum_handoff import can_read_fp8, fuse_sum_handoffs, sum_handoffs
+from quantstudy.quant.fitting.bias_correction import correct_biases, set_biases
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.layers.matmul import bind_scaled_mm, scaled_mm_output_of
+from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8, real_layers
+from quantstudy.quant.rewrites.absorb import (
+    absorbable_activations,
+    remove_activations,
+    with_absorbed,
+)
+from quantstudy.quant.rewrites.fold import fold_batchnorm
+from quantstudy.quant.rewrites.handoff import fp8_handoffs
+from quantstudy.quant.rewrites.pad_handoff import fuse_padded, padded_outputs
+from quantstudy.quant.rewrites.residual import float_summed, fuse_residuals, residual_sites
+from quantstudy.quant.rewrites.sum_handoff import can_read_fp8, fuse_sum_handoffs, sum_handoffs
 from quantstudy.record import EngineInfo, LayerKernel
 from quantstudy.record.vocab import CompileMode, Fp8Kernel
 

@@ -45,13 +45,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from quantstudy.quant.apply import QuantPlan, apply_fp8, replace_module
-from quantstudy.quant.fp8 import to_fp8
-from quantstudy.quant.fused import FusedFP8Matmul
-from quantstudy.quant.fused_conv import FusedFP8Conv2d
-from quantstudy.quant.fused_dw import FusedFP8Depthwise
-from quantstudy.quant.modules import bind_scaled_mm
-from quantstudy.quant.trace import pre_hooks
+from quantstudy.quant.formats.fp8 import to_fp8
+from quantstudy.quant.graph.edit import replace_module
+from quantstudy.quant.graph.trace import pre_hooks
+from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
+from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.layers.matmul import bind_scaled_mm
+from quantstudy.quant.plan.apply import QuantPlan, apply_fp8
 from quantstudy.record import LayerKernel
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.vocab import Fp8Kernel

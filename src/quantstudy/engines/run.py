@@ -7,7 +7,7 @@ from rich.progress import Progress
 from torch import nn
 
 from quantstudy.engines.base import Engine
-from quantstudy.quant.modules import QDQ
+from quantstudy.quant.layers.matmul import QDQ
 
 
 def run_engine(engine: Engine, images: torch.Tensor, batch_size: int = 64) -> torch.Tensor:

@@ -36,13 +36,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from quantstudy.engines.builders import allow_recompiles
-from quantstudy.quant.absorb import absorbable_activations
-from quantstudy.quant.apply import fp8_module, real_layers
-from quantstudy.quant.calibrate import Calibration
-from quantstudy.quant.fold import fold_batchnorm
-from quantstudy.quant.fp8 import E4M3_MAX
-from quantstudy.quant.modules import bind_scaled_mm
-from quantstudy.quant.trace import input_shapes
+from quantstudy.quant.calibration.calibrate import Calibration
+from quantstudy.quant.formats.fp8 import E4M3_MAX
+from quantstudy.quant.graph.trace import input_shapes
+from quantstudy.quant.layers.matmul import bind_scaled_mm
+from quantstudy.quant.plan.apply import fp8_module, real_layers
+from quantstudy.quant.rewrites.absorb import absorbable_activations
+from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import CompileMode, Fp8Kernel, choices
 from quantstudy.search.sensitivity import kind_of

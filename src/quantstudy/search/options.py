@@ -37,11 +37,11 @@ from quantstudy.engines.builders import build_fakequant, build_fp32
 from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import kl_per_image
 from quantstudy.quality.paired import PAIRED_RESAMPLES, paired_mean_change
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.calib_choice import choose_calibrators
-from quantstudy.quant.calibrate import HEADROOM_TRIED
-from quantstudy.quant.plan import QuantOptions, build_plan
-from quantstudy.quant.rounding import SEARCHED
+from quantstudy.quant.calibration.calibrate import HEADROOM_TRIED
+from quantstudy.quant.calibration.choice import choose_calibrators
+from quantstudy.quant.fitting.rounding import SEARCHED
+from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.quant.plan.build import QuantOptions, build_plan
 from quantstudy.record import OptionStep
 
 # option -> the change it makes to QuantOptions ("choose": resolved by choose_calibrators)

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from quantstudy.quant.plan import quant_options
+from quantstudy.quant.plan.build import quant_options
 from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.record import StudyRecord, Variant
 from quantstudy.record.errors import UserError

@@ -21,8 +21,9 @@ from torch import nn
 
 from quantstudy.engines.builders import deployed_copy
 from quantstudy.quality.metrics import score_engine
-from quantstudy.quant.apply import QuantPlan, replace_module
-from quantstudy.quant.modules import QDQ
+from quantstudy.quant.graph.edit import replace_module
+from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.selectors import layer_kind
 from quantstudy.record import EngineQuality
 from quantstudy.record.errors import UserError

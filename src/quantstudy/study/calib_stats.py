@@ -39,8 +39,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from quantstudy.quant.calibrate import InputStats, observe
-from quantstudy.quant.calibrators import _BINS
+from quantstudy.quant.calibration.calibrate import InputStats, observe
+from quantstudy.quant.calibration.calibrators import _BINS
 from quantstudy.record.io import write_bytes_atomic
 from quantstudy.study.cache import _UNREADABLE, console
 

@@ -12,8 +12,8 @@ import numpy
 import timm
 import torch
 
-import quantstudy
 from quantstudy.record import Environment
+from quantstudy.record.version import __version__
 
 
 def _git_commit() -> str | None:
@@ -26,7 +26,7 @@ def _git_commit() -> str | None:
     named = os.environ.get("QUANTSTUDY_GIT_COMMIT")
     if named:
         return named
-    root = Path(quantstudy.__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # src/quantstudy/study/ -> the checkout
     if not (root / ".git").exists():
         return None
     try:
@@ -87,7 +87,7 @@ def collect_environment(device: torch.device) -> Environment:
         gpu_name=torch.cuda.get_device_name(device) if gpu else None,
         gpu_driver=_gpu_driver() if gpu else None,
         gpu_capability=f"{cap[0]}.{cap[1]}" if cap else None,
-        quantstudy=quantstudy.__version__,
+        quantstudy=__version__,
         git_commit=_git_commit(),
         created_utc=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
     )

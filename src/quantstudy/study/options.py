@@ -53,10 +53,10 @@ from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 from quantstudy.quality.metrics import kl_per_image
 from quantstudy.quality.paired import PAIRED_RESAMPLES, paired_bootstrap, paired_mean_change
-from quantstudy.quant.calib_choice import choose_calibrators
-from quantstudy.quant.calibrate import HEADROOM_TRIED
-from quantstudy.quant.plan import QuantOptions, build_plan, quant_options
-from quantstudy.quant.rounding import SEARCHED
+from quantstudy.quant.calibration.calibrate import HEADROOM_TRIED
+from quantstudy.quant.calibration.choice import choose_calibrators
+from quantstudy.quant.fitting.rounding import SEARCHED
+from quantstudy.quant.plan.build import QuantOptions, build_plan, quant_options
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record.io import write_json_atomic

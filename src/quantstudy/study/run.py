@@ -38,7 +38,7 @@ from quantstudy.engines.run import run_engine, run_half_storage, run_reordered
 from quantstudy.quality.metrics import build_quality_section, emulation_gap, score_engine
 from quantstudy.quality.nonfinite import scan_nonfinite
 from quantstudy.quality.stress import stress_inputs
-from quantstudy.quant.apply import QuantPlan
+from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import (
     LayerSpeedSection,
     QualitySection,
@@ -292,7 +292,7 @@ def _untimed_tiles(device: torch.device) -> AbstractContextManager:
     every tile, and its time is not measured, so autotuning it would only cost compile time."""
     if device.type != "cuda":
         return nullcontext()
-    from quantstudy.quant.triton_fp8 import untimed_tiles
+    from quantstudy.quant.kernels.gemm import untimed_tiles
 
     return untimed_tiles()
 

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from quantstudy.quant import triton_fp8 as t
+from quantstudy.quant.kernels import gemm as t
 
 
 def product(m: int, n: int, k: int, act: str, threads: str) -> dict:

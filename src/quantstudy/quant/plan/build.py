@@ -28,15 +28,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from quantstudy.quant.apply import QuantPlan
-from quantstudy.quant.bias_correction import correct_biases
-from quantstudy.quant.calibrate import calibrate
-from quantstudy.quant.fold import fold_batchnorm
-from quantstudy.quant.migrate import exact_divisors, smooth_divisors
-from quantstudy.quant.modules import QDQ
-from quantstudy.quant.rounding import compensable
-from quantstudy.quant.sequential import Fitted, emulated, fit_sequential, layer_quant
-from quantstudy.quant.tune import Tuned, tune_outputs
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.fitting.bias_correction import correct_biases
+from quantstudy.quant.fitting.migrate import exact_divisors, smooth_divisors
+from quantstudy.quant.fitting.rounding import compensable
+from quantstudy.quant.fitting.sequential import Fitted, emulated, fit_sequential, layer_quant
+from quantstudy.quant.fitting.tune import Tuned, tune_outputs
+from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record.vocab import Rounding, Tuning
 
 

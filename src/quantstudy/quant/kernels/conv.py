@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.triton_fp8 import (
+from quantstudy.quant.kernels.gemm import (
     ACT_CODES,
     PROMOTE,
     ROUND_CODES,

@@ -22,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.fused_dw import taps_of
-from quantstudy.quant.triton_fp8 import ACT_CODES, _bench, activation, fp8_range
+from quantstudy.quant.kernels.gemm import ACT_CODES, _bench, activation, fp8_range
+from quantstudy.quant.kernels.layout import taps_of
 
 
 @triton.jit
@@ -88,14 +88,6 @@ _depthwise_tuned = triton.autotune(
     prune_configs_by={"early_config_prune": _prune},
     do_bench=_bench,
 )(_depthwise_kernel)
-
-
-def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
-    """TensorFlow "same" padding (timm's Conv2dSame): output ceil(size / stride), the odd pixel
-    of padding at the end. Returns (output size, padding before)."""
-    from timm.layers.padding import get_same_padding
-
-    return -(-size // stride), get_same_padding(size, kernel, stride, 1) // 2
 
 
 def depthwise_conv(

@@ -20,9 +20,9 @@ from collections import Counter
 import torch
 from torch import nn
 
-from quantstudy.quant.absorb import exact_subset, with_absorbed
-from quantstudy.quant.apply import replace_module
-from quantstudy.quant.trace import tensor_links
+from quantstudy.quant.graph.edit import replace_module
+from quantstudy.quant.graph.trace import tensor_links
+from quantstudy.quant.rewrites.absorb import exact_subset, with_absorbed
 
 
 class _Times(nn.Module):

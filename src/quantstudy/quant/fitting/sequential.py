@@ -49,12 +49,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from quantstudy.quant.absorb import absorbable_activations
-from quantstudy.quant.apply import replace_module
-from quantstudy.quant.fp8 import quantize_weight
-from quantstudy.quant.modules import QDQ, FP8Weight
-from quantstudy.quant.rounding import PLAIN, Search, compensable, round_weight
-from quantstudy.quant.trace import pre_hooks
+from quantstudy.quant.fitting.rounding import PLAIN, Search, compensable, round_weight
+from quantstudy.quant.formats.fp8 import quantize_weight
+from quantstudy.quant.graph.edit import replace_module
+from quantstudy.quant.graph.trace import pre_hooks
+from quantstudy.quant.layers.matmul import QDQ, FP8Weight
+from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.record.vocab import Rounding
 
 

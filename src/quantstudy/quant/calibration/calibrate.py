@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from quantstudy.quant.calibrators import _BINS, Calibrator, make_calibrator
-from quantstudy.quant.fp8 import E4M3_MAX
-from quantstudy.quant.trace import pre_hooks
+from quantstudy.quant.calibration.calibrators import _BINS, Calibrator, make_calibrator
+from quantstudy.quant.formats.fp8 import E4M3_MAX
+from quantstudy.quant.graph.trace import pre_hooks
 from quantstudy.record import CalibrationInfo, TensorScale
 from quantstudy.record.errors import UserError
 

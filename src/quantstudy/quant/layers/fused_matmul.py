@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.fp8 import E4M3, quantize_rows, quantize_weight, to_fp8
-from quantstudy.quant.modules import FP8Weight, PointwiseMatmul, align
-from quantstudy.quant.padding import OutputPad
+from quantstudy.quant.formats.fp8 import E4M3, quantize_rows, quantize_weight, to_fp8
+from quantstudy.quant.layers.matmul import FP8Weight, PointwiseMatmul, align
+from quantstudy.quant.layers.padding import OutputPad
 
 # Activation modules the epilogue computes, by exact type (subclasses may change the forward).
 ACTIVATIONS: dict[type, str] = {
@@ -84,7 +84,7 @@ def fp8_gemm(
     value before an FP8 write, where the unfused engine stores them: both engines then
     quantize the same numbers."""
     if xq.is_cuda:
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
         xq = xq.contiguous()
         return fp8_gemm_triton(
@@ -142,7 +142,7 @@ def fp8_gemm_pair(
     FP8 copy quantized with `pair_scale`, the next FP8 layer's input (a residual sum read
     both by that layer and by the next shortcut, `quant/residual.py`)."""
     if xq.is_cuda:
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
         xq = xq.contiguous()
         q = torch.empty((xq.shape[0], w8.shape[0]), device=xq.device, dtype=E4M3)
@@ -183,7 +183,7 @@ def fp8_gemm_padded(
     left, right, top, bottom = pads
     n = w8.shape[0]
     if xq.is_cuda:
-        from quantstudy.quant.triton_fp8 import fp8_gemm_triton
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
         out = torch.empty((b, h + top + bottom, w + left + right, n), device=xq.device,
                           dtype=out_dtype)  # fmt: skip

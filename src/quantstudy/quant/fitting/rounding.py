@@ -70,7 +70,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from quantstudy.quant.fp8 import E4M3, E4M3_MAX, quantize_weight, weight_scale
+from quantstudy.quant.formats.fp8 import E4M3, E4M3_MAX, quantize_weight, weight_scale
 from quantstudy.record.vocab import Rounding
 
 DAMP = 0.01

@@ -30,8 +30,8 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from quantstudy.quant.absorb import exact_subset
-from quantstudy.quant.residual import Site, ancestors, install, relative, trace_scope
+from quantstudy.quant.rewrites.absorb import exact_subset
+from quantstudy.quant.rewrites.residual import Site, ancestors, install, relative, trace_scope
 
 
 @dataclass(frozen=True)

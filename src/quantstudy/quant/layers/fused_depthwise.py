@@ -24,9 +24,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.fp8 import E4M3, quantize_weight, to_fp8
-from quantstudy.quant.fused import _act_reference, handed_input, io_repr, take_epilogue
-from quantstudy.quant.modules import FP8Weight
+from quantstudy.quant.formats.fp8 import E4M3, quantize_weight, to_fp8
+from quantstudy.quant.kernels.layout import same_padding, taps_of
+from quantstudy.quant.layers.fused_matmul import (
+    _act_reference,
+    handed_input,
+    io_repr,
+    take_epilogue,
+)
+from quantstudy.quant.layers.matmul import FP8Weight
 
 
 def _same_pad_types() -> tuple[type, ...]:
@@ -71,7 +77,7 @@ def fp8_depthwise(
     (KH * KW, C: one row of channels per tap) FP8, w_scale (C,) float32, `pad` the top/left
     zero padding."""
     if xq.is_cuda:
-        from quantstudy.quant.triton_dw import depthwise_taps
+        from quantstudy.quant.kernels.depthwise import depthwise_taps
 
         return depthwise_taps(
             xq, taps, tuple(kernel_hw), bias, stride, tuple(pad), tuple(out_hw), act, x_scale,
@@ -96,13 +102,6 @@ def _(xq, taps, w_scale, kernel_hw, x_scale, bias, act, out_dtype, stride, pad, 
       out_scale=None):  # fmt: skip
     out = xq.new_empty((xq.shape[0], out_hw[0], out_hw[1], xq.shape[1]), dtype=out_dtype)
     return out.permute(0, 3, 1, 2)
-
-
-def taps_of(weight: torch.Tensor) -> torch.Tensor:
-    """A depthwise weight (C, 1, KH, KW) as `quant/triton_dw.py`'s kernel reads it: (KH * KW,
-    C), one contiguous row of channels per tap, in the weight's dtype (float32, or FP8 with a
-    per-channel scale)."""
-    return weight.reshape(weight.shape[0], -1).t().contiguous()
 
 
 class FusedFP8Depthwise(nn.Module):
@@ -138,8 +137,6 @@ class FusedFP8Depthwise(nn.Module):
     def geometry(self, h: int, w: int) -> tuple[list[int], list[int]]:
         """(top/left padding, output size) for an (h, w) input."""
         if self.same:
-            from quantstudy.quant.triton_dw import same_padding
-
             (ho, ph), (wo, pw) = (same_padding(n, k, self.stride) for n, k in
                                   zip((h, w), self.kernel_hw, strict=True))  # fmt: skip
             return [ph, pw], [ho, wo]

@@ -30,9 +30,9 @@ import copy
 import torch
 from torch import nn
 
-from quantstudy.quant.apply import replace_module
-from quantstudy.quant.calibrate import Calibration
-from quantstudy.quant.rounding import compensable
+from quantstudy.quant.calibration.calibrate import Calibration
+from quantstudy.quant.fitting.rounding import compensable
+from quantstudy.quant.graph.edit import replace_module
 
 RTOL, ATOL = 1e-4, 1e-4
 

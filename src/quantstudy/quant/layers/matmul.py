@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.fp8 import (
+from quantstudy.quant.formats.fp8 import (
     E4M3,
     dequantize_weight,
     fake_quant,

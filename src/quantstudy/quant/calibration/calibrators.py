@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import torch
 
-from quantstudy.quant.fp8 import E4M3_MAX, fake_quant
+from quantstudy.quant.formats.fp8 import E4M3_MAX, fake_quant
 from quantstudy.record.errors import UserError
 
 _LOG2_LO, _LOG2_HI, _PER_OCTAVE = -24, 24, 64

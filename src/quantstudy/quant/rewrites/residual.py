@@ -31,9 +31,9 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.absorb import exact_subset
-from quantstudy.quant.apply import replace_module
-from quantstudy.quant.fused import activation_name
+from quantstudy.quant.graph.edit import replace_module
+from quantstudy.quant.layers.fused_matmul import activation_name
+from quantstudy.quant.rewrites.absorb import exact_subset
 
 _ADDS = {operator.add, operator.iadd, torch.add}
 _IN_PLACE = {operator.iadd, "add_"}

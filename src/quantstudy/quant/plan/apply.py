@@ -10,17 +10,18 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from quantstudy.quant.calibrate import Calibration
-from quantstudy.quant.fused import FusedFP8Matmul
-from quantstudy.quant.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
-from quantstudy.quant.fused_dw import FusedFP8Depthwise, depthwise_fp8_blocker
-from quantstudy.quant.modules import QDQ, FP8Matmul, FP8Weight, real_fp8_blocker
-from quantstudy.quant.rounding import Search, compensable, fp8_weights
+from quantstudy.quant.calibration.calibrate import Calibration
+from quantstudy.quant.fitting.rounding import Search, compensable, fp8_weights
+from quantstudy.quant.graph.edit import replace_module
+from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
+from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, depthwise_fp8_blocker
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.layers.matmul import QDQ, FP8Matmul, FP8Weight, real_fp8_blocker
 from quantstudy.record.vocab import Fp8Kernel, choices
 
 if TYPE_CHECKING:  # sequential.py builds on this module
-    from quantstudy.quant.sequential import Fitted
-    from quantstudy.quant.tune import Tuned
+    from quantstudy.quant.fitting.sequential import Fitted
+    from quantstudy.quant.fitting.tune import Tuned
 
 
 @dataclass(frozen=True)
@@ -119,13 +120,6 @@ class Applied:
 
     real: list[str]
     emulated: list[tuple[str, str]]
-
-
-def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
-    """Put `new` where the submodule `name` of `model` is."""
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, new)
 
 
 def fp8_blocker(layer: nn.Module, kernel: str = "scaled_mm") -> str | None:

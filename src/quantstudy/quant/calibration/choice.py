@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from quantstudy.quant.calibrate import Calibration, calibrate
-from quantstudy.quant.fp8 import E4M3_MAX, fake_quant
-from quantstudy.quant.trace import pre_hooks
+from quantstudy.quant.calibration.calibrate import Calibration, calibrate
+from quantstudy.quant.formats.fp8 import E4M3_MAX, fake_quant
+from quantstudy.quant.graph.trace import pre_hooks
 from quantstudy.record.vocab import Calibrator, choices
 
 CANDIDATES = tuple(choices(Calibrator))

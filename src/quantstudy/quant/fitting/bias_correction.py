@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from quantstudy.quant.calibrate import Calibration
-from quantstudy.quant.fp8 import dequantize_weight, quantize_weight
-from quantstudy.quant.modules import FP8Weight
+from quantstudy.quant.calibration.calibrate import Calibration
+from quantstudy.quant.formats.fp8 import dequantize_weight, quantize_weight
+from quantstudy.quant.layers.matmul import FP8Weight
 
 
 def output_shift(

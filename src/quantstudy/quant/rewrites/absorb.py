@@ -18,9 +18,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from quantstudy.quant.apply import replace_module
-from quantstudy.quant.fused import activation_name
-from quantstudy.quant.trace import tensor_links
+from quantstudy.quant.graph.edit import replace_module
+from quantstudy.quant.graph.trace import tensor_links
+from quantstudy.quant.layers.fused_matmul import activation_name
 
 
 def _candidates(model: nn.Module, layers: list[str], example: torch.Tensor) -> dict[str, str]:

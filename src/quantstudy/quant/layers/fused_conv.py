@@ -16,8 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.fp8 import E4M3, quantize_weight, to_fp8
-from quantstudy.quant.fused import _act_reference, handed_input, io_repr, take_epilogue
+from quantstudy.quant.formats.fp8 import E4M3, quantize_weight, to_fp8
+from quantstudy.quant.layers.fused_matmul import (
+    _act_reference,
+    handed_input,
+    io_repr,
+    take_epilogue,
+)
 
 
 def kxk_fp8_blocker(layer: nn.Module) -> str | None:
@@ -61,7 +66,7 @@ def fp8_conv2d(
     (N, KH * KW * C, tap-major, `triton_conv.tap_major`) FP8. `round_to` as in
     `fused.fp8_gemm`."""
     if xq.is_cuda:
-        from quantstudy.quant.triton_conv import fp8_conv2d_triton
+        from quantstudy.quant.kernels.conv import fp8_conv2d_triton
 
         return fp8_conv2d_triton(
             xq, w_taps, tuple(kernel_hw), w_scale, x_scale, bias, act, out_dtype,

@@ -39,9 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.apply import replace_module
-from quantstudy.quant.fp8 import E4M3_MAX
-from quantstudy.quant.modules import QDQ, FP8Weight
+from quantstudy.quant.formats.fp8 import E4M3_MAX
+from quantstudy.quant.graph.edit import replace_module
+from quantstudy.quant.layers.matmul import QDQ, FP8Weight
 
 HOLDOUT = 5  # every fifth calibration image checks the tuning instead of training it
 LR = 1e-3  # Adam's step, in the units of the gains (about 1) and biases

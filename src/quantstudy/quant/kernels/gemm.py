@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant import fp8
+from quantstudy.quant.formats import fp8
 
 try:  # Triton 3.3+ (torch 2.7+); older ones keep the pointer paths only
     from triton.tools.tensor_descriptor import TensorDescriptor

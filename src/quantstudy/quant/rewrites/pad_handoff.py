@@ -21,12 +21,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from quantstudy.quant.absorb import exact_subset, with_absorbed
-from quantstudy.quant.apply import replace_module
-from quantstudy.quant.fused import FusedFP8Matmul
-from quantstudy.quant.handoff import marked_readers
-from quantstudy.quant.padding import OutputPad
-from quantstudy.quant.trace import tensor_links
+from quantstudy.quant.graph.edit import replace_module
+from quantstudy.quant.graph.trace import tensor_links
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.layers.padding import OutputPad
+from quantstudy.quant.rewrites.absorb import exact_subset, with_absorbed
+from quantstudy.quant.rewrites.handoff import marked_readers
 
 
 def padding_of(module: nn.Module) -> OutputPad | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from quantstudy.quant.trace import tensor_links
+from quantstudy.quant.graph.trace import tensor_links
 
 _NORMS = (nn.BatchNorm2d,)
 
