@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,44 +24,69 @@ GROUPS: dict[str, tuple[str, str, list[str]]] = {
         "options",
         "EfficientNet-Lite0 (real weights, all 32 pointwise convs) under each FP8 quality option "
         "(`quantstudy bench options`, formerly `python -m quantstudy.study.options`)",
-        [f"{OPTIONS}/{n}.json" for n in (
-            "options-cpu-compensating", "options-cpu-sequential", "options-cpu-headroom",
-            "options-cpu-no-migration", "options-cpu-searched", "options-cpu-searched-other500",
-            "options-cpu-rows", "options-cpu-depthwise", "options-cpu-tuned-trial",
-            "options-cpu-engine-float32", "options-cpu-evidence-2026-12-02",
-            "options-h200-fakequant", "options-h200-sequential", "options-h200-sequential-2",
-            "options-h200-sequential-3", "options-h200-sequential-migration-speed",
-            "options-h200-migration-paired", "options-h200-searches",
-            "options-h200-searches-paired", "options-h200-tuned", "options-h200-narrow-rows",
-            "options-h200-prologue-all", "options-h200-prologue-narrow",
-            "options-h200-prologue-divisions", "storage-floor/options-cpu-storage",
-            "storage-floor/options-cpu-evidence-nchw", "storage-floor/options-h200-storage",
-            "storage-floor/options-h200-storage-nchw",
-        )],  # fmt: skip
+        [
+            f"{OPTIONS}/{n}.json"
+            for n in (
+                "options-cpu-compensating",
+                "options-cpu-sequential",
+                "options-cpu-headroom",
+                "options-cpu-no-migration",
+                "options-cpu-searched",
+                "options-cpu-searched-other500",
+                "options-cpu-rows",
+                "options-cpu-depthwise",
+                "options-cpu-tuned-trial",
+                "options-cpu-engine-float32",
+                "options-cpu-evidence-2026-12-02",
+                "options-h200-fakequant",
+                "options-h200-sequential",
+                "options-h200-sequential-2",
+                "options-h200-sequential-3",
+                "options-h200-sequential-migration-speed",
+                "options-h200-migration-paired",
+                "options-h200-searches",
+                "options-h200-searches-paired",
+                "options-h200-tuned",
+                "options-h200-narrow-rows",
+                "options-h200-prologue-all",
+                "options-h200-prologue-narrow",
+                "options-h200-prologue-divisions",
+                "storage-floor/options-cpu-storage",
+                "storage-floor/options-cpu-evidence-nchw",
+                "storage-floor/options-h200-storage",
+                "storage-floor/options-h200-storage-nchw",
+            )
+        ],
     ),
     "limit-per-layer-choice": (
         "limit",
         "fp16 against the fused, per-layer-choice and scaled_mm FP8 engines of the six models, "
         "with the ideal x (`quantstudy bench limit`), before residual sums in the epilogue",
-        ["docs/results/limit/limit-lite0-mnv4-ghostnet-b1-b128.json",
-         "docs/results/limit/limit-xception-crossvit-b1-b128.json",
-         "docs/results/limit/limit-res2net50_26w_4s-b128.json"],
+        [
+            "docs/results/limit/limit-lite0-mnv4-ghostnet-b1-b128.json",
+            "docs/results/limit/limit-xception-crossvit-b1-b128.json",
+            "docs/results/limit/limit-res2net50_26w_4s-b128.json",
+        ],
     ),
     "limit-residual-sums": (
         "limit",
         "the same with residual sums in the fused kernel's epilogue, each beside the engine "
         "with the adds apart (`--residual both`)",
-        ["docs/results/limit/limit-res2net-residual-b128.json",
-         "docs/results/limit/limit-lite0-mnv4-ghostnet-residual-b1-b128.json",
-         "docs/results/limit/limit-xception-crossvit-residual-b1-b128.json",
-         "docs/results/limit/limit-res2net-b1.json"],
+        [
+            "docs/results/limit/limit-res2net-residual-b128.json",
+            "docs/results/limit/limit-lite0-mnv4-ghostnet-residual-b1-b128.json",
+            "docs/results/limit/limit-xception-crossvit-residual-b1-b128.json",
+            "docs/results/limit/limit-res2net-b1.json",
+        ],
     ),
     "limit-sum-handoff": (
         "limit",
         "residual sums that also write the next FP8 layer's input (`--sum-handoff`)",
-        ["docs/results/limit/limit-res2net-sum-handoff-b128.json",
-         "docs/results/limit/limit-res2net-sum-handoff-descriptor-b128.json",
-         "docs/results/limit/limit-lite0-sum-handoff-b128.json"],
+        [
+            "docs/results/limit/limit-res2net-sum-handoff-b128.json",
+            "docs/results/limit/limit-res2net-sum-handoff-descriptor-b128.json",
+            "docs/results/limit/limit-lite0-sum-handoff-b128.json",
+        ],
     ),
     "limit-pad-handoff": (
         "limit",
@@ -71,22 +97,26 @@ GROUPS: dict[str, tuple[str, str, list[str]]] = {
     "epilogue-sum-handoff": (
         "raw",
         "res2net's block-ending products alone: residual sum, separate FP8 quantize, pair store",
-        ["docs/results/limit/epilogue-res2net-b128.json",
-         "docs/results/limit/epilogue-res2net-b128-descriptor-store.json"],
+        [
+            "docs/results/limit/epilogue-res2net-b128.json",
+            "docs/results/limit/epilogue-res2net-b128-descriptor-store.json",
+        ],
     ),
     "studies-lite0": (
         "study",
         "EfficientNet-Lite0 studies and searches whose records left the examples",
-        [f"{OPTIONS}/study-h200-padded/study.json",
-         f"{OPTIONS}/study-h200-generic_pointwise_sequential/study.json",
-         f"{OPTIONS}/study-h200-searched/study.json",
-         f"{OPTIONS}/padded/study-h200-with-migration/study.json",
-         f"{OPTIONS}/storage-floor/study-h200-float32-engine/study.json",
-         "examples/tf_efficientnet_lite0-search-h200/candidate/study.json",
-         "examples/tf_efficientnet_lite0-search-h200/searched/study.json",
-         "examples/tf_efficientnet_lite0-search-bc-cpu/candidate/study.json",
-         "examples/tf_efficientnet_lite0-search-bc-cpu/searched/study.json",
-         "examples/tf_efficientnet_lite0-cpu-1300/study.json"],
+        [
+            f"{OPTIONS}/study-h200-padded/study.json",
+            f"{OPTIONS}/study-h200-generic_pointwise_sequential/study.json",
+            f"{OPTIONS}/study-h200-searched/study.json",
+            f"{OPTIONS}/padded/study-h200-with-migration/study.json",
+            f"{OPTIONS}/storage-floor/study-h200-float32-engine/study.json",
+            "examples/tf_efficientnet_lite0-search-h200/candidate/study.json",
+            "examples/tf_efficientnet_lite0-search-h200/searched/study.json",
+            "examples/tf_efficientnet_lite0-search-bc-cpu/candidate/study.json",
+            "examples/tf_efficientnet_lite0-search-bc-cpu/searched/study.json",
+            "examples/tf_efficientnet_lite0-cpu-1300/study.json",
+        ],
     ),
     "kernels-lite0-row-scales": (
         "kernels",
@@ -99,6 +129,21 @@ GROUPS: dict[str, tuple[str, str, list[str]]] = {
         ["docs/results/study-time/lite0-h200-d46a9f6.json"],
     ),
 }
+
+
+def label(path: str) -> str:
+    """A source's short name for the docs: its file name (its folder's for a study record), the
+    date some names carried left out."""
+    parts = path.split("/")
+    stem = parts[-1].removesuffix(".json")
+    if stem == "study":
+        stem = parts[-2]
+    elif parts[-2] in ("storage-floor", "padded"):
+        stem = f"{parts[-2]}/{stem}"
+    if parts[1].startswith("tf_efficientnet_lite0-") and parts[-1] == "study.json":
+        stem = parts[1].removeprefix("tf_efficientnet_lite0-")
+        stem += f"/{parts[-2]}" if len(parts) > 3 else ""
+    return re.sub(r"-20\d\d-\d\d-\d\d", "", stem)
 
 
 def _r(x: Any) -> Any:
@@ -129,8 +174,15 @@ def _groups(kernels: list[dict]) -> list[dict]:
     out = []
     for k in kernels:
         groups = {g["group"]: g["time_us"] for g in k.get("groups", [])}
-        out.append({"engine": k["engine"], "batch": k["batch"], "groups_us": groups,
-                    "total_us": k.get("total_us"), "kernel_count": k.get("kernel_count")})
+        out.append(
+            {
+                "engine": k["engine"],
+                "batch": k["batch"],
+                "groups_us": groups,
+                "total_us": k.get("total_us"),
+                "kernel_count": k.get("kernel_count"),
+            }
+        )
     return out
 
 
@@ -184,13 +236,16 @@ def study(d: dict) -> dict:
     ]  # fmt: skip
     fp8 = next((e for e in d.get("engines", []) if e.get("name") == "fp8"), {})
     return {
-        "name": d["name"],
+        "study": d["name"],
         "config": d["config"],
         "environment": d["environment"],
         "recipe": {k: d["recipe"].get(k) for k in ("name", "source") if k in d["recipe"]}
         | {"selected": len(d["recipe"].get("selected", []))},
-        "fp8_engine": {k: (len(v) if isinstance(v, list | dict) else v) for k, v in fp8.items()
-                       if k.startswith("fp8_") or k in ("compute_dtype", "compiled")},
+        "fp8_engine": {
+            k: (len(v) if isinstance(v, list | dict) else v)
+            for k, v in fp8.items()
+            if k.startswith("fp8_") or k in ("compute_dtype", "compiled")
+        },
         "decision": {"outcome": (d.get("decision") or {}).get("outcome"), "gates": gates},
         "speed": _speed_batches(speed.get("batches", [])),
         "ideal": speed.get("ideal"),
@@ -202,8 +257,9 @@ def study(d: dict) -> dict:
 
 def kernels(d: dict) -> dict:
     keep = {k: v for k, v in d.items() if k not in ("sources", "engines")}
+    engines = d.get("engines", [])
     keep["engines"] = [
-        {k: v for k, v in e.items() if k not in ("kernels", "sources")} for e in d.get("engines", [])
+        {k: v for k, v in e.items() if k not in ("kernels", "sources")} for e in engines
     ]
     return keep
 
@@ -225,7 +281,8 @@ def main() -> None:
         sources = []
         for path in paths:
             data = json.loads(Path(path).read_text())
-            sources.append({"file": path, "git": a.git} | _r(KINDS[kind](data)))
+            head = {"name": label(path), "file": path, "git": a.git}
+            sources.append(head | _r(KINDS[kind](data)))
         out = a.out / f"{name}.json"
         out.write_text(json.dumps({"what": what, "sources": sources}, indent=1) + "\n")
         print(f"{out}: {out.stat().st_size} bytes from {len(paths)} files")
