@@ -42,7 +42,7 @@ TIMED_REGION = (
 
 
 def natural_key(name: str) -> list:
-    """"a2" before "a10"."""
+    """Names in natural order: a2 before a10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
