@@ -2,12 +2,14 @@
 limit records with per-round timings, whole study records) kept as small JSON with the path and
 commit of the file they came from, so the bulky files can live in git history only.
 
-    python tools/results/compact.py --git COMMIT --out docs/results
+    python tools/results/compact.py --git COMMIT --out docs/results/figures
 
-reads the source files named below from the working tree (which must be at COMMIT) and writes
-one compact JSON per group. Each compact file says, per source, its path, the commit, and the
-command, device and versions the source recorded; nothing is recomputed, only dropped: per-image
-arrays, per-round samples, kernel name lists and calibration tables.
+reads the source files named below from the working tree and writes one compact JSON per group.
+The sources left the tree once compacted; to redo a group, restore them first (`git checkout
+COMMIT -- PATHS`, COMMIT being the `git` field of the compact file). Each compact file says, per
+source, its path, the commit, and the command, device and versions the source recorded; nothing
+is recomputed, only dropped: per-image arrays, per-round samples, kernel name lists and
+calibration tables.
 """
 
 from __future__ import annotations
