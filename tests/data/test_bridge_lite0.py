@@ -5,7 +5,7 @@ The check rebuilds the study from examples/tf_efficientnet_lite0-h200/study.json
 the efficientnet-lite0 package, the record's 32 calibrated scales) and measures the floor on the
 same images: the fake-quant engine against itself channels-last. By default the first
 `IMAGES` of the 1300 held-out images (sorted ids), so the test takes minutes on two cores; all
-1300 are `slow` (the README's figures come from that run).
+1300 are `evidence` (`make test-evidence`; docs/tensorrt.md).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_lite0_onnx_agrees_with_fake_quant_at_the_floor(exported, shared_data):
     assert exported.graph.layers and len(exported.graph.layers) == 32
 
 
-@pytest.mark.evidence  # the README's figures; not in CI
+@pytest.mark.evidence  # all 1300 images; not in CI
 def test_lite0_onnx_at_the_floor_on_all_heldout_images(exported, shared_data):
     result, notes = check_export(exported, shared_data / "val-1300")
     print("\n".join(result.lines() + notes))

@@ -53,7 +53,8 @@ def test_float32_engine_computes_its_emulation_up_to_summation_order():
     study: the same FP8 values and sums in another order, where an FP8 rounding the order flips
     moves its descendants by one FP8 step. So the engine stays far closer to the emulation than
     the emulation is to fp32 (a wrong scale or rounding would not). On the CPU this engine sat at
-    the reassociation floor on Lite0 (examples/lite0-fp8-options, 14 images against 13)."""
+    the reassociation floor on Lite0 (14 images against 13; docs/results/figures/
+    fp8-options-lite0.json, `options-cpu-engine-float32`)."""
     from quantstudy.engines.builders import build_fakequant, build_fp32, set_numerics
 
     set_numerics()

@@ -70,3 +70,26 @@ def test_limit_refuses_an_unknown_recipe_before_loading_anything(tmp_path):
         main(["--images", str(tmp_path), "--out", str(tmp_path / "l.json"), "--device", "cpu",
               "--recipe", "no_such_recipe"])  # fmt: skip
     assert not (tmp_path / "l.json").exists()
+
+
+def test_limit_builds_the_plan_with_every_option_of_the_recipe(tiny_imagenet, tmp_path):
+    """The timed plan is the study's (`prepare_study`): a recipe's rounding, its searches and
+    bias correction reach it (a plan built from the layers and scales alone would round to
+    nearest)."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "name: compensated\n"
+        "weights: {rounding: compensating, scale_candidates: 4, refine_sweeps: 1,"
+        " bias_correction: true}\n"
+        "rules:\n  - include: {op: conv2d, kernel: 1}\n"
+    )
+    out = tmp_path / "limit.json"
+    main(["--images", str(tiny_imagenet), "--out", str(out), "--models", "test_resnet",
+          "--device", "cpu", "--batches", "2", "--n-images", "4", "--rounds", "1",
+          "--iters", "1", "--kernels", "fused", "--recipe", str(recipe)])  # fmt: skip
+    (model,) = json.loads(out.read_text())["models"]
+    assert model["plan"] == {
+        "per_channel": True, "bias_correction": True, "rounding": "compensating",
+        "scale_candidates": 4, "refine_sweeps": 1, "row_scales": False, "migrated_layers": 0,
+        "sequential": False,
+    }  # fmt: skip

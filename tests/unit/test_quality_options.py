@@ -296,24 +296,30 @@ def test_options_parse_and_default():
     assert d.weights.rounding == "nearest" and d.activations.migration == "none"
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "many"])
-def test_the_options_module_refuses_a_bad_max_heldout_before_loading_anything(
-    value, tmp_path, capsys
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--heldout", "0"], "--heldout"),
+        (["--variants", "nearest", "no such variant"], "no option variant 'no such variant'"),
+    ],
+)
+def test_bench_options_refuses_bad_input_in_one_line_before_loading_anything(
+    args, message, tmp_path, capsys
 ):
-    from quantstudy.study.options import main
+    from quantstudy.cli import main
 
     out = tmp_path / "options.json"
-    args = ["tf_efficientnet_lite0", "--data", str(tmp_path), "--calib-data", str(tmp_path)]
-    with pytest.raises(SystemExit) as exit_:
-        main([*args, "--max-heldout", value, "--out", str(out)])
-    assert exit_.value.code == 2 and "--max-heldout" in capsys.readouterr().err
+    status = main(["bench", "options", "tf_efficientnet_lite0", "--data", str(tmp_path),
+                   "--device", "cpu", *args, "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 1 and message in err and err.count("\n") == 1
     assert not out.exists()
 
 
 def test_the_options_table_pairs_each_variant_with_the_first():
     """`score` keeps per-image KL and differing images; `paired` turns two scores of the same
     images into the change of KL mean and of the differing count, with intervals."""
-    from quantstudy.study.options import paired, score
+    from quantstudy.bench.options.scores import paired, score
 
     g = torch.Generator().manual_seed(0)
     ref = torch.randn(200, 10, generator=g)
@@ -359,40 +365,45 @@ def test_a_bad_headroom_is_one_clear_line(value):
     assert resolve(ok, _net(), _data()[:1]).to_info(ok, "r.yaml").headroom == 4.0
 
 
-def test_the_options_module_scores_the_engine_in_other_dtypes(tiny_imagenet, tmp_path):
+def test_bench_options_scores_the_engine_in_other_dtypes(tiny_imagenet, tmp_path):
     """`--engine-dtypes float32`: the engine variant's FP8 engine of the same plan, also built
     in float32, gets its own rows against fp32 and against the emulation; in float32 the engine
     computes the emulation's arithmetic up to summation order. `--storage-dtypes`: the
-    emulation stored in each half dtype, bf16 (8 significant bits) further from it than fp16."""
+    emulation stored in each half dtype, bf16 (8 significant bits) further from it than fp16.
+    The images are the study's split of one folder: 4 to calibrate, the other 8 held out."""
     import json
 
-    from quantstudy.study.options import main
+    from quantstudy.cli import main
 
     torch.set_num_threads(2)
     out = tmp_path / "options.json"
     data = str(tiny_imagenet)
-    main(["test_efficientnet", "--weights", "random", "--data", data, "--calib-data", data,
-          "--calib", "8", "--variants", "nearest", "--engine-variants", "nearest",
-          "--engine-dtypes", "float32", "--storage-dtypes", "float16", "bfloat16",
-          "--threads", "2", "--out", str(out)])  # fmt: skip
-    (row,) = json.loads(out.read_text())["rows"]
+    assert main(["bench", "options", "test_efficientnet", "--weights", "random", "--data", data,
+                 "--calib", "4", "--heldout", "8", "--device", "cpu", "--variants", "nearest",
+                 "--engine-variants", "nearest", "--engine-dtypes", "float32",
+                 "--storage-dtypes", "float16", "bfloat16", "--threads", "2",
+                 "--out", str(out)]) == 0  # fmt: skip
+    result = json.loads(out.read_text())
+    assert (result["n_calib"], result["n_heldout"]) == (4, 8)
+    assert result["provenance"]["command"].startswith("quantstudy bench options")
+    (row,) = result["rows"]
     assert {"fp8", "fp8_float32", "fp8_float32_vs_fakequant"} <= set(row)
     # the emulation stored in each half dtype, against the emulation and against fp32
     for dtype in ("float16", "bfloat16"):
-        assert row[f"floor_{dtype}"]["n"] == row[f"fakequant_{dtype}"]["n"] == 12
+        assert row[f"floor_{dtype}"]["n"] == row[f"fakequant_{dtype}"]["n"] == 8
     assert row["floor_bfloat16"]["kl_mean"] > row["floor_float16"]["kl_mean"] > 0
-    assert row["fakequant_reordered"]["n"] == 12  # the floor's run, against fp32
-    assert row["fp8_float32"]["n"] == row["fp8"]["n"] == 12
+    assert row["fakequant_reordered"]["n"] == 8  # the floor's run, against fp32
+    assert row["fp8_float32"]["n"] == row["fp8"]["n"] == 8
     assert row["fp8_float32_vs_fakequant"]["kl_mean"] < 1e-6
 
 
-def test_the_options_module_refuses_a_storage_dtype_that_is_not_half(tmp_path, capsys):
+def test_bench_options_refuses_a_storage_dtype_that_is_not_half(tmp_path, capsys):
     """`--storage-dtypes` takes the half dtypes only: float32 storage is the emulation itself."""
-    from quantstudy.study.options import main
+    from quantstudy.cli import main
 
     with pytest.raises(SystemExit) as err:
-        main(["m", "--data", str(tmp_path), "--calib-data", str(tmp_path),
-              "--storage-dtypes", "float32", "--out", str(tmp_path / "o.json")])  # fmt: skip
+        main(["bench", "options", "m", "--data", str(tmp_path), "--storage-dtypes", "float32",
+              "--out", str(tmp_path / "o.json")])  # fmt: skip
     assert err.value.code == 2
     assert "--storage-dtypes: invalid choice: 'float32'" in capsys.readouterr().err
     assert not (tmp_path / "o.json").exists()

@@ -10,6 +10,9 @@ from quantstudy.report.selfcheck import check_markdown
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = [
     *sorted((ROOT / "examples").glob("**/study.json")),
+    # the verifying study of a search (its variants, sensitivity, layer speed and choice tables),
+    # as `quantstudy search` wrote it; no committed example is a search
+    ROOT / "tests/fixtures/search_study_example.json",
     ROOT / "tests/fixtures/study_example.json",
 ]
 

@@ -32,6 +32,24 @@ BENCH_STUDY_OPTIONS = (
     "test_settings",
 )
 TIMED = (Fp8Kernel.FUSED, Fp8Kernel.SCALED_MM)
+# Compute dtypes of `bench options --engine-dtypes`; the half ones are its storage dtypes
+# (float32 storage is the emulation itself).
+ENGINE_DTYPES = ("float32", "float16", "bfloat16")
+# The study options of `bench options`: the model, data, split and recipe (nothing it times
+# depends on the rest).
+OPTIONS_STUDY_OPTIONS = (
+    "data",
+    "calib_data",
+    "class_list",
+    "weights",
+    "strip_prefix",
+    "recipe",
+    "calib",
+    "heldout",
+    "seed",
+    "device",
+    "test_settings",
+)
 
 
 def _kernels(text: str) -> tuple[Fp8Kernel, ...]:
@@ -124,6 +142,8 @@ def add_bench_parser(
     )
     _out(kernels, "record (kernel sources go beside it)")
 
+    _add_options_parser(kinds, add_config_args)
+
     for name, (_, what) in DELEGATED.items():
         # Their own parsers take every argument after the name (`quantstudy bench limit -h`).
         kinds.add_parser(name, help=what, add_help=False)
@@ -131,6 +151,37 @@ def add_bench_parser(
     report = kinds.add_parser("report", help="render a folder of bench records as Markdown")
     report.add_argument("folder", type=Path)
     report.add_argument("--write", action="store_true", help="also write it to FOLDER/README.md")
+
+
+def _add_options_parser(
+    kinds: argparse._SubParsersAction,
+    add_config_args: Callable[[argparse.ArgumentParser, tuple[str, ...]], None],
+) -> None:
+    p = kinds.add_parser(
+        "options", help="one recipe's layers under each FP8 quality option: quality (and speed)"
+    )
+    p.add_argument("model", help="timm name, optionally with tag")
+    add_config_args(p, OPTIONS_STUDY_OPTIONS)
+    # Variant names are checked by `compare_options` (listing them here would import torch).
+    p.add_argument("--variants", nargs="*", default=None, help="variant names (default: all)")
+    p.add_argument(
+        "--engine-variants", nargs="*", default=[],
+        help="variants whose FP8 engine is built and scored too (with the emulation's floors)",
+    )  # fmt: skip
+    p.add_argument(
+        "--speed-batches", type=int, nargs="*", default=[],
+        help="time the engine variants' FP8 engine against fp16 at these batches (GPU)",
+    )  # fmt: skip
+    p.add_argument(
+        "--engine-dtypes", nargs="*", choices=ENGINE_DTYPES, default=[],
+        help="also score the engine variants' FP8 engine in these compute dtypes (not timed)",
+    )  # fmt: skip
+    p.add_argument(
+        "--storage-dtypes", nargs="*", choices=ENGINE_DTYPES[1:], default=[],
+        help="run the engine variants' emulation stored in these dtypes (default: the engine's)",
+    )  # fmt: skip
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    p.add_argument("--out", type=Path, required=True, help="options table JSON to write")
 
 
 def run_bench(
@@ -145,6 +196,9 @@ def run_bench(
         import importlib
 
         importlib.import_module(DELEGATED[command][0]).main(args.rest)
+        return
+    if command == "options":
+        _run_options(args, study_config, argv)
         return
     if command == "report":
         from quantstudy.bench.report import render_folder, write_report
@@ -191,3 +245,22 @@ def run_bench(
         )  # fmt: skip
     write_record(args.record, record)
     print(f"record: {args.record}")
+
+
+def _run_options(
+    args: argparse.Namespace, study_config: Callable[[], StudyConfig], argv: list[str]
+) -> None:
+    import torch
+
+    from quantstudy.bench.options.compare import compare_options
+    from quantstudy.record.io import write_json_atomic
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = compare_options(
+        study_config(), args.variants, engine_variants=args.engine_variants,
+        speed_batches=args.speed_batches, engine_dtypes=args.engine_dtypes,
+        storage_dtypes=args.storage_dtypes, out=args.out, argv=argv,
+    )  # fmt: skip
+    write_json_atomic(args.out, result)
+    print(f"options table: {args.out}")

@@ -14,7 +14,7 @@ autotuned as the engine runs it (`quant/triton_fp8.py`):
 
 The shapes are res2net50_26w_4s's block-ending products at batch 128 (its conv3 of each stage),
 where the engine with sum hand-offs measured slower than the one without (docs/fp8-kernel.md,
-"Residual sums in the epilogue"). Prints a table and writes JSON:
+"The rewrites around the kernel"). Prints a table and writes JSON:
 
     python -m quantstudy.bench.epilogue --out epilogue.json
 """

@@ -6,19 +6,20 @@ side, with the ideal x at the FP8 roofline and measured x as a fraction of it.
         [--recipe NAME] [--residual on|off|both] [--sum-handoff] [--pad-apart]
 
 Per model: its family's built-in recipe (or `--recipe`, a built-in name or YAML file, for every
-model named), scales calibrated on the first images, the fp16 engine
-and one FP8 engine per kernel, all compiled with Inductor (default mode), timed against fp16
-with the study's harness (`speed.harness.measure_speed`: CUDA-graph replay, interleaved
-rounds, kernel profile per batch), and the ideal x from the same record (`speed.ideal`).
-`--agreement` adds, on the images, the top-1 agreement of each FP8 engine (eager, so no extra
-compile) with the recipe's fp32 fake-quant emulation, beside the emulation against itself run
-channels-last (its fp32 sums reordered): the reassociation floor. Prints one table and writes
-JSON after every engine, so a run cut short keeps what it finished. `--residual off` builds the
-fused engines with residual sums as separate passes (`quant/residual.py`), `both` times each
-fused engine both ways (the second as "<kernel>/residual-apart"). `--sum-handoff` adds, for
-each fused engine with the sums, one whose sums also write the next FP8 layer's input
-(`quant/sum_handoff.py`), as "<kernel>/sum-handoff". `--pad-apart` adds, for each fused engine
-with the sums, one whose 1x1 convs do not write the next conv's zero padding
+model named), prepared as a study prepares it (`study.prepare.prepare_study`: the recipe's plan
+with every option it sets, calibrated on `--n-images` images of `--images` and timed on as many
+others), the fp16 engine and one FP8 engine per kernel, all compiled with Inductor (default
+mode), timed against fp16 with the study's harness (`speed.harness.measure_speed`: CUDA-graph
+replay, interleaved rounds, kernel profile per batch), and the ideal x from the same record
+(`speed.ideal`). `--agreement` adds, on the timed images, the top-1 agreement of each FP8 engine
+(eager, so no extra compile) with the recipe's fp32 fake-quant emulation, beside the emulation
+against itself run channels-last (its fp32 sums reordered): the reassociation floor. Prints one
+table and writes JSON after every engine, so a run cut short keeps what it finished. `--residual
+off` builds the fused engines with residual sums as separate passes (`quant/residual.py`),
+`both` times each fused engine both ways (the second as "<kernel>/residual-apart").
+`--sum-handoff` adds, for each fused engine with the sums, one whose sums also write the next
+FP8 layer's input (`quant/sum_handoff.py`), as "<kernel>/sum-handoff". `--pad-apart` adds, for
+each fused engine with the sums, one whose 1x1 convs do not write the next conv's zero padding
 (`quant/pad_handoff.py`; the pad is then a pass of its own), as "<kernel>/pad-apart".
 """
 
@@ -33,19 +34,17 @@ from pathlib import Path
 
 import torch
 
-from quantstudy.data.folders import scan_folder
-from quantstudy.data.images import load_images
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_half, set_numerics
-from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.loading import load_model
-from quantstudy.model.preprocess import build_transform, resolve_preprocessing
-from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.model.preprocess import resolve_preprocessing
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.recipe.builtin import default_recipe_for, load_recipe
+from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
+from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_json_atomic
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
+from quantstudy.study.prepare import Prepared, prepare_study
 
 # model -> weights: the seed families with random weights (speed only), Lite0 with its own
 MODELS = {
@@ -82,34 +81,49 @@ def _top1_agreement(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.argmax(1) == b.argmax(1)).float().mean())
 
 
-def bench_model(name: str, args: argparse.Namespace, save) -> dict:
-    weights = MODELS.get(name, "random")
-    loaded = load_model(name, weights)
-    pre = resolve_preprocessing(loaded.model)
-    items = scan_folder(args.images).items[: args.n_images]
-    x, _ = load_images(items, build_transform(pre), desc=f"{name}: images")
-    recipe, source = load_recipe(args.recipe or default_recipe_for(name))
-    resolution = resolve(recipe, loaded.model, x[:1])
-    info = resolution.to_info(recipe, source)
-    layers = [d.name for d in resolution.selected]
-    device = args.device
-    model = loaded.model.to(device)
-
-    def batches():
-        return (x[i : i + 32].to(device) for i in range(0, len(x), 32))
-
-    if loaded.info.random_weights:
-        reestimate_batchnorm(model, batches())
-    a = recipe.activations
-    cal = calibrate(model, layers, batches(), a.calibrator, a.params)
-    plan = QuantPlan(
-        layers, recipe.weights.granularity == "per_channel", cal, recipe.weights.bias_correction
+def prepare_model(name: str, args: argparse.Namespace) -> Prepared:
+    """`name`'s study preparation (`study.prepare.prepare_study`, as a study prepares it): the
+    recipe's plan with every option the recipe sets (rounding, bias correction, sequential fit,
+    migration, headroom), calibrated on `--n-images` images and timed on `--n-images` others of
+    `--images` (BatchNorm re-estimated first for random weights)."""
+    config = StudyConfig(
+        model=name,
+        weights=MODELS.get(name, "random"),
+        data=args.images,
+        recipe=args.recipe,
+        calib=args.n_images,
+        heldout=args.n_images,
+        device=args.device.type,
+        batches=tuple(args.batches),
+        eval_batch=32,
     )
-    model = model.cpu()
-    fold = recipe.weights.fold_bn
+    return prepare_study(config)
+
+
+def _plan_options(plan: QuantPlan) -> dict:
+    """The options the timed plan was built with, read from the plan itself."""
+    return {
+        "per_channel": plan.per_channel,
+        "bias_correction": plan.bias_correction,
+        "rounding": str(plan.rounding),
+        "scale_candidates": plan.scale_candidates,
+        "refine_sweeps": plan.refine_sweeps,
+        "row_scales": plan.row_scales,
+        "migrated_layers": len(plan.divisors),
+        "sequential": plan.fitted is not None,
+    }
+
+
+def bench_model(name: str, args: argparse.Namespace, save) -> dict:
+    prepared = prepare_model(name, args)
+    x, plan, device = prepared.heldout_x, prepared.plan, prepared.device
+    model, fold = prepared.model, prepared.recipe.weights.fold_bn
+    info, source = prepared.inputs.recipe_info, prepared.inputs.recipe_source
+    weights, layers = prepared.config.weights, prepared.layers
     t0 = time.perf_counter()
     fp16 = build_half(model, device, x[:1], fold=fold)
     out: dict = {"model": name, "weights": weights, "recipe": source, "selected": len(layers)}
+    out["plan"] = _plan_options(plan)
     out["kernels"] = {}
     reference = None
     chunk = max(args.batches)  # the timed batch: the FP8 kernels are autotuned for it already
@@ -205,8 +219,8 @@ def ideal_of_records(paths: list[Path]) -> str:
     import copy
 
     from quantstudy.bench.schema import SpeedBench, read_record
-    from quantstudy.quant.plan.apply import real_layers
     from quantstudy.quant.rewrites.absorb import absorbable_activations
+    from quantstudy.quant.plan.apply import real_layers
     from quantstudy.quant.rewrites.fold import fold_batchnorm
     from quantstudy.record import EngineInfo
 
@@ -304,7 +318,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--kernels", default=",".join(KERNELS))
     p.add_argument("--batches", default="1,128")
-    p.add_argument("--n-images", type=int, default=128)
+    p.add_argument(
+        "--n-images", type=int, default=128, help="calibration images, and as many timed ones"
+    )
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--agreement", action="store_true")

@@ -42,12 +42,16 @@ TIMED_REGION = (
 
 
 def natural_key(name: str) -> list:
-    """run2 before run10."""
+    """Names in natural order: a2 before a10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def render_folder(folder: Path) -> str:
-    records = sorted(read_folder(folder), key=lambda nr: natural_key(nr[0]))
+    # oldest first (by the time each record was written, then by name): "newest first" below
+    # and the order of the sections follow the history of the code under test
+    records = sorted(
+        read_folder(folder), key=lambda nr: (nr[1].provenance.created_utc or "", natural_key(nr[0]))
+    )
     speed = [(n, r) for n, r in records if isinstance(r, SpeedBench)]
     out = [
         "# Benchmark results",
@@ -117,8 +121,7 @@ def _provenance(rec: Record) -> list[str]:
         f"- command: {code(p.command)}",
         f"- code: commit {code(p.git_commit or 'unknown')}" + (f"; {p.code}" if p.code else ""),
         f"- device: {p.device}, {gpu}; {versions or 'versions not recorded'}",
-        f"- date: {p.created_utc or 'not recorded'}",
-    ]
+    ]  # the time of the run stays in the record (`created_utc`): the commit places it
     if not rec.meaningful:
         lines.append(f"- **not meaningful as speed evidence**: {rec.meaningless_reason}")
     if rec.unfinished:

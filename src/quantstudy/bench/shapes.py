@@ -16,7 +16,8 @@ from quantstudy.quant.layers.matmul import real_fp8_blocker
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
 
-# H200 device-to-device copy bandwidth, bytes/s: the rooflines' ceiling (a lower bound on time).
+# Device-to-device copy bandwidth of the GPU the records were measured on (an H200, whose
+# datasheet HBM rate is higher), bytes/s: the rooflines' ceiling (a lower bound on time).
 BANDWIDTH = 4.3e12
 
 

@@ -119,8 +119,8 @@ class BuiltEngine(Engine):
 
 # Dynamo keeps its compiled entries per code object: every engine of a model shares timm's
 # `forward`, so engines x batch sizes x the scoring batch pass dynamo's default limit of 8, and
-# past it dynamo runs the frame eagerly without failing (a `quantstudy search` on the H200 timed
-# eager engines that way). A study compiles a few dozen entries at most.
+# past it dynamo runs the frame eagerly without failing, so a study would time eager engines
+# without saying so. A study compiles a few dozen entries at most.
 RECOMPILE_LIMIT = 256
 
 
@@ -230,9 +230,10 @@ def build_fp8(
     residual sum also compute it (`quant/residual.py`); False keeps the add a separate pass
     (benchmarks run both). With `sum_handoff` too, where the next fused layer reads such a sum,
     the epilogue also writes that layer's FP8 input (`quant/sum_handoff.py`): off by default,
-    it made res2net slower on the H200 (docs/fp8-kernel.md). With `pad_outputs` (default) a
-    fused 1x1 conv whose output only a zero-padding conv reads writes it padded, and that conv
-    pads no more (`quant/pad_handoff.py`); False keeps the pad a pass (benchmarks run both).
+    the second output costs the product its tile shape (docs/fp8-kernel.md). With
+    `pad_outputs` (default) a fused 1x1 conv whose output only a zero-padding conv reads writes
+    it padded, and that conv pads no more (`quant/pad_handoff.py`); False keeps the pad a pass
+    (benchmarks run both).
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)

@@ -1,9 +1,9 @@
 """Per-layer FP8 kernel choice: the faster of the fused Triton product and torch._scaled_mm,
 timed in place while the engine is built.
 
-Why: on the H200 our fused product beat cuBLASLt's FP8 GEMM on thin products (Lite0,
-ghostnet: 0.35-0.6x its time) and lost on large-K ones (crossvit, mobilenetv4, res2net:
-1.1-1.6x; docs/fp8-kernel.md, "Where FP8 still misses"). Since the fused kernel promotes its
+Why: the fused product beats cuBLASLt's FP8 GEMM on thin products and loses on large-K ones
+(docs/fp8-kernel.md, "The per-layer kernel choice"), and which a layer is depends on its
+shape and batch, so it is measured, not guessed. Since the fused kernel promotes its
 sums every 128 products as cuBLASLt does, both compute the same bits, so the choice changes
 no number, only time.
 
@@ -19,14 +19,14 @@ times, on that layer's own input:
 
 Both start with the same input quantize, eager here (float32 divide, clamp, cast: separate
 kernels) but fused into the producing kernel by the compiled engine, so its time, measured
-alone on the same input, is subtracted from both: on res2net at batch 128 it was most of each
-layer's eager time (docs/fp8-kernel.md). Each is replayed from a CUDA graph
+alone on the same input, is subtracted from both: it can be most of a layer's eager time and
+would hide the difference between the products. Each is replayed from a CUDA graph
 (`triton.testing.do_bench_cudagraph`, median). scaled_mm replaces the fused
 layer only when it is faster by more than `MARGIN` (ties keep the engine's default), at every
 batch it was timed at; a layer that wins at some batches only becomes a `ByBatch` pair that
 runs scaled_mm at those (a batch never timed takes the choice of the nearest timed one, by
-ratio; a compiled engine specializes on its static batch, so the branch costs nothing there:
-on the H200 a choice made at batch 128 alone cost xception41 0.04 of x at batch 1). Layers
+ratio; a compiled engine specializes on its static batch, so the branch costs nothing there,
+while a choice made at one batch can cost time at another). Layers
 with an FP8 hand-off (`quant/handoff.py`) and kxk convs have no unfused counterpart and stay
 fused. Timings are cached per GPU, library versions and layer (input shape, the layer's
 description, bias, weight granularity, dtype) in a JSON file in the engines' cache directory,

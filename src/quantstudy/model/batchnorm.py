@@ -1,8 +1,8 @@
 """Re-estimate BatchNorm statistics of a randomly initialised model on real images.
 
 timm's random init leaves every BatchNorm at mean 0, variance 1 while the real activations grow
-layer by layer past fp16's 65504: the H200 study in examples/mobilenetv4_conv_large-random-h200
-(random weights, no re-estimation) has non-finite fp16 and FP8 logits on every input. Setting the
+layer by layer past fp16's 65504: examples/mobilenetv4_conv_large-random-h200, a study made
+without this re-estimation, has non-finite fp16 and FP8 logits on every input. Setting the
 running statistics to those of the calibration images keeps activations at the scale a trained
 network has, which is what a speed-only study needs. Weights are untouched.
 """

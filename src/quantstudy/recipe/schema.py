@@ -184,7 +184,7 @@ class ActivationSpec(Strict):
     `per_row_max_channels`: with `per_row`, only layers whose input has at most this many
     channels take per-row scales; the others keep static per-tensor ones. A row's largest value
     is exact under its own scale, so short rows gain most (the expand convs of inverted
-    residual blocks, `examples/lite0-fp8-options`), and the fused kernel quantizes such rows in
+    residual blocks, docs/fp8-options.md), and the fused kernel quantizes such rows in
     its prologue without a pass of its own (`quant/triton_fp8.py`).
     `layer_calibrators`: layer name -> calibrator (with its default parameters) for the tensor
     that layer reads, overriding `calibrator`; `quantstudy search` chooses them.

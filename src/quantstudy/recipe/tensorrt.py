@@ -40,7 +40,7 @@ def _reasons(d: LayerDecision) -> list[tuple[str, str]]:
         found.append(
             (f"kernel {d.kernel[0]}x{d.kernel[1]} is larger than {MAX_KERNEL}x{MAX_KERNEL}, "
              "beyond TensorRT's FP8 convolutions", "issue 20's list of TensorRT FP8 limits; "
-             "not found in TensorRT's own pages in this session")
+             "not found in TensorRT's own pages")
         )  # fmt: skip
     small = [c for c in (d.in_channels, d.out_channels) if c % CHANNEL_ALIGN]
     if small:

@@ -12,10 +12,10 @@ rebuilds the plan from the calibration images and scores the fp32 emulation of e
 layer against fp32 on the sensitivity subset of the held-out images; an option is kept when the
 paired change in KL mean against the options kept so far (the same images, 95% bootstrap
 interval, `quality.paired.paired_mean_change`) lies below zero. A decrease within the pairing's
-noise keeps the simpler recipe: on EfficientNet-Lite0 smooth migration moved KL by -0.0001
-[-0.0008, +0.0007] while its run-time divisors cost the FP8 engine its hand-offs (x at batch
-128 1.09 against 1.16 without it on the H200, examples/lite0-fp8-options), and a rule of "any
-decrease" takes such an option on noise. Options the recipe already has are not tried again.
+noise keeps the simpler recipe: an option can lower KL by less than the pairing resolves
+while costing speed (smooth migration's run-time divisors cost the FP8 engine its hand-offs;
+docs/fp8-options.md), and a rule of "any decrease" takes such an option on noise. Options the
+recipe already has are not tried again.
 The share of each kept option is its KL decrease over the total decrease (the steps are
 sequential, so a share is "what this option added given those before it", not its effect
 alone). Cost: one calibration (two with migration, five with the calibrator choice, about one

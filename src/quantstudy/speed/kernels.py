@@ -80,9 +80,9 @@ FP8_TYPE = r"e4m3|e5m2|f8f8|fp8|float8"
 MATMUL = r"gemm|gemv|matmul|scaled_mm|nvjet|xmma|cutlass|tensorop|wgmma|hmma|s16816|^triton_tem_"
 CONV = r"fprop|conv2d|convolution|convolve|implicit_gemm|winograd"
 # `conv2d_c1_k1_nhwc_specialized`: cuDNN's NHWC kernel for one input and one output channel per
-# group. Among the top kernels of the H200 profiles (docs/results) it is in
-# every model with depthwise convs (EfficientNet-Lite0, MobileNetV4, ghostnet, xception41), at
-# 140-1900 us, and in none without (crossvit, res2net); the "fp16 products" of those runs hold it.
+# group. Among the top kernels of the GPU profiles in docs/results it is in every model with
+# depthwise convs (EfficientNet-Lite0, MobileNetV4, ghostnet, xception41) and in none without
+# (crossvit, res2net); the "fp16 products" of those records hold it.
 DEPTHWISE = r"depthwise|conv_depthwise|grouped_direct|conv2d_c1_k1"
 ATTENTION = r"flash_fwd|flash_attn|fmha|sdpa|attention"
 INDUCTOR_ELEMENTWISE = r"^triton_(poi|red|per)_"

@@ -20,8 +20,7 @@ def _git_commit() -> str | None:
     """The commit of the quantstudy checkout, when it runs from one.
 
     QUANTSTUDY_GIT_COMMIT, when set, wins: a copied tree (a remote GPU machine) may carry a
-    `.git` whose HEAD is not the code that was copied (seen on the lent H200: an older HEAD
-    reported "+dirty").
+    `.git` whose HEAD is not the code that was copied (an older HEAD then reports "+dirty").
     """
     named = os.environ.get("QUANTSTUDY_GIT_COMMIT")
     if named:

@@ -1,0 +1,178 @@
+"""The FP8 quality-option variants `quantstudy bench options` can compare, by name.
+
+Each variant is a set of changes to the recipe's own `QuantOptions` (`quant/plan.py`); the
+recipe's layer selection is never changed, so a row of the table says what its options buy
+on the same layers. Names are built from the parts they combine, so a reader of the table
+knows a row's options without opening this file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quantstudy.quant.calibrate import HEADROOM_TRIED
+from quantstudy.quant.rounding import SEARCHED
+
+# name -> changes to the recipe's options; `layer_calibrators: "choose"` is resolved per layer
+# by `quant.calib_choice.choose_calibrators` on the calibration images.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "nearest": {"rounding": "nearest", "bias_correction": False},
+    "nearest + bias correction": {"rounding": "nearest", "bias_correction": True},
+    "compensating": {"rounding": "compensating", "bias_correction": False},
+    "compensating + bias correction": {"rounding": "compensating", "bias_correction": True},
+    "compensating + bc + per-row scales": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "row_scales": True,
+    },
+    "nearest + bc + per-row scales": {
+        "rounding": "nearest",
+        "bias_correction": True,
+        "row_scales": True,
+    },
+    "compensating + bc + per-row scales + smooth migration": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "row_scales": True,
+        "migration": "smooth",
+    },
+    "sequential nearest + bias correction": {
+        "rounding": "nearest",
+        "bias_correction": True,
+        "sequential": True,
+    },
+    "sequential compensating + bias correction": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "sequential": True,
+    },
+    "sequential nearest + bc + per-row scales": {
+        "rounding": "nearest",
+        "bias_correction": True,
+        "row_scales": True,
+        "sequential": True,
+    },
+    "sequential compensating + bc + per-row scales": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "row_scales": True,
+        "sequential": True,
+    },
+    "sequential compensating + bc + smooth migration": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "sequential": True,
+    },
+    "sequential compensating + bc + per-layer calibrators": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "layer_calibrators": "choose",
+        "sequential": True,
+    },
+    "sequential compensating + bc + mse calibrator": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "calibrator": "mse",
+        "sequential": True,
+    },
+    "sequential compensating + bc + percentile calibrator": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "calibrator": "percentile",
+        "params": {"percentile": 99.99},
+        "sequential": True,
+    },
+    "sequential compensating + bc + smooth migration + mse calibrator": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "calibrator": "mse",
+        "sequential": True,
+    },
+    "sequential compensating + bc + smooth migration + per-layer calibrators": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "layer_calibrators": "choose",
+        "sequential": True,
+    },
+    "nearest + bc + tuned biases": {
+        "rounding": "nearest",
+        "bias_correction": True,
+        "tune": "bias",
+    },
+    "nearest + bc + tuned scales and biases": {
+        "rounding": "nearest",
+        "bias_correction": True,
+        "tune": "scale_bias",
+    },
+    "sequential compensating + bc + smooth migration + tuned biases": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "sequential": True,
+        "tune": "bias",
+    },
+    "sequential compensating + bc + smooth migration + tuned biases, 30 epochs": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "sequential": True,
+        "tune": "bias",
+        "tune_epochs": 30,
+    },
+    "sequential compensating + bc + smooth migration + tuned scales and biases": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+        "sequential": True,
+        "tune": "scale_bias",
+    },
+    "compensating + bc + per-layer calibrators": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "layer_calibrators": "choose",
+    },
+    "compensating + bc + smooth migration": {
+        "rounding": "compensating",
+        "bias_correction": True,
+        "migration": "smooth",
+    },
+}
+
+# The sequential fit with migration, the base of the searches and per-row variants below;
+# `generic_pointwise_sequential` itself is `f"{_NO_MIGRATION} + scale search + refinement +
+# headroom 4"` (its recipe file says why migration is left out).
+_BUILT_IN = "sequential compensating + bc + smooth migration"
+# Compensating rounding's searches (quant/rounding.py), on their own and together.
+_SEARCHES = {
+    "scale search": {"scale_candidates": SEARCHED.scales},
+    "refinement": {"refine_sweeps": SEARCHED.sweeps},
+    "scale search + refinement": {
+        "scale_candidates": SEARCHED.scales,
+        "refine_sweeps": SEARCHED.sweeps,
+    },
+}
+_NO_MIGRATION = "sequential compensating + bias correction"
+for _base in ("compensating + bias correction", _BUILT_IN, _NO_MIGRATION):
+    for _label, _change in _SEARCHES.items():
+        VARIANTS[f"{_base} + {_label}"] = {**VARIANTS[_base], **_change}
+# Headroom above the calibrated amax (recipe schema, `activations.headroom`), alone and with the
+# rounding searches.
+for _base in (
+    "compensating + bias correction",
+    "compensating + bc + smooth migration",
+    _BUILT_IN,
+    f"{_BUILT_IN} + scale search + refinement",
+    f"{_NO_MIGRATION} + scale search + refinement",  # the built-in recipe less migration
+):
+    VARIANTS[f"{_base} + headroom 4"] = {**VARIANTS[_base], "headroom": HEADROOM_TRIED}
+VARIANTS[f"{_BUILT_IN} + per-row scales"] = {**VARIANTS[_BUILT_IN], "row_scales": True}
+# Per-row scales on narrow inputs only, where a row's own scale gains most (docs/fp8-options.md).
+for _width in (48, 112, 320):
+    VARIANTS[f"{_BUILT_IN} + per-row scales on inputs <= {_width} channels"] = {
+        **VARIANTS[_BUILT_IN],
+        "row_scales": True,
+        "row_max_channels": _width,
+    }
