@@ -415,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nquantstudy: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     except OSError as e:
-        message = filesystem_message(e)  # a full disk, a read-only folder: one line, not a bug
+        # a full disk, a read-only folder, a cache folder in /proc: one line, not a bug
+        message = filesystem_message(e, verb="use")
         if message is None:
             raise
         print(f"quantstudy: error: {message}", file=sys.stderr)

@@ -60,8 +60,8 @@ class Result:
         return self.out + self.err
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ) | (extra or {})
     env["COLUMNS"] = "250"  # rich wraps at 80 columns when not on a terminal
     env.setdefault("OMP_NUM_THREADS", "2")
     return env
@@ -79,15 +79,16 @@ def quantstudy(
     cwd: Path,
     timeout: float = 300,
     preexec: Callable[[], None] | None = umask_022,
+    env: dict[str, str] | None = None,
 ) -> Result:
-    """Run `quantstudy ARGS` in `cwd` and wait for it."""
+    """Run `quantstudy ARGS` in `cwd` and wait for it (`env`: variables set for it)."""
     p = subprocess.run(
         [*quantstudy_command(), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(),
+        env=_env(env),
         preexec_fn=preexec,
     )
     return Result(p.returncode, p.stdout, p.stderr)

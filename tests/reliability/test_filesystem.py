@@ -44,6 +44,51 @@ def test_out_in_a_read_only_system_folder_is_one_line(workspace):
     assert_one_line_error(r, "/sys", "--out")
 
 
+def test_out_in_proc_is_one_line(workspace):
+    """/proc exists and root may write it by its mode bits, but it holds no new folders: the
+    mkdir fails with ENOENT, which preflight's probe turns into one line."""
+    r = quantstudy(*study_args("/proc/quantstudy-reliability"), cwd=workspace)
+    assert_one_line_error(r, "/proc/quantstudy-reliability", "cannot be created", "--out")
+
+
+def test_lock_file_that_is_a_folder_is_one_line(workspace, tmp_path):
+    (tmp_path / "study" / ".lock").mkdir(parents=True)  # EISDIR on opening the lock
+    r = quantstudy(*study_args(tmp_path / "study"), cwd=workspace)
+    assert_one_line_error(r, str(tmp_path / "study" / ".lock"), "--out")
+
+
+@pytest.mark.parametrize("where", ["file", "below-file", "proc"])
+def test_a_cache_variable_that_cannot_hold_a_folder_names_the_variable(workspace, tmp_path, where):
+    """A fault below a cache folder is fixed by its variable, not by --out."""
+    (tmp_path / "afile").write_text("mine\n")
+    root = {
+        "file": tmp_path / "afile",
+        "below-file": tmp_path / "afile" / "stats",
+        "proc": Path("/proc/quantstudy-reliability"),
+    }[where]
+    r = quantstudy(
+        *study_args(tmp_path / "study"),
+        cwd=workspace,
+        env={"QUANTSTUDY_CALIB_STATS_DIR": str(root)},
+    )
+    line = assert_one_line_error(r, "$QUANTSTUDY_CALIB_STATS_DIR", str(root))
+    assert "--out" not in line
+    assert (tmp_path / "afile").read_text() == "mine\n"
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_record_path_that_is_a_folder_is_one_line_and_the_cache_kept(workspace, study, tmp_path):
+    """EISDIR on the final rename: the study's cache entries stay for the rerun."""
+    folder = copy_study(study, tmp_path / "study")
+    (folder / "study.json").unlink()
+    (folder / "study.json").mkdir()
+    cached = snapshot(folder / ".cache")
+    r = quantstudy(*study_args(folder), cwd=workspace)
+    assert_one_line_error(r, str(folder / "study.json"), "folder where a file belongs")
+    assert leftover_tmp(folder) == []
+    assert {k: v for k, v in snapshot(folder / ".cache").items() if k in cached} == cached
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_out_in_a_read_only_folder_is_one_line(workspace, tmp_path):
     locked = tmp_path / "locked"

@@ -27,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,7 +39,13 @@ from quantstudy.recipe.builtin import load_recipe
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.io import TMP_SUFFIX, FilesystemError, filesystem_message, make_folder
+from quantstudy.record.io import (
+    CACHE_SETTINGS,
+    TMP_SUFFIX,
+    FilesystemError,
+    filesystem_message,
+    make_folder,
+)
 from quantstudy.report.plots import PLOT_FILES
 from quantstudy.report.render import RECORD_FILE, REPORT_FILE
 
@@ -76,6 +83,7 @@ def preflight(config: StudyConfig) -> None:
     """The checks a study can make before loading anything heavy (module docstring)."""
     if config.out is not None:
         _check_out(Path(config.out))
+    _check_cache_settings()
     for option, folder in (("--data", config.data), ("--calib-data", config.calib_data)):
         if folder is not None and not Path(folder).expanduser().is_dir():
             what = "does not exist" if not Path(folder).expanduser().exists() else "is a file"
@@ -93,12 +101,39 @@ def _check_out(out_dir: Path) -> None:
     existing = next(p for p in (out_dir, *out_dir.absolute().parents) if p.exists())
     if not existing.is_dir():
         raise UserError(f"--out {out_dir}: {existing} is a file, not a folder; give a new --out")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise FilesystemError(
-            f"cannot write {existing}: permission denied; give a folder you can write with --out"
-        )
+    _probe_write(existing, out_dir)
     if out_dir.is_dir() and (out_dir / LOCK_FILE).exists():
         _lock(out_dir).close()  # refuses at once while another run holds it
+
+
+def _probe_write(existing: Path, out_dir: Path) -> None:
+    """Create and remove an empty folder where `out_dir` will be made: the filesystem's own
+    answer, which `os.access` does not give (root passes it on a read-only mount, and /proc
+    refuses folders whatever the permission bits say)."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".quantstudy-probe-", dir=existing))
+    except OSError as e:
+        message = filesystem_message(OSError(e.errno, e.strerror), out_dir)
+        if message is None:
+            raise
+        raise FilesystemError(message) from None
+
+
+def _check_cache_settings() -> None:
+    """A cache variable naming a file (or a path below one), or a folder that cannot be
+    written, is refused before any work, naming the variable: the study would fail at its first
+    cache write, minutes in."""
+    for var in CACHE_SETTINGS:
+        root = os.environ.get(var)
+        if not root:
+            continue
+        path = Path(root).expanduser().absolute()
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir():
+            raise UserError(
+                f"${var}={root}: {existing} is a file, not a folder; set ${var} to a folder"
+            )
+        _probe_write(existing, path)
 
 
 def claim_study_folder(out_dir: Path, record: StudyRecord, force: bool = False) -> StudyFolder:
