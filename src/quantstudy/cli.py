@@ -336,22 +336,28 @@ def _cmd_recipes(args: argparse.Namespace) -> None:
 
 def _cmd_report(args: argparse.Namespace) -> None:
     from quantstudy.report.render import render_study
+    from quantstudy.study.guard import holding
 
-    print(render_study(args.study_dir))
+    with holding(args.study_dir):  # as `run` holds it: never beside a run writing the record
+        print(render_study(args.study_dir))
 
 
 def _cmd_decide(args: argparse.Namespace) -> int:
     from quantstudy.decision.redecide import redecide_file
     from quantstudy.report.render import render_study
+    from quantstudy.study.guard import holding
 
-    record = redecide_file(args.study_dir, args.policy)
-    return _print_outcome(record, render_study(args.study_dir))
+    with holding(args.study_dir):
+        record = redecide_file(args.study_dir, args.policy)
+        return _print_outcome(record, render_study(args.study_dir))
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from quantstudy.bridge.commands import run_export
+    from quantstudy.study.guard import holding
 
-    return run_export(args)
+    with holding(args.study_dir):
+        return run_export(args)
 
 
 def _cmd_import_trt(args: argparse.Namespace) -> int:

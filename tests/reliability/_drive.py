@@ -119,6 +119,23 @@ def assert_one_line_error(r: Result, *needles: str, code: int = 1) -> str:
     return errors[0]
 
 
+def assert_usage_error(r: Result, command: str, *needles: str) -> str:
+    """argparse refused the command line: exit 2, its usage block, then exactly one error line
+    (`quantstudy COMMAND: error: ...`), the last; nothing else on stderr, no traceback."""
+    assert r.code == 2, f"exit {r.code}, expected 2\n{r.text[-3000:]}"
+    assert "Traceback" not in r.text, r.text[-3000:]
+    lines = r.err.rstrip("\n").splitlines()
+    errors = [line for line in lines if "error:" in line]
+    assert len(errors) == 1 and lines[-1] == errors[0], r.err[-3000:]
+    assert errors[0].startswith(f"quantstudy {command}: error: "), errors[0]
+    usage = lines[:-1]
+    assert usage and usage[0].startswith("usage: quantstudy"), r.err[-3000:]
+    assert all(line.startswith(" ") for line in usage[1:]), r.err[-3000:]  # usage continues
+    for needle in needles:
+        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
+    return errors[0]
+
+
 def assert_finished(r: Result) -> None:
     assert r.code in FINISHED, f"exit {r.code}\n{r.text[-3000:]}"
     assert "Traceback" not in r.text

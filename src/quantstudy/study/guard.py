@@ -25,9 +25,11 @@ behind are removed.
 from __future__ import annotations
 
 import fcntl
-import json
+import math
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +48,7 @@ from quantstudy.record.io import (
     filesystem_message,
     make_folder,
 )
+from quantstudy.record.readers import read_json
 from quantstudy.report.plots import PLOT_FILES
 from quantstudy.report.render import RECORD_FILE, REPORT_FILE
 
@@ -88,11 +91,35 @@ def preflight(config: StudyConfig) -> None:
         if folder is not None and not Path(folder).expanduser().is_dir():
             what = "does not exist" if not Path(folder).expanduser().exists() else "is a file"
             raise UserError(f"{option} {folder} {what}; pass a folder of images")
+    _check_not_own_outputs(config)
     if config.class_list is not None:
         read_class_list(Path(config.class_list))
     if config.recipe is not None:
         load_recipe(config.recipe)
     load_policy(config.policy)
+
+
+def _check_not_own_outputs(config: StudyConfig) -> None:
+    """The tool never reads what it wrote: an image folder that is (or lies inside) a study
+    folder would feed its plots to the model as images, and a --out inside an image folder
+    would do the same on the next run."""
+    out = Path(config.out).expanduser().resolve() if config.out is not None else None
+    for option_name, folder in (("--data", config.data), ("--calib-data", config.calib_data)):
+        if folder is None:
+            continue
+        images = Path(folder).expanduser().resolve()
+        study = next((p for p in (images, *images.parents) if (p / RECORD_FILE).is_file()), None)
+        if study is not None:
+            raise UserError(
+                f"{option_name} {folder} is or lies inside the study folder {study} (it holds "
+                f"{RECORD_FILE}): a study's outputs are not images to study; pass the image folder"
+            )
+        if out is not None and (out == images or images in out.parents):
+            raise UserError(
+                f"--out {config.out} lies inside {option_name} {folder}: the study's plots "
+                "would be read as images by the next study of that folder; give an --out "
+                "outside it"
+            )
 
 
 def _check_out(out_dir: Path) -> None:
@@ -104,6 +131,32 @@ def _check_out(out_dir: Path) -> None:
     _probe_write(existing, out_dir)
     if out_dir.is_dir() and (out_dir / LOCK_FILE).exists():
         _lock(out_dir).close()  # refuses at once while another run holds it
+
+
+def check_batch_memory(config: StudyConfig, input_size: tuple[int, ...], memory: int) -> None:
+    """Refuse timed batches whose fp32 input alone takes more than a quarter of `memory` (the
+    bytes of the device the engines run on), before the model is calibrated or scored: the
+    timing stage comes last, and the engines' activations need many times their input."""
+    if not config.speed:
+        return
+    batch = max(config.batches)
+    need = batch * math.prod(input_size) * 4
+    if need * 4 > memory:
+        fits = max(1, memory // (4 * 4 * math.prod(input_size)))
+        raise UserError(
+            f"--batches {batch}: its {'x'.join(map(str, input_size))} fp32 input alone is "
+            f"{need / 2**30:.1f} GiB, over a quarter of the {memory / 2**30:.0f} GiB this "
+            f"device holds; time batches of at most {fits} here"
+        )
+
+
+def device_memory(device: str) -> int:
+    """Bytes of memory of the device the engines run on: the GPU's, or this machine's RAM."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _probe_write(existing: Path, out_dir: Path) -> None:
@@ -154,6 +207,22 @@ def claim_study_folder(out_dir: Path, record: StudyRecord, force: bool = False) 
     return StudyFolder(out_dir, lock)
 
 
+@contextmanager
+def holding(study_dir: Path) -> Iterator[None]:
+    """The study folder's lock, held by a command that reads and rewrites a finished record
+    (`report`, `decide`, `export`): refused at once while a run writes the folder, and no run
+    starts while it is held. A folder that is not there is left to the command to refuse."""
+    study_dir = Path(study_dir)
+    if not study_dir.is_dir():
+        yield
+        return
+    lock = _lock(study_dir)
+    try:
+        yield
+    finally:
+        lock.close()
+
+
 def _lock(out_dir: Path) -> IO[str]:
     path = out_dir / LOCK_FILE
     try:
@@ -195,9 +264,9 @@ def _previous_study(out_dir: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        console.print(f"[yellow]{path} is unreadable; the study replaces it[/yellow]")
+        data = read_json(path, "study record", "record")
+    except UserError as e:
+        console.print(f"[yellow]{e}; the study replaces it[/yellow]", soft_wrap=True)
         return None
     return data if isinstance(data, dict) else None
 
