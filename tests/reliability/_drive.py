@@ -162,3 +162,27 @@ def leftover_tmp(folder: Path) -> list[str]:
 def copy_study(study: Path, to: Path) -> Path:
     shutil.copytree(study, to)
     return to
+
+
+# The sections of a record that hold what a study measured and decided; the others say where and
+# when it ran (environment, timings, config.out) or seal it (digest).
+MEASURED = (
+    "model",
+    "preprocessing",
+    "data",
+    "recipe",
+    "calibration",
+    "engines",
+    "quality",
+    "speed",
+    "decision",
+)
+
+
+def measured(folder: Path) -> dict:
+    """The measured sections of the study in `folder`: a resumed study must equal one that ran
+    without a break, number for number."""
+    import json
+
+    record = json.loads((Path(folder) / "study.json").read_text())
+    return {key: record.get(key) for key in MEASURED}

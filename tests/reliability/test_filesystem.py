@@ -19,6 +19,7 @@ from tests.reliability._drive import (
     copy_study,
     files_under,
     leftover_tmp,
+    measured,
     quantstudy,
     snapshot,
     study_args,
@@ -122,7 +123,7 @@ def test_disk_full_on_rerun_keeps_the_complete_study(workspace, study, tmp_path)
     assert snapshot(folder) == before  # the complete study is untouched
 
 
-def test_disk_full_mid_run_keeps_what_was_finished(workspace, tmp_path):
+def test_disk_full_mid_run_keeps_what_was_finished_and_resumes(workspace, study, tmp_path):
     folder = tmp_path / "study"
     r = quantstudy(*study_args(folder), cwd=workspace, preexec=_file_size_limit(60_000))
     line = assert_one_line_error(r, str(folder / ".cache"), "rerun the same command to resume")
@@ -132,6 +133,12 @@ def test_disk_full_mid_run_keeps_what_was_finished(workspace, tmp_path):
     assert kept and all(p.name not in line for p in kept)  # finished entries stay for a rerun
     for path in kept:
         assert isinstance(torch.load(path, weights_only=True), torch.Tensor)
+    # space again: the same command resumes from the kept entries and completes the study
+    again = quantstudy(*study_args(folder), cwd=workspace)
+    assert_finished(again)
+    for path in kept:
+        assert f"from {path}" in again.err  # "resumed <entry> from <path>"
+    assert measured(folder) == measured(study)  # as if the disk had never filled
 
 
 def test_corrupt_cache_entries_are_recomputed_and_the_study_stays_complete(
@@ -152,6 +159,7 @@ def test_corrupt_cache_entries_are_recomputed_and_the_study_stays_complete(
         assert isinstance(torch.load(path, weights_only=True), torch.Tensor)
     assert json.loads((folder / "study.json").read_text())["status"] == "complete"
     assert leftover_tmp(folder) == []
+    assert measured(folder) == measured(study)  # the recomputed entries give the same numbers
 
 
 def test_study_files_are_readable_by_others(study):
