@@ -126,3 +126,20 @@ def test_export_of_a_moved_checkpoint_names_its_own_option(workspace, tmp_path):
     assert_one_line_error(r, str(checkpoint), "quantstudy export --weights FILE")
     r = quantstudy("export", str(tmp_path / "study"), "--weights", str(moved), cwd=workspace)
     assert r.code == 0, r.text[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--opset", "99"), "--opset 99"),
+        (("--opset", "13"), "--opset 13"),
+        (("--images", "0"), "--images"),
+        (("--weights", "missing.pth"), "--weights missing.pth is not a file"),
+    ],
+    ids=["opset-too-new", "opset-before-fp8", "images-0", "weights-missing"],
+)
+def test_export_option_values_are_refused_before_the_model_loads(study, tmp_path, extra, needle):
+    folder = copy_study(study, tmp_path / "study")
+    r = quantstudy("export", str(folder), *extra, cwd=tmp_path)
+    assert_one_line_error(r, needle)
+    assert not (folder / "tensorrt").exists()

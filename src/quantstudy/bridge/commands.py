@@ -77,6 +77,19 @@ def require_modules(needs: dict[str, str], what: str) -> None:
         )
 
 
+def _check_opset(opset: int) -> None:
+    import onnx
+
+    from quantstudy.bridge.qdq import FP8_QDQ_OPSET
+
+    newest = onnx.defs.onnx_opset_version()
+    if not FP8_QDQ_OPSET <= opset <= newest:
+        raise UserError(
+            f"--opset {opset}: FP8 QuantizeLinear/DequantizeLinear need opset {FP8_QDQ_OPSET} "
+            f"or newer, and this onnx knows opsets up to {newest}"
+        )
+
+
 def _exportable(study_dir: Path) -> None:
     """Export ships the study's numbers: only a complete, sealed record is exported."""
     from quantstudy.record.readers import read_json
@@ -97,6 +110,8 @@ def run_export(args: argparse.Namespace) -> int:
     if args.images is not None and args.images < 1:
         raise UserError("--images must be at least 1")
     require_modules(EXPORT_NEEDS | (CHECK_NEEDS if args.check else {}), "export")
+    if args.opset is not None:  # before the model is rebuilt, not after
+        _check_opset(args.opset)
     if args.weights is not None and not args.weights.is_file():
         raise UserError(f"--weights {args.weights} is not a file; pass the study's checkpoint")
     _exportable(args.study_dir)
