@@ -273,9 +273,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_search(args: argparse.Namespace) -> None:
-    from quantstudy.search.run import SearchConfig, run_search, summary_lines
+    from quantstudy.study.guard import preflight
 
     study = _model_config(args)
+    preflight(study)  # the same checks as `run`, before torch is imported
+    from quantstudy.search.run import SearchConfig, run_search, summary_lines
+
     result = run_search(
         SearchConfig(
             study=study.replace(out=None),
@@ -294,6 +297,7 @@ def _cmd_search(args: argparse.Namespace) -> None:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from quantstudy.data.demo import demo_data
+    from quantstudy.study.guard import preflight
     from quantstudy.study.run import run_study
 
     demo = demo_data()
@@ -308,6 +312,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         calib_data=demo.calib_dir,
         class_list=demo.class_list,
     )
+    preflight(config)
     _print_outcome(*run_study(config, force=args.force))
     return 0  # a demonstration: its decision is the report's answer, not a failure
 
