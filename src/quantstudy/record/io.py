@@ -59,7 +59,9 @@ def _setting_of(path: Path | str) -> str:
             return f"${var}"
     default = Path.home() / ".cache" / "quantstudy"
     if where == default or default in where.parents:
-        return "$QUANTSTUDY_CACHE_DIR"
+        # Inductor's default folder there (`engines/builders.py`), and the kernel caches beside
+        # it, follow $TORCHINDUCTOR_CACHE_DIR
+        return "$TORCHINDUCTOR_CACHE_DIR"
     return "--out"
 
 
