@@ -273,9 +273,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_search(args: argparse.Namespace) -> None:
-    from quantstudy.search.run import SearchConfig, run_search, summary_lines
+    from quantstudy.study.guard import preflight
 
     study = _model_config(args)
+    preflight(study)  # the same checks as `run`, before torch is imported
+    from quantstudy.search.run import SearchConfig, run_search, summary_lines
+
     result = run_search(
         SearchConfig(
             study=study.replace(out=None),
@@ -294,6 +297,7 @@ def _cmd_search(args: argparse.Namespace) -> None:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from quantstudy.data.demo import demo_data
+    from quantstudy.study.guard import preflight
     from quantstudy.study.run import run_study
 
     demo = demo_data()
@@ -308,6 +312,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         calib_data=demo.calib_dir,
         class_list=demo.class_list,
     )
+    preflight(config)
     _print_outcome(*run_study(config, force=args.force))
     return 0  # a demonstration: its decision is the report's answer, not a failure
 
@@ -336,22 +341,28 @@ def _cmd_recipes(args: argparse.Namespace) -> None:
 
 def _cmd_report(args: argparse.Namespace) -> None:
     from quantstudy.report.render import render_study
+    from quantstudy.study.guard import holding
 
-    print(render_study(args.study_dir))
+    with holding(args.study_dir):  # as `run` holds it: never beside a run writing the record
+        print(render_study(args.study_dir))
 
 
 def _cmd_decide(args: argparse.Namespace) -> int:
     from quantstudy.decision.redecide import redecide_file
     from quantstudy.report.render import render_study
+    from quantstudy.study.guard import holding
 
-    record = redecide_file(args.study_dir, args.policy)
-    return _print_outcome(record, render_study(args.study_dir))
+    with holding(args.study_dir):
+        record = redecide_file(args.study_dir, args.policy)
+        return _print_outcome(record, render_study(args.study_dir))
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from quantstudy.bridge.commands import run_export
+    from quantstudy.study.guard import holding
 
-    return run_export(args)
+    with holding(args.study_dir):
+        return run_export(args)
 
 
 def _cmd_import_trt(args: argparse.Namespace) -> int:
@@ -415,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nquantstudy: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     except OSError as e:
-        message = filesystem_message(e)  # a full disk, a read-only folder: one line, not a bug
+        # a full disk, a read-only folder, a cache folder in /proc: one line, not a bug
+        message = filesystem_message(e, verb="use")
         if message is None:
             raise
         print(f"quantstudy: error: {message}", file=sys.stderr)

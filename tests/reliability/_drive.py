@@ -60,8 +60,8 @@ class Result:
         return self.out + self.err
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ) | (extra or {})
     env["COLUMNS"] = "250"  # rich wraps at 80 columns when not on a terminal
     env.setdefault("OMP_NUM_THREADS", "2")
     return env
@@ -79,15 +79,16 @@ def quantstudy(
     cwd: Path,
     timeout: float = 300,
     preexec: Callable[[], None] | None = umask_022,
+    env: dict[str, str] | None = None,
 ) -> Result:
-    """Run `quantstudy ARGS` in `cwd` and wait for it."""
+    """Run `quantstudy ARGS` in `cwd` and wait for it (`env`: variables set for it)."""
     p = subprocess.run(
         [*quantstudy_command(), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(),
+        env=_env(env),
         preexec_fn=preexec,
     )
     return Result(p.returncode, p.stdout, p.stderr)
@@ -113,6 +114,23 @@ def assert_one_line_error(r: Result, *needles: str, code: int = 1) -> str:
     errors = [line for line in r.err.splitlines() if line.startswith(ERROR)]
     assert len(errors) == 1, r.err[-3000:]
     assert r.err.rstrip("\n").splitlines()[-1] == errors[0], r.err[-3000:]
+    for needle in needles:
+        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
+    return errors[0]
+
+
+def assert_usage_error(r: Result, command: str, *needles: str) -> str:
+    """argparse refused the command line: exit 2, its usage block, then exactly one error line
+    (`quantstudy COMMAND: error: ...`), the last; nothing else on stderr, no traceback."""
+    assert r.code == 2, f"exit {r.code}, expected 2\n{r.text[-3000:]}"
+    assert "Traceback" not in r.text, r.text[-3000:]
+    lines = r.err.rstrip("\n").splitlines()
+    errors = [line for line in lines if "error:" in line]
+    assert len(errors) == 1 and lines[-1] == errors[0], r.err[-3000:]
+    assert errors[0].startswith(f"quantstudy {command}: error: "), errors[0]
+    usage = lines[:-1]
+    assert usage and usage[0].startswith("usage: quantstudy"), r.err[-3000:]
+    assert all(line.startswith(" ") for line in usage[1:]), r.err[-3000:]  # usage continues
     for needle in needles:
         assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
     return errors[0]
@@ -144,3 +162,27 @@ def leftover_tmp(folder: Path) -> list[str]:
 def copy_study(study: Path, to: Path) -> Path:
     shutil.copytree(study, to)
     return to
+
+
+# The sections of a record that hold what a study measured and decided; the others say where and
+# when it ran (environment, timings, config.out) or seal it (digest).
+MEASURED = (
+    "model",
+    "preprocessing",
+    "data",
+    "recipe",
+    "calibration",
+    "engines",
+    "quality",
+    "speed",
+    "decision",
+)
+
+
+def measured(folder: Path) -> dict:
+    """The measured sections of the study in `folder`: a resumed study must equal one that ran
+    without a break, number for number."""
+    import json
+
+    record = json.loads((Path(folder) / "study.json").read_text())
+    return {key: record.get(key) for key in MEASURED}

@@ -19,6 +19,7 @@ from tests.reliability._drive import (
     copy_study,
     files_under,
     leftover_tmp,
+    measured,
     quantstudy,
     snapshot,
     study_args,
@@ -42,6 +43,51 @@ def test_out_below_a_file_is_refused(workspace, tmp_path):
 def test_out_in_a_read_only_system_folder_is_one_line(workspace):
     r = quantstudy(*study_args("/sys/quantstudy-reliability/study"), cwd=workspace)
     assert_one_line_error(r, "/sys", "--out")
+
+
+def test_out_in_proc_is_one_line(workspace):
+    """/proc exists and root may write it by its mode bits, but it holds no new folders: the
+    mkdir fails with ENOENT, which preflight's probe turns into one line."""
+    r = quantstudy(*study_args("/proc/quantstudy-reliability"), cwd=workspace)
+    assert_one_line_error(r, "/proc/quantstudy-reliability", "cannot be created", "--out")
+
+
+def test_lock_file_that_is_a_folder_is_one_line(workspace, tmp_path):
+    (tmp_path / "study" / ".lock").mkdir(parents=True)  # EISDIR on opening the lock
+    r = quantstudy(*study_args(tmp_path / "study"), cwd=workspace)
+    assert_one_line_error(r, str(tmp_path / "study" / ".lock"), "--out")
+
+
+@pytest.mark.parametrize("where", ["file", "below-file", "proc"])
+def test_a_cache_variable_that_cannot_hold_a_folder_names_the_variable(workspace, tmp_path, where):
+    """A fault below a cache folder is fixed by its variable, not by --out."""
+    (tmp_path / "afile").write_text("mine\n")
+    root = {
+        "file": tmp_path / "afile",
+        "below-file": tmp_path / "afile" / "stats",
+        "proc": Path("/proc/quantstudy-reliability"),
+    }[where]
+    r = quantstudy(
+        *study_args(tmp_path / "study"),
+        cwd=workspace,
+        env={"QUANTSTUDY_CALIB_STATS_DIR": str(root)},
+    )
+    line = assert_one_line_error(r, "$QUANTSTUDY_CALIB_STATS_DIR", str(root))
+    assert "--out" not in line
+    assert (tmp_path / "afile").read_text() == "mine\n"
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_record_path_that_is_a_folder_is_one_line_and_the_cache_kept(workspace, study, tmp_path):
+    """EISDIR on the final rename: the study's cache entries stay for the rerun."""
+    folder = copy_study(study, tmp_path / "study")
+    (folder / "study.json").unlink()
+    (folder / "study.json").mkdir()
+    cached = snapshot(folder / ".cache")
+    r = quantstudy(*study_args(folder), cwd=workspace)
+    assert_one_line_error(r, str(folder / "study.json"), "folder where a file belongs")
+    assert leftover_tmp(folder) == []
+    assert {k: v for k, v in snapshot(folder / ".cache").items() if k in cached} == cached
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
@@ -77,7 +123,7 @@ def test_disk_full_on_rerun_keeps_the_complete_study(workspace, study, tmp_path)
     assert snapshot(folder) == before  # the complete study is untouched
 
 
-def test_disk_full_mid_run_keeps_what_was_finished(workspace, tmp_path):
+def test_disk_full_mid_run_keeps_what_was_finished_and_resumes(workspace, study, tmp_path):
     folder = tmp_path / "study"
     r = quantstudy(*study_args(folder), cwd=workspace, preexec=_file_size_limit(60_000))
     line = assert_one_line_error(r, str(folder / ".cache"), "rerun the same command to resume")
@@ -87,6 +133,12 @@ def test_disk_full_mid_run_keeps_what_was_finished(workspace, tmp_path):
     assert kept and all(p.name not in line for p in kept)  # finished entries stay for a rerun
     for path in kept:
         assert isinstance(torch.load(path, weights_only=True), torch.Tensor)
+    # space again: the same command resumes from the kept entries and completes the study
+    again = quantstudy(*study_args(folder), cwd=workspace)
+    assert_finished(again)
+    for path in kept:
+        assert f"from {path}" in again.err  # "resumed <entry> from <path>"
+    assert measured(folder) == measured(study)  # as if the disk had never filled
 
 
 def test_corrupt_cache_entries_are_recomputed_and_the_study_stays_complete(
@@ -107,6 +159,7 @@ def test_corrupt_cache_entries_are_recomputed_and_the_study_stays_complete(
         assert isinstance(torch.load(path, weights_only=True), torch.Tensor)
     assert json.loads((folder / "study.json").read_text())["status"] == "complete"
     assert leftover_tmp(folder) == []
+    assert measured(folder) == measured(study)  # the recomputed entries give the same numbers
 
 
 def test_study_files_are_readable_by_others(study):

@@ -13,6 +13,7 @@ from tests.reliability._drive import (
     assert_one_line_error,
     copy_study,
     leftover_tmp,
+    measured,
     quantstudy,
     snapshot,
     start,
@@ -22,7 +23,7 @@ from tests.reliability._drive import (
 INTERRUPTED = "quantstudy: interrupted; rerun the same command to resume"
 
 
-def test_ctrl_c_is_one_line_and_the_same_command_resumes(workspace, tmp_path):
+def test_ctrl_c_is_one_line_and_the_same_command_resumes(workspace, study, tmp_path):
     folder = tmp_path / "study"
     run = start(*study_args(folder), cwd=workspace)
     deadline = time.monotonic() + 240
@@ -43,6 +44,7 @@ def test_ctrl_c_is_one_line_and_the_same_command_resumes(workspace, tmp_path):
     assert "resumed logits-fp32 from" in again.err and "resumed logits-fp8 from" in again.err
     assert leftover_tmp(folder) == []
     assert json.loads((folder / "study.json").read_text())["status"] == "complete"
+    assert measured(folder) == measured(study)  # as if it had never been interrupted
 
 
 def test_another_configuration_into_a_complete_study_is_refused(workspace, study, tmp_path):

@@ -132,7 +132,7 @@ def test_version_1_file_keeps_its_limits_against_fp32(tmp_path):
         ("speed:\n  batches: [1, 1]\n", "speed.batches"),
         ("version: 3\n", "version"),
         ("- 1\n- 2\n", "must be a mapping"),
-        ("speed: [1.05\n", "not valid YAML"),
+        ("speed: [1.05\n", "malformed YAML"),
     ],
 )
 def test_bad_policy_file_is_one_clear_line(tmp_path, text, needle):

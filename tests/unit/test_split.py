@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 from collections import Counter
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from quantstudy.data.folders import ImageItem
-from quantstudy.data.split import split_items, summarize_set
+from quantstudy.data.split import check_disjoint_content, split_items, summarize_set
 from quantstudy.record.errors import UserError
 
 
@@ -141,3 +142,34 @@ def test_summarize_labelled_and_unlabelled():
     plain = summarize_set("heldout", "/plain", _unlabelled(3), labelled=False)
     assert (plain.n_classes, plain.per_class_min, plain.per_class_max) == (None, None, None)
     assert plain.role == "heldout" and plain.labelled is False
+
+
+def _files(folder, contents: dict[str, bytes], label: int | None = None) -> list[ImageItem]:
+    folder.mkdir(parents=True, exist_ok=True)
+    items = []
+    for name, data in contents.items():
+        (folder / name).write_bytes(data)
+        items.append(ImageItem(id=name, path=folder / name, label=label, wnid=None))
+    return items
+
+
+def test_a_byte_identical_copy_in_both_sets_is_refused(tmp_path):
+    calib = _files(tmp_path / "calib", {"a.png": b"image a", "b.png": b"image b"})
+    heldout = _files(tmp_path / "data", {"x.png": b"image x", "copy.png": b"image b"})
+    with pytest.raises(UserError, match=r"copy\.png has the same content as .*b\.png"):
+        check_disjoint_content(calib, heldout)
+
+
+def test_a_hard_link_in_both_sets_is_refused(tmp_path):
+    calib = _files(tmp_path / "calib", {"a.png": b"image a"})
+    (tmp_path / "data").mkdir()
+    os.link(tmp_path / "calib" / "a.png", tmp_path / "data" / "linked.png")
+    heldout = [ImageItem("linked.png", tmp_path / "data" / "linked.png", None, None)]
+    with pytest.raises(UserError, match="same content"):
+        check_disjoint_content(calib, heldout)
+
+
+def test_same_size_but_other_content_passes(tmp_path):
+    calib = _files(tmp_path / "calib", {"a.png": b"image a"})
+    heldout = _files(tmp_path / "data", {"z.png": b"image z"})  # same length, other bytes
+    check_disjoint_content(calib, heldout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 
 from quantstudy.record.errors import UserError
@@ -39,6 +40,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--calib-data", type=Path, help="random-weight studies: folder of the calibration images"
     )
     export.add_argument("--images", type=int, help="--check on the first N held-out images only")
+    export.add_argument(
+        "--weights",
+        type=Path,
+        help="the study's checkpoint file where it has moved since the study (checked against "
+        "the sha256 the study recorded)",
+    )
 
     imp = sub.add_parser(
         "import-trt",
@@ -54,14 +61,71 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     imp.add_argument("--policy", help="decision policy (default: the study's)")
 
 
+# What `export` imports beyond the core install: module -> the package pip installs it from.
+EXPORT_NEEDS = {"onnx": "onnx"}
+CHECK_NEEDS = {"onnxruntime": "onnxruntime"}
+
+
+def require_modules(needs: dict[str, str], what: str) -> None:
+    """Refuse in one line, naming the install command, when an optional dependency of `what`
+    is missing (the `onnx` extra of pyproject.toml holds them)."""
+    missing = [pip for module, pip in needs.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise UserError(
+            f"{what} needs {' and '.join(missing)}, which is not installed: "
+            f"pip install 'quantstudy[onnx]' (or pip install {' '.join(missing)})"
+        )
+
+
+def _check_opset(opset: int) -> None:
+    import onnx
+
+    from quantstudy.bridge.qdq import FP8_QDQ_OPSET
+
+    newest = onnx.defs.onnx_opset_version()
+    if not FP8_QDQ_OPSET <= opset <= newest:
+        raise UserError(
+            f"--opset {opset}: FP8 QuantizeLinear/DequantizeLinear need opset {FP8_QDQ_OPSET} "
+            f"or newer, and this onnx knows opsets up to {newest}"
+        )
+
+
+def _exportable(study_dir: Path) -> None:
+    """Export ships the study's numbers: only a complete, sealed record is exported."""
+    from quantstudy.record.readers import read_json
+    from quantstudy.record.study import check_seal
+    from quantstudy.report.render import RECORD_FILE, load_record
+
+    path = Path(study_dir) / RECORD_FILE
+    record = load_record(path)  # refuses a missing, invalid or edited record
+    check_seal(path, read_json(path, "study record", "record"), "export")
+    if record.status != "complete":
+        raise UserError(
+            f"{path} is a {record.status} study: export writes only what a complete study "
+            "measured; rerun the study's command to finish it"
+        )
+
+
 def run_export(args: argparse.Namespace) -> int:
+    if args.images is not None and args.images < 1:
+        raise UserError("--images must be at least 1")
+    require_modules(EXPORT_NEEDS | (CHECK_NEEDS if args.check else {}), "export")
+    if args.opset is not None:  # before the model is rebuilt, not after
+        _check_opset(args.opset)
+    if args.weights is not None and not args.weights.is_file():
+        raise UserError(f"--weights {args.weights} is not a file; pass the study's checkpoint")
+    _exportable(args.study_dir)
     from quantstudy.bridge.check import summary
     from quantstudy.bridge.export import check_export, export_study
 
-    if args.images is not None and args.images < 1:
-        raise UserError("--images must be at least 1")
     exported = export_study(
-        args.study_dir, args.out, args.precision, args.opset, args.data, args.calib_data
+        args.study_dir,
+        args.out,
+        args.precision,
+        args.opset,
+        args.data,
+        args.calib_data,
+        weights=args.weights,
     )
     print(f"{exported.qdq_path}: {summary(exported.graph)}")
     print(f"{exported.float_path}: the same graph without Q/DQ (fp16 engine)")

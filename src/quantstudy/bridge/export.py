@@ -52,14 +52,16 @@ def export_study(
     opset: int | None = None,
     data: Path | None = None,
     calib_data: Path | None = None,
+    weights: Path | None = None,
 ) -> Exported:
-    """Write `<out>` (Q/DQ graph), `<out stem>.float.onnx` and `trtexec.sh` beside them."""
+    """Write `<out>` (Q/DQ graph), `<out stem>.float.onnx` and `trtexec.sh` beside them.
+    `weights`: the study's checkpoint where it has moved (its sha256 must be the recorded one)."""
     study_dir = Path(study_dir)
     record = load_record(study_dir / RECORD_FILE)
     qdq_path = Path(out) if out is not None else study_dir / "tensorrt" / DEFAULT_NAME
     if qdq_path.suffix != ".onnx":
         raise UserError(f"--out {qdq_path}: give a file name ending in .onnx")
-    rebuilt = rebuild(record, data, calib_data)
+    rebuilt = rebuild(record, data, calib_data, weights)
     graph = build_qdq(rebuilt, precision, opset)
     float_path = float_path_of(qdq_path)
     write_bytes_atomic(qdq_path, graph.qdq_model.SerializeToString())

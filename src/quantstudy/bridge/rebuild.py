@@ -119,13 +119,24 @@ def plan_of(record: StudyRecord) -> QuantPlan:
 
 
 def rebuild(
-    record: StudyRecord, data_dir: Path | None = None, calib_dir: Path | None = None
+    record: StudyRecord,
+    data_dir: Path | None = None,
+    calib_dir: Path | None = None,
+    weights: Path | None = None,
 ) -> Rebuilt:
-    """Load the study's model as the study did and rebuild its plan and deployed float model."""
+    """Load the study's model as the study did and rebuild its plan and deployed float model;
+    `weights` replaces the recorded checkpoint path (a moved file, checked by its sha256)."""
     config = record.config
+    recorded = str(config.weights)
+    moved = record.model.weights == "file" and not Path(recorded).expanduser().is_file()
+    if weights is None and moved:
+        raise UserError(
+            f"the study's checkpoint {recorded} is not there any more; pass it with "
+            "`quantstudy export --weights FILE` (checked against the sha256 the study recorded)"
+        )
     loaded = load_model(
         config.model,
-        config.weights,
+        str(weights) if weights is not None else config.weights,
         seed=config.seed,
         strip_prefix=getattr(config, "strip_prefix", None),
     )

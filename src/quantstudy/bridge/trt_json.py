@@ -19,7 +19,6 @@ Formats, from TensorRT's own source (NVIDIA/TensorRT):
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,15 +26,16 @@ from typing import Any
 
 from quantstudy.bridge.qdq import INPUT
 from quantstudy.record.errors import UserError
+from quantstudy.record.readers import read_json
 
 
 def _load(path: Path, what: str) -> Any:
     if not path.is_file():
         raise UserError(f"{path} is missing: run the {what} line of trtexec.sh for it")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON ({e}); rerun trtexec for it") from None
+        return read_json(path, "trtexec export")
+    except UserError as e:
+        raise UserError(f"{e}; rerun trtexec for it") from None
 
 
 def _number(v: Any) -> bool:

@@ -17,6 +17,7 @@ from PIL import Image
 from quantstudy.data.decode import UnusableImage, to_rgb
 from quantstudy.record import SkippedImage
 from quantstudy.record.errors import UserError
+from quantstudy.record.readers import read_text
 
 IMAGE_SUFFIXES = frozenset(
     {".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff", ".ppm", ".pgm"}
@@ -95,12 +96,8 @@ def read_class_list(class_list: Path | None = None) -> list[str]:
     path = Path(class_list).expanduser()
     if not path.is_file():
         raise UserError(f"class list {path} does not exist; pass a file with one wnid a line")
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of a wnid
-    except UnicodeDecodeError:
-        raise UserError(
-            f"class list {path} is not UTF-8 text; pass a file with one wnid a line"
-        ) from None
+    # a byte-order mark is not part of a wnid
+    text = read_text(path, "class list", "class list", bom=True)
     wnids = [line.strip() for line in text.rstrip("\n").splitlines()]
     if wnids and all(_WNID_LINE.match(w) for w in wnids if w):
         wnids = [w.split()[0] if w else w for w in wnids]  # "n01440764 tench, Tinca tinca"

@@ -1,8 +1,10 @@
 """Seeded, class-balanced, disjoint calibration and held-out sets.
 
 Calibrating on held-out images would flatter the quantized model, so the two sets never share an
-image (by id or by file). Balance keeps one over-represented class from steering the scales or
-the accuracy: per-class counts differ by at most one wherever the folder has enough images.
+image: not by id, not by file, and not by content (`check_disjoint_content`: a hard link or a
+byte-identical copy of one image in both sets is refused). Balance keeps one over-represented
+class from steering the scales or the accuracy: per-class counts differ by at most one wherever
+the folder has enough images.
 """
 
 from __future__ import annotations
@@ -41,6 +43,40 @@ def split_items(
     rest = [i for i in items if i.id not in used_ids and _key(i.path) not in used_paths]
     heldout = _take(rest, n_heldout, random.Random(f"{seed}:heldout"))
     return calib, heldout
+
+
+def check_disjoint_content(calib: list[ImageItem], heldout: list[ImageItem]) -> None:
+    """Refuse, in one line, a held-out image whose bytes equal a calibration image's (a copy or
+    a hard link under another name or folder). Only files whose size matches a calibration
+    file's are hashed, so the check reads almost nothing when the sets share no content."""
+    sizes: dict[int, list[ImageItem]] = defaultdict(list)
+    for item in calib:
+        sizes[_size(item.path)].append(item)
+    hashed: dict[str, ImageItem] = {}  # content hash -> calibration item, filled as needed
+    done: set[int] = set()  # sizes whose calibration files are hashed
+    for item in heldout:
+        size = _size(item.path)
+        if size not in sizes:
+            continue
+        if size not in done:
+            hashed |= {_sha256(twin.path): twin for twin in sizes[size]}
+            done.add(size)
+        twin = hashed.get(_sha256(item.path))
+        if twin is not None:
+            raise UserError(
+                f"held-out image {item.path} has the same content as calibration image "
+                f"{twin.path}: a held-out image the model was calibrated on flatters the FP8 "
+                "engine; remove the copy from one of the folders"
+            )
+
+
+def _size(path: Path) -> int:
+    return Path(path).stat().st_size
+
+
+def _sha256(path: Path) -> str:
+    with Path(path).open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def summarize_set(

@@ -12,7 +12,6 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from quantstudy.decision.gates import quality_gates, speed_gates
@@ -20,6 +19,7 @@ from quantstudy.decision.schema import Policy, QualityPolicy, SpeedPolicy
 from quantstudy.decision.sequential_gates import decision_gates
 from quantstudy.record import Decision, Gate, StudyRecord
 from quantstudy.record.errors import UserError
+from quantstudy.record.readers import parse_yaml, read_text
 from quantstudy.record.vocab import GateKind, GateStatus, Outcome
 
 __all__ = [
@@ -68,10 +68,7 @@ def _validation_message(source: str, err: ValidationError) -> str:
 
 def parse_policy(text: str, source: str) -> Policy:
     """Parse and validate policy YAML; `source` names it in error messages."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise UserError(f"policy {source} is not valid YAML: {e}".replace("\n", " ")) from None
+    _, data = parse_yaml(text, f"policy {source}")
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -101,7 +98,7 @@ def load_policy(name_or_path: str | Path | None) -> tuple[Policy, str]:
             f"policy not found: {name} is neither a file nor a preset "
             f"({', '.join(PRESETS)}); omit --policy for the default"
         )
-    return parse_policy(path.read_text(encoding="utf-8"), str(path)), str(path)
+    return parse_policy(read_text(path, "config", "policy"), str(path)), str(path)
 
 
 # --- the decision -------------------------------------------------------------------------

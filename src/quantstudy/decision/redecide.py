@@ -9,13 +9,14 @@ rewritten; every measured value stays as the study wrote it, with its schema ver
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from quantstudy.decision.policy import decide, load_policy
 from quantstudy.record import SCHEMA_VERSION, Decision, Redecision, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.readers import read_json
+from quantstudy.record.study import check_seal
 from quantstudy.record.version import __version__
 
 
@@ -41,11 +42,9 @@ def redecide_file(study_dir: Path, policy_name: str | Path | None) -> StudyRecor
     path = Path(study_dir) / "study.json"
     if not path.is_file():
         raise UserError(f"no study.json in {study_dir}: give a folder that `quantstudy run` wrote")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON: {e}") from None
+    raw = read_json(path, "study record", "record")
     record = StudyRecord.model_validate(raw)
+    check_seal(path, raw, "decide")
     decision = redecide(record, policy_name)
     raw["decision"] = decision.model_dump(mode="json")
     write_json_atomic(path, raw)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from quantstudy.recipe.schema import Recipe, parse_recipe
 from quantstudy.record.errors import UserError
+from quantstudy.record.readers import read_bytes
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -103,4 +104,4 @@ def _builtin_or_fail(name: str) -> tuple[Recipe, str]:
 def _from_file(path: Path) -> tuple[Recipe, str]:
     if not path.is_file():
         raise UserError(f"recipe file not found: {path}; check the path")
-    return parse_recipe(path.read_bytes(), str(path)), str(path)
+    return parse_recipe(read_bytes(path, "config", "recipe"), str(path)), str(path)

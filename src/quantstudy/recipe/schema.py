@@ -57,6 +57,7 @@ from pydantic import (
 
 from quantstudy.recipe.selectors import Selector
 from quantstudy.record.errors import UserError
+from quantstudy.record.readers import decode_utf8, parse_yaml
 from quantstudy.record.vocab import (
     ActivationGranularity,
     Calibrator,
@@ -305,11 +306,7 @@ class Recipe(Strict):
 
 def parse_recipe(raw: bytes, origin: str) -> Recipe:
     """Parse and validate recipe YAML; every mistake is a `UserError` naming `origin` and a line."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise UserError(f"{origin}: not UTF-8 text ({err}); save the recipe as UTF-8") from None
-    root, data = compose_yaml(text, origin)
+    root, data = compose_yaml(decode_utf8(raw, f"recipe {origin}"), origin)
     if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
         raise UserError(
             f"{origin} line 1: a recipe is a YAML mapping with keys "
@@ -330,16 +327,10 @@ def parse_recipe(raw: bytes, origin: str) -> Recipe:
 
 
 def compose_yaml(text: str, origin: str) -> tuple[yaml.Node | None, object]:
-    """The node tree (for line numbers) and the data of YAML `text`; malformed YAML is a
-    `UserError` naming `origin` and, where the parser knows it, the line."""
-    try:
-        return yaml.compose(text, Loader=yaml.SafeLoader), yaml.safe_load(text)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{origin}{line}: malformed YAML: {err.problem or err}") from None
-    except yaml.YAMLError as err:
-        raise UserError(f"{origin}: malformed YAML: {err}") from None
+    """The node tree (for line numbers) and the data of YAML `text`, by the tool's one strict
+    YAML reader (`record/readers.py`: no aliases, bounded nesting); mistakes are a `UserError`
+    naming `origin` and, where the parser knows it, the line."""
+    return parse_yaml(text, origin)
 
 
 def key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:

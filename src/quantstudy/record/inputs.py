@@ -95,6 +95,19 @@ PathText = Annotated[str, BeforeValidator(_fspath)]
 DEFAULT_FP8_KERNEL = Fp8Kernel.FUSED
 
 
+# Bounds of the numeric study options, checked when the config is built (before any file is
+# read or torch imported), so a typo fails in a second instead of after the quality work.
+# The largest timed batch: 4096 images of 224x224 are 2.5 GB of fp32 input alone, and a study
+# times every batch size for fp16 and FP8; the engines' activations are many times that, so a
+# larger batch cannot be timed on one GPU. `study/guard.py: check_batch_memory` then checks the
+# largest batch against the memory of the machine once the model's input size is known.
+MAX_BATCH = 4096
+# More images than any folder holds is fine (a study uses all there are and says so); this
+# bound only catches a number that is not a count of images (ImageNet-21k has 14 million).
+MAX_IMAGES = 100_000_000
+MAX_SEED = 2**32 - 1  # numpy's and torch's generators take a seed in [0, 2**32)
+
+
 class StudyConfig(Section):
     """Everything that decides a study: what `quantstudy run` was asked, and the record's
     `config` section.
@@ -119,11 +132,11 @@ class StudyConfig(Section):
     recipe: str | None = Field(
         None, description="built-in recipe name or YAML file (default: family default)"
     )
-    calib: PositiveInt = Field(500, description="calibration images")
-    heldout: PositiveInt = Field(1500, description="held-out images")
-    seed: int = Field(0, description="split and random-weight seed")
+    calib: PositiveInt = Field(500, le=MAX_IMAGES, description="calibration images")
+    heldout: PositiveInt = Field(1500, le=MAX_IMAGES, description="held-out images")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="split and random-weight seed")
     device: Device = Field(Device.CUDA, description="where the engines run")
-    batches: tuple[PositiveInt, ...] = Field(
+    batches: tuple[Annotated[int, Field(ge=1, le=MAX_BATCH)], ...] = Field(
         (1, 32, 128), min_length=1, description="timed batch sizes, comma-separated"
     )
     compile_mode: CompileMode = Field(CompileMode.DEFAULT, description="Inductor compile mode")
@@ -145,7 +158,7 @@ class StudyConfig(Section):
         None, description="wnids in label order, one a line (default: the 1000 ImageNet classes)"
     )
     strip_prefix: str | None = Field(None, description="strip this prefix from checkpoint keys")
-    eval_batch: PositiveInt = Field(64, description="batch of the quality passes")
+    eval_batch: PositiveInt = Field(64, le=MAX_BATCH, description="batch of the quality passes")
     speed: bool = Field(True, description="time fp16 against FP8")
     package: bool = Field(
         False,
@@ -203,4 +216,17 @@ def _first_problem(err: ValidationError) -> str:
         expected = e["ctx"]["expected"].replace("'", "")
         return f"{where} must be {expected}, not {e['input']}"
     msg = e["msg"].removeprefix("Value error, ")
-    return f"{where}: {msg[0].lower()}{msg[1:]} (got {e['input']!r})" if e["loc"] else msg
+    if not e["loc"]:
+        return msg
+    why = BOUND_REASONS.get(str(e["loc"][0]), "") if "than or equal" in msg else ""
+    return f"{where}: {msg[0].lower()}{msg[1:]} (got {e['input']!r}){why}"
+
+
+# Why a bound is where it is, said with the refusal (the bounds are above `StudyConfig`).
+BOUND_REASONS = {
+    "batches": "; the engines' activations at a larger timed batch do not fit one GPU",
+    "eval_batch": "; the engines' activations at a larger batch do not fit one GPU",
+    "seed": "; numpy's and torch's generators take a seed in [0, 2**32)",
+    "calib": "; more than any image folder holds (a study uses all there are)",
+    "heldout": "; more than any image folder holds (a study uses all there are)",
+}

@@ -6,7 +6,9 @@ content. Files are created with mode 0666 less the umask, as `open()` would crea
 study folder is as readable to others as any other file the user writes.
 
 A write that fails for a reason of the filesystem (no space, no permission, a path through a
-file) raises `FilesystemError`: a `UserError` whose one line names the path and what to do.
+file, a folder that cannot be created) raises `FilesystemError`: a `UserError` whose one line
+names the path, the reason and the setting to change (--out, or the cache variable that placed
+the path).
 """
 
 from __future__ import annotations
@@ -26,32 +28,72 @@ TMP_SUFFIX = ".tmp"  # temporary files are `.<name>.<random>.tmp` beside their t
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _NO_PERMISSION = {errno.EACCES, errno.EPERM, errno.EROFS}
 _NOT_A_FOLDER = {errno.EEXIST, errno.ENOTDIR, errno.EISDIR}
-FILESYSTEM_ERRNOS = frozenset(_NO_SPACE | _NO_PERMISSION | _NOT_A_FOLDER | {errno.EIO})
+# A folder that cannot be created although its parent exists: a virtual filesystem (/proc), or a
+# folder removed while the study ran.
+_CANNOT_CREATE = {errno.ENOENT}
+FILESYSTEM_ERRNOS = frozenset(
+    _NO_SPACE | _NO_PERMISSION | _NOT_A_FOLDER | _CANNOT_CREATE | {errno.EIO}
+)
+# The environment variables that place the caches a study writes outside its --out folder
+# (`study/calib_stats.py`, `sweep/caches.py`, Inductor and Triton); a fault below one of them is
+# fixed by changing that variable, not --out. `~/.cache/quantstudy` is their default root.
+CACHE_SETTINGS = (
+    "QUANTSTUDY_CALIB_STATS_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "QUANTSTUDY_CACHE_DIR",
+)
 
 
 class FilesystemError(UserError):
     """A write the filesystem refused; the message names the path and the fix."""
 
 
-def filesystem_message(error: OSError, path: Path | str | None = None) -> str | None:
-    """One line for a filesystem fault (path and what to do), or None if `error` is not one."""
+def _setting_of(path: Path | str) -> str:
+    """What the user changes to move `path`: the cache variable whose folder holds it, else
+    --out (every other file the tool writes lies in the study or sweep folder)."""
+    where = Path(path).absolute()
+    for var in CACHE_SETTINGS:
+        root = os.environ.get(var)
+        if root and (where == Path(root).absolute() or Path(root).absolute() in where.parents):
+            return f"${var}"
+    default = Path.home() / ".cache" / "quantstudy"
+    if where == default or default in where.parents:
+        # Inductor's default folder there (`engines/builders.py`), and the kernel caches beside
+        # it, follow $TORCHINDUCTOR_CACHE_DIR
+        return "$TORCHINDUCTOR_CACHE_DIR"
+    return "--out"
+
+
+def filesystem_message(
+    error: OSError, path: Path | str | None = None, verb: str = "write"
+) -> str | None:
+    """One line for a filesystem fault (path, reason and what to do), or None if `error` is not
+    one. The fix names the setting that placed the path: --out, or a cache variable."""
     if error.errno not in FILESYSTEM_ERRNOS:
         return None
     where = error.filename or path or "?"
     reason = error.strerror or os.strerror(error.errno)
+    setting = _setting_of(where) if where != "?" else "--out"
+    other = f"give another {setting}" if setting == "--out" else f"set {setting} to another folder"
     if error.errno in _NO_SPACE:
         room = "raise the file size limit (ulimit -f)" if error.errno == errno.EFBIG else ""
         fix = (
-            f"{room or 'free space there'} (or give another --out) and rerun the same command "
+            f"{room or 'free space there'} (or {other}) and rerun the same command "
             "to resume; finished stages are kept"
         )
     elif error.errno in _NO_PERMISSION:
-        fix = "give a folder you can write with --out"
+        fix = f"{other} you can write"
     elif error.errno in _NOT_A_FOLDER:
-        fix = "a path on the way is a file, or a folder where a file belongs; give a new --out"
+        fix = f"a path on the way is a file, or a folder where a file belongs; {other}"
+    elif error.errno in _CANNOT_CREATE:
+        fix = (
+            "a folder on the way does not exist and cannot be created (a virtual filesystem "
+            f"such as /proc, or a folder removed meanwhile); {other}"
+        )
     else:
         fix = "the disk reported an I/O error; check it and rerun the same command to resume"
-    return f"cannot write {where}: {reason}; {fix}"
+    return f"cannot {verb} {where}: {reason}; {fix}"
 
 
 def make_folder(folder: Path) -> None:
@@ -79,7 +121,10 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
-        message = filesystem_message(e, path) if isinstance(e, OSError) else None
+        message = None
+        if isinstance(e, OSError):  # named by its target: the temporary file is gone
+            named = e if e.filename not in (str(tmp), tmp) else OSError(e.errno, e.strerror)
+            message = filesystem_message(named, path)
         if message is None:
             raise
         raise FilesystemError(message) from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -18,6 +19,7 @@ from pydantic import Field
 from quantstudy.record.base import SCHEMA_VERSION, Section
 from quantstudy.record.decision import Decision
 from quantstudy.record.engines import EngineInfo
+from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import (
     DataInfo,
     Environment,
@@ -86,3 +88,40 @@ def record_digest(data: dict[str, Any]) -> str:
     sealed = {k: v for k, v in data.items() if k not in UNSEALED}
     blob = json.dumps(sealed, sort_keys=True, separators=(",", ":"), allow_nan=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+# The schema version that began sealing records: a record of this version or later without a
+# digest had it deleted (or was built by hand), so nothing vouches for its numbers.
+SEALED_SINCE = 6
+
+
+def unsealed(record: StudyRecord) -> bool:
+    """A record of a sealing schema without its digest: its numbers cannot be checked."""
+    return record.digest is None and record.schema_version >= SEALED_SINCE
+
+
+MODIFIED = "this record was modified after the study"
+
+
+def check_seal(path: Path, data: dict[str, Any], command: str | None = None) -> None:
+    """A sealed record must match the digest written with it, whoever reads it.
+
+    A record without a digest is not sealed and cannot be checked: from before schema 6 (it
+    loads as it is), or of a later schema with its digest deleted or built by hand. `report`
+    renders the latter with an "unsealed" banner; a `command` that acts on the numbers
+    (`decide` decides them, `export` ships them) refuses it. The digest catches edits, not
+    forgery: anyone can compute a SHA-256 again."""
+    stored = data.get("digest")
+    if stored is not None and record_digest(data) != stored:
+        raise UserError(
+            f"{path}: {MODIFIED} (its measured sections no longer match the digest written "
+            "with them); rerun the study (the same command resumes from its cache) to get a "
+            "record that can be trusted"
+        )
+    version = data.get("schema_version")
+    if command and stored is None and isinstance(version, int) and version >= SEALED_SINCE:
+        raise UserError(
+            f"{path} carries no digest, so its numbers cannot be checked against the study "
+            f"that measured them; {command} refuses it: rerun the study (the same command "
+            "resumes from its cache) for a sealed record"
+        )

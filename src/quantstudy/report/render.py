@@ -13,7 +13,6 @@ that contradicts itself is published.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -21,7 +20,8 @@ from pydantic import ValidationError
 from quantstudy.record import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_text_atomic
-from quantstudy.record.study import record_digest
+from quantstudy.record.readers import read_json
+from quantstudy.record.study import MODIFIED, check_seal, unsealed
 from quantstudy.report.markdown import render_markdown
 from quantstudy.report.meaning import check_meaning
 from quantstudy.report.plots import PLOT_FILES, write_plots
@@ -43,10 +43,7 @@ def load_record(path: Path) -> StudyRecord:
             f"no study record at {path}: pass the folder a `quantstudy run` wrote "
             f"(it holds {RECORD_FILE})"
         )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON: {e}") from None
+    data = read_json(path, "study record", "record")
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a study record (a JSON object)")
     version = data.get("schema_version", SCHEMA_VERSION)
@@ -64,26 +61,8 @@ def load_record(path: Path) -> StudyRecord:
         )
         more = f" (and {e.error_count() - 5} more)" if e.error_count() > 5 else ""
         raise UserError(f"{path} is not a valid study record: {first}{more}") from None
-    _check_digest(path, data)
+    check_seal(path, data)
     return record
-
-
-MODIFIED = "this record was modified after the study"
-
-
-def _check_digest(path: Path, data: dict) -> None:
-    """A sealed record must match the digest written with it.
-
-    A record without a digest (from before schema 6, or built by hand or by a test) is not
-    sealed and cannot be checked. The digest catches edits, not forgery: anyone can compute a
-    SHA-256 again."""
-    stored = data.get("digest")
-    if stored is not None and record_digest(data) != stored:
-        raise UserError(
-            f"{path}: {MODIFIED} (its measured sections no longer match the digest written "
-            "with them); rerun the study (the same command resumes from its cache) to get a "
-            "record that can be trusted"
-        )
 
 
 def render_study(study_dir: Path) -> Path:
@@ -97,8 +76,12 @@ def render_study(study_dir: Path) -> Path:
         raise UserError(
             f"{study_dir / RECORD_FILE} does not agree with itself: {disagreements[0]}"
             f"{f' (and {len(disagreements) - 1} more)' if len(disagreements) > 1 else ''}; "
-            f"{MODIFIED}, or decided by another version: take the decision again with "
-            f"`quantstudy decide {study_dir}`"
+            + (
+                f"{MODIFIED}, or decided by another version: take the decision again with "
+                f"`quantstudy decide {study_dir}`"
+                if not unsealed(record)  # sealed numbers: only the decision is in question
+                else f"{MODIFIED} and unsealed: rerun the study to get a record to trust"
+            )
         )
     md = render_markdown(record)
     problems = check_markdown(md, record)

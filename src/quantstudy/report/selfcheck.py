@@ -25,8 +25,12 @@
    ("1.05x") and does not make the number an identifier.
 
    When it comes from the record: the record is taken as its JSON form. Its values are
-   (a) every numeric leaf (int or float; booleans are not numbers) and (b) the length of every
-   list (counts such as the number of selected layers). The number must equal a number found
+   (a) every numeric leaf (int or float; booleans are not numbers), (b) the length of every
+   list and every mapping (counts such as the number of selected layers, or of the layers in an
+   engine's layer -> epilogue map) and (c) the tally of each distinct text value in a list or
+   mapping (the "gelu x6" of a layer -> activation map). Counting a collection the record holds
+   is reading it, not deriving a new figure, so a report may say how many entries it has
+   whatever the collection's JSON shape. The number must equal a number found
    (by the rule above) in `F(v)` for some value `v` and some formatter `F` of
    `quantstudy.report.markdown.FORMATTERS` (e.g. 0.8143 -> "81.43%" by `fmt_pct`, 0.48021 ->
    "0.480" by `fmt_ms`, -0.0013 -> "-0.13" by `fmt_points`), or equal a number found in a
@@ -41,6 +45,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -92,6 +97,12 @@ def _record_data(record: StudyRecord | dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def _add_counts(items: list[Any] | tuple[Any, ...], values: set[int | float]) -> None:
+    """A collection's length and the tally of each text value in it (rule (b) and (c))."""
+    values.add(len(items))
+    values.update(Counter(item for item in items if isinstance(item, str)).values())
+
+
 def allowed_numbers(record: StudyRecord | dict[str, Any]) -> set[str]:
     """Every number the report may print for this record (see the module docstring)."""
     values: set[int | float] = set()
@@ -105,10 +116,11 @@ def allowed_numbers(record: StudyRecord | dict[str, Any]) -> set[str]:
         elif isinstance(x, str):
             allowed.update(number_tokens(x))
         elif isinstance(x, list | tuple):
-            values.add(len(x))
+            _add_counts(x, values)
             for item in x:
                 walk(item)
         elif isinstance(x, dict):
+            _add_counts(list(x.values()), values)
             for k, v in x.items():
                 allowed.update(number_tokens(str(k)))
                 walk(v)

@@ -28,7 +28,6 @@ GPU is present; the record then says the gains were not measured by this study.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import torch
@@ -44,6 +43,7 @@ from quantstudy.quant.plan.apply import fp8_module, real_layers
 from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record.errors import UserError
+from quantstudy.record.readers import read_json
 from quantstudy.record.vocab import CompileMode, Fp8Kernel, choices
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
@@ -207,10 +207,7 @@ def load_layer_gains(path: Path) -> LayerSpeedSection:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"gains file not found: {path}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"gains file {path} is not valid JSON: {err}") from None
+    data = read_json(path, "gains file")
     if isinstance(data, dict) and "layers" in data:
         try:
             table = LayerSpeedSection.model_validate(data)

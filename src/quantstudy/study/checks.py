@@ -7,6 +7,8 @@ does instead; what it does is also in the record (the counts used, the skipped f
 
 from __future__ import annotations
 
+import torch
+
 from quantstudy.data.folders import FolderScan
 from quantstudy.recipe.resolve import Resolution
 from quantstudy.record.errors import UserError
@@ -44,4 +46,25 @@ def require_class_count(scan: FolderScan, num_classes: int) -> None:
             f"class list {source} names {scan.n_classes} classes but the model predicts "
             f"{num_classes}: line N of the list must be the model's output N; give the "
             "--class-list the model was trained with"
+        )
+
+
+def require_sound_reference(logits: torch.Tensor, model: str) -> None:
+    """The fp32 model is the yardstick every engine is scored against: a NaN/Inf logit, or the
+    same logits for every image, is a defect of the model or its weights (a checkpoint that
+    did not load, a broken layer), and any FP8 "loss" measured against it would be that
+    defect's. Refused before any other engine runs; its logits stay cached for the rerun."""
+    bad = ~torch.isfinite(logits)
+    if bool(bad.any()):
+        images = int(bad.any(dim=1).sum())
+        raise UserError(
+            f"the fp32 reference of {model} gives NaN/Inf logits on {images} of "
+            f"{logits.shape[0]} held-out images: the model itself is broken, not a quantization "
+            "to judge; check its weights (--weights) and its checkpoint's preprocessing"
+        )
+    if logits.shape[0] > 1 and bool((logits == logits[:1]).all()):
+        raise UserError(
+            f"the fp32 reference of {model} gives the same logits for all {logits.shape[0]} "
+            "held-out images: it does not look at its input (a checkpoint that did not load, "
+            "or a broken layer), so no engine can be judged against it; check --weights"
         )

@@ -25,8 +25,11 @@ behind are removed.
 from __future__ import annotations
 
 import fcntl
-import json
+import math
 import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,7 +41,14 @@ from quantstudy.recipe.builtin import load_recipe
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.io import TMP_SUFFIX, FilesystemError, filesystem_message, make_folder
+from quantstudy.record.io import (
+    CACHE_SETTINGS,
+    TMP_SUFFIX,
+    FilesystemError,
+    filesystem_message,
+    make_folder,
+)
+from quantstudy.record.readers import read_json
 from quantstudy.report.plots import PLOT_FILES
 from quantstudy.report.render import RECORD_FILE, REPORT_FILE
 
@@ -76,15 +86,40 @@ def preflight(config: StudyConfig) -> None:
     """The checks a study can make before loading anything heavy (module docstring)."""
     if config.out is not None:
         _check_out(Path(config.out))
+    _check_cache_settings()
     for option, folder in (("--data", config.data), ("--calib-data", config.calib_data)):
         if folder is not None and not Path(folder).expanduser().is_dir():
             what = "does not exist" if not Path(folder).expanduser().exists() else "is a file"
             raise UserError(f"{option} {folder} {what}; pass a folder of images")
+    _check_not_own_outputs(config)
     if config.class_list is not None:
         read_class_list(Path(config.class_list))
     if config.recipe is not None:
         load_recipe(config.recipe)
     load_policy(config.policy)
+
+
+def _check_not_own_outputs(config: StudyConfig) -> None:
+    """The tool never reads what it wrote: an image folder that is (or lies inside) a study
+    folder would feed its plots to the model as images, and a --out inside an image folder
+    would do the same on the next run."""
+    out = Path(config.out).expanduser().resolve() if config.out is not None else None
+    for option_name, folder in (("--data", config.data), ("--calib-data", config.calib_data)):
+        if folder is None:
+            continue
+        images = Path(folder).expanduser().resolve()
+        study = next((p for p in (images, *images.parents) if (p / RECORD_FILE).is_file()), None)
+        if study is not None:
+            raise UserError(
+                f"{option_name} {folder} is or lies inside the study folder {study} (it holds "
+                f"{RECORD_FILE}): a study's outputs are not images to study; pass the image folder"
+            )
+        if out is not None and (out == images or images in out.parents):
+            raise UserError(
+                f"--out {config.out} lies inside {option_name} {folder}: the study's plots "
+                "would be read as images by the next study of that folder; give an --out "
+                "outside it"
+            )
 
 
 def _check_out(out_dir: Path) -> None:
@@ -93,12 +128,65 @@ def _check_out(out_dir: Path) -> None:
     existing = next(p for p in (out_dir, *out_dir.absolute().parents) if p.exists())
     if not existing.is_dir():
         raise UserError(f"--out {out_dir}: {existing} is a file, not a folder; give a new --out")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise FilesystemError(
-            f"cannot write {existing}: permission denied; give a folder you can write with --out"
-        )
+    _probe_write(existing, out_dir)
     if out_dir.is_dir() and (out_dir / LOCK_FILE).exists():
         _lock(out_dir).close()  # refuses at once while another run holds it
+
+
+def check_batch_memory(config: StudyConfig, input_size: tuple[int, ...], memory: int) -> None:
+    """Refuse timed batches whose fp32 input alone takes more than a quarter of `memory` (the
+    bytes of the device the engines run on), before the model is calibrated or scored: the
+    timing stage comes last, and the engines' activations need many times their input."""
+    if not config.speed:
+        return
+    batch = max(config.batches)
+    need = batch * math.prod(input_size) * 4
+    if need * 4 > memory:
+        fits = max(1, memory // (4 * 4 * math.prod(input_size)))
+        raise UserError(
+            f"--batches {batch}: its {'x'.join(map(str, input_size))} fp32 input alone is "
+            f"{need / 2**30:.1f} GiB, over a quarter of the {memory / 2**30:.0f} GiB this "
+            f"device holds; time batches of at most {fits} here"
+        )
+
+
+def device_memory(device: str) -> int:
+    """Bytes of memory of the device the engines run on: the GPU's, or this machine's RAM."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _probe_write(existing: Path, out_dir: Path) -> None:
+    """Create and remove an empty folder where `out_dir` will be made: the filesystem's own
+    answer, which `os.access` does not give (root passes it on a read-only mount, and /proc
+    refuses folders whatever the permission bits say)."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".quantstudy-probe-", dir=existing))
+    except OSError as e:
+        message = filesystem_message(OSError(e.errno, e.strerror), out_dir)
+        if message is None:
+            raise
+        raise FilesystemError(message) from None
+
+
+def _check_cache_settings() -> None:
+    """A cache variable naming a file (or a path below one), or a folder that cannot be
+    written, is refused before any work, naming the variable: the study would fail at its first
+    cache write, minutes in."""
+    for var in CACHE_SETTINGS:
+        root = os.environ.get(var)
+        if not root:
+            continue
+        path = Path(root).expanduser().absolute()
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir():
+            raise UserError(
+                f"${var}={root}: {existing} is a file, not a folder; set ${var} to a folder"
+            )
+        _probe_write(existing, path)
 
 
 def claim_study_folder(out_dir: Path, record: StudyRecord, force: bool = False) -> StudyFolder:
@@ -117,6 +205,22 @@ def claim_study_folder(out_dir: Path, record: StudyRecord, force: bool = False) 
         lock.close()
         raise
     return StudyFolder(out_dir, lock)
+
+
+@contextmanager
+def holding(study_dir: Path) -> Iterator[None]:
+    """The study folder's lock, held by a command that reads and rewrites a finished record
+    (`report`, `decide`, `export`): refused at once while a run writes the folder, and no run
+    starts while it is held. A folder that is not there is left to the command to refuse."""
+    study_dir = Path(study_dir)
+    if not study_dir.is_dir():
+        yield
+        return
+    lock = _lock(study_dir)
+    try:
+        yield
+    finally:
+        lock.close()
 
 
 def _lock(out_dir: Path) -> IO[str]:
@@ -160,9 +264,9 @@ def _previous_study(out_dir: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        console.print(f"[yellow]{path} is unreadable; the study replaces it[/yellow]")
+        data = read_json(path, "study record", "record")
+    except UserError as e:
+        console.print(f"[yellow]{e}; the study replaces it[/yellow]", soft_wrap=True)
         return None
     return data if isinstance(data, dict) else None
 

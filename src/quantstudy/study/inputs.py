@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from quantstudy.data.folders import FolderScan, ImageItem, scan_folder
-from quantstudy.data.split import split_items, summarize_set
+from quantstudy.data.split import check_disjoint_content, split_items, summarize_set
 from quantstudy.decision.policy import Policy, load_policy
 from quantstudy.model.loading import LoadedModel, load_model
 from quantstudy.model.preprocess import resolve_preprocessing
@@ -69,6 +69,7 @@ def split_study_data(config: StudyConfig) -> StudySplit:
         seed=config.seed,
         calib_items=calib_scan.items if calib_scan else None,
     )
+    check_disjoint_content(calib_items, heldout_items)
     return StudySplit(scan, calib_scan, calib_items, heldout_items)
 
 

@@ -53,9 +53,10 @@ from quantstudy.report.render import render_study
 from quantstudy.speed.harness import measure_speed, speed_not_run
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.cache import StageCache, console
+from quantstudy.study.checks import require_sound_reference
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.environment import collect_environment
-from quantstudy.study.guard import claim_study_folder
+from quantstudy.study.guard import check_batch_memory, claim_study_folder, device_memory
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
 from quantstudy.study.timing import StageTimer
@@ -117,6 +118,7 @@ def run_study(
     device = study_device(config.device)
     with timer.stage("load"):
         inputs = prepared.inputs if prepared is not None else prepare_inputs(config)
+    check_batch_memory(config, inputs.pre.input_size, device_memory(device.type))
     if inputs.recipe_is_default:
         console.print(f"recipe: [bold]{inputs.recipe.name}[/bold] (the family default)")
     console.print(heldout_preview(inputs.policy, len(inputs.heldout_items), inputs.data.labelled))
@@ -244,6 +246,8 @@ def _run_engines(
             outputs.heldout[name] = cache.get_or_compute(
                 f"logits-{name}", lambda e=engine: run_engine(e, heldout_x, config.eval_batch)
             )
+            if name == "fp32":  # the yardstick, checked before anything is judged against it
+                require_sound_reference(outputs.heldout[name], config.model)
             outputs.stress[name] = cache.get_or_compute(
                 f"stress-{name}", lambda e=engine: run_engine(e, stress_x, config.eval_batch)
             )

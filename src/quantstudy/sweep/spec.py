@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from quantstudy.recipe.schema import compose_yaml, key_lines
 from quantstudy.record.errors import UserError
+from quantstudy.record.readers import read_text
 from quantstudy.record.vocab import Calibrator, CompileMode, Fp8Kernel
 
 DEFAULT_RECIPE = "default"  # the model family's built-in recipe (`quantstudy recipes`)
@@ -99,12 +100,9 @@ PATH_KEYS = ("data", "calib_data", "class_list", "policy")
 def load_sweep(path: Path) -> SweepSpec:
     """Read and validate a sweep file; every mistake is a `UserError` naming the line."""
     origin = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"sweep file {origin} does not exist; check the path") from None
-    except UnicodeDecodeError as err:
-        raise UserError(f"{origin}: not UTF-8 text ({err}); save it as UTF-8") from None
+    if not path.is_file():
+        raise UserError(f"sweep file {origin} does not exist; check the path")
+    text = read_text(path, "config", "sweep file")
     root, data = compose_yaml(text, origin)
     if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
         raise UserError(f"{origin} line 1: a sweep file is a YAML mapping with keys {_keys()}")

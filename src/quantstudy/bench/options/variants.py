@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from quantstudy.quant.calibrate import HEADROOM_TRIED
-from quantstudy.quant.rounding import SEARCHED
+from quantstudy.quant.calibration.calibrate import HEADROOM_TRIED
+from quantstudy.quant.fitting.rounding import SEARCHED
 
 # name -> changes to the recipe's options; `layer_calibrators: "choose"` is resolved per layer
 # by `quant.calib_choice.choose_calibrators` on the calibration images.

@@ -7,6 +7,7 @@ only, its arithmetic is never printed.
 from __future__ import annotations
 
 from quantstudy.record import KernelBreakdown, StudyRecord
+from quantstudy.record.study import unsealed
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
@@ -98,6 +99,12 @@ def render_title(r: StudyRecord) -> list[str]:
             f"**Partial study** (status {r.status}): {NOT_MEASURED}: {join_words(absent)}."
             if absent
             else f"**Partial study** (status {r.status})."
+        )
+    if unsealed(r):
+        banners.append(
+            "**Unsealed record**: this study.json carries no digest, so its numbers cannot be "
+            "checked against the study that measured them (`quantstudy decide` and `export` "
+            "refuse it); rerun the study for a sealed record."
         )
     for b in banners:
         lines += [f"> {b}", ">"]

@@ -1,0 +1,138 @@
+"""One strict reader for every file the tool reads: recipes, policies, sweeps (YAML), records,
+caches and trtexec exports (JSON), class lists (text).
+
+A file is read only if it is small enough for what it is (`LIMITS`: a hostile or mistaken file
+must not exhaust memory before it is judged), is UTF-8, and parses without the constructs that
+make a small file expand without bound. Every refusal is a `UserError` of one line naming the
+file; nothing here raises a traceback for a bad file.
+
+- YAML: `StrictLoader`, PyYAML's `SafeLoader` that refuses aliases (`*name`). An alias is the
+  only way a YAML document grows beyond its text (ten nested aliases of ten items each are
+  10^10 nodes from a few hundred bytes, the "billion laughs"); no file the tool reads needs one,
+  so the first alias is refused with its line before anything is built. Nesting deeper than
+  Python's recursion allows is refused too, rather than crashing the composer.
+- JSON: the standard parser, with repeated keys refused (the parser keeps the last one
+  silently, so an edited record could show one value and be checked on another) and nesting
+  too deep for the parser refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from quantstudy.record.errors import UserError
+
+MiB = 1 << 20
+# Largest file of each kind the tool reads, in bytes. Each is far above any real file of its
+# kind (a recipe or policy is a few KiB; a 21k-class list about 1 MiB; a study of the 50,000
+# ImageNet validation images records their IDs, a few MiB), and far below what would exhaust
+# a machine's memory once parsed.
+LIMITS = {
+    "config": 1 * MiB,  # recipe, policy, sweep file
+    "class list": 16 * MiB,
+    "record": 256 * MiB,  # study.json, sweep point status
+    "json": 256 * MiB,  # trtexec exports, gains, caches
+}
+
+
+def read_bytes(path: Path | str, kind: str, what: str) -> bytes:
+    """The bytes of `path` (`what` names it in messages), refused in one line when it is larger
+    than `LIMITS[kind]` or cannot be read."""
+    path = Path(path)
+    limit = LIMITS[kind]
+    too_big = f"a {kind} file is at most {limit // MiB} MiB: check it is the file you meant"
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > limit:
+                raise UserError(f"{what} {path} is {size / MiB:.1f} MiB; {too_big}")
+            data = f.read(limit + 1)  # a file that grows while read is still bounded
+    except OSError as e:
+        raise UserError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise UserError(f"{what} {path} is over {limit // MiB} MiB; {too_big}")
+    return data
+
+
+def read_text(path: Path | str, kind: str, what: str, *, bom: bool = False) -> str:
+    """`read_bytes` as UTF-8 text, refused in one line when it is not UTF-8. `bom`: drop a
+    byte-order mark."""
+    return decode_utf8(read_bytes(path, kind, what), f"{what} {path}", bom=bom)
+
+
+def decode_utf8(data: bytes, origin: str, *, bom: bool = False) -> str:
+    try:
+        return data.decode("utf-8-sig" if bom else "utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{origin} is not UTF-8 text ({e.reason}); save it as UTF-8") from None
+
+
+class StrictLoader(yaml.SafeLoader):
+    """`SafeLoader` that refuses aliases: the first `*name` is a `yaml.MarkedYAMLError`."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"alias *{event.anchor} found: anchors and aliases are not accepted (an alias "
+                "can expand a small file without bound); write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+
+def parse_yaml(text: str, origin: str) -> tuple[yaml.Node | None, Any]:
+    """The node tree (for line numbers) and the data of YAML `text`, by `StrictLoader`; a
+    malformed, aliased or too deeply nested document is a `UserError` naming `origin` and,
+    where the parser knows it, the line."""
+    loader = StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{origin}{line}: malformed YAML: {err.problem or err}") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"{origin}: malformed YAML: {str(err).splitlines()[0]}") from None
+    except RecursionError:
+        raise UserError(f"{origin}: YAML nested too deeply to read; flatten it") from None
+    finally:
+        loader.dispose()
+    return node, data
+
+
+def _no_repeated_keys(origin: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise UserError(f"{origin} is not valid JSON: key {key!r} repeated in one object")
+            out[key] = value
+        return out
+
+    return pairs
+
+
+def parse_json(text: str, origin: str) -> Any:
+    """The data of JSON `text`; malformed JSON, a repeated key or nesting too deep for the
+    parser is a `UserError` naming `origin`."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_repeated_keys(origin))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{origin} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise UserError(f"{origin} is not valid JSON: nested too deeply to read") from None
+
+
+def read_json(path: Path | str, what: str, kind: str = "json") -> Any:
+    """`read_text` then `parse_json`: the one way a JSON file is read."""
+    return parse_json(read_text(path, kind, what), f"{what} {path}")

@@ -1,0 +1,79 @@
+"""The one strict reader (`record/readers.py`): every file format refuses, in one `UserError`,
+what would make a small file expensive (aliases, deep nesting, a huge file) or ambiguous
+(a repeated JSON key)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from quantstudy.decision.policy import parse_policy
+from quantstudy.recipe.schema import parse_recipe
+from quantstudy.record.errors import UserError
+from quantstudy.record.readers import LIMITS, parse_json, parse_yaml, read_json, read_text
+
+# Nine levels of nine aliases each: 9**9 (387 million) strings once expanded, from 600 bytes.
+LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+def test_billion_laughs_is_refused_at_the_first_alias_in_a_blink():
+    start = time.perf_counter()
+    with pytest.raises(UserError, match=r"f\.yaml line 2: .*alias \*a.*not accepted"):
+        parse_yaml(LAUGHS, "f.yaml")
+    assert time.perf_counter() - start < 1.0  # nothing was expanded
+
+
+@pytest.mark.parametrize(
+    "parse", [lambda t: parse_recipe(t.encode(), "r.yaml"), lambda t: parse_policy(t, "p.yaml")]
+)
+def test_recipes_and_policies_read_through_it(parse):
+    with pytest.raises(UserError, match="alias"):
+        parse(LAUGHS)
+
+
+def test_a_merge_key_alias_is_refused_too():
+    with pytest.raises(UserError, match="alias"):
+        parse_yaml("base: &b {x: 1}\nother:\n  <<: *b\n", "m.yaml")
+
+
+def test_plain_yaml_and_anchors_without_aliases_still_read():
+    assert parse_yaml("a: 1\nb: [x, y]\n", "ok.yaml")[1] == {"a": 1, "b": ["x", "y"]}
+    assert parse_yaml("a: &n 1\n", "ok.yaml")[1] == {"a": 1}  # an anchor alone expands nothing
+
+
+def test_deep_nesting_is_one_line_not_a_recursion_error():
+    with pytest.raises(UserError, match="nested too deeply"):
+        parse_yaml("[" * 50_000, "deep.yaml")
+    with pytest.raises(UserError, match="nested too deeply"):
+        parse_json("[" * 50_000, "deep.json")
+
+
+def test_a_python_tag_is_refused():
+    with pytest.raises(UserError, match="malformed YAML"):
+        parse_yaml("x: !!python/object/apply:os.system ['true']\n", "t.yaml")
+
+
+def test_a_repeated_json_key_is_refused():
+    with pytest.raises(UserError, match="key 'a' repeated"):
+        parse_json('{"a": 1, "b": {"a": 2}, "a": 3}', "r.json")
+    assert parse_json('{"a": 1, "b": {"a": 2}}', "r.json") == {"a": 1, "b": {"a": 2}}
+
+
+def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
+    big = tmp_path / "recipe.yaml"
+    with big.open("wb") as f:
+        f.truncate(LIMITS["config"] + 1)  # sparse: no memory, no disk
+    with pytest.raises(UserError, match=r"recipe .* at most 1 MiB"):
+        read_text(big, "config", "recipe")
+
+
+def test_not_utf8_and_unreadable_files_are_one_line(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_bytes(b'{"a": "\xff"}')
+    with pytest.raises(UserError, match="not UTF-8"):
+        read_json(bad, "record")
+    with pytest.raises(UserError, match="cannot read"):
+        read_json(tmp_path, "record")  # a folder
