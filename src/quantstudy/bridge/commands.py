@@ -60,6 +60,11 @@ def run_export(args: argparse.Namespace) -> int:
 
     if args.images is not None and args.images < 1:
         raise UserError("--images must be at least 1")
+    if args.check:
+        from quantstudy.bridge.qdq import default_opset
+        from quantstudy.bridge.runtime import require_runtime
+
+        require_runtime(args.precision, args.opset or default_opset(args.precision))
     exported = export_study(
         args.study_dir, args.out, args.precision, args.opset, args.data, args.calib_data
     )
