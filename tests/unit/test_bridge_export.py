@@ -25,6 +25,10 @@ def study(tmp_path_factory):
 
 
 def test_export_check_passes_and_writes_the_trtexec_script(study, capsys):
+    from quantstudy.bridge.runtime import ORT_FOR_MIXED_SCALES, refusal
+
+    if refusal("fp16", 23) is not None:  # the refusal: test_check_refuses_an_onnxruntime_...
+        pytest.skip(f"fp16 Q/DQ with float32 scales needs onnxruntime>={ORT_FOR_MIXED_SCALES}")
     assert main(["export", str(study), "--check"]) == 0
     out = capsys.readouterr().out
     assert "check passed" in out and "[FAIL]" not in out
@@ -170,3 +174,11 @@ def test_check_refuses_an_onnxruntime_that_cannot_run_the_graph(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "onnxruntime>=1.32" in err and "opset 23" in err
     assert not out.exists() and not (tmp_path / "trtexec.sh").exists()
+
+
+def test_check_at_opset_19_passes_on_every_supported_onnxruntime(study, tmp_path, capsys):
+    """fp16 scales at opset 19: the graph an onnxruntime older than 1.32 can check."""
+    out = tmp_path / "o19.onnx"
+    assert main(["export", str(study), "--check", "--opset", "19", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "check passed" in text and "opset 19, scales float16" in text

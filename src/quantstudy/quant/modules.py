@@ -181,10 +181,10 @@ def cpu_rowwise_product(
     """`torch._scaled_mm(a, w8.t(), scale_a, scale_b, bias, out_dtype)` with row-wise scales,
     computed as a CPU torch that has that kernel (2.14) computes it: each FP8 operand times its
     scales in float32, one float32 product, the bias added in float32, one rounding to
-    `out_dtype` (bitwise the same there with one thread: tests/unit/test_quant.py). It serves
-    a torch whose CPU `_scaled_mm` takes per-tensor scales only, so a CPU engine gives the same
-    numbers on every supported torch. `scale_a` is (M, 1) or a scalar, `scale_b` (1, N) or a
-    scalar, `w8` (N, K)."""
+    `out_dtype` (bitwise the same there with one thread, tests/unit/test_rowwise_emulation.py).
+    It serves a torch whose CPU `_scaled_mm` takes per-tensor scales only, so a CPU engine gives
+    the same numbers on every supported torch. `scale_a` is (M, 1) or a scalar, `scale_b`
+    (1, N) or a scalar, `w8` (N, K)."""
     y = (a.float() * scale_a) @ (w8.float() * scale_b.reshape(-1, 1)).t()
     if bias is not None:
         y = y + bias.float()
