@@ -58,7 +58,10 @@ N_HELDOUT = 1500
 N_CALIB = 500
 N_CORRECT_REF = 1223  # fp32 top-1 81.53% on 1500 images
 N_TOP5_REF = 1433
-KL_EDGES = [float(x) for x in np.logspace(-7, 1, 33)]
+# 10 ** (-7 + i/4) by Python's pow, not np.logspace: numpy's vectorized power (SIMD on some
+# CPUs) rounds some of these an ulp differently from the C library's, so the fixture would
+# follow the CPU that built it.
+KL_EDGES = [10.0 ** (-7 + i / 4) for i in range(33)]
 STRESS = [
     "blank_zero",
     "blank_mean",
@@ -232,23 +235,38 @@ def _engine_quality(
 # --- speed ----------------------------------------------------------------------------------
 
 
-def _stats(x: np.ndarray) -> TimingStats:
-    q1, med, q3 = np.quantile(x, [0.25, 0.5, 0.75])
+def _quantile(values: list[float], q: float) -> float:
+    """numpy's default ("linear") quantile in plain Python floats: the fixture's timing
+    quartiles then do not follow a numpy release's quantile internals (its virtual index and
+    interpolation formulas, which may change by an ulp between releases); the formula is
+    numpy 2.4's, so records built with it equal those it built."""
+    s = sorted(values)
+    v = (len(s) - 1) * q
+    i = min(int(v), len(s) - 1)
+    a, b = s[i], s[min(i + 1, len(s) - 1)]
+    t = v - i
+    return b - (b - a) * (1.0 - t) if t >= 0.5 else a + (b - a) * t
+
+
+def _stats(x: list[float]) -> TimingStats:
     return TimingStats(
-        median=float(med),
-        q1=float(q1),
-        q3=float(q3),
-        min=float(x.min()),
-        max=float(x.max()),
+        median=_quantile(x, 0.5),
+        q1=_quantile(x, 0.25),
+        q3=_quantile(x, 0.75),
+        min=min(x),
+        max=max(x),
         n=len(x),
     )
 
 
 def _batch_speed(batch: int, speedup: float, noise: float, seed: int, rounds: int) -> BatchSpeed:
     rng = np.random.default_rng(seed)
-    fp16 = FP16_MS[batch] * (1.0 + noise * rng.standard_normal(rounds))
-    fp8 = FP16_MS[batch] / speedup * (1.0 + noise * rng.standard_normal(rounds))
-    ratio = fp16 / fp8
+    # the draws as Python floats, and the arithmetic in Python: IEEE double, whatever numpy does
+    z16 = [float(z) for z in rng.standard_normal(rounds)]
+    z8 = [float(z) for z in rng.standard_normal(rounds)]
+    fp16 = [FP16_MS[batch] * (1.0 + noise * z) for z in z16]
+    fp8 = [FP16_MS[batch] / speedup * (1.0 + noise * z) for z in z8]
+    ratio = [a / b for a, b in zip(fp16, fp8, strict=True)]
     st = _stats(ratio)
     warnings = []
     if st.q3 - st.q1 > 0.04 * st.median:

@@ -25,6 +25,10 @@ def study(tmp_path_factory):
 
 
 def test_export_check_passes_and_writes_the_trtexec_script(study, capsys):
+    from quantstudy.bridge.runtime import ORT_FOR_MIXED_SCALES, refusal
+
+    if refusal("fp16", 23) is not None:  # the refusal: test_check_refuses_an_onnxruntime_...
+        pytest.skip(f"fp16 Q/DQ with float32 scales needs onnxruntime>={ORT_FOR_MIXED_SCALES}")
     assert main(["export", str(study), "--check"]) == 0
     out = capsys.readouterr().out
     assert "check passed" in out and "[FAIL]" not in out
@@ -129,3 +133,52 @@ def test_missing_data_folder_is_a_clean_error(study, tmp_path, capsys):
 
 def test_exported_dataclass_is_what_check_reads(study):
     assert {f for f in Exported.__dataclass_fields__} >= {"qdq_path", "graph", "rebuilt"}
+
+
+def test_graphs_carry_the_lowest_ir_version_their_opset_needs(study, tmp_path):
+    """The onnx package stamps its newest IR version (14 in onnx 1.23), which onnxruntime 1.30
+    refuses; opset 23 needs IR 11 and opset 19 IR 9 (onnx's version table)."""
+    for precision, opset, ir in (("fp16", 23, 11), ("fp32", 19, 9)):
+        exported = export_study(study, tmp_path / f"{precision}.onnx", precision=precision)
+        for path in (exported.qdq_path, exported.float_path):
+            model = onnx.load(path)
+            assert [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [opset]
+            assert model.ir_version == ir
+
+
+def test_runtime_probe_matches_the_recorded_onnxruntime_floor():
+    """fp32 Q/DQ at opset 19 ran on every onnxruntime tried (1.18 to 1.32); the fp16 graph with
+    float32 scales runs from 1.32 on (docs/versions.json): the probe must agree here."""
+    import onnxruntime as ort
+
+    from quantstudy.bridge import runtime
+
+    assert runtime.refusal("fp32", 19) is None
+    assert runtime.refusal("fp16", 19) is None
+    major_minor = tuple(int(p) for p in ort.__version__.split(".")[:2])
+    floor = tuple(int(p) for p in runtime.ORT_FOR_MIXED_SCALES.split("."))
+    assert (runtime.refusal("fp16", 23) is None) == (major_minor >= floor)
+
+
+def test_check_refuses_an_onnxruntime_that_cannot_run_the_graph(
+    study, tmp_path, monkeypatch, capsys
+):
+    """Before anything is exported: one line naming the onnxruntime needed, no file written."""
+    from quantstudy.bridge import runtime
+
+    monkeypatch.setattr(
+        runtime, "refusal", lambda p, o: "Tensor type mismatch" if o == 23 else None
+    )
+    out = tmp_path / "x.onnx"
+    assert main(["export", str(study), "--check", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "onnxruntime>=1.32" in err and "opset 23" in err
+    assert not out.exists() and not (tmp_path / "trtexec.sh").exists()
+
+
+def test_check_at_opset_19_passes_on_every_supported_onnxruntime(study, tmp_path, capsys):
+    """fp16 scales at opset 19: the graph an onnxruntime older than 1.32 can check."""
+    out = tmp_path / "o19.onnx"
+    assert main(["export", str(study), "--check", "--opset", "19", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "check passed" in text and "opset 19, scales float16" in text

@@ -118,6 +118,11 @@ def run_export(args: argparse.Namespace) -> int:
     from quantstudy.bridge.check import summary
     from quantstudy.bridge.export import check_export, export_study
 
+    if args.check:
+        from quantstudy.bridge.qdq import default_opset
+        from quantstudy.bridge.runtime import require_runtime
+
+        require_runtime(args.precision, args.opset or default_opset(args.precision))
     exported = export_study(
         args.study_dir,
         args.out,

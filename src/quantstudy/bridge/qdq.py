@@ -178,6 +178,15 @@ def _stamp(proto: onnx.ModelProto, rebuilt: Rebuilt, precision: str) -> None:
     for k, v in meta.items():
         proto.metadata_props.append(onnx.StringStringEntryProto(key=k, value=v))
     proto.producer_name = "quantstudy"
+    proto.ir_version = min_ir_version(proto)
+
+
+def min_ir_version(proto: onnx.ModelProto) -> int:
+    """The lowest IR version that `proto`'s opsets need. The `onnx` package stamps its own
+    newest IR version (14 in onnx 1.23), which an older runtime refuses ("Unsupported model IR
+    version: 14, max supported IR version: 13" in onnxruntime 1.30) though nothing in the graph
+    needs it; the lowest one is read by every runtime that knows the opset."""
+    return helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
 
 
 class _Inserter:

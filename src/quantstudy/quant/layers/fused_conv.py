@@ -12,6 +12,8 @@ Inductor fuses into the producing kernel.
 
 from __future__ import annotations
 
+import typing
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -45,19 +47,20 @@ def _out_hw(x: torch.Tensor, kernel_hw, stride, padding, dilation) -> tuple[int,
     )
 
 
+# int lists typed typing.Sequence[int]: torch 2.6's schema inference refuses list[int]
 @torch.library.custom_op("quantstudy::fp8_conv2d", mutates_args=())
 def fp8_conv2d(
     xq: torch.Tensor,
     w_taps: torch.Tensor,
-    kernel_hw: list[int],
+    kernel_hw: typing.Sequence[int],
     w_scale: torch.Tensor,
     x_scale: torch.Tensor,
     bias: torch.Tensor | None,
     act: str,
     out_dtype: torch.dtype,
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
+    stride: typing.Sequence[int],
+    padding: typing.Sequence[int],
+    dilation: typing.Sequence[int],
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
 ) -> torch.Tensor:

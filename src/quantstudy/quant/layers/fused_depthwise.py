@@ -20,6 +20,8 @@ engines emulate it), and the emulation keeps float32.
 
 from __future__ import annotations
 
+import typing
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -57,19 +59,20 @@ def depthwise_fp8_blocker(layer: nn.Module) -> str | None:
     return None
 
 
+# int lists typed typing.Sequence[int]: torch 2.6's schema inference refuses list[int]
 @torch.library.custom_op("quantstudy::fp8_depthwise", mutates_args=())
 def fp8_depthwise(
     xq: torch.Tensor,
     taps: torch.Tensor,
     w_scale: torch.Tensor,
-    kernel_hw: list[int],
+    kernel_hw: typing.Sequence[int],
     x_scale: torch.Tensor,
     bias: torch.Tensor | None,
     act: str,
     out_dtype: torch.dtype,
     stride: int,
-    pad: list[int],
-    out_hw: list[int],
+    pad: typing.Sequence[int],
+    out_hw: typing.Sequence[int],
     out_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """act(depthwise(xq, taps) * x_scale * w_scale + bias), channels-last (B, C, HO, WO) in

@@ -14,6 +14,8 @@ absorption without a GPU. Both run behind one custom op, opaque to Inductor.
 
 from __future__ import annotations
 
+import typing
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -161,6 +163,7 @@ def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, pair_scale, round_to, resi
     return xq.new_empty(shape, dtype=out_dtype), xq.new_empty(shape, dtype=E4M3)
 
 
+# int lists typed typing.Sequence[int]: torch 2.6's schema inference refuses list[int]
 @torch.library.custom_op("quantstudy::fp8_gemm_padded", mutates_args=())
 def fp8_gemm_padded(
     xq: torch.Tensor,
@@ -172,8 +175,8 @@ def fp8_gemm_padded(
     out_dtype: torch.dtype,
     round_to: torch.dtype | None,
     x_inv_divisor: torch.Tensor | None,
-    size: list[int],
-    pads: list[int],
+    size: typing.Sequence[int],
+    pads: typing.Sequence[int],
 ) -> torch.Tensor:
     """`fp8_gemm` of a conv's B x H x W pixels (`size`) written into the interior of a
     zero-padded (B, H + top + bottom, W + left + right, N) buffer, `pads` (left, right, top,

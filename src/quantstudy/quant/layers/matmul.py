@@ -156,6 +156,41 @@ def scaled_mm_output(device: str, dtype: torch.dtype, rowwise: bool) -> tuple[to
     raise RuntimeError(f"torch._scaled_mm runs no FP8 product on {device}")
 
 
+@functools.cache
+def rowwise_scaled_mm_runs(device: str) -> bool:
+    """Whether `torch._scaled_mm` on `device` takes row-wise scales at all (bf16 out, no bias:
+    the form every row-wise kernel writes). Probed once per device, not read off the torch
+    version: torch 2.11's CPU kernel asserts on scales that are not per-tensor, 2.14's runs."""
+    a = torch.zeros(16, 16, device=device).to(E4M3)
+    sa, sb = torch.ones(16, 1, device=device), torch.ones(1, 16, device=device)
+    try:
+        torch._scaled_mm(a, a.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+    except RuntimeError:
+        return False
+    return True
+
+
+def cpu_rowwise_product(
+    a: torch.Tensor,
+    w8: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    """`torch._scaled_mm(a, w8.t(), scale_a, scale_b, bias, out_dtype)` with row-wise scales,
+    computed as a CPU torch that has that kernel (2.14) computes it: each FP8 operand times its
+    scales in float32, one float32 product, the bias added in float32, one rounding to
+    `out_dtype` (bitwise the same there with one thread, tests/unit/test_rowwise_emulation.py).
+    It serves a torch whose CPU `_scaled_mm` takes per-tensor scales only, so a CPU engine gives
+    the same numbers on every supported torch. `scale_a` is (M, 1) or a scalar, `scale_b`
+    (1, N) or a scalar, `w8` (N, K)."""
+    y = (a.float() * scale_a) @ (w8.float() * scale_b.reshape(-1, 1)).t()
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(out_dtype)
+
+
 class FP8Matmul(PointwiseMatmul):
     """y = (q(x) @ q(W)^T) * s_x * s_w + b with FP8 operands and float32 accumulation.
 
@@ -203,11 +238,18 @@ class FP8Matmul(PointwiseMatmul):
         if dtype != torch.float32 and per_channel:
             self.mm_dtype = torch.bfloat16
         self.register_buffer("mm_bias", None)  # the bias as torch._scaled_mm takes it
+        self.emulated = False  # row-wise product in float32 (`cpu_rowwise_product`)
 
     def use_device(self, device: torch.device) -> None:
         """Take the best output `torch._scaled_mm` supports on `device` (`scaled_mm_output`),
         and, where the bias goes into its epilogue, pad and cast the bias for it once."""
-        self.mm_dtype, self.bias_in_mm = scaled_mm_output(str(device), self.dtype, self.per_channel)
+        rowwise = self.per_channel or self.row_scales
+        self.emulated = rowwise and device.type == "cpu" and not rowwise_scaled_mm_runs("cpu")
+        if self.emulated:  # `cpu_rowwise_product`: the engine's dtype, the bias inside
+            self.mm_dtype, self.bias_in_mm = self.dtype, True
+        else:
+            out = scaled_mm_output(str(device), self.dtype, self.per_channel)
+            self.mm_dtype, self.bias_in_mm = out
         self.mm_bias = None
         if self.bias is not None and self.bias_in_mm:
             self.mm_bias = F.pad(self.bias, (0, self.n_pad)).to(device, self.mm_dtype)
@@ -222,14 +264,17 @@ class FP8Matmul(PointwiseMatmul):
             scale_a = x_scale.reshape(-1, 1).expand(x2d.shape[0], 1).contiguous()
         else:
             scale_a = x_scale
-        y = torch._scaled_mm(
-            xq,
-            self.w8.t(),
-            scale_a=scale_a,
-            scale_b=self.w_scale,
-            bias=self.mm_bias,
-            out_dtype=self.mm_dtype,
-        )
+        if self.emulated:
+            y = cpu_rowwise_product(xq, self.w8, scale_a, self.w_scale, self.mm_bias, self.mm_dtype)
+        else:
+            y = torch._scaled_mm(
+                xq,
+                self.w8.t(),
+                scale_a=scale_a,
+                scale_b=self.w_scale,
+                bias=self.mm_bias,
+                out_dtype=self.mm_dtype,
+            )
         y = y[:, : self.n]
         if self.bias is not None and self.mm_bias is None:  # float32, one rounding below
             y = y.float() + self.bias
@@ -247,12 +292,16 @@ def scaled_mm_output_of(model: nn.Module) -> str | None:
     """What the `FP8Matmul` layers of `model` have torch._scaled_mm write, in words (one
     probe per device and dtype, so one answer per engine); None without such layers."""
     found = {
-        (str(m.mm_dtype).removeprefix("torch."), m.bias_in_mm)
+        (str(m.mm_dtype).removeprefix("torch."), m.bias_in_mm, m.emulated)
         for m in model.modules()
         if isinstance(m, FP8Matmul)
     }
     place = {True: "bias in its epilogue", False: "bias added after, in float32"}
-    return "; ".join(f"{dtype}, {place[inside]}" for dtype, inside in sorted(found)) or None
+    how = {False: "", True: " (row-wise scales emulated: float32 product of the scaled FP8 values)"}
+    return (
+        "; ".join(f"{dtype}, {place[inside]}{how[emu]}" for dtype, inside, emu in sorted(found))
+        or None
+    )
 
 
 class QDQ(nn.Module):
