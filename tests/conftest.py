@@ -1,7 +1,12 @@
 """Shared test set-up: few threads (2-core CI machine), the skips for data and GPU tests, and
-small stand-ins for inputs a test must not fetch (a foolbox-shaped wheel)."""
+small stand-ins for inputs a test must not fetch (a foolbox-shaped wheel).
+
+The real data is found as the product finds it (`quantstudy.data.demo`): `$QUANTSTUDY_SHARED_DATA`
+when set (the GPU machine carries it inside the repository, under .carry/data/imagenet), else the
+checkout's sibling `../shared/data/imagenet`."""
 
 import io
+import os
 import zipfile
 from pathlib import Path
 
@@ -11,11 +16,17 @@ from PIL import Image
 
 torch.set_num_threads(2)
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "imagenet"
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(
+    os.environ.get("QUANTSTUDY_SHARED_DATA") or REPO.parent / "shared" / "data" / "imagenet"
+).expanduser()
 
 
 def pytest_collection_modifyitems(config, items):
     has_data = SHARED_DATA.is_dir()
+    if os.environ.get("QUANTSTUDY_SHARED_DATA") and not has_data:
+        # asked for by name: a wrong path is a broken run, not a reason to skip the data tests
+        raise pytest.UsageError(f"QUANTSTUDY_SHARED_DATA={SHARED_DATA} is not a folder")
     has_gpu = torch.cuda.is_available()
     for item in items:
         if "tests/reliability/" in str(item.fspath).replace("\\", "/"):
