@@ -1,12 +1,11 @@
 """The depthwise Triton kernel (`quant/triton_dw.py`) under Triton's interpreter, against torch."""
 
 import pytest
+from _interpreter import require_triton, run_interpreted
 
-pytest.importorskip("triton")  # CUDA builds of torch ship it; CPU-only builds do not
+require_triton()  # CUDA builds of torch ship Triton: skip only on a build without it
 
-from _interpreter import run_interpreted
-
-from quantstudy.quant.triton_dw import depthwise_conv, same_padding
+from quantstudy.quant.triton_dw import depthwise_conv, same_padding  # noqa: E402
 
 
 def test_same_padding_matches_tensorflow():
@@ -24,7 +23,7 @@ def test_depthwise_kernel_under_the_interpreter_matches_torch():
         """
         import torch, torch.nn.functional as F
         from quantstudy.quant.fused import _act_reference
-        from quantstudy.quant.triton_dw import depthwise_conv, same_padding
+        from quantstudy.quant.triton_dw import depthwise_conv, same_padding  # noqa: E402
         g = torch.Generator().manual_seed(0)
         worst, runs = 0.0, 0
         cases = [(2, 40, 9, 9, 3, 1, False), (1, 24, 10, 10, 5, 2, True), (2, 70, 7, 8, 3, 2, True)]
