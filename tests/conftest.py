@@ -22,6 +22,19 @@ SHARED_DATA = Path(
 ).expanduser()
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "committed(*paths): reads these committed files of the repository (examples/, docs/); "
+        "skips, naming them, where they are absent (an installed copy of the tests)",
+    )
+
+
+def _absent_committed(item) -> list[str]:
+    marks = item.iter_markers("committed")
+    return [p for mark in marks for p in mark.args if not (REPO / p).exists()]
+
+
 def pytest_collection_modifyitems(config, items):
     has_data = SHARED_DATA.is_dir()
     if os.environ.get("QUANTSTUDY_SHARED_DATA") and not has_data:
@@ -29,6 +42,10 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"QUANTSTUDY_SHARED_DATA={SHARED_DATA} is not a folder")
     has_gpu = torch.cuda.is_available()
     for item in items:
+        absent = _absent_committed(item)
+        if absent:
+            reason = f"needs the repository's committed {', '.join(absent)} (absent in this copy)"
+            item.add_marker(pytest.mark.skip(reason=reason))
         if "tests/reliability/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.suite)
         if "tests/data/" in str(item.fspath).replace("\\", "/") or item.get_closest_marker("data"):
