@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -86,8 +87,14 @@ def finish_group(run: dict, deadline: float) -> dict:
     try:
         rc = proc.wait(timeout=max(deadline - time.monotonic(), 1))
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        # Ctrl-C first: pytest then finishes its session and writes the JUnit XML of the tests
+        # that ran; killed outright, the group would leave no record at all
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         rc = "timeout"
     run.pop("log").close()
     result = {k: run[k] for k in ("group", "command")}
@@ -105,11 +112,12 @@ def read_junit(path: Path) -> dict:
     """Counts, failures with their first message line, and skips grouped by reason."""
     if not path.is_file():
         zero = dict.fromkeys(("tests", "passed", "failed", "errors", "skipped"), 0)
-        return zero | {"failures": [], "skips": {}, "note": "no JUnit XML (cut short)"}
+        return zero | {"failures": [], "skips": {}, "slowest": [], "note": "no JUnit XML"}
     cases = ET.parse(path).getroot().iter("testcase")
-    failures, skips, counts = [], Counter(), Counter()
+    failures, skips, counts, times = [], Counter(), Counter(), {}
     for case in cases:
         test = f"{case.get('classname')}::{case.get('name')}"
+        times[test] = float(case.get("time") or 0)
         kind = "passed"
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
@@ -122,7 +130,8 @@ def read_junit(path: Path) -> dict:
         counts[kind] += 1
     return {"tests": sum(counts.values()), "passed": counts["passed"], "failed": counts["failed"],
             "errors": counts["errors"], "skipped": counts["skipped"], "failures": failures,
-            "skips": dict(skips.most_common())}  # fmt: skip
+            "skips": dict(skips.most_common()),
+            "slowest": sorted(times.items(), key=lambda t: -t[1])[:10]}  # fmt: skip
 
 
 def machine(env) -> dict:
