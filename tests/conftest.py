@@ -28,6 +28,11 @@ def pytest_configure(config):
         "committed(*paths): reads these committed files of the repository (examples/, docs/); "
         "skips, naming them, where they are absent (an installed copy of the tests)",
     )
+    config.addinivalue_line(
+        "markers",
+        "shared(*folders): reads these folders of the real data (calib-1000, val-1300); skips, "
+        "naming them, where the data is present without them (a machine carrying part of it)",
+    )
 
 
 def _absent_committed(item) -> list[str]:
@@ -51,6 +56,11 @@ def pytest_collection_modifyitems(config, items):
         if "tests/data/" in str(item.fspath).replace("\\", "/") or item.get_closest_marker("data"):
             if not has_data:
                 item.add_marker(pytest.mark.skip(reason=f"real data absent: {SHARED_DATA}"))
+            folders = [f for m in item.iter_markers("shared") for f in m.args]
+            missing = [f for f in folders if not (SHARED_DATA / f).is_dir()]
+            if has_data and missing:
+                reason = f"real data folder {', '.join(missing)} absent in {SHARED_DATA}"
+                item.add_marker(pytest.mark.skip(reason=reason))
         if "tests/gpu/" in str(item.fspath).replace("\\", "/") or item.get_closest_marker("gpu"):
             if not has_gpu:
                 item.add_marker(pytest.mark.skip(reason="no CUDA GPU on this machine"))
