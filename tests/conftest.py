@@ -1,7 +1,12 @@
 """Shared test set-up: few threads (2-core CI machine), the skips for data and GPU tests, and
-small stand-ins for inputs a test must not fetch (a foolbox-shaped wheel)."""
+small stand-ins for inputs a test must not fetch (a foolbox-shaped wheel).
+
+The real data is found as the product finds it (`quantstudy.data.demo`): `$QUANTSTUDY_SHARED_DATA`
+when set (the GPU machine carries it inside the repository, under .carry/data/imagenet), else the
+checkout's sibling `../shared/data/imagenet`."""
 
 import io
+import os
 import zipfile
 from pathlib import Path
 
@@ -11,18 +16,51 @@ from PIL import Image
 
 torch.set_num_threads(2)
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "imagenet"
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(
+    os.environ.get("QUANTSTUDY_SHARED_DATA") or REPO.parent / "shared" / "data" / "imagenet"
+).expanduser()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "committed(*paths): reads these committed files of the repository (examples/, docs/); "
+        "skips, naming them, where they are absent (an installed copy of the tests)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "shared(*folders): reads these folders of the real data (calib-1000, val-1300); skips, "
+        "naming them, where the data is present without them (a machine carrying part of it)",
+    )
+
+
+def _absent_committed(item) -> list[str]:
+    marks = item.iter_markers("committed")
+    return [p for mark in marks for p in mark.args if not (REPO / p).exists()]
 
 
 def pytest_collection_modifyitems(config, items):
     has_data = SHARED_DATA.is_dir()
+    if os.environ.get("QUANTSTUDY_SHARED_DATA") and not has_data:
+        # asked for by name: a wrong path is a broken run, not a reason to skip the data tests
+        raise pytest.UsageError(f"QUANTSTUDY_SHARED_DATA={SHARED_DATA} is not a folder")
     has_gpu = torch.cuda.is_available()
     for item in items:
+        absent = _absent_committed(item)
+        if absent:
+            reason = f"needs the repository's committed {', '.join(absent)} (absent in this copy)"
+            item.add_marker(pytest.mark.skip(reason=reason))
         if "tests/reliability/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.suite)
         if "tests/data/" in str(item.fspath).replace("\\", "/") or item.get_closest_marker("data"):
             if not has_data:
                 item.add_marker(pytest.mark.skip(reason=f"real data absent: {SHARED_DATA}"))
+            folders = [f for m in item.iter_markers("shared") for f in m.args]
+            missing = [f for f in folders if not (SHARED_DATA / f).is_dir()]
+            if has_data and missing:
+                reason = f"real data folder {', '.join(missing)} absent in {SHARED_DATA}"
+                item.add_marker(pytest.mark.skip(reason=reason))
         if "tests/gpu/" in str(item.fspath).replace("\\", "/") or item.get_closest_marker("gpu"):
             if not has_gpu:
                 item.add_marker(pytest.mark.skip(reason="no CUDA GPU on this machine"))

@@ -22,6 +22,7 @@ from quantstudy.bridge.export import check_export, export_study
 pytestmark = [
     pytest.mark.data,
     pytest.mark.slow,
+    pytest.mark.committed("examples/tf_efficientnet_lite0-h200/study.json"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
 

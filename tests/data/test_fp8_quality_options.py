@@ -29,6 +29,7 @@ import torch
 from quantstudy.bench.options.compare import compare_options
 from quantstudy.record.inputs import StudyConfig
 
+pytestmark = pytest.mark.shared("val-1300", "calib-1000")
 MODEL, WEIGHTS = "tf_efficientnet_lite0", "efficientnet-lite0"
 RECIPE = "generic_pointwise_compensated"
 BEST = "sequential compensating + bias correction + scale search + refinement + headroom 4"

@@ -92,7 +92,7 @@ def test_conv_writes_the_next_layers_fp8_input():
 def test_autotuned_kernel_runs_under_compile_and_cuda_graph():
     """The engine path: compiled with Inductor (the quantize fused into the producer), then
     replayed from a CUDA graph, as the speed harness runs it."""
-    layer, x, _, _ = _case(26, 56, 1, "relu")
+    layer, x, _, conv = _case(26, 56, 1, "relu")
     fn = torch.compile(lambda t: layer(F.relu(t)), dynamic=False)
     with torch.no_grad():
         want = fn(x)
@@ -100,5 +100,13 @@ def test_autotuned_kernel_runs_under_compile_and_cuda_graph():
         with torch.cuda.graph(graph):
             out = fn(x)
         graph.replay()
+        # independent of the kernel: the fp32 emulation of the same FP8 conv on the CPU
+        ref = _act_reference(
+            QDQ(conv, 0.02, True, True, torch.float32)(F.relu(x.float().cpu())), "relu"
+        )
     torch.cuda.synchronize()
-    assert torch.equal(out, want)
+    assert torch.equal(out, want)  # the replay is the compiled call
+    y = out.float().cpu()  # and both are the emulation, at the eager kernel's tolerance above
+    assert torch.allclose(y, ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item()), (
+        (y - ref).abs().max()
+    )

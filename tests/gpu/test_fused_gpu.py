@@ -13,24 +13,58 @@ SHAPES = [(1, 16, 16), (49, 1152, 192), (6272, 24, 144), (200_704, 16, 96), (197
 CASES = [("pointer", act) for act in ("none", "relu6", "gelu")] + [("autotuned", "gelu")]
 
 
+def _integer_operands(m: int, k: int, n: int, seed: int, bias: bool = True):
+    """FP8 operands whose products the GPU sums exactly, and products that dominate the bias.
+
+    Entries are integers in [-3, 3] (exact in E4M3), so every product is an integer and every
+    partial sum an integer below sum(|x| |w|) < 2^13 (asserted): exact in float32, and exact in
+    the FP8 tensor cores' narrower accumulator too (it keeps about 14 significant bits on
+    Hopper), whatever the summation order or promotion interval. Scales are powers of two, so
+    scaling the sum is exact. The bias is a tenth of the products' spread: a product error of a
+    few percent moves the output by many fp16 ulps instead of hiding under the bias."""
+    g = torch.Generator().manual_seed(seed)
+    xq = torch.randint(-3, 4, (m, k), generator=g).float().to(torch.float8_e4m3fn)
+    w8 = torch.randint(-3, 4, (n, k), generator=g).float().to(torch.float8_e4m3fn)
+    assert (xq.float().abs() @ w8.float().abs().t()).max() < 2**13
+    w_scale = 2.0 ** -torch.randint(4, 8, (n,), generator=g).float()
+    x_scale = torch.tensor(2.0**-4)
+    product = (xq.float() @ w8.float().t()) * (w_scale * x_scale)  # exact (integers, powers of 2)
+    b = torch.randn(n, generator=g) * 0.1 * product.std() if bias else None
+    return xq, w8, w_scale, x_scale, b, product
+
+
+def _fp16_ulp(v: torch.Tensor) -> torch.Tensor:
+    """One fp16 unit in the last place at each value of `v` (2^-24 below the normal range)."""
+    _, exponent = torch.frexp(v)  # v = mantissa * 2^exponent, mantissa in [0.5, 1)
+    return torch.exp2((exponent - 11).clamp_min(-24).float())
+
+
+def _assert_rounds_like(out: torch.Tensor, ref: torch.Tensor, act: str) -> None:
+    """The kernel's fp16 output is the float32 reference rounded once to fp16. The sums and the
+    scaling are exact (`_integer_operands`), so piecewise-linear activations give the reference's
+    float32 exactly and the outputs must be equal; GELU's erf (libdevice on the GPU, torch's on
+    the CPU) may differ in the last float32 bits, which can move the fp16 rounding by one ulp."""
+    want = ref.half().float()
+    if act in ("none", "relu", "relu6"):
+        assert torch.equal(out, want), (
+            f"{(out != want).sum()} differ, worst {(out - want).abs().max()}"
+        )
+    else:
+        worst = ((out - want).abs() / _fp16_ulp(want)).max().item()
+        assert worst <= 1, f"{worst} fp16 ulps off"
+
+
 @pytest.mark.parametrize("paths,act", CASES)
 @pytest.mark.parametrize("m,k,n", [*SHAPES, (300, 40, 24)])
 def test_fused_kernel_matches_torch(m, k, n, act, paths):
     """`paths` "pointer" keeps the autotuner off tensor descriptors; "autotuned" lets it pick."""
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
-    g = torch.Generator().manual_seed(m + k + n)
-    xq = (torch.randn(m, k, generator=g) * 4).to(torch.float8_e4m3fn)
-    w8 = (torch.randn(n, k, generator=g) * 4).to(torch.float8_e4m3fn)
-    w_scale = torch.rand(n, generator=g) / 100 + 1e-3
-    x_scale = torch.tensor(0.05)
-    bias = torch.randn(n, generator=g)
+    xq, w8, w_scale, x_scale, bias, product = _integer_operands(m, k, n, m + k + n)
     cuda = [t.cuda() for t in (xq, w8, w_scale, x_scale, bias)]
     io = {"loads": "pointer", "store": "pointer"} if paths == "pointer" else {}
     out = fp8_gemm_triton(*cuda, act, torch.float16, **io).float().cpu()
-    ref = _act_reference((xq.float() @ w8.float().t()) * (w_scale * x_scale) + bias, act)
-    # fp32 sums in another order, one fp16 rounding: half an fp16 ulp plus summation noise
-    assert torch.allclose(out, ref, rtol=2e-3, atol=2e-3), (out - ref).abs().max()
+    _assert_rounds_like(out, _act_reference(product + bias, act), act)
 
 
 @pytest.mark.parametrize("k", [40, 728])
@@ -60,14 +94,10 @@ def test_streaming_programs_match_torch(store):
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     m, k, n = 200_704, 16, 96
-    g = torch.Generator().manual_seed(7)
-    xq = (torch.randn(m, k, generator=g) * 4).to(torch.float8_e4m3fn)
-    w8 = (torch.randn(n, k, generator=g) * 4).to(torch.float8_e4m3fn)
-    w_scale, x_scale, bias = torch.rand(n, generator=g) / 100 + 1e-3, torch.tensor(0.05), None
+    xq, w8, w_scale, x_scale, _, product = _integer_operands(m, k, n, 7, bias=False)
     cuda = [t.cuda() for t in (xq, w8, w_scale, x_scale)]
-    out = fp8_gemm_triton(*cuda, bias, "relu6", torch.float16, (128, 128, 32), None, store, 4)
-    ref = _act_reference((xq.float() @ w8.float().t()) * (w_scale * x_scale), "relu6")
-    assert torch.allclose(out.float().cpu(), ref, rtol=2e-3, atol=2e-3)
+    out = fp8_gemm_triton(*cuda, None, "relu6", torch.float16, (128, 128, 32), None, store, 4)
+    _assert_rounds_like(out.float().cpu(), _act_reference(product, "relu6"), "relu6")
 
 
 @pytest.mark.parametrize("store", ["pointer", "tma"])
@@ -126,9 +156,11 @@ def test_fused_and_unfused_layers_write_the_same_fp16_numbers():
     worst = ((a - b).abs() / a.abs().clamp_min(2**-14)).max().item()
     print(f"torch._scaled_mm out {unfused.mm_dtype}, bias inside {unfused.bias_in_mm}: "
           f"{same:.4f} of outputs identical, worst relative difference {worst:.2e}")  # fmt: skip
-    if unfused.mm_dtype == torch.float16:
-        assert same >= 0.999
-        assert torch.allclose(a, b, rtol=2**-10, atol=2**-14)  # one fp16 ulp
+    # the fp16 write is what this compares; a torch._scaled_mm without fp16 output is a failure
+    # of the claim, not a case to skip
+    assert unfused.mm_dtype == torch.float16, f"torch._scaled_mm writes {unfused.mm_dtype} here"
+    assert same >= 0.999
+    assert ((a - b).abs() <= _fp16_ulp(torch.maximum(a.abs(), b.abs()))).all()  # one fp16 ulp
 
 
 @pytest.mark.parametrize("k", [96, 256, 1024])
@@ -166,4 +198,5 @@ def test_promotion_interval_that_reproduces_scaled_mm(k):
     print(f"\nK {k}: identical to torch._scaled_mm (promote, BLOCK_K): "
           + ", ".join(f"{p}/{bk} {v:.4f}" for (p, bk), v in rows.items())
           + f"; autotuned default ({PROMOTE}) {same_auto:.4f}")  # fmt: skip
-    assert same_auto >= 0.999
+    # README: the default promotion interval makes the two "compute bit-identical products"
+    assert same_auto == 1.0, f"{1 - same_auto:.5f} of outputs differ from torch._scaled_mm"

@@ -1,13 +1,17 @@
 """Per-layer kernel choice on CUDA: timed in place, and the chosen engine computes what the
-fused one does (both products promote every 128 products, so they round alike)."""
+fused one does, bit for bit (both products promote every 128 products, so they round alike:
+docs/fp8-kernel.md, "`--fp8-kernel fastest` changes no number, only time")."""
+
+import json
 
 import pytest
 import torch
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8
-from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.engines.kernel_choice import Unfused
 from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.quant.calibration.calibrate import calibrate
 
 pytestmark = pytest.mark.gpu
 
@@ -27,7 +31,7 @@ class _Net(nn.Module):
         return self.fc((z + z.mean((2, 3), keepdim=True)).mean((2, 3)))
 
 
-def test_fastest_engine_times_every_layer_and_matches_the_fused_one(tmp_path, monkeypatch):
+def _engines(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     torch.manual_seed(0)
     model = _Net().eval()
@@ -35,13 +39,43 @@ def test_fastest_engine_times_every_layer_and_matches_the_fused_one(tmp_path, mo
     plan = QuantPlan(["pw", "fc"], True, calibrate(model, ["pw", "fc"], [x]))
     cuda = torch.device("cuda")
     fused = build_fp8(model, cuda, x[:1], plan, kernel="fused")
-    fastest = build_fp8(model, cuda, x[:1], plan, kernel="fastest", choice_batches=[64])
+    xin = x.cuda().half().contiguous(memory_format=torch.channels_last)
+    return model, plan, fused, xin, x[:1]
+
+
+def test_fastest_engine_times_every_layer_and_matches_the_fused_one(tmp_path, monkeypatch):
+    model, plan, fused, xin, example = _engines(tmp_path, monkeypatch)
+    cuda = torch.device("cuda")
+    fastest = build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])
     choice = fastest.info().fp8_kernel_choice
     assert [c.name for c in choice] == ["pw", "fc"]
     # timed (the shared input quantize subtracted, so a tiny product may read 0)
     assert all(c.fused_us >= 0 and c.scaled_mm_us >= 0 and c.batch == 64 for c in choice)
     assert (tmp_path / "fp8_kernel_choice.json").is_file()
-    xin = x.cuda().half().contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
         a, b = fused.eager(xin).float(), fastest.eager(xin).float()
-    assert torch.allclose(a, b, rtol=2e-3, atol=2e-3), (a - b).abs().max()
+    assert torch.equal(a, b), (a - b).abs().max()  # whatever was chosen, no number changes
+
+
+def test_a_mixed_choice_runs_both_kernels_and_changes_no_number(tmp_path, monkeypatch):
+    """Timing decides the mix, so the stored timings are rewritten to force one: the 1x1 conv
+    keeps the fused kernel, the linear takes torch._scaled_mm. The engine built from them must
+    hold both kinds of layer and write exactly the fused engine's numbers."""
+    model, plan, fused, xin, example = _engines(tmp_path, monkeypatch)
+    cuda = torch.device("cuda")
+    build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])  # stores timings
+    cache = tmp_path / "fp8_kernel_choice.json"
+    stored = json.loads(cache.read_text())
+    assert stored, "no timings stored"
+    for key in stored:
+        conv = len(json.loads(key)[1]) == 4  # the input shape: NCHW for pw, (N, C) for fc
+        stored[key] = [1.0, 100.0] if conv else [100.0, 1.0]  # [fused us, scaled_mm us]
+    cache.write_text(json.dumps(stored))
+    mixed = build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])
+    kernels = {c.name: str(c.kernel) for c in mixed.info().fp8_kernel_choice}
+    assert kernels == {"pw": "fused", "fc": "scaled_mm"}
+    layers = dict(mixed.eager.named_modules())
+    assert isinstance(layers["fc"], Unfused) and not isinstance(layers["pw"], Unfused)
+    with torch.no_grad():
+        a, b = fused.eager(xin).float(), mixed.eager(xin).float()
+    assert torch.equal(a, b), f"{(a != b).float().mean():.4f} differ, worst {(a - b).abs().max()}"

@@ -1,5 +1,6 @@
 """Per-layer fp16/FP8 timing on a real GPU (skipped without CUDA)."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -19,17 +20,25 @@ class Net(nn.Module):
         return self.fc(x.mean((2, 3)))
 
 
-def test_layer_speed_on_gpu():
+# The fused kernel runs every layer here as real FP8: the stem through the kxk conv kernel
+# (`quant/fused_conv.py`), the depthwise conv through `quant/fused_dw.py`; torch._scaled_mm has
+# no conv kernel, so with it both convs stay emulated.
+EMULATED = {"fused": set(), "scaled_mm": {"stem", "dw"}}
+
+
+@pytest.mark.parametrize("kernel", ["fused", "scaled_mm"])
+def test_layer_speed_on_gpu(kernel):
     torch.manual_seed(0)
     layers = ["stem", "pw", "dw", "fc"]
     table = measure_layer_speed(
-        Net().eval(), torch.zeros(1, 3, 56, 56), layers, batch=32, rounds=6, iters=10, warmup=2
-    )
+        Net().eval(), torch.zeros(1, 3, 56, 56), layers, batch=32, rounds=6, iters=10, warmup=2,
+        kernel=kernel,
+    )  # fmt: skip
     assert table.source == "measured" and table.meaningful and table.batch == 32
     rows = {r.layer: r for r in table.layers}
     assert set(rows) == set(layers)
-    assert rows["pw"].fp8_path == "real" and rows["fc"].fp8_path == "real"
-    assert rows["stem"].fp8_path == "emulated" and rows["dw"].fp8_path == "emulated"
+    paths = {name: "emulated" if name in EMULATED[kernel] else "real" for name in layers}
+    assert {r.layer: r.fp8_path for r in table.layers} == paths
     assert rows["pw"].input_shape == [32, 64, 56, 56] and rows["fc"].input_shape == [32, 256]
     for r in table.layers:
         assert r.fp16_ms.median > 0 and r.fp8_ms.median > 0 and r.ratio.n == 6

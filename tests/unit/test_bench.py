@@ -19,11 +19,13 @@ RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
 
 
+@pytest.mark.committed("docs/results")
 def test_committed_results_rerender_identically():
     """docs/results/README.md is what `quantstudy bench report docs/results --write` writes."""
     assert render_folder(RESULTS) == (RESULTS / REPORT_NAME).read_text()
 
 
+@pytest.mark.committed("docs/results")
 def test_committed_records_load_and_round_trip():
     records = read_folder(RESULTS)
     assert {type(r).__name__ for _, r in records} >= {"SpeedBench", "GemmBench", "PublishedBench"}
@@ -46,6 +48,7 @@ def test_a_file_that_is_no_record_is_a_user_error(tmp_path):
         read_folder(empty)
 
 
+@pytest.mark.committed("docs/results")
 def test_gemm_shapes_match_the_products_the_h200_timed():
     """The products found on the CPU now are the 19 that the converted H200 sweep timed."""
     sweep = read_record(RESULTS / "gemm-tf_efficientnet_lite0-sweep.json")
@@ -125,6 +128,7 @@ def test_speed_refuses_agreement_without_both_engines(tiny_imagenet, tmp_path, c
     assert code == 1 and "time both" in capsys.readouterr().err
 
 
+@pytest.mark.committed("docs/results")
 def test_report_command_prints_the_tables(capsys):
     assert main(["bench", "report", str(RESULTS)]) == 0
     out = capsys.readouterr().out

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from quantstudy.record import StudyRecord
 from quantstudy.record.vocab import GateStatus, Outcome
 from quantstudy.report.markdown import render_markdown
 from quantstudy.report.selfcheck import check_markdown
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tf_efficientnet_lite0-h200"
+pytestmark = pytest.mark.committed("examples/tf_efficientnet_lite0-h200/study.json")
 
 # A decision as schema 5 and earlier wrote it: text gates and a ship flag.
 TEXT_DECISION = {

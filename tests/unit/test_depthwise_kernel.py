@@ -1,12 +1,12 @@
 """The depthwise Triton kernel (`quant/triton_dw.py`) under Triton's interpreter, against torch."""
 
 import pytest
+from _interpreter import require_triton, run_interpreted
 
-pytest.importorskip("triton")  # CUDA builds of torch ship it; CPU-only builds do not
-
-from _interpreter import run_interpreted
+require_triton()  # CUDA builds of torch ship Triton: skip only on a build without it
 
 from quantstudy.quant.kernels.depthwise import depthwise_conv
+
 from quantstudy.quant.kernels.layout import same_padding
 
 

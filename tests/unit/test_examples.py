@@ -11,6 +11,7 @@ from quantstudy.report.render import load_record, render_study
 from quantstudy.report.selfcheck import check_markdown
 
 ROOT = Path(__file__).resolve().parents[2] / "examples"
+pytestmark = pytest.mark.committed("examples")
 EXAMPLES = sorted(ROOT.glob("**/study.json"))
 VERSION_1 = [p for p in EXAMPLES if json.loads(p.read_text())["schema_version"] == 1]
 

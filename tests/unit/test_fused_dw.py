@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from _interpreter import run_interpreted
+from _interpreter import require_triton, run_interpreted
 from timm.layers import Conv2dSame
 from torch import nn
 
@@ -144,7 +144,7 @@ def test_profiles_file_the_kernel_as_a_depthwise_conv():
 def test_kernel_under_the_interpreter_matches_the_torch_path():
     """The Triton kernel (fp32 output; FP8 output is checked on the GPU, the interpreter
     converts float32 to FP8 wrongly) against the op's torch path, "same" and fixed padding."""
-    pytest.importorskip("triton")
+    require_triton()
     (worst,) = run_interpreted(
         """
         import torch

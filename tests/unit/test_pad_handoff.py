@@ -8,11 +8,11 @@ from torch import nn
 
 from quantstudy.engines.builders import build_fp8
 from quantstudy.engines.kernel_choice import choose_kernels
+from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.padding import OutputPad, same_pad
-from quantstudy.quant.plan.apply import QuantPlan
-from tests.unit._interpreter import run_interpreted
+from tests.unit._interpreter import require_triton, run_interpreted
 
 CPU = torch.device("cpu")
 
@@ -100,7 +100,7 @@ def test_a_padded_output_refuses_a_residual():
 
 
 def test_mapped_output_of_the_wrong_shape_is_refused():
-    pytest.importorskip("triton")
+    require_triton()
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     xq = torch.zeros(12, 16).to(torch.float8_e4m3fn)
@@ -116,7 +116,7 @@ def test_kernel_writes_the_interior_of_a_padded_buffer_under_the_interpreter():
     """The mapped store (pointer path) puts each row at its pixel of the padded buffer and
     touches nothing else: the interior equals the plain output, bit for bit, and a sentinel
     border stays as it was."""
-    pytest.importorskip("triton")
+    require_triton()
     (same,) = run_interpreted(
         """
         import torch

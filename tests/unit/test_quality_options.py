@@ -3,7 +3,7 @@ activation scales, per-layer calibrators, scale migration and its exactness, bad
 
 import pytest
 import torch
-from _interpreter import run_interpreted
+from _interpreter import require_triton, run_interpreted
 from _option_nets import LAYERS, images, pointwise_net
 
 from quantstudy.engines.builders import build_fakequant, build_fp8
@@ -71,7 +71,7 @@ def test_row_scales_quantize_each_pixel_on_its_own_scale():
 
 
 def test_triton_kernel_row_scales_under_the_interpreter():
-    pytest.importorskip("triton")
+    require_triton()
     (worst,) = run_interpreted(
         """
         import torch
@@ -119,7 +119,7 @@ def test_triton_kernel_quantizes_rows_in_its_prologue_under_the_interpreter():
     inexactly (ties away from even, a carry into the next power of two a binade down,
     subnormals truncated), so here each value must be within one FP8 step of the reference
     and nearly all equal; the GPU test (tests/gpu/test_fused_gpu.py) compares every bit."""
-    pytest.importorskip("triton")
+    require_triton()
     equal, far = run_interpreted(
         """
         import torch

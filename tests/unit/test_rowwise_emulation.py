@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from quantstudy.quant import modules
-from quantstudy.quant.fp8 import E4M3
+from quantstudy.quant.formats.fp8 import E4M3
 
 ROWWISE = modules.rowwise_scaled_mm_runs("cpu")
 NEEDS_ROWWISE = pytest.mark.skipif(

@@ -61,6 +61,7 @@ def test_resolved_config_names_what_the_study_read():
     assert dumped["batches"] == [1, 32, 128] and dumped["fp8_kernel"] == "fused"
 
 
+@pytest.mark.committed("examples")
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("**/study.json")), ids=str)
 def test_old_config_sections_load_with_defaults(path):
     raw = json.loads(path.read_text())["config"]

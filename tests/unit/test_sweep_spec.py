@@ -275,6 +275,7 @@ def test_best_recipe_is_the_fastest_that_ships_and_markdown_lists_every_row():
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+@pytest.mark.committed("examples")
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*/sweep.json")), ids=lambda p: p.parent.name)
 def test_committed_sweep_md_is_what_sweep_json_renders(path):
     summary = SweepSummary.model_validate_json(path.read_text())

@@ -30,6 +30,7 @@ from quantstudy.quant.kernels.gemm import (
     PROMOTE,
     ROUND_CODES,
     _bench,
+    _count,
     _mma,
     _round,
     _tile,
@@ -96,7 +97,7 @@ def _fp8_conv2d_kernel(
             inside = m_ok & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
             rows = x_ptr + b * sxb + hi * sxh + wi * sxw  # the tap's input pixel per row
             taps = w_ptr + offs_n * swn + (i * KW + j) * CIN  # the tap's weights per channel
-            for c0 in range(0, chunks):
+            for c0 in range(0, _count(chunks)):
                 cs = c0 * BLOCK_K + offs_k
                 c_ok = cs < CIN
                 a = tl.load(

@@ -148,6 +148,22 @@ def _bench(fn, quantiles=None):
     return triton.testing.do_bench_cudagraph(fn, rep=5, quantiles=quantiles)
 
 
+# Triton 3.6's interpreter (torch 2.11's Triton) holds every scalar as a 1-element array, which
+# `range` cannot take as a bound or step (numpy refuses int() of a 1-d array; Triton 3.8 squeezes
+# it). No Triton op yields a 0-d array there, hence the interpreter-only branch of `_count`; its
+# result goes straight into `range` (the interpreter turns every assigned value back to a tensor).
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
+
+
+@triton.jit
+def _count(n):
+    """A loop bound or step that `range` takes: `n` itself when compiled (the constexpr branch
+    is not generated), a Python int of the interpreter's 1-element array when interpreted."""
+    if _INTERPRETED:
+        return int(n.handle.data.item())
+    return n
+
+
 @triton.jit
 def _tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """Grouped tile order: GROUP_M row-tiles share each weight tile while it is in L2."""
@@ -370,7 +386,8 @@ def _fp8_gemm_kernel(
         scale, bias = _channel_terms(
             offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS, ROW_SCALE
         )
-        for tile in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)):
+        first, tiles, step = tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)
+        for tile in tl.range(_count(first), _count(tiles), _count(step)):
             offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
             a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
             a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
@@ -400,7 +417,7 @@ def _fp8_gemm_kernel(
             # No address arithmetic or masks in the loop: tiles past an edge arrive
             # zero-filled, so they add nothing to the sums.
             x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
-            for k0 in range(0, tl.cdiv(K, BLOCK_K)):
+            for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
                 a = a_desc.load([pid_m * BLOCK_M, k0 * BLOCK_K])
                 b = b_desc.load([pid_n * BLOCK_N, k0 * BLOCK_K])
                 acc, part = _mma(a, b.T, acc, part, k0, BLOCK_K, PROMOTE)
@@ -410,7 +427,7 @@ def _fp8_gemm_kernel(
             b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
             if QUANT_A:
                 amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-                for k0 in range(0, tl.cdiv(K, BLOCK_K)):
+                for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
                     k_mask = offs_k < K - k0 * BLOCK_K
                     a_mask = (offs_m[:, None] < M) & k_mask[None, :]
                     ptrs = a_ptrs + k0 * BLOCK_K * stride_ak
@@ -420,7 +437,7 @@ def _fp8_gemm_kernel(
                 inv_rows = tl.math.div_rn(1.0, x_rows)  # torch.reciprocal: IEEE, once per row
             else:
                 x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
-            for k0 in range(0, tl.cdiv(K, BLOCK_K)):
+            for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
                 k_left = K - k0 * BLOCK_K
                 a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
                 b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
