@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from quantstudy.quant import modules
+from quantstudy.quant.layers import matmul as modules
 from quantstudy.quant.formats.fp8 import E4M3
 
 ROWWISE = modules.rowwise_scaled_mm_runs("cpu")
