@@ -338,7 +338,8 @@ def test_fused_layer_pads_k_to_16_with_exact_zeros():
 
 def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
     pytest.importorskip("triton")
-    from quantstudy.quant.kernels.gemm import _fp8_gemm_tuned, _prune
+    from quantstudy.quant.kernels.gemm_kernel import _fp8_gemm_tuned
+    from quantstudy.quant.kernels.tiles import _prune
 
     configs = _fp8_gemm_tuned.configs
 

@@ -50,7 +50,8 @@ def _time(fn) -> float:
 
 def bench(m: int, n: int, k: int, device: torch.device) -> dict[str, float]:
     """Microseconds per call of each epilogue variant (module docstring) for one product."""
-    from quantstudy.quant.kernels.gemm import TUNE_LOG, fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
+    from quantstudy.quant.kernels.tuning import TUNE_LOG
 
     g = torch.Generator(device=device).manual_seed(0)
     x8 = torch.randn(m, k, device=device, generator=g).to(E4M3)

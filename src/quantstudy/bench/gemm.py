@@ -107,7 +107,8 @@ def time_us(fn: Callable[[], object]) -> float:
 
 def _variants(a8: torch.Tensor, w8: torch.Tensor, sweep: bool) -> list[tuple]:
     """(label, tile, loads, store, programs per SM, fast accumulation) of every Triton launch."""
-    from quantstudy.quant.kernels.gemm import STREAM_TILES, TILES, tma_ok
+    from quantstudy.quant.kernels.gemm import tma_ok
+    from quantstudy.quant.kernels.tiles import STREAM_TILES, TILES
 
     out: list[tuple] = [
         ("autotuned", None, None, None, 0, False),
@@ -139,7 +140,8 @@ def time_product(p: Product, sweep: bool) -> dict:
     `best_triton` and `refused` (tiles the compiler refuses for lack of shared memory)."""
     from triton.runtime.errors import OutOfResources
 
-    from quantstudy.quant.kernels.gemm import PROMOTE, fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
+    from quantstudy.quant.kernels.tiles import PROMOTE
     from quantstudy.quant.layers.fused_matmul import _act_reference
 
     m, k, n = p.m, p.k, p.n

@@ -292,7 +292,7 @@ def _untimed_tiles(device: torch.device) -> AbstractContextManager:
     every tile, and its time is not measured, so autotuning it would only cost compile time."""
     if device.type != "cuda":
         return nullcontext()
-    from quantstudy.quant.kernels.gemm import untimed_tiles
+    from quantstudy.quant.kernels.tuning import untimed_tiles
 
     return untimed_tiles()
 

@@ -25,17 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.kernels.gemm import (
-    ACT_CODES,
-    PROMOTE,
-    ROUND_CODES,
-    _bench,
-    _mma,
-    _round,
-    _tile,
-    activation,
-    fp8_range,
-)
+from quantstudy.quant.kernels.epilogue import ACT_CODES, ROUND_CODES, _round, activation, fp8_range
+from quantstudy.quant.kernels.gemm_kernel import _mma, _tile
+from quantstudy.quant.kernels.tiles import PROMOTE, _bench
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): BLOCK_K is channels of one tap per K step.
 TILES = [

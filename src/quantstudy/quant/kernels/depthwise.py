@@ -22,8 +22,9 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.kernels.gemm import ACT_CODES, _bench, activation, fp8_range
+from quantstudy.quant.kernels.epilogue import ACT_CODES, activation, fp8_range
 from quantstudy.quant.kernels.layout import taps_of
+from quantstudy.quant.kernels.tiles import _bench
 
 
 @triton.jit

@@ -1,0 +1,52 @@
+"""The epilogue arithmetic every FP8 kernel shares: activations, FP8 saturation, rounding.
+
+The fused product, the k x k convolution and the depthwise convolution all end the same way;
+one definition keeps their outputs bit-equal to the unfused engine's in the same places.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Activation codes of the epilogue; `quant.fused.ACTIVATIONS` maps modules to them.
+ACT_CODES = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5}
+
+
+@triton.jit
+def activation(y, ACT: tl.constexpr):
+    """The epilogue's activation (`ACT_CODES`), in float32; shared with `quant/triton_dw.py`."""
+    if ACT == 1:
+        y = tl.maximum(y, 0.0)
+    elif ACT == 2:
+        y = tl.minimum(tl.maximum(y, 0.0), 6.0)
+    elif ACT == 3:
+        y = y * tl.sigmoid(y)
+    elif ACT == 4:
+        y = y * tl.minimum(tl.maximum(y + 3.0, 0.0), 6.0) / 6.0
+    elif ACT == 5:
+        y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    return y
+
+
+@triton.jit
+def fp8_range(y, out_scale_ptr):
+    """`quant.fp8.to_fp8` up to its cast: divide by the scale, saturate at +-448 (E4M3's
+    largest value); the caller's store rounds to nearest even. Shared with `quant/triton_dw.py`."""
+    y = tl.math.div_rn(y, tl.load(out_scale_ptr))  # `/` is approximate on the GPU
+    return tl.minimum(tl.maximum(y, -448.0), 448.0)
+
+
+# The engine dtype the epilogue rounds through (`_round`): none (float32), fp16, bf16.
+ROUND_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+@triton.jit
+def _round(y, ROUND: tl.constexpr):
+    """y rounded (to nearest even) to the engine's dtype and back to float32."""
+    if ROUND == 1:
+        y = y.to(tl.float16, fp_downcast_rounding="rtne").to(tl.float32)
+    elif ROUND == 2:
+        y = y.to(tl.bfloat16, fp_downcast_rounding="rtne").to(tl.float32)
+    return y
