@@ -12,9 +12,10 @@ from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, 
 from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import kl_per_image
 from quantstudy.quant.layers.matmul import QDQ
-from quantstudy.quant.plan.build import QuantOptions, build_plan
+from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
+from quantstudy.record.quant_options import QuantOptions
 
 CPU = torch.device("cpu")
 

@@ -128,21 +128,10 @@ def measure_layer_speed(
             scale = calibration.scale_of(name)
         else:
             scale = float(x.float().abs().amax()) / E4M3_MAX
-        fp16 = copy.deepcopy(layer).to(device, torch.float16)
         act_name, act = absorbed.get(name, (None, "none"))
+        after = copy.deepcopy(source.get_submodule(act_name)) if act_name is not None else None
         fp8, blocker = fp8_module(layer, scale, per_channel, torch.float16, kernel, act=act)
-        fp8 = fp8.to(device)
-        bind_scaled_mm(fp8, device)
-        for m in (fp16, fp8):
-            m.eval().requires_grad_(False)
-        if fp16.weight.dim() == 4:
-            fp16 = fp16.to(memory_format=torch.channels_last)
-        if act_name is not None:
-            fp16 = nn.Sequential(fp16, copy.deepcopy(source.get_submodule(act_name)))
-        torch._dynamo.reset()  # one compilation per layer; never the recompile limit's fallback
-        mode = CompileMode(compile_mode).torch_mode
-        f16 = torch.compile(fp16, mode=mode, dynamic=False)
-        f8 = torch.compile(fp8, mode=mode, dynamic=False)
+        f16, f8 = _compiled_pair(layer, after, fp8, device, compile_mode)
 
         def call16(f=f16, x=x):
             with torch.no_grad():
@@ -184,6 +173,30 @@ def measure_layer_speed(
         warmup=warmup,
         layers=rank_by_saving(rows),
     )
+
+
+def _compiled_pair(
+    layer: nn.Module,
+    after: nn.Module | None,
+    fp8: nn.Module,
+    device: torch.device,
+    compile_mode: str,
+) -> tuple[nn.Module, nn.Module]:
+    """`layer` in fp16 (followed by `after`, the activation the FP8 layer absorbs) and its FP8
+    module, each compiled alone as an engine would run it."""
+    fp16 = copy.deepcopy(layer).to(device, torch.float16)
+    fp8 = fp8.to(device)
+    bind_scaled_mm(fp8, device)
+    for m in (fp16, fp8):
+        m.eval().requires_grad_(False)
+    if fp16.weight.dim() == 4:
+        fp16 = fp16.to(memory_format=torch.channels_last)
+    if after is not None:
+        fp16 = nn.Sequential(fp16, after)
+    torch._dynamo.reset()  # one compilation per layer; never the recompile limit's fallback
+    mode = CompileMode(compile_mode).torch_mode
+    f16 = torch.compile(fp16, mode=mode, dynamic=False)
+    return f16, torch.compile(fp8, mode=mode, dynamic=False)
 
 
 def rank_by_saving(rows: list[LayerSpeed]) -> list[LayerSpeed]:

@@ -56,10 +56,12 @@ from quantstudy.quality.paired import PAIRED_RESAMPLES, paired_bootstrap, paired
 from quantstudy.quant.calibration.calibrate import HEADROOM_TRIED
 from quantstudy.quant.calibration.choice import choose_calibrators
 from quantstudy.quant.fitting.rounding import SEARCHED
-from quantstudy.quant.plan.build import QuantOptions, build_plan, quant_options
+from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.builtin import load_recipe
+from quantstudy.recipe.options import quant_options
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.quant_options import QuantOptions
 
 # name -> changes to the recipe's options; "calibrators" is resolved by `choose_calibrators`.
 VARIANTS: dict[str, dict] = {
