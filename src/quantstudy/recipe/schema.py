@@ -66,6 +66,9 @@ from quantstudy.record.vocab import (
     WeightGranularity,
 )
 
+# Where in a YAML document: keys and list indices from the top (pydantic's error `loc` too).
+Loc = tuple[str | int, ...]
+
 # Formats the schema knows; a message means "reserved, not implemented yet".
 FORMATS: dict[str, str | None] = {
     "fp8_e4m3": None,
@@ -342,10 +345,10 @@ def compose_yaml(text: str, origin: str) -> tuple[yaml.Node | None, object]:
         raise UserError(f"{origin}: malformed YAML: {err}") from None
 
 
-def key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:
+def key_lines(node: yaml.Node, path: Loc, origin: str) -> dict[Loc, int]:
     """Line (1-based) of every mapping key and list item, by path; rejects duplicate keys.
     Shared by every YAML file the tool reads (recipes, sweeps), so their errors name lines alike."""
-    lines: dict[tuple, int] = {path: node.start_mark.line + 1}
+    lines: dict[Loc, int] = {path: node.start_mark.line + 1}
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
@@ -362,7 +365,7 @@ def key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:
     return lines
 
 
-def _line_for(loc: tuple, lines: dict[tuple, int]) -> int | None:
+def _line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
     """Line of the longest prefix of `loc` that exists in the file."""
     for end in range(len(loc), -1, -1):
         if loc[:end] in lines:
@@ -370,14 +373,14 @@ def _line_for(loc: tuple, lines: dict[tuple, int]) -> int | None:
     return None
 
 
-def _path(loc: tuple) -> str:
+def _path(loc: Loc) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "top level"
 
 
-def _model_at(loc: tuple) -> type[BaseModel] | None:
+def _model_at(loc: Loc) -> type[BaseModel] | None:
     """The model class that validates the mapping at `loc` (to list its known keys)."""
     model: type[BaseModel] | None = Recipe
     for part in loc:
@@ -399,7 +402,7 @@ def _find_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _explain(err: ValidationError, lines: dict[tuple, int], origin: str) -> str:
+def _explain(err: ValidationError, lines: dict[Loc, int], origin: str) -> str:
     """The first validation problem as `<file> line N: <path>: <what is wrong and how to fix>`."""
     errors = err.errors(include_url=False)
     first = errors[0]

@@ -9,7 +9,7 @@ Sharing is found by identity of the input tensor in the first calibration batch.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -124,7 +124,7 @@ def calibrate(
     calibrator: str = "max",
     params: dict[str, float] | None = None,
     second_moments: list[str] | None = None,
-    layer_calibrators: dict[str, str] | None = None,
+    layer_calibrators: Mapping[str, str] | None = None,
     divisors: dict[str, torch.Tensor] | None = None,
 ) -> Calibration:
     """Observe the inputs of `layers` in the fp32 `model` over `batches`; one amax per tensor,
@@ -361,7 +361,7 @@ class _SecondMoment:
 
 
 def _tensor_calibrators(
-    groups: dict[str, list[str]], overrides: dict[str, str], default: str
+    groups: dict[str, list[str]], overrides: Mapping[str, str], default: str
 ) -> dict[str, str]:
     """Tensor key -> calibrator (default parameters), for tensors whose consumers override the
     recipe's default."""

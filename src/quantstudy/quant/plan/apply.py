@@ -105,7 +105,7 @@ class QuantPlan:
         width = layer.in_features if isinstance(layer, nn.Linear) else layer.in_channels
         return self.row_max_channels is None or width <= self.row_max_channels
 
-    def input_quant(self, name: str, layer: nn.Module) -> dict:
+    def input_quant(self, name: str, layer: nn.Module) -> dict[str, Any]:
         """How `layer` quantizes its input beyond the static scale: dynamic per-row scales and
         the migration divisor, for linears and dense 1x1 convs (others keep static scales)."""
         return {
