@@ -1,6 +1,6 @@
 """Dynamic per-row activation scales taken in the fused kernel's prologue (QUANT_A,
-`quant/triton_fp8.py`) on CUDA: the same FP8 values as `quant.fp8.quantize_rows` in torch, so
-the same outputs as quantizing first and launching the kernel on FP8 rows."""
+`quant/kernels/gemm.py`) on CUDA: the same FP8 values as `quant.formats.fp8.quantize_rows` in torch,
+so the same outputs as quantizing first and launching the kernel on FP8 rows."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""The depthwise Triton kernel (`quant/triton_dw.py`) under Triton's interpreter, against torch."""
+"""The depthwise Triton kernel (`quant/kernels/depthwise.py`) under Triton's interpreter, against
+torch."""
 
 import pytest
 

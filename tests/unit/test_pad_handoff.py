@@ -1,4 +1,5 @@
-"""Fused FP8 layers writing the next conv's zero padding (`quant/pad_handoff.py`), on the CPU."""
+"""Fused FP8 layers writing the next conv's zero padding (`quant/rewrites/pad_handoff.py`), on the
+CPU."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Sequential FP8 weight fitting (`quant/sequential.py`) on CPU: the bias fit through an
+"""Sequential FP8 weight fitting (`quant/fitting/sequential.py`) on CPU: the bias fit through an
 activation, what stays unchanged without bias correction, the in-sample mean match it promises,
 the engines storing the fitted values alike, and a bad option value."""
 

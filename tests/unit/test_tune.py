@@ -1,5 +1,5 @@
-"""End-to-end output tuning (`quant/tune.py`) on CPU: it lowers the held-out KL it reports, the
-engines compute exactly what it measured, bias-only tuning leaves the weight scales alone, a
+"""End-to-end output tuning (`quant/fitting/tune.py`) on CPU: it lowers the held-out KL it reports,
+the engines compute exactly what it measured, bias-only tuning leaves the weight scales alone, a
 tuning that does not help returns the start, the straight-through gradient, and bad input."""
 
 import pytest

@@ -134,14 +134,14 @@ class WeightGranularity(StrEnum):
 
 
 class Rounding(StrEnum):
-    """How FP8 weights are rounded (`quant/rounding.py`)."""
+    """How FP8 weights are rounded (`quant/fitting/rounding.py`)."""
 
     NEAREST = "nearest"
     COMPENSATING = "compensating"
 
 
 class Tuning(StrEnum):
-    """What end-to-end output tuning trains against the fp32 logits (`quant/tune.py`)."""
+    """What end-to-end output tuning trains against the fp32 logits (`quant/fitting/tune.py`)."""
 
     NONE = "none"
     BIAS = "bias"  # each selected layer's bias

@@ -6,12 +6,12 @@ For each layer, two modules are timed against each other with the study's harnes
 - fp16: the layer (BatchNorm folded, as in the fp16 engine) in fp16, on a channels-last input
   for convolutions, as the fp16 engine runs it;
 - FP8: what the FP8 engine puts in the layer's place, from the same factory
-  (`quant/apply.py: fp8_module`): with the default `kernel` "fused", the fused layer (input
+  (`quant/plan/apply.py: fp8_module`): with the default `kernel` "fused", the fused layer (input
   quantize, one product with scale, bias and the activation it absorbs), with "scaled_mm" the
   unfused `FP8Matmul`, where a real FP8 kernel exists; else the fp16 quantize-dequantize
   stand-in `QDQ` (path "emulated": it can only cost). Where the fused layer absorbs an
-  activation (`quant/absorb.py`), the fp16 module is the layer followed by that activation, so
-  both sides compute the same thing.
+  activation (`quant/rewrites/absorb.py`), the fp16 module is the layer followed by that activation,
+  so both sides compute the same thing.
 
 Both run at the layer's real input shape (captured by a hook in one forward pass of the model,
 batch dimension set to `batch`), on random normal inputs of that shape (values do not change

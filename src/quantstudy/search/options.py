@@ -2,12 +2,12 @@
 bought.
 
 From the recipe's own options, each option is tried in a fixed order, on top of those already
-kept: compensating weight rounding (`quant/rounding.py`), its scale candidates and refinement
-sweeps (when compensating rounding is kept), per-layer calibrators chosen by their
-readers' output error (`quant/calib_choice.py`), scale migration (`quant/migrate.py`), headroom
-above the calibrated amax (the recipe schema's `activations.headroom`), and last
-the sequential fit of weights and biases to the partly quantized network (`quant/sequential.py`,
-with bias correction, which it needs to fit the biases). Each try
+kept: compensating weight rounding (`quant/fitting/rounding.py`), its scale candidates and
+refinement sweeps (when compensating rounding is kept), per-layer calibrators chosen by their
+readers' output error (`quant/calibration/choice.py`), scale migration (`quant/fitting/migrate.py`),
+headroom above the calibrated amax (the recipe schema's `activations.headroom`), and last
+the sequential fit of weights and biases to the partly quantized network
+(`quant/fitting/sequential.py`, with bias correction, which it needs to fit the biases). Each try
 rebuilds the plan from the calibration images and scores the fp32 emulation of every candidate
 layer against fp32 on the sensitivity subset of the held-out images; an option is kept when the
 paired change in KL mean against the options kept so far (the same images, 95% bootstrap

@@ -41,9 +41,9 @@ class Calibration:
     # over the calibration images; what weight bias correction needs
     channel_mean: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
     # layer -> E[x x^T] over its input channels (every position of every calibration image),
-    # float64; collected when asked, for compensating weight rounding (`quant/rounding.py`)
+    # float64; collected when asked, for compensating weight rounding (`quant/fitting/rounding.py`)
     second_moment: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
-    # layer -> max |x| per input channel; what scale migration needs (`quant/migrate.py`)
+    # layer -> max |x| per input channel; what scale migration needs (`quant/fitting/migrate.py`)
     channel_amax: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
     # tensor key -> calibrator that set its amax, where a layer override chose another one
     tensor_calibrator: dict[str, str] = field(default_factory=dict)

@@ -10,13 +10,14 @@ import torch
 import triton
 import triton.language as tl
 
-# Activation codes of the epilogue; `quant.fused.ACTIVATIONS` maps modules to them.
+# Activation codes of the epilogue; `quant.layers.fused_matmul.ACTIVATIONS` maps modules to them.
 ACT_CODES = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5}
 
 
 @triton.jit
 def activation(y, ACT: tl.constexpr):
-    """The epilogue's activation (`ACT_CODES`), in float32; shared with `quant/triton_dw.py`."""
+    """The epilogue's activation (`ACT_CODES`), in float32; shared with
+    `quant/kernels/depthwise.py`."""
     if ACT == 1:
         y = tl.maximum(y, 0.0)
     elif ACT == 2:
@@ -32,8 +33,9 @@ def activation(y, ACT: tl.constexpr):
 
 @triton.jit
 def fp8_range(y, out_scale_ptr):
-    """`quant.fp8.to_fp8` up to its cast: divide by the scale, saturate at +-448 (E4M3's
-    largest value); the caller's store rounds to nearest even. Shared with `quant/triton_dw.py`."""
+    """`quant.formats.fp8.to_fp8` up to its cast: divide by the scale, saturate at +-448 (E4M3's
+    largest value); the caller's store rounds to nearest even. Shared with
+    `quant/kernels/depthwise.py`."""
     y = tl.math.div_rn(y, tl.load(out_scale_ptr))  # `/` is approximate on the GPU
     return tl.minimum(tl.maximum(y, -448.0), 448.0)
 

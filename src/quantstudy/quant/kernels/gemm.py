@@ -2,14 +2,14 @@
 
 y[m, n] = act(acc[m, n] * x_scale * w_scale[n] + bias[n]), acc = sum_k xq[m, k] * w8[n, k],
 optionally followed by a residual sum and its activation, res_act(y[m, n] + r[m, n])
-(`quant/residual.py`), written once in the engine's dtype, or as the next FP8 layer's quantized
-input (FP8 hand-off), or both (a residual sum that is also the next FP8 layer's input). An
+(`quant/rewrites/residual.py`), written once in the engine's dtype, or as the next FP8 layer's
+quantized input (FP8 hand-off), or both (a residual sum that is also the next FP8 layer's input). An
 input in the engine's dtype is quantized in the kernel with dynamic per-row scales (QUANT_A).
 cuBLASLt's FP8 kernel (torch._scaled_mm) writes bf16 and needs a row-wise activation scale
 tensor of M elements plus a separate pass for the activation; here the per-channel scale,
 folded-BatchNorm bias and activation ride in the epilogue, the activation scale is read from
 device memory (no host sync, no M-sized tensor), and any K and N work (masked loads; the fused
-layer still pads K to 16 so that rows take 16-byte loads, see `quant/fused.py`).
+layer still pads K to 16 so that rows take 16-byte loads, see `quant/layers/fused_matmul.py`).
 
 Per product the autotuner picks the tile, whether operands are read and the output written
 through pointers or through tensor descriptors (Hopper's bulk copy engine, TMA), and, for thin
@@ -131,9 +131,10 @@ def fp8_gemm_triton(
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
     per-row activation scales); returns (M, N) in `out_dtype`. An `xq` in another dtype (the
-    engine's) is quantized in the kernel with dynamic per-row scales (`quant.fp8.quantize_rows`
-    arithmetic; `x_scale` is then not read), after the product with `x_inv_divisor` ((K,)
-    float32) where given; w8 may then be wider than K (its padding is not read).
+    engine's) is quantized in the kernel with dynamic per-row scales
+    (`quant.formats.fp8.quantize_rows` arithmetic; `x_scale` is then not read), after the product
+    with `x_inv_divisor` ((K,) float32) where given; w8 may then be wider than K (its padding is not
+    read).
 
     By default the autotuner picks the tile, the streaming programs for thin products and,
     where `tma_ok` allows, the I/O paths; `loads` or `store` "pointer" keeps it off the
@@ -147,7 +148,7 @@ def fp8_gemm_triton(
     strides) is added after the activation and `res_act` applied to the sum (`_finish`).
     `pair` ((M, N) FP8, contiguous) also receives the output quantized with `out_scale`, while
     the output itself stays in `out_dtype`. `out` (B, H, W, N) in `out_dtype`, B x H x W = M,
-    any strides (the interior of a zero-padded buffer, `quant/pad_handoff.py`) receives the
+    any strides (the interior of a zero-padded buffer, `quant/rewrites/pad_handoff.py`) receives the
     output pixel by pixel instead of a new (M, N) tensor, through pointer stores."""
     out = _checked_output(
         xq, w8, out_dtype, out_scale, promote, loads, store, residual, pair, x_inv_divisor, out

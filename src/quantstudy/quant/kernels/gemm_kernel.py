@@ -38,7 +38,8 @@ def _tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.c
 @triton.jit
 def _a_tile(a_ptrs, mask, d_ptrs, k_mask, HAS_DIV: tl.constexpr):
     """One tile of an unquantized input (QUANT_A) times the reciprocal of the migration
-    divisor (`d_ptrs`, float32), rounded back to the input's dtype (`quant.fp8.quantize_rows`)."""
+    divisor (`d_ptrs`, float32), rounded back to the input's dtype
+    (`quant.formats.fp8.quantize_rows`)."""
     a = tl.load(a_ptrs, mask=mask, other=0.0)
     if HAS_DIV:
         d = tl.load(d_ptrs, mask=k_mask, other=1.0)
@@ -54,14 +55,14 @@ def _row_amax(a, amax):
 
 @triton.jit
 def _row_scales(amax):
-    """`quant.fp8.row_scale`: max |row| x float32(1/448), 1 for an all-zero row."""
+    """`quant.formats.fp8.row_scale`: max |row| x float32(1/448), 1 for an all-zero row."""
     rows = amax * E4M3_INV
     return tl.where(rows > 0.0, rows, 1.0)
 
 
 @triton.jit
 def _to_e4m3(a, inv_rows):
-    """`quant.fp8.to_fp8_rows` of a tile: times each row's reciprocal scale, saturate at
+    """`quant.formats.fp8.to_fp8_rows` of a tile: times each row's reciprocal scale, saturate at
     +-448, round to nearest even."""
     q = a.to(tl.float32) * inv_rows[:, None]
     q = tl.minimum(tl.maximum(q, -448.0), 448.0)
@@ -123,8 +124,8 @@ def _finish(
     """Epilogue: scales and bias on the float32 sums, the activation, then one write of the
     tile whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the
     next FP8 layer's quantized input (divide by its scale, saturate at 448, round to nearest
-    even: `quant.fp8.to_fp8`'s arithmetic). With HAS_RES the residual tile (engine dtype, any
-    strides) is added to the activated value and RES_ACT applied to the sum. With PAIR the
+    even: `quant.formats.fp8.to_fp8`'s arithmetic). With HAS_RES the residual tile (engine dtype,
+    any strides) is added to the activated value and RES_ACT applied to the sum. With PAIR the
     tile is also written to `q_ptr` (same strides) as the next FP8 layer's input, quantized
     from the value stored in the engine's dtype with the scale at `out_scale_ptr`. The values are
     rounded to the engine's dtype (ROUND) wherever the unfused engine stores them (before the
@@ -132,7 +133,7 @@ def _finish(
     fused and unfused engines quantize the same numbers. With ROW_SCALE `x_rows` holds the
     tile's rows' activation scales. With MAP_OUT row m is pixel (b, h, w) of a map `out_w` wide
     and `out_hw` pixels per image, written at b * stride_cb + h * stride_ch + w * stride_cm: the
-    interior of a zero-padded buffer (`quant/pad_handoff.py`)."""
+    interior of a zero-padded buffer (`quant/rewrites/pad_handoff.py`)."""
     offs_m = first_m + tl.arange(0, BLOCK_M)
     offs_n = first_n + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)

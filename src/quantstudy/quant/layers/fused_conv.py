@@ -1,10 +1,10 @@
 """The fused FP8 k x k convolution layer: one kernel for the conv, scales, bias and activation.
 
-The kxk counterpart of `quant/fused.py`'s `FusedFP8Matmul`, for dense convs the recipe selects
-that no 1x1 product covers (res2net's 3x3 convs). Same quantization as the emulation
+The kxk counterpart of `quant/layers/fused_matmul.py`'s `FusedFP8Matmul`, for dense convs the recipe
+selects that no 1x1 product covers (res2net's 3x3 convs). Same quantization as the emulation
 (`QDQ`): static per-tensor input scale, per-channel or per-tensor FP8 weights from the float32
 layer, zero padding, float32 sums. On CUDA the conv is the implicit-GEMM Triton kernel of
-`quant/triton_conv.py`; elsewhere the same arithmetic in torch (exact FP8 products summed in
+`quant/kernels/conv.py`; elsewhere the same arithmetic in torch (exact FP8 products summed in
 float32 by `F.conv2d`), so CPU tests and CPU engines check the layer without a GPU. Both run
 behind one custom op, opaque to Inductor; the input quantize stays a torch expression that
 Inductor fuses into the producing kernel.

@@ -31,19 +31,19 @@ class QuantPlan:
     layers: list[str]
     per_channel: bool
     calibration: Calibration
-    bias_correction: bool = False  # `quant/bias_correction.py`, from the recipe's weights
-    rounding: str = "nearest"  # `quant/rounding.py`; compensating needs calibration moments
+    bias_correction: bool = False  # `quant/fitting/bias_correction.py`, from the recipe's weights
+    rounding: str = "nearest"  # `quant/fitting/rounding.py`; compensating needs calibration moments
     row_scales: bool = False  # dynamic per-row activation scales instead of static per-tensor
-    # layer -> per-input-channel divisor of its input (scale migration, `quant/migrate.py`)
+    # layer -> per-input-channel divisor of its input (scale migration, `quant/fitting/migrate.py`)
     divisors: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
     # with row_scales: only layers whose input has at most this many channels (None: all)
     row_max_channels: int | None = None
     # compensating rounding's scale candidates per channel and refinement sweeps
     scale_candidates: int = 1
     refine_sweeps: int = 0
-    # weights and biases fitted sequentially (`quant/sequential.py`), when the recipe asks
+    # weights and biases fitted sequentially (`quant/fitting/sequential.py`), when the recipe asks
     fitted: Fitted | None = field(default=None, compare=False, repr=False)
-    # what output tuning (`quant/tune.py`) measured; its values are in `fitted`
+    # what output tuning (`quant/fitting/tune.py`) measured; its values are in `fitted`
     tuned: Tuned | None = field(default=None, compare=False, repr=False)
     # stored weights by the bytes of the float weights they were rounded from (every engine of
     # a study rounds the same folded weights; compensating rounding takes seconds per layer)
@@ -61,7 +61,7 @@ class QuantPlan:
     def stored_weights(self, source: nn.Module) -> dict[str, FP8Weight]:
         """The FP8 weight and scale of every plan layer of the float32 `source` (BatchNorm folded
         where the recipe folds), as every engine stores it: migrated by the layer's divisor,
-        then rounded the plan's way, or as fitted sequentially (`quant/sequential.py`).
+        then rounded the plan's way, or as fitted sequentially (`quant/fitting/sequential.py`).
         Deterministic, so each engine computes the same values."""
         if self.fitted is not None:
             if self.weights_digest(source) != self.fitted.digest:
@@ -89,7 +89,7 @@ class QuantPlan:
 
     @property
     def search(self) -> Search:
-        """Compensating rounding's searches (`quant/rounding.py`)."""
+        """Compensating rounding's searches (`quant/fitting/rounding.py`)."""
         return Search(self.scale_candidates, self.refine_sweeps)
 
     def static_input(self, name: str, layer: nn.Module) -> bool:
@@ -124,8 +124,8 @@ class Applied:
 
 def fp8_blocker(layer: nn.Module, kernel: str = "scaled_mm") -> str | None:
     """Why `layer` cannot run real FP8 with `kernel`; None when it can. The fused kernel also
-    runs dense kxk convs (`quant/fused_conv.py`) and depthwise convs on FP8 storage
-    (`quant/fused_dw.py`); torch._scaled_mm has no conv."""
+    runs dense kxk convs (`quant/layers/fused_conv.py`) and depthwise convs on FP8 storage
+    (`quant/layers/fused_depthwise.py`); torch._scaled_mm has no conv."""
     blocker = real_fp8_blocker(layer)
     if blocker is not None and kernel == "fused" and isinstance(layer, nn.Conv2d):
         if kxk_fp8_blocker(layer) is None or depthwise_fp8_blocker(layer) is None:
@@ -171,7 +171,7 @@ def fp8_module(
         )
         return new, None
     if real_fp8_blocker(layer) is not None:
-        # a kxk conv (`quant/fused_conv.py`): nearest weights, static per-tensor input
+        # a kxk conv (`quant/layers/fused_conv.py`): nearest weights, static per-tensor input
         return FusedFP8Conv2d(layer, x_scale, per_channel, dtype, act, out_scale, fp8_input), None
     new = FusedFP8Matmul(
         layer, x_scale, per_channel, dtype, act, out_scale, fp8_input, weight, **input_quant
@@ -194,7 +194,7 @@ def apply_fp8(
     so weight scales come from full-precision weights, not from their fp16 copies. `kernel`
     "fused" builds `FusedFP8Matmul` layers with the activations of `epilogue` (layer -> name)
     in their epilogue; the caller has removed those activation modules from `model`. `handoff`
-    (producer -> consumer, `quant/handoff.py`) makes each producer write its consumer's FP8
+    (producer -> consumer, `quant/rewrites/handoff.py`) makes each producer write its consumer's FP8
     input and the consumer read it as is.
     """
     if kernel not in choices(Fp8Kernel):

@@ -7,15 +7,15 @@ searches and the quality data tests build the same plan:
    override; times the recipe's headroom, after migration's second calibration), per-channel
    input means (bias correction) and max |x| (migration), and each
    pointwise layer's input second moment when the weights round compensating.
-2. Scale migration (`quant/migrate.py`): divisors from those channel maxima and the BatchNorm-
-   folded weights, kept where the float model stays equal; the migrated tensors are calibrated
-   again, divided, so their scales fit what the layers quantize.
-3. The engines then store the weights migrated, rounded (`quant/rounding.py`) and, with bias
-   correction, correct the bias for the shift of those stored weights
+2. Scale migration (`quant/fitting/migrate.py`): divisors from those channel maxima and the
+   BatchNorm-folded weights, kept where the float model stays equal; the migrated tensors are
+   calibrated again, divided, so their scales fit what the layers quantize.
+3. The engines then store the weights migrated, rounded (`quant/fitting/rounding.py`) and, with
+   bias correction, correct the bias for the shift of those stored weights
    (`QuantPlan.stored_weights`, `engines/builders.py`); or, with the sequential fit
-   (`quant/sequential.py`), as fitted layer by layer.
-4. Output tuning (`quant/tune.py`), last: the gains and biases of all layers at once, from the
-   stored weights and biases of step 3, against the fp32 logits.
+   (`quant/fitting/sequential.py`), as fitted layer by layer.
+4. Output tuning (`quant/fitting/tune.py`), last: the gains and biases of all layers at once, from
+   the stored weights and biases of step 3, against the fp32 logits.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def build_plan(
 
 def _stored_biases(plan: QuantPlan, folded: nn.Module) -> dict[str, torch.Tensor]:
     """Each plan layer's float32 bias as the engines store it without a fit: corrected for the
-    stored weights when the recipe asks (`quant/bias_correction.py`); zeros where none."""
+    stored weights when the recipe asks (`quant/fitting/bias_correction.py`); zeros where none."""
     m = copy.deepcopy(folded)
     if plan.bias_correction:
         weights = plan.stored_weights(folded)

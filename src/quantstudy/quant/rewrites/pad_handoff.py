@@ -6,7 +6,7 @@ fp16 conv Inductor fuses that pad into the bias/activation pass it runs anyway; 
 FP8 layer, whose epilogue already applied bias and activation inside one opaque kernel, the pad
 is a pass of its own over the network's widest tensors (H200, Lite0 at batch 128: four such
 passes, 252 us of the FP8 engine's 2380; examples/lite0-fp8-options/kernels-h200-narrow-rows.json).
-Here the producer's epilogue writes the interior of the padded buffer (`quant/padding.py`,
+Here the producer's epilogue writes the interior of the padded buffer (`quant/layers/padding.py`,
 the kernel's MAP_OUT) and the conv reads it with no padding of its own: the same values, one
 pass fewer.
 

@@ -1,7 +1,7 @@
 """Residual sums that are also the next FP8 layer's input, written in both forms by one epilogue.
 
-Why: once `quant/residual.py` has moved a block's add into the block's last FP8 layer, the sum
-is read twice by what follows: the next FP8 layer quantizes it (an Inductor pass that reads the
+Why: once `quant/rewrites/residual.py` has moved a block's add into the block's last FP8 layer, the
+sum is read twice by what follows: the next FP8 layer quantizes it (an Inductor pass that reads the
 fp16 sum and writes FP8) and the next shortcut reads it in fp16. The layer writing the sum can
 also write the FP8 copy with the reader's scale (`fp8_gemm_pair`), and that quantize pass and
 its fp16 read disappear: on res2net's 15 hand-offs at batch 128 the quantize passes took 571
@@ -12,8 +12,8 @@ in the epilogue"; `bench/epilogue.py` times it one product at a time).
 The reader sits in the next block, so the smallest module holding both calls (a stage, or the
 model itself) is traced with the residual rewrite's tracer and rewritten: the sum's layer
 returns (sum, FP8 copy) and the reader takes the copy (its input read as is, as an FP8
-hand-off's consumer does, `quant/handoff.py`). A reader qualifies when it is a fused FP8 layer
-called once, reading exactly the sum, with a static per-tensor scale and no K padding; of
+hand-off's consumer does, `quant/rewrites/handoff.py`). A reader qualifies when it is a fused FP8
+layer called once, reading exactly the sum, with a static per-tensor scale and no K padding; of
 several, the first. As for every rewrite, a float copy with the same rewrite (the sum's layer
 returning the sum twice) must leave the model's output bit-identical.
 """
