@@ -55,7 +55,7 @@ from quantstudy.quant.layers.matmul import bind_scaled_mm
 from quantstudy.quant.plan.apply import QuantPlan, apply_fp8
 from quantstudy.record import LayerKernel
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import Fp8Kernel
+from quantstudy.record.vocab import Activation, Fp8Kernel
 
 MARGIN = 0.03
 """scaled_mm must take less than (1 - MARGIN) of the fused layer's time to replace it."""
@@ -63,11 +63,11 @@ MARGIN = 0.03
 # The epilogue's activations (`quant.layers.fused_matmul.ACTIVATIONS`) as modules, for the unfused
 # layer.
 ACT_MODULES: dict[str, Callable[[], nn.Module]] = {
-    "relu": nn.ReLU,
-    "relu6": nn.ReLU6,
-    "silu": nn.SiLU,
-    "hardswish": nn.Hardswish,
-    "gelu": nn.GELU,
+    Activation.RELU: nn.ReLU,
+    Activation.RELU6: nn.ReLU6,
+    Activation.SILU: nn.SiLU,
+    Activation.HARDSWISH: nn.Hardswish,
+    Activation.GELU: nn.GELU,
 }
 
 

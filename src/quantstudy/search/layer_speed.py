@@ -94,7 +94,7 @@ def measure_layer_speed(
     iters: int = 20,
     warmup: int = 10,
     device: torch.device | str = "cuda",
-    kernel: str = "fused",
+    kernel: str = Fp8Kernel.FUSED,
 ) -> LayerSpeedSection:
     """Time every layer of `layers` in fp16 and in FP8 at its real input shape with `batch`.
 
@@ -115,7 +115,7 @@ def measure_layer_speed(
         fold_batchnorm(source, example)
     shapes = layer_input_shapes(source, example, layers)
     real = real_layers(source, layers, kernel)
-    absorbed = absorbable_activations(source, real, example) if kernel == "fused" else {}
+    absorbed = absorbable_activations(source, real, example) if kernel == Fp8Kernel.FUSED else {}
     gen = torch.Generator(device="cpu").manual_seed(0)
     rows: list[LayerSpeed] = []
     for name in layers:

@@ -10,8 +10,10 @@ import torch
 import triton
 import triton.language as tl
 
+from quantstudy.record.vocab import Activation
+
 # Activation codes of the epilogue; `quant.layers.fused_matmul.ACTIVATIONS` maps modules to them.
-ACT_CODES = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5}
+ACT_CODES: dict[str, int] = {act: code for code, act in enumerate(Activation)}
 
 
 @triton.jit

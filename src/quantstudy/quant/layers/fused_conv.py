@@ -23,6 +23,7 @@ from quantstudy.quant.layers.fused_matmul import (
     io_repr,
     take_epilogue,
 )
+from quantstudy.record.vocab import Activation
 
 
 def kxk_fp8_blocker(layer: nn.Module) -> str | None:
@@ -106,7 +107,7 @@ class FusedFP8Conv2d(nn.Module):
         x_scale: float,
         per_channel: bool,
         dtype: torch.dtype,
-        act: str = "none",
+        act: str = Activation.NONE,
         out_scale: float | None = None,
         fp8_input: bool = False,
     ) -> None:

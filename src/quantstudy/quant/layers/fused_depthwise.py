@@ -33,6 +33,7 @@ from quantstudy.quant.layers.fused_matmul import (
     take_epilogue,
 )
 from quantstudy.quant.layers.matmul import FP8Weight
+from quantstudy.record.vocab import Activation
 
 
 def _same_pad_types() -> tuple[type, ...]:
@@ -114,7 +115,7 @@ class FusedFP8Depthwise(nn.Module):
         x_scale: float,
         per_channel: bool,
         dtype: torch.dtype,
-        act: str = "none",
+        act: str = Activation.NONE,
         out_scale: float | None = None,
         fp8_input: bool = False,
         weight: FP8Weight | None = None,

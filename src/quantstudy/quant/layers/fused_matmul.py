@@ -21,27 +21,28 @@ from torch import nn
 from quantstudy.quant.formats.fp8 import E4M3, quantize_rows, quantize_weight, to_fp8
 from quantstudy.quant.layers.matmul import FP8Weight, PointwiseMatmul, align
 from quantstudy.quant.layers.padding import OutputPad
+from quantstudy.record.vocab import Activation
 
 # Activation modules the epilogue computes, by exact type (subclasses may change the forward).
-ACTIVATIONS: dict[type, str] = {
-    nn.ReLU: "relu",
-    nn.ReLU6: "relu6",
-    nn.SiLU: "silu",
-    nn.Hardswish: "hardswish",
+ACTIVATIONS: dict[type, Activation] = {
+    nn.ReLU: Activation.RELU,
+    nn.ReLU6: Activation.RELU6,
+    nn.SiLU: Activation.SILU,
+    nn.Hardswish: Activation.HARDSWISH,
 }
 
 
-def activation_name(module: nn.Module) -> str | None:
-    """The epilogue's name for `module`, or None when the epilogue cannot compute it."""
+def activation_name(module: nn.Module) -> Activation | None:
+    """The epilogue's activation for `module`, or None when the epilogue cannot compute it."""
     if type(module) in ACTIVATIONS:
         return ACTIVATIONS[type(module)]
     if type(module) is nn.GELU and module.approximate == "none":
-        return "gelu"
+        return Activation.GELU
     try:
         from timm.layers.activations import GELU
     except ImportError:  # pragma: no cover - timm is a dependency
         return None
-    return "gelu" if type(module) is GELU else None
+    return Activation.GELU if type(module) is GELU else None
 
 
 def _act_reference(y: torch.Tensor, act: str) -> torch.Tensor:
@@ -70,7 +71,7 @@ def fp8_gemm(
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
     residual: torch.Tensor | None = None,
-    res_act: str = "none",
+    res_act: str = Activation.NONE,
     x_inv_divisor: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8,
@@ -260,7 +261,7 @@ class FusedFP8Matmul(PointwiseMatmul):
         x_scale: float,
         per_channel: bool,
         dtype: torch.dtype,
-        act: str = "none",
+        act: str = Activation.NONE,
         out_scale: float | None = None,
         fp8_input: bool = False,
         fp8_weight: FP8Weight | None = None,

@@ -17,7 +17,7 @@ from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, depthwise_fp8_blocker
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import QDQ, FP8Matmul, FP8Weight, real_fp8_blocker
-from quantstudy.record.vocab import Fp8Kernel, choices
+from quantstudy.record.vocab import Activation, Fp8Kernel, choices
 
 if TYPE_CHECKING:  # sequential.py builds on this module
     from quantstudy.quant.fitting.sequential import Fitted
@@ -122,18 +122,20 @@ class Applied:
     emulated: list[tuple[str, str]]
 
 
-def fp8_blocker(layer: nn.Module, kernel: str = "scaled_mm") -> str | None:
+def fp8_blocker(layer: nn.Module, kernel: str = Fp8Kernel.SCALED_MM) -> str | None:
     """Why `layer` cannot run real FP8 with `kernel`; None when it can. The fused kernel also
     runs dense kxk convs (`quant/layers/fused_conv.py`) and depthwise convs on FP8 storage
     (`quant/layers/fused_depthwise.py`); torch._scaled_mm has no conv."""
     blocker = real_fp8_blocker(layer)
-    if blocker is not None and kernel == "fused" and isinstance(layer, nn.Conv2d):
+    if blocker is not None and kernel == Fp8Kernel.FUSED and isinstance(layer, nn.Conv2d):
         if kxk_fp8_blocker(layer) is None or depthwise_fp8_blocker(layer) is None:
             return None
     return blocker
 
 
-def real_layers(model: nn.Module, layers: list[str], kernel: str = "scaled_mm") -> list[str]:
+def real_layers(
+    model: nn.Module, layers: list[str], kernel: str = Fp8Kernel.SCALED_MM
+) -> list[str]:
     """The layers of `layers` that can run a real FP8 product with `kernel`."""
     return [n for n in layers if fp8_blocker(model.get_submodule(n), kernel) is None]
 
@@ -145,7 +147,7 @@ def fp8_module(
     dtype: torch.dtype,
     kernel: str,
     *,
-    act: str = "none",
+    act: str = Activation.NONE,
     out_scale: float | None = None,
     fp8_input: bool = False,
     weight: FP8Weight | None = None,
@@ -163,7 +165,7 @@ def fp8_module(
     blocker = fp8_blocker(layer, kernel)
     if blocker is not None:
         return QDQ(layer, x_scale, True, per_channel, dtype, weight, **input_quant), blocker
-    if kernel != "fused":
+    if kernel != Fp8Kernel.FUSED:
         return FP8Matmul(layer, x_scale, per_channel, dtype, weight, **input_quant), None
     if depthwise_fp8_blocker(layer) is None:
         new = FusedFP8Depthwise(
@@ -184,7 +186,7 @@ def apply_fp8(
     source: nn.Module,
     plan: QuantPlan,
     dtype: torch.dtype,
-    kernel: str = "scaled_mm",
+    kernel: str = Fp8Kernel.SCALED_MM,
     epilogue: dict[str, str] | None = None,
     handoff: dict[str, str] | None = None,
 ) -> Applied:
@@ -201,7 +203,7 @@ def apply_fp8(
         raise ValueError(f"FP8 kernel must be one of {choices(Fp8Kernel)}, not {kernel!r}")
     epilogue = epilogue or {}
     handoff = handoff or {}
-    if handoff and kernel != "fused":
+    if handoff and kernel != Fp8Kernel.FUSED:
         raise ValueError("FP8 hand-offs need the fused kernel")
     consumers = set(handoff.values())
     weights = plan.stored_weights(source)
@@ -216,7 +218,7 @@ def apply_fp8(
             plan.per_channel,
             dtype,
             kernel,
-            act=epilogue.get(name, "none"),
+            act=epilogue.get(name, Activation.NONE),
             out_scale=plan.calibration.scale_of(nxt) if nxt is not None else None,
             fp8_input=name in consumers,
             weight=weights[name],
