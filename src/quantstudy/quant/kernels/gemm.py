@@ -14,7 +14,7 @@ layer still pads K to 16 so that rows take 16-byte loads, see `quant/layers/fuse
 Per product the autotuner picks the tile, whether operands are read and the output written
 through pointers or through tensor descriptors (Hopper's bulk copy engine, TMA), and, for thin
 products, streaming programs that keep the weight and walk over row tiles. Why each exists, and
-what the H200 measured, is in docs/fp8-kernel.md.
+what was measured, is in docs/fp8-kernel.md.
 
 Imported lazily: Triton ships with CUDA builds of torch only.
 """

@@ -77,13 +77,11 @@ def _mma(a, b, acc, part, step, BLOCK_K: tl.constexpr, PROMOTE: tl.constexpr):
 
     Hopper's FP8 tensor cores align each MMA's products and the running sum to the largest
     exponent and keep about 14 bits, and Triton leaves the whole K loop in them on sm90 unless
-    told otherwise; cuBLASLt promotes once per K tile. On the H200, with the whole K in the
-    tensor cores the kernel wrote torch._scaled_mm's fp16 values for 75.5% of a 4096x256x384
-    product's outputs, promoting after every 32-product MMA for 77.0%, and promoting every 128
-    products (any BLOCK_K) for all of them at K 96, 256 and 1024 (tests/gpu/test_fused_gpu.py):
-    both engines must promote at the same K, hence PROMOTE. Tiles have BLOCK_K <= PROMOTE or
-    PROMOTE == 0 (`_prune`). The price: the fused products take 5-20% longer than with
-    Triton's default (docs/fp8-kernel.md)."""
+    told otherwise; cuBLASLt promotes once per K tile. Only promoting at the same K as
+    cuBLASLt (every 128 products, whatever BLOCK_K) makes the kernel write torch._scaled_mm's
+    values for every output (tests/gpu/test_fused_gpu.py checks it): both engines must promote
+    at the same K, hence PROMOTE. Tiles have BLOCK_K <= PROMOTE or PROMOTE == 0 (`_prune`).
+    The price, some speed against Triton's default, is measured in docs/fp8-kernel.md."""
     if PROMOTE == 0:
         part = tl.dot(a, b, part)
     elif BLOCK_K == PROMOTE:

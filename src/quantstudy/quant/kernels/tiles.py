@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import triton
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages). The first nine won or tied (within 5%) on at least
-# one of the 19 products of EfficientNet-Lite0 at batch 128 in a sweep of 27 tiles x 2 load paths
-# on the H200 (docs/results/gemm-tf_efficientnet_lite0-sweep.json); the last three keep the
-# batch-1 rows (M 49-12544) and the wide linears of vision transformers covered.
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages). The first nine won or tied on at least one of
+# EfficientNet-Lite0's products in a sweep of tiles and load paths (docs/fp8-kernel.md); the
+# last three keep the batch-1 rows and the wide linears of vision transformers covered.
 TILES = [
     (256, 128, 64, 8, 3),
     (256, 32, 64, 8, 4),
@@ -34,8 +33,8 @@ TILES = [
 # that autotuning stays at about 35 configs per product.
 _STORE_BOUND = [(256, 64, 32, 8, 3), (128, 64, 32, 4, 4), (256, 32, 64, 8, 4)]
 _TMA_LOADS = [(256, 128, 64, 8, 3), (128, 64, 128, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 4, 3)]
-# Deeper K steps for the wider linears of vision transformers (crossvit's ran 1.37x slower than
-# cuBLASLt with the tiles above); not measured alone. A tile whose shared memory does not fit
+# Deeper K steps for the wider linears of vision transformers (crossvit's lost to cuBLASLt with
+# the tiles above); not measured alone. A tile whose shared memory does not fit
 # is skipped by the autotuner.
 _WIDE = [(128, 128, 128, 8, 4), (128, 256, 128, 8, 3)]
 PATH_TILES = {
@@ -46,10 +45,9 @@ PATH_TILES = {
 }
 
 # Streaming programs for thin products (K <= 64, N <= 256): (BLOCK_M, BLOCK_N, BLOCK_K, warps,
-# stages, programs per SM). The H200 sweep found the thin-K expansion convs, which only write
-# their output, at about half the fp16 conv's write bandwidth with one tile per program
-# (docs/fp8-kernel.md); these tiles are offered to the autotuner beside the others, not measured
-# alone.
+# stages, programs per SM). With one tile per program the thin-K expansion convs, which only
+# write their output, fell well short of the fp16 conv's write bandwidth (docs/fp8-kernel.md);
+# these tiles are offered to the autotuner beside the others, not measured alone.
 STREAM_TILES = [
     (128, bn, bk, 4 if bn <= 64 else 8, 3, per_sm)
     for bn in (16, 32, 64, 128, 256)
@@ -74,8 +72,8 @@ def _prune(configs, named_args, **kwargs):
     take.
 
     A tile may overhang a dimension up to 64 (K 16-32 products ran fastest with BLOCK_K 64 in the
-    H200 sweep); a bound of 32 leaves no tile for N 16 / K 32 (Lite0's first layer), whose
-    fallback, a 256x128 tile, took 2.7x the best time."""
+    tile sweep); a bound of 32 leaves no tile for N 16 / K 32 (Lite0's first layer), whose
+    fallback, a 256x128 tile, is far slower (docs/fp8-kernel.md)."""
     m, n, k = named_args["M"], named_args["N"], named_args["K"]
     has = {"TMA_LOADS": named_args["tma_loads_ok"], "TMA_STORE": named_args["tma_store_ok"]}
     promote = {**named_args, **kwargs}.get("PROMOTE", PROMOTE)  # where Triton puts constexprs
@@ -110,10 +108,10 @@ def _prune(configs, named_args, **kwargs):
 
 def _bench(fn, quantiles=None):
     """Time a config as the engines run it: replayed from a CUDA graph. Timed from the host
-    (triton's default), a 5-10 us product measures its launch, and descriptor configs, whose
-    launch encodes the tensor maps, lose to slower pointer tiles (H200, docs/fp8-kernel.md).
-    Each graph holds about `rep` ms of launches, captured from Python one launch at a time: 5 ms
-    (about 1000 launches of a 5 us product) keeps a ~30-config search to seconds per product."""
+    (triton's default), a product of a few microseconds measures its launch, and descriptor
+    configs, whose launch encodes the tensor maps, lose to slower pointer tiles
+    (docs/fp8-kernel.md). Each graph holds about `rep` ms of launches, captured from Python one
+    launch at a time: a short `rep` keeps a search over a few dozen configs quick per product."""
     return triton.testing.do_bench_cudagraph(fn, rep=5, quantiles=quantiles)
 
 

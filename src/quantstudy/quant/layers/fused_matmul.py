@@ -1,6 +1,6 @@
 """The fused FP8 layer: one kernel for the product, per-channel scale, bias and activation.
 
-Why: on the H200 the unfused layer (`FP8Matmul`, as first measured: `torch._scaled_mm` writing
+Why: on the GPU the unfused layer (`FP8Matmul`, as first measured: `torch._scaled_mm` writing
 bf16, then cast, bias and activation in a separate pass) lost to fp16 at every batch, and the
 byte counts put most of the loss in the extra passes over the layer's output (docs/fp8-kernel.md).
 `FusedFP8Matmul` writes its output once, activation applied, in the engine's dtype. The input
@@ -251,8 +251,8 @@ class FusedFP8Matmul(PointwiseMatmul):
     per-tensor FP8 weights from the float32 layer); the bias and scales stay float32. K is
     zero-padded to a multiple of 16 (the weight once, the activation inside its quantize, which
     Inductor fuses into the producer): FP8 rows of 728 bytes (xception41) cannot be read with
-    16-byte vector or descriptor loads, and the H200 ran those products 3.5x slower than cuBLASLt
-    on padded ones (docs/fp8-kernel.md). Zero columns add exact zeros to every sum.
+    16-byte vector or descriptor loads, and those products ran several times slower than
+    cuBLASLt on padded ones (docs/fp8-kernel.md). Zero columns add exact zeros to every sum.
     """
 
     def __init__(

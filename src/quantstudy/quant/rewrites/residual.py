@@ -152,8 +152,8 @@ def _stored_anyway(node: fx.Node) -> bool:
     """Whether the compiled engine writes the other term to memory whatever the layer does: a
     block input, a module's output (a cuDNN or FP8 kernel's), or a value with other readers.
     A value only the add reads (ghostnet's concatenated halves) Inductor computes inside the
-    add's kernel; handing it to the layer would write it once more (on the H200 that cost
-    ghostnet_100 33 us at batch 128, docs/fp8-kernel.md)."""
+    add's kernel; handing it to the layer would write it once more (docs/fp8-kernel.md
+    measures that cost)."""
     return node.op in ("placeholder", "call_module") or len(node.users) > 1
 
 

@@ -4,10 +4,10 @@ Why: once `quant/rewrites/residual.py` has moved a block's add into the block's 
 sum is read twice by what follows: the next FP8 layer quantizes it (an Inductor pass that reads the
 fp16 sum and writes FP8) and the next shortcut reads it in fp16. The layer writing the sum can
 also write the FP8 copy with the reader's scale (`fp8_gemm_pair`), and that quantize pass and
-its fp16 read disappear: on res2net's 15 hand-offs at batch 128 the quantize passes took 571
-us less on the H200. Off by default all the same: the second output made those products 2.2-2.9
-times slower (autotuned to narrower tiles), x 1.10 -> 0.94 (docs/fp8-kernel.md, "Residual sums
-in the epilogue"; `bench/epilogue.py` times it one product at a time).
+its fp16 read disappear. Off by default all the same: the second output slows the products
+that write it (autotuned to narrower tiles) by more than the quantize passes it saves cost
+(docs/fp8-kernel.md, "Residual sums in the epilogue", has the measurement;
+`bench/epilogue.py` times it one product at a time).
 
 The reader sits in the next block, so the smallest module holding both calls (a stage, or the
 model itself) is traced with the residual rewrite's tracer and rewritten: the sum's layer
