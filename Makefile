@@ -25,6 +25,7 @@ demo: $(VENV)/.installed
 # minutes on 2 cores; not in CI).
 test: $(VENV)/.installed
 	$(PY) -m ruff check src tests
+	$(PY) -m mypy
 	$(PY) -m pytest -q -rs -m "not slow and not suite and not evidence"
 
 test-suites: $(VENV)/.installed

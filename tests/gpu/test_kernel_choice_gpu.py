@@ -10,8 +10,8 @@ from torch import nn
 
 from quantstudy.engines.builders import build_fp8
 from quantstudy.engines.kernel_choice import Unfused
-from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.plan.apply import QuantPlan
 
 pytestmark = pytest.mark.gpu
 

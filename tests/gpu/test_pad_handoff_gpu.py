@@ -1,4 +1,5 @@
-"""Fused FP8 layers writing the next conv's zero padding on CUDA (`quant/pad_handoff.py`)."""
+"""Fused FP8 layers writing the next conv's zero padding on CUDA
+(`quant/rewrites/pad_handoff.py`)."""
 
 import pytest
 import torch

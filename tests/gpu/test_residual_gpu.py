@@ -1,4 +1,4 @@
-"""Residual sums in the fused FP8 kernel's epilogue on CUDA (`quant/residual.py`)."""
+"""Residual sums in the fused FP8 kernel's epilogue on CUDA (`quant/rewrites/residual.py`)."""
 
 import pytest
 import torch
@@ -48,8 +48,9 @@ def test_residual_engine_equals_the_separate_add_engine_eagerly():
 
 
 def test_the_pair_writes_the_fp8_copy_of_its_own_output():
-    """The second store of a sum that is also the next layer's input (`quant/sum_handoff.py`):
-    the fp16 output is the kernel's without the copy, the copy is `to_fp8` of it bit for bit."""
+    """The second store of a sum that is also the next layer's input
+    (`quant/rewrites/sum_handoff.py`): the fp16 output is the kernel's without the copy, the copy is
+    `to_fp8` of it bit for bit."""
     from quantstudy.quant.formats.fp8 import to_fp8
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 

@@ -1,11 +1,12 @@
 """Dynamic per-row activation scales taken in the fused kernel's prologue (QUANT_A,
-`quant/triton_fp8.py`) on CUDA: the same FP8 values as `quant.fp8.quantize_rows` in torch, so
-the same outputs as quantizing first and launching the kernel on FP8 rows."""
+`quant/kernels/gemm.py`) on CUDA: the same FP8 values as `quant.formats.fp8.quantize_rows` in torch,
+so the same outputs as quantizing first and launching the kernel on FP8 rows."""
 
 import pytest
 import torch
 
 from quantstudy.quant.formats.fp8 import quantize_rows
+
 # tiles, conv_head's K 320.
 SHAPES = [(128 * 3136, 24, 144), (196, 80, 480), (128 * 196, 192, 1152), (6272, 320, 1280)]
 

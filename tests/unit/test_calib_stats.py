@@ -7,8 +7,9 @@ import torch
 from _option_nets import LAYERS, images, pointwise_net
 
 from quantstudy.quant.calibration.calibrate import Calibration, calibrate, stats_source
-from quantstudy.quant.plan.build import QuantOptions, build_plan
+from quantstudy.quant.plan.build import build_plan
 from quantstudy.record import StudyConfig
+from quantstudy.record.quant_options import QuantOptions
 from quantstudy.study.calib_stats import STATS_ENV, SharedStats
 from quantstudy.study.prepare import prepare_study
 from quantstudy.sweep.caches import host_cache_env

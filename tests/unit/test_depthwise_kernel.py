@@ -1,13 +1,13 @@
-"""The depthwise Triton kernel (`quant/triton_dw.py`) under Triton's interpreter, against torch."""
+"""The depthwise Triton kernel (`quant/kernels/depthwise.py`) under Triton's interpreter, against
+torch."""
 
 import pytest
 from _interpreter import require_triton, run_interpreted
 
 require_triton()  # CUDA builds of torch ship Triton: skip only on a build without it
 
-from quantstudy.quant.kernels.depthwise import depthwise_conv
-
-from quantstudy.quant.kernels.layout import same_padding
+from quantstudy.quant.kernels.depthwise import depthwise_conv  # noqa: E402
+from quantstudy.quant.kernels.layout import same_padding  # noqa: E402
 
 
 def test_same_padding_matches_tensorflow():

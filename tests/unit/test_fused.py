@@ -2,14 +2,14 @@
 
 import pytest
 import torch
-from _interpreter import require_triton, run_interpreted
+from _interpreter import run_interpreted
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8
-from quantstudy.quant.rewrites.absorb import absorbable_activations
-from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul, activation_name
+from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.quant.rewrites.absorb import absorbable_activations
 
 CPU = torch.device("cpu")
 
@@ -17,7 +17,7 @@ CPU = torch.device("cpu")
 def test_triton_kernel_under_the_interpreter_matches_torch():
     """Every I/O path (pointers; tensor descriptors for the loads where K's rows are 16-byte
     aligned, for the store where N's are), with edges in M, N and K that do not fill a tile."""
-    require_triton()
+    pytest.importorskip("triton")
     pointer, tma, refused, worst = run_interpreted(
         """
         import torch
@@ -69,7 +69,7 @@ def test_every_promotion_interval_counts_each_k_step_once_under_the_interpreter(
     across K steps (BLOCK_K < PROMOTE), within one (BLOCK_K == PROMOTE), or never (0). The
     interpreter sums in float32 either way, so each must give the plain product; a K step lost
     or added at a hand-over would not. A tile deeper than PROMOTE is refused."""
-    require_triton()
+    pytest.importorskip("triton")
     (worst, refused) = run_interpreted(
         """
         import torch
@@ -101,7 +101,7 @@ def test_every_promotion_interval_counts_each_k_step_once_under_the_interpreter(
 
 @pytest.mark.parametrize("promote", [-128, 96])
 def test_promotion_interval_must_be_zero_or_a_power_of_two(promote):
-    require_triton()
+    pytest.importorskip("triton")
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     xq = torch.zeros(4, 256).to(torch.float8_e4m3fn)
@@ -125,7 +125,7 @@ def test_promotion_interval_must_be_zero_or_a_power_of_two(promote):
 def test_residual_and_fp8_copy_of_the_wrong_shape_are_refused(extra, message):
     """Before any launch: a residual or FP8 copy not shaped as the output, a copy without its
     scale, a copy beside an output that is FP8 itself."""
-    require_triton()
+    pytest.importorskip("triton")
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     xq = torch.zeros(4, 16).to(torch.float8_e4m3fn)
@@ -141,7 +141,7 @@ def test_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
     (GELU left out: the interpreter's erf and torch's differ by more than an fp16 step where
     1 + erf cancels), and outputs that differ from the unrounded kernel's show that the rounding
     happened."""
-    require_triton()
+    pytest.importorskip("triton")
     same, worst, moved = run_interpreted(
         """
         import torch
@@ -172,7 +172,7 @@ def test_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
 def test_streaming_programs_under_the_interpreter_match_torch():
     """Programs that keep the weight and walk over row tiles (8 programs here, so several tiles
     each and a ragged last one), with both stores; and a tile too small for K is refused."""
-    require_triton()
+    pytest.importorskip("triton")
     runs, worst = run_interpreted(
         """
         import torch
@@ -337,9 +337,9 @@ def test_fused_layer_pads_k_to_16_with_exact_zeros():
 
 
 def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
-    require_triton()
-    from quantstudy.quant.kernels.gemm import _prune
-    from quantstudy.quant.kernels.gemm import _fp8_gemm_tuned
+    pytest.importorskip("triton")
+    from quantstudy.quant.kernels.gemm_kernel import _fp8_gemm_tuned
+    from quantstudy.quant.kernels.tiles import _prune
 
     configs = _fp8_gemm_tuned.configs
 
@@ -493,7 +493,7 @@ def test_conv_to_conv_handoff_runs_channels_last_fp8_between_them():
 def test_fp8_io_is_refused_where_it_cannot_be_right():
     """A hand-off consumer whose K would need padding, a consumer given a float input, and an
     FP8 output without its scale (or a scale without an FP8 output) are clear errors."""
-    require_triton()
+    pytest.importorskip("triton")
     from quantstudy.quant.formats.fp8 import E4M3
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 

@@ -1,4 +1,5 @@
-"""Fused FP8 layers writing the next conv's zero padding (`quant/pad_handoff.py`), on the CPU."""
+"""Fused FP8 layers writing the next conv's zero padding (`quant/rewrites/pad_handoff.py`), on the
+CPU."""
 
 import pytest
 import torch
@@ -8,10 +9,10 @@ from torch import nn
 
 from quantstudy.engines.builders import build_fp8
 from quantstudy.engines.kernel_choice import choose_kernels
-from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.padding import OutputPad, same_pad
+from quantstudy.quant.plan.apply import QuantPlan
 from tests.unit._interpreter import require_triton, run_interpreted
 
 CPU = torch.device("cpu")

@@ -10,10 +10,12 @@ from quantstudy.engines.builders import build_fakequant, build_fp8
 from quantstudy.engines.run import run_engine
 from quantstudy.quant.fitting.migrate import exact_divisors, smooth_divisors, with_migration
 from quantstudy.quant.formats.fp8 import row_scale
-from quantstudy.quant.plan.build import QuantOptions, build_plan, quant_options
+from quantstudy.quant.plan.build import build_plan
+from quantstudy.recipe.options import quant_options
 from quantstudy.recipe.resolve import resolve
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
+from quantstudy.record.quant_options import QuantOptions
 
 CPU = torch.device("cpu")
 _net, _data = pointwise_net, images

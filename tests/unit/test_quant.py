@@ -157,8 +157,8 @@ def test_fp8_engine_matches_emulation_in_fp32():
     cpu = torch.device("cpu")
     fp8 = build_fp8(m, cpu, x[:1], plan, dtype=torch.float32)
     fq = build_fakequant(m, cpu, x[:1], plan)
-    # the fused kernel runs the 3x3 stem (`quant/fused_conv.py`) and the depthwise conv
-    # (`quant/fused_dw.py`) too
+    # the fused kernel runs the 3x3 stem (`quant/layers/fused_conv.py`) and the depthwise conv
+    # (`quant/layers/fused_depthwise.py`) too
     real = ["back", "down", "dw", "fc1", "fc2", "odd", "pw1", "pw2", "short", "stem"]
     assert sorted(fp8.applied.real) == real
     assert fp8.applied.emulated == []

@@ -1,4 +1,4 @@
-"""Residual sums in the fused FP8 layer's epilogue (`quant/residual.py`), on the CPU."""
+"""Residual sums in the fused FP8 layer's epilogue (`quant/rewrites/residual.py`), on the CPU."""
 
 import pytest
 import torch

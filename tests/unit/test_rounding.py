@@ -111,7 +111,7 @@ def test_fp8_weights_rounds_pointwise_layers_only():
         fp8_weights(model, ["0"], True, "compensating", {})
 
 
-# --- the searches: scale candidates and refinement sweeps (quant/rounding.py) ---
+# --- the searches: scale candidates and refinement sweeps (quant/fitting/rounding.py) ---
 
 
 def _coordinate_minimum(w, q, scale, h) -> bool:

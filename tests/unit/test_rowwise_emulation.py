@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from quantstudy.quant.layers import matmul as modules
 from quantstudy.quant.formats.fp8 import E4M3
+from quantstudy.quant.layers import matmul as modules
 
 ROWWISE = modules.rowwise_scaled_mm_runs("cpu")
 NEEDS_ROWWISE = pytest.mark.skipif(

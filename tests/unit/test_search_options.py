@@ -8,15 +8,10 @@ from _option_nets import LAYERS
 from _option_nets import images as _data
 from _option_nets import pointwise_net as _net
 
-from quantstudy.quant.plan.build import QuantOptions
+from quantstudy.recipe.options import with_quant_options
 from quantstudy.recipe.schema import parse_recipe
-from quantstudy.search.options import (
-    TRIED,
-    apply_to_recipe,
-    explore_options,
-    for_layers,
-    option_lines,
-)
+from quantstudy.record.quant_options import QuantOptions
+from quantstudy.search.options import TRIED, explore_options, for_layers, option_lines
 
 
 def test_option_step_keeps_what_lowers_kl_and_shares_the_decrease():
@@ -59,7 +54,7 @@ def test_kept_options_reach_the_recipe_and_stay_valid():
         headroom=4.0,
         sequential=True,
     )
-    recipe = for_layers(apply_to_recipe(base, options), ["3"])
+    recipe = for_layers(with_quant_options(base, options), ["3"])
     again = parse_recipe(yaml.safe_dump(recipe.model_dump(mode="json")).encode(), "again")
     assert again.weights.rounding == "compensating" and again.weights.bias_correction
     assert (again.weights.scale_candidates, again.weights.refine_sweeps) == (16, 4)

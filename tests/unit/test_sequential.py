@@ -1,4 +1,4 @@
-"""Sequential FP8 weight fitting (`quant/sequential.py`) on CPU: the bias fit through an
+"""Sequential FP8 weight fitting (`quant/fitting/sequential.py`) on CPU: the bias fit through an
 activation, what stays unchanged without bias correction, the in-sample mean match it promises,
 the engines storing the fitted values alike, and a bad option value."""
 
@@ -10,9 +10,10 @@ from torch import nn
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, deployed_copy
 from quantstudy.engines.run import run_engine
 from quantstudy.quant.fitting.sequential import bias_shift, execution_order
-from quantstudy.quant.plan.build import QuantOptions, build_plan
+from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
+from quantstudy.record.quant_options import QuantOptions
 
 CPU = torch.device("cpu")
 _net, _data = deep_net, images

@@ -1,4 +1,5 @@
-"""Residual sums that also write the next FP8 layer's input (`quant/sum_handoff.py`), on CPU."""
+"""Residual sums that also write the next FP8 layer's input (`quant/rewrites/sum_handoff.py`), on
+CPU."""
 
 import pytest
 import torch

@@ -1,5 +1,5 @@
-"""End-to-end output tuning (`quant/tune.py`) on CPU: it lowers the held-out KL it reports, the
-engines compute exactly what it measured, bias-only tuning leaves the weight scales alone, a
+"""End-to-end output tuning (`quant/fitting/tune.py`) on CPU: it lowers the held-out KL it reports,
+the engines compute exactly what it measured, bias-only tuning leaves the weight scales alone, a
 tuning that does not help returns the start, the straight-through gradient, and bad input."""
 
 import pytest
@@ -12,9 +12,10 @@ from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, 
 from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import kl_per_image
 from quantstudy.quant.layers.matmul import QDQ
-from quantstudy.quant.plan.build import QuantOptions, build_plan
+from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
+from quantstudy.record.quant_options import QuantOptions
 
 CPU = torch.device("cpu")
 

@@ -1,4 +1,4 @@
-"""Device check of the FP8 product's tuning paths (`quant/triton_fp8.py`), worth running before
+"""Device check of the FP8 product's tuning paths (`quant/kernels/tuning.py`), worth running before
 `quantstudy bench study-time` (README.md here): for a few Lite0-like products, a cold tune with
 serial and with parallel compilation (seconds each), the stored-choice launch and the untimed-
 tile launch, each compared bit for bit with the tuned launch. Prints one JSON line per product
@@ -12,6 +12,7 @@ import time
 import torch
 
 from quantstudy.quant.kernels import gemm as t
+from quantstudy.quant.kernels import tuning
 
 
 def product(m: int, n: int, k: int, act: str, threads: str) -> dict:
@@ -26,7 +27,7 @@ def product(m: int, n: int, k: int, act: str, threads: str) -> dict:
     def call():
         return t.fp8_gemm_triton(x, w, ws, xs, b, act, torch.float16, round_to=torch.float16)
 
-    with t.untimed_tiles():  # before any tuning of this shape: the first pruned tile
+    with tuning.untimed_tiles():  # before any tuning of this shape: the first pruned tile
         torch.cuda.synchronize()
         s = time.perf_counter()
         untimed = call()
@@ -38,7 +39,7 @@ def product(m: int, n: int, k: int, act: str, threads: str) -> dict:
     tune_s = time.perf_counter() - s
     again = call()  # the stored choice, launched directly
     torch.cuda.synchronize()
-    row = t.TUNE_LOG[-1] if t.TUNE_LOG else {}
+    row = tuning.TUNE_LOG[-1] if tuning.TUNE_LOG else {}
     return {
         "M": m, "N": n, "K": k, "act": act, "threads": threads,
         "first_call_untimed_s": round(untimed_s, 2), "first_tuned_call_s": round(tune_s, 2),

@@ -1,5 +1,5 @@
 """Every dense kxk conv a model's recipe selects, alone: cuDNN in fp16 against the FP8
-implicit-GEMM kernel (`quant/triton_conv.py`), with the roofline of each.
+implicit-GEMM kernel (`quant/kernels/conv.py`), with the roofline of each.
 
     python -m quantstudy.bench.conv --model res2net50_26w_4s --batch 128 --out conv.json
 

@@ -1,5 +1,5 @@
 """`quantstudy bench depthwise`: each depthwise conv of a model alone, cuDNN in fp16 against the
-Triton kernel of `quant/triton_dw.py` reading and writing fp16 or FP8.
+Triton kernel of `quant/kernels/depthwise.py` reading and writing fp16 or FP8.
 
 FP8 storage around the depthwise convs saves bytes only if a depthwise kernel that reads FP8 runs
 about as fast as cuDNN's fp16 one on the same map (docs/fp8-kernel.md). For every unique
@@ -10,7 +10,7 @@ depthwise conv (`shapes.py`; random weights) at one batch, timed from CUDA-graph
 - "triton fp8 in": FP8 input (per-tensor scale), fp16 out;
 - "triton fp8 in/out": FP8 input, FP8 output (the next FP8 layer's input);
 
-each Triton variant at its fastest of `quant/triton_dw.TILES` (the weight reshaped to taps
+each Triton variant at its fastest of `quant/kernels/depthwise.TILES` (the weight reshaped to taps
 once, as the engine's layer stores it), its result checked against the fp16 conv. Each row
 carries the bytes every variant moves and their roofline. On a machine without CUDA,
 `--shapes-only` lists the convs, bytes and rooflines.

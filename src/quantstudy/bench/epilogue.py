@@ -2,13 +2,13 @@
 
 For the products that end a residual block (a 1x1 conv whose output is added to the block's
 input, then activated), each epilogue variant timed alone on the GPU from CUDA-graph replays,
-autotuned as the engine runs it (`quant/triton_fp8.py`):
+autotuned as the engine runs it (`quant/kernels/gemm.py`):
 
-- "residual": the sum and the ReLU in the epilogue, fp16 out (`quant/residual.py`);
+- "residual": the sum and the ReLU in the epilogue, fp16 out (`quant/rewrites/residual.py`);
 - "residual + quantize": the same, then the next layer's FP8 input in a separate pass (what an
   engine without sum hand-offs runs; Inductor fuses that pass into other work where it can, so
   this is its cost when it cannot);
-- "residual + pair": the FP8 copy written by the same epilogue (`quant/sum_handoff.py`);
+- "residual + pair": the FP8 copy written by the same epilogue (`quant/rewrites/sum_handoff.py`);
 - "... pointer": the same two with pointer stores only (no tensor-descriptor store), to see
   whether the pair's extra masked pointer store is what costs beside a descriptor store.
 
@@ -50,7 +50,8 @@ def _time(fn) -> float:
 
 def bench(m: int, n: int, k: int, device: torch.device) -> dict[str, float]:
     """Microseconds per call of each epilogue variant (module docstring) for one product."""
-    from quantstudy.quant.kernels.gemm import TUNE_LOG, fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
+    from quantstudy.quant.kernels.tuning import TUNE_LOG
 
     g = torch.Generator(device=device).manual_seed(0)
     x8 = torch.randn(m, k, device=device, generator=g).to(E4M3)

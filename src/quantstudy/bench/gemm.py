@@ -6,7 +6,7 @@ on the GPU from CUDA-graph replays (`triton.testing.do_bench_cudagraph`), no inp
 - "fp16 conv": the 1x1 conv in fp16 on a channels-last input, as cuDNN runs it in the fp16
   engine (stride-1 convs only); "fp16 mm": the same product as a cuBLAS fp16 matmul;
 - "scaled_mm": torch._scaled_mm with row-wise scales (K and N padded to 16), bf16 out;
-- "autotuned": the fused Triton kernel (`quant/triton_fp8.py`) with bias, no activation, as the
+- "autotuned": the fused Triton kernel (`quant/kernels/gemm.py`) with bias, no activation, as the
   engine runs it, checked against torch; "autotuned fast-accum": the same with the whole K sum
   left in the tensor cores (the price of promoting to float32 every `PROMOTE` products);
   "autotuned pointer": pointer loads and stores only (no tensor descriptors);
@@ -107,7 +107,8 @@ def time_us(fn: Callable[[], object]) -> float:
 
 def _variants(a8: torch.Tensor, w8: torch.Tensor, sweep: bool) -> list[tuple]:
     """(label, tile, loads, store, programs per SM, fast accumulation) of every Triton launch."""
-    from quantstudy.quant.kernels.gemm import STREAM_TILES, TILES, tma_ok
+    from quantstudy.quant.kernels.gemm import tma_ok
+    from quantstudy.quant.kernels.tiles import STREAM_TILES, TILES
 
     out: list[tuple] = [
         ("autotuned", None, None, None, 0, False),
@@ -139,7 +140,8 @@ def time_product(p: Product, sweep: bool) -> dict:
     `best_triton` and `refused` (tiles the compiler refuses for lack of shared memory)."""
     from triton.runtime.errors import OutOfResources
 
-    from quantstudy.quant.kernels.gemm import PROMOTE, fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
+    from quantstudy.quant.kernels.tiles import PROMOTE
     from quantstudy.quant.layers.fused_matmul import _act_reference
 
     m, k, n = p.m, p.k, p.n

@@ -219,8 +219,8 @@ def ideal_of_records(paths: list[Path]) -> str:
     import copy
 
     from quantstudy.bench.schema import SpeedBench, read_record
-    from quantstudy.quant.rewrites.absorb import absorbable_activations
     from quantstudy.quant.plan.apply import real_layers
+    from quantstudy.quant.rewrites.absorb import absorbable_activations
     from quantstudy.quant.rewrites.fold import fold_batchnorm
     from quantstudy.record import EngineInfo
 

@@ -7,7 +7,7 @@ Runs `quantstudy run MODEL ARGS` twice, each in its own process, with the host c
 gives its studies (Inductor, Triton, the FP8 tuning choices, calibration statistics) in a fresh
 folder: the first run finds them empty (cold), the second finds what the first left (warm).
 Prints the stage table of both (`StudyRecord.timings`), the process wall times, what the FP8
-autotuner cost in each (`quant/triton_fp8.py: TUNE_LOG`), and whether the two studies measured
+autotuner cost in each (`quant/kernels/gemm.py: TUNE_LOG`), and whether the two studies measured
 the same quality (every engine's figures must be equal; speed differs by timing noise).
 Writes the figures with provenance (command, commit, GPU, driver, versions) to `--record`.
 """

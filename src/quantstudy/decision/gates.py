@@ -138,7 +138,9 @@ def _baseline_missing(baseline: Baseline, engine: str) -> tuple[Missing, str]:
     return Missing.NOT_MEASURED, f"no quality of the {engine} engine against fp32"
 
 
-def top1_gate(eq: EngineQuality | None, policy: Policy, why: tuple | None = None) -> Gate:
+def top1_gate(
+    eq: EngineQuality | None, policy: Policy, why: tuple[Missing, str] | None = None
+) -> Gate:
     """The top-1 change gate on one engine's paired counts against its baseline."""
     tp = policy.quality.top1
     gate = Gate(

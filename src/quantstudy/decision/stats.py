@@ -132,7 +132,7 @@ def images_for_proportion(
 
     if gap(1e9) <= 0.0:
         return None
-    return math.ceil(brentq(gap, 1.0, 1e9, xtol=0.5))
+    return math.ceil(float(brentq(gap, 1.0, 1e9, xtol=0.5)))
 
 
 def images_for_mean(
@@ -149,7 +149,7 @@ def about(n: int | None) -> int | None:
     """An images-needed figure rounded up to two significant figures (it is an estimate)."""
     if n is None or n < 100:
         return n
-    step = 10 ** (len(str(n)) - 2)
+    step: int = 10 ** (len(str(n)) - 2)
     return -(-n // step) * step
 
 

@@ -168,8 +168,8 @@ def deployed_copy(
     model: nn.Module, example: torch.Tensor, fold: bool, corrected: QuantPlan | None = None
 ) -> nn.Module:
     """A float32 copy, BatchNorm folded when asked, biases corrected for `corrected`'s FP8
-    weights when its recipe asks (`quant/bias_correction.py`), or set as fitted sequentially
-    (`quant/sequential.py`)."""
+    weights when its recipe asks (`quant/fitting/bias_correction.py`), or set as fitted sequentially
+    (`quant/fitting/sequential.py`)."""
     m = copy.deepcopy(model).eval()
     if fold:
         fold_batchnorm(m, example)
@@ -222,18 +222,18 @@ def build_fp8(
     """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules.
 
     `kernel` "fused" (default): each real FP8 layer is one fused product that also applies the
-    activation that consumes it (`quant/absorb.py` finds and checks those); "scaled_mm": the
-    unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both); "fastest": the
+    activation that consumes it (`quant/rewrites/absorb.py` finds and checks those); "scaled_mm":
+    the unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both); "fastest": the
     fused engine with each layer timed in place at each of `choice_batches` (the batches the
     engine will run) against the unfused one, and the faster kept per batch
     (`engines/kernel_choice.py`). With `residual` (default) fused 1x1/linear layers that feed a
-    residual sum also compute it (`quant/residual.py`); False keeps the add a separate pass
-    (benchmarks run both). With `sum_handoff` too, where the next fused layer reads such a sum,
-    the epilogue also writes that layer's FP8 input (`quant/sum_handoff.py`): off by default,
-    the second output costs the product its tile shape (docs/fp8-kernel.md). With
+    residual sum also compute it (`quant/rewrites/residual.py`); False keeps the add a separate
+    pass (benchmarks run both). With `sum_handoff` too, where the next fused layer reads such a
+    sum, the epilogue also writes that layer's FP8 input (`quant/rewrites/sum_handoff.py`): off
+    by default, the second output costs the product its tile shape (docs/fp8-kernel.md). With
     `pad_outputs` (default) a fused 1x1 conv whose output only a zero-padding conv reads writes
-    it padded, and that conv pads no more (`quant/pad_handoff.py`); False keeps the pad a pass
-    (benchmarks run both).
+    it padded, and that conv pads no more (`quant/rewrites/pad_handoff.py`); False keeps the pad
+    a pass (benchmarks run both).
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)

@@ -15,7 +15,7 @@ times, on that layer's own input:
   absorbed activation in its epilogue);
 - scaled_mm: the unfused layer of the same plan (`FP8Matmul`: input quantize,
   torch._scaled_mm, bias, cast), then the absorbed activation as its own op, and where the
-  fused layer sums a residual (`quant/residual.py`), that add and its activation too.
+  fused layer sums a residual (`quant/rewrites/residual.py`), that add and its activation too.
 
 Both start with the same input quantize, eager here (float32 divide, clamp, cast: separate
 kernels) but fused into the producing kernel by the compiled engine, so its time, measured
@@ -26,11 +26,11 @@ layer only when it is faster by more than `MARGIN` (ties keep the engine's defau
 batch it was timed at; a layer that wins at some batches only becomes a `ByBatch` pair that
 runs scaled_mm at those (a batch never timed takes the choice of the nearest timed one, by
 ratio; a compiled engine specializes on its static batch, so the branch costs nothing there,
-while a choice made at one batch can cost time at another). Layers
-with an FP8 hand-off (`quant/handoff.py`) and kxk convs have no unfused counterpart and stay
-fused. Timings are cached per GPU, library versions and layer (input shape, the layer's
-description, bias, weight granularity, dtype) in a JSON file in the engines' cache directory,
-so a rebuilt engine reuses them.
+while a choice made at one batch can cost time at another). Layers with an FP8 hand-off
+(`quant/rewrites/handoff.py`) and kxk convs have no unfused counterpart and stay fused. Timings
+are cached per GPU, library versions and layer (input shape, the layer's description, bias,
+weight granularity, dtype) in a JSON file in the engines' cache directory, so a rebuilt engine
+reuses them.
 """
 
 from __future__ import annotations
@@ -55,18 +55,19 @@ from quantstudy.quant.layers.matmul import bind_scaled_mm
 from quantstudy.quant.plan.apply import QuantPlan, apply_fp8
 from quantstudy.record import LayerKernel
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import Fp8Kernel
+from quantstudy.record.vocab import Activation, Fp8Kernel
 
 MARGIN = 0.03
 """scaled_mm must take less than (1 - MARGIN) of the fused layer's time to replace it."""
 
-# The epilogue's activations (`quant.fused.ACTIVATIONS`) as modules, for the unfused layer.
+# The epilogue's activations (`quant.layers.fused_matmul.ACTIVATIONS`) as modules, for the unfused
+# layer.
 ACT_MODULES: dict[str, Callable[[], nn.Module]] = {
-    "relu": nn.ReLU,
-    "relu6": nn.ReLU6,
-    "silu": nn.SiLU,
-    "hardswish": nn.Hardswish,
-    "gelu": nn.GELU,
+    Activation.RELU: nn.ReLU,
+    Activation.RELU6: nn.ReLU6,
+    Activation.SILU: nn.SiLU,
+    Activation.HARDSWISH: nn.Hardswish,
+    Activation.GELU: nn.GELU,
 }
 
 

@@ -113,7 +113,7 @@ def collect_candidates(model: nn.Module, example: torch.Tensor) -> list[Candidat
     layers = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Conv2d | nn.Linear)]
     calls: dict[int, tuple[int, tuple[int, int] | None]] = {}
 
-    def record(module: nn.Module, args: tuple) -> None:
+    def record(module: nn.Module, args: tuple[object, ...]) -> None:
         if id(module) not in calls:  # a module called twice keeps its first call
             calls[id(module)] = (len(calls), _input_hw(module, args))
 
@@ -142,7 +142,7 @@ def collect_candidates(model: nn.Module, example: torch.Tensor) -> list[Candidat
     ]
 
 
-def _input_hw(module: nn.Module, args: tuple) -> tuple[int, int] | None:
+def _input_hw(module: nn.Module, args: tuple[object, ...]) -> tuple[int, int] | None:
     """Conv: H x W of the input. Linear: the map its rows come from (see `Candidate`)."""
     x = args[0] if args and isinstance(args[0], torch.Tensor) else None
     if x is None:
@@ -211,7 +211,9 @@ def _check_patterns(recipe: Recipe, candidates: list[Candidate]) -> None:
     for i, rule in enumerate(recipe.rules):
         for key, values in rule.selector.given().items():
             test = PATTERNS.get(key)
-            for j, value in enumerate(values if test is not None else []):
+            if test is None:
+                continue
+            for j, value in enumerate(values):
                 if not any(test(value, c) for c in candidates):
                     loc = ("rules", i, rule.action, key, j)
                     raise UserError(_no_match(recipe.where(loc), key, value, candidates))

@@ -10,7 +10,7 @@ A recipe (YAML) says which layers to quantize and how::
       granularity: per_channel            # or per_tensor; scale = amax / 448 (FP8 E4M3 max)
       fold_bn: true                       # fold BatchNorm into the conv before taking amax
       bias_correction: false              # subtract the mean output shift of FP8 weight rounding
-      rounding: nearest                   # or compensating (quant/rounding.py)
+      rounding: nearest                   # or compensating (quant/fitting/rounding.py)
       scale_candidates: 1                 # compensating: scales tried per channel (one octave)
       refine_sweeps: 0                    # compensating: coordinate-descent sweeps after it
       sequential: false                   # fit rounding and bias to the partly quantized net
@@ -23,7 +23,7 @@ A recipe (YAML) says which layers to quantize and how::
       headroom: 1.0                       # static scales: the calibrator's amax x this / 448
       params: {}                          # e.g. {percentile: 99.99}; defaults are filled in
       layer_calibrators: {}               # layer name -> calibrator, overriding `calibrator`
-      migration: none                     # or smooth (quant/migrate.py)
+      migration: none                     # or smooth (quant/fitting/migrate.py)
       migration_alpha: 0.5                # smooth: how much of the range moves to the weights
     rules:                                # ordered; everything starts excluded; last match wins
       - include: {op: conv2d}
@@ -67,6 +67,9 @@ from quantstudy.record.vocab import (
     WeightGranularity,
 )
 
+# Where in a YAML document: keys and list indices from the top (pydantic's error `loc` too).
+Loc = tuple[str | int, ...]
+
 # Formats the schema knows; a message means "reserved, not implemented yet".
 FORMATS: dict[str, str | None] = {
     "fp8_e4m3": None,
@@ -86,8 +89,8 @@ class CalibParam:
     doc: str = ""
 
 
-# Calibrator name -> its parameters, as the calibrators in quant/calibrators.py take them (a
-# unit test checks names and defaults against their constructors). The study passes the
+# Calibrator name -> its parameters, as the calibrators in quant/calibration/calibrators.py take
+# them (a unit test checks names and defaults against their constructors). The study passes the
 # filled-in params to the calibrator, so the record states every value that was used.
 _SEARCH = {
     "num_candidates": CalibParam(128, 2, 4096, integer=True, doc="clip values tried"),
@@ -100,7 +103,8 @@ CALIBRATORS: dict[str, dict[str, CalibParam]] = {
     "mse": _SEARCH,
     "entropy": {
         **_SEARCH,
-        # TensorRT's INT8 range; below it the objective degenerates (quant/calibrators.py)
+        # TensorRT's INT8 range; below it the objective degenerates
+        # (quant/calibration/calibrators.py)
         "min_ratio": CalibParam(1 / 16, 1e-6, 1.0, doc="smallest clip tried, x max |x|"),
     },
 }
@@ -115,30 +119,30 @@ class WeightSpec(Strict):
 
     `bias_correction`: fold the expected output shift of FP8 weight rounding, (Wq - W) . E[x]
     with E[x] the per-channel mean of the layer's input over the calibration images, into the
-    bias (`quant/bias_correction.py`).
+    bias (`quant/fitting/bias_correction.py`).
 
     `rounding`: `nearest` rounds each weight to its nearest FP8 value; `compensating` rounds one
     input channel at a time and pushes each rounding error onto the channels not yet rounded
     through the second moment of the layer's input over the calibration images
-    (`quant/rounding.py`: procedure, damping, order, cost). Order with bias correction: the
+    (`quant/fitting/rounding.py`: procedure, damping, order, cost). Order with bias correction: the
     weights are rounded first, then the bias is corrected for the shift of those stored weights.
 
     `scale_candidates` and `refine_sweeps` (compensating rounding only; they need its second
     moment): each channel is rounded on that many scales spread over one octave above amax/448
     and keeps the one with the smallest output error, then that many coordinate-descent sweeps
-    lower the error further (`quant/rounding.py`). The stored weights and scales change; the
+    lower the error further (`quant/fitting/rounding.py`). The stored weights and scales change; the
     engines and their speed do not.
 
     `sequential`: fit both, layer by layer in execution order, to the fp32 network's output of
     that layer from the input the partly quantized network gives it (earlier FP8 layers and
     this layer's own activation quantization included), instead of from the fp32 network's
-    input alone (`quant/sequential.py`: the fit, its cost). Changes what `rounding` and
+    input alone (`quant/fitting/sequential.py`: the fit, its cost). Changes what `rounding` and
     `bias_correction` are fitted to, not whether they apply.
 
     `tune`: after all of the above, train every selected layer's bias (`bias`), and each output
     channel's gain folded into its weight scale (`scale_bias`, per-channel weights only),
     jointly against the fp32 network's logits on the calibration images, the FP8 weights fixed
-    (`quant/tune.py`: objective, hold-out, cost); `tune_epochs` passes over them.
+    (`quant/fitting/tune.py`: objective, hold-out, cost); `tune_epochs` passes over them.
     """
 
     granularity: WeightGranularity = WeightGranularity.PER_CHANNEL
@@ -180,18 +184,18 @@ class ActivationSpec(Strict):
 
     `granularity`: `per_tensor`, one static scale per tensor from a calibrator; `per_row`, one
     scale per row (a pixel of a conv's input map, a token of a linear's input) computed at run
-    time, max |row| x float32(1/448) (`quant.fp8.row_scale`; no calibration; each row costs a
-    max before its quantize).
+    time, max |row| x float32(1/448) (`quant.formats.fp8.row_scale`; no calibration; each row costs
+    a max before its quantize).
     `per_row_max_channels`: with `per_row`, only layers whose input has at most this many
     channels take per-row scales; the others keep static per-tensor ones. A row's largest value
     is exact under its own scale, so short rows gain most (the expand convs of inverted
     residual blocks, docs/fp8-options.md), and the fused kernel quantizes such rows in
-    its prologue without a pass of its own (`quant/triton_fp8.py`).
+    its prologue without a pass of its own (`quant/kernels/gemm.py`).
     `layer_calibrators`: layer name -> calibrator (with its default parameters) for the tensor
     that layer reads, overriding `calibrator`; `quantstudy search` chooses them.
     `migration`: `smooth` moves range between each input channel of an FP8 layer and the weights
     that read it (SmoothQuant's factor max|x_c|^alpha / max|W_c|^(1 - alpha)), only where the
-    float network stays equal (`quant/migrate.py`); `migration_alpha` is that alpha.
+    float network stays equal (`quant/fitting/migrate.py`); `migration_alpha` is that alpha.
     `headroom`: every static scale is the calibrator's amax x headroom / 448. FP8's rounding
     error is relative, so a larger scale costs the values almost nothing until they fall into
     E4M3's subnormals (2^-6 below the largest binade's start x 448, about 1/28,000 of the clip
@@ -333,10 +337,10 @@ def compose_yaml(text: str, origin: str) -> tuple[yaml.Node | None, object]:
     return parse_yaml(text, origin)
 
 
-def key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:
+def key_lines(node: yaml.Node, path: Loc, origin: str) -> dict[Loc, int]:
     """Line (1-based) of every mapping key and list item, by path; rejects duplicate keys.
     Shared by every YAML file the tool reads (recipes, sweeps), so their errors name lines alike."""
-    lines: dict[tuple, int] = {path: node.start_mark.line + 1}
+    lines: dict[Loc, int] = {path: node.start_mark.line + 1}
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
@@ -353,7 +357,7 @@ def key_lines(node: yaml.Node, path: tuple, origin: str) -> dict[tuple, int]:
     return lines
 
 
-def _line_for(loc: tuple, lines: dict[tuple, int]) -> int | None:
+def _line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
     """Line of the longest prefix of `loc` that exists in the file."""
     for end in range(len(loc), -1, -1):
         if loc[:end] in lines:
@@ -361,14 +365,14 @@ def _line_for(loc: tuple, lines: dict[tuple, int]) -> int | None:
     return None
 
 
-def _path(loc: tuple) -> str:
+def _path(loc: Loc) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "top level"
 
 
-def _model_at(loc: tuple) -> type[BaseModel] | None:
+def _model_at(loc: Loc) -> type[BaseModel] | None:
     """The model class that validates the mapping at `loc` (to list its known keys)."""
     model: type[BaseModel] | None = Recipe
     for part in loc:
@@ -390,7 +394,7 @@ def _find_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _explain(err: ValidationError, lines: dict[tuple, int], origin: str) -> str:
+def _explain(err: ValidationError, lines: dict[Loc, int], origin: str) -> str:
     """The first validation problem as `<file> line N: <path>: <what is wrong and how to fix>`."""
     errors = err.errors(include_url=False)
     first = errors[0]

@@ -23,19 +23,19 @@ Schema history:
      FP8 quality options: RecipeInfo.rounding, .activation_granularity, .layer_calibrators,
      .migration, .migration_alpha; TensorScale.calibrator; SearchSection.options (OptionStep).
   7: RecipeInfo.sequential (weights and biases fitted layer by layer to the partly quantized
-     network, `quant/sequential.py`).
+     network, `quant/fitting/sequential.py`).
   8: EngineInfo.fp8_residual (fused FP8 layers that sum a block's residual in their
-     epilogue, `quant/residual.py`) and EngineInfo.fp8_sum_handoff (those that also write the
-     next FP8 layer's input, `quant/sum_handoff.py`).
+     epilogue, `quant/rewrites/residual.py`) and EngineInfo.fp8_sum_handoff (those that also write
+     the next FP8 layer's input, `quant/rewrites/sum_handoff.py`).
   9: RecipeInfo.tune and .tune_epochs (biases and weight-scale gains trained against the fp32
-     logits, `quant/tune.py`).
+     logits, `quant/fitting/tune.py`).
  10: RecipeInfo.per_row_max_channels (per-row activation scales only on inputs of at most
      that many channels).
  11: RecipeInfo.scale_candidates and .refine_sweeps (compensating rounding's search over
-     weight scales and its coordinate-descent sweeps, `quant/rounding.py`); RecipeInfo.headroom
-     (static activation scales above the calibrator's amax).
+     weight scales and its coordinate-descent sweeps, `quant/fitting/rounding.py`);
+     RecipeInfo.headroom (static activation scales above the calibrator's amax).
  12: EngineInfo.fp8_padded_output (fused 1x1 convs writing the next conv's zero padding
-     around their output, `quant/pad_handoff.py`); EmulationGap.engine_only_differ,
+     around their output, `quant/rewrites/pad_handoff.py`); EmulationGap.engine_only_differ,
      .emulation_only_differ and .split_mcnemar_p (which of the two differs from fp32 where
      only one does); EmulationGap.float32_* and StudyConfig.float32_engine (the FP8 engine
      built in float32 against its emulation); OptionStep.kl_change/_low/_high (the search keeps

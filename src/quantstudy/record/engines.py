@@ -43,7 +43,7 @@ class EngineInfo(Section):
     # fused 1x1 conv -> the conv whose zero padding it writes around its output (schema 12 on)
     fp8_padded_output: dict[str, str] = Field(default_factory=dict)
     # "scaled_mm" engines: the output torch._scaled_mm wrote, e.g. "float16, bias in its
-    # epilogue" (`quant.modules.scaled_mm_output`); None otherwise (schema 5 on)
+    # epilogue" (`quant.layers.matmul.scaled_mm_output`); None otherwise (schema 5 on)
     fp8_scaled_mm_output: str | None = None
     # "fastest" engines: the product each real FP8 layer runs and why (schema 6 on)
     fp8_kernel_choice: list[LayerKernel] | None = None

@@ -40,6 +40,29 @@ class Fp8Kernel(StrEnum):
     FASTEST = "fastest"
 
 
+class Activation(StrEnum):
+    """An activation an FP8 layer's epilogue computes; the definition order is the kernels'
+    activation code (`quant/kernels/epilogue.py`), so a new member goes last."""
+
+    NONE = "none"
+    RELU = "relu"
+    RELU6 = "relu6"
+    SILU = "silu"
+    HARDSWISH = "hardswish"
+    GELU = "gelu"  # exact (erf), not the tanh approximation
+
+
+class Engine(StrEnum):
+    """The engines and emulations a study runs, by the name records and reports give them."""
+
+    FP32 = "fp32"  # the reference
+    FP16 = "fp16"
+    FP8 = "fp8"
+    FAKEQUANT = "fakequant"  # the recipe's FP8 arithmetic emulated in fp32
+    FAKEQUANT_WEIGHTS = "fakequant_weights"  # weights only
+    FAKEQUANT_ACTIVATIONS = "fakequant_activations"  # activations only
+
+
 class Fp8Path(StrEnum):
     """How a selected layer's FP8 arithmetic is carried out."""
 
@@ -143,14 +166,14 @@ class WeightGranularity(StrEnum):
 
 
 class Rounding(StrEnum):
-    """How FP8 weights are rounded (`quant/rounding.py`)."""
+    """How FP8 weights are rounded (`quant/fitting/rounding.py`)."""
 
     NEAREST = "nearest"
     COMPENSATING = "compensating"
 
 
 class Tuning(StrEnum):
-    """What end-to-end output tuning trains against the fp32 logits (`quant/tune.py`)."""
+    """What end-to-end output tuning trains against the fp32 logits (`quant/fitting/tune.py`)."""
 
     NONE = "none"
     BIAS = "bias"  # each selected layer's bias

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from quantstudy.record import EngineInfo, EngineQuality, StudyRecord
+from quantstudy.record.vocab import Engine
 
-FP32, FP16, FP8 = "fp32", "fp16", "fp8"
-FAKEQUANT, WEIGHT_ONLY, ACT_ONLY = "fakequant", "fakequant_weights", "fakequant_activations"
+FP32, FP16, FP8 = Engine.FP32, Engine.FP16, Engine.FP8
+FAKEQUANT, WEIGHT_ONLY = Engine.FAKEQUANT, Engine.FAKEQUANT_WEIGHTS
+ACT_ONLY = Engine.FAKEQUANT_ACTIVATIONS
 ENGINE_LABELS = {
     FP32: "fp32 (reference)",
     FP16: "fp16",

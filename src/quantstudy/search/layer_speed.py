@@ -6,12 +6,12 @@ For each layer, two modules are timed against each other with the study's harnes
 - fp16: the layer (BatchNorm folded, as in the fp16 engine) in fp16, on a channels-last input
   for convolutions, as the fp16 engine runs it;
 - FP8: what the FP8 engine puts in the layer's place, from the same factory
-  (`quant/apply.py: fp8_module`): with the default `kernel` "fused", the fused layer (input
+  (`quant/plan/apply.py: fp8_module`): with the default `kernel` "fused", the fused layer (input
   quantize, one product with scale, bias and the activation it absorbs), with "scaled_mm" the
   unfused `FP8Matmul`, where a real FP8 kernel exists; else the fp16 quantize-dequantize
   stand-in `QDQ` (path "emulated": it can only cost). Where the fused layer absorbs an
-  activation (`quant/absorb.py`), the fp16 module is the layer followed by that activation, so
-  both sides compute the same thing.
+  activation (`quant/rewrites/absorb.py`), the fp16 module is the layer followed by that activation,
+  so both sides compute the same thing.
 
 Both run at the layer's real input shape (captured by a hook in one forward pass of the model,
 batch dimension set to `batch`), on random normal inputs of that shape (values do not change
@@ -94,7 +94,7 @@ def measure_layer_speed(
     iters: int = 20,
     warmup: int = 10,
     device: torch.device | str = "cuda",
-    kernel: str = "fused",
+    kernel: str = Fp8Kernel.FUSED,
 ) -> LayerSpeedSection:
     """Time every layer of `layers` in fp16 and in FP8 at its real input shape with `batch`.
 
@@ -115,7 +115,7 @@ def measure_layer_speed(
         fold_batchnorm(source, example)
     shapes = layer_input_shapes(source, example, layers)
     real = real_layers(source, layers, kernel)
-    absorbed = absorbable_activations(source, real, example) if kernel == "fused" else {}
+    absorbed = absorbable_activations(source, real, example) if kernel == Fp8Kernel.FUSED else {}
     gen = torch.Generator(device="cpu").manual_seed(0)
     rows: list[LayerSpeed] = []
     for name in layers:
@@ -128,21 +128,10 @@ def measure_layer_speed(
             scale = calibration.scale_of(name)
         else:
             scale = float(x.float().abs().amax()) / E4M3_MAX
-        fp16 = copy.deepcopy(layer).to(device, torch.float16)
         act_name, act = absorbed.get(name, (None, "none"))
+        after = copy.deepcopy(source.get_submodule(act_name)) if act_name is not None else None
         fp8, blocker = fp8_module(layer, scale, per_channel, torch.float16, kernel, act=act)
-        fp8 = fp8.to(device)
-        bind_scaled_mm(fp8, device)
-        for m in (fp16, fp8):
-            m.eval().requires_grad_(False)
-        if fp16.weight.dim() == 4:
-            fp16 = fp16.to(memory_format=torch.channels_last)
-        if act_name is not None:
-            fp16 = nn.Sequential(fp16, copy.deepcopy(source.get_submodule(act_name)))
-        torch._dynamo.reset()  # one compilation per layer; never the recompile limit's fallback
-        mode = CompileMode(compile_mode).torch_mode
-        f16 = torch.compile(fp16, mode=mode, dynamic=False)
-        f8 = torch.compile(fp8, mode=mode, dynamic=False)
+        f16, f8 = _compiled_pair(layer, after, fp8, device, compile_mode)
 
         def call16(f=f16, x=x):
             with torch.no_grad():
@@ -184,6 +173,30 @@ def measure_layer_speed(
         warmup=warmup,
         layers=rank_by_saving(rows),
     )
+
+
+def _compiled_pair(
+    layer: nn.Module,
+    after: nn.Module | None,
+    fp8: nn.Module,
+    device: torch.device,
+    compile_mode: str,
+) -> tuple[nn.Module, nn.Module]:
+    """`layer` in fp16 (followed by `after`, the activation the FP8 layer absorbs) and its FP8
+    module, each compiled alone as an engine would run it."""
+    fp16 = copy.deepcopy(layer).to(device, torch.float16)
+    fp8 = fp8.to(device)
+    bind_scaled_mm(fp8, device)
+    for m in (fp16, fp8):
+        m.eval().requires_grad_(False)
+    if fp16.weight.dim() == 4:
+        fp16 = fp16.to(memory_format=torch.channels_last)
+    if after is not None:
+        fp16 = nn.Sequential(fp16, after)
+    torch._dynamo.reset()  # one compilation per layer; never the recompile limit's fallback
+    mode = CompileMode(compile_mode).torch_mode
+    f16 = torch.compile(fp16, mode=mode, dynamic=False)
+    return f16, torch.compile(fp8, mode=mode, dynamic=False)
 
 
 def rank_by_saving(rows: list[LayerSpeed]) -> list[LayerSpeed]:

@@ -2,12 +2,12 @@
 bought.
 
 From the recipe's own options, each option is tried in a fixed order, on top of those already
-kept: compensating weight rounding (`quant/rounding.py`), its scale candidates and refinement
-sweeps (when compensating rounding is kept), per-layer calibrators chosen by their
-readers' output error (`quant/calib_choice.py`), scale migration (`quant/migrate.py`), headroom
-above the calibrated amax (the recipe schema's `activations.headroom`), and last
-the sequential fit of weights and biases to the partly quantized network (`quant/sequential.py`,
-with bias correction, which it needs to fit the biases). Each try
+kept: compensating weight rounding (`quant/fitting/rounding.py`), its scale candidates and
+refinement sweeps (when compensating rounding is kept), per-layer calibrators chosen by their
+readers' output error (`quant/calibration/choice.py`), scale migration (`quant/fitting/migrate.py`),
+headroom above the calibrated amax (the recipe schema's `activations.headroom`), and last
+the sequential fit of weights and biases to the partly quantized network
+(`quant/fitting/sequential.py`, with bias correction, which it needs to fit the biases). Each try
 rebuilds the plan from the calibration images and scores the fp32 emulation of every candidate
 layer against fp32 on the sensitivity subset of the held-out images; an option is kept when the
 paired change in KL mean against the options kept so far (the same images, 95% bootstrap
@@ -41,8 +41,10 @@ from quantstudy.quant.calibration.calibrate import HEADROOM_TRIED
 from quantstudy.quant.calibration.choice import choose_calibrators
 from quantstudy.quant.fitting.rounding import SEARCHED
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.quant.plan.build import QuantOptions, build_plan
+from quantstudy.quant.plan.build import build_plan
+from quantstudy.recipe.schema import Recipe
 from quantstudy.record import OptionStep
+from quantstudy.record.quant_options import QuantOptions
 
 # option -> the change it makes to QuantOptions ("choose": resolved by choose_calibrators)
 TRIED: dict[str, dict] = {
@@ -134,35 +136,7 @@ def explore_options(
     return options, plan, [steps[0], *shared]
 
 
-def apply_to_recipe(recipe, options: QuantOptions):
-    """The recipe (`recipe.schema.Recipe`) with the kept options written into it."""
-
-    def validated(section, **update):  # validated again, so strings become the schema's enums
-        return section.model_validate({**section.model_dump(), **update})
-
-    weights = validated(
-        recipe.weights,
-        rounding=options.rounding,
-        scale_candidates=options.scale_candidates,
-        refine_sweeps=options.refine_sweeps,
-        bias_correction=options.bias_correction,
-        sequential=options.sequential,
-        tune=options.tune,
-        tune_epochs=options.tune_epochs,
-    )
-    activations = validated(
-        recipe.activations,
-        layer_calibrators=dict(options.layer_calibrators),
-        migration=options.migration,
-        migration_alpha=options.migration_alpha,
-        headroom=options.headroom,
-        granularity="per_row" if options.row_scales else "per_tensor",
-        per_row_max_channels=options.row_max_channels if options.row_scales else None,
-    )
-    return recipe.model_copy(update={"weights": weights, "activations": activations})
-
-
-def for_layers(recipe, layers: list[str]):
+def for_layers(recipe: Recipe, layers: list[str]) -> Recipe:
     """The recipe with its per-layer calibrators limited to `layers` (the searched subset)."""
     kept = {k: v for k, v in recipe.activations.layer_calibrators.items() if k in layers}
     activations = recipe.activations.model_copy(update={"layer_calibrators": kept})

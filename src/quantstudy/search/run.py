@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from rich.console import Console
 
-from quantstudy.quant.plan.build import quant_options
+from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.builtin import default_recipe_for
-from quantstudy.record import StudyRecord, Variant
+from quantstudy.recipe.options import quant_options, with_quant_options
+from quantstudy.recipe.schema import Recipe
+from quantstudy.record import OptionStep, StudyRecord, Variant
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.report.search_plots import write_sensitivity_plot
@@ -43,7 +46,7 @@ from quantstudy.search.layer_speed import (
     load_layer_gains,
     measure_layer_speed,
 )
-from quantstudy.search.options import apply_to_recipe, explore_options, for_layers, option_lines
+from quantstudy.search.options import explore_options, for_layers, option_lines
 from quantstudy.search.select import (
     DEFAULT_MARGIN,
     LayerEvidence,
@@ -190,20 +193,10 @@ def run_search(config: SearchConfig) -> SearchResult:
 
     # --- 1b. the FP8 quality options (`search/options.py`) -----------------------------------
     images, what, ids_sha = _heldout_subset(prepared, config.sensitivity_images)
-    option_steps = []
     if config.options:
-        console.print(f"search: FP8 quality options on {images.shape[0]} images")
-        options, plan, option_steps = explore_options(
-            model,
-            example,
-            layers,
-            lambda: batches(prepared.calib_x, study.eval_batch, prepared.device),
-            images,
-            quant_options(base),
-            batch=study.eval_batch,
-            device=study.device,
-        )
-        base = apply_to_recipe(base, options)
+        base, plan, option_steps = _with_options(prepared, base, images)
+    else:
+        option_steps = []
 
     # --- 2. sensitivity --------------------------------------------------------------------
     console.print(f"search: sensitivity of {len(layers)} layers on {images.shape[0]} images")
@@ -224,25 +217,11 @@ def run_search(config: SearchConfig) -> SearchResult:
 
     # --- 3. per-layer gains ----------------------------------------------------------------
     if gains_table is None:
-        console.print(f"search: per-layer fp16/FP8 timing of {len(layers)} layers, batch {batch}")
-        gains_table = measure_layer_speed(
-            model,
-            example,
-            layers,
-            batch=batch,
-            per_channel=plan.per_channel,
-            calibration=plan.calibration,
-            fold=base.weights.fold_bn,
-            compile_mode=study.compile_mode,
-            kernel=study.kernel,
-        )
+        gains_table = _measure_gains(prepared, plan, base, batch)
     gains = gains_for(gains_table, layers)
 
     # --- 4. the choice ---------------------------------------------------------------------
-    by_name = {row.layer: row for row in sensitivity.layers}
-    evidence = [
-        LayerEvidence(n, by_name[n].kl_mean, 1.0 - by_name[n].agreement, gains[n]) for n in layers
-    ]
+    evidence = _evidence(sensitivity, gains, layers)
     choices, method = select_layers(evidence, budget)
     chosen = [c.layer for c in choices if c.chosen]
     cand_measured = measured(candidate, folder / "candidate", batch)
@@ -265,53 +244,123 @@ def run_search(config: SearchConfig) -> SearchResult:
         )
 
     # --- 5. the recipe file, 6. its study --------------------------------------------------
+    path = _write_searched(folder, base, search, prepared, batch, (recipe_name, policy_label))
+    console.print(f"search: verifying study of [bold]{path.stem}[/bold]")
+    search = search.model_copy(update={"recipe_file": str(path)})
+    extras = RecordExtras(
+        sensitivity=sensitivity,
+        layer_speed=gains_table,
+        search=search,
+        variants=(_candidate_variant(candidate, search),),
+        complete=_with_verified(folder / "searched", batch),
+    )
+    searched = study.replace(recipe=str(path), out=folder / "searched")
+    verified, _ = run_study(searched, extras=extras)
+    assert verified.search is not None
+    search = verified.search
+    _save(folder, sensitivity, gains_table, search)
+    return SearchResult(folder, sensitivity, gains_table, search)
+
+
+def _measure_gains(
+    prepared: Prepared, plan: QuantPlan, base: Recipe, batch: int
+) -> LayerSpeedSection:
+    """Time each candidate layer in fp16 and FP8 at `batch` (`search/layer_speed.py`)."""
+    study, layers = prepared.config, prepared.layers
+    console.print(f"search: per-layer fp16/FP8 timing of {len(layers)} layers, batch {batch}")
+    return measure_layer_speed(
+        prepared.model,
+        prepared.example,
+        layers,
+        batch=batch,
+        per_channel=plan.per_channel,
+        calibration=plan.calibration,
+        fold=base.weights.fold_bn,
+        compile_mode=study.compile_mode,
+        kernel=study.kernel,
+    )
+
+
+def _evidence(
+    sensitivity: SensitivitySection, gains: dict[str, float], layers: list[str]
+) -> list[LayerEvidence]:
+    """Each candidate layer's cost (KL, disagreement when quantized alone) and gain."""
+    by_name = {row.layer: row for row in sensitivity.layers}
+    return [
+        LayerEvidence(n, by_name[n].kl_mean, 1.0 - by_name[n].agreement, gains[n]) for n in layers
+    ]
+
+
+def _with_options(
+    prepared: Prepared, base: Recipe, images: torch.Tensor
+) -> tuple[Recipe, QuantPlan, list[OptionStep]]:
+    """The FP8 quality options explored on `images` (`search/options.py`): the recipe with the
+    chosen ones, its plan, and the steps that chose them."""
+    study = prepared.config
+    console.print(f"search: FP8 quality options on {images.shape[0]} images")
+    options, plan, option_steps = explore_options(
+        prepared.model,
+        prepared.example,
+        prepared.layers,
+        lambda: batches(prepared.calib_x, study.eval_batch, prepared.device),
+        images,
+        quant_options(base),
+        batch=study.eval_batch,
+        device=study.device,
+    )
+    return with_quant_options(base, options), plan, option_steps
+
+
+def _write_searched(
+    folder: Path,
+    base: Recipe,
+    search: SearchSection,
+    prepared: Prepared,
+    batch: int,
+    names: tuple[str, str],
+) -> Path:
+    """Write the searched recipe (the chosen layers of `base`, each with its reason) into the
+    search `folder`, with a header that says where it came from (`names`: the candidate
+    recipe's and the policy's) and what it predicts."""
+    (recipe_name, policy_label), layers = names, prepared.layers
+    chosen = [c.layer for c in search.choices if c.chosen]
     name = f"{base.name}.searched"
     path = folder / f"{name}.yaml"
-    p = search.predicted
+    p, budget = search.predicted, search.budget
     write_recipe(
         path,
         for_layers(base, chosen),
         chosen,
-        model,
-        example,
+        prepared.model,
+        prepared.example,
         name=name,
         description=(
             f"{len(chosen)} of the {len(layers)} layers of {base.name}, chosen by quantstudy "
             f"search for batch {batch} under {budget.margin:g} of the quality budget of "
             f"{policy_label}"
         ),
-        reasons={c.layer: c.reason for c in choices},
+        reasons={c.layer: c.reason for c in search.choices},
         header=[
-            f"Written by `quantstudy search {study.model}` from {recipe_name}.",
+            f"Written by `quantstudy search {prepared.config.model}` from {recipe_name}.",
             f"Predicted (additive): saves {p.saved_ms:.4f} ms at batch {batch}, KL mean "
             f"{p.kl_mean:.3g}, agreement {100 * p.agreement:.2f}%;",
             "see search.json and the verifying study in searched/.",
         ],
     )
-    console.print(f"search: verifying study of [bold]{name}[/bold]")
-    search = search.model_copy(update={"recipe_file": str(path)})
-    searched_dir = folder / "searched"
+    return path
 
-    def with_verified(record: StudyRecord) -> StudyRecord:
-        """The verifying study's own figures, in its record's search section."""
+
+def _with_verified(searched_dir: Path, batch: int) -> Callable[[StudyRecord], StudyRecord]:
+    """How the verifying study completes its record: its own figures in its search section."""
+
+    def complete(record: StudyRecord) -> StudyRecord:
         assert record.search is not None
         verified = measured(record, searched_dir, batch)
         return record.model_copy(
             update={"search": record.search.model_copy(update={"verified": verified})}
         )
 
-    extras = RecordExtras(
-        sensitivity=sensitivity,
-        layer_speed=gains_table,
-        search=search,
-        variants=(_candidate_variant(candidate, search),),
-        complete=with_verified,
-    )
-    verified, _ = run_study(study.replace(recipe=str(path), out=searched_dir), extras=extras)
-    assert verified.search is not None
-    search = verified.search
-    _save(folder, sensitivity, gains_table, search)
-    return SearchResult(folder, sensitivity, gains_table, search)
+    return complete
 
 
 def _candidate_variant(candidate: StudyRecord, search: SearchSection) -> Variant:

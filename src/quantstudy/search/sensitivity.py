@@ -58,6 +58,34 @@ def _sort_key(row: EngineQuality, name: str) -> tuple[float, float, str]:
     return (-kl, row.agreement, name)
 
 
+def _ranked(
+    layers: list[str],
+    only: dict[str, EngineQuality],
+    rest: dict[str, EngineQuality],
+    originals: dict[str, nn.Module],
+) -> list[LayerSensitivity]:
+    """One row per layer, most sensitive first (`_sort_key`), with its all-but run if any."""
+    order = sorted(layers, key=lambda n: _sort_key(only[n], n))
+    rows = []
+    for rank, name in enumerate(order, start=1):
+        o, r = only[name], rest.get(name)
+        rows.append(
+            LayerSensitivity(
+                layer=name,
+                kind=kind_of(originals[name]),
+                rank=rank,
+                kl_mean=o.kl_mean,
+                kl_max=o.kl_max,
+                agreement=o.agreement,
+                differ_count=o.differ_count,
+                all_but_kl_mean=r.kl_mean if r else None,
+                all_but_agreement=r.agreement if r else None,
+                all_but_differ_count=r.differ_count if r else None,
+            )
+        )
+    return rows
+
+
 def measure_sensitivity(
     model: nn.Module,
     example: torch.Tensor,
@@ -129,24 +157,7 @@ def measure_sensitivity(
             rest[name] = score(f"all_but:{name}")
             replace_module(work, name, quantized[name])
 
-    order = sorted(plan.layers, key=lambda n: _sort_key(only[n], n))
-    rows = []
-    for rank, name in enumerate(order, start=1):
-        o, r = only[name], rest.get(name)
-        rows.append(
-            LayerSensitivity(
-                layer=name,
-                kind=kind_of(originals[name]),
-                rank=rank,
-                kl_mean=o.kl_mean,
-                kl_max=o.kl_max,
-                agreement=o.agreement,
-                differ_count=o.differ_count,
-                all_but_kl_mean=r.kl_mean if r else None,
-                all_but_agreement=r.agreement if r else None,
-                all_but_differ_count=r.differ_count if r else None,
-            )
-        )
+    rows = _ranked(plan.layers, only, rest, originals)
     modes: list[Mode] = ["only", "all_but"] if all_but else ["only"]
     return SensitivitySection(
         reference="fp32",

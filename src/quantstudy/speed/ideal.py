@@ -30,8 +30,8 @@ all from the study's own record:
 Layer shapes come from the recipe's table (`LayerDecision`): M = batch x output pixels (a
 linear: batch x tokens), K = in channels x kernel area, N = out channels; output size
 ceil(input / stride), the "same" padding of every kxk conv the built-in recipes select.
-Selected depthwise convs (run on FP8 storage, `quant/fused_dw.py`) are priced by bytes alone
-(no tensor cores; their FLOPs are negligible): FP8 input and FP8 taps read once, fp16 output
+Selected depthwise convs (run on FP8 storage, `quant/layers/fused_depthwise.py`) are priced by bytes
+alone (no tensor cores; their FLOPs are negligible): FP8 input and FP8 taps read once, fp16 output
 written once, against their share of the fp16 engine's depthwise group (by fp16 bytes among
 all the depthwise convs of the recipe's table), plus their bias/activation pass as
 above. Grouped (not depthwise) layers are not priced.

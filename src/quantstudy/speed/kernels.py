@@ -128,7 +128,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "fp8_matmul",
         (r"^_fp8_gemm_kernel",),
-        why="quantstudy's fused FP8 product (quant/triton_fp8.py)",
+        why="quantstudy's fused FP8 product (quant/kernels/gemm.py)",
     ),
     Rule(
         "fp8_matmul",

@@ -1,10 +1,10 @@
 """Calibration statistics shared by the studies of a host: observed once per (model, data,
 calibration images), reused by every recipe, calibrator and FP8 kernel that needs them.
 
-What is shared, and why it is exact: `quant.calibrate.InputStats`, everything calibration
-observes of one layer's input (max |x|, the fixed log-binned histogram of |x|, the non-finite
-count, per-channel sums and maxima, and the second moment when compensating rounding asks for
-it). Every calibrator (max, percentile, mse, entropy, with any parameters) computes its amax
+What is shared, and why it is exact: `quant.calibration.calibrate.InputStats`, everything
+calibration observes of one layer's input (max |x|, the fixed log-binned histogram of |x|, the
+non-finite count, per-channel sums and maxima, and the second moment when compensating rounding asks
+for it). Every calibrator (max, percentile, mse, entropy, with any parameters) computes its amax
 from those observations alone, so a study that reads them computes the scales, means and moments
 that its own pass would have computed, bit for bit. Not an amax per (layer set, calibrator):
 that would be shared only by points that differ in their kernel. Which layers read one tensor
@@ -50,7 +50,8 @@ FORMAT = 1  # bump when InputStats or the observation changes meaning
 
 @dataclass(frozen=True)
 class SharedStats:
-    """A `quant.calibrate.StatsSource` over a folder of per-layer entries under one key."""
+    """A `quant.calibration.calibrate.StatsSource` over a folder of per-layer entries under one
+    key."""
 
     root: Path
     key: str

@@ -30,7 +30,8 @@ from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.preprocess import build_transform
 from quantstudy.quant.calibration.calibrate import stats_source
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.quant.plan.build import build_plan, quant_options
+from quantstudy.quant.plan.build import build_plan
+from quantstudy.recipe.options import quant_options
 from quantstudy.recipe.schema import Recipe
 from quantstudy.record import CalibrationInfo, ModelInfo, Preprocessing
 from quantstudy.record.errors import UserError

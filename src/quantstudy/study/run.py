@@ -292,11 +292,11 @@ def _float32_fp8(
 
 def _untimed_tiles(device: torch.device) -> AbstractContextManager:
     """On CUDA, the fused FP8 product's launches that were never tuned take a tile untimed
-    (`quant/triton_fp8.py: untimed_tiles`): a quality pass's outputs are the same bits under
+    (`quant/kernels/gemm.py: untimed_tiles`): a quality pass's outputs are the same bits under
     every tile, and its time is not measured, so autotuning it would only cost compile time."""
     if device.type != "cuda":
         return nullcontext()
-    from quantstudy.quant.kernels.gemm import untimed_tiles
+    from quantstudy.quant.kernels.tuning import untimed_tiles
 
     return untimed_tiles()
 

@@ -35,14 +35,14 @@ from quantstudy.bench.provenance import collect_provenance
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_half, half_dtype
 from quantstudy.engines.run import run_engine, run_half_storage, run_reordered
-from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.calibration.choice import choose_calibrators
+from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.options import quant_options
-from quantstudy.record.quant_options import QuantOptions
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.quant_options import QuantOptions
 from quantstudy.study.prepare import Prepared, batches, prepare_study
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -9,7 +9,7 @@ Sharing is found by identity of the input tensor in the first calibration batch.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -41,9 +41,9 @@ class Calibration:
     # over the calibration images; what weight bias correction needs
     channel_mean: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
     # layer -> E[x x^T] over its input channels (every position of every calibration image),
-    # float64; collected when asked, for compensating weight rounding (`quant/rounding.py`)
+    # float64; collected when asked, for compensating weight rounding (`quant/fitting/rounding.py`)
     second_moment: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
-    # layer -> max |x| per input channel; what scale migration needs (`quant/migrate.py`)
+    # layer -> max |x| per input channel; what scale migration needs (`quant/fitting/migrate.py`)
     channel_amax: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
     # tensor key -> calibrator that set its amax, where a layer override chose another one
     tensor_calibrator: dict[str, str] = field(default_factory=dict)
@@ -124,7 +124,7 @@ def calibrate(
     calibrator: str = "max",
     params: dict[str, float] | None = None,
     second_moments: list[str] | None = None,
-    layer_calibrators: dict[str, str] | None = None,
+    layer_calibrators: Mapping[str, str] | None = None,
     divisors: dict[str, torch.Tensor] | None = None,
 ) -> Calibration:
     """Observe the inputs of `layers` in the fp32 `model` over `batches`; one amax per tensor,
@@ -361,7 +361,7 @@ class _SecondMoment:
 
 
 def _tensor_calibrators(
-    groups: dict[str, list[str]], overrides: dict[str, str], default: str
+    groups: dict[str, list[str]], overrides: Mapping[str, str], default: str
 ) -> dict[str, str]:
     """Tensor key -> calibrator (default parameters), for tensors whose consumers override the
     recipe's default."""

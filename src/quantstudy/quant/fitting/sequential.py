@@ -1,9 +1,9 @@
 """Sequential FP8 weight fitting: each layer's stored weights and bias fitted, in execution order,
 to what the fp32 network computes there, from the input the partly quantized network gives it.
 
-Rounding and bias correction computed from the fp32 network (`quant/rounding.py`,
-`quant/bias_correction.py`) fix each layer's own weight error as if its input were exact. In an
-FP8 network it is not: every earlier FP8 layer rounds its input activations and weights, and the
+Rounding and bias correction computed from the fp32 network (`quant/fitting/rounding.py`,
+`quant/fitting/bias_correction.py`) fix each layer's own weight error as if its input were exact. In
+an FP8 network it is not: every earlier FP8 layer rounds its input activations and weights, and the
 nonlinearities between them turn that zero-mean noise into shifts that add up over the depth.
 Fitting sequentially sees them. For each selected layer L, in the order the forward pass first
 reaches them:
@@ -15,17 +15,17 @@ reaches them:
    the working copy (x~: the migration divisor applied, then FP8 with the static or per-row
    scale). Strided 1x1 convs see only the positions they read.
 2. Weights. A linear or dense 1x1 conv with `compensating` rounding is rounded as
-   `quant/rounding.py` rounds (GPTQ's procedure on the per-channel FP8 grid, its per-row guard)
-   under H~ = E[x~ x~^T], the second moment of the input it will really see, instead of the fp32
-   network's. The float target stays W: the least-squares weight for the reference output from
+   `quant/fitting/rounding.py` rounds (GPTQ's procedure on the per-channel FP8 grid, its per-row
+   guard) under H~ = E[x~ x~^T], the second moment of the input it will really see, instead of the
+   fp32 network's. The float target stays W: the least-squares weight for the reference output from
    the quantized input, W E[x x~^T] H~^-1 (GPTAQ's asymmetric target, Li et al., 2025), shrinks
    each output towards zero to cut the noise power, which lowers the mean square error but
    scales the logits; on EfficientNet-Lite0 it raised the KL mean, so it is not used. With
    `nearest` rounding, and for other layers, the weight is rounded to nearest, unchanged.
 3. Bias (with bias correction). The mean that the next layer sees is matched to the
    reference's. Where an elementwise activation consumes the layer's output alone
-   (`quant/absorb.py` finds it, e.g. the ReLU6 of a folded BatchNormAct), the mean after the
-   activation: the shift s per output channel solves mean(act(Q x~ + b - s)) =
+   (`quant/rewrites/absorb.py` finds it, e.g. the ReLU6 of a folded BatchNormAct), the mean after
+   the activation: the shift s per output channel solves mean(act(Q x~ + b - s)) =
    mean(act(W x + b)) over a seeded sample of `SAMPLE_ROWS` positions per batch, paired across
    the two networks (`bias_shift`). Matching before the activation instead moves channels that
    the activation cuts off, and made Lite0's KL mean worse than no sequential fit at all.

@@ -1,6 +1,6 @@
 """End-to-end tuning of the FP8 layers' output scales and biases against the fp32 logits.
 
-Rounding, bias correction and the sequential fit (`quant/rounding.py`, `bias_correction.py`,
+Rounding, bias correction and the sequential fit (`quant/fitting/rounding.py`, `bias_correction.py`,
 `sequential.py`) each fix one layer's own output, from its mean or second moment; none looks at
 what the network finally computes. What they leave on a small network is mostly the activations'
 FP8 rounding noise, which no per-layer statistic removes, and its effect on the logits depends
@@ -10,9 +10,9 @@ make the emulated network's logits match the fp32 network's on the calibration i
 
 - Objective: KL(fp32 || emulation) of the softmax over classes, the study's own quality measure
   (`quality/metrics.kl_per_image`), averaged over images.
-- The emulation is the plan's (`quant/modules.QDQ`: the stored weights, static or per-row input
-  scales, migration divisors); the input quantizers pass the gradient straight through inside
-  the FP8 range and none for values they saturate.
+- The emulation is the plan's (`quant/layers/matmul.QDQ`: the stored weights, static or
+  per-row input scales, migration divisors); the input quantizers pass the gradient straight
+  through inside the FP8 range and none for values they saturate.
 - Start: the plan's stored weights and biases (fitted sequentially, or rounded and bias-corrected
   as the recipe asks), g = 1.
 - Data: the calibration images, every `HOLDOUT`-th held out. Adam (`LR`), `BATCH` images a step,

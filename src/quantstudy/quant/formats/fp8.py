@@ -13,7 +13,7 @@ E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
 # 1/448 rounded to float32. Per-row scales are max |x| times it: torch on CUDA divides by a
 # scalar that way (a product with its reciprocal), on the CPU it divides, so a product is
-# what CPU, GPU and the fused kernel's prologue (`quant/triton_fp8.py`) compute alike.
+# what CPU, GPU and the fused kernel's prologue (`quant/kernels/gemm.py`) compute alike.
 E4M3_INV = float(torch.tensor(1 / E4M3_MAX, dtype=torch.float32))
 
 
@@ -61,7 +61,7 @@ def quantize_rows(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """FP8 rows of `x` (rows, K) and their dynamic scales ((rows, 1)), after multiplying by
     the per-column reciprocal of a migration divisor (float32, the product rounded to x's
-    dtype): what the fused kernel computes in its prologue (`quant/triton_fp8.py`, QUANT_A)."""
+    dtype): what the fused kernel computes in its prologue (`quant/kernels/gemm.py`, QUANT_A)."""
     if inv_divisor is not None:
         x = (x.float() * inv_divisor).to(x.dtype)
     scale = row_scale(x)

@@ -8,10 +8,10 @@ without the FP8 product (docs/fp8-kernel.md, res2net's miss). Here the conv is t
 product y[m, n] = sum_k a[m, k] w[n, k] over output pixels m = (b, ho, wo) and k = (tap, c),
 whose A matrix is never written: each K step loads one tap's channels of the rows' input
 pixels straight from the channels-last FP8 map (pixels outside it read zero, which is the
-zero padding). The epilogue is the fused product's (`triton_fp8._finish`): per-output-channel
+zero padding). The epilogue is the fused product's (`gemm_kernel._finish`): per-output-channel
 weight scale x the per-tensor input scale, folded-BN bias, activation, one write of the
 channels-last output in the engine's dtype or as the next layer's FP8 input. Sums move to
-float32 every PROMOTE products (`triton_fp8._mma`), as in the fused 1x1 product.
+float32 every PROMOTE products (`gemm_kernel._mma`), as in the fused 1x1 product.
 
 The kernel's name says "conv2d" and "fp8", so the profiler's grouping (`speed/kernels.py`)
 counts it as an FP8 matrix product.
@@ -25,18 +25,16 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.kernels.gemm import (
+from quantstudy.quant.kernels.epilogue import (
     ACT_CODES,
-    PROMOTE,
     ROUND_CODES,
-    _bench,
     _count,
-    _mma,
     _round,
-    _tile,
     activation,
     fp8_range,
 )
+from quantstudy.quant.kernels.gemm_kernel import _mma, _tile
+from quantstudy.quant.kernels.tiles import PROMOTE, _bench
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): BLOCK_K is channels of one tap per K step.
 TILES = [
@@ -110,7 +108,7 @@ def _fp8_conv2d_kernel(
                 )
                 acc, part = _mma(a, w, acc, part, (i * KW + j) * chunks + c0, BLOCK_K, PROMOTE)
     acc += part
-    # The fused product's epilogue (`triton_fp8._finish`, pointer store): scales and bias on
+    # The fused product's epilogue (`gemm_kernel._finish`, pointer store): scales and bias on
     # the float32 sums, rounded to the engine's dtype where the unfused engine stores, the
     # activation, then one write (fp16, or the next layer's FP8 input).
     scale = tl.load(w_scale_ptr + offs_n, mask=n_ok, other=0.0) * tl.load(x_scale_ptr)
@@ -169,9 +167,9 @@ def fp8_conv2d_triton(
     coalesce), `w_taps` (N, KH * KW * C) FP8 from `tap_major`, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor; zero padding `padding` on each side. Returns a
     channels-last (B, N, HO, WO) map in `out_dtype`, or the next layer's FP8 input with
-    `out_scale`. `round_to` as in `triton_fp8.fp8_gemm_triton`. `tile` (BLOCK_M, BLOCK_N,
+    `out_scale`. `round_to` as in `gemm.fp8_gemm_triton`. `tile` (BLOCK_M, BLOCK_N,
     BLOCK_K[, warps, stages]) fixes the tile; by default the autotuner picks it (CUDA).
-    `promote` as in `triton_fp8.fp8_gemm_triton` (tests set it to BLOCK_K to check the epilogue
+    `promote` as in `gemm.fp8_gemm_triton` (tests set it to BLOCK_K to check the epilogue
     against float32 sums; engines keep PROMOTE, where cuBLASLt promotes)."""
     if promote < 0 or (promote and promote & (promote - 1)):
         raise ValueError(f"promote must be 0 or a power of two, got {promote}")

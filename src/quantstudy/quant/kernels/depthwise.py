@@ -6,7 +6,7 @@ the 1x1 conv before it could write it in FP8, and the depthwise conv could write
 layer's input, if the depthwise conv read and wrote FP8. cuDNN's depthwise kernels read and
 write fp16 only. This kernel reads either (an FP8 map with its per-tensor scale), sums in
 float32, applies bias and activation, and writes fp16 or FP8 (divide by the next layer's scale,
-saturate, round to nearest even). `quant/fused_dw.py` puts it in the fused engine;
+saturate, round to nearest even). `quant/layers/fused_depthwise.py` puts it in the fused engine;
 `quantstudy bench depthwise` times it against cuDNN.
 
 Each program computes BLOCK_P output pixels x BLOCK_C channels; channels are contiguous in a
@@ -22,8 +22,9 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.kernels.gemm import ACT_CODES, _bench, activation, fp8_range
+from quantstudy.quant.kernels.epilogue import ACT_CODES, activation, fp8_range
 from quantstudy.quant.kernels.layout import taps_of
+from quantstudy.quant.kernels.tiles import _bench
 
 
 @triton.jit

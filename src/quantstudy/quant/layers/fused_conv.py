@@ -1,10 +1,10 @@
 """The fused FP8 k x k convolution layer: one kernel for the conv, scales, bias and activation.
 
-The kxk counterpart of `quant/fused.py`'s `FusedFP8Matmul`, for dense convs the recipe selects
-that no 1x1 product covers (res2net's 3x3 convs). Same quantization as the emulation
+The kxk counterpart of `quant/layers/fused_matmul.py`'s `FusedFP8Matmul`, for dense convs the recipe
+selects that no 1x1 product covers (res2net's 3x3 convs). Same quantization as the emulation
 (`QDQ`): static per-tensor input scale, per-channel or per-tensor FP8 weights from the float32
 layer, zero padding, float32 sums. On CUDA the conv is the implicit-GEMM Triton kernel of
-`quant/triton_conv.py`; elsewhere the same arithmetic in torch (exact FP8 products summed in
+`quant/kernels/conv.py`; elsewhere the same arithmetic in torch (exact FP8 products summed in
 float32 by `F.conv2d`), so CPU tests and CPU engines check the layer without a GPU. Both run
 behind one custom op, opaque to Inductor; the input quantize stays a torch expression that
 Inductor fuses into the producing kernel.
@@ -25,6 +25,7 @@ from quantstudy.quant.layers.fused_matmul import (
     io_repr,
     take_epilogue,
 )
+from quantstudy.record.vocab import Activation
 
 
 def kxk_fp8_blocker(layer: nn.Module) -> str | None:
@@ -109,7 +110,7 @@ class FusedFP8Conv2d(nn.Module):
         x_scale: float,
         per_channel: bool,
         dtype: torch.dtype,
-        act: str = "none",
+        act: str = Activation.NONE,
         out_scale: float | None = None,
         fp8_input: bool = False,
     ) -> None:
@@ -119,7 +120,7 @@ class FusedFP8Conv2d(nn.Module):
             raise ValueError(blocker)
         w8, w_scale = quantize_weight(layer.weight.detach().float(), per_channel)
         # Channels padded to 16 (weights once, the input inside its quantize): FP8 pixel rows of
-        # 26 or 52 bytes (res2net) take byte loads, and the H200 ran those convs 2.3-5x slower
+        # 26 or 52 bytes (res2net) take byte loads, and those convs ran several times slower
         # than on rows padded to 32 or 64 (`quantstudy.bench.conv`, docs/fp8-kernel.md).
         self.c_pad = -w8.shape[1] % 16
         if fp8_input and self.c_pad:

@@ -3,14 +3,14 @@
 Why: in the inverted-residual CNNs the depthwise convs take the same time in the fp16 and FP8
 engines (docs/fp8-kernel.md, "All six models"), because both read and write fp16 around them. With
 the depthwise conv selected, the 1x1 conv before it writes its output in FP8 (a hand-off,
-`quant/handoff.py`), this layer reads it, applies the folded BatchNorm bias and the activation
-in its epilogue, and writes the next FP8 layer's input: a memory-bound conv that moves half the
-bytes. The quantization is the emulation's (`QDQ`): static per-tensor input scale, FP8 weights
-(per channel or per tensor), float32 sums; the scales multiply after the sum. The products run
-on CUDA cores in float32 (a depthwise conv has no matrix product for FP8 tensor cores): what FP8
+`quant/rewrites/handoff.py`), this layer reads it, applies the folded BatchNorm bias and the
+activation in its epilogue, and writes the next FP8 layer's input: a memory-bound conv that moves
+half the bytes. The quantization is the emulation's (`QDQ`): static per-tensor input scale, FP8
+weights (per channel or per tensor), float32 sums; the scales multiply after the sum. The products
+run on CUDA cores in float32 (a depthwise conv has no matrix product for FP8 tensor cores): what FP8
 buys here is the bytes of the activations and weights.
 
-On CUDA the conv is `quant/triton_dw.py`'s kernel; elsewhere the same arithmetic in torch
+On CUDA the conv is `quant/kernels/depthwise.py`'s kernel; elsewhere the same arithmetic in torch
 (`F.conv2d` with groups), so CPU tests and CPU engines check the layer without a GPU. Both run
 behind one custom op, opaque to Inductor; the input quantize, when the producer writes no FP8,
 stays a torch expression that Inductor fuses into the producing kernel. The epilogue does not
@@ -35,6 +35,7 @@ from quantstudy.quant.layers.fused_matmul import (
     take_epilogue,
 )
 from quantstudy.quant.layers.matmul import FP8Weight
+from quantstudy.record.vocab import Activation
 
 
 def _same_pad_types() -> tuple[type, ...]:
@@ -117,7 +118,7 @@ class FusedFP8Depthwise(nn.Module):
         x_scale: float,
         per_channel: bool,
         dtype: torch.dtype,
-        act: str = "none",
+        act: str = Activation.NONE,
         out_scale: float | None = None,
         fp8_input: bool = False,
         weight: FP8Weight | None = None,

@@ -1,13 +1,13 @@
 """The fused FP8 layer: one kernel for the product, per-channel scale, bias and activation.
 
-Why: on the H200 the unfused layer (`FP8Matmul`, as first measured: `torch._scaled_mm` writing
+Why: on the GPU the unfused layer (`FP8Matmul`, as first measured: `torch._scaled_mm` writing
 bf16, then cast, bias and activation in a separate pass) lost to fp16 at every batch, and the
 byte counts put most of the loss in the extra passes over the layer's output (docs/fp8-kernel.md).
 `FusedFP8Matmul` writes its output once, activation applied, in the engine's dtype. The input
 quantize stays a plain torch expression so that Inductor fuses it into the producing kernel;
-with dynamic per-row scales the kernel quantizes the input itself (`quant/triton_fp8.py`).
+with dynamic per-row scales the kernel quantizes the input itself (`quant/kernels/gemm.py`).
 
-On CUDA the product is the Triton kernel of `quant/triton_fp8.py`; elsewhere the same arithmetic
+On CUDA the product is the Triton kernel of `quant/kernels/gemm.py`; elsewhere the same arithmetic
 in torch (exact FP8 products summed in float32), so CPU tests check the layer and the activation
 absorption without a GPU. Both run behind one custom op, opaque to Inductor.
 """
@@ -23,27 +23,28 @@ from torch import nn
 from quantstudy.quant.formats.fp8 import E4M3, quantize_rows, quantize_weight, to_fp8
 from quantstudy.quant.layers.matmul import FP8Weight, PointwiseMatmul, align
 from quantstudy.quant.layers.padding import OutputPad
+from quantstudy.record.vocab import Activation
 
 # Activation modules the epilogue computes, by exact type (subclasses may change the forward).
-ACTIVATIONS: dict[type, str] = {
-    nn.ReLU: "relu",
-    nn.ReLU6: "relu6",
-    nn.SiLU: "silu",
-    nn.Hardswish: "hardswish",
+ACTIVATIONS: dict[type, Activation] = {
+    nn.ReLU: Activation.RELU,
+    nn.ReLU6: Activation.RELU6,
+    nn.SiLU: Activation.SILU,
+    nn.Hardswish: Activation.HARDSWISH,
 }
 
 
-def activation_name(module: nn.Module) -> str | None:
-    """The epilogue's name for `module`, or None when the epilogue cannot compute it."""
+def activation_name(module: nn.Module) -> Activation | None:
+    """The epilogue's activation for `module`, or None when the epilogue cannot compute it."""
     if type(module) in ACTIVATIONS:
         return ACTIVATIONS[type(module)]
     if type(module) is nn.GELU and module.approximate == "none":
-        return "gelu"
+        return Activation.GELU
     try:
         from timm.layers.activations import GELU
     except ImportError:  # pragma: no cover - timm is a dependency
         return None
-    return "gelu" if type(module) is GELU else None
+    return Activation.GELU if type(module) is GELU else None
 
 
 def _act_reference(y: torch.Tensor, act: str) -> torch.Tensor:
@@ -72,15 +73,15 @@ def fp8_gemm(
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
     residual: torch.Tensor | None = None,
-    res_act: str = "none",
+    res_act: str = Activation.NONE,
     x_inv_divisor: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8,
     x_scale a scalar or one scale per row (M, 1). An xq in the engine's dtype is quantized here
     with dynamic per-row scales after the product with `x_inv_divisor`
-    (`quant.fp8.quantize_rows`; on CUDA in the kernel's prologue, no pass of its own), and w8
-    may then be K-padded beyond it. With `residual` (M, N) in the engine's dtype,
-    res_act(that + residual): the residual sum of `quant/residual.py`.
+    (`quant.formats.fp8.quantize_rows`; on CUDA in the kernel's prologue, no pass of its own), and
+    w8 may then be K-padded beyond it. With `residual` (M, N) in the engine's dtype,
+    res_act(that + residual): the residual sum of `quant/rewrites/residual.py`.
     With `out_scale` the result is written as the next layer's FP8 input (`to_fp8`).
     `round_to` (the engine's dtype) rounds the sum before the activation and the activated
     value before an FP8 write, where the unfused engine stores them: both engines then
@@ -142,7 +143,7 @@ def fp8_gemm_pair(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`fp8_gemm` writing two outputs from one epilogue: the result in `out_dtype` and its
     FP8 copy quantized with `pair_scale`, the next FP8 layer's input (a residual sum read
-    both by that layer and by the next shortcut, `quant/residual.py`)."""
+    both by that layer and by the next shortcut, `quant/rewrites/residual.py`)."""
     if xq.is_cuda:
         from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
@@ -181,7 +182,7 @@ def fp8_gemm_padded(
     """`fp8_gemm` of a conv's B x H x W pixels (`size`) written into the interior of a
     zero-padded (B, H + top + bottom, W + left + right, N) buffer, `pads` (left, right, top,
     bottom) as `F.pad` takes them: the padding the next conv would apply
-    (`quant/pad_handoff.py`), with no pass of its own."""
+    (`quant/rewrites/pad_handoff.py`), with no pass of its own."""
     b, h, w = size
     left, right, top, bottom = pads
     n = w8.shape[0]
@@ -221,7 +222,7 @@ def take_epilogue(
 ) -> None:
     """The epilogue state of every fused FP8 layer: the bias as the fp16 engine and
     torch._scaled_mm's epilogue hold it (the engine's dtype), kept in float32; the activation;
-    the engine's dtype; the FP8 hand-off (`quant/handoff.py`): `out_scale` writes the next
+    the engine's dtype; the FP8 hand-off (`quant/rewrites/handoff.py`): `out_scale` writes the next
     layer's FP8 input, `fp8_input` reads its own already quantized by the layer before."""
     bias = layer.bias.detach().to(dtype).float() if layer.bias is not None else None
     module.register_buffer("bias", bias)
@@ -253,8 +254,8 @@ class FusedFP8Matmul(PointwiseMatmul):
     per-tensor FP8 weights from the float32 layer); the bias and scales stay float32. K is
     zero-padded to a multiple of 16 (the weight once, the activation inside its quantize, which
     Inductor fuses into the producer): FP8 rows of 728 bytes (xception41) cannot be read with
-    16-byte vector or descriptor loads, and the H200 ran those products 3.5x slower than cuBLASLt
-    on padded ones (docs/fp8-kernel.md). Zero columns add exact zeros to every sum.
+    16-byte vector or descriptor loads, and those products ran several times slower than
+    cuBLASLt on padded ones (docs/fp8-kernel.md). Zero columns add exact zeros to every sum.
     """
 
     def __init__(
@@ -263,7 +264,7 @@ class FusedFP8Matmul(PointwiseMatmul):
         x_scale: float,
         per_channel: bool,
         dtype: torch.dtype,
-        act: str = "none",
+        act: str = Activation.NONE,
         out_scale: float | None = None,
         fp8_input: bool = False,
         fp8_weight: FP8Weight | None = None,
@@ -283,13 +284,14 @@ class FusedFP8Matmul(PointwiseMatmul):
         self._take_input_quant(x_scale, row_scales, x_divisor, self.k_pad)
         take_epilogue(self, layer, dtype, act, out_scale, fp8_input)
         # The activation after a residual sum in the epilogue; None: no residual (set by
-        # `quant/residual.py` when it moves a block's add into this layer).
+        # `quant/rewrites/residual.py` when it moves a block's add into this layer).
         self.res_act: str | None = None
         # The next FP8 layer's input scale where this layer also writes that layer's FP8
-        # input beside its own output (a residual sum with two readers, `quant/residual.py`).
+        # input beside its own output (a residual sum with two readers,
+        # `quant/rewrites/residual.py`).
         self.register_buffer("pair_scale", None)
         # The zero padding of the conv that alone reads this layer's output, written here
-        # around the output (`quant/pad_handoff.py`); None: a plain output.
+        # around the output (`quant/rewrites/pad_handoff.py`); None: a plain output.
         self.out_pad: OutputPad | None = None
         if fp8_input and self.k_pad:
             raise ValueError("an FP8 input cannot be padded here: its producer writes K columns")

@@ -74,7 +74,7 @@ class PointwiseMatmul(nn.Module):
 
     Input quantization: one static per-tensor scale (`x_scale`), or with `row_scales` one scale
     per row computed at run time (`fp8.row_scale`); a per-input-channel `x_divisor` (scale
-    migration, `quant/migrate.py`) divides the input before either."""
+    migration, `quant/fitting/migrate.py`) divides the input before either."""
 
     def _take_shape(self, layer: nn.Linear | nn.Conv2d) -> None:
         self.is_conv = isinstance(layer, nn.Conv2d)
@@ -87,7 +87,8 @@ class PointwiseMatmul(nn.Module):
         self.row_scales = row_scales
         divisor = None if x_divisor is None else F.pad(x_divisor.float(), (0, k_pad), value=1.0)
         self.register_buffer("x_divisor", divisor)
-        # per-row quantize multiplies by the divisor's reciprocal (`quant.fp8.quantize_rows`)
+        # per-row quantize multiplies by the divisor's reciprocal
+        # (`quant.formats.fp8.quantize_rows`)
         inverse = torch.reciprocal(divisor) if divisor is not None and row_scales else None
         self.register_buffer("x_inv_divisor", inverse)
 
@@ -117,7 +118,7 @@ class PointwiseMatmul(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """The layer on `x`; `residual` (the output's shape) is summed in the epilogue by
-        layers that take one (`quant/residual.py`)."""
+        layers that take one (`quant/rewrites/residual.py`)."""
         r = None if residual is None else self._rows(residual)
         x = self._subsampled(x)
         y = self._matmul(self._rows(x), r)
@@ -140,8 +141,8 @@ def scaled_mm_output(device: str, dtype: torch.dtype, rowwise: bool) -> tuple[to
     sum x scales + bias, the fused kernel's arithmetic), the engine's dtype with the bias added
     after, then bf16 (cuBLASLt's row-wise scaling wrote bf16 only before CUDA 12.9 and torch
     2.10). bf16 keeps 8 significant bits where fp16 keeps 11, which moves the next layer's FP8
-    rounding often enough that a bf16 unfused engine agreed with the fused one on 98.2% of
-    Lite0's top-1 answers on val-1300 (H200, docs/fp8-kernel.md). Probed once per device, dtype
+    rounding often enough that a bf16 unfused engine and the fused one disagree on a
+    measurable share of Lite0's top-1 answers (docs/fp8-kernel.md). Probed once per device, dtype
     and scaling."""
     a = torch.zeros(16, 16, device=device).to(E4M3)
     sa = torch.ones((16, 1) if rowwise else (), device=device)

@@ -1,8 +1,8 @@
 """The zero padding a conv applies to its input, as a producer can write it around its output.
 
-Two forms reach a fused FP8 layer's output in timm models (`quant/pad_handoff.py`): TensorFlow's
-"same" padding (`Conv2dSame`: computed from the input size at run time, the extra pixel at the
-bottom and right), and a fixed `nn.ZeroPad2d` before a conv.
+Two forms reach a fused FP8 layer's output in timm models (`quant/rewrites/pad_handoff.py`):
+TensorFlow's "same" padding (`Conv2dSame`: computed from the input size at run time, the extra pixel
+at the bottom and right), and a fixed `nn.ZeroPad2d` before a conv.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, depthwise_fp8_blocker
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import QDQ, FP8Matmul, FP8Weight, real_fp8_blocker
-from quantstudy.record.vocab import Fp8Kernel, choices
+from quantstudy.record.vocab import Activation, Fp8Kernel, choices
 
 if TYPE_CHECKING:  # sequential.py builds on this module
     from quantstudy.quant.fitting.sequential import Fitted
@@ -31,19 +31,19 @@ class QuantPlan:
     layers: list[str]
     per_channel: bool
     calibration: Calibration
-    bias_correction: bool = False  # `quant/bias_correction.py`, from the recipe's weights
-    rounding: str = "nearest"  # `quant/rounding.py`; compensating needs calibration moments
+    bias_correction: bool = False  # `quant/fitting/bias_correction.py`, from the recipe's weights
+    rounding: str = "nearest"  # `quant/fitting/rounding.py`; compensating needs calibration moments
     row_scales: bool = False  # dynamic per-row activation scales instead of static per-tensor
-    # layer -> per-input-channel divisor of its input (scale migration, `quant/migrate.py`)
+    # layer -> per-input-channel divisor of its input (scale migration, `quant/fitting/migrate.py`)
     divisors: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
     # with row_scales: only layers whose input has at most this many channels (None: all)
     row_max_channels: int | None = None
     # compensating rounding's scale candidates per channel and refinement sweeps
     scale_candidates: int = 1
     refine_sweeps: int = 0
-    # weights and biases fitted sequentially (`quant/sequential.py`), when the recipe asks
+    # weights and biases fitted sequentially (`quant/fitting/sequential.py`), when the recipe asks
     fitted: Fitted | None = field(default=None, compare=False, repr=False)
-    # what output tuning (`quant/tune.py`) measured; its values are in `fitted`
+    # what output tuning (`quant/fitting/tune.py`) measured; its values are in `fitted`
     tuned: Tuned | None = field(default=None, compare=False, repr=False)
     # stored weights by the bytes of the float weights they were rounded from (every engine of
     # a study rounds the same folded weights; compensating rounding takes seconds per layer)
@@ -61,7 +61,7 @@ class QuantPlan:
     def stored_weights(self, source: nn.Module) -> dict[str, FP8Weight]:
         """The FP8 weight and scale of every plan layer of the float32 `source` (BatchNorm folded
         where the recipe folds), as every engine stores it: migrated by the layer's divisor,
-        then rounded the plan's way, or as fitted sequentially (`quant/sequential.py`).
+        then rounded the plan's way, or as fitted sequentially (`quant/fitting/sequential.py`).
         Deterministic, so each engine computes the same values."""
         if self.fitted is not None:
             if self.weights_digest(source) != self.fitted.digest:
@@ -89,7 +89,7 @@ class QuantPlan:
 
     @property
     def search(self) -> Search:
-        """Compensating rounding's searches (`quant/rounding.py`)."""
+        """Compensating rounding's searches (`quant/fitting/rounding.py`)."""
         return Search(self.scale_candidates, self.refine_sweeps)
 
     def static_input(self, name: str, layer: nn.Module) -> bool:
@@ -105,7 +105,7 @@ class QuantPlan:
         width = layer.in_features if isinstance(layer, nn.Linear) else layer.in_channels
         return self.row_max_channels is None or width <= self.row_max_channels
 
-    def input_quant(self, name: str, layer: nn.Module) -> dict:
+    def input_quant(self, name: str, layer: nn.Module) -> dict[str, Any]:
         """How `layer` quantizes its input beyond the static scale: dynamic per-row scales and
         the migration divisor, for linears and dense 1x1 convs (others keep static scales)."""
         return {
@@ -122,18 +122,20 @@ class Applied:
     emulated: list[tuple[str, str]]
 
 
-def fp8_blocker(layer: nn.Module, kernel: str = "scaled_mm") -> str | None:
+def fp8_blocker(layer: nn.Module, kernel: str = Fp8Kernel.SCALED_MM) -> str | None:
     """Why `layer` cannot run real FP8 with `kernel`; None when it can. The fused kernel also
-    runs dense kxk convs (`quant/fused_conv.py`) and depthwise convs on FP8 storage
-    (`quant/fused_dw.py`); torch._scaled_mm has no conv."""
+    runs dense kxk convs (`quant/layers/fused_conv.py`) and depthwise convs on FP8 storage
+    (`quant/layers/fused_depthwise.py`); torch._scaled_mm has no conv."""
     blocker = real_fp8_blocker(layer)
-    if blocker is not None and kernel == "fused" and isinstance(layer, nn.Conv2d):
+    if blocker is not None and kernel == Fp8Kernel.FUSED and isinstance(layer, nn.Conv2d):
         if kxk_fp8_blocker(layer) is None or depthwise_fp8_blocker(layer) is None:
             return None
     return blocker
 
 
-def real_layers(model: nn.Module, layers: list[str], kernel: str = "scaled_mm") -> list[str]:
+def real_layers(
+    model: nn.Module, layers: list[str], kernel: str = Fp8Kernel.SCALED_MM
+) -> list[str]:
     """The layers of `layers` that can run a real FP8 product with `kernel`."""
     return [n for n in layers if fp8_blocker(model.get_submodule(n), kernel) is None]
 
@@ -145,7 +147,7 @@ def fp8_module(
     dtype: torch.dtype,
     kernel: str,
     *,
-    act: str = "none",
+    act: str = Activation.NONE,
     out_scale: float | None = None,
     fp8_input: bool = False,
     weight: FP8Weight | None = None,
@@ -163,7 +165,7 @@ def fp8_module(
     blocker = fp8_blocker(layer, kernel)
     if blocker is not None:
         return QDQ(layer, x_scale, True, per_channel, dtype, weight, **input_quant), blocker
-    if kernel != "fused":
+    if kernel != Fp8Kernel.FUSED:
         return FP8Matmul(layer, x_scale, per_channel, dtype, weight, **input_quant), None
     if depthwise_fp8_blocker(layer) is None:
         new = FusedFP8Depthwise(
@@ -171,7 +173,7 @@ def fp8_module(
         )
         return new, None
     if real_fp8_blocker(layer) is not None:
-        # a kxk conv (`quant/fused_conv.py`): nearest weights, static per-tensor input
+        # a kxk conv (`quant/layers/fused_conv.py`): nearest weights, static per-tensor input
         return FusedFP8Conv2d(layer, x_scale, per_channel, dtype, act, out_scale, fp8_input), None
     new = FusedFP8Matmul(
         layer, x_scale, per_channel, dtype, act, out_scale, fp8_input, weight, **input_quant
@@ -184,7 +186,7 @@ def apply_fp8(
     source: nn.Module,
     plan: QuantPlan,
     dtype: torch.dtype,
-    kernel: str = "scaled_mm",
+    kernel: str = Fp8Kernel.SCALED_MM,
     epilogue: dict[str, str] | None = None,
     handoff: dict[str, str] | None = None,
 ) -> Applied:
@@ -194,14 +196,14 @@ def apply_fp8(
     so weight scales come from full-precision weights, not from their fp16 copies. `kernel`
     "fused" builds `FusedFP8Matmul` layers with the activations of `epilogue` (layer -> name)
     in their epilogue; the caller has removed those activation modules from `model`. `handoff`
-    (producer -> consumer, `quant/handoff.py`) makes each producer write its consumer's FP8
+    (producer -> consumer, `quant/rewrites/handoff.py`) makes each producer write its consumer's FP8
     input and the consumer read it as is.
     """
     if kernel not in choices(Fp8Kernel):
         raise ValueError(f"FP8 kernel must be one of {choices(Fp8Kernel)}, not {kernel!r}")
     epilogue = epilogue or {}
     handoff = handoff or {}
-    if handoff and kernel != "fused":
+    if handoff and kernel != Fp8Kernel.FUSED:
         raise ValueError("FP8 hand-offs need the fused kernel")
     consumers = set(handoff.values())
     weights = plan.stored_weights(source)
@@ -216,7 +218,7 @@ def apply_fp8(
             plan.per_channel,
             dtype,
             kernel,
-            act=epilogue.get(name, "none"),
+            act=epilogue.get(name, Activation.NONE),
             out_scale=plan.calibration.scale_of(nxt) if nxt is not None else None,
             fp8_input=name in consumers,
             weight=weights[name],

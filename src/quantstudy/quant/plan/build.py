@@ -7,23 +7,22 @@ searches and the quality data tests build the same plan:
    override; times the recipe's headroom, after migration's second calibration), per-channel
    input means (bias correction) and max |x| (migration), and each
    pointwise layer's input second moment when the weights round compensating.
-2. Scale migration (`quant/migrate.py`): divisors from those channel maxima and the BatchNorm-
-   folded weights, kept where the float model stays equal; the migrated tensors are calibrated
-   again, divided, so their scales fit what the layers quantize.
-3. The engines then store the weights migrated, rounded (`quant/rounding.py`) and, with bias
-   correction, correct the bias for the shift of those stored weights
+2. Scale migration (`quant/fitting/migrate.py`): divisors from those channel maxima and the
+   BatchNorm-folded weights, kept where the float model stays equal; the migrated tensors are
+   calibrated again, divided, so their scales fit what the layers quantize.
+3. The engines then store the weights migrated, rounded (`quant/fitting/rounding.py`) and, with
+   bias correction, correct the bias for the shift of those stored weights
    (`QuantPlan.stored_weights`, `engines/builders.py`); or, with the sequential fit
-   (`quant/sequential.py`), as fitted layer by layer.
-4. Output tuning (`quant/tune.py`), last: the gains and biases of all layers at once, from the
-   stored weights and biases of step 3, against the fp32 logits.
+   (`quant/fitting/sequential.py`), as fitted layer by layer.
+4. Output tuning (`quant/fitting/tune.py`), last: the gains and biases of all layers at once, from
+   the stored weights and biases of step 3, against the fp32 logits.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -37,55 +36,8 @@ from quantstudy.quant.fitting.tune import Tuned, tune_outputs
 from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.rewrites.fold import fold_batchnorm
-from quantstudy.record.vocab import Rounding, Tuning
-
-
-@dataclass(frozen=True)
-class QuantOptions:
-    """The recipe's quantization options, as plain values (quant sits below recipe)."""
-
-    per_channel: bool = True
-    fold_bn: bool = True
-    bias_correction: bool = False
-    rounding: str = "nearest"
-    scale_candidates: int = 1  # compensating rounding: scales tried per channel
-    refine_sweeps: int = 0  # compensating rounding: coordinate-descent sweeps
-    calibrator: str = "max"
-    params: dict[str, float] = field(default_factory=dict)
-    row_scales: bool = False
-    row_max_channels: int | None = None  # per-row scales only on inputs this narrow
-    layer_calibrators: dict[str, str] = field(default_factory=dict)
-    migration: str = "none"
-    migration_alpha: float = 0.5
-    headroom: float = 1.0  # static scales: the calibrator's amax x this / 448
-    sequential: bool = False
-    tune: str = "none"
-    tune_epochs: int = 10
-
-
-def quant_options(recipe: Any) -> QuantOptions:
-    """The options of a validated recipe (`recipe.schema.Recipe`, duck-typed: recipe sits
-    beside quant, not below it)."""
-    w, a = recipe.weights, recipe.activations
-    return QuantOptions(
-        per_channel=w.granularity == "per_channel",
-        fold_bn=w.fold_bn,
-        bias_correction=w.bias_correction,
-        rounding=w.rounding,
-        scale_candidates=w.scale_candidates,
-        refine_sweeps=w.refine_sweeps,
-        calibrator=a.calibrator,
-        params=dict(a.params),
-        row_scales=a.granularity == "per_row",
-        row_max_channels=a.per_row_max_channels,
-        layer_calibrators=dict(a.layer_calibrators),
-        migration=a.migration,
-        migration_alpha=a.migration_alpha,
-        headroom=a.headroom,
-        sequential=w.sequential,
-        tune=w.tune,
-        tune_epochs=w.tune_epochs,
-    )
+from quantstudy.record.quant_options import QuantOptions
+from quantstudy.record.vocab import Migration, Rounding, Tuning
 
 
 def build_plan(
@@ -98,7 +50,7 @@ def build_plan(
     """Calibrate the fp32 `model` over `batches()` (called once, twice with migration) and
     return the plan for `layers` under `options` (see the module docstring for the order)."""
     moments = None
-    if Rounding(options.rounding) is Rounding.COMPENSATING and not options.sequential:
+    if options.rounding is Rounding.COMPENSATING and not options.sequential:
         moments = [n for n in layers if compensable(model.get_submodule(n))]
     calibration = calibrate(
         model,
@@ -111,12 +63,14 @@ def build_plan(
     )
     divisors: dict[str, torch.Tensor] = {}
     folded = None
-    tuned = Tuning(options.tune) is not Tuning.NONE
-    if options.migration == "smooth" or options.sequential or tuned:  # read deployed weights
+    tuned = options.tune is not Tuning.NONE
+    if (
+        options.migration is Migration.SMOOTH or options.sequential or tuned
+    ):  # read deployed weights
         folded = copy.deepcopy(model).cpu().eval()
         if options.fold_bn:
             fold_batchnorm(folded, example.cpu())
-    if options.migration == "smooth":
+    if options.migration is Migration.SMOOTH:
         found = smooth_divisors(folded, layers, calibration, options.migration_alpha)
         divisors = exact_divisors(folded, example.cpu(), found)
         if divisors:
@@ -170,7 +124,7 @@ def build_plan(
 
 def _stored_biases(plan: QuantPlan, folded: nn.Module) -> dict[str, torch.Tensor]:
     """Each plan layer's float32 bias as the engines store it without a fit: corrected for the
-    stored weights when the recipe asks (`quant/bias_correction.py`); zeros where none."""
+    stored weights when the recipe asks (`quant/fitting/bias_correction.py`); zeros where none."""
     m = copy.deepcopy(folded)
     if plan.bias_correction:
         weights = plan.stored_weights(folded)
@@ -206,6 +160,6 @@ def _tune(
         emulation,
         start.weights,
         start.biases,
-        plan.per_channel and Tuning(options.tune) is Tuning.SCALE_BIAS,
+        plan.per_channel and options.tune is Tuning.SCALE_BIAS,
         options.tune_epochs,
     )

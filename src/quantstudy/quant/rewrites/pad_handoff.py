@@ -4,9 +4,9 @@ TensorFlow-ported timm models (tf_efficientnet*, tf_mixnet*, tf_mobilenetv3*) pa
 every strided conv at run time (`Conv2dSame`: `F.pad`, then the conv without padding). After an
 fp16 conv Inductor fuses that pad into the bias/activation pass it runs anyway; after a fused
 FP8 layer, whose epilogue already applied bias and activation inside one opaque kernel, the pad
-is a pass of its own over the network's widest tensors (H200, Lite0 at batch 128: four such
-passes, 252 us of the FP8 engine's 2380; examples/lite0-fp8-options/kernels-h200-narrow-rows.json).
-Here the producer's epilogue writes the interior of the padded buffer (`quant/padding.py`,
+is a pass of its own over the network's widest tensors (docs/fp8-kernel.md measures its share
+of the FP8 engine's time).
+Here the producer's epilogue writes the interior of the padded buffer (`quant/layers/padding.py`,
 the kernel's MAP_OUT) and the conv reads it with no padding of its own: the same values, one
 pass fewer.
 

@@ -4,7 +4,7 @@ Why: a residual block ends `act(layer(x) + shortcut)` (res2net's Bottle2neck: co
 in-place `out += shortcut`, ReLU; an inverted residual: the projection conv plus the block
 input; a transformer block: fc2 plus the stream). In the fused engine the layer writes its fp16
 output and a separate pass reads it back with the shortcut; with the sum in the layer's
-epilogue (`quant/triton_fp8.py`, `_finish`) that write and read disappear (docs/fp8-kernel.md).
+epilogue (`quant/kernels/gemm.py`, `_finish`) that write and read disappear (docs/fp8-kernel.md).
 
 The add is a functional op, invisible to module hooks, so the block that holds it is traced with
 `torch.fx` (the FP8 layers, convs, linears and activations kept as leaves). A site is a fused
@@ -14,8 +14,8 @@ tensor that the engine stores anyway (`_stored_anyway`), optionally followed by 
 the epilogue computes and that is the sum's only reader. The smallest traceable module above the
 layer (not the model itself) that holds such an add is rewritten: the layer is called with the
 other tensor as its residual and the add and activation leave the graph. Candidates are then
-checked as activation absorption is (`quant/absorb.py`): in a float copy the same rewrite (the
-layer wrapped in `FloatResidual`, the same operations in the same order) must leave the model's
+checked as activation absorption is (`quant/rewrites/absorb.py`): in a float copy the same rewrite
+(the layer wrapped in `FloatResidual`, the same operations in the same order) must leave the model's
 output bit-identical on the example and a seeded wide random input.
 """
 
@@ -152,8 +152,8 @@ def _stored_anyway(node: fx.Node) -> bool:
     """Whether the compiled engine writes the other term to memory whatever the layer does: a
     block input, a module's output (a cuDNN or FP8 kernel's), or a value with other readers.
     A value only the add reads (ghostnet's concatenated halves) Inductor computes inside the
-    add's kernel; handing it to the layer would write it once more (on the H200 that cost
-    ghostnet_100 33 us at batch 128, docs/fp8-kernel.md)."""
+    add's kernel; handing it to the layer would write it once more (docs/fp8-kernel.md
+    measures that cost)."""
     return node.op in ("placeholder", "call_module") or len(node.users) > 1
 
 
@@ -269,7 +269,8 @@ class FloatResidual(nn.Module):
         super().__init__()
         self.layer = layer
         self.act = act  # the block's module (registered as a child) or a function
-        self.pair = False  # return the sum twice, as a sum hand-off does (`quant/sum_handoff.py`)
+        # return the sum twice, as a sum hand-off does (`quant/rewrites/sum_handoff.py`)
+        self.pair = False
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor

@@ -1,19 +1,19 @@
 """Residual sums that are also the next FP8 layer's input, written in both forms by one epilogue.
 
-Why: once `quant/residual.py` has moved a block's add into the block's last FP8 layer, the sum
-is read twice by what follows: the next FP8 layer quantizes it (an Inductor pass that reads the
+Why: once `quant/rewrites/residual.py` has moved a block's add into the block's last FP8 layer, the
+sum is read twice by what follows: the next FP8 layer quantizes it (an Inductor pass that reads the
 fp16 sum and writes FP8) and the next shortcut reads it in fp16. The layer writing the sum can
 also write the FP8 copy with the reader's scale (`fp8_gemm_pair`), and that quantize pass and
-its fp16 read disappear: on res2net's 15 hand-offs at batch 128 the quantize passes took 571
-us less on the H200. Off by default all the same: the second output made those products 2.2-2.9
-times slower (autotuned to narrower tiles), x 1.10 -> 0.94 (docs/fp8-kernel.md, "Residual sums
-in the epilogue"; `bench/epilogue.py` times it one product at a time).
+its fp16 read disappear. Off by default all the same: the second output slows the products
+that write it (autotuned to narrower tiles) by more than the quantize passes it saves cost
+(docs/fp8-kernel.md, "Residual sums in the epilogue", has the measurement;
+`bench/epilogue.py` times it one product at a time).
 
 The reader sits in the next block, so the smallest module holding both calls (a stage, or the
 model itself) is traced with the residual rewrite's tracer and rewritten: the sum's layer
 returns (sum, FP8 copy) and the reader takes the copy (its input read as is, as an FP8
-hand-off's consumer does, `quant/handoff.py`). A reader qualifies when it is a fused FP8 layer
-called once, reading exactly the sum, with a static per-tensor scale and no K padding; of
+hand-off's consumer does, `quant/rewrites/handoff.py`). A reader qualifies when it is a fused FP8
+layer called once, reading exactly the sum, with a static per-tensor scale and no K padding; of
 several, the first. As for every rewrite, a float copy with the same rewrite (the sum's layer
 returning the sum twice) must leave the model's output bit-identical.
 """

@@ -1,0 +1,74 @@
+"""The epilogue arithmetic every FP8 kernel shares: activations, FP8 saturation, rounding.
+
+The fused product, the k x k convolution and the depthwise convolution all end the same way;
+one definition keeps their outputs bit-equal to the unfused engine's in the same places.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from quantstudy.record.vocab import Activation
+
+# Activation codes of the epilogue; `quant.layers.fused_matmul.ACTIVATIONS` maps modules to them.
+ACT_CODES: dict[str, int] = {act: code for code, act in enumerate(Activation)}
+
+
+@triton.jit
+def activation(y, ACT: tl.constexpr):
+    """The epilogue's activation (`ACT_CODES`), in float32; shared with
+    `quant/kernels/depthwise.py`."""
+    if ACT == 1:
+        y = tl.maximum(y, 0.0)
+    elif ACT == 2:
+        y = tl.minimum(tl.maximum(y, 0.0), 6.0)
+    elif ACT == 3:
+        y = y * tl.sigmoid(y)
+    elif ACT == 4:
+        y = y * tl.minimum(tl.maximum(y + 3.0, 0.0), 6.0) / 6.0
+    elif ACT == 5:
+        y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    return y
+
+
+@triton.jit
+def fp8_range(y, out_scale_ptr):
+    """`quant.formats.fp8.to_fp8` up to its cast: divide by the scale, saturate at +-448 (E4M3's
+    largest value); the caller's store rounds to nearest even. Shared with
+    `quant/kernels/depthwise.py`."""
+    y = tl.math.div_rn(y, tl.load(out_scale_ptr))  # `/` is approximate on the GPU
+    return tl.minimum(tl.maximum(y, -448.0), 448.0)
+
+
+# The engine dtype the epilogue rounds through (`_round`): none (float32), fp16, bf16.
+ROUND_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+@triton.jit
+def _round(y, ROUND: tl.constexpr):
+    """y rounded (to nearest even) to the engine's dtype and back to float32."""
+    if ROUND == 1:
+        y = y.to(tl.float16, fp_downcast_rounding="rtne").to(tl.float32)
+    elif ROUND == 2:
+        y = y.to(tl.bfloat16, fp_downcast_rounding="rtne").to(tl.float32)
+    return y
+
+
+# Triton 3.6's interpreter (torch 2.11's Triton) holds every scalar as a 1-element array, which
+# `range` cannot take as a bound or step (numpy refuses int() of a 1-d array; Triton 3.8 squeezes
+# it). No Triton op yields a 0-d array there, hence the interpreter-only branch of `_count`; its
+# result goes straight into `range` (the interpreter turns every assigned value back to a tensor).
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
+
+
+@triton.jit
+def _count(n):
+    """A loop bound or step that `range` takes: `n` itself when compiled (the constexpr branch
+    is not generated), a Python int of the interpreter's 1-element array when interpreted."""
+    if _INTERPRETED:
+        return int(n.handle.data.item())
+    return n

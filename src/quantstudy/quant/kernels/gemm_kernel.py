@@ -1,0 +1,297 @@
+"""The fused FP8 matrix product's Triton kernel: FP8 operands, float32 accumulation, epilogue.
+
+The arithmetic only (module docstring of `kernels/gemm.py` for what it computes): tile order,
+the per-row quantizing prologue, the promoted tensor-core sums and the epilogue's writes, plus
+the autotuned wrapper over `kernels/tiles.py`'s tables. Launching, argument checks and the
+tuning cache live beside it.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from quantstudy.quant.formats import fp8
+from quantstudy.quant.kernels.epilogue import _count, _round, activation, fp8_range
+from quantstudy.quant.kernels.tiles import (
+    PATH_TILES,
+    STREAM_TILES,
+    _bench,
+    _config,
+    _prune,
+)
+
+E4M3_INV = tl.constexpr(fp8.E4M3_INV)  # per-row scales are max |x| times it (`_row_scales`)
+
+
+@triton.jit
+def _tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grouped tile order: GROUP_M row-tiles share each weight tile while it is in L2."""
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * grid_n
+    first_m = (pid // per_group) * GROUP_M
+    group_m = min(grid_m - first_m, GROUP_M)
+    return first_m + (pid % per_group) % group_m, (pid % per_group) // group_m
+
+
+@triton.jit
+def _a_tile(a_ptrs, mask, d_ptrs, k_mask, HAS_DIV: tl.constexpr):
+    """One tile of an unquantized input (QUANT_A) times the reciprocal of the migration
+    divisor (`d_ptrs`, float32), rounded back to the input's dtype
+    (`quant.formats.fp8.quantize_rows`)."""
+    a = tl.load(a_ptrs, mask=mask, other=0.0)
+    if HAS_DIV:
+        d = tl.load(d_ptrs, mask=k_mask, other=1.0)
+        a = (a.to(tl.float32) * d[None, :]).to(a.dtype, fp_downcast_rounding="rtne")
+    return a
+
+
+@triton.jit
+def _row_amax(a, amax):
+    """The running max |a| of each row."""
+    return tl.maximum(amax, tl.max(tl.abs(a.to(tl.float32)), axis=1))
+
+
+@triton.jit
+def _row_scales(amax):
+    """`quant.formats.fp8.row_scale`: max |row| x float32(1/448), 1 for an all-zero row."""
+    rows = amax * E4M3_INV
+    return tl.where(rows > 0.0, rows, 1.0)
+
+
+@triton.jit
+def _to_e4m3(a, inv_rows):
+    """`quant.formats.fp8.to_fp8_rows` of a tile: times each row's reciprocal scale, saturate at
+    +-448, round to nearest even."""
+    q = a.to(tl.float32) * inv_rows[:, None]
+    q = tl.minimum(tl.maximum(q, -448.0), 448.0)
+    return q.to(tl.float8e4nv, fp_downcast_rounding="rtne")
+
+
+@triton.jit
+def _mma(a, b, acc, part, step, BLOCK_K: tl.constexpr, PROMOTE: tl.constexpr):
+    """One K step: `part` += a @ b in the tensor cores, moved into the float32 `acc` after
+    every PROMOTE products (K step `step`, from 0); returns (acc, part), the caller adds the
+    last `part`.
+
+    Hopper's FP8 tensor cores align each MMA's products and the running sum to the largest
+    exponent and keep about 14 bits, and Triton leaves the whole K loop in them on sm90 unless
+    told otherwise; cuBLASLt promotes once per K tile. Only promoting at the same K as
+    cuBLASLt (every 128 products, whatever BLOCK_K) makes the kernel write torch._scaled_mm's
+    values for every output (tests/gpu/test_fused_gpu.py checks it): both engines must promote
+    at the same K, hence PROMOTE. Tiles have BLOCK_K <= PROMOTE or PROMOTE == 0 (`_prune`).
+    The price, some speed against Triton's default, is measured in docs/fp8-kernel.md."""
+    if PROMOTE == 0:
+        part = tl.dot(a, b, part)
+    elif BLOCK_K == PROMOTE:
+        acc = tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE)
+    else:
+        part = tl.dot(a, b, part)
+        if (step + 1) % (PROMOTE // BLOCK_K) == 0:
+            acc += part
+            part = tl.zeros_like(part)
+    return acc, part
+
+
+@triton.jit
+def _channel_terms(
+    offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS: tl.constexpr, ROW_SCALE: tl.constexpr
+):  # fmt: skip
+    """Per-output-channel scale (weight scale x activation scale; with ROW_SCALE the activation
+    scales are per row, applied in `_finish`) and bias, float32."""
+    n_mask = offs_n < N
+    scale = tl.load(w_scale_ptr + offs_n, mask=n_mask, other=0.0)
+    if not ROW_SCALE:
+        scale = scale * tl.load(x_scale_ptr)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0)
+    else:
+        bias = tl.zeros_like(scale)
+    return scale, bias
+
+
+@triton.jit
+def _finish(
+    acc, scale, bias, first_m, first_n, M, N, c_ptr, c_desc, stride_cm, stride_cn, out_scale_ptr,
+    ACT: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr, ROUND: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, x_rows, ROW_SCALE: tl.constexpr,
+    res_ptr, stride_rm, stride_rn, HAS_RES: tl.constexpr, RES_ACT: tl.constexpr,
+    q_ptr, PAIR: tl.constexpr, out_w, out_hw, stride_cb, stride_ch, MAP_OUT: tl.constexpr,
+):  # fmt: skip
+    """Epilogue: scales and bias on the float32 sums, the activation, then one write of the
+    tile whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the
+    next FP8 layer's quantized input (divide by its scale, saturate at 448, round to nearest
+    even: `quant.formats.fp8.to_fp8`'s arithmetic). With HAS_RES the residual tile (engine dtype,
+    any strides) is added to the activated value and RES_ACT applied to the sum. With PAIR the
+    tile is also written to `q_ptr` (same strides) as the next FP8 layer's input, quantized
+    from the value stored in the engine's dtype with the scale at `out_scale_ptr`. The values are
+    rounded to the engine's dtype (ROUND) wherever the unfused engine stores them (before the
+    activation, both terms of the residual sum and the sum itself, before the FP8 write), so
+    fused and unfused engines quantize the same numbers. With ROW_SCALE `x_rows` holds the
+    tile's rows' activation scales. With MAP_OUT row m is pixel (b, h, w) of a map `out_w` wide
+    and `out_hw` pixels per image, written at b * stride_cb + h * stride_ch + w * stride_cm: the
+    interior of a zero-padded buffer (`quant/rewrites/pad_handoff.py`)."""
+    offs_m = first_m + tl.arange(0, BLOCK_M)
+    offs_n = first_n + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if ROW_SCALE:  # dynamic per-row activation scales: x_scale[m] * w_scale[n], as torch does
+        y = acc * (scale[None, :] * x_rows[:, None]) + bias[None, :]
+    else:
+        y = acc * scale[None, :] + bias[None, :]
+    y = activation(_round(y, ROUND), ACT)
+    if HAS_RES:
+        r_ptrs = res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn
+        r = tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
+        y = activation(_round(_round(y, ROUND) + r, ROUND), RES_ACT)
+    if OUT_FP8:
+        y = fp8_range(_round(y, ROUND), out_scale_ptr)
+    if PAIR:
+        q = fp8_range(_round(y, ROUND), out_scale_ptr)
+        q_ptrs = q_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(q_ptrs, q.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
+    if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
+        c_desc.store([first_m, first_n], y.to(c_desc.dtype, fp_downcast_rounding="rtne"))
+    else:
+        if MAP_OUT:
+            pixel = offs_m % out_hw
+            rows = (offs_m // out_hw) * stride_cb + (pixel // out_w) * stride_ch
+            rows += (pixel % out_w) * stride_cm
+        else:
+            rows = offs_m * stride_cm
+        c_ptrs = c_ptr + rows[:, None] + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
+
+
+@triton.jit
+def _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The rows' activation scales as given (ROW_SCALE), else zeros (unused)."""
+    if ROW_SCALE:
+        return tl.load(x_scale_ptr + offs_m, mask=offs_m < M, other=0.0)
+    return tl.zeros((BLOCK_M,), dtype=tl.float32)
+
+
+# QUANT_A: `a` is the unquantized input in the engine's dtype (pointer loads only); each row's
+# scale is its max |x| x float32(1/448) (a first pass over K), its tiles quantized in registers
+# in the main loop (a second pass, from L2 where K spans several tiles), and the epilogue
+# applies the row scales: dynamic per-row FP8 without a quantize pass.
+@triton.jit
+def _fp8_gemm_kernel(
+    a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
+    res_ptr, q_ptr, d_ptr, M, N, K,
+    stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn, stride_rm, stride_rn,
+    out_w, out_hw, stride_cb, stride_ch,  # MAP_OUT: the output's pixel map (`_finish`)
+    tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
+    OUT_FP8: tl.constexpr, ROUND: tl.constexpr, PROMOTE: tl.constexpr, ROW_SCALE: tl.constexpr,
+    HAS_RES: tl.constexpr, RES_ACT: tl.constexpr, PAIR: tl.constexpr,
+    QUANT_A: tl.constexpr, HAS_DIV: tl.constexpr,  # input quantized per row here (prologue)
+    MAP_OUT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
+):  # fmt: skip
+    if STREAM:
+        # Thin products (K <= BLOCK_K, N <= BLOCK_N, see `_prune`): each program keeps the whole
+        # weight, its scales and bias in registers and walks over row tiles, so the loads of the
+        # next tile are in flight (software-pipelined loop) while this one is finished and stored.
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
+        b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+        b = tl.load(b_ptrs, mask=(offs_n[None, :] < N) & (offs_k[:, None] < K), other=0.0)
+        scale, bias = _channel_terms(
+            offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS, ROW_SCALE
+        )
+        first, tiles, step = tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)
+        for tile in tl.range(_count(first), _count(tiles), _count(step)):
+            offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+            a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+            a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
+            if QUANT_A:
+                a = _a_tile(a_ptrs, a_mask, d_ptr + offs_k, offs_k < K, HAS_DIV)
+                x_rows = _row_scales(_row_amax(a, tl.zeros((BLOCK_M,), dtype=tl.float32)))
+                a = _to_e4m3(a, tl.math.div_rn(1.0, x_rows))
+            else:
+                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+                x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc, part = _mma(a, b, acc, tl.zeros_like(acc), 0, BLOCK_K, PROMOTE)
+            acc += part
+            _finish(
+                acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
+                out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
+                x_rows, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
+                q_ptr, PAIR, out_w, out_hw, stride_cb, stride_ch, MAP_OUT,
+            )  # fmt: skip
+    else:
+        pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if TMA_LOADS:
+            # No address arithmetic or masks in the loop: tiles past an edge arrive
+            # zero-filled, so they add nothing to the sums.
+            x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
+            for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
+                a = a_desc.load([pid_m * BLOCK_M, k0 * BLOCK_K])
+                b = b_desc.load([pid_n * BLOCK_N, k0 * BLOCK_K])
+                acc, part = _mma(a, b.T, acc, part, k0, BLOCK_K, PROMOTE)
+        else:
+            offs_k = tl.arange(0, BLOCK_K)
+            a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+            b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+            if QUANT_A:
+                amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+                for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
+                    k_mask = offs_k < K - k0 * BLOCK_K
+                    a_mask = (offs_m[:, None] < M) & k_mask[None, :]
+                    ptrs = a_ptrs + k0 * BLOCK_K * stride_ak
+                    d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
+                    amax = _row_amax(_a_tile(ptrs, a_mask, d_ptrs, k_mask, HAS_DIV), amax)
+                x_rows = _row_scales(amax)
+                inv_rows = tl.math.div_rn(1.0, x_rows)  # torch.reciprocal: IEEE, once per row
+            else:
+                x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
+            for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
+                k_left = K - k0 * BLOCK_K
+                a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
+                b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
+                if QUANT_A:
+                    d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
+                    a = _a_tile(a_ptrs, a_mask, d_ptrs, offs_k < k_left, HAS_DIV)
+                    a = _to_e4m3(a, inv_rows)
+                else:
+                    a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+                b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+                acc, part = _mma(a, b, acc, part, k0, BLOCK_K, PROMOTE)
+                a_ptrs += BLOCK_K * stride_ak
+                b_ptrs += BLOCK_K * stride_bk
+        acc += part
+        scale, bias = _channel_terms(
+            offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS, ROW_SCALE
+        )
+        _finish(
+            acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
+            stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
+            x_rows, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT, q_ptr, PAIR,
+            out_w, out_hw, stride_cb, stride_ch, MAP_OUT,
+        )  # fmt: skip
+
+
+# The autotuned kernel (CUDA) over `PATH_TILES`, pointer paths first (they always apply). The
+# plain kernel stays callable with one fixed tile, which is how the CPU tests run it under
+# TRITON_INTERPRET=1 (the autotuner needs a GPU to time configs).
+# What the autotuner keys its choice on (ROW_SCALE: dynamic per-row activation scales;
+# HAS_RES: a residual sum in the epilogue; MAP_OUT: a padded buffer's interior written).
+AUTOTUNE_KEY = ["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "PROMOTE", "ROW_SCALE"]
+AUTOTUNE_KEY += ["HAS_RES", "RES_ACT", "PAIR", "QUANT_A", "HAS_DIV", "MAP_OUT"]
+AUTOTUNE_KEY += ["tma_loads_ok", "tma_store_ok"]
+_fp8_gemm_tuned = triton.autotune(
+    configs=[
+        *(_config(*t, loads, store) for (loads, store), tiles in PATH_TILES.items() for t in tiles),
+        *(_config(*t[:5], False, store, t[5]) for store in (False, True) for t in STREAM_TILES),
+    ],
+    key=AUTOTUNE_KEY,
+    prune_configs_by={"early_config_prune": _prune},
+    do_bench=_bench,
+)(_fp8_gemm_kernel)

@@ -1,0 +1,129 @@
+"""The fused FP8 product's tile tables, and how the autotuner prunes and times them.
+
+Which tiles the autotuner may try per I/O path, and which of those fit a given product, are
+decisions about search cost as much as speed; keeping them apart from the kernel keeps the
+kernel's arithmetic readable and lets the convolution kernels share the timing rule. Why each
+table holds what it does is in docs/fp8-kernel.md.
+"""
+
+from __future__ import annotations
+
+import triton
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages). The first nine won or tied on at least one of
+# EfficientNet-Lite0's products in a sweep of tiles and load paths (docs/fp8-kernel.md); the
+# last three keep the batch-1 rows and the wide linears of vision transformers covered.
+TILES = [
+    (256, 128, 64, 8, 3),
+    (256, 32, 64, 8, 4),
+    (256, 64, 32, 8, 3),
+    (128, 64, 32, 4, 4),
+    (128, 64, 64, 4, 4),
+    (128, 64, 128, 4, 4),
+    (128, 128, 64, 8, 3),
+    (64, 128, 128, 4, 3),
+    (64, 64, 128, 4, 4),
+    (64, 32, 64, 4, 4),
+    (32, 64, 128, 4, 3),
+    (128, 256, 64, 8, 3),
+]
+
+# Tiles tried per I/O path (TMA loads, TMA store): every tile with pointers; with descriptors
+# the tiles that won with them in that sweep (loads) and the store-bound winners (store), so
+# that autotuning stays at about 35 configs per product.
+_STORE_BOUND = [(256, 64, 32, 8, 3), (128, 64, 32, 4, 4), (256, 32, 64, 8, 4)]
+_TMA_LOADS = [(256, 128, 64, 8, 3), (128, 64, 128, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 4, 3)]
+# Deeper K steps for the wider linears of vision transformers (crossvit's lost to cuBLASLt with
+# the tiles above); not measured alone. A tile whose shared memory does not fit
+# is skipped by the autotuner.
+_WIDE = [(128, 128, 128, 8, 4), (128, 256, 128, 8, 3)]
+PATH_TILES = {
+    (False, False): TILES,
+    (False, True): [*_STORE_BOUND, (256, 128, 64, 8, 3), (128, 64, 64, 4, 4), (128, 128, 64, 8, 3)],
+    (True, False): [*_TMA_LOADS, *_WIDE],
+    (True, True): [*_TMA_LOADS, *_WIDE, (128, 64, 64, 4, 4), (128, 128, 64, 8, 3)],
+}
+
+# Streaming programs for thin products (K <= 64, N <= 256): (BLOCK_M, BLOCK_N, BLOCK_K, warps,
+# stages, programs per SM). With one tile per program the thin-K expansion convs, which only
+# write their output, fell well short of the fp16 conv's write bandwidth (docs/fp8-kernel.md);
+# these tiles are offered to the autotuner beside the others, not measured alone.
+STREAM_TILES = [
+    (128, bn, bk, 4 if bn <= 64 else 8, 3, per_sm)
+    for bn in (16, 32, 64, 128, 256)
+    for bk in (32, 64)
+    for per_sm in (2, 4)
+]
+
+# How the kernel reads its operands and writes its output: through pointers (any layout), or
+# through tensor descriptors (Hopper's copy engine; needs 16-byte aligned rows, see `tma_ok`).
+IO_PATHS = ("pointer", "tma")
+
+# Products summed in the tensor cores before the sums move to float32 registers (`_mma` in
+# `kernels/gemm_kernel.py`): 128, one K tile of cuBLASLt's FP8 kernels (torch._scaled_mm,
+# use_fast_accum=False), so that the fused engine rounds where the unfused one does. 0: never
+# (all of K in the tensor cores). Tiles deeper than it are pruned.
+PROMOTE = 128
+
+
+def _prune(configs, named_args, **kwargs):
+    """Drop tiles far wider than the problem (they only waste the autotuner's time), streaming
+    tiles that do not hold the whole of K and N, and the descriptor paths this launch cannot
+    take.
+
+    A tile may overhang a dimension up to 64 (K 16-32 products ran fastest with BLOCK_K 64 in the
+    tile sweep); a bound of 32 leaves no tile for N 16 / K 32 (Lite0's first layer), whose
+    fallback, a 256x128 tile, is far slower (docs/fp8-kernel.md)."""
+    m, n, k = named_args["M"], named_args["N"], named_args["K"]
+    has = {"TMA_LOADS": named_args["tma_loads_ok"], "TMA_STORE": named_args["tma_store_ok"]}
+    promote = {**named_args, **kwargs}.get("PROMOTE", PROMOTE)  # where Triton puts constexprs
+    usable = [
+        c
+        for c in configs
+        if all(has[flag] or not c.kwargs[flag] for flag in has)
+        and not (promote and c.kwargs["BLOCK_K"] > promote)
+    ]
+
+    def fits(c) -> bool:
+        bm, bn, bk = (c.kwargs[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+        if c.kwargs["STREAM"]:
+            return (
+                n <= bn <= max(16, triton.next_power_of_2(n))
+                and k <= bk <= max(32, triton.next_power_of_2(k))
+                and m >= 4 * bm
+            )
+        return (
+            bn <= max(64, triton.next_power_of_2(n))
+            and bk <= max(64, triton.next_power_of_2(k))
+            and bm <= max(64, triton.next_power_of_2(m))
+        )
+
+    keep = [c for c in usable if fits(c)]
+    if keep:
+        return keep
+    tiles = [c for c in usable if not c.kwargs["STREAM"]]
+    area = lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"]  # noqa: E731
+    return [min(tiles, key=area)]
+
+
+def _bench(fn, quantiles=None):
+    """Time a config as the engines run it: replayed from a CUDA graph. Timed from the host
+    (triton's default), a product of a few microseconds measures its launch, and descriptor
+    configs, whose launch encodes the tensor maps, lose to slower pointer tiles
+    (docs/fp8-kernel.md). Each graph holds about `rep` ms of launches, captured from Python one
+    launch at a time: a short `rep` keeps a search over a few dozen configs quick per product."""
+    return triton.testing.do_bench_cudagraph(fn, rep=5, quantiles=quantiles)
+
+
+def _set_block_shapes(nargs) -> None:
+    """Give the descriptors the tile of the config about to run (a descriptor carries it)."""
+    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    for name, shape in (("a_desc", [bm, bk]), ("b_desc", [bn, bk]), ("c_desc", [bm, bn])):
+        if nargs[name] is not None:
+            nargs[name].block_shape = shape
+
+
+def _config(bm, bn, bk, warps, stages, loads=False, store=False, per_sm=0):
+    meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "TMA_LOADS": loads, "TMA_STORE": store}
+    meta |= {"STREAM": per_sm > 0, "PER_SM": per_sm}
+    return triton.Config(meta, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
