@@ -16,6 +16,7 @@ resumes where it stopped. A caller that measured more (a search) passes its sect
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from quantstudy.data.stream import Uint8Transform
 from quantstudy.decision.policy import decide
 from quantstudy.decision.preview import heldout_preview
 from quantstudy.engines.base import Engine
@@ -34,9 +36,15 @@ from quantstudy.engines.builders import (
     build_half,
     set_numerics,
 )
-from quantstudy.engines.run import run_engine, run_half_storage, run_reordered
-from quantstudy.quality.metrics import build_quality_section, emulation_gap, score_engine
-from quantstudy.quality.nonfinite import scan_nonfinite
+from quantstudy.engines.run import half_storage, reordered, run_engine
+from quantstudy.model.preprocess import EvalTransform
+from quantstudy.quality.metrics import (
+    build_quality_section,
+    emulation_gap_rows,
+    gap_pairs,
+    score_rows,
+)
+from quantstudy.quality.nonfinite import scan_rows
 from quantstudy.quality.stress import stress_inputs
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.record import (
@@ -50,12 +58,13 @@ from quantstudy.record import (
 from quantstudy.record.io import write_record
 from quantstudy.record.vocab import Fp8Kernel
 from quantstudy.report.render import render_study
-from quantstudy.speed.harness import measure_speed, speed_not_run
+from quantstudy.speed.harness import MAX_INPUT_BUFFERS, measure_speed, speed_not_run
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.cache import StageCache, console
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.environment import collect_environment
 from quantstudy.study.guard import claim_study_folder
+from quantstudy.study.heldout import EnginePass, HeldoutResult, first_images, run_heldout
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
 from quantstudy.study.timing import StageTimer
@@ -70,9 +79,10 @@ ATTRIBUTION = {
 
 @dataclass
 class EngineOutputs:
-    """Logits of every engine on the held-out and stress inputs, and the two timed engines."""
+    """Per-image rows of every engine on the held-out images, the logits of the stress
+    inputs, and the two timed engines."""
 
-    heldout: dict[str, torch.Tensor]
+    heldout: HeldoutResult
     stress: dict[str, torch.Tensor]
     timed: dict[str, Engine]
 
@@ -156,19 +166,17 @@ def run_study(
         update={"model": prepared.model_info, "calibration": prepared.calibration}
     )
     _save(record, out_dir)
-    plan, heldout_x, labels = prepared.plan, prepared.heldout_x, prepared.labels
-
-    outputs, infos = _run_engines(config, inputs, plan, heldout_x, cache, device, timer)
+    outputs, infos = _run_engines(config, inputs, prepared.plan, cache, device, timer)
     record = record.model_copy(update={"engines": infos})
     _save(record, out_dir)
 
     with timer.stage("score"):
-        quality = _score(config, inputs, outputs, labels)
+        quality = _score(config, inputs, outputs)
     record = record.model_copy(update={"quality": quality})
     _save(record, out_dir)
 
     with timer.stage("timing"):
-        record = _time(config, record, outputs, heldout_x, out_dir)
+        record = _time(config, record, outputs, inputs, out_dir)
     decision = decide(record, inputs.policy, inputs.policy_label)
     record = record.model_copy(update={"decision": decision, "status": "complete"})
     if extras.complete is not None:
@@ -221,18 +229,22 @@ def _run_engines(
     config: StudyConfig,
     inputs: StudyInputs,
     plan: QuantPlan,
-    heldout_x: torch.Tensor,
     cache: StageCache,
     device: torch.device,
     timer: StageTimer,
 ) -> tuple[EngineOutputs, list]:
-    """Build each engine and run it on the held-out and stress inputs (cached per engine)."""
+    """Build every engine, run each on the stress inputs (cached per engine), then stream the
+    held-out images through all of them at once (`study/heldout.py`)."""
     stress_x = torch.stack([t for _, t in stress_inputs(inputs.pre)])
     builders = _builders(
         config, inputs.loaded.model, inputs.example, plan, inputs.recipe.weights.fold_bn, device
     )
-    outputs = EngineOutputs({}, {}, {})
+    # the stress inputs in the held-out batches' shape: a compiled engine compiles once for both
+    batch = min(config.eval_batch, len(inputs.heldout_items))
+    stress: dict[str, torch.Tensor] = {}
+    passes: list[EnginePass] = []
     infos = []
+    timed: dict[str, Engine] = {}
     for name, build in builders.items():
         console.print(f"engine [bold]{name}[/bold]: building")
         with timer.stage(f"engine {name}: build"):
@@ -240,37 +252,48 @@ def _run_engines(
         infos.append(engine.info())
         # a compiled engine compiles on its first call; these passes are not timed, so the FP8
         # kernels tune only at the timed batches (`_untimed_tiles`)
-        with timer.stage(f"engine {name}: run"), _untimed_tiles(device):
-            outputs.heldout[name] = cache.get_or_compute(
-                f"logits-{name}", lambda e=engine: run_engine(e, heldout_x, config.eval_batch)
+        with timer.stage(f"engine {name}: stress"), _untimed_tiles(device):
+            stress[name] = cache.get_or_compute(
+                f"stress-{name}", lambda e=engine: run_engine(e, stress_x, batch, pad=True)
             )
-            outputs.stress[name] = cache.get_or_compute(
-                f"stress-{name}", lambda e=engine: run_engine(e, stress_x, config.eval_batch)
-            )
+        passes.append(EnginePass(name, engine))
         if name in ("fp16", "fp8"):
-            outputs.timed[name] = engine
+            timed[name] = engine
         if name == "fakequant":
-            with timer.stage("engine fakequant: reordered run"):
-                outputs.heldout["fakequant_reordered"] = cache.get_or_compute(
-                    "logits-fakequant_reordered",
-                    lambda e=engine: run_reordered(e, heldout_x, config.eval_batch),
-                )
-            half = outputs.timed["fp8"].dtype  # the floor of the storage the FP8 engine uses
-            short = str(half).removeprefix("torch.")
-            with timer.stage(f"engine fakequant: {short} storage run"):
-                outputs.heldout["fakequant_half"] = cache.get_or_compute(
-                    f"logits-fakequant_{short}",
-                    lambda e=engine, d=half: run_half_storage(e, heldout_x, d, config.eval_batch),
-                )
+            half = timed["fp8"].dtype  # the floor of the storage the FP8 engine uses
+            passes += [
+                EnginePass("fakequant_reordered", engine, lambda e=engine: reordered(e)),
+                EnginePass("fakequant_half", engine, lambda e=engine, d=half: half_storage(e, d)),
+            ]
     if config.float32_engine:
-        with timer.stage("engine fp8 in float32: build and run"), _untimed_tiles(device):
-            outputs.heldout["fp8_float32"] = cache.get_or_compute(
-                "logits-fp8_float32",
-                lambda: run_engine(
-                    _float32_fp8(config, inputs, plan, device), heldout_x, config.eval_batch
-                ),
-            )
-    return outputs, infos
+        with timer.stage("engine fp8 in float32: build"):
+            passes.append(EnginePass("fp8_float32", _float32_fp8(config, inputs, plan, device)))
+    names = [p.name for p in passes]
+    pairs = [("fp32", n) for n in stress if n != "fp32"] + [("fp16", "fp8"), *gap_pairs(names)]
+    start = time.perf_counter()
+    with _untimed_tiles(device):
+        heldout = run_heldout(
+            passes,
+            pairs,
+            inputs.heldout_items,
+            Uint8Transform(EvalTransform(inputs.pre).steps),
+            eval_batch=config.eval_batch,
+            device=device,
+            cache=cache,
+        )
+    # the passes interleave chunk by chunk: each engine's share is a stage of its own
+    for name, seconds in heldout.seconds.items():
+        timer.add(f"held-out: {_stage_name(name, timed)}", seconds)
+    rest = time.perf_counter() - start - sum(heldout.seconds.values())
+    timer.add("held-out: per-image rows and cache", rest)
+    return EngineOutputs(heldout, stress, timed), infos
+
+
+def _stage_name(name: str, timed: dict[str, Engine]) -> str:
+    """The timings' name of a held-out pass (the half-storage run by its dtype, as before)."""
+    if name == "fakequant_half":
+        return "fakequant " + str(timed["fp8"].dtype).removeprefix("torch.") + " storage"
+    return name
 
 
 def _float32_fp8(
@@ -297,31 +320,22 @@ def _untimed_tiles(device: torch.device) -> AbstractContextManager:
     return untimed_tiles()
 
 
-def _score(
-    config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs, labels: torch.Tensor | None
-) -> QualitySection:
+def _score(config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs) -> QualitySection:
     """Every engine against fp32, the NaN/Inf scan, and the FP8 engine against its emulation."""
-    ref = outputs.heldout["fp32"]
+    rows, labels = outputs.heldout.rows, outputs.heldout.labels
     names = list(outputs.stress)  # the engines, in build order
     stress_names = [n for n, _ in stress_inputs(inputs.pre)]
     ids = [item.id for item in inputs.heldout_items]
-    h = outputs.heldout
+    half = outputs.timed["fp8"].dtype
     return build_quality_section(
         "fp32",
-        [score_engine(n, ref, h[n], labels, seed=config.seed) for n in names if n != "fp32"],
-        [scan_nonfinite(n, h[n], ids, outputs.stress[n], stress_names) for n in names],
+        [score_rows(n, rows, "fp32", labels, seed=config.seed) for n in names if n != "fp32"],
+        [scan_rows(n, rows.engines[n].valid, ids, outputs.stress[n], stress_names) for n in names],
         stress_names,
-        labels,
-        emulation_gap(
-            h["fp8"],
-            h["fakequant"],
-            h["fakequant_reordered"],
-            ref,
-            h.get("fp8_float32"),
-            (h["fakequant_half"], outputs.timed["fp8"].dtype),
-        ),
+        None if labels is None else torch.from_numpy(labels),
+        emulation_gap_rows(rows, half),
         inputs.loaded.info.random_weights,
-        against_fp16=score_engine("fp8", h["fp16"], h["fp8"], labels, seed=config.seed),
+        against_fp16=score_rows("fp8", rows, "fp16", labels, seed=config.seed),
     )
 
 
@@ -329,19 +343,23 @@ def _time(
     config: StudyConfig,
     record: StudyRecord,
     outputs: EngineOutputs,
-    heldout_x: torch.Tensor,
+    inputs: StudyInputs,
     out_dir: Path,
 ) -> StudyRecord:
-    """The speed section: fp16 against FP8 with the study's harness."""
+    """The speed section: fp16 against FP8 with the study's harness, on the first held-out
+    images (as many as its rotated input buffers can hold distinct)."""
     if not config.speed:
         return record.model_copy(
             update={"not_run": [*record.not_run, "Speed was not measured (--no-speed)."]}
         )
     console.print("speed: timing fp16 and fp8 engines")
+    n = min(len(inputs.heldout_items), max(config.batches) * MAX_INPUT_BUFFERS)
+    transform = Uint8Transform(EvalTransform(inputs.pre).steps)
+    images = first_images(inputs.heldout_items, transform, n, config.eval_batch)
     speed = measure_speed(
         outputs.timed["fp16"],
         outputs.timed["fp8"],
-        heldout_x,
+        images,
         list(config.batches),
         compile_mode=config.compile_mode,  # our name; COMPILE_MODES maps it to torch's
         package_dir=out_dir / "packages" if config.package else None,
