@@ -52,4 +52,4 @@ def test_a_stream_resumes_at_a_chunk_boundary(tiny_imagenet):
 def test_a_transform_that_is_not_timms_eval_pipeline_is_refused():
     steps = EvalTransform(_PRE).steps
     with pytest.raises(ValueError, match="must end in Normalize"):
-        Uint8Transform(steps[:-1] + [steps[-2]])
+        Uint8Transform([*steps[:-1], steps[-2]])
