@@ -39,6 +39,7 @@ NEW_IN_VERSION_6_CONFIG = {
 
 
 NEW_IN_VERSION_6_RECORD = {"timings", "digest"}
+NEW_IN_VERSION_14_RECORD = {"sequential"}
 NEW_IN_VERSION_6_RECIPE = {
     "rounding": "nearest",
     "activation_granularity": "per_tensor",
@@ -56,10 +57,10 @@ NEW_IN_VERSION_6_RECIPE = {
 
 
 def _without_version_3(full: dict) -> dict:
-    """The full dump less the version-3 to -13 keys, after checking they hold their empty
+    """The full dump less the version-3 to -14 keys, after checking they hold their empty
     defaults."""
     out = dict(full)
-    for key in NEW_IN_VERSION_6_RECORD:
+    for key in NEW_IN_VERSION_6_RECORD | NEW_IN_VERSION_14_RECORD:
         assert out.pop(key) is None
     config = dict(out["config"])
     assert config.pop("fp8_kernel") is None

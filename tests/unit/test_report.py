@@ -101,6 +101,7 @@ def _as_version_1(data: dict) -> str:
     out["speed"] = {k: v for k, v in out["speed"].items() if k not in added_to_speed}
     for key in ("digest", "timings"):  # schema 6
         assert out.pop(key) is None
+    assert out.pop("sequential") is None  # schema 14
     out["variants"] = [
         var | {"quality": {k: v for k, v in var["quality"].items() if k != "kl_mean_intervals"}}
         for var in out["variants"]

@@ -1,7 +1,8 @@
 """The decision policy: when does FP8 ship? A preset or a YAML file, evaluated into gates.
 
 `load_policy(name_or_path)` reads a built-in preset (`PRESETS`; None: `default`) or a policy
-file; `decide(record, policy, label)` evaluates every gate (`gates.py`) and returns a typed
+file; `decide(record, policy, label)` evaluates every gate (`gates.py`; a `--heldout auto`
+study's interval gates from its last look, `sequential.py`) and returns a typed
 `Decision` whose outcome is ship (every gate passes), not ship (a gate fails) or inconclusive
 (no gate fails, some cannot yet pass). `EXIT_CODES` maps outcomes to the CLI's exit status.
 """
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 
 from quantstudy.decision.gates import quality_gates, speed_gates
 from quantstudy.decision.schema import Policy, QualityPolicy, SpeedPolicy
+from quantstudy.decision.sequential import decision_gates
 from quantstudy.record import Decision, Gate, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import GateKind, GateStatus, Outcome
@@ -115,9 +117,20 @@ def outcome_of(gates: list[Gate]) -> Outcome:
     return Outcome.INCONCLUSIVE
 
 
+def _quality_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
+    """The quality gates; a sequential study's interval gates come from its last look
+    (`sequential.py`), since fixed-N intervals do not hold at a size the data chose."""
+    gates = quality_gates(record, policy)
+    q = record.quality
+    if record.model.random_weights or (q is not None and not q.meaningful):
+        return gates  # no quality evidence, however many images were looked at
+    looked = decision_gates(record.sequential, policy)
+    return [looked.get(g.name, g) for g in gates]
+
+
 def decide(record: StudyRecord, policy: Policy, policy_label: str) -> Decision:
     """Evaluate every gate of `policy` on `record`."""
-    gates = [*speed_gates(record, policy), *quality_gates(record, policy)]
+    gates = [*speed_gates(record, policy), *_quality_gates(record, policy)]
     open_gates = [g for g in gates if g.status == GateStatus.INCONCLUSIVE]
     needed = [g.images_needed for g in open_gates if g.images_needed is not None]
     return Decision(

@@ -38,6 +38,7 @@ from quantstudy.record.search import (
     SearchSection,
     SensitivitySection,
 )
+from quantstudy.record.sequential import GateLook, Look, SequentialSection
 from quantstudy.record.speed import (
     BatchSpeed,
     IdealSpeed,
@@ -61,6 +62,7 @@ __all__ = [
     "EngineQuality",
     "Environment",
     "Gate",
+    "GateLook",
     "IdealSpeed",
     "ImageSet",
     "KernelBreakdown",
@@ -71,6 +73,7 @@ __all__ = [
     "LayerSensitivity",
     "LayerSpeed",
     "LayerSpeedSection",
+    "Look",
     "MeanInterval",
     "Measured",
     "Mode",
@@ -86,6 +89,7 @@ __all__ = [
     "SearchSection",
     "Section",
     "SensitivitySection",
+    "SequentialSection",
     "SkippedImage",
     "SpeedSection",
     "StageTime",

@@ -44,6 +44,8 @@ Schema history:
      engine's half dtype: the floor for an engine that stores in it between layers) and
      EmulationGap.floor_only_differ, .floor_emulation_only_differ, .floor_split_mcnemar_p (the
      reordered run's split against the emulation, the scale for the engine's).
+ 14: StudyRecord.sequential (the looks of a `--heldout auto` study at the quality gates, each
+     an anytime-valid interval; `record/sequential.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -53,7 +55,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

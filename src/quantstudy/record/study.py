@@ -34,6 +34,7 @@ from quantstudy.record.search import (
     SearchSection,
     SensitivitySection,
 )
+from quantstudy.record.sequential import SequentialSection
 from quantstudy.record.speed import BatchSpeed, SpeedSection
 from quantstudy.record.timings import TimingsSection
 
@@ -70,6 +71,7 @@ class StudyRecord(Section):
     layer_speed: LayerSpeedSection | None = None
     search: SearchSection | None = None
     timings: TimingsSection | None = None  # wall time per stage of the run that wrote it
+    sequential: SequentialSection | None = None  # looks of a `--heldout auto` study
     not_run: list[str] = Field(
         default_factory=list
     )  # plain statements of what this study did not measure

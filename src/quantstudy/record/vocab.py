@@ -73,6 +73,14 @@ class GateStatus(StrEnum):
     INCONCLUSIVE = "inconclusive"
 
 
+class StopReason(StrEnum):
+    """Why a sequential study (`--heldout auto`) stopped taking held-out images."""
+
+    SETTLED = "settled"  # every quality gate passed or failed
+    DATA_EXHAUSTED = "data_exhausted"  # the held-out folder ran out first
+    UPPER_BOUND = "upper_bound"  # the study's image limit was reached first
+
+
 class GateKind(StrEnum):
     SPEED = "speed"
     QUALITY = "quality"

@@ -1,6 +1,6 @@
 """PNG plots of a study record, drawn with matplotlib's Agg canvas and written atomically.
 
-Four plots, each only when the record holds its data (`available_plots` says which; the
+Five plots, each only when the record holds its data (`available_plots` says which; the
 Markdown links exactly those):
 
 - `latency.png`: fp16 and FP8 median latency per batch with q1-q3 error bars, and the per-round
@@ -10,6 +10,8 @@ Markdown links exactly those):
   `kl_bin_edges`), log x.
 - `sensitivity.png`: KL mean per layer with only that layer quantized, in rank order (the
   record's `sensitivity` section; drawn by `quantstudy.report.search_plots`).
+- `sequential.png`: each quality gate's confidence sequence at every look against its threshold
+  (the record's `sequential` section; drawn by `quantstudy.report.sequential_plot`).
 
 No pyplot: figures are built on `matplotlib.figure.Figure` with an Agg canvas, so nothing
 global (backend, rcParams, open figures) changes. Output is deterministic for a given record
@@ -25,11 +27,12 @@ from quantstudy.record import EngineQuality, StudyRecord
 from quantstudy.record.io import write_bytes_atomic
 from quantstudy.record.vocab import KernelGroup, choices
 from quantstudy.report.search_plots import SENSITIVITY_PNG, sensitivity_png
+from quantstudy.report.sequential_plot import SEQUENTIAL_PNG, drawable, sequential_png
 
 LATENCY_PNG = "latency.png"
 KERNELS_PNG = "kernel_time.png"
 KL_PNG = "kl.png"
-PLOT_FILES = (LATENCY_PNG, KERNELS_PNG, KL_PNG, SENSITIVITY_PNG)
+PLOT_FILES = (LATENCY_PNG, KERNELS_PNG, KL_PNG, SENSITIVITY_PNG, SEQUENTIAL_PNG)
 
 _GROUP_ORDER = choices(KernelGroup)
 _GROUP_COLORS = ("#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#7f7f7f")
@@ -55,6 +58,8 @@ def available_plots(record: StudyRecord) -> list[tuple[str, str]]:
         out.append((KL_PNG, "per-image KL distribution per engine"))
     if record.sensitivity is not None and record.sensitivity.layers:
         out.append((SENSITIVITY_PNG, "KL mean per layer with only that layer quantized"))
+    if drawable(record.sequential):
+        out.append((SEQUENTIAL_PNG, "each quality gate's interval at every look"))
     return out
 
 
@@ -176,11 +181,17 @@ def _sensitivity(record: StudyRecord) -> bytes:
     return sensitivity_png(record.sensitivity)
 
 
+def _sequential(record: StudyRecord) -> bytes:
+    assert record.sequential is not None
+    return sequential_png(record.sequential)
+
+
 _DRAW = {
     LATENCY_PNG: _latency,
     KERNELS_PNG: _kernels,
     KL_PNG: _kl,
     SENSITIVITY_PNG: _sensitivity,
+    SEQUENTIAL_PNG: _sequential,
 }
 
 

@@ -176,7 +176,9 @@ def redecided_sentence(d: Decision) -> str | None:
     )
 
 
-def gate_table(d: Decision) -> list[str]:
+def gate_table(d: Decision, sequential: bool = False) -> list[str]:
+    """The gates as a table, and how their intervals were made (`sequential`: the quality
+    gates come from a `--heldout auto` study's last look, `decision/sequential.py`)."""
     if not typed(d):
         return table(
             ["Gate", "Kind", "Threshold", "Measured", "Result"],
@@ -200,16 +202,28 @@ def gate_table(d: Decision) -> list[str]:
         ],
     )
     level = fmt_level(d.confidence) if d.confidence is not None else "-"
+    quality = (
+        f"{level} (top-1 change: Tango's paired score interval from the gained and lost counts; "
+        "agreement: Wilson; KL mean: bootstrap over images)"
+    )
+    needed = (
+        " Images needed: the held-out size at which, were the true rates the observed ones, the "
+        "interval would settle four times in five (McNemar-type for the top-1 change, binomial "
+        "for agreement; `decision/stats.py`)."
+    )
+    if sequential:
+        quality = (
+            f"{level} confidence sequences at the last look of the sequential study, valid at "
+            "every look (see Sequential decision)"
+        )
+        needed = ""
     return [
         *lines,
         "",
         f"Intervals: speed, the first to third quartile of x over the timing rounds; quality, "
-        f"{level} (top-1 change: Tango's paired score interval from the gained and lost counts; "
-        "agreement: Wilson; KL mean: bootstrap over images). A gate passes when its whole "
-        "interval is on the good side of the threshold, fails when it is wholly on the other "
-        "side, and is inconclusive otherwise. Images needed: the held-out size at which, were "
-        "the true rates the observed ones, the interval would settle four times in five "
-        "(McNemar-type for the top-1 change, binomial for agreement; `decision/stats.py`).",
+        f"{quality}. A gate passes when its whole interval is on the good side of the "
+        "threshold, fails when it is wholly on the other side, and is inconclusive otherwise."
+        + needed,
     ]
 
 

@@ -260,7 +260,7 @@ def render_summary(r: StudyRecord) -> list[str]:
         sentences.append(k)
     lines += [" ".join(x[0].upper() + x[1:] for x in sentences), ""]
     if d is not None:
-        lines += gate_table(d)
+        lines += gate_table(d, sequential=r.sequential is not None and bool(r.sequential.looks))
         lines += ["", f"Policy: {code(d.policy)}.", ""]
         again = redecided_sentence(d)
         if again:
