@@ -87,6 +87,8 @@ def _argument(name: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
         default = None if default is None else str(default)
     elif get_origin(kind) is tuple:
         kw["type"] = _batches
+    elif str in types:  # a count or a word (`--heldout auto`): the config parses the text
+        kw["type"] = str
     elif kind is int:
         kw["type"] = int
     elif PathText in types or tuple(field.metadata) == PathText.__metadata__:

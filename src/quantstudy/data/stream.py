@@ -126,11 +126,11 @@ def stream_chunks(
     `start` must be a chunk boundary (a resumed study skips the chunks it has). Batches are cut
     from the start of `items`, so every batch but the last is full."""
     chunk = batch_size * chunk_batches
-    if start % chunk:
-        raise ValueError(f"start {start} is not a multiple of the chunk size {chunk}")
     rest = items[start:]
     if not rest:
         return
+    if start % chunk:
+        raise ValueError(f"start {start} is not a multiple of the chunk size {chunk}")
     workers = decode_workers() if workers is None else workers
     loader = DataLoader(
         _Decoded(rest, transform),

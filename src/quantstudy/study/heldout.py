@@ -33,6 +33,10 @@ from quantstudy.study.cache import StageCache, console
 # Images per chunk, in eval batches: the unit of resumption and of host memory (uint8).
 CHUNK_IMAGES = 1024
 
+StopRule = Callable[[RowSet, "np.ndarray | None"], bool]
+"""Called after each chunk with the rows and labels of every image so far: True stops the pass
+(a sequential study's look, `study/rounds.py`)."""
+
 
 @dataclass(frozen=True)
 class EnginePass:
@@ -49,14 +53,19 @@ class HeldoutResult:
     """The rows of every engine and pair over the held-out set, and where the time went."""
 
     rows: RowSet
-    labels: np.ndarray | None
+    labels: np.ndarray | None  # of the images in `rows`
     seconds: dict[str, float] = field(default_factory=dict)  # engine name or "decode" -> s
     resumed_images: int = 0
+    stopped: bool = False  # the stop rule ended the pass before the last image
+
+    @property
+    def n_images(self) -> int:
+        return self.rows.n_images
 
 
-def chunk_batches(eval_batch: int) -> int:
-    """Eval batches per chunk: about `CHUNK_IMAGES` images, at least one batch."""
-    return max(1, CHUNK_IMAGES // eval_batch)
+def chunk_batches(eval_batch: int, images: int | None = None) -> int:
+    """Eval batches per chunk: about `images` (default `CHUNK_IMAGES`), at least one batch."""
+    return max(1, (images or CHUNK_IMAGES) // eval_batch)
 
 
 def labels_of(items: list[ImageItem]) -> np.ndarray | None:
@@ -76,17 +85,31 @@ def run_heldout(
     device: torch.device,
     cache: StageCache | None,
     workers: int | None = None,
+    chunk_images: int | None = None,
+    stop: StopRule | None = None,
 ) -> HeldoutResult:
-    """Run every pass over `items`, chunk by chunk; resume from the chunks in `cache`."""
+    """Run every pass over `items`, chunk by chunk; resume from the chunks in `cache`.
+
+    `chunk_images`: images per chunk (rounded down to whole eval batches). `stop`: asked after
+    every chunk, resumed ones included, whether to end the pass there."""
     labels = labels_of(items)
-    per_chunk = chunk_batches(eval_batch)
+    per_chunk = chunk_batches(eval_batch, chunk_images)
     size = eval_batch * per_chunk
     done: list[RowSet] = []
+
+    def seen() -> tuple[RowSet, np.ndarray | None]:
+        rows = RowSet.concat(done)
+        return rows, None if labels is None else labels[: rows.n_images]
+
     while cache is not None and len(done) * size < len(items):
         stored = cache.get_tensors(_chunk_name(len(done) * size))
         if stored is None:
             break
         done.append(RowSet.from_tensors(stored))
+        n = len(done) * size
+        if stop is not None and stop(*seen()) and n < len(items):
+            console.print(f"[dim]resumed the rows of {n} held-out images from the cache[/dim]")
+            return HeldoutResult(*seen(), {}, n, stopped=True)
     start = min(len(done) * size, len(items))
     if start:
         console.print(f"[dim]resumed the rows of {start} held-out images from the cache[/dim]")
@@ -119,7 +142,9 @@ def run_heldout(
                 cache.put_tensors(_chunk_name(chunk.start), rows.to_tensors())
             done.append(rows)
             progress.update(task, completed=end)
-    return HeldoutResult(RowSet.concat(done), labels, seconds, start)
+            if stop is not None and stop(*seen()) and end < len(items):
+                return HeldoutResult(*seen(), seconds, start, stopped=True)
+    return HeldoutResult(*seen(), seconds, start)
 
 
 def _chunk_logits(

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from quantstudy.data.split import summarize_set
 from quantstudy.data.stream import Uint8Transform
 from quantstudy.decision.policy import decide
 from quantstudy.decision.preview import heldout_preview
@@ -64,9 +65,16 @@ from quantstudy.study.cache import StageCache, console
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.environment import collect_environment
 from quantstudy.study.guard import claim_study_folder
-from quantstudy.study.heldout import EnginePass, HeldoutResult, first_images, run_heldout
+from quantstudy.study.heldout import (
+    EnginePass,
+    HeldoutResult,
+    chunk_batches,
+    first_images,
+    run_heldout,
+)
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
+from quantstudy.study.rounds import ROUND_IMAGES, Rounds
 from quantstudy.study.timing import StageTimer
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
@@ -85,6 +93,7 @@ class EngineOutputs:
     heldout: HeldoutResult
     stress: dict[str, torch.Tensor]
     timed: dict[str, Engine]
+    rounds: Rounds | None = None  # the looks of a sequential study (`--heldout auto`)
 
 
 @dataclass(frozen=True)
@@ -167,7 +176,7 @@ def run_study(
     )
     _save(record, out_dir)
     outputs, infos = _run_engines(config, inputs, prepared.plan, cache, device, timer)
-    record = record.model_copy(update={"engines": infos})
+    record = record.model_copy(update={"engines": infos, **_sequential(config, inputs, outputs)})
     _save(record, out_dir)
 
     with timer.stage("score"):
@@ -270,6 +279,7 @@ def _run_engines(
             passes.append(EnginePass("fp8_float32", _float32_fp8(config, inputs, plan, device)))
     names = [p.name for p in passes]
     pairs = [("fp32", n) for n in stress if n != "fp32"] + [("fp16", "fp8"), *gap_pairs(names)]
+    rounds = Rounds(inputs.policy) if config.sequential else None
     start = time.perf_counter()
     with _untimed_tiles(device):
         heldout = run_heldout(
@@ -280,13 +290,31 @@ def _run_engines(
             eval_batch=config.eval_batch,
             device=device,
             cache=cache,
+            chunk_images=ROUND_IMAGES if rounds else None,
+            stop=rounds,
         )
     # the passes interleave chunk by chunk: each engine's share is a stage of its own
     for name, seconds in heldout.seconds.items():
         timer.add(f"held-out: {_stage_name(name, timed)}", seconds)
     rest = time.perf_counter() - start - sum(heldout.seconds.values())
     timer.add("held-out: per-image rows and cache", rest)
-    return EngineOutputs(heldout, stress, timed), infos
+    return EngineOutputs(heldout, stress, timed, rounds), infos
+
+
+def _sequential(config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs) -> dict:
+    """A sequential study's record updates: the held-out images it looked at (the first of
+    its random order) and its looks."""
+    rounds = outputs.rounds
+    if rounds is None:
+        return {}
+    used = inputs.heldout_items[: outputs.heldout.n_images]
+    heldout = summarize_set("heldout", config.data, used, inputs.data.labelled)
+    round_size = chunk_batches(config.eval_batch, ROUND_IMAGES) * config.eval_batch
+    section = rounds.section(round_size, config.heldout_bound, len(inputs.heldout_items))
+    return {
+        "data": inputs.data.model_copy(update={"heldout": heldout}),
+        "sequential": section,
+    }
 
 
 def _stage_name(name: str, timed: dict[str, Engine]) -> str:
@@ -325,7 +353,7 @@ def _score(config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs) -> 
     rows, labels = outputs.heldout.rows, outputs.heldout.labels
     names = list(outputs.stress)  # the engines, in build order
     stress_names = [n for n, _ in stress_inputs(inputs.pre)]
-    ids = [item.id for item in inputs.heldout_items]
+    ids = [item.id for item in inputs.heldout_items[: outputs.heldout.n_images]]
     half = outputs.timed["fp8"].dtype
     return build_quality_section(
         "fp32",
