@@ -1,0 +1,155 @@
+"""`quantstudy bench scale`: one study at several held-out sizes, wall per stage and peak memory.
+
+    quantstudy bench scale test_efficientnet --sizes 1000,10000 --out DIR --record FILE.json \\
+        -- --weights random --device cpu --data VARIANTS --calib 64 --no-speed
+
+Runs `quantstudy run MODEL ARGS --heldout N` once per size, each in its own process, and reads
+back the process's peak resident memory (`resource.getrusage`: the study's own process, and
+separately the largest of its children, the decode workers), its wall time, and the study's
+stage table (`StudyRecord.timings`). Prints one table (stage x size) and writes it with
+provenance to `--record`: whether memory grows with the number of held-out images is the
+difference between the columns. The held-out images are meant to come from
+`tools/make_variants.py`: crops and flips of one photo measure throughput, not quality.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from quantstudy.record.io import write_json_atomic
+
+HELDOUT_STAGE = "held-out: "
+
+
+def _peak_mib(who: int) -> float:
+    """Peak resident memory of this process (`RUSAGE_SELF`) or its largest waited-for child
+    (`RUSAGE_CHILDREN`), MiB (Linux reports KiB)."""
+    return round(resource.getrusage(who).ru_maxrss / 1024, 1)
+
+
+def child(argv: list[str] | None = None) -> None:
+    """In the measured process: `quantstudy ARGS`, then its peak memory to the JSON named first."""
+    argv = sys.argv[1:] if argv is None else argv
+    result, threads, args = Path(argv[0]), int(argv[1]), argv[2:]
+    import torch
+
+    from quantstudy.cli import main
+
+    if threads:
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    rc = main(args)
+    result.write_text(
+        json.dumps(
+            {
+                "rc": rc,
+                "wall_s": round(time.perf_counter() - start, 2),
+                "peak_rss_mib": _peak_mib(resource.RUSAGE_SELF),
+                "peak_rss_child_mib": _peak_mib(resource.RUSAGE_CHILDREN),
+            }
+        )
+    )
+
+
+def _run(model: str, size: int, args: list[str], out: Path, threads: int) -> dict:
+    folder, result, log = out / f"heldout-{size}", out / f"heldout-{size}.json", out / f"{size}.log"
+    code = "from quantstudy.bench.scale import child; child()"
+    command = [sys.executable, "-c", code, str(result), str(threads), "run", model, *args]
+    command += ["--heldout", str(size), "--out", str(folder), "--force"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    with log.open("w") as f:
+        rc = subprocess.run(command, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    measured = json.loads(result.read_text()) if result.is_file() else {"rc": rc}
+    study = folder / "study.json"
+    record = json.loads(study.read_text()) if study.is_file() else {}
+    stages = {s["stage"]: s["seconds"] for s in (record.get("timings") or {}).get("stages", [])}
+    heldout = (record.get("data") or {}).get("heldout") or {}
+    n = heldout.get("n_images")
+    passed = sum(v for k, v in stages.items() if k.startswith(HELDOUT_STAGE))
+    return {
+        **measured,
+        "size": size,
+        "heldout_images": n,
+        "heldout_pass_s": round(passed, 2),
+        "heldout_images_per_s": round(n / passed, 1) if n and passed else None,
+        "stages": stages,
+        "decision": (record.get("decision") or {}).get("outcome"),
+        "log": str(log),
+    }
+
+
+def table(results: list[dict]) -> str:
+    """Stage x size: seconds per stage, then the pass rate, wall and peak memory."""
+    names: list[str] = []
+    for r in results:
+        names += [s for s in r["stages"] if s not in names]
+    rows = [(n, [r["stages"].get(n) for r in results]) for n in names]
+    rows += [
+        ("held-out images/s", [r["heldout_images_per_s"] for r in results]),
+        ("process wall, s", [r.get("wall_s") for r in results]),
+        ("peak memory, MiB", [r.get("peak_rss_mib") for r in results]),
+        ("peak of a decode worker, MiB", [r.get("peak_rss_child_mib") for r in results]),
+    ]
+    width = max(len(n) for n, _ in rows)
+    head = f"{'stage':<{width}}  " + "  ".join(f"{r['size']:>9}" for r in results)
+    lines = [head]
+    for name, values in rows:
+        cells = [f"{'-' if v is None else f'{v:.1f}':>9}" for v in values]
+        lines.append(f"{name:<{width}}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="quantstudy bench scale", description=__doc__)
+    p.add_argument("model", help="timm name")
+    p.add_argument("--sizes", required=True, help="held-out sizes, comma-separated")
+    p.add_argument("--out", type=Path, required=True, help="folder for the studies and logs")
+    p.add_argument("--record", type=Path, required=True, help="JSON record to write")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.epilog = "after --: the `quantstudy run` options of the study (not --heldout, --out)"
+    argv = sys.argv[1:] if argv is None else argv
+    cut = argv.index("--") if "--" in argv else len(argv)
+    a = p.parse_args(argv[:cut])
+    run_args = argv[cut + 1 :]
+    try:
+        sizes = [int(s) for s in a.sizes.split(",")]
+    except ValueError:
+        raise SystemExit(f"--sizes takes counts like 1000,10000, not {a.sizes!r}") from None
+    a.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for size in sizes:
+        results.append(_run(a.model, size, run_args, a.out, a.threads))
+        r = results[-1]
+        peak = r.get("peak_rss_mib")
+        print(f"{size}: exit {r['rc']}, {r.get('wall_s')} s, {peak} MiB", flush=True)
+        _write(a, argv, run_args, results)
+    print(table(results), flush=True)
+
+
+def _write(a: argparse.Namespace, argv: list[str], run_args: list[str], results: list) -> None:
+    import torch
+
+    from quantstudy.bench.provenance import collect_provenance
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    peaks = [r.get("peak_rss_mib") for r in results if r.get("peak_rss_mib") is not None]
+    doc = {
+        "kind": "scale",
+        "provenance": collect_provenance(device, ["bench", "scale", *argv]).model_dump(),
+        "run_args": run_args,
+        "threads": a.threads,
+        "results": results,
+        "peak_rss_spread_mib": round(max(peaks) - min(peaks), 1) if peaks else None,
+        "table": table(results),
+    }
+    a.record.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(a.record, doc)
