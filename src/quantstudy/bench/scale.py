@@ -4,12 +4,12 @@
         -- --weights random --device cpu --data VARIANTS --calib 64 --no-speed
 
 Runs `quantstudy run MODEL ARGS --heldout N` once per size, each in its own process, and reads
-back the process's peak resident memory (`resource.getrusage`: the study's own process, and
-separately the largest of its children, the decode workers), its wall time, and the study's
-stage table (`StudyRecord.timings`). Prints one table (stage x size) and writes it with
-provenance to `--record`: whether memory grows with the number of held-out images is the
-difference between the columns. The held-out images are meant to come from
-`tools/make_variants.py`: crops and flips of one photo measure throughput, not quality.
+back the process's peak resident memory (`os.wait4`: the largest of the study's process and
+of its decode workers), its wall time, and the study's stage table (`StudyRecord.timings`).
+Prints one table (stage x size) and writes it with provenance to `--record`: whether memory
+grows with the number of held-out images is the difference between the columns. The held-out
+images are meant to come from `tools/make_variants.py`: crops and flips of one photo measure
+throughput, not quality.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -28,47 +27,24 @@ from quantstudy.record.io import write_json_atomic
 HELDOUT_STAGE = "held-out: "
 
 
-def _peak_mib(who: int) -> float:
-    """Peak resident memory of this process (`RUSAGE_SELF`) or its largest waited-for child
-    (`RUSAGE_CHILDREN`), MiB (Linux reports KiB)."""
-    return round(resource.getrusage(who).ru_maxrss / 1024, 1)
-
-
-def child(argv: list[str] | None = None) -> None:
-    """In the measured process: `quantstudy ARGS`, then its peak memory to the JSON named first."""
-    argv = sys.argv[1:] if argv is None else argv
-    result, threads, args = Path(argv[0]), int(argv[1]), argv[2:]
-    import torch
-
-    from quantstudy.cli import main
-
-    if threads:
-        torch.set_num_threads(threads)
-    start = time.perf_counter()
-    rc = main(args)
-    result.write_text(
-        json.dumps(
-            {
-                "rc": rc,
-                "wall_s": round(time.perf_counter() - start, 2),
-                "peak_rss_mib": _peak_mib(resource.RUSAGE_SELF),
-                "peak_rss_child_mib": _peak_mib(resource.RUSAGE_CHILDREN),
-            }
-        )
-    )
-
-
 def _run(model: str, size: int, args: list[str], out: Path, threads: int) -> dict:
-    folder, result, log = out / f"heldout-{size}", out / f"heldout-{size}.json", out / f"{size}.log"
-    code = "from quantstudy.bench.scale import child; child()"
-    command = [sys.executable, "-c", code, str(result), str(threads), "run", model, *args]
+    """One study in its own process; its wall time and peak resident memory (`os.wait4`:
+    the largest of the study's process and the decode workers it waited for)."""
+    folder, log = out / f"heldout-{size}", out / f"{size}.log"
+    code = "from quantstudy.cli import main; main()"
+    if threads:
+        code = f"import torch; torch.set_num_threads({threads}); " + code
+    command = [sys.executable, "-c", code, "run", model, *args]
     command += ["--heldout", str(size), "--out", str(folder), "--force"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
+    start = time.perf_counter()
     with log.open("w") as f:
-        rc = subprocess.run(command, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-    measured = json.loads(result.read_text()) if result.is_file() else {"rc": rc}
+        proc = subprocess.Popen(command, env=env, stdout=f, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = round(time.perf_counter() - start, 2)
     study = folder / "study.json"
     record = json.loads(study.read_text()) if study.is_file() else {}
     stages = {s["stage"]: s["seconds"] for s in (record.get("timings") or {}).get("stages", [])}
@@ -76,7 +52,9 @@ def _run(model: str, size: int, args: list[str], out: Path, threads: int) -> dic
     n = heldout.get("n_images")
     passed = sum(v for k, v in stages.items() if k.startswith(HELDOUT_STAGE))
     return {
-        **measured,
+        "rc": proc.returncode,
+        "wall_s": wall,
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),  # Linux reports KiB
         "size": size,
         "heldout_images": n,
         "heldout_pass_s": round(passed, 2),
@@ -97,7 +75,6 @@ def table(results: list[dict]) -> str:
         ("held-out images/s", [r["heldout_images_per_s"] for r in results]),
         ("process wall, s", [r.get("wall_s") for r in results]),
         ("peak memory, MiB", [r.get("peak_rss_mib") for r in results]),
-        ("peak of a decode worker, MiB", [r.get("peak_rss_child_mib") for r in results]),
     ]
     width = max(len(n) for n, _ in rows)
     head = f"{'stage':<{width}}  " + "  ".join(f"{r['size']:>9}" for r in results)

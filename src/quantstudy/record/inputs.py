@@ -82,6 +82,8 @@ class DataInfo(Section):
     skipped: list[SkippedImage]
     calibration: ImageSet
     heldout: ImageSet
+    # held-out images added by `quantstudy extend`, one set per folder, in the order added
+    extended: list[ImageSet] = Field(default_factory=list)
 
 
 def _fspath(value: Any) -> Any:

@@ -40,12 +40,8 @@ from quantstudy.engines.builders import (
 from quantstudy.engines.run import half_storage, reordered, run_engine
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quality.metrics import (
-    build_quality_section,
-    emulation_gap_rows,
     gap_pairs,
-    score_rows,
 )
-from quantstudy.quality.nonfinite import scan_rows
 from quantstudy.quality.stress import stress_inputs
 from quantstudy.quant.apply import QuantPlan
 from quantstudy.record import (
@@ -73,6 +69,7 @@ from quantstudy.study.heldout import (
     run_heldout,
 )
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
+from quantstudy.study.per_image import PerImageResults, quality_section, seal
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
 from quantstudy.study.rounds import ROUND_IMAGES, Rounds
 from quantstudy.study.timing import StageTimer
@@ -180,8 +177,9 @@ def run_study(
     _save(record, out_dir)
 
     with timer.stage("score"):
-        quality = _score(config, inputs, outputs)
-    record = record.model_copy(update={"quality": quality})
+        quality, results = _score(config, inputs, outputs)
+        per_image = seal(out_dir, results)
+    record = record.model_copy(update={"quality": quality, "per_image": per_image})
     _save(record, out_dir)
 
     with timer.stage("timing"):
@@ -234,6 +232,63 @@ def _builders(
     }
 
 
+@dataclass
+class Built:
+    """Every engine of a study, built and run on the stress inputs, and its held-out passes."""
+
+    passes: list[EnginePass]
+    pairs: list[tuple[str, str]]
+    stress: dict[str, torch.Tensor]
+    timed: dict[str, Engine]
+    infos: list
+
+
+def build_engines(
+    config: StudyConfig,
+    inputs: StudyInputs,
+    plan: QuantPlan,
+    cache: StageCache | None,
+    device: torch.device,
+    timer: StageTimer,
+) -> Built:
+    """Build every engine and run each on the stress inputs (cached per engine); the passes
+    and pairs the held-out images go through (`study/heldout.py`)."""
+    stress_x = torch.stack([t for _, t in stress_inputs(inputs.pre)])
+    builders = _builders(
+        config, inputs.loaded.model, inputs.example, plan, inputs.recipe.weights.fold_bn, device
+    )
+    # the stress inputs in the held-out batches' shape: a compiled engine compiles once for both
+    batch = min(config.eval_batch, len(inputs.heldout_items))
+    built = Built([], [], {}, {}, [])
+    for name, build in builders.items():
+        console.print(f"engine [bold]{name}[/bold]: building")
+        with timer.stage(f"engine {name}: build"):
+            engine = build()
+        built.infos.append(engine.info())
+        # a compiled engine compiles on its first call; these passes are not timed, so the FP8
+        # kernels tune only at the timed batches (`_untimed_tiles`)
+        with timer.stage(f"engine {name}: stress"), _untimed_tiles(device):
+            run = lambda e=engine: run_engine(e, stress_x, batch, pad=True)  # noqa: E731
+            built.stress[name] = cache.get_or_compute(f"stress-{name}", run) if cache else run()
+        built.passes.append(EnginePass(name, engine))
+        if name in ("fp16", "fp8"):
+            built.timed[name] = engine
+        if name == "fakequant":
+            half = built.timed["fp8"].dtype  # the floor of the storage the FP8 engine uses
+            built.passes += [
+                EnginePass("fakequant_reordered", engine, lambda e=engine: reordered(e)),
+                EnginePass("fakequant_half", engine, lambda e=engine, d=half: half_storage(e, d)),
+            ]
+    if config.float32_engine:
+        with timer.stage("engine fp8 in float32: build"):
+            fp8 = _float32_fp8(config, inputs, plan, device)
+            built.passes.append(EnginePass("fp8_float32", fp8))
+    names = [p.name for p in built.passes]
+    built.pairs = [("fp32", n) for n in built.stress if n != "fp32"]
+    built.pairs += [("fp16", "fp8"), *gap_pairs(names)]
+    return built
+
+
 def _run_engines(
     config: StudyConfig,
     inputs: StudyInputs,
@@ -242,43 +297,10 @@ def _run_engines(
     device: torch.device,
     timer: StageTimer,
 ) -> tuple[EngineOutputs, list]:
-    """Build every engine, run each on the stress inputs (cached per engine), then stream the
-    held-out images through all of them at once (`study/heldout.py`)."""
-    stress_x = torch.stack([t for _, t in stress_inputs(inputs.pre)])
-    builders = _builders(
-        config, inputs.loaded.model, inputs.example, plan, inputs.recipe.weights.fold_bn, device
-    )
-    # the stress inputs in the held-out batches' shape: a compiled engine compiles once for both
-    batch = min(config.eval_batch, len(inputs.heldout_items))
-    stress: dict[str, torch.Tensor] = {}
-    passes: list[EnginePass] = []
-    infos = []
-    timed: dict[str, Engine] = {}
-    for name, build in builders.items():
-        console.print(f"engine [bold]{name}[/bold]: building")
-        with timer.stage(f"engine {name}: build"):
-            engine = build()
-        infos.append(engine.info())
-        # a compiled engine compiles on its first call; these passes are not timed, so the FP8
-        # kernels tune only at the timed batches (`_untimed_tiles`)
-        with timer.stage(f"engine {name}: stress"), _untimed_tiles(device):
-            stress[name] = cache.get_or_compute(
-                f"stress-{name}", lambda e=engine: run_engine(e, stress_x, batch, pad=True)
-            )
-        passes.append(EnginePass(name, engine))
-        if name in ("fp16", "fp8"):
-            timed[name] = engine
-        if name == "fakequant":
-            half = timed["fp8"].dtype  # the floor of the storage the FP8 engine uses
-            passes += [
-                EnginePass("fakequant_reordered", engine, lambda e=engine: reordered(e)),
-                EnginePass("fakequant_half", engine, lambda e=engine, d=half: half_storage(e, d)),
-            ]
-    if config.float32_engine:
-        with timer.stage("engine fp8 in float32: build"):
-            passes.append(EnginePass("fp8_float32", _float32_fp8(config, inputs, plan, device)))
-    names = [p.name for p in passes]
-    pairs = [("fp32", n) for n in stress if n != "fp32"] + [("fp16", "fp8"), *gap_pairs(names)]
+    """Build every engine, then stream the held-out images through all of them at once."""
+    built = build_engines(config, inputs, plan, cache, device, timer)
+    passes, pairs, stress, timed = built.passes, built.pairs, built.stress, built.timed
+    infos = built.infos
     rounds = Rounds(inputs.policy) if config.sequential else None
     start = time.perf_counter()
     with _untimed_tiles(device):
@@ -348,23 +370,20 @@ def _untimed_tiles(device: torch.device) -> AbstractContextManager:
     return untimed_tiles()
 
 
-def _score(config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs) -> QualitySection:
-    """Every engine against fp32, the NaN/Inf scan, and the FP8 engine against its emulation."""
-    rows, labels = outputs.heldout.rows, outputs.heldout.labels
-    names = list(outputs.stress)  # the engines, in build order
+def _score(
+    config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs
+) -> tuple[QualitySection, PerImageResults]:
+    """The quality section of the held-out pass, and its per-image results."""
+    held = outputs.heldout
+    ids = [item.id for item in inputs.heldout_items[: held.n_images]]
+    results = PerImageResults(held.rows, ids, held.labels)
     stress_names = [n for n, _ in stress_inputs(inputs.pre)]
-    ids = [item.id for item in inputs.heldout_items[: outputs.heldout.n_images]]
     half = outputs.timed["fp8"].dtype
-    return build_quality_section(
-        "fp32",
-        [score_rows(n, rows, "fp32", labels, seed=config.seed) for n in names if n != "fp32"],
-        [scan_rows(n, rows.engines[n].valid, ids, outputs.stress[n], stress_names) for n in names],
-        stress_names,
-        None if labels is None else torch.from_numpy(labels),
-        emulation_gap_rows(rows, half),
-        inputs.loaded.info.random_weights,
-        against_fp16=score_rows("fp8", rows, "fp16", labels, seed=config.seed),
+    random_weights = inputs.loaded.info.random_weights
+    section = quality_section(
+        results, outputs.stress, stress_names, half, random_weights, config.seed
     )
+    return section, results
 
 
 def _time(
