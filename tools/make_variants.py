@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import multiprocessing
 import sys
 from pathlib import Path
 
@@ -45,24 +46,40 @@ def sources(root: Path) -> list[Path]:
     return files
 
 
-def make(root: Path, out: Path, count: int) -> int:
-    """Write `count` variants of the images under `root` into `out`; returns files written."""
+def plan(root: Path, out: Path, count: int) -> list[tuple[Path, Path, int]]:
+    """(source, target, variant) of the `count` images to write, in a fixed order."""
     files = sources(root)
-    written = 0
-    for k in itertools.count():
+    if count > len(files) * len(VARIANTS):
+        raise SystemExit(f"{len(files)} images x {len(VARIANTS)} variants < {count} asked")
+    jobs = []
+    for k in range(len(VARIANTS)):
         for path in files:
-            if written == count:
-                return written
-            rel = path.relative_to(root)
-            target = out / rel.parent / f"{path.stem}_v{k}.jpg"
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with Image.open(path) as image:
-                    variant(image.convert("RGB"), k).save(target, quality=QUALITY)
-            written += 1
-        if k >= len(VARIANTS) - 1 and written < count:
-            raise SystemExit(f"{len(files)} images x {len(VARIANTS)} variants < {count} asked")
-    return written
+            if len(jobs) == count:
+                return jobs
+            target = out / path.relative_to(root).parent / f"{path.stem}_v{k}.jpg"
+            jobs.append((path, target, k))
+    return jobs
+
+
+def write_one(job: tuple[Path, Path, int]) -> None:
+    source, target, k = job
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with Image.open(source) as image:
+        variant(image.convert("RGB"), k).save(target, quality=QUALITY)
+
+
+def make(root: Path, out: Path, count: int, workers: int = 1) -> int:
+    """Write `count` variants of the images under `root` into `out`; returns files written."""
+    jobs = plan(root, out, count)
+    if workers > 1:
+        with multiprocessing.Pool(workers) as pool:
+            pool.map(write_one, jobs, chunksize=64)
+    else:
+        for job in jobs:
+            write_one(job)
+    return len(jobs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,8 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("source", type=Path, help="ImageNet-style folder (<wnid>/<image>) or flat")
     p.add_argument("out", type=Path, help="folder to write the variants into")
     p.add_argument("--count", type=int, required=True, help="images to write")
+    p.add_argument("--workers", type=int, default=1, help="processes writing (default 1)")
     a = p.parse_args(argv)
-    n = make(a.source, a.out, a.count)
+    n = make(a.source, a.out, a.count, a.workers)
     print(f"{n} variant images in {a.out}", file=sys.stderr)
 
 

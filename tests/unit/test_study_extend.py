@@ -85,3 +85,42 @@ def test_extended_sets_load_in_the_record():
     )
     data = record.data.model_copy(update={"extended": [extra]})
     assert record.model_copy(update={"data": data}).data.extended[0].folder == "more"
+
+
+@pytest.mark.suite
+def test_a_sequential_study_then_extend_end_to_end_on_cpu(tiny_imagenet, tmp_path, capsys):
+    """`run --heldout auto:8`, then `extend` with six other images: one look each, the
+    quality over all 14 images, the extension and the side file in the record."""
+    import json
+
+    import torch
+    from PIL import Image
+
+    more = tmp_path / "more" / "n01440764"
+    more.mkdir(parents=True)
+    g = torch.Generator().manual_seed(7)
+    for i in range(6):
+        pixels = (torch.rand(48, 48, 3, generator=g) * 255).to(torch.uint8).numpy()
+        Image.fromarray(pixels).save(more / f"new{i}.jpg")
+    out = tmp_path / "study"
+    argv = (
+        "run mobilenetv4_conv_small --weights random --device cpu --calib 4 --heldout auto:8 "
+        f"--eval-batch 4 --no-speed --data {tiny_imagenet} --out {out}"
+    ).split()
+    assert main(argv) == 4  # inconclusive: random weights, no speed
+    record = json.loads((out / "study.json").read_text())
+    assert record["config"]["heldout"] == "auto:8"
+    looks = record["sequential"]["looks"]
+    assert [look["images"] for look in looks] == [8]
+    assert record["sequential"]["stop_reason"] in ("upper_bound", "data_exhausted")
+    assert record["per_image"]["images"] == 8
+    capsys.readouterr()
+    assert main(["extend", str(out), "--data", str(more.parent)]) == 4
+    record = json.loads((out / "study.json").read_text())
+    assert [look["images"] for look in record["sequential"]["looks"]] == [8, 14]
+    assert record["data"]["extended"][0]["n_images"] == 6
+    assert record["per_image"]["images"] == 14
+    assert all(q["n_images"] == 14 for q in record["quality"]["engines"])
+    assert (out / "report.md").is_file()
+    assert main(["extend", str(out), "--data", str(more.parent)]) == 1  # the same images again
+    assert "already in the study" in capsys.readouterr().err

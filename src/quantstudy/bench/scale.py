@@ -19,15 +19,19 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from quantstudy.bench.study_time import CACHE_FOLDERS
 from quantstudy.record.io import write_json_atomic
 
 HELDOUT_STAGE = "held-out: "
 
 
-def _run(model: str, size: int, args: list[str], out: Path, threads: int) -> dict:
+def _run(
+    model: str, size: int, args: list[str], out: Path, threads: int, cold: bool = False
+) -> dict:
     """One study in its own process; its wall time and peak resident memory (`os.wait4`:
     the largest of the study's process and the decode workers it waited for)."""
     folder, log = out / f"heldout-{size}", out / f"{size}.log"
@@ -37,6 +41,9 @@ def _run(model: str, size: int, args: list[str], out: Path, threads: int) -> dic
     command = [sys.executable, "-c", code, "run", model, *args]
     command += ["--heldout", str(size), "--out", str(folder), "--force"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if cold:  # the host caches a sweep gives its studies, empty: each size compiles from cold
+        cache = Path(tempfile.mkdtemp(prefix=f"cache-{size}-", dir=out))
+        env |= {var: str(cache / sub) for var, sub in CACHE_FOLDERS.items()}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     start = time.perf_counter()
@@ -92,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True, help="folder for the studies and logs")
     p.add_argument("--record", type=Path, required=True, help="JSON record to write")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--cold", action="store_true", help="empty compile caches for every size")
     p.epilog = "after --: the `quantstudy run` options of the study (not --heldout, --out)"
     argv = sys.argv[1:] if argv is None else argv
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -104,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     results = []
     for size in sizes:
-        results.append(_run(a.model, size, run_args, a.out, a.threads))
+        results.append(_run(a.model, size, run_args, a.out, a.threads, a.cold))
         r = results[-1]
         peak = r.get("peak_rss_mib")
         print(f"{size}: exit {r['rc']}, {r.get('wall_s')} s, {peak} MiB", flush=True)
@@ -124,6 +132,7 @@ def _write(a: argparse.Namespace, argv: list[str], run_args: list[str], results:
         "provenance": collect_provenance(device, ["bench", "scale", *argv]).model_dump(),
         "run_args": run_args,
         "threads": a.threads,
+        "cold": a.cold,
         "results": results,
         "peak_rss_spread_mib": round(max(peaks) - min(peaks), 1) if peaks else None,
         "table": table(results),
