@@ -105,7 +105,7 @@ def test_a_sequential_study_then_extend_end_to_end_on_cpu(tiny_imagenet, tmp_pat
     out = tmp_path / "study"
     argv = (
         "run mobilenetv4_conv_small --weights random --device cpu --calib 4 --heldout auto:8 "
-        f"--eval-batch 4 --no-speed --data {tiny_imagenet} --out {out}"
+        f"--no-speed --data {tiny_imagenet} --out {out}"
     ).split()
     assert main(argv) == 4  # inconclusive: random weights, no speed
     record = json.loads((out / "study.json").read_text())
