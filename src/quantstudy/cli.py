@@ -87,6 +87,8 @@ def _argument(name: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
         default = None if default is None else str(default)
     elif get_origin(kind) is tuple:
         kw["type"] = _batches
+    elif str in types:  # a count or a word (`--heldout auto`): the config parses the text
+        kw["type"] = str
     elif kind is int:
         kw["type"] = int
     elif PathText in types or tuple(field.metadata) == PathText.__metadata__:
@@ -209,6 +211,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     decide.add_argument("study_dir", type=Path)
     decide.add_argument("--policy", help=CLI_HELP["policy"])
+
+    extend = sub.add_parser(
+        "extend",
+        help="add held-out images from another folder to a finished study, in rounds until "
+        "its quality gates settle, and decide again",
+        epilog=EXIT_STATUS,
+    )
+    extend.add_argument("study_dir", type=Path)
+    extend.add_argument("--data", type=Path, required=True, help="folder of more images")
+    extend.add_argument(
+        "--skip-used",
+        action="store_true",
+        help="leave out images the study already used instead of refusing the folder",
+    )
 
     from quantstudy.bridge.commands import add_parsers as add_bridge_parsers
 
@@ -357,6 +373,12 @@ def _cmd_decide(args: argparse.Namespace) -> int:
         return _print_outcome(record, render_study(args.study_dir))
 
 
+def _cmd_extend(args: argparse.Namespace) -> int:
+    from quantstudy.study.extend import extend_study
+
+    return _print_outcome(*extend_study(args.study_dir, args.data, args.skip_used))
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from quantstudy.bridge.commands import run_export
     from quantstudy.study.guard import holding
@@ -396,6 +418,7 @@ COMMANDS = {
     "search": _cmd_search,
     "report": _cmd_report,
     "decide": _cmd_decide,
+    "extend": _cmd_extend,
     "sweep": _cmd_sweep,
     "export": _cmd_export,
     "import-trt": _cmd_import_trt,

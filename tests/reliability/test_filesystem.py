@@ -132,7 +132,7 @@ def test_disk_full_mid_run_keeps_what_was_finished_and_resumes(workspace, study,
     kept = sorted((folder / ".cache").glob("*.pt"))
     assert kept and all(p.name not in line for p in kept)  # finished entries stay for a rerun
     for path in kept:
-        assert isinstance(torch.load(path, weights_only=True), torch.Tensor)
+        assert _tensors(torch.load(path, weights_only=True))
     # space again: the same command resumes from the kept entries and completes the study
     again = quantstudy(*study_args(folder), cwd=workspace)
     assert_finished(again)
@@ -146,9 +146,9 @@ def test_corrupt_cache_entries_are_recomputed_and_the_study_stays_complete(
 ):
     folder = copy_study(study, tmp_path / "study")
     cache = folder / ".cache"
-    truncated = next(cache.glob("logits-fp8-*.pt"))
+    truncated = next(cache.glob("rows-00000000-*.pt"))  # the held-out pass's per-image rows
     truncated.write_bytes(truncated.read_bytes()[:100])
-    emptied = next(cache.glob("logits-fp32-*.pt"))
+    emptied = next(cache.glob("stress-fp32-*.pt"))
     emptied.write_bytes(b"")
     replaced = next(cache.glob("stress-fp16-*.pt"))
     torch.save({"not": "a tensor"}, replaced)
@@ -156,7 +156,7 @@ def test_corrupt_cache_entries_are_recomputed_and_the_study_stays_complete(
     assert_finished(r)
     for path in (truncated, emptied, replaced):
         assert f"cache entry {path} is" in r.err and "recomputing it" in r.err
-        assert isinstance(torch.load(path, weights_only=True), torch.Tensor)
+        assert _tensors(torch.load(path, weights_only=True))
     assert json.loads((folder / "study.json").read_text())["status"] == "complete"
     assert leftover_tmp(folder) == []
     assert measured(folder) == measured(study)  # the recomputed entries give the same numbers
@@ -183,3 +183,10 @@ def test_report_into_a_read_only_study_is_one_line(study, tmp_path):
     finally:
         folder.chmod(0o755)
     assert_one_line_error(r, str(Path(folder)))
+
+
+def _tensors(value: object) -> bool:
+    """A cache entry's content: a tensor, or (a held-out chunk's rows) a dict of tensors."""
+    if isinstance(value, dict):
+        return bool(value) and all(isinstance(t, torch.Tensor) for t in value.values())
+    return isinstance(value, torch.Tensor)

@@ -27,7 +27,7 @@ def test_ctrl_c_is_one_line_and_the_same_command_resumes(workspace, study, tmp_p
     folder = tmp_path / "study"
     run = start(*study_args(folder), cwd=workspace)
     deadline = time.monotonic() + 240
-    while not list((folder / ".cache").glob("logits-fp8-*.pt")):  # halfway: fp32, fp16, fp8 done
+    while not list((folder / ".cache").glob("stress-fp8-*.pt")):  # halfway: fp32, fp16, fp8 built
         assert run.poll() is None, run.communicate()
         assert time.monotonic() < deadline, "the study wrote no cache entry in time"
         time.sleep(0.1)
@@ -41,7 +41,7 @@ def test_ctrl_c_is_one_line_and_the_same_command_resumes(workspace, study, tmp_p
     (folder / ".study.json.dead0000.tmp").write_text("{")  # as a writer killed mid-write leaves
     again = quantstudy(*study_args(folder), cwd=workspace)
     assert_finished(again)
-    assert "resumed logits-fp32 from" in again.err and "resumed logits-fp8 from" in again.err
+    assert "resumed stress-fp32 from" in again.err and "resumed stress-fp8 from" in again.err
     assert leftover_tmp(folder) == []
     assert json.loads((folder / "study.json").read_text())["status"] == "complete"
     assert measured(folder) == measured(study)  # as if it had never been interrupted

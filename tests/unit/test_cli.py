@@ -81,7 +81,8 @@ def test_small_study_end_to_end_on_cpu(tiny_imagenet, tmp_path, capsys):
     assert (out / "report.md").exists()
     # resumable: a second run reuses the cached engine outputs
     assert main(argv) == 4
-    assert "resumed logits-fp8" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "resumed the rows of 8 held-out images" in err and "resumed stress-fp8" in err
 
 
 def test_folder_too_small_for_the_split_is_a_clean_error(tiny_imagenet, capsys):

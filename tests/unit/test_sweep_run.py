@@ -66,12 +66,12 @@ def _sigint(handling: signal.Handlers) -> Callable[[], object]:
 
 def _start_sweep(sweep_dir: Path, out: Path, handling: signal.Handlers) -> subprocess.Popen:
     """`quantstudy sweep bad.yaml` with one worker, started once its first study has cached
-    its fp32 logits (the stop then lands mid-study)."""
+    its fp32 stress logits (the stop then lands mid-study)."""
     argv = [sys.executable, "-m", "quantstudy.cli", "sweep", str(sweep_dir / "bad.yaml")]
     proc = subprocess.Popen([*argv, "--out", str(out), "--workers", "1"], stderr=subprocess.PIPE,
                             preexec_fn=_sigint(handling))  # fmt: skip
     deadline = time.monotonic() + 120
-    while not list(out.glob("*generic_pointwise*/.cache/logits-fp32-*.pt")):
+    while not list(out.glob("*generic_pointwise*/.cache/stress-fp32-*.pt")):
         assert proc.poll() is None and time.monotonic() < deadline, "the first study never cached"
         time.sleep(0.1)
     return proc
@@ -159,7 +159,7 @@ def test_stopped_sweep_resumes_and_a_bad_recipe_fails_alone(sweep_dir, capsys):
     assert _sweep(sweep_dir, "bad.yaml", "resume", "--workers", "2") == 1  # one point failed
     point = json.loads((good / "point.json").read_text())
     assert point["status"] == "complete" and point["attempts"] == 2
-    assert "resumed logits-fp32" in (good / "run.log").read_text()
+    assert "resumed stress-fp32" in (good / "run.log").read_text()
     (bad,) = out.glob("*no_such_recipe*")
     failed = json.loads((bad / "point.json").read_text())
     assert failed["status"] == "failed" and "no_such_recipe" in failed["error"]

@@ -77,6 +77,10 @@ DELEGATED: dict[str, tuple[str, str]] = {
         "quantstudy.bench.study_time",
         "one study's stage times from cold caches and warm (each in its own process)",
     ),
+    "scale": (
+        "quantstudy.bench.scale",
+        "one study at several held-out sizes: wall per stage and peak host memory",
+    ),
 }
 
 

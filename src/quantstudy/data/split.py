@@ -79,6 +79,15 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def stream_order(items: list[ImageItem], seed: int) -> list[ImageItem]:
+    """`items` in a seeded random order, for a study that looks at them in rounds: the
+    confidence sequences (`decision/sequential.py`) assume the images come in random order,
+    and id order is class order in an ImageNet folder."""
+    ordered = sorted(items, key=lambda item: item.id)
+    random.Random(f"{seed}:stream").shuffle(ordered)
+    return ordered
+
+
 def summarize_set(
     role: Literal["calibration", "heldout"],
     folder: str | Path,

@@ -69,6 +69,11 @@ class EvalTransform:
     def __call__(self, image: Image.Image) -> torch.Tensor:
         return self._transform(image.convert("RGB")).to(torch.float32)
 
+    @property
+    def steps(self) -> list[Callable]:
+        """timm's transform steps in order (the streamed held-out pass splits them)."""
+        return list(self._transform.transforms)
+
 
 def build_transform(pre: Preprocessing) -> Callable[[Image.Image], torch.Tensor]:
     """The eval transform exactly as recorded in `pre` (timm's create_transform)."""

@@ -15,13 +15,13 @@ If no row is finite in both, the KL figures are NaN (undefined), never a silent 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from quantstudy.quality.balance import precision_warnings, sample_balance
-from quantstudy.quality.nonfinite import finite_rows
 from quantstudy.quality.paired import (
     CI_LEVEL,
     bootstrap_mean_intervals,
@@ -29,6 +29,9 @@ from quantstudy.quality.paired import (
     paired_bootstrap,
     paired_counts,
 )
+from quantstudy.quality.rows import Pair, Predictions, RowSet
+from quantstudy.quality.rows import kl_per_image as kl_per_image  # where callers import it
+from quantstudy.quality.rows import topk_correct as topk_correct
 from quantstudy.record import (
     EmulationGap,
     EngineQuality,
@@ -41,7 +44,6 @@ from quantstudy.record import (
 # 36 bins from 1e-6 to 10 nats; smaller values (including 0) land in the first bin, larger in the
 # last.
 KL_BIN_EDGES: tuple[float, ...] = tuple(float(e) for e in np.logspace(-6.0, 1.0, 37))
-TOP5 = 5
 # Levels of the KL-mean bootstrap intervals kept in the record: a policy's confidence must be
 # one of them for its KL gate (the per-image KL values are not kept). Enough resamples that the
 # 0.999 interval's tails hold 5 draws each.
@@ -50,25 +52,6 @@ KL_RESAMPLES = 10_000
 RANDOM_WEIGHTS_REASON = (
     "random weights: accuracy numbers are meaningless; agreement and KL still compare engines"
 )
-
-
-@dataclass(frozen=True)
-class Predictions:
-    """Top-1 classes of an (N, C) logit tensor, with the mask of rows that are finite."""
-
-    top1: np.ndarray
-    valid: np.ndarray
-
-    @classmethod
-    def of(cls, logits: torch.Tensor) -> Predictions:
-        return cls(top1=logits.argmax(dim=1).cpu().numpy(), valid=finite_rows(logits))
-
-    def agrees_with(self, other: Predictions) -> np.ndarray:
-        """Per image: both predictions valid and the same class."""
-        return self.valid & other.valid & (self.top1 == other.top1)
-
-    def correct(self, labels: np.ndarray) -> np.ndarray:
-        return self.valid & (self.top1 == labels)
 
 
 @dataclass(frozen=True)
@@ -93,17 +76,6 @@ class KLStats:
         )
 
 
-def kl_per_image(p_logits: torch.Tensor, q_logits: torch.Tensor) -> np.ndarray:
-    """KL(P || Q) in nats for each row, from log_softmax in float64.
-
-    Rows must be finite. Rounding can leave a true zero a few ulps below 0; it is clamped to 0.
-    """
-    log_p = torch.log_softmax(p_logits.double(), dim=1)
-    log_q = torch.log_softmax(q_logits.double(), dim=1)
-    kl = (log_p.exp() * (log_p - log_q)).sum(dim=1)
-    return kl.clamp_min(0.0).cpu().numpy()
-
-
 def kl_histogram(kl: np.ndarray) -> list[int]:
     """Counts of `kl` over `KL_BIN_EDGES`, out-of-range values clipped into the end bins."""
     clipped = np.clip(kl, KL_BIN_EDGES[0], KL_BIN_EDGES[-1])
@@ -116,13 +88,6 @@ def max_abs_logit_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     if a.numel() == 0:
         return 0.0
     return float((a.double() - b.double()).abs().max())
-
-
-def topk_correct(logits: torch.Tensor, labels: np.ndarray, k: int) -> np.ndarray:
-    """Per image: the label is among the k largest logits of a finite row (k capped at C)."""
-    k = min(k, logits.shape[1])
-    top = logits.topk(k, dim=1).indices.cpu().numpy()
-    return finite_rows(logits) & (top == labels[:, None]).any(axis=1)
 
 
 def score_engine(
@@ -143,30 +108,45 @@ def score_engine(
     KL and the logit difference (the non-finite scan names them).
     """
     label_array = _check_inputs(ref_logits, logits, labels)
-    ref, eng = Predictions.of(ref_logits), Predictions.of(logits)
+    rows = RowSet.of({"ref": ref_logits, engine: logits}, [("ref", engine)], label_array)
+    return score_rows(
+        engine, rows, "ref", label_array, bootstrap_resamples=bootstrap_resamples, seed=seed
+    )
+
+
+def score_rows(
+    engine: str,
+    rows: RowSet,
+    reference: str,
+    labels: np.ndarray | None,
+    *,
+    bootstrap_resamples: int = 2000,
+    seed: int = 0,
+) -> EngineQuality:
+    """`score_engine` from per-image rows (`quality/rows.py`): `rows` holds both engines and
+    the pair (reference, engine); the streamed held-out pass scores through this."""
+    ref, eng = rows.engines[reference], rows.engines[engine]
+    pair = rows.pairs[(reference, engine)]
     agree = ref.agrees_with(eng)
-    finite = torch.from_numpy(ref.valid & eng.valid)
-    kl = kl_per_image(ref_logits[finite], logits[finite])
+    kl = pair.finite_kl
     stats = KLStats.of(kl)
-    n = int(ref_logits.shape[0])
+    n = int(agree.size)
     labelled = (
         {}
-        if label_array is None
-        else _labelled_fields(
-            ref, eng, agree, logits, ref_logits, label_array, bootstrap_resamples, seed
-        )
+        if labels is None
+        else _labelled_fields(ref, eng, agree, labels, bootstrap_resamples, seed)
     )
     return EngineQuality(
         engine=engine,
         n_images=n,
-        labelled=label_array is not None,
+        labelled=labels is not None,
         agreement=float(agree.mean()),
         differ_count=int(n - agree.sum()),
         kl_mean=stats.mean,
         kl_median=stats.median,
         kl_p99=stats.p99,
         kl_max=stats.max,
-        max_abs_logit_diff=max_abs_logit_diff(ref_logits[finite], logits[finite]),
+        max_abs_logit_diff=pair.max_abs_logit_diff,
         kl_histogram=kl_histogram(kl),
         kl_bin_edges=list(KL_BIN_EDGES),
         kl_mean_intervals=[
@@ -221,25 +201,53 @@ def emulation_gap(
     floor for an engine that stores in that dtype between its layers.
     """
     _check_inputs(fakequant_logits, fp8_logits, None)
-    floor = None if reordered_logits is None else emulation_gap(reordered_logits, fakequant_logits)
-    wide = None if float32_logits is None else emulation_gap(float32_logits, fakequant_logits)
-    half = None if half_storage is None else emulation_gap(half_storage[0], fakequant_logits)
-    emu, fp8 = Predictions.of(fakequant_logits), Predictions.of(fp8_logits)
-    agree = emu.agrees_with(fp8)
-    finite = torch.from_numpy(emu.valid & fp8.valid)
-    stats = KLStats.of(kl_per_image(fakequant_logits[finite], fp8_logits[finite]))
-    split: dict = {}
     if reference_logits is not None:
         _check_inputs(reference_logits, fp8_logits, None)
-        ref = Predictions.of(reference_logits)
+    named = {
+        "fp8": fp8_logits,
+        "fakequant": fakequant_logits,
+        "fakequant_reordered": reordered_logits,
+        "fp32": reference_logits,
+        "fp8_float32": float32_logits,
+        "fakequant_half": half_storage[0] if half_storage else None,
+    }
+    logits = {k: v for k, v in named.items() if v is not None}
+    rows = RowSet.of(logits, gap_pairs(logits), None)
+    return emulation_gap_rows(rows, half_storage[1] if half_storage else None)
+
+
+def gap_pairs(engines: Iterable[str]) -> list[Pair]:
+    """The pairs `emulation_gap_rows` reads, for the engines present: each against the
+    emulation (`fakequant`), as (emulation, engine)."""
+    names = set(engines)
+    return [("fakequant", n) for n in GAP_ENGINES if n in names]
+
+
+GAP_ENGINES = ("fp8", "fakequant_reordered", "fp8_float32", "fakequant_half")
+
+
+def emulation_gap_rows(rows: RowSet, half_dtype: torch.dtype | None = None) -> EmulationGap:
+    """`emulation_gap` from per-image rows: the engines named as in `emulation_gap`'s keys
+    (fp8, fakequant, and where present fakequant_reordered, fp32, fp8_float32, fakequant_half),
+    with the pairs of `gap_pairs`."""
+    e = rows.engines
+    floor = _agreement(rows, "fakequant_reordered")
+    wide = _agreement(rows, "fp8_float32")
+    half = _agreement(rows, "fakequant_half")
+    emu, fp8 = e["fakequant"], e["fp8"]
+    agree = emu.agrees_with(fp8)
+    stats = KLStats.of(rows.pairs[("fakequant", "fp8")].finite_kl)
+    split: dict = {}
+    if "fp32" in e:
+        ref = e["fp32"]
         engine_only, emulation_only, p = _split(ref, fp8, emu)
         split = {
             "engine_only_differ": engine_only,
             "emulation_only_differ": emulation_only,
             "split_mcnemar_p": p,
         }
-        if reordered_logits is not None:
-            only, emulation_only, p = _split(ref, Predictions.of(reordered_logits), emu)
+        if "fakequant_reordered" in e:
+            only, emulation_only, p = _split(ref, e["fakequant_reordered"], emu)
             split |= {
                 "floor_only_differ": only,
                 "floor_emulation_only_differ": emulation_only,
@@ -257,11 +265,27 @@ def emulation_gap(
         float32_agreement=wide.agreement if wide else None,
         float32_differ_count=wide.differ_count if wide else None,
         float32_kl_mean=wide.kl_mean if wide else None,
-        half_floor_dtype=str(half_storage[1]).removeprefix("torch.") if half_storage else None,
+        half_floor_dtype=str(half_dtype).removeprefix("torch.") if half else None,
         half_floor_agreement=half.agreement if half else None,
         half_floor_differ_count=half.differ_count if half else None,
         half_floor_kl_mean=half.kl_mean if half else None,
     )
+
+
+@dataclass(frozen=True)
+class _Agreement:
+    agreement: float
+    differ_count: int
+    kl_mean: float
+
+
+def _agreement(rows: RowSet, engine: str) -> _Agreement | None:
+    """`engine` against the emulation: agreement, differing images, mean KL(emulation || it)."""
+    if engine not in rows.engines:
+        return None
+    agree = rows.engines["fakequant"].agrees_with(rows.engines[engine])
+    stats = KLStats.of(rows.pairs[("fakequant", engine)].finite_kl)
+    return _Agreement(float(agree.mean()), int(agree.size - agree.sum()), stats.mean)
 
 
 def build_quality_section(
@@ -326,21 +350,21 @@ def _labelled_fields(
     ref: Predictions,
     eng: Predictions,
     agree: np.ndarray,
-    logits: torch.Tensor,
-    ref_logits: torch.Tensor,
     labels: np.ndarray,
     resamples: int,
     seed: int,
 ) -> dict[str, float | int]:
-    """The EngineQuality fields that need labels."""
+    """The EngineQuality fields that need labels (both predictions hold their top-5 hits)."""
+    if ref.top5 is None or eng.top5 is None:
+        raise ValueError("labelled scoring needs rows made with the labels")
     ref_correct, eng_correct = ref.correct(labels), eng.correct(labels)
     counts = paired_counts(ref_correct, eng_correct, agree)
     ci = paired_bootstrap(ref_correct, eng_correct, resamples=resamples, seed=seed)
     return {
         "top1": float(eng_correct.mean()),
-        "top5": float(topk_correct(logits, labels, TOP5).mean()),
+        "top5": float(eng.top5.mean()),
         "top1_reference": float(ref_correct.mean()),
-        "top5_reference": float(topk_correct(ref_logits, labels, TOP5).mean()),
+        "top5_reference": float(ref.top5.mean()),
         "ci_level": CI_LEVEL,
         "gained": counts.gained,
         "lost": counts.lost,

@@ -43,3 +43,24 @@ def scan_nonfinite(
         nonfinite_heldout=nonfinite_names(heldout_logits, heldout_ids),
         nonfinite_stress=nonfinite_names(stress_logits, stress_names),
     )
+
+
+def scan_rows(
+    engine: str,
+    heldout_valid: np.ndarray,
+    heldout_ids: list[str],
+    stress_logits: torch.Tensor,
+    stress_names: list[str],
+) -> NonFiniteScan:
+    """`scan_nonfinite` from the held-out rows' finite mask (`quality/rows.py`), for a pass
+    that keeps no held-out logits."""
+    if len(heldout_valid) != len(heldout_ids):
+        raise ValueError(f"{len(heldout_valid)} held-out rows but {len(heldout_ids)} ids")
+    bad = [i for i, ok in zip(heldout_ids, heldout_valid, strict=True) if not ok]
+    return NonFiniteScan(
+        engine=engine,
+        heldout_checked=len(heldout_ids),
+        stress_checked=len(stress_names),
+        nonfinite_heldout=bad,
+        nonfinite_stress=nonfinite_names(stress_logits, stress_names),
+    )

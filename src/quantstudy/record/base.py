@@ -45,7 +45,10 @@ Schema history:
      EmulationGap.floor_only_differ, .floor_emulation_only_differ, .floor_split_mcnemar_p (the
      reordered run's split against the emulation, the scale for the engine's).
  14: StudyRecord.sequential (the looks of a `--heldout auto` study at the quality gates, each
-     an anytime-valid interval; `record/sequential.py`).
+     an anytime-valid interval; `record/sequential.py`); StudyConfig.heldout also takes
+     "auto" or "auto:MAX" (a count before); StudyRecord.per_image (the sealed side file of
+     per-image rows, `record/side.py`); DataInfo.extended (held-out images added by
+     `quantstudy extend`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

@@ -82,6 +82,8 @@ class DataInfo(Section):
     skipped: list[SkippedImage]
     calibration: ImageSet
     heldout: ImageSet
+    # held-out images added by `quantstudy extend`, one set per folder, in the order added
+    extended: list[ImageSet] = Field(default_factory=list)
 
 
 def _fspath(value: Any) -> Any:
@@ -91,6 +93,27 @@ def _fspath(value: Any) -> Any:
 
 PathText = Annotated[str, BeforeValidator(_fspath)]
 """A path, kept as the text it was given: a record shows it as typed, never normalised."""
+
+AUTO = "auto"
+
+
+def _heldout_size(value: Any) -> Any:
+    """`--heldout`: a positive count (fixed N), `auto` (every image left) or `auto:MAX`."""
+    text = str(value).strip().lower() if isinstance(value, (str, int)) else None
+    if text is not None and text.isdigit() and int(text) > 0:
+        return int(text)
+    if text == AUTO:
+        return AUTO
+    head, _, bound = (text or "").partition(":")
+    if head == AUTO and bound.isdigit() and int(bound) > 0:
+        return f"{AUTO}:{int(bound)}"
+    raise ValueError(
+        f"must be a positive image count, '{AUTO}' or '{AUTO}:MAX' with MAX a positive count"
+    )
+
+
+HeldoutSize = Annotated[int | str, BeforeValidator(_heldout_size)]
+"""Held-out images: a count (fixed N), or `auto[:MAX]` (rounds until the quality gates settle)."""
 
 DEFAULT_FP8_KERNEL = Fp8Kernel.FUSED
 
@@ -133,7 +156,11 @@ class StudyConfig(Section):
         None, description="built-in recipe name or YAML file (default: family default)"
     )
     calib: PositiveInt = Field(500, le=MAX_IMAGES, description="calibration images")
-    heldout: PositiveInt = Field(1500, le=MAX_IMAGES, description="held-out images")
+    heldout: HeldoutSize = Field(
+        1500,
+        description="held-out images: a count, or auto[:MAX] to take rounds of images until "
+        "every quality gate settles (at most MAX, default every image left)",
+    )
     seed: int = Field(0, ge=0, le=MAX_SEED, description="split and random-weight seed")
     device: Device = Field(Device.CUDA, description="where the engines run")
     batches: tuple[Annotated[int, Field(ge=1, le=MAX_BATCH)], ...] = Field(
@@ -179,6 +206,19 @@ class StudyConfig(Section):
         if len(set(self.batches)) != len(self.batches):
             raise ValueError(f"batch sizes must differ, got {self.batches}")
         return self
+
+    @property
+    def sequential(self) -> bool:
+        """`--heldout auto[:MAX]`: rounds of held-out images with a look after each."""
+        return isinstance(self.heldout, str)
+
+    @property
+    def heldout_bound(self) -> int | None:
+        """The most held-out images the study takes (None: every image the folder has left)."""
+        if isinstance(self.heldout, int):
+            return self.heldout
+        _, _, bound = self.heldout.partition(":")
+        return int(bound) if bound else None
 
     @property
     def kernel(self) -> Fp8Kernel:

@@ -14,6 +14,7 @@ the path).
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from quantstudy.record.errors import UserError
+from quantstudy.record.side import SideFile
 from quantstudy.record.study import StudyRecord, record_digest
 
 TMP_SUFFIX = ".tmp"  # temporary files are `.<name>.<random>.tmp` beside their target
@@ -145,3 +147,23 @@ def write_record(path: Path, record: StudyRecord) -> None:
     data = record.model_dump(mode="json")
     data["digest"] = record_digest(data)
     write_json_atomic(path, data)
+
+
+def write_side_file(folder: Path, name: str, data: bytes, images: int) -> SideFile:
+    """Write `data` atomically as `folder/name`; the section the record keeps for it."""
+    write_bytes_atomic(Path(folder) / name, data)
+    return SideFile(path=name, sha256=hashlib.sha256(data).hexdigest(), images=images)
+
+
+def read_side_file(folder: Path, side: SideFile) -> bytes:
+    """The bytes of `side`, refused (one line) when missing or not what the record sealed."""
+    path = Path(folder) / side.path
+    if not path.is_file():
+        raise UserError(f"{path} is missing: the study's per-image results are needed; rerun it")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != side.sha256:
+        raise UserError(
+            f"{path} does not match its study record (SHA-256 differs): it was changed after "
+            "the study; rerun the study"
+        )
+    return data

@@ -37,6 +37,7 @@ from quantstudy.record.search import (
     SensitivitySection,
 )
 from quantstudy.record.sequential import SequentialSection
+from quantstudy.record.side import SideFile
 from quantstudy.record.speed import BatchSpeed, SpeedSection
 from quantstudy.record.timings import TimingsSection
 
@@ -74,6 +75,7 @@ class StudyRecord(Section):
     search: SearchSection | None = None
     timings: TimingsSection | None = None  # wall time per stage of the run that wrote it
     sequential: SequentialSection | None = None  # looks of a `--heldout auto` study
+    per_image: SideFile | None = None  # the held-out pass's per-image rows, beside study.json
     not_run: list[str] = Field(
         default_factory=list
     )  # plain statements of what this study did not measure

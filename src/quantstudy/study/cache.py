@@ -59,17 +59,30 @@ class StageCache:
         write_bytes_atomic(path, buffer.getvalue())
         return value
 
+    def get_tensors(self, name: str) -> dict[str, torch.Tensor] | None:
+        """The named entry of tensors (`put_tensors`), or None when absent or not trusted."""
+        path = self.path(name)
+        return _read(path, dict) if path.exists() else None
 
-def _read(path: Path) -> torch.Tensor | None:
-    """The cached tensor, or None (entry deleted, reason printed) when it cannot be trusted."""
+    def put_tensors(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
+        """Store a name -> tensor mapping as one entry, atomically."""
+        buffer = io.BytesIO()
+        torch.save(tensors, buffer)
+        write_bytes_atomic(self.path(name), buffer.getvalue())
+
+
+def _read(path: Path, kind: type = torch.Tensor) -> Any:
+    """The cached tensor (or `kind` of tensors), or None (entry deleted, reason printed) when
+    it cannot be trusted."""
     try:
         value = torch.load(path, weights_only=True)
     except _UNREADABLE as e:
         reason = str(e).split("\n")[0][:120] or type(e).__name__
         _discard(path, f"unreadable ({type(e).__name__}: {reason})")
         return None
-    if not isinstance(value, torch.Tensor):
-        _discard(path, f"holds a {type(value).__name__}, not a tensor")
+    tensors = value.values() if isinstance(value, dict) else [value]
+    if not isinstance(value, kind) or not all(isinstance(t, torch.Tensor) for t in tensors):
+        _discard(path, f"holds a {type(value).__name__}, not a {kind.__name__} of tensors")
         return None
     return value
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from quantstudy.data.folders import FolderScan, ImageItem, scan_folder
-from quantstudy.data.split import check_disjoint_content, split_items, summarize_set
+from quantstudy.data.split import check_disjoint_content, split_items, stream_order, summarize_set
 from quantstudy.decision.policy import Policy, load_policy
 from quantstudy.model.loading import LoadedModel, load_model
 from quantstudy.model.preprocess import resolve_preprocessing
@@ -65,11 +65,13 @@ def split_study_data(config: StudyConfig) -> StudySplit:
     calib_items, heldout_items = split_items(
         scan.items,
         config.calib,
-        config.heldout,
+        config.heldout_bound or len(scan.items),  # auto: every image left
         seed=config.seed,
         calib_items=calib_scan.items if calib_scan else None,
     )
     check_disjoint_content(calib_items, heldout_items)
+    if config.sequential:  # looked at in rounds: the images must come in random order
+        heldout_items = stream_order(heldout_items, config.seed)
     return StudySplit(scan, calib_scan, calib_items, heldout_items)
 
 
@@ -98,7 +100,8 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
     require_class_count(scan, loaded.info.num_classes)
     calib_root = config.calib_data or config.data
     say_shortfall("calibration", "--calib", config.calib, len(calib_items), calib_root)
-    say_shortfall("held-out", "--heldout", config.heldout, len(heldout_items), config.data)
+    if not config.sequential:  # auto[:MAX] takes what there is
+        say_shortfall("held-out", "--heldout", config.heldout, len(heldout_items), config.data)
     data = DataInfo(
         data_dir=config.data,
         calib_dir=config.calib_data,

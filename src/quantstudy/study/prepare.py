@@ -9,7 +9,9 @@ measure the same model, images and FP8 plan:
 1. Inputs (`inputs.py`): model and weights, preprocessing, the scanned and split images, the
    recipe and its resolution against the model, the policy; every user mistake fails here,
    before any image is decoded.
-2. Images: the calibration and held-out tensors (and labels), decoded once.
+2. Images: the calibration tensor, decoded once. The held-out images are decoded only when a
+   caller reads `heldout_x` (a search, a benchmark); a study streams them instead
+   (`study/heldout.py`), so their number does not set its memory.
 3. Calibration, part of preparation because every FP8 engine needs its scales: for random
    weights the BatchNorm statistics are re-estimated on the calibration images first (keeps fp16
    activations finite), then the recipe's calibrator sets each selected layer's input scale.
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -57,8 +60,6 @@ class Prepared:
     device: torch.device
     inputs: StudyInputs  # model, preprocessing, split, data summary, recipe, resolution, policy
     calib_x: torch.Tensor  # float32 NCHW, preprocessed
-    heldout_x: torch.Tensor
-    labels: torch.Tensor | None  # None when the held-out images are unlabelled
     plan: QuantPlan
     calibration: CalibrationInfo  # the plan's scales as the record holds them
     model_info: ModelInfo  # the loaded model's, saying when BatchNorm was re-estimated
@@ -68,6 +69,23 @@ class Prepared:
         """The float32 model the engines are built from (BatchNorm re-estimated for random
         weights)."""
         return self.inputs.loaded.model
+
+    @cached_property
+    def _heldout(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        transform = build_transform(self.inputs.pre)
+        return load_images(self.inputs.heldout_items, transform, desc="held-out images")
+
+    @property
+    def heldout_x(self) -> torch.Tensor:
+        """The held-out images, float32 NCHW, decoded on first use and kept."""
+        return self._heldout[0]
+
+    @property
+    def labels(self) -> torch.Tensor | None:
+        """The held-out labels (int64), None when the held-out images are unlabelled."""
+        if not all(item.label is not None for item in self.inputs.heldout_items):
+            return None
+        return torch.tensor([item.label for item in self.inputs.heldout_items], dtype=torch.int64)
 
     @property
     def pre(self) -> Preprocessing:
@@ -104,7 +122,6 @@ def prepare_study(
     transform = build_transform(inputs.pre)
     with stage("images"):
         calib_x, _ = load_images(inputs.calib_items, transform, desc="calibration images")
-        heldout_x, labels = load_images(inputs.heldout_items, transform, desc="held-out images")
     with stage("calibrate"):
         plan, model_info = _calibrate(config, inputs, calib_x, device)
     return Prepared(
@@ -112,8 +129,6 @@ def prepare_study(
         device=device,
         inputs=inputs,
         calib_x=calib_x,
-        heldout_x=heldout_x,
-        labels=labels,
         plan=plan,
         calibration=plan.calibration.info(with_means=plan.bias_correction),
         model_info=model_info,

@@ -16,6 +16,7 @@ resumes where it stopped. A caller that measured more (a search) passes its sect
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from quantstudy.data.split import summarize_set
+from quantstudy.data.stream import Uint8Transform
 from quantstudy.decision.policy import decide
 from quantstudy.decision.preview import heldout_preview
 from quantstudy.engines.base import Engine
@@ -34,11 +37,13 @@ from quantstudy.engines.builders import (
     build_half,
     set_numerics,
 )
-from quantstudy.engines.run import run_engine, run_half_storage, run_reordered
-from quantstudy.quality.metrics import build_quality_section, emulation_gap, score_engine
-from quantstudy.quality.nonfinite import scan_nonfinite
+from quantstudy.engines.run import half_storage, reordered, run_engine
+from quantstudy.model.preprocess import EvalTransform
+from quantstudy.quality.metrics import (
+    gap_pairs,
+)
 from quantstudy.quality.stress import stress_inputs
-from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.quant.apply import QuantPlan
 from quantstudy.record import (
     LayerSpeedSection,
     QualitySection,
@@ -50,15 +55,24 @@ from quantstudy.record import (
 from quantstudy.record.io import write_record
 from quantstudy.record.vocab import Fp8Kernel
 from quantstudy.report.render import render_study
-from quantstudy.speed.harness import measure_speed, speed_not_run
+from quantstudy.speed.harness import MAX_INPUT_BUFFERS, measure_speed, speed_not_run
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.cache import StageCache, console
 from quantstudy.study.checks import require_sound_reference
 from quantstudy.study.config import StudyConfig
 from quantstudy.study.environment import collect_environment
 from quantstudy.study.guard import check_batch_memory, claim_study_folder, device_memory
+from quantstudy.study.heldout import (
+    EnginePass,
+    HeldoutResult,
+    chunk_batches,
+    first_images,
+    run_heldout,
+)
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
+from quantstudy.study.per_image import PerImageResults, quality_section, seal
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
+from quantstudy.study.rounds import ROUND_IMAGES, Rounds
 from quantstudy.study.timing import StageTimer
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
@@ -71,11 +85,13 @@ ATTRIBUTION = {
 
 @dataclass
 class EngineOutputs:
-    """Logits of every engine on the held-out and stress inputs, and the two timed engines."""
+    """Per-image rows of every engine on the held-out images, the logits of the stress
+    inputs, and the two timed engines."""
 
-    heldout: dict[str, torch.Tensor]
+    heldout: HeldoutResult
     stress: dict[str, torch.Tensor]
     timed: dict[str, Engine]
+    rounds: Rounds | None = None  # the looks of a sequential study (`--heldout auto`)
 
 
 @dataclass(frozen=True)
@@ -158,19 +174,18 @@ def run_study(
         update={"model": prepared.model_info, "calibration": prepared.calibration}
     )
     _save(record, out_dir)
-    plan, heldout_x, labels = prepared.plan, prepared.heldout_x, prepared.labels
-
-    outputs, infos = _run_engines(config, inputs, plan, heldout_x, cache, device, timer)
-    record = record.model_copy(update={"engines": infos})
+    outputs, infos = _run_engines(config, inputs, prepared.plan, cache, device, timer)
+    record = record.model_copy(update={"engines": infos, **_sequential(config, inputs, outputs)})
     _save(record, out_dir)
 
     with timer.stage("score"):
-        quality = _score(config, inputs, outputs, labels)
-    record = record.model_copy(update={"quality": quality})
+        quality, results = _score(config, inputs, outputs)
+        per_image = seal(out_dir, results)
+    record = record.model_copy(update={"quality": quality, "per_image": per_image})
     _save(record, out_dir)
 
     with timer.stage("timing"):
-        record = _time(config, record, outputs, heldout_x, out_dir)
+        record = _time(config, record, outputs, inputs, out_dir)
     decision = decide(record, inputs.policy, inputs.policy_label)
     record = record.model_copy(update={"decision": decision, "status": "complete"})
     if extras.complete is not None:
@@ -219,62 +234,119 @@ def _builders(
     }
 
 
-def _run_engines(
+@dataclass
+class Built:
+    """Every engine of a study, built and run on the stress inputs, and its held-out passes."""
+
+    passes: list[EnginePass]
+    pairs: list[tuple[str, str]]
+    stress: dict[str, torch.Tensor]
+    timed: dict[str, Engine]
+    infos: list
+
+
+def build_engines(
     config: StudyConfig,
     inputs: StudyInputs,
     plan: QuantPlan,
-    heldout_x: torch.Tensor,
-    cache: StageCache,
+    cache: StageCache | None,
     device: torch.device,
     timer: StageTimer,
-) -> tuple[EngineOutputs, list]:
-    """Build each engine and run it on the held-out and stress inputs (cached per engine)."""
+) -> Built:
+    """Build every engine and run each on the stress inputs (cached per engine); the passes
+    and pairs the held-out images go through (`study/heldout.py`)."""
     stress_x = torch.stack([t for _, t in stress_inputs(inputs.pre)])
     builders = _builders(
         config, inputs.loaded.model, inputs.example, plan, inputs.recipe.weights.fold_bn, device
     )
-    outputs = EngineOutputs({}, {}, {})
-    infos = []
+    # the stress inputs in the held-out batches' shape: a compiled engine compiles once for both
+    batch = min(config.eval_batch, len(inputs.heldout_items))
+    built = Built([], [], {}, {}, [])
     for name, build in builders.items():
         console.print(f"engine [bold]{name}[/bold]: building")
         with timer.stage(f"engine {name}: build"):
             engine = build()
-        infos.append(engine.info())
+        built.infos.append(engine.info())
         # a compiled engine compiles on its first call; these passes are not timed, so the FP8
         # kernels tune only at the timed batches (`_untimed_tiles`)
-        with timer.stage(f"engine {name}: run"), _untimed_tiles(device):
-            outputs.heldout[name] = cache.get_or_compute(
-                f"logits-{name}", lambda e=engine: run_engine(e, heldout_x, config.eval_batch)
-            )
-            if name == "fp32":  # the yardstick, checked before anything is judged against it
-                require_sound_reference(outputs.heldout[name], config.model)
-            outputs.stress[name] = cache.get_or_compute(
-                f"stress-{name}", lambda e=engine: run_engine(e, stress_x, config.eval_batch)
-            )
+        with timer.stage(f"engine {name}: stress"), _untimed_tiles(device):
+            run = lambda e=engine: run_engine(e, stress_x, batch, pad=True)  # noqa: E731
+            built.stress[name] = cache.get_or_compute(f"stress-{name}", run) if cache else run()
+        built.passes.append(EnginePass(name, engine))
         if name in ("fp16", "fp8"):
-            outputs.timed[name] = engine
+            built.timed[name] = engine
         if name == "fakequant":
-            with timer.stage("engine fakequant: reordered run"):
-                outputs.heldout["fakequant_reordered"] = cache.get_or_compute(
-                    "logits-fakequant_reordered",
-                    lambda e=engine: run_reordered(e, heldout_x, config.eval_batch),
-                )
-            half = outputs.timed["fp8"].dtype  # the floor of the storage the FP8 engine uses
-            short = str(half).removeprefix("torch.")
-            with timer.stage(f"engine fakequant: {short} storage run"):
-                outputs.heldout["fakequant_half"] = cache.get_or_compute(
-                    f"logits-fakequant_{short}",
-                    lambda e=engine, d=half: run_half_storage(e, heldout_x, d, config.eval_batch),
-                )
+            half = built.timed["fp8"].dtype  # the floor of the storage the FP8 engine uses
+            built.passes += [
+                EnginePass("fakequant_reordered", engine, lambda e=engine: reordered(e)),
+                EnginePass("fakequant_half", engine, lambda e=engine, d=half: half_storage(e, d)),
+            ]
     if config.float32_engine:
-        with timer.stage("engine fp8 in float32: build and run"), _untimed_tiles(device):
-            outputs.heldout["fp8_float32"] = cache.get_or_compute(
-                "logits-fp8_float32",
-                lambda: run_engine(
-                    _float32_fp8(config, inputs, plan, device), heldout_x, config.eval_batch
-                ),
-            )
-    return outputs, infos
+        with timer.stage("engine fp8 in float32: build"):
+            fp8 = _float32_fp8(config, inputs, plan, device)
+            built.passes.append(EnginePass("fp8_float32", fp8))
+    names = [p.name for p in built.passes]
+    built.pairs = [("fp32", n) for n in built.stress if n != "fp32"]
+    built.pairs += [("fp16", "fp8"), *gap_pairs(names)]
+    return built
+
+
+def _run_engines(
+    config: StudyConfig,
+    inputs: StudyInputs,
+    plan: QuantPlan,
+    cache: StageCache,
+    device: torch.device,
+    timer: StageTimer,
+) -> tuple[EngineOutputs, list]:
+    """Build every engine, then stream the held-out images through all of them at once."""
+    built = build_engines(config, inputs, plan, cache, device, timer)
+    passes, pairs, stress, timed = built.passes, built.pairs, built.stress, built.timed
+    infos = built.infos
+    rounds = Rounds(inputs.policy) if config.sequential else None
+    start = time.perf_counter()
+    with _untimed_tiles(device):
+        heldout = run_heldout(
+            passes,
+            pairs,
+            inputs.heldout_items,
+            Uint8Transform(EvalTransform(inputs.pre).steps),
+            eval_batch=config.eval_batch,
+            device=device,
+            cache=cache,
+            chunk_images=ROUND_IMAGES if rounds else None,
+            stop=rounds,
+            reference_check=lambda logits: require_sound_reference(logits, config.model),
+        )
+    # the passes interleave chunk by chunk: each engine's share is a stage of its own
+    for name, seconds in heldout.seconds.items():
+        timer.add(f"held-out: {_stage_name(name, timed)}", seconds)
+    rest = time.perf_counter() - start - sum(heldout.seconds.values())
+    timer.add("held-out: per-image rows and cache", rest)
+    return EngineOutputs(heldout, stress, timed, rounds), infos
+
+
+def _sequential(config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs) -> dict:
+    """A sequential study's record updates: the held-out images it looked at (the first of
+    its random order) and its looks."""
+    rounds = outputs.rounds
+    if rounds is None:
+        return {}
+    used = inputs.heldout_items[: outputs.heldout.n_images]
+    heldout = summarize_set("heldout", config.data, used, inputs.data.labelled)
+    round_size = chunk_batches(config.eval_batch, ROUND_IMAGES) * config.eval_batch
+    section = rounds.section(round_size, config.heldout_bound, len(inputs.heldout_items))
+    return {
+        "data": inputs.data.model_copy(update={"heldout": heldout}),
+        "sequential": section,
+    }
+
+
+def _stage_name(name: str, timed: dict[str, Engine]) -> str:
+    """The timings' name of a held-out pass (the half-storage run by its dtype, as before)."""
+    if name == "fakequant_half":
+        return "fakequant " + str(timed["fp8"].dtype).removeprefix("torch.") + " storage"
+    return name
 
 
 def _float32_fp8(
@@ -292,60 +364,52 @@ def _float32_fp8(
 
 def _untimed_tiles(device: torch.device) -> AbstractContextManager:
     """On CUDA, the fused FP8 product's launches that were never tuned take a tile untimed
-    (`quant/kernels/gemm.py: untimed_tiles`): a quality pass's outputs are the same bits under
+    (`quant/triton_fp8.py: untimed_tiles`): a quality pass's outputs are the same bits under
     every tile, and its time is not measured, so autotuning it would only cost compile time."""
     if device.type != "cuda":
         return nullcontext()
-    from quantstudy.quant.kernels.tuning import untimed_tiles
+    from quantstudy.quant.triton_fp8 import untimed_tiles
 
     return untimed_tiles()
 
 
 def _score(
-    config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs, labels: torch.Tensor | None
-) -> QualitySection:
-    """Every engine against fp32, the NaN/Inf scan, and the FP8 engine against its emulation."""
-    ref = outputs.heldout["fp32"]
-    names = list(outputs.stress)  # the engines, in build order
+    config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs
+) -> tuple[QualitySection, PerImageResults]:
+    """The quality section of the held-out pass, and its per-image results."""
+    held = outputs.heldout
+    ids = [item.id for item in inputs.heldout_items[: held.n_images]]
+    results = PerImageResults(held.rows, ids, held.labels)
     stress_names = [n for n, _ in stress_inputs(inputs.pre)]
-    ids = [item.id for item in inputs.heldout_items]
-    h = outputs.heldout
-    return build_quality_section(
-        "fp32",
-        [score_engine(n, ref, h[n], labels, seed=config.seed) for n in names if n != "fp32"],
-        [scan_nonfinite(n, h[n], ids, outputs.stress[n], stress_names) for n in names],
-        stress_names,
-        labels,
-        emulation_gap(
-            h["fp8"],
-            h["fakequant"],
-            h["fakequant_reordered"],
-            ref,
-            h.get("fp8_float32"),
-            (h["fakequant_half"], outputs.timed["fp8"].dtype),
-        ),
-        inputs.loaded.info.random_weights,
-        against_fp16=score_engine("fp8", h["fp16"], h["fp8"], labels, seed=config.seed),
+    half = outputs.timed["fp8"].dtype
+    random_weights = inputs.loaded.info.random_weights
+    section = quality_section(
+        results, outputs.stress, stress_names, half, random_weights, config.seed
     )
+    return section, results
 
 
 def _time(
     config: StudyConfig,
     record: StudyRecord,
     outputs: EngineOutputs,
-    heldout_x: torch.Tensor,
+    inputs: StudyInputs,
     out_dir: Path,
 ) -> StudyRecord:
-    """The speed section: fp16 against FP8 with the study's harness."""
+    """The speed section: fp16 against FP8 with the study's harness, on the first held-out
+    images (as many as its rotated input buffers can hold distinct)."""
     if not config.speed:
         return record.model_copy(
             update={"not_run": [*record.not_run, "Speed was not measured (--no-speed)."]}
         )
     console.print("speed: timing fp16 and fp8 engines")
+    n = min(len(inputs.heldout_items), max(config.batches) * MAX_INPUT_BUFFERS)
+    transform = Uint8Transform(EvalTransform(inputs.pre).steps)
+    images = first_images(inputs.heldout_items, transform, n, config.eval_batch)
     speed = measure_speed(
         outputs.timed["fp16"],
         outputs.timed["fp8"],
-        heldout_x,
+        images,
         list(config.batches),
         compile_mode=config.compile_mode,  # our name; COMPILE_MODES maps it to torch's
         package_dir=out_dir / "packages" if config.package else None,

@@ -40,6 +40,13 @@ class StageTimer:
         if self._echo is not None:
             self._echo(f"stage {name}: {seconds:.2f} s")
 
+    def add(self, name: str, seconds: float) -> None:
+        """Record a stage timed elsewhere (a pass's share of an interleaved loop)."""
+        seconds = round(seconds, 3)
+        self._stages.append(StageTime(stage=name, seconds=seconds))
+        if self._echo is not None:
+            self._echo(f"  {name}: {seconds:.2f} s")
+
     def section(self) -> TimingsSection:
         total = round(time.perf_counter() - self._start, 3)
         return TimingsSection(stages=list(self._stages), total_s=total)

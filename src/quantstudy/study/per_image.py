@@ -1,0 +1,93 @@
+"""A study's per-image held-out results: scored into the quality section, kept in a side file.
+
+The rows (`quality/rows.py`) of every engine and pair, with the image ids in pass order and
+the labels, go into `per-image.pt` beside study.json, sealed by the record (`record/side.py`):
+`quantstudy extend` reads them back to add images to a finished study without running its
+first images again.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from quantstudy.quality.metrics import build_quality_section, emulation_gap_rows, score_rows
+from quantstudy.quality.nonfinite import scan_rows
+from quantstudy.quality.rows import RowSet
+from quantstudy.record import QualitySection
+from quantstudy.record.errors import UserError
+from quantstudy.record.io import read_side_file, write_side_file
+from quantstudy.record.side import PER_IMAGE_FILE, SideFile
+
+
+@dataclass(frozen=True)
+class PerImageResults:
+    """Rows, image ids (in pass order) and labels (None: unlabelled) of a held-out pass."""
+
+    rows: RowSet
+    ids: list[str]
+    labels: np.ndarray | None
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != self.rows.n_images:
+            raise ValueError(f"{len(self.ids)} ids for {self.rows.n_images} rows")
+
+    def then(self, more: PerImageResults) -> PerImageResults:
+        """These images, then `more`'s."""
+        if (self.labels is None) != (more.labels is None):
+            raise ValueError("labelled and unlabelled results cannot be joined")
+        labels = None if self.labels is None else np.concatenate([self.labels, more.labels])
+        return PerImageResults(RowSet.concat([self.rows, more.rows]), self.ids + more.ids, labels)
+
+
+def seal(folder: Path, results: PerImageResults) -> SideFile:
+    """Write `results` beside study.json; the record's section for the file."""
+    data = results.rows.to_tensors()
+    data["ids"] = results.ids  # type: ignore[assignment]  # torch.save keeps a list of str
+    if results.labels is not None:
+        data["labels"] = torch.from_numpy(results.labels)
+    buffer = io.BytesIO()
+    torch.save(data, buffer)
+    return write_side_file(folder, PER_IMAGE_FILE, buffer.getvalue(), len(results.ids))
+
+
+def unseal(folder: Path, side: SideFile | None) -> PerImageResults:
+    """The results a study sealed; refused in one line when it has none or they changed."""
+    if side is None:
+        raise UserError(
+            f"the study in {folder} keeps no per-image results (written before they were "
+            "kept); rerun it, then extend it"
+        )
+    data = torch.load(io.BytesIO(read_side_file(folder, side)), weights_only=True)
+    ids = list(data.pop("ids"))
+    labels = data.pop("labels", None)
+    rows = RowSet.from_tensors(data)
+    return PerImageResults(rows, ids, None if labels is None else labels.numpy())
+
+
+def quality_section(
+    results: PerImageResults,
+    stress: dict[str, torch.Tensor],
+    stress_names: list[str],
+    half: torch.dtype,
+    random_weights: bool,
+    seed: int,
+) -> QualitySection:
+    """Every engine against fp32, the NaN/Inf scan, and the FP8 engine against its emulation,
+    from the rows of the held-out pass and the stress logits of each engine (in build order)."""
+    rows, labels, ids = results.rows, results.labels, results.ids
+    names = list(stress)
+    return build_quality_section(
+        "fp32",
+        [score_rows(n, rows, "fp32", labels, seed=seed) for n in names if n != "fp32"],
+        [scan_rows(n, rows.engines[n].valid, ids, stress[n], stress_names) for n in names],
+        stress_names,
+        None if labels is None else torch.from_numpy(labels),
+        emulation_gap_rows(rows, half),
+        random_weights,
+        against_fp16=score_rows("fp8", rows, "fp16", labels, seed=seed),
+    )
