@@ -62,7 +62,7 @@ class PackageOptions:
 def fp8_engine_info(record: StudyRecord):
     """The record's FP8 engine; a study without one is refused."""
     info = next((e for e in record.engines if e.name == "fp8"), None)
-    if info is None or not info.fp8_real and not info.fp8_emulated:
+    if info is None or (not info.fp8_real and not info.fp8_emulated):
         raise UserError(
             f"study {record.name} has no FP8 engine to package (status {record.status}); "
             "package a study that got past its engines"
@@ -241,9 +241,7 @@ def package_study(options: PackageOptions) -> Path:
     images, ids = sample_images(record, options.data)
     engines = build_engines(rebuilt, device)
     all_batches = sorted({b for _, timed in plan for b in timed} | {b for b, _ in plan if b})
-    table = (
-        choose_tiles(engines.fp8, images, all_batches) if device.type == "cuda" else None
-    )
+    table = choose_tiles(engines.fp8, images, all_batches) if device.type == "cuda" else None
     configs = inductor_configs(record)
     from quantstudy.speed.harness import tile_images
 

@@ -87,9 +87,7 @@ def study_part(record: StudyRecord) -> dict[str, Any]:
         "fp8_kernel": str(record.config.kernel),
         "study_device": str(record.config.device),
         "study_gpu": record.environment.gpu_name,
-        "study_x": {
-            str(b.batch): b.ratio.median for b in (speed.batches if speed else [])
-        },
+        "study_x": {str(b.batch): b.ratio.median for b in (speed.batches if speed else [])},
         "study_x_meaningful": bool(speed and speed.meaningful),
     }
 

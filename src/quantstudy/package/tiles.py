@@ -50,9 +50,9 @@ class Tile:
         if self.launcher == "fp8_depthwise":
             return {"tile": (b["BLOCK_P"], b["BLOCK_C"], b["num_warps"])}
         tile = (b["BLOCK_M"], b["BLOCK_N"], b["BLOCK_K"], b["num_warps"], b["num_stages"])
-        return {"tile": tile, "stream": self.stream} if self.launcher == "fp8_gemm" else {
-            "tile": tile
-        }
+        return (
+            {"tile": tile, "stream": self.stream} if self.launcher == "fp8_gemm" else {"tile": tile}
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
