@@ -62,6 +62,45 @@ def test_retarget_leaves_no_quantstudy_op_and_computes_the_same_bits():
     assert torch.equal(program.module()(x), m(x))
 
 
+class Net(nn.Module):
+    """A dense 3x3 conv, 1x1 convs around a depthwise conv, a linear: every FP8 op kind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, padding=1)
+        self.pw1 = nn.Conv2d(32, 64, 1)
+        self.dw = nn.Conv2d(64, 64, 3, padding=1, groups=64)
+        self.pw2 = nn.Conv2d(64, 32, 1)
+        self.conv = nn.Conv2d(32, 32, 3, padding=1)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = torch.relu(self.dw(torch.relu(self.pw1(x))))
+        x = torch.relu(self.conv(torch.relu(self.pw2(x))))
+        return self.fc(x.mean((2, 3)))
+
+
+def test_every_op_twin_computes_the_study_engines_bits():
+    from quantstudy.engines.builders import build_fp8
+    from quantstudy.quant.apply import QuantPlan
+    from quantstudy.quant.calibrate import calibrate
+
+    torch.manual_seed(0)
+    m = Net().eval()
+    x = torch.randn(4, 3, 16, 16)
+    layers = ["pw1", "dw", "pw2", "conv", "fc"]
+    plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
+    engine = build_fp8(m, torch.device("cpu"), x[:1], plan)
+    prepared = engine.prepare(x)
+    program = export_engine(engine.eager, prepared, None)
+    counts = retarget(program)
+    assert {"fp8_depthwise", "fp8_conv2d"} <= set(counts), counts
+    assert sum(counts.values()) == len(layers), counts
+    with torch.no_grad():
+        assert torch.equal(program.module()(prepared), engine.eager(prepared))
+
+
 def test_tile_table_serves_static_and_symbolic_keys():
     table = tiles.TileTable()
     small = torch.empty(8, 32, dtype=torch.float8_e4m3fn)

@@ -144,12 +144,14 @@ class Engines:
 
 
 def build_engines(rebuilt: Rebuilt, device: torch.device) -> Engines:
-    """The study's fp16 and FP8 engines as the study built them (not compiled: exported)."""
+    """The study's fp16 and FP8 engines as the study built them: `eager` is what gets
+    exported, `module` the engine compiled as the study compiled it (on CUDA)."""
     record = rebuilt.record
     example = rebuilt.example
-    fp16 = build_half(rebuilt.model, device, example, fold=rebuilt.fold_bn)
+    mode = record.config.compile_mode
+    fp16 = build_half(rebuilt.model, device, example, fold=rebuilt.fold_bn, compile_mode=mode)
     fp8 = build_fp8(
-        rebuilt.model, device, example, rebuilt.plan, fold=rebuilt.fold_bn,
+        rebuilt.model, device, example, rebuilt.plan, fold=rebuilt.fold_bn, compile_mode=mode,
         kernel=record.config.kernel, choice_batches=record.config.batches,
     )  # fmt: skip
     return Engines(fp16, fp8)
