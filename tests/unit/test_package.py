@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -212,12 +215,21 @@ def test_standalone_refuses_another_torch_in_one_line(tmp_path):
     ]
 
 
+@pytest.fixture(scope="module")
+def cpu_package(study, tmp_path_factory) -> tuple[Path, str]:
+    """The study packaged for the CPU at batch 2 and checked: (folder, what it printed)."""
+    out = tmp_path_factory.mktemp("cpu_package") / "pkg"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = main(["package", str(study), "--device", "cpu", "--batches", "2", "--out",
+                       str(out), "--check"])  # fmt: skip
+    assert status == 0, printed.getvalue()
+    return out, printed.getvalue()
+
+
 @pytest.mark.slow  # two AOTInductor CPU compiles and a check: minutes on a 2-core CPU
-def test_cpu_package_runs_without_quantstudy_and_agrees(study, tmp_path, capsys):
-    out = tmp_path / "pkg"
-    assert main(["package", str(study), "--device", "cpu", "--batches", "2", "--out",
-                 str(out), "--check"]) == 0  # fmt: skip
-    printed = capsys.readouterr().out
+def test_cpu_package_runs_without_quantstudy_and_agrees(study, cpu_package, capsys):
+    out, printed = cpu_package
     assert "[pass] without quantstudy" in printed and "check passed" in printed
     assert "[pass] package vs FP8 engine" in printed
     manifest = json.loads((out / MANIFEST_FILE).read_text())
@@ -234,7 +246,7 @@ def test_cpu_package_runs_without_quantstudy_and_agrees(study, tmp_path, capsys)
     assert manifest["fp8_ops"] == {"fp8_gemm": len(record.recipe.selected)}
     files = sorted(p.name for p in out.iterdir())
     assert files == ["check.py", "fp16-b2.pt2", "fp8-b2.pt2", "manifest.json", "sample_images.pt"]
-    assert not list(tmp_path.glob(".pkg.partial-*"))
+    assert not list(out.parent.glob(".pkg.partial-*"))
     sample = manifest["sample"]
     assert sample["ids"] == record.data.heldout.ids[:4] and len(sample["top1"]) == 4
     # the fingerprint is reproduced by loading the package again, here, with torch alone
@@ -254,3 +266,29 @@ def test_cpu_package_runs_without_quantstudy_and_agrees(study, tmp_path, capsys)
     )
     assert main(["package", str(study), "--device", "cpu", "--out", str(out), "--check"]) == 1
     assert "built for torch 0.0.1" in _error(capsys)
+
+
+@pytest.mark.slow  # builds the C++ example against the wheel's libtorch: minutes on 2 cores
+def test_cpp_loader_example_matches_python(cpu_package, tmp_path):
+    out, _ = cpu_package
+    binary = tmp_path / "run_package"
+    build = Path(__file__).resolve().parents[2] / "examples" / "package-cpp" / "build.sh"
+    if not build.is_file():
+        pytest.skip("examples/package-cpp is not in this copy (an installed package)")
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run([str(build), str(binary)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    package = out / "fp8-b2.pt2"
+    ran = subprocess.run(
+        [str(binary), str(package), "cpu", "bfloat16", "2", "3", "160", "160", "0.5"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "output [2, 1000]" in ran.stdout
+    cpp_top1 = [int(line.split()[1]) for line in ran.stdout.splitlines() if line.startswith("top1")]
+    from torch._inductor import aoti_load_package
+
+    x = torch.full((2, 3, 160, 160), 0.5, dtype=torch.bfloat16)
+    with torch.no_grad():
+        logits = aoti_load_package(str(package))(x.contiguous(memory_format=torch.channels_last))
+    assert cpp_top1 == logits.float().argmax(1).tolist()
