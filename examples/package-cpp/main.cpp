@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   const auto dtype = dtype_name == "float16"    ? at::kHalf
                      : dtype_name == "bfloat16" ? at::kBFloat16
                                                 : at::kFloat;
-  const c10::Device device(std::string(argv[2]));
+  const c10::Device device{std::string(argv[2])};
   const double value = argc > 8 ? std::stod(argv[8]) : 0.5;
   c10::InferenceMode inference;
   torch::inductor::AOTIModelPackageLoader loader(argv[1]);
