@@ -102,6 +102,13 @@ def test_every_op_twin_computes_the_study_engines_bits():
     assert sum(counts.values()) == len(layers), counts
     with torch.no_grad():
         assert torch.equal(program.module()(prepared), engine.eager(prepared))
+    # a dynamic batch (`--dynamic-batch 1:8`): one program for every batch in the range
+    dynamic = export_engine(engine.eager, prepared, (1, 8))
+    assert retarget(dynamic) == counts
+    for b in (1, 3):
+        xb = engine.prepare(torch.randn(b, 3, 16, 16))
+        with torch.no_grad():
+            assert torch.equal(dynamic.module()(xb), engine.eager(xb))
 
 
 def test_tile_table_serves_static_and_symbolic_keys():
