@@ -118,8 +118,11 @@ def _graphed(model, x: torch.Tensor, warmup: int):
             keep = model(x)
     except RuntimeError:
         return None
-    graph.keep = keep  # graph outputs live in the graph's pool
-    return graph.replay
+
+    def replay(kept=(graph, keep)):  # the graph and its outputs (in its pool) stay alive
+        kept[0].replay()
+
+    return replay
 
 
 def _round(fn, iters: int, device: str) -> float:
