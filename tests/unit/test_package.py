@@ -267,6 +267,16 @@ def test_cpu_package_runs_without_quantstudy_and_agrees(study, cpu_package, caps
     from quantstudy.package.manifest import logits_sha256
 
     assert logits_sha256(logits) == sample["logits_sha256"]
+    # the folder's own script times the pair with torch alone (host clock on a CPU)
+    timed = subprocess.run(
+        [sys.executable, "-I", str(out / "check.py"), str(out), "--time", "--rounds", "2",
+         "--iters", "1", "--out", str(out.parent / "timed.json")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert timed.returncode == 0, timed.stderr[-3000:]
+    result = json.loads((out.parent / "timed.json").read_text())
+    assert result["timing"]["2"]["method"] == "host clock" and result["timing"]["2"]["x"] > 0
+    assert not result["quantstudy_imported"]
     # a package folder that exists is checked again, not rebuilt; an edited binding fails
     (out / MANIFEST_FILE).write_text(
         json.dumps(manifest | {"bound_to": {"device": "cpu", "torch": "0.0.1"}})
