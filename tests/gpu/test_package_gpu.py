@@ -20,6 +20,7 @@ import torch
 from PIL import Image
 
 from quantstudy.cli import main
+from quantstudy.package.check import loader_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,9 +80,11 @@ def test_cpp_loader_matches_python(packaged, tmp_path):
     done = subprocess.run([str(build), str(binary)], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     package = out / "fp8-b2.pt2"
+    # loaders start with torch's libstdc++ preloaded, as the check's do (docs/package.md)
+    load_env, _ = loader_env()
     ran = subprocess.run(
         [str(binary), str(package), "cuda", "float16", "2", "3", "160", "160", "0.5"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, env=load_env,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-3000:]
     cpp_top1 = [int(line.split()[1]) for line in ran.stdout.splitlines() if line.startswith("top1")]
@@ -92,6 +95,8 @@ def test_cpp_loader_matches_python(packaged, tmp_path):
         ".contiguous(memory_format=torch.channels_last); "
         "print(m(x).float().argmax(1).tolist())"
     )
-    py = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True)
+    py = subprocess.run(
+        [sys.executable, "-I", "-c", script], capture_output=True, text=True, env=load_env
+    )
     assert py.returncode == 0, py.stderr[-3000:]
     assert cpp_top1 == json.loads(py.stdout.strip().splitlines()[-1])

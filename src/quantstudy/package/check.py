@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -42,14 +43,46 @@ from quantstudy.report.render import RECORD_FILE, load_record
 X_TOLERANCE = 0.05
 
 
+def mapped_libstdcxx() -> str | None:
+    """The libstdc++ this process maps (it has imported torch), from /proc/self/maps; None
+    off Linux or when none is mapped."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and "/libstdc++.so" in fields[-1]:
+            return fields[-1]
+    return None
+
+
+def loader_env() -> tuple[dict[str, str], str | None]:
+    """The environment a package loader starts with, and the library it preloads.
+
+    An AOTInductor package's `wrapper.so` has no NEEDED entry for libstdc++: its C++ symbols
+    (the `std::regex` and locale code with which it parses its device string) bind to whichever
+    loaded library exports them first. On the GPU image this project uses that was not
+    libstdc++, and every CUDA package crashed at load (docs/package.md); preloading the
+    libstdc++ that torch itself runs with makes them bind to it. Harmless where they would
+    have anyway."""
+    env = dict(os.environ)
+    lib = mapped_libstdcxx()
+    if lib is not None:
+        env["LD_PRELOAD"] = " ".join(p for p in (lib, env.get("LD_PRELOAD")) if p)
+    return env, lib
+
+
 def run_script(folder: Path, *args: str, timeout: float = 3600) -> dict:
-    """Run the folder's check script in an isolated interpreter; its JSON result. A binding
-    mismatch or a crash is one clear line (a `UserError`)."""
+    """Run the folder's check script in an isolated interpreter; its JSON result, with the
+    library the loader preloaded (`loader_env`). A binding mismatch or a crash is one clear
+    line (a `UserError`)."""
+    env, preloaded = loader_env()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, "-I", str(folder / mf.CHECK_SCRIPT), str(folder), *args]
         done = subprocess.run(
-            [*cmd, "--out", str(out)], capture_output=True, text=True, timeout=timeout
+            [*cmd, "--out", str(out)], capture_output=True, text=True, timeout=timeout, env=env
         )
         if done.returncode != 0:
             lines = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
@@ -59,6 +92,7 @@ def run_script(folder: Path, *args: str, timeout: float = 3600) -> dict:
             raise UserError(f"the packages in {folder} did not run ({how}): {lines[-1]}")
         result = json.loads(out.read_text())
         result["stdout"] = done.stdout
+        result["preloaded"] = preloaded
         return result
 
 
@@ -73,6 +107,7 @@ def sample_outputs(folder: Path) -> dict:
         "logits_sha256": mf.logits_sha256(logits),
         "top1": logits.argmax(dim=1).tolist(),
         "load_s": result["load_s"],
+        "loaded_with_LD_PRELOAD": result["preloaded"],
     }
 
 
@@ -86,6 +121,7 @@ class PackageCheck:
     n_images: int
     timing: dict
     load_s: dict
+    preloaded: str | None
     lines: list[str]
 
     def __bool__(self) -> bool:
@@ -100,6 +136,7 @@ class PackageCheck:
             "n_images": self.n_images,
             "timing": self.timing,
             "load_s": self.load_s,
+            "LD_PRELOAD": self.preloaded,
         }
 
 
@@ -176,8 +213,11 @@ def check_package(
     agreement = compare(packaged, engine_logits)
     check_numerics(agreement, floor, record, result, "package vs FP8 engine", gated=True)
     lines = [f"held-out images: {x.shape[0]}; load time (s): {ran['load_s']}"]
+    lines.append(f"loader: python -I, LD_PRELOAD={ran['preloaded'] or '(none)'}")
     lines += speed_lines(ran["timing"], manifest)
-    return PackageCheck(result, agreement, floor, x.shape[0], ran["timing"], ran["load_s"], lines)
+    return PackageCheck(
+        result, agreement, floor, x.shape[0], ran["timing"], ran["load_s"], ran["preloaded"], lines
+    )
 
 
 def speed_lines(timing: dict, manifest: dict) -> list[str]:
