@@ -233,6 +233,10 @@ def _parser() -> argparse.ArgumentParser:
     from quantstudy.bench.cli import add_bench_parser
 
     add_bench_parser(sub, _add_config_args)  # bench speed|gemm|depthwise|kernels|report
+
+    from quantstudy.package.commands import add_parser as add_package_parser
+
+    add_package_parser(sub)  # package
     return parser
 
 
@@ -411,6 +415,12 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     run_bench(args, lambda: _model_config(args), sys.argv[1:] if args.argv is None else args.argv)
 
 
+def _cmd_package(args: argparse.Namespace) -> int:
+    from quantstudy.package.commands import run_package
+
+    return run_package(args)
+
+
 COMMANDS = {
     "run": _cmd_run,
     "demo": _cmd_demo,
@@ -423,6 +433,7 @@ COMMANDS = {
     "export": _cmd_export,
     "import-trt": _cmd_import_trt,
     "bench": _cmd_bench,
+    "package": _cmd_package,
 }
 
 

@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"report"},
     {"study"},
     {"search", "bench", "sweep", "bridge"},
+    {"package"},
     {"cli", "__main__"},
 ]
 ROOT = Path(quantstudy.__file__).parent

@@ -1,0 +1,298 @@
+"""`quantstudy package STUDY_DIR`: the study's FP8 and fp16 engines compiled ahead of time.
+
+The engines are rebuilt from the record alone (`bridge/rebuild.py`: the study's weights, checked
+by digest, its plan and calibrated scales), built as the study built them
+(`engines/builders.py`), exported with `torch.export` at each batch (or once with a dynamic
+batch), the FP8 ops pointed at their packageable twins (`package/graph.py`), and compiled with
+AOTInductor into `.pt2` packages, with the Inductor options of the study's compile mode. On
+CUDA the FP8 kernels' tiles are autotuned first, on the study's engine, at each batch
+(`package/tiles.py`).
+
+Everything is written into a temporary folder beside `--out`, which becomes `--out` by one
+rename when the last file is in: an interrupted or failed run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from quantstudy.bridge.rebuild import Rebuilt, rebuild
+from quantstudy.data.folders import ImageItem
+from quantstudy.data.images import load_images
+from quantstudy.engines.builders import BuiltEngine, build_fp8, build_half
+from quantstudy.model.preprocess import build_transform
+from quantstudy.package import manifest as mf
+from quantstudy.package import tiles
+from quantstudy.package.graph import export_engine, retarget
+from quantstudy.record import StudyRecord
+from quantstudy.record.errors import UserError
+from quantstudy.record.io import write_json_atomic
+from quantstudy.record.vocab import CompileMode, Fp8Kernel
+from quantstudy.report.render import RECORD_FILE, load_record
+
+SAMPLE_IMAGES = 4  # recorded images whose outputs the manifest fingerprints
+FP8_CAPABILITY = (8, 9)  # Ada and Hopper on: the first GPUs with FP8 tensor cores
+
+
+@dataclass(frozen=True)
+class PackageOptions:
+    """What `quantstudy package` was asked for. `batches` None and `dynamic` None: the
+    study's timed batches, one static package each."""
+
+    study_dir: Path
+    out: Path | None = None
+    batches: tuple[int, ...] | None = None
+    dynamic: tuple[int, int] | None = None
+    device: str = "cuda"
+    data: Path | None = None
+    calib_data: Path | None = None
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out) if self.out is not None else Path(self.study_dir) / "package"
+
+
+def fp8_engine_info(record: StudyRecord):
+    """The record's FP8 engine; a study without one is refused."""
+    info = next((e for e in record.engines if e.name == "fp8"), None)
+    if info is None or (not info.fp8_real and not info.fp8_emulated):
+        raise UserError(
+            f"study {record.name} has no FP8 engine to package (status {record.status}); "
+            "package a study that got past its engines"
+        )
+    return info
+
+
+def check_device(record: StudyRecord, device: str) -> torch.device:
+    """The device to package for, refused where it cannot carry the study's FP8 engine."""
+    info = fp8_engine_info(record)
+    if device == "cpu":
+        return torch.device("cpu")
+    if not info.device.startswith("cuda"):
+        raise UserError(
+            f"study {record.name} ran its FP8 engine on {info.device}: there is no GPU FP8 "
+            "engine to package; rerun the study on a GPU, or pass --device cpu to package the "
+            "CPU emulation (no FP8 speed)"
+        )
+    if not torch.cuda.is_available():
+        raise UserError("no CUDA GPU here: package on the GPU the packages will run on")
+    capability = torch.cuda.get_device_capability()
+    if capability < FP8_CAPABILITY:
+        raise UserError(
+            f"{torch.cuda.get_device_name()} (compute capability {capability[0]}.{capability[1]})"
+            " has no FP8 tensor cores (8.9 or newer needed): package on the GPU that will run it"
+        )
+    return torch.device("cuda")
+
+
+def _refuse_options(record: StudyRecord) -> None:
+    if record.config.kernel == Fp8Kernel.FASTEST:
+        raise UserError(
+            f"study {record.name} chose each layer's FP8 kernel by timing it (--fp8-kernel "
+            "fastest); package supports the fused and scaled_mm engines, whose layers are "
+            "fixed by the record"
+        )
+
+
+def sample_images(record: StudyRecord, data: Path | None) -> tuple[torch.Tensor, list[str]]:
+    """The first few held-out images of the study, preprocessed as the study did."""
+    images = record.data.heldout
+    root = Path(data) if data is not None else Path(images.folder)
+    ids = images.ids[:SAMPLE_IMAGES]
+    missing = [i for i in ids if not (root / i).is_file()]
+    if missing:
+        raise UserError(
+            f"the study's held-out image {missing[0]} is not in {root}; pass the folder the "
+            "study read with --data"
+        )
+    items = [ImageItem(id=i, path=root / i, label=None, wnid=None) for i in ids]
+    x, _ = load_images(items, build_transform(record.preprocessing), desc="sample images")
+    return x, ids
+
+
+def batch_plan(record: StudyRecord, options: PackageOptions) -> list[tuple[int | None, list[int]]]:
+    """(static batch or None for the dynamic package, batches it is timed at)."""
+    study = sorted(record.config.batches)
+    if options.dynamic is not None:
+        low, high = options.dynamic
+        if not 1 <= low <= high:
+            raise UserError(f"--dynamic-batch {low}:{high}: give MIN:MAX with 1 <= MIN <= MAX")
+        return [(None, [b for b in study if low <= b <= high] or [high])]
+    batches = sorted(set(options.batches or study))
+    if batches[0] < 1:
+        raise UserError("--batches must be positive")
+    return [(b, [b]) for b in batches]
+
+
+def inductor_configs(record: StudyRecord) -> dict[str, object]:
+    """AOTInductor's options for the study's compile mode (max-autotune: tuned templates)."""
+    mode = CompileMode(record.config.compile_mode)
+    return {"max_autotune": True} if mode == CompileMode.MAX_AUTOTUNE else {}
+
+
+@dataclass
+class Engines:
+    fp16: BuiltEngine
+    fp8: BuiltEngine
+
+
+def build_engines(rebuilt: Rebuilt, device: torch.device) -> Engines:
+    """The study's fp16 and FP8 engines as the study built them: `eager` is what gets
+    exported, `module` the engine compiled as the study compiled it (on CUDA)."""
+    record = rebuilt.record
+    example = rebuilt.example
+    mode = record.config.compile_mode
+    fp16 = build_half(rebuilt.model, device, example, fold=rebuilt.fold_bn, compile_mode=mode)
+    fp8 = build_fp8(
+        rebuilt.model, device, example, rebuilt.plan, fold=rebuilt.fold_bn, compile_mode=mode,
+        kernel=record.config.kernel, choice_batches=record.config.batches,
+    )  # fmt: skip
+    return Engines(fp16, fp8)
+
+
+def choose_tiles(engine: BuiltEngine, images: torch.Tensor, batches: list[int]) -> tiles.TileTable:
+    """Autotune every FP8 launch of the engine at each batch (ascending: under a dynamic
+    batch the largest wins) and record the tiles."""
+    from quantstudy.speed.harness import tile_images
+
+    with tiles.capture() as table, torch.no_grad():
+        for b in sorted(batches):
+            engine.eager(engine.prepare(tile_images(images, b)))
+        torch.cuda.synchronize()
+    return table
+
+
+def compile_package(
+    engine: BuiltEngine,
+    example: torch.Tensor,
+    dynamic: tuple[int, int] | None,
+    path: Path,
+    configs: dict[str, object],
+) -> dict[str, int]:
+    """Export `engine` for `example` (prepared), retarget its FP8 ops, compile it to `path`;
+    returns the FP8 ops retargeted, by name."""
+    from torch._inductor import aoti_compile_and_package  # heavy: only when packaging
+
+    program = export_engine(engine.eager, example, dynamic)
+    counts = retarget(program)
+    with torch.no_grad():
+        aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
+    return counts
+
+
+def _entry(
+    path: Path, engine: BuiltEngine, batch: int | None, dynamic, timed: list[int], out_shape
+) -> dict:
+    entry = {
+        "file": path.name,
+        "engine": engine.name,
+        "batch": batch,
+        "min_batch": dynamic[0] if dynamic else batch,
+        "max_batch": dynamic[1] if dynamic else batch,
+        "timed_batches": timed,
+        "input_dtype": str(engine.dtype).removeprefix("torch."),
+        "output_shape": ["batch" if batch is None else batch, *out_shape[1:]],
+        "output_dtype": str(engine.dtype).removeprefix("torch."),
+        "bytes": path.stat().st_size,
+        "sha256": mf.file_sha256(path),
+    }
+    return entry
+
+
+@contextlib.contextmanager
+def _staging(out: Path):
+    """A temporary folder beside `out` that becomes `out` when the block completes, and is
+    removed when it does not."""
+    out = Path(out)
+    if out.exists():
+        raise UserError(
+            f"{out} exists; choose another --out or remove it (add --check to check the "
+            "package already in it)"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    try:
+        yield stage
+        os.replace(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def package_study(options: PackageOptions) -> Path:
+    """Write the packages, the sample images, the check script and the manifest; return the
+    folder."""
+    record = load_record(Path(options.study_dir) / RECORD_FILE)
+    fp8_engine_info(record)
+    _refuse_options(record)
+    device = check_device(record, options.device)
+    plan = batch_plan(record, options)
+    if options.out_dir.exists():  # refused before minutes of work (`_staging` again at the end)
+        with _staging(options.out_dir):
+            pass
+    rebuilt = rebuild(record, options.data, options.calib_data)
+    images, ids = sample_images(record, options.data)
+    engines = build_engines(rebuilt, device)
+    all_batches = sorted({b for _, timed in plan for b in timed} | {b for b, _ in plan if b})
+    table = choose_tiles(engines.fp8, images, all_batches) if device.type == "cuda" else None
+    configs = inductor_configs(record)
+    from quantstudy.speed.harness import tile_images
+
+    started = time.perf_counter()
+    with _staging(options.out_dir) as stage:
+        entries, counts = [], {}
+        for batch, timed in plan:
+            size = batch or max(timed)
+            tag = f"b{batch}" if batch else f"b{options.dynamic[0]}-{options.dynamic[1]}"
+            for engine in (engines.fp8, engines.fp16):
+                x = engine.prepare(tile_images(images, size))
+                path = stage / f"{engine.name}-{tag}.pt2"
+                with tiles.using(table) if table is not None else contextlib.nullcontext():
+                    got = compile_package(engine, x, options.dynamic, path, configs)
+                counts = counts or got
+                with torch.no_grad():
+                    out_shape = list(engine.eager(x).shape)
+                entries.append(_entry(path, engine, batch, options.dynamic, timed, out_shape))
+                if engine.name == "fp16":
+                    entries[-1]["twin_of"] = entries[-2]["file"]
+                else:
+                    entries[-1]["twin_of"] = None
+        torch.save(images, stage / mf.SAMPLE_FILE)
+        (stage / mf.CHECK_SCRIPT).write_text(
+            Path(__file__).with_name("standalone.py").read_text(encoding="utf-8")
+        )
+        manifest = {
+            "manifest_version": mf.MANIFEST_VERSION,
+            "study": mf.study_part(record),
+            "preprocessing": mf.preprocessing_part(record),
+            "input": {
+                "shape": ["batch", *record.preprocessing.input_size],
+                "dtype": str(engines.fp8.dtype).removeprefix("torch."),
+                "memory_format": "channels_last" if engines.fp8.channels_last else "contiguous",
+                "what": "preprocessed images (the preprocessing above), cast and laid out so",
+            },
+            "bound_to": mf.bound_to(device),
+            "versions": mf.versions(),
+            "inductor_configs": configs,
+            "packages": entries,
+            "fp8_ops": counts,
+            "tiles": table.records() if table is not None else [],
+            "tma_replaced": sum(t.tma_replaced for t in table.tiles.values()) if table else 0,
+            "sample": {"file": mf.SAMPLE_FILE, "ids": ids},
+            "compile_s": round(time.perf_counter() - started, 1),
+        }
+        write_json_atomic(stage / mf.MANIFEST_FILE, manifest)
+        from quantstudy.package.check import sample_outputs
+
+        manifest["sample"] |= sample_outputs(stage)
+        write_json_atomic(stage / mf.MANIFEST_FILE, manifest)
+    return options.out_dir

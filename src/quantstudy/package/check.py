@@ -1,0 +1,239 @@
+"""`quantstudy package --check`: the packages run where quantstudy is not importable.
+
+The packages' own script (`check.py` in the folder, `package/standalone.py` here) runs in a
+fresh interpreter in isolated mode (`python -I`: no PYTHONPATH, no user site, not the script's
+folder), with every import of quantstudy refused. It loads the FP8 package, runs the study's
+held-out images (or the first `--images`) and times the FP8 package against the fp16 one. Here,
+with quantstudy, the same images go through the study's FP8 engine rebuilt from the record, and
+the two are compared as the export check compares (`bridge/check.py`): top-1 agreement and KL
+at a floor, plus a NaN/Inf count; the packaged x is printed beside the study's x per batch.
+
+The floor is the study's half-storage floor on the check's images: the fake-quant emulation
+with every stored value rounded to the engine's half dtype against the emulation in float32.
+A package is the same arithmetic with Inductor choosing where the half-precision roundings
+fall (a fused kernel keeps float32 between ops that the eager engine rounds), so it may move
+as far from the engine as rounding the storage at all moves the emulation; the float32
+reassociation floor of the export check would hold a half-precision engine to float32's
+precision. On CUDA the reference is the engine compiled as the study compiled it, which is
+Inductor's code as well and sits far below that floor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from quantstudy.bridge.check import Agreement, CheckResult, Floor, check_numerics, compare, floor_of
+from quantstudy.bridge.rebuild import eval_batch, load_set, rebuild
+from quantstudy.engines.builders import build_fakequant
+from quantstudy.engines.run import run_engine, run_half_storage
+from quantstudy.package import manifest as mf
+from quantstudy.record.errors import UserError
+from quantstudy.report.render import RECORD_FILE, load_record
+
+# Within this share of the study's x (or above it) the package keeps the speed the study reported.
+X_TOLERANCE = 0.05
+
+
+def mapped_libstdcxx() -> str | None:
+    """The libstdc++ this process maps (it has imported torch), from /proc/self/maps; None
+    off Linux or when none is mapped."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and "/libstdc++.so" in fields[-1]:
+            return fields[-1]
+    return None
+
+
+def loader_env() -> tuple[dict[str, str], str | None]:
+    """The environment a package loader starts with, and the library it preloads.
+
+    An AOTInductor package's `wrapper.so` has no NEEDED entry for libstdc++: its C++ symbols
+    (the `std::regex` and locale code with which it parses its device string) bind to whichever
+    loaded library exports them first. On the GPU image this project uses that was not
+    libstdc++, and every CUDA package crashed at load (docs/package.md); preloading the
+    libstdc++ that torch itself runs with makes them bind to it. Harmless where they would
+    have anyway."""
+    env = dict(os.environ)
+    lib = mapped_libstdcxx()
+    if lib is not None:
+        env["LD_PRELOAD"] = " ".join(p for p in (lib, env.get("LD_PRELOAD")) if p)
+    return env, lib
+
+
+def run_script(folder: Path, *args: str, timeout: float = 3600) -> dict:
+    """Run the folder's check script in an isolated interpreter; its JSON result, with the
+    library the loader preloaded (`loader_env`). A binding mismatch or a crash is one clear
+    line (a `UserError`)."""
+    env, preloaded = loader_env()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-I", str(folder / mf.CHECK_SCRIPT), str(folder), *args]
+        done = subprocess.run(
+            [*cmd, "--out", str(out)], capture_output=True, text=True, timeout=timeout, env=env
+        )
+        if done.returncode != 0:
+            lines = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
+            how = f"exit status {done.returncode}"
+            if done.returncode < 0:
+                how = f"killed by signal {-done.returncode}"
+            raise UserError(f"the packages in {folder} did not run ({how}): {lines[-1]}")
+        result = json.loads(out.read_text())
+        result["stdout"] = done.stdout
+        result["preloaded"] = preloaded
+        return result
+
+
+def sample_outputs(folder: Path) -> dict:
+    """The FP8 package's logits on the manifest's sample images, fingerprinted, computed by
+    the folder's own script: the package loads and runs without quantstudy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        logits_path = Path(tmp) / "logits.pt"
+        result = run_script(folder, "--logits", str(logits_path))
+        logits = torch.load(logits_path)
+    return {
+        "logits_sha256": mf.logits_sha256(logits),
+        "top1": logits.argmax(dim=1).tolist(),
+        "load_s": result["load_s"],
+        "loaded_with_LD_PRELOAD": result["preloaded"],
+    }
+
+
+@dataclass
+class PackageCheck:
+    """What the check found: truthy when every finding passed."""
+
+    result: CheckResult
+    agreement: Agreement
+    floor: Floor
+    n_images: int
+    timing: dict
+    load_s: dict
+    preloaded: str | None
+    lines: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.result)
+
+    def to_json(self) -> dict:
+        return {
+            "passed": bool(self.result),
+            "findings": [asdict(f) for f in self.result.findings],
+            "agreement": asdict(self.agreement),
+            "floor": asdict(self.floor),
+            "n_images": self.n_images,
+            "timing": self.timing,
+            "load_s": self.load_s,
+            "LD_PRELOAD": self.preloaded,
+        }
+
+
+def _reference(folder: Path, manifest: dict, study_dir: Path, data, calib_data, images):
+    """The check's images, the study's FP8 engine's logits on them (compiled where the study
+    compiled it: a package is Inductor's code too) and the floor: the emulation with the
+    engine's half-precision storage against the emulation in float32, on the same images."""
+    from quantstudy.package.build import build_engines
+
+    record = load_record(Path(study_dir) / RECORD_FILE)
+    if manifest["study"]["digest"] != record.digest:
+        raise UserError(
+            f"the packages in {folder} were built from another record than {study_dir}'s "
+            f"(study digest {manifest['study']['digest']} vs {record.digest})"
+        )
+    x, _ = load_set(record, record.data.heldout, data)
+    if images is not None:
+        x = x[:images]
+    rebuilt = rebuild(record, data, calib_data)
+    device = torch.device(manifest["bound_to"]["device"])
+    engines = build_engines(rebuilt, device)
+    batch = eval_batch(record)
+    untimed = contextlib.nullcontext()
+    if device.type == "cuda":
+        from quantstudy.quant.triton_fp8 import untimed_tiles
+
+        untimed = untimed_tiles()  # the same bits under every tile (`study/run.py`)
+    with torch.no_grad(), untimed:
+        engine_logits = run_engine(engines.fp8, x, batch)
+    fakequant = build_fakequant(
+        rebuilt.model, torch.device("cpu"), rebuilt.example, rebuilt.plan, fold=rebuilt.fold_bn
+    )
+    with torch.no_grad():
+        reference = run_engine(fakequant, x, batch)
+        half = run_half_storage(fakequant, x, engines.fp8.dtype, batch)
+    return record, x, engine_logits, floor_of(half, reference)
+
+
+def check_package(
+    folder: Path,
+    study_dir: Path,
+    data: Path | None = None,
+    calib_data: Path | None = None,
+    images: int | None = None,
+) -> PackageCheck:
+    """Run the packages without quantstudy and compare them with the study (module text)."""
+    manifest_path = Path(folder) / mf.MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise UserError(f"{folder} holds no {mf.MANIFEST_FILE}: not a `quantstudy package` folder")
+    manifest = json.loads(manifest_path.read_text())
+    record, x, engine_logits, floor = _reference(
+        folder, manifest, study_dir, data, calib_data, images
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.save(x, Path(tmp) / "images.pt")
+        logits_path = Path(tmp) / "logits.pt"
+        timing = ["--time"] if manifest["bound_to"]["device"] == "cuda" else []
+        ran = run_script(
+            folder, "--images", str(Path(tmp) / "images.pt"), "--logits", str(logits_path),
+            *timing,
+        )  # fmt: skip
+        packaged = torch.load(logits_path)
+    result = CheckResult()
+    result.add(
+        "without quantstudy",
+        not ran["quantstudy_imported"],
+        "the packages loaded and ran in `python -I` with quantstudy imports refused",
+    )
+    result.add(
+        "NaN/Inf",
+        ran["nonfinite"] == 0,
+        f"{ran['nonfinite']} of {x.shape[0]} images with a non-finite logit",
+    )
+    agreement = compare(packaged, engine_logits)
+    check_numerics(agreement, floor, record, result, "package vs FP8 engine", gated=True)
+    lines = [f"held-out images: {x.shape[0]}; load time (s): {ran['load_s']}"]
+    lines.append(f"loader: python -I, LD_PRELOAD={ran['preloaded'] or '(none)'}")
+    lines += speed_lines(ran["timing"], manifest)
+    return PackageCheck(
+        result, agreement, floor, x.shape[0], ran["timing"], ran["load_s"], ran["preloaded"], lines
+    )
+
+
+def speed_lines(timing: dict, manifest: dict) -> list[str]:
+    """The packaged x beside the study's x, per batch (reported, not gated: the two were timed
+    in different processes, the study's possibly on another day)."""
+    if not timing:
+        return ["speed: not timed (CPU packages)"]
+    study_x = manifest["study"]["study_x"]
+    lines = ["batch  packaged fp16 ms  packaged FP8 ms  packaged x  study x  within 5%"]
+    for batch, t in timing.items():
+        theirs = study_x.get(batch)
+        shown = f"{theirs:.3f}" if theirs is not None else "-"
+        near = "-" if theirs is None else ("yes" if t["x"] >= theirs * (1 - X_TOLERANCE) else "no")
+        lines.append(
+            f"{batch:>5}  {t['fp16_ms']:>16.4f}  {t['fp8_ms']:>15.4f}  {t['x']:>10.3f}  "
+            f"{shown:>7}  {near:>9}"
+        )
+    lines.append(f"timing: {next(iter(timing.values()))['method']}")
+    return lines

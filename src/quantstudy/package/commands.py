@@ -1,0 +1,91 @@
+"""The `package` subcommand: its arguments and what it prints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from quantstudy.record.errors import UserError
+
+
+def _batches(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(b) for b in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"batches must look like 1,128, not '{text}'") from None
+
+
+def _range(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(low), int(high)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a batch range looks like 1:128, not '{text}'") from None
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "package",
+        help="compile the study's FP8 and fp16 engines into AOTInductor packages (.pt2)",
+        epilog="exit status: 0 written (and --check passed), 3 --check failed, 1 user error",
+    )
+    p.add_argument("study_dir", type=Path)
+    p.add_argument("--out", type=Path, help="folder to write (default STUDY_DIR/package)")
+    shapes = p.add_mutually_exclusive_group()
+    shapes.add_argument(
+        "--batches", type=_batches, help="one static package per batch (default: the study's)"
+    )
+    shapes.add_argument(
+        "--dynamic-batch", type=_range, metavar="MIN:MAX", help="one package for any batch in it"
+    )
+    p.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default="cuda",
+        help="cuda (default): the GPU engine the study timed; cpu: its CPU emulation, no FP8 speed",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="run the packages without quantstudy and compare them with the study's FP8 engine "
+        "(checks an existing --out folder instead of writing one)",
+    )
+    p.add_argument("--data", type=Path, help="folder of the study's held-out images")
+    p.add_argument(
+        "--calib-data", type=Path, help="random-weight studies: folder of the calibration images"
+    )
+    p.add_argument("--images", type=int, help="--check on the first N held-out images only")
+
+
+def run_package(args: argparse.Namespace) -> int:
+    from quantstudy.package import manifest as mf
+    from quantstudy.package.build import PackageOptions, package_study
+
+    if args.images is not None and args.images < 1:
+        raise UserError("--images must be at least 1")
+    options = PackageOptions(
+        args.study_dir, args.out, args.batches, args.dynamic_batch, args.device, args.data,
+        args.calib_data,
+    )  # fmt: skip
+    folder = options.out_dir
+    if not (args.check and (folder / mf.MANIFEST_FILE).is_file()):
+        folder = package_study(options)
+        manifest = json.loads((folder / mf.MANIFEST_FILE).read_text())
+        for entry in manifest["packages"]:
+            print(f"{folder / entry['file']}: {entry['engine']}, {entry['bytes']} bytes")
+        print(f"tiles: {len(manifest['tiles'])} FP8 launches, {manifest['tma_replaced']} moved "
+              "from the TMA path to pointers")  # fmt: skip
+        print(f"{folder / mf.MANIFEST_FILE}: bound to {manifest['bound_to']}")
+    if not args.check:
+        return 0
+    from quantstudy.package.check import check_package
+
+    checked = check_package(folder, args.study_dir, args.data, args.calib_data, args.images)
+    print("check:")
+    print("\n".join(checked.result.lines()))
+    print("\n".join(checked.lines))
+    print("check passed" if checked.result else "check FAILED")
+    return 0 if checked.result else 3

@@ -1,0 +1,97 @@
+"""The manifest written beside the packages: what they compute and what they are bound to.
+
+A user of a `.pt2` needs to know how to feed it (the preprocessing, the input's dtype, shape and
+memory format), what comes out, which study it is the engine of (study digest, model, weights
+digest, recipe), and what it runs on: AOTInductor compiles kernels for one GPU architecture and
+links against one torch, so `bound_to` names the device, GPU, compute capability, torch and
+CUDA; the standalone check refuses a machine that differs (`package/standalone.py`). The sample
+outputs (sha256 of the FP8 package's float32 logits and their top-1 on a few recorded images)
+let a user confirm a deployment computes what was packaged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from quantstudy.record import StudyRecord
+
+MANIFEST_FILE = "manifest.json"
+MANIFEST_VERSION = 1
+CHECK_SCRIPT = "check.py"
+SAMPLE_FILE = "sample_images.pt"
+
+
+def bound_to(device: torch.device) -> dict[str, str]:
+    """This machine as a package built here is bound to it (`standalone.machine`'s keys)."""
+    bound = {"device": device.type, "torch": torch.__version__}
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        bound |= {
+            "cuda": str(torch.version.cuda),
+            "gpu": torch.cuda.get_device_name(device),
+            "capability": f"{major}.{minor}",
+        }
+    return bound
+
+
+def versions() -> dict[str, str | None]:
+    """The software the packages were compiled with (recorded; only torch and CUDA bind)."""
+    try:
+        import triton
+
+        triton_version: str | None = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def logits_sha256(logits: torch.Tensor) -> str:
+    """sha256 of float32 logits' bytes: equal only where the same kernels ran on the same
+    GPU (a bitwise fingerprint, not a tolerance)."""
+    return hashlib.sha256(logits.float().contiguous().numpy().tobytes()).hexdigest()
+
+
+def study_part(record: StudyRecord) -> dict[str, Any]:
+    """The study the packages are the engines of."""
+    recipe = record.recipe
+    speed = record.speed
+    return {
+        "name": record.name,
+        "digest": record.digest,
+        "model": record.model.name,
+        "architecture": record.model.architecture,
+        "weights": record.model.weights_detail,
+        "weights_sha256": record.model.weights_sha256,
+        "random_weights": record.model.random_weights,
+        "recipe": recipe.name if recipe else None,
+        "fp8_layers": [d.name for d in recipe.selected] if recipe else [],
+        "fp8_kernel": str(record.config.kernel),
+        "study_device": str(record.config.device),
+        "study_gpu": record.environment.gpu_name,
+        "study_x": {str(b.batch): b.ratio.median for b in (speed.batches if speed else [])},
+        "study_x_meaningful": bool(speed and speed.meaningful),
+    }
+
+
+def preprocessing_part(record: StudyRecord) -> dict[str, Any]:
+    """How to feed the packages: the study's preprocessing, exactly as recorded."""
+    return record.preprocessing.model_dump(mode="json")

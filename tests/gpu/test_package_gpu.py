@@ -1,0 +1,102 @@
+"""`quantstudy package` on CUDA: the FP8 engine packaged with its Triton kernels, loaded in a
+fresh process without quantstudy, agreeing with the study's engine, timed; the C++ loader.
+
+A tiny study (`test_efficientnet`, a seeded weights file, 12 generated images) is run on the
+GPU with `generic_all` (1x1 products, depthwise and dense kxk FP8 convs: every packaged op
+twin), then packaged at batches 1 and 2 and checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from PIL import Image
+
+from quantstudy.cli import main
+from quantstudy.package.check import loader_env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("package_gpu")
+    data = root / "data"
+    g = torch.Generator().manual_seed(1)
+    for wnid in ("n01440764", "n01443537"):
+        (data / wnid).mkdir(parents=True)
+        for i in range(6):
+            pixels = (torch.rand(64, 64, 3, generator=g) * 255).to(torch.uint8).numpy()
+            Image.fromarray(pixels).save(data / wnid / f"img{i}.jpg")
+    torch.manual_seed(0)
+    torch.save(timm.create_model("test_efficientnet").state_dict(), root / "weights.pth")
+    out = root / "study"
+    args = f"run test_efficientnet --weights {root / 'weights.pth'} --device cuda --calib 4 "
+    args += f"--heldout 8 --batches 1,2 --recipe generic_all --data {data} --out {out}"
+    main(args.split())
+    assert (out / "study.json").is_file()
+    return out
+
+
+@pytest.fixture(scope="module")
+def packaged(study, tmp_path_factory) -> tuple[Path, int, str]:
+    out = tmp_path_factory.mktemp("pkg") / "package"
+    cmd = [sys.executable, "-m", "quantstudy.cli", "package", str(study), "--out", str(out)]
+    done = subprocess.run([*cmd, "--check"], capture_output=True, text=True, timeout=1200)
+    return out, done.returncode, done.stdout + done.stderr
+
+
+def test_package_checks_without_quantstudy_and_agrees(packaged):
+    out, status, printed = packaged
+    assert status == 0, printed
+    for line in ("[pass] without quantstudy", "[pass] NaN/Inf", "[pass] package vs FP8 engine"):
+        assert line in printed, printed
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["bound_to"]["device"] == "cuda"
+    assert manifest["bound_to"]["capability"] >= "8.9"
+    assert {"fp8_gemm", "fp8_depthwise", "fp8_conv2d"} <= set(manifest["fp8_ops"]), manifest
+    assert manifest["tiles"], "the FP8 launches' tiles were captured at package time"
+    assert sorted(e["file"] for e in manifest["packages"]) == [
+        "fp16-b1.pt2", "fp16-b2.pt2", "fp8-b1.pt2", "fp8-b2.pt2",
+    ]  # fmt: skip
+    # the packaged x is printed beside the study's at both batches
+    rows = [line.split() for line in printed.splitlines() if line.strip()[:1] in ("1", "2")]
+    assert {r[0] for r in rows if len(r) >= 6} == {"1", "2"}, printed
+
+
+def test_cpp_loader_matches_python(packaged, tmp_path):
+    out, status, printed = packaged
+    assert status == 0, printed
+    binary = tmp_path / "run_package"
+    build = ROOT / "examples" / "package-cpp" / "build.sh"
+    env = dict(os.environ, PYTHON=sys.executable)
+    done = subprocess.run([str(build), str(binary)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    package = out / "fp8-b2.pt2"
+    # loaders start with torch's libstdc++ preloaded, as the check's do (docs/package.md)
+    load_env, _ = loader_env()
+    ran = subprocess.run(
+        [str(binary), str(package), "cuda", "float16", "2", "3", "160", "160", "0.5"],
+        capture_output=True, text=True, timeout=300, env=load_env,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    cpp_top1 = [int(line.split()[1]) for line in ran.stdout.splitlines() if line.startswith("top1")]
+    script = (
+        "import sys, torch; from torch._inductor import aoti_load_package; "
+        f"m = aoti_load_package({str(package)!r}); "
+        "x = torch.full((2, 3, 160, 160), 0.5, dtype=torch.float16, device='cuda')"
+        ".contiguous(memory_format=torch.channels_last); "
+        "print(m(x).float().argmax(1).tolist())"
+    )
+    py = subprocess.run(
+        [sys.executable, "-I", "-c", script], capture_output=True, text=True, env=load_env
+    )
+    assert py.returncode == 0, py.stderr[-3000:]
+    assert cpp_top1 == json.loads(py.stdout.strip().splitlines()[-1])
