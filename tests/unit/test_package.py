@@ -20,8 +20,8 @@ from quantstudy.cli import main
 from quantstudy.package import build, tiles
 from quantstudy.package.graph import export_engine, retarget
 from quantstudy.package.manifest import MANIFEST_FILE
-from quantstudy.quant.fp8 import quantize_weight, to_fp8
-from quantstudy.quant.fused import fp8_gemm
+from quantstudy.quant.formats.fp8 import quantize_weight, to_fp8
+from quantstudy.quant.layers.fused_matmul import fp8_gemm
 from quantstudy.record.errors import UserError
 from quantstudy.report.render import load_record
 from tests.unit._package_study import package_study
@@ -86,8 +86,8 @@ class Net(nn.Module):
 
 def test_every_op_twin_computes_the_study_engines_bits():
     from quantstudy.engines.builders import build_fp8
-    from quantstudy.quant.apply import QuantPlan
-    from quantstudy.quant.calibrate import calibrate
+    from quantstudy.quant.plan.apply import QuantPlan
+    from quantstudy.quant.calibration.calibrate import calibrate
 
     torch.manual_seed(0)
     m = Net().eval()

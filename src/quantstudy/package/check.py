@@ -161,7 +161,7 @@ def _reference(folder: Path, manifest: dict, study_dir: Path, data, calib_data, 
     batch = eval_batch(record)
     untimed = contextlib.nullcontext()
     if device.type == "cuda":
-        from quantstudy.quant.triton_fp8 import untimed_tiles
+        from quantstudy.quant.kernels.tuning import untimed_tiles
 
         untimed = untimed_tiles()  # the same bits under every tile (`study/run.py`)
     with torch.no_grad(), untimed:

@@ -70,7 +70,7 @@ def fp8_gemm(
     res_act: str = "none",
     x_inv_divisor: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`quant.fused.fp8_gemm`, packageable."""
+    """`quant.layers.fused_matmul.fp8_gemm`, packageable."""
     if not xq.is_cuda:
         return _study_body(fused.fp8_gemm)(
             xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale, round_to, residual,
@@ -97,7 +97,7 @@ def fp8_gemm_pair(
     residual: torch.Tensor | None,
     res_act: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`quant.fused.fp8_gemm_pair`, packageable."""
+    """`quant.layers.fused_matmul.fp8_gemm_pair`, packageable."""
     if not xq.is_cuda:
         return _study_body(fused.fp8_gemm_pair)(
             xq, w8, w_scale, x_scale, bias, act, out_dtype, pair_scale, round_to, residual,
@@ -124,7 +124,7 @@ def fp8_gemm_padded(
     size: list[int],
     pads: list[int],
 ) -> torch.Tensor:
-    """`quant.fused.fp8_gemm_padded`, packageable: the product written into the interior of
+    """`quant.layers.fused_matmul.fp8_gemm_padded`, packageable: the product written into the interior of
     the zero-padded buffer, as the study's op writes it."""
     b, h, w = size
     left, right, top, bottom = pads

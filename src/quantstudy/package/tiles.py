@@ -26,9 +26,9 @@ from quantstudy.record.errors import UserError
 # The three launchers a study's FP8 engine calls, by (module, launcher, kernel) names, and the
 # kernel keywords that make up a launch's tile.
 LAUNCHERS = {
-    "fp8_gemm": ("quantstudy.quant.triton_fp8", "fp8_gemm_triton", "_fp8_gemm_kernel"),
-    "fp8_conv2d": ("quantstudy.quant.triton_conv", "fp8_conv2d_triton", "_fp8_conv2d_kernel"),
-    "fp8_depthwise": ("quantstudy.quant.triton_dw", "depthwise_taps", "_depthwise_kernel"),
+    "fp8_gemm": ("quantstudy.quant.kernels.gemm", "fp8_gemm_triton", "_fp8_gemm_kernel"),
+    "fp8_conv2d": ("quantstudy.quant.kernels.conv", "fp8_conv2d_triton", "_fp8_conv2d_kernel"),
+    "fp8_depthwise": ("quantstudy.quant.kernels.depthwise", "depthwise_taps", "_depthwise_kernel"),
 }
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_P", "BLOCK_C", "num_warps", "num_stages")
 

@@ -43,7 +43,7 @@ from quantstudy.quality.metrics import (
     gap_pairs,
 )
 from quantstudy.quality.stress import stress_inputs
-from quantstudy.quant.apply import QuantPlan
+from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import (
     LayerSpeedSection,
     QualitySection,
@@ -368,7 +368,7 @@ def _untimed_tiles(device: torch.device) -> AbstractContextManager:
     every tile, and its time is not measured, so autotuning it would only cost compile time."""
     if device.type != "cuda":
         return nullcontext()
-    from quantstudy.quant.triton_fp8 import untimed_tiles
+    from quantstudy.quant.kernels.tuning import untimed_tiles
 
     return untimed_tiles()
 
