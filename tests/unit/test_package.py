@@ -86,8 +86,8 @@ class Net(nn.Module):
 
 def test_every_op_twin_computes_the_study_engines_bits():
     from quantstudy.engines.builders import build_fp8
-    from quantstudy.quant.plan.apply import QuantPlan
     from quantstudy.quant.calibration.calibrate import calibrate
+    from quantstudy.quant.plan.apply import QuantPlan
 
     torch.manual_seed(0)
     m = Net().eval()

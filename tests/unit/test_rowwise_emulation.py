@@ -1,5 +1,6 @@
 """The CPU row-wise FP8 product on a torch whose CPU `torch._scaled_mm` takes per-tensor scales
-only (torch 2.11): `quant.layers.matmul.cpu_rowwise_product`, chosen by a probe, not a version string.
+only (torch 2.11): `quant.layers.matmul.cpu_rowwise_product`, chosen by a probe, not a version
+string.
 
 What equality holds: on a torch whose CPU `_scaled_mm` takes row-wise scales (2.14), the
 emulation is bitwise equal to it with one thread (both scale the FP8 operands in float32 and run

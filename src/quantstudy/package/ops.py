@@ -25,7 +25,9 @@ import torch.nn.functional as F
 from torch.library import triton_op, wrap_triton
 
 from quantstudy.package import tiles
-from quantstudy.quant import fused, fused_conv, fused_dw
+from quantstudy.quant.layers import fused_conv
+from quantstudy.quant.layers import fused_depthwise as fused_dw
+from quantstudy.quant.layers import fused_matmul as fused
 
 NAMESPACE = "quantstudy_pkg"
 
@@ -124,7 +126,8 @@ def fp8_gemm_padded(
     size: list[int],
     pads: list[int],
 ) -> torch.Tensor:
-    """`quant.layers.fused_matmul.fp8_gemm_padded`, packageable: the product written into the interior of
+    """`quant.layers.fused_matmul.fp8_gemm_padded`, packageable: the product written into the
+    interior of
     the zero-padded buffer, as the study's op writes it."""
     b, h, w = size
     left, right, top, bottom = pads
