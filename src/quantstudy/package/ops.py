@@ -127,8 +127,7 @@ def fp8_gemm_padded(
     pads: list[int],
 ) -> torch.Tensor:
     """`quant.layers.fused_matmul.fp8_gemm_padded`, packageable: the product written into the
-    interior of
-    the zero-padded buffer, as the study's op writes it."""
+    interior of the zero-padded buffer, as the study's op writes it."""
     b, h, w = size
     left, right, top, bottom = pads
     n = w8.shape[0]
