@@ -18,6 +18,7 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
+from quantstudy.cli_parsers import add_extend_parser, add_search_parser, add_sweep_parser
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import PathText, StudyConfig, option
 from quantstudy.record.io import filesystem_message
@@ -140,68 +141,12 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--model", required=True)
     show.add_argument("--json", action="store_true")
 
-    search = sub.add_parser(
-        "search", help="find the subset of a candidate recipe that pays under the quality budget"
-    )
-    search.add_argument("model")
-    _add_config_args(search, MODEL_DATA_OPTIONS + STUDY_OPTIONS)
-    search.add_argument(
-        "--gains", type=Path, help="per-layer gains JSON (default: measure them on CUDA)"
-    )
-    search.add_argument(
-        "--batch",
-        type=int,
-        help="batch of the gains and the prediction (default: largest --batches)",
-    )
-    search.add_argument(
-        "--sensitivity-images",
-        type=int,
-        default=256,
-        help="held-out images scored per layer (default 256)",
-    )
-    search.add_argument(
-        "--all-but", action="store_true", help="also score the recipe with each layer left out"
-    )
-    search.add_argument(
-        "--no-options",
-        action="store_true",
-        help="search the layer subset only, under the recipe's own FP8 quality options (skips "
-        "trying compensating rounding, per-layer calibrators, migration and the sequential fit "
-        "first)",
-    )
-    search.add_argument(
-        "--margin",
-        type=float,
-        default=0.5,
-        help="share of the policy's quality budget the search may spend",
-    )
+    add_search_parser(sub, lambda p: _add_config_args(p, MODEL_DATA_OPTIONS + STUDY_OPTIONS))
 
     report = sub.add_parser("report", help="(re)render report.md and plots from study.json")
     report.add_argument("study_dir", type=Path)
 
-    sweep = sub.add_parser(
-        "sweep",
-        help="run a grid of studies (models x recipes x calibrators x seeds x FP8 kernels)",
-        epilog="exit status: 0 every study finished, 1 one or more failed (see sweep.md), "
-        "130 stopped (rerun to resume)",
-    )
-    sweep.add_argument("sweep_file", type=Path, help="sweep YAML (see quantstudy/sweep/spec.py)")
-    sweep.add_argument("--executor", choices=["local", "ray"], default="local")
-    sweep.add_argument("--address", help="Ray cluster address (default: start a local one)")
-    sweep.add_argument("--out", type=Path, help="sweep folder (default sweeps/<file stem>/)")
-    sweep.add_argument(
-        "--workers",
-        type=int,
-        help="parallel studies (default: one per visible GPU, or one per CPU core)",
-    )
-    sweep.add_argument(
-        "--transfer",
-        choices=["auto", "shared", "copy"],
-        default="auto",
-        help="ray: how study folders reach --out (default auto: shared when the workers see "
-        "--out, else copied back as bytes)",
-    )
-    sweep.add_argument("--dry-run", action="store_true", help="print the grid and stop")
+    add_sweep_parser(sub)
 
     decide = sub.add_parser(
         "decide",
@@ -212,19 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     decide.add_argument("study_dir", type=Path)
     decide.add_argument("--policy", help=CLI_HELP["policy"])
 
-    extend = sub.add_parser(
-        "extend",
-        help="add held-out images from another folder to a finished study, in rounds until "
-        "its quality gates settle, and decide again",
-        epilog=EXIT_STATUS,
-    )
-    extend.add_argument("study_dir", type=Path)
-    extend.add_argument("--data", type=Path, required=True, help="folder of more images")
-    extend.add_argument(
-        "--skip-used",
-        action="store_true",
-        help="leave out images the study already used instead of refusing the folder",
-    )
+    add_extend_parser(sub, EXIT_STATUS)
 
     from quantstudy.bridge.commands import add_parsers as add_bridge_parsers
 

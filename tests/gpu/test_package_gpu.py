@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 from quantstudy.cli import main
-from quantstudy.package.check import loader_env
+from quantstudy.package.loader import loader_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"study"},
     {"search", "bench", "sweep", "bridge"},
     {"package"},
+    {"cli_parsers"},
     {"cli", "__main__"},
 ]
 ROOT = Path(quantstudy.__file__).parent
@@ -172,10 +173,7 @@ MAX_FILE_LINES = 450
 MAX_FUNCTION_LINES = 100
 # Over the limits today, each in an area another change owns; remove an entry when it is split.
 # The test fails if one grows, or once it fits (so the entry cannot outlive the split).
-KNOWN_LONG: dict[str, int] = {
-    "cli.py:_parser": 109,
-    "study/options.py": 489,
-}
+KNOWN_LONG: dict[str, int] = {}
 
 
 def _sizes() -> dict[str, int]:

@@ -291,7 +291,7 @@ def package_study(options: PackageOptions) -> Path:
             "compile_s": round(time.perf_counter() - started, 1),
         }
         write_json_atomic(stage / mf.MANIFEST_FILE, manifest)
-        from quantstudy.package.check import sample_outputs
+        from quantstudy.package.loader import sample_outputs
 
         manifest["sample"] |= sample_outputs(stage)
         write_json_atomic(stage / mf.MANIFEST_FILE, manifest)

@@ -352,8 +352,9 @@ def _method_options(r: StudyRecord) -> list[str]:
     if rc.tune != "none":
         what = "biases" if rc.tune == "bias" else "biases and per-output-channel gains"
         out.append(
-            f"- Output tuning (`quant/tune.py`): the selected layers' {what} trained jointly "
-            f"for up to {rc.tune_epochs} epochs against the fp32 network's logits (KL) on the "
+            "- Output tuning (`quant/fitting/tune.py`): the selected layers' "
+            f"{what} trained jointly for up to {rc.tune_epochs} epochs against the fp32 network's "
+            "logits (KL) on the "
             "calibration images, the FP8 weights fixed; every fifth image held out, the epoch "
             "with its lowest KL kept (the start included). Every engine stores these values."
         )
