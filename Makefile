@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test test-suites test-slow test-full test-evidence lint clean
+.PHONY: demo test test-suites test-slow test-full test-evidence test-oldest lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,9 +41,27 @@ test-full: $(VENV)/.installed
 	$(PY) -m ruff check src tests
 	$(PY) -m pytest -q -rs -m "not evidence"
 
+# test-oldest: the oldest supported combination (ci/oldest.txt, docs/VERSIONS.md) in its own venv:
+# the fast tier, then a per-row study and a default study through `export --check`
+# (ci/oldest-smoke.sh). OLDEST_TORCH_SPEC is its torch pair, as TORCH_SPEC is the default's.
+OLDEST_VENV := .venv-oldest
+OLDEST_PY := $(OLDEST_VENV)/bin/python
+OLDEST_TORCH_SPEC ?= torch==2.11.0 torchvision==0.26.0
+SMOKE_DATA ?= ../shared/data/imagenet/val-1300
+
+$(OLDEST_VENV)/.installed: pyproject.toml ci/oldest.txt
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_PY) -m pip install -q $(OLDEST_TORCH_SPEC)
+	$(OLDEST_PY) -m pip install -q -c ci/oldest.txt -e ".[dev,lite0,onnx,ray]"
+	touch $@
+
+test-oldest: $(OLDEST_VENV)/.installed
+	$(OLDEST_PY) -m pytest -q -rs -m "not slow and not suite and not evidence" tests/unit
+	ci/oldest-smoke.sh $(OLDEST_PY) $(SMOKE_DATA)
+
 lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests
 	$(PY) -m ruff format --check src tests
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache .ruff_cache

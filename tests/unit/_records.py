@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from quantstudy.decision.policy import decide, load_policy
 from quantstudy.quality.metrics import KL_INTERVAL_LEVELS
@@ -159,6 +160,17 @@ def _layers() -> tuple[list[LayerDecision], list[LayerDecision]]:
 # --- quality --------------------------------------------------------------------------------
 
 
+def _mcnemar_exact(gained: int, lost: int) -> float:
+    """Exact two-sided McNemar p (binomial at 1/2 on the discordant pairs), in exact fractions:
+    scipy's binomtest rounds its sum differently across releases (an ulp between 1.11 and
+    1.17), which the fixture would follow."""
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(gained, lost) + 1))
+    return float(min(Fraction(1), Fraction(2 * tail, 2**n)))
+
+
 def _kl_sample(rng: np.random.Generator, scale: float, differ: int) -> np.ndarray:
     kl = rng.lognormal(mean=0.0, sigma=1.1, size=N_HELDOUT)
     kl *= scale / kl.mean()
@@ -212,7 +224,7 @@ def _engine_quality(
         size=1000,
     )
     means = (draws[:, 0] - draws[:, 1]) / N_HELDOUT
-    p = 1.0 if gained + lost == 0 else stats.binomtest(gained, gained + lost, 0.5).pvalue
+    p = _mcnemar_exact(gained, lost)
     top5_shift = (gained - lost) // 2
     return EngineQuality(
         **common,
