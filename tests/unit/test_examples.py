@@ -39,7 +39,7 @@ NEW_IN_VERSION_6_CONFIG = {
 
 
 NEW_IN_VERSION_6_RECORD = {"timings", "digest"}
-NEW_IN_VERSION_14_RECORD = {"sequential"}
+NEW_IN_VERSION_14_RECORD = {"sequential", "per_image"}
 NEW_IN_VERSION_6_RECIPE = {
     "rounding": "nearest",
     "activation_granularity": "per_tensor",
@@ -62,6 +62,9 @@ def _without_version_3(full: dict) -> dict:
     out = dict(full)
     for key in NEW_IN_VERSION_6_RECORD | NEW_IN_VERSION_14_RECORD:
         assert out.pop(key) is None
+    data = dict(out["data"])
+    assert data.pop("extended") == []  # version 14: images added by `quantstudy extend`
+    out["data"] = data
     config = dict(out["config"])
     assert config.pop("fp8_kernel") is None
     for key, default in NEW_IN_VERSION_6_CONFIG.items():
