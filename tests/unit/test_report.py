@@ -102,6 +102,8 @@ def _as_version_1(data: dict) -> str:
     for key in ("digest", "timings"):  # schema 6
         assert out.pop(key) is None
     assert out.pop("sequential") is None  # schema 14
+    assert out.pop("per_image") is None  # schema 14
+    assert out["data"].pop("extended") == []  # schema 14
     out["variants"] = [
         var | {"quality": {k: v for k, v in var["quality"].items() if k != "kl_mean_intervals"}}
         for var in out["variants"]
