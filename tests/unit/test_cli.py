@@ -79,10 +79,12 @@ def test_small_study_end_to_end_on_cpu(tiny_imagenet, tmp_path, capsys):
     assert "BatchNorm statistics" in record["model"]["weights_detail"]
     assert record["speed"]["meaningful"] is False  # CPU timings
     assert (out / "report.md").exists()
-    # resumable: a second run reuses the cached engine outputs
+    # resumable: a second run reuses the cached engine outputs, and records the same quality
     assert main(argv) == 4
     err = capsys.readouterr().err
     assert "resumed the rows of 8 held-out images" in err and "resumed stress-fp8" in err
+    again = json.loads((out / "study.json").read_text())
+    assert again["quality"] == record["quality"] and again["per_image"] == record["per_image"]
 
 
 def test_folder_too_small_for_the_split_is_a_clean_error(tiny_imagenet, capsys):
