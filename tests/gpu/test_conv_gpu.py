@@ -9,6 +9,7 @@ from quantstudy.quant.formats.fp8 import E4M3, to_fp8
 from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
 from quantstudy.quant.layers.fused_matmul import _act_reference
 from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.layers.spec import FP8LayerSpec
 
 pytestmark = pytest.mark.gpu
 
@@ -30,10 +31,10 @@ def _case(c: int, hw: int, stride: int, act: str):
     with torch.no_grad():  # the layer holds its bias in the engine's dtype, as fp16's does
         conv.bias.copy_(conv.bias.half().float())
     x = (torch.randn(8, c, hw, hw) * 2).half().float()  # both paths see the same fp16 input
-    emu = QDQ(conv, 0.02, True, True, torch.float32)
+    emu = QDQ(conv, FP8LayerSpec(0.02, True, torch.float32))
     with torch.no_grad():
         ref = _act_reference(emu(x), act)
-    layer = FusedFP8Conv2d(conv, 0.02, True, torch.float16, act).cuda()
+    layer = FusedFP8Conv2d(conv, FP8LayerSpec(0.02, True, torch.float16, act)).cuda()
     x_cl = x.cuda().half().contiguous(memory_format=torch.channels_last)
     return layer, x_cl, ref, conv
 
@@ -56,7 +57,11 @@ def test_conv_kernel_is_as_close_to_the_emulation_as_the_fp16_emulation_it_repla
     """The engine ran these convs quantize-dequantized in fp16 (cuDNN); the FP8 kernel must be
     no further from the fp32 emulation than that was."""
     layer, x, ref, conv = _case(26, 56, 1, "relu")
-    qdq16 = QDQ(conv, 0.02, True, True, torch.float16).cuda().to(memory_format=torch.channels_last)
+    qdq16 = (
+        QDQ(conv, FP8LayerSpec(0.02, True, torch.float16))
+        .cuda()
+        .to(memory_format=torch.channels_last)
+    )
     with torch.no_grad():
         fp8 = layer(x).float().cpu()
         old = qdq16(x).relu().float().cpu()

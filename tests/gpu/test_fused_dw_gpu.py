@@ -10,6 +10,7 @@ from quantstudy.quant.formats.fp8 import E4M3, to_fp8
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise
 from quantstudy.quant.layers.fused_matmul import _act_reference
 from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.layers.spec import FP8LayerSpec
 
 pytestmark = pytest.mark.gpu
 
@@ -28,8 +29,8 @@ def test_layer_matches_the_emulation(c, hw, conv, act):
     torch.manual_seed(c)
     x = (torch.randn(8, c, hw, hw) * 2).half().float()
     with torch.no_grad():
-        ref = _act_reference(QDQ(conv, 0.02, True, True, torch.float32)(x), act)
-        layer = FusedFP8Depthwise(conv, 0.02, True, torch.float16, act).cuda()
+        ref = _act_reference(QDQ(conv, FP8LayerSpec(0.02, True, torch.float32))(x), act)
+        layer = FusedFP8Depthwise(conv, FP8LayerSpec(0.02, True, torch.float16, act)).cuda()
         y = layer(x.cuda().half().contiguous(memory_format=torch.channels_last))
     assert y.is_contiguous(memory_format=torch.channels_last)
     y = y.float().cpu()
@@ -46,9 +47,11 @@ def test_fp8_input_and_output_match_the_emulation():
     x = torch.randn(8, 96, 28, 28)
     xq = to_fp8(x, torch.tensor(0.02))
     with torch.no_grad():
-        ref = QDQ(conv, 0.02, True, True, torch.float32)(xq.float() * 0.02).relu()
+        ref = QDQ(conv, FP8LayerSpec(0.02, True, torch.float32))(xq.float() * 0.02).relu()
         scale = ref.abs().max().item() / 448
-        layer = FusedFP8Depthwise(conv, 0.02, True, torch.float16, "relu", scale, True).cuda()
+        layer = FusedFP8Depthwise(
+            conv, FP8LayerSpec(0.02, True, torch.float16, "relu", scale, True)
+        ).cuda()
         got = layer(xq.cuda().contiguous(memory_format=torch.channels_last))
     assert got.dtype == E4M3
     want = to_fp8(ref, torch.tensor(scale)).float()
@@ -62,7 +65,7 @@ def test_layer_runs_under_compile_and_cuda_graph():
     opaque custom op, replayed from a CUDA graph."""
     torch.manual_seed(2)
     conv = nn.Conv2d(96, 96, 3, padding=1, groups=96)
-    layer = FusedFP8Depthwise(conv, 0.02, True, torch.float16, "relu6").cuda()
+    layer = FusedFP8Depthwise(conv, FP8LayerSpec(0.02, True, torch.float16, "relu6")).cuda()
     x = (
         torch.randn(8, 96, 28, 28, device="cuda")
         .half()

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from quantstudy.quant.layers.fused_matmul import _act_reference
+from quantstudy.quant.layers.spec import FP8LayerSpec
 
 SHAPES = [(1, 16, 16), (49, 1152, 192), (6272, 24, 144), (200_704, 16, 96), (197, 384, 1536)]
 
@@ -77,8 +78,8 @@ def test_fused_layer_with_unaligned_k_matches_its_cpu_reference(k):
     torch.manual_seed(k)
     conv = nn.Conv2d(k, 96, 1)
     x = torch.randn(4, k, 7, 7).half().float()  # both paths see the same fp16 input
-    ref = FusedFP8Matmul(conv, 0.02, True, torch.float32, "relu6")
-    gpu = FusedFP8Matmul(conv, 0.02, True, torch.float16, "relu6").cuda()
+    ref = FusedFP8Matmul(conv, FP8LayerSpec(0.02, True, torch.float32, "relu6"))
+    gpu = FusedFP8Matmul(conv, FP8LayerSpec(0.02, True, torch.float16, "relu6")).cuda()
     with torch.no_grad():
         want = ref(x)
         x_cl = x.cuda().half().contiguous(memory_format=torch.channels_last)
@@ -147,9 +148,9 @@ def test_fused_and_unfused_layers_write_the_same_fp16_numbers():
     torch.manual_seed(0)
     lin = nn.Linear(256, 384)
     x = torch.randn(4096, 256).half().cuda()
-    unfused = FP8Matmul(lin, 0.02, True, torch.float16).cuda()
+    unfused = FP8Matmul(lin, FP8LayerSpec(0.02, True, torch.float16)).cuda()
     unfused.use_device(x.device)
-    fused = FusedFP8Matmul(lin, 0.02, True, torch.float16).cuda()
+    fused = FusedFP8Matmul(lin, FP8LayerSpec(0.02, True, torch.float16)).cuda()
     with torch.no_grad():
         a, b = unfused(x).float(), fused(x).float()
     same = (a == b).float().mean().item()

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from quantstudy.quant.formats.fp8 import quantize_rows
+from quantstudy.quant.layers.spec import FP8LayerSpec
 
 # tiles, conv_head's K 320.
 SHAPES = [(128 * 3136, 24, 144), (196, 80, 480), (128 * 196, 192, 1152), (6272, 320, 1280)]
@@ -101,8 +102,12 @@ def test_fused_layer_with_row_scales_and_divisor_matches_its_cpu_reference():
     conv = nn.Conv2d(24, 144, 1)
     x = torch.randn(8, 24, 14, 14).half().float()
     d = torch.rand(24) + 0.5
-    ref = FusedFP8Matmul(conv, 1.0, True, torch.float32, "relu6", row_scales=True, x_divisor=d)
-    gpu = FusedFP8Matmul(conv, 1.0, True, torch.float16, "relu6", row_scales=True, x_divisor=d)
+    ref = FusedFP8Matmul(
+        conv, FP8LayerSpec(1.0, True, torch.float32, "relu6", row_scales=True, x_divisor=d)
+    )
+    gpu = FusedFP8Matmul(
+        conv, FP8LayerSpec(1.0, True, torch.float16, "relu6", row_scales=True, x_divisor=d)
+    )
     gpu = gpu.cuda()
     with torch.no_grad():
         want = ref(x)

@@ -7,6 +7,7 @@ from torch import nn
 from quantstudy.engines.builders import BuiltEngine
 from quantstudy.engines.run import run_engine, run_half_storage, run_reordered
 from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.layers.spec import FP8LayerSpec
 
 torch.set_num_threads(1)
 
@@ -19,7 +20,7 @@ def _engine(module: nn.Module) -> BuiltEngine:
 def _net() -> nn.Sequential:
     torch.manual_seed(0)
     stem = nn.Conv2d(3, 8, 3, padding=1)
-    pointwise = QDQ(nn.Conv2d(8, 16, 1), 0.01, True, True, torch.float32)
+    pointwise = QDQ(nn.Conv2d(8, 16, 1), FP8LayerSpec(0.01, True, torch.float32))
     return nn.Sequential(stem, nn.ReLU(), pointwise, nn.Flatten(), nn.Linear(16 * 4 * 4, 10))
 
 

@@ -7,6 +7,7 @@ from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import QDQ, FP8Matmul
+from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import fp8_module
 
 LAYERS = {
@@ -21,7 +22,7 @@ LAYERS = {
 def _kinds(kernel: str) -> dict[str, tuple[type, bool]]:
     out = {}
     for name, layer in LAYERS.items():
-        module, blocker = fp8_module(layer, 0.01, True, torch.float16, kernel)
+        module, blocker = fp8_module(layer, FP8LayerSpec(0.01, True, torch.float16), kernel)
         out[name] = (type(module), blocker is None)
     return out
 
@@ -47,5 +48,5 @@ def test_scaled_mm_has_no_conv_beyond_1x1():
 
 
 def test_emulated_layer_says_why():
-    _, blocker = fp8_module(LAYERS["grouped"], 0.01, True, torch.float16, "fused")
+    _, blocker = fp8_module(LAYERS["grouped"], FP8LayerSpec(0.01, True, torch.float16), "fused")
     assert blocker == "kernel 3x3 has no FP8 conv kernel"

@@ -8,6 +8,7 @@ from torch import nn
 from quantstudy.engines.builders import build_fp8
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul, activation_name
+from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.rewrites.absorb import absorbable_activations
 
@@ -325,7 +326,7 @@ def test_fused_layer_pads_k_to_16_with_exact_zeros():
     torch.manual_seed(0)
     conv = nn.Conv2d(24, 40, 1)
     x = torch.randn(2, 24, 5, 5)
-    layer = FusedFP8Matmul(conv, 0.01, True, torch.float32, "relu")
+    layer = FusedFP8Matmul(conv, FP8LayerSpec(0.01, True, torch.float32, "relu"))
     assert layer.k_pad == 8 and tuple(layer.w8.shape) == (40, 32)
     w8, w_scale = quantize_weight(conv.weight.detach().reshape(40, 24), True)
     x2d = x.permute(0, 2, 3, 1).reshape(-1, 24)
@@ -498,8 +499,10 @@ def test_fp8_io_is_refused_where_it_cannot_be_right():
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     with pytest.raises(ValueError, match="cannot be padded"):
-        FusedFP8Matmul(nn.Linear(24, 8), 0.1, True, torch.float32, fp8_input=True)
-    consumer = FusedFP8Matmul(nn.Linear(32, 8), 0.1, True, torch.float32, fp8_input=True)
+        FusedFP8Matmul(nn.Linear(24, 8), FP8LayerSpec(0.1, True, torch.float32, fp8_input=True))
+    consumer = FusedFP8Matmul(
+        nn.Linear(32, 8), FP8LayerSpec(0.1, True, torch.float32, fp8_input=True)
+    )
     with pytest.raises(TypeError, match="reads FP8"):
         consumer(torch.randn(2, 32))
     xq, w8 = torch.zeros(4, 32, dtype=E4M3), torch.zeros(8, 32, dtype=E4M3)

@@ -14,6 +14,7 @@ from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, depthwise_fp8_blocker
 from quantstudy.quant.layers.fused_matmul import _act_reference
 from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import QuantPlan, apply_fp8, real_layers
 
 CASES = [  # (channels, size, kernel, stride, padding or "same", act)
@@ -38,8 +39,8 @@ def test_layer_equals_the_emulation_in_fp32(c, hw, k, s, p, act):
     torch.manual_seed(c + k)
     conv = _conv(c, k, s, p)
     x = torch.randn(2, c, hw, hw) * 2
-    emu = QDQ(conv, 0.02, True, True, torch.float32)
-    layer = FusedFP8Depthwise(conv, 0.02, True, torch.float32, act)
+    emu = QDQ(conv, FP8LayerSpec(0.02, True, torch.float32))
+    layer = FusedFP8Depthwise(conv, FP8LayerSpec(0.02, True, torch.float32, act))
     with torch.no_grad():
         want = _act_reference(emu(x), act)
         got = layer(x)
@@ -56,9 +57,11 @@ def test_fp8_input_and_output():
     conv = _conv(32, 3, 1, 1)
     x = torch.randn(2, 32, 9, 9)
     xq = to_fp8(x, torch.tensor(0.02))
-    emu = QDQ(conv, 0.02, True, True, torch.float32)
+    emu = QDQ(conv, FP8LayerSpec(0.02, True, torch.float32))
     out_scale = 0.01
-    layer = FusedFP8Depthwise(conv, 0.02, True, torch.float32, "relu", out_scale, fp8_input=True)
+    layer = FusedFP8Depthwise(
+        conv, FP8LayerSpec(0.02, True, torch.float32, "relu", out_scale, fp8_input=True)
+    )
     with torch.no_grad():
         want = to_fp8(emu(xq.float() * 0.02).relu(), torch.tensor(out_scale)).float()
         got = layer(xq)
@@ -78,7 +81,7 @@ def test_blocker():
         nn.Conv2d(16, 16, 3, padding=1, groups=16, padding_mode="reflect")
     )
     with pytest.raises(ValueError, match="one channel per group"):
-        FusedFP8Depthwise(nn.Conv2d(16, 16, 3, groups=4), 0.1, True, torch.float32)
+        FusedFP8Depthwise(nn.Conv2d(16, 16, 3, groups=4), FP8LayerSpec(0.1, True, torch.float32))
 
 
 class _InvertedResidual(nn.Module):
@@ -153,11 +156,12 @@ def test_kernel_under_the_interpreter_matches_the_torch_path():
         from quantstudy.quant.formats.fp8 import to_fp8
         from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, fp8_depthwise
         from quantstudy.quant.kernels.depthwise import depthwise_taps
+        from quantstudy.quant.layers.spec import FP8LayerSpec
         torch.manual_seed(0)
         worst = 0.0
         convs = (nn.Conv2d(24, 24, 3, padding=1, groups=24), Conv2dSame(40, 40, 5, 2, groups=40))
         for conv in convs:
-            layer = FusedFP8Depthwise(conv, 0.03, True, torch.float32, "relu6")
+            layer = FusedFP8Depthwise(conv, FP8LayerSpec(0.03, True, torch.float32, "relu6"))
             x = torch.randn(2, conv.in_channels, 9, 9)
             xq = to_fp8(x, layer.x_scale).contiguous(memory_format=torch.channels_last)
             pad, out_hw = layer.geometry(9, 9)

@@ -9,6 +9,7 @@ from quantstudy.engines.builders import build_fakequant, build_fp8, build_half
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.calibration.calibrators import make_calibrator
 from quantstudy.quant.formats.fp8 import E4M3_MAX, fake_quant, quantize_weight
+from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 
@@ -256,7 +257,7 @@ def test_unfused_layer_with_the_bias_inside_equals_the_bias_after(monkeypatch):
 
     lin = nn.Linear(40, 24)
     x = torch.randn(64, 40)
-    layer = modules.FP8Matmul(lin, 0.02, True, torch.float32)
+    layer = modules.FP8Matmul(lin, FP8LayerSpec(0.02, True, torch.float32))
     outputs = {}
     for inside in (False, True):
         monkeypatch.setattr(modules, "scaled_mm_output", lambda *a, inside=inside: (a[1], inside))

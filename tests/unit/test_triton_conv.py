@@ -11,6 +11,7 @@ from torch import nn
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
 from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import QuantPlan, apply_fp8, real_layers
 
 
@@ -32,6 +33,7 @@ def test_conv_kernel_under_the_interpreter_matches_the_emulation():
         from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
         from quantstudy.quant.layers.matmul import QDQ
         from quantstudy.quant.kernels.conv import fp8_conv2d_triton, tap_major
+        from quantstudy.quant.layers.spec import FP8LayerSpec
         torch.manual_seed(0)
         cases = [  # (B, C, H, W, N, kernel, stride, padding, dilation, bias, act, channels-last)
             (2, 26, 9, 9, 26, (3, 3), (1, 1), (1, 1), (1, 1), True, "relu", True),
@@ -46,9 +48,9 @@ def test_conv_kernel_under_the_interpreter_matches_the_emulation():
             if cl:
                 x = x.contiguous(memory_format=torch.channels_last)
             xs = 0.02
-            emu = QDQ(conv, xs, True, True, torch.float32)
+            emu = QDQ(conv, FP8LayerSpec(xs, True, torch.float32))
             ref = _act_reference(emu(x), act)
-            layer = FusedFP8Conv2d(conv, xs, True, torch.float32, act)
+            layer = FusedFP8Conv2d(conv, FP8LayerSpec(xs, True, torch.float32, act))
             pad = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, layer.c_pad))  # as the layer does
             xq = to_fp8(pad, layer.x_scale).contiguous(memory_format=torch.channels_last)
             if not cl:  # the kernel reads any layout
@@ -81,10 +83,11 @@ def test_conv_kernel_rounds_where_the_unfused_engine_stores_under_the_interprete
         from quantstudy.quant.formats.fp8 import to_fp8
         from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d, fp8_conv2d
         from quantstudy.quant.kernels.conv import fp8_conv2d_triton
+        from quantstudy.quant.layers.spec import FP8LayerSpec
         torch.manual_seed(3)
         conv = nn.Conv2d(26, 26, 3, padding=1)
         x = (torch.randn(2, 26, 8, 8) * 2).contiguous(memory_format=torch.channels_last)
-        layer = FusedFP8Conv2d(conv, 0.03, True, torch.float16, "relu")
+        layer = FusedFP8Conv2d(conv, FP8LayerSpec(0.03, True, torch.float16, "relu"))
         xq = to_fp8(torch.nn.functional.pad(x, (0, 0, 0, 0, 0, layer.c_pad)), layer.x_scale)
         args = (xq, layer.w_taps, [3, 3], layer.w_scale, layer.x_scale, layer.bias, "relu")
         geo = ([1, 1], [1, 1], [1, 1])
@@ -120,11 +123,11 @@ def test_blocker_and_layer_checks():
 
     assert kxk_fp8_blocker(Conv2dSame(26, 26, 3)) is not None
     conv = nn.Conv2d(16, 8, 3, padding=1)
-    layer = FusedFP8Conv2d(conv, 0.1, True, torch.float32, fp8_input=True)
+    layer = FusedFP8Conv2d(conv, FP8LayerSpec(0.1, True, torch.float32, fp8_input=True))
     with pytest.raises(TypeError, match="reads FP8"):
         layer(torch.randn(1, 16, 4, 4))
     with pytest.raises(ValueError, match="cannot be padded"):  # 8 channels: padded to 16
-        FusedFP8Conv2d(nn.Conv2d(8, 8, 3), 0.1, True, torch.float32, fp8_input=True)
+        FusedFP8Conv2d(nn.Conv2d(8, 8, 3), FP8LayerSpec(0.1, True, torch.float32, fp8_input=True))
 
 
 class _Block(nn.Module):
@@ -162,7 +165,11 @@ def test_fused_engine_runs_the_3x3_conv_real_and_equals_the_emulation_in_fp32():
     assert [n for n, _ in applied.emulated] == ["conv2"]
     for name in layers:
         layer = model.get_submodule(name)
-        setattr(emu, name, QDQ(layer, plan.calibration.scale_of(name), True, True, torch.float32))
+        setattr(
+            emu,
+            name,
+            QDQ(layer, FP8LayerSpec(plan.calibration.scale_of(name), True, torch.float32)),
+        )
     with torch.no_grad():
         want = emu(x)
         got = fused(x.contiguous(memory_format=torch.channels_last))

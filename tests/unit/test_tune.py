@@ -12,6 +12,7 @@ from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, 
 from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import kl_per_image
 from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
@@ -83,7 +84,7 @@ def test_a_tuning_that_does_not_help_returns_the_start(monkeypatch):
 
 
 def test_the_straight_through_gradient_stops_where_the_input_saturates():
-    qdq = QDQ(nn.Conv2d(2, 2, 1), 0.01, True, True, torch.float32)  # range +-4.48
+    qdq = QDQ(nn.Conv2d(2, 2, 1), FP8LayerSpec(0.01, True, torch.float32))  # range +-4.48
     x = torch.tensor([0.5, -3.0, 5.0, -9.0]).reshape(1, 2, 2, 1).requires_grad_(True)
     y = tune._straight_through(qdq, x)
     assert torch.equal(y.detach(), qdq.quantize_input(x.detach()))

@@ -39,12 +39,13 @@ from quantstudy.quant.calibration.calibrate import Calibration
 from quantstudy.quant.formats.fp8 import E4M3_MAX
 from quantstudy.quant.graph.trace import input_shapes
 from quantstudy.quant.layers.matmul import bind_scaled_mm
+from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import fp8_module, real_layers
 from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import read_json
-from quantstudy.record.vocab import CompileMode, Fp8Kernel, choices
+from quantstudy.record.vocab import Activation, CompileMode, Fp8Kernel, choices
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
 from quantstudy.speed.harness import time_interleaved
@@ -130,7 +131,8 @@ def measure_layer_speed(
             scale = float(x.float().abs().amax()) / E4M3_MAX
         act_name, act = absorbed.get(name, (None, "none"))
         after = copy.deepcopy(source.get_submodule(act_name)) if act_name is not None else None
-        fp8, blocker = fp8_module(layer, scale, per_channel, torch.float16, kernel, act=act)
+        spec = FP8LayerSpec(scale, per_channel, torch.float16, act=Activation(act))
+        fp8, blocker = fp8_module(layer, spec, kernel)
         f16, f8 = _compiled_pair(layer, after, fp8, device, compile_mode)
 
         def call16(f=f16, x=x):

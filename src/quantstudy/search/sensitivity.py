@@ -23,6 +23,7 @@ from quantstudy.engines.builders import deployed_copy
 from quantstudy.quality.metrics import score_engine
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.selectors import layer_kind
 from quantstudy.record import EngineQuality
@@ -128,12 +129,13 @@ def measure_sensitivity(
     quantized = {
         name: QDQ(
             source.get_submodule(name),
-            plan.calibration.scale_of(name),
-            True,
-            plan.per_channel,
-            torch.float32,
-            stored[name],
-            **plan.input_quant(name, source.get_submodule(name)),
+            FP8LayerSpec(
+                plan.calibration.scale_of(name),
+                plan.per_channel,
+                torch.float32,
+                weight=stored[name],
+                **plan.input_quant(name, source.get_submodule(name)),
+            ),
         ).to(device)
         for name in plan.layers
     }

@@ -54,6 +54,7 @@ from quantstudy.quant.formats.fp8 import quantize_weight
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.graph.trace import pre_hooks
 from quantstudy.quant.layers.matmul import QDQ, FP8Weight
+from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.record.vocab import Rounding
 
@@ -159,7 +160,7 @@ def emulated(
     fitted = copy.deepcopy(layer)
     with torch.no_grad():
         fitted.bias = nn.Parameter(bias.to(layer.weight.device, layer.weight.dtype))
-    qdq = QDQ(fitted, x_scale, True, per_channel, torch.float32, stored, **quant)
+    qdq = QDQ(fitted, FP8LayerSpec(x_scale, per_channel, torch.float32, weight=stored, **quant))
     return qdq.to(layer.weight.device)
 
 
@@ -272,7 +273,7 @@ def fit_sequential(
         w = layer.weight.detach().float().cpu()
         if divisor is not None:
             w = w * divisor.float().cpu().reshape((1, -1) + (1,) * (w.dim() - 2))
-        probe = QDQ(layer, scale_of(name), True, per_channel, torch.float32, None, **quant)
+        probe = QDQ(layer, FP8LayerSpec(scale_of(name), per_channel, torch.float32, **quant))
         pointwise = compensable(layer)
         compensating = Rounding(rounding) is Rounding.COMPENSATING
         moments, sample = _PairMoments(pointwise and compensating), _Sample()

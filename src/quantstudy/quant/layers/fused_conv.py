@@ -25,7 +25,7 @@ from quantstudy.quant.layers.fused_matmul import (
     io_repr,
     take_epilogue,
 )
-from quantstudy.record.vocab import Activation
+from quantstudy.quant.layers.spec import FP8LayerSpec
 
 
 def kxk_fp8_blocker(layer: nn.Module) -> str | None:
@@ -101,20 +101,15 @@ def _(xq, w_taps, kernel_hw, w_scale, x_scale, bias, act, out_dtype, stride, pad
 
 
 class FusedFP8Conv2d(nn.Module):
-    """A dense kxk conv as one fused FP8 kernel (module docstring); arguments as
-    `FusedFP8Matmul`'s."""
+    """A dense kxk conv as one fused FP8 kernel (module docstring); `spec` as
+    `FusedFP8Matmul`'s, without a stored weight or dynamic input scales: nearest weights, a
+    static per-tensor input."""
 
-    def __init__(
-        self,
-        layer: nn.Conv2d,
-        x_scale: float,
-        per_channel: bool,
-        dtype: torch.dtype,
-        act: str = Activation.NONE,
-        out_scale: float | None = None,
-        fp8_input: bool = False,
-    ) -> None:
+    def __init__(self, layer: nn.Conv2d, spec: FP8LayerSpec) -> None:
         super().__init__()
+        spec.refuse("FusedFP8Conv2d", "weight", "row_scales", "x_divisor")
+        x_scale, per_channel = spec.static_scale("FusedFP8Conv2d"), spec.per_channel
+        dtype, act, out_scale, fp8_input = spec.dtype, spec.act, spec.out_scale, spec.fp8_input
         blocker = kxk_fp8_blocker(layer)
         if blocker is not None:
             raise ValueError(blocker)

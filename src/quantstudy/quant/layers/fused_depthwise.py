@@ -34,8 +34,7 @@ from quantstudy.quant.layers.fused_matmul import (
     io_repr,
     take_epilogue,
 )
-from quantstudy.quant.layers.matmul import FP8Weight
-from quantstudy.record.vocab import Activation
+from quantstudy.quant.layers.spec import FP8LayerSpec
 
 
 def _same_pad_types() -> tuple[type, ...]:
@@ -109,21 +108,16 @@ def _(xq, taps, w_scale, kernel_hw, x_scale, bias, act, out_dtype, stride, pad, 
 
 
 class FusedFP8Depthwise(nn.Module):
-    """A depthwise conv reading and writing FP8 (module docstring); arguments as
-    `FusedFP8Matmul`'s, `weight` the plan's stored FP8 weight (nearest rounding otherwise)."""
+    """A depthwise conv reading and writing FP8 (module docstring); `spec` as
+    `FusedFP8Matmul`'s, `spec.weight` the plan's stored FP8 weight (nearest rounding otherwise),
+    without dynamic input scales."""
 
-    def __init__(
-        self,
-        layer: nn.Conv2d,
-        x_scale: float,
-        per_channel: bool,
-        dtype: torch.dtype,
-        act: str = Activation.NONE,
-        out_scale: float | None = None,
-        fp8_input: bool = False,
-        weight: FP8Weight | None = None,
-    ) -> None:
+    def __init__(self, layer: nn.Conv2d, spec: FP8LayerSpec) -> None:
         super().__init__()
+        spec.refuse("FusedFP8Depthwise", "row_scales", "x_divisor")
+        x_scale, per_channel = spec.static_scale("FusedFP8Depthwise"), spec.per_channel
+        dtype, act, out_scale, fp8_input = spec.dtype, spec.act, spec.out_scale, spec.fp8_input
+        weight = spec.weight
         blocker = depthwise_fp8_blocker(layer)
         if blocker is not None:
             raise ValueError(blocker)

@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from quantstudy.quant.formats.fp8 import E4M3, quantize_rows, quantize_weight, to_fp8
-from quantstudy.quant.layers.matmul import FP8Weight, PointwiseMatmul, align
+from quantstudy.quant.layers.matmul import PointwiseMatmul, align
 from quantstudy.quant.layers.padding import OutputPad
+from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.record.vocab import Activation
 
 # Activation modules the epilogue computes, by exact type (subclasses may change the forward).
@@ -258,20 +259,11 @@ class FusedFP8Matmul(PointwiseMatmul):
     cuBLASLt on padded ones (docs/fp8-kernel.md). Zero columns add exact zeros to every sum.
     """
 
-    def __init__(
-        self,
-        layer: nn.Linear | nn.Conv2d,
-        x_scale: float,
-        per_channel: bool,
-        dtype: torch.dtype,
-        act: str = Activation.NONE,
-        out_scale: float | None = None,
-        fp8_input: bool = False,
-        fp8_weight: FP8Weight | None = None,
-        row_scales: bool = False,
-        x_divisor: torch.Tensor | None = None,
-    ) -> None:
+    def __init__(self, layer: nn.Linear | nn.Conv2d, spec: FP8LayerSpec) -> None:
         super().__init__()
+        x_scale, per_channel = spec.static_scale("FusedFP8Matmul"), spec.per_channel
+        dtype, act, out_scale, fp8_input = spec.dtype, spec.act, spec.out_scale, spec.fp8_input
+        fp8_weight, row_scales, x_divisor = spec.weight, spec.row_scales, spec.x_divisor
         self._take_shape(layer)
         weight = layer.weight.detach().float()
         weight = weight.reshape(weight.shape[0], -1)

@@ -25,6 +25,7 @@ from quantstudy.quant.formats.fp8 import (
     quantize_weight,
     to_fp8,
 )
+from quantstudy.quant.layers.spec import FP8LayerSpec
 
 # torch._scaled_mm needs both matrix dimensions of the weight divisible by 16; the fused kernel
 # needs FP8 rows of 16-byte multiples for vector and descriptor loads.
@@ -205,17 +206,11 @@ class FP8Matmul(PointwiseMatmul):
     adds exact zeros to every sum, so the result is unchanged.
     """
 
-    def __init__(
-        self,
-        layer: nn.Linear | nn.Conv2d,
-        x_scale: float,
-        per_channel: bool,
-        dtype: torch.dtype,
-        fp8_weight: FP8Weight | None = None,
-        row_scales: bool = False,
-        x_divisor: torch.Tensor | None = None,
-    ) -> None:
+    def __init__(self, layer: nn.Linear | nn.Conv2d, spec: FP8LayerSpec) -> None:
         super().__init__()
+        spec.refuse("FP8Matmul", "act", "out_scale", "fp8_input")
+        x_scale, per_channel, dtype = spec.static_scale("FP8Matmul"), spec.per_channel, spec.dtype
+        fp8_weight, row_scales, x_divisor = spec.weight, spec.row_scales, spec.x_divisor
         self._take_shape(layer)
         weight = layer.weight.detach().float()
         weight = weight.reshape(weight.shape[0], -1)
@@ -313,18 +308,11 @@ class QDQ(nn.Module):
     (weight-only runs); `quant_weights` False leaves weights unquantized (activation-only runs).
     """
 
-    def __init__(
-        self,
-        layer: nn.Module,
-        x_scale: float | None,
-        quant_weights: bool,
-        per_channel: bool,
-        dtype: torch.dtype,
-        fp8_weight: FP8Weight | None = None,
-        row_scales: bool = False,
-        x_divisor: torch.Tensor | None = None,
-    ) -> None:
+    def __init__(self, layer: nn.Module, spec: FP8LayerSpec, quant_weights: bool = True) -> None:
         super().__init__()
+        spec.refuse("QDQ", "act", "out_scale", "fp8_input")
+        x_scale, per_channel, dtype = spec.x_scale, spec.per_channel, spec.dtype
+        fp8_weight, row_scales, x_divisor = spec.weight, spec.row_scales, spec.x_divisor
         inner = copy.deepcopy(layer).to(dtype)
         # With a divisor the layer computes W diag(d) (x / d): the weight it stores (and
         # `fp8_weight`, when given) is the migrated one.

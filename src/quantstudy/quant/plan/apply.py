@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -17,6 +17,7 @@ from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, depthwise_fp8_blocker
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import QDQ, FP8Matmul, FP8Weight, real_fp8_blocker
+from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.record.vocab import Activation, Fp8Kernel, choices
 
 if TYPE_CHECKING:  # sequential.py builds on this module
@@ -140,45 +141,30 @@ def real_layers(
     return [n for n in layers if fp8_blocker(model.get_submodule(n), kernel) is None]
 
 
-def fp8_module(
-    layer: nn.Module,
-    x_scale: float,
-    per_channel: bool,
-    dtype: torch.dtype,
-    kernel: str,
-    *,
-    act: str = Activation.NONE,
-    out_scale: float | None = None,
-    fp8_input: bool = False,
-    weight: FP8Weight | None = None,
-    **input_quant: Any,
-) -> tuple[nn.Module, str | None]:
+def fp8_module(layer: nn.Module, spec: FP8LayerSpec, kernel: str) -> tuple[nn.Module, str | None]:
     """The module an FP8 engine puts in `layer`'s place, and why it is emulated (None: it runs a
     real FP8 product). The one place that chooses it: engines and per-layer timing alike.
 
     `kernel` "fused": `FusedFP8Matmul` (linears, 1x1 convs), `FusedFP8Conv2d` (dense kxk
     convs) or `FusedFP8Depthwise` (depthwise convs, FP8 storage, the plan's stored weight), with
-    `act` in the epilogue and, given `out_scale`, writing the next layer's FP8 input
-    (`fp8_input`: reading its own that way); otherwise `FP8Matmul` (torch._scaled_mm). A layer
-    no FP8 kernel takes gets the quantize-dequantize `QDQ` in `dtype`. `weight` and
-    `input_quant`: the plan's stored weight and input quantization (`QuantPlan.input_quant`)."""
+    `spec.act` in the epilogue and, given `spec.out_scale`, writing the next layer's FP8 input
+    (`spec.fp8_input`: reading its own that way); otherwise `FP8Matmul` (torch._scaled_mm). A
+    layer no FP8 kernel takes gets the quantize-dequantize `QDQ` in `spec.dtype`. Each module
+    gets the fields it computes with: the epilogue's only where there is one, the stored weight
+    and dynamic input scales only where the kernel reads them (kxk convs: nearest weights,
+    static per-tensor input)."""
+    unfused = replace(spec, act=Activation.NONE, out_scale=None, fp8_input=False)
     blocker = fp8_blocker(layer, kernel)
     if blocker is not None:
-        return QDQ(layer, x_scale, True, per_channel, dtype, weight, **input_quant), blocker
+        return QDQ(layer, unfused), blocker
     if kernel != Fp8Kernel.FUSED:
-        return FP8Matmul(layer, x_scale, per_channel, dtype, weight, **input_quant), None
+        return FP8Matmul(layer, unfused), None
     if depthwise_fp8_blocker(layer) is None:
-        new = FusedFP8Depthwise(
-            layer, x_scale, per_channel, dtype, act, out_scale, fp8_input, weight
-        )
-        return new, None
-    if real_fp8_blocker(layer) is not None:
-        # a kxk conv (`quant/layers/fused_conv.py`): nearest weights, static per-tensor input
-        return FusedFP8Conv2d(layer, x_scale, per_channel, dtype, act, out_scale, fp8_input), None
-    new = FusedFP8Matmul(
-        layer, x_scale, per_channel, dtype, act, out_scale, fp8_input, weight, **input_quant
-    )
-    return new, None
+        return FusedFP8Depthwise(layer, replace(spec, row_scales=False, x_divisor=None)), None
+    if real_fp8_blocker(layer) is not None:  # a kxk conv (`quant/layers/fused_conv.py`)
+        static = replace(spec, weight=None, row_scales=False, x_divisor=None)
+        return FusedFP8Conv2d(layer, static), None
+    return FusedFP8Matmul(layer, spec), None
 
 
 def apply_fp8(
@@ -212,18 +198,17 @@ def apply_fp8(
     for name in plan.layers:
         layer = source.get_submodule(name)
         nxt = handoff.get(name)
-        new, blocker = fp8_module(
-            layer,
+        spec = FP8LayerSpec(
             plan.calibration.scale_of(name),
             plan.per_channel,
             dtype,
-            kernel,
-            act=epilogue.get(name, Activation.NONE),
+            act=Activation(epilogue.get(name, Activation.NONE)),
             out_scale=plan.calibration.scale_of(nxt) if nxt is not None else None,
             fp8_input=name in consumers,
             weight=weights[name],
             **plan.input_quant(name, layer),
         )
+        new, blocker = fp8_module(layer, spec, kernel)
         replace_module(model, name, new)
         if blocker is None:
             real.append(name)
@@ -241,9 +226,10 @@ def apply_fake_quant(
     for name in plan.layers:
         layer = model.get_submodule(name)
         x_scale = plan.calibration.scale_of(name) if activations else None
-        new = QDQ(
-            layer, x_scale, weights, plan.per_channel, torch.float32, stored.get(name),
+        spec = FP8LayerSpec(
+            x_scale, plan.per_channel, torch.float32, weight=stored.get(name),
             **plan.input_quant(name, layer),
         )  # fmt: skip
+        new = QDQ(layer, spec, quant_weights=weights)
         replace_module(model, name, new)
     return Applied([], [(n, "fake-quant emulation in fp32") for n in plan.layers])
