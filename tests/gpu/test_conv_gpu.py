@@ -107,7 +107,10 @@ def test_autotuned_kernel_runs_under_compile_and_cuda_graph():
         graph.replay()
         # independent of the kernel: the fp32 emulation of the same FP8 conv on the CPU
         ref = _act_reference(
-            QDQ(conv, 0.02, True, True, torch.float32)(F.relu(x.float().cpu())), "relu"
+            QDQ(conv, FP8LayerSpec(0.02, True, torch.float32), quant_weights=True)(
+                F.relu(x.float().cpu())
+            ),
+            "relu",
         )
     torch.cuda.synchronize()
     assert torch.equal(out, want)  # the replay is the compiled call

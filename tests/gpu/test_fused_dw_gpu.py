@@ -79,7 +79,7 @@ def test_layer_runs_under_compile_and_cuda_graph():
             out = fn(x)
         graph.replay()
         # independent of the kernel: the fp32 emulation of the same FP8 conv on the CPU
-        emulation = QDQ(conv, 0.02, True, True, torch.float32)
+        emulation = QDQ(conv, FP8LayerSpec(0.02, True, torch.float32), quant_weights=True)
         ref = _act_reference(emulation(F.relu(x.float().cpu())), "relu6")
     torch.cuda.synchronize()
     assert torch.equal(out, want)  # the replay is the compiled call

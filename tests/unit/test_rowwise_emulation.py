@@ -16,6 +16,7 @@ from torch import nn
 
 from quantstudy.quant.formats.fp8 import E4M3
 from quantstudy.quant.layers import matmul as modules
+from quantstudy.quant.layers.spec import FP8LayerSpec
 
 ROWWISE = modules.rowwise_scaled_mm_runs("cpu")
 NEEDS_ROWWISE = pytest.mark.skipif(
@@ -77,7 +78,7 @@ def test_scalar_scales_broadcast_as_the_kernel_takes_them():
 def _layer(per_channel: bool, row_scales: bool, dtype: torch.dtype) -> modules.FP8Matmul:
     torch.manual_seed(0)
     lin = nn.Linear(40, 24)  # N = 24 and K = 40 are padded to 32 and 48
-    return modules.FP8Matmul(lin, 0.02, per_channel, dtype, row_scales=row_scales)
+    return modules.FP8Matmul(lin, FP8LayerSpec(0.02, per_channel, dtype, row_scales=row_scales))
 
 
 @pytest.mark.parametrize(("per_channel", "row_scales"), [(True, False), (False, True)])
