@@ -40,14 +40,14 @@ TRUNCATION = 0.75  # the largest bet; the paper suggests 1/2 or 3/4 (3/4 narrows
 OPEN, PASS, FAIL = 0, 1, 2  # first_verdicts codes
 
 
-def block_stats(x: np.ndarray, block: int = BET_BLOCK) -> tuple[np.ndarray, ...]:
+def block_stats(x: np.ndarray, block: int = BET_BLOCK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Count, sum and sum of squares of `x` (values in [0, 1]) per block of `block` images;
     the last block holds the remainder."""
     x = np.asarray(x, dtype=np.float64)
     if x.size == 0:
         return np.zeros(0), np.zeros(0), np.zeros(0)
     starts = np.arange(0, x.size, block)
-    count = np.diff(np.append(starts, x.size)).astype(np.float64)
+    count: np.ndarray = np.diff(np.append(starts, x.size)).astype(np.float64)
     return count, np.add.reduceat(x, starts), np.add.reduceat(x * x, starts)
 
 

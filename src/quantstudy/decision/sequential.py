@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -124,7 +125,7 @@ class Scale:
     offset: float
     scale: float
 
-    def to_unit(self, v: float) -> float:
+    def to_unit(self, v: Any) -> Any:  # a float, or an array of them
         return (v - self.offset) / self.scale
 
     def value(self, x: float) -> float:
@@ -191,7 +192,8 @@ def _missing(gate: GateLook, missing: Missing, reason: str) -> GateLook:
 
 
 def _correct(top1: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    return (top1 == labels) & (top1 >= 0)
+    correct: np.ndarray = (top1 == labels) & (top1 >= 0)
+    return correct
 
 
 def _top1_look(per: PerImage, policy: Policy, n: int, prev: GateLook | None) -> GateLook:
@@ -272,7 +274,9 @@ def _finite_look(per: PerImage, n: int, prev: GateLook | None) -> GateLook:
     )
     bad, first = _nonfinite(per, n)
     if prev is not None and prev.status == GateStatus.FAIL:
-        return prev.model_copy(update={"images": n, "estimate": max(float(bad), prev.estimate)})
+        return prev.model_copy(
+            update={"images": n, "estimate": max(float(bad), prev.estimate or 0.0)}
+        )
     status = GateStatus.FAIL if bad else GateStatus.PASS
     settled_at = (first or n) if bad else None
     return gate.model_copy(

@@ -78,8 +78,8 @@ def _block_counts(
     probs: tuple[float, ...], shape: tuple[int, int], rng: np.random.Generator
 ) -> np.ndarray:
     """Counts of each value per block of `BET_BLOCK` images, by conditional binomials."""
-    counts = np.zeros((*shape, len(probs)), dtype=np.int64)
-    left = np.full(shape, BET_BLOCK, dtype=np.int64)
+    counts: np.ndarray = np.zeros((*shape, len(probs)), dtype=np.int64)
+    left: np.ndarray = np.full(shape, BET_BLOCK, dtype=np.int64)
     rest = 1.0
     for j, p in enumerate(probs[:-1]):
         share = min(max(p / rest, 0.0), 1.0) if rest > 0 else 0.0
@@ -93,9 +93,11 @@ def _block_counts(
 def _wrong(code: np.ndarray, truth: float, threshold: float, direction: Direction) -> np.ndarray:
     """Which first verdicts (1 pass, 2 fail) contradict the truth."""
     if abs(truth - threshold) <= _TIE:
-        return code != 0
+        tie: np.ndarray = code != 0
+        return tie
     good = truth > threshold if direction == Direction.AT_LEAST else truth < threshold
-    return code == (2 if good else 1)
+    wrong: np.ndarray = code == (2 if good else 1)
+    return wrong
 
 
 def simulate(
@@ -129,7 +131,7 @@ def simulate(
         count = np.full(total.shape, float(BET_BLOCK))
         lower, upper = intervals(count, total, total_sq, alpha)
         code, at = first_verdicts(lower, upper, t_unit, direction)
-        settle = (at + 1) * BET_BLOCK
+        settle: np.ndarray = (at + 1) * BET_BLOCK
         stop = np.where(code != 0, np.ceil(settle / round_size) * round_size, max_images)
         codes.append(code)
         stops.append(stop)

@@ -76,9 +76,9 @@ def decode_utf8(data: bytes, origin: str, *, bom: bool = False) -> str:
 class StrictLoader(yaml.SafeLoader):
     """`SafeLoader` that refuses aliases: the first `*name` is a `yaml.MarkedYAMLError`."""
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise yaml.composer.ComposerError(
                 None,
                 None,
