@@ -448,7 +448,7 @@ def test_method_section_says_what_output_tuning_trained(record):
     for tune, what in (("bias", "biases trained"), ("scale_bias", "per-output-channel gains")):
         recipe = record.recipe.model_copy(update={"tune": tune, "tune_epochs": 12})
         md = render_markdown(record.model_copy(update={"recipe": recipe}))
-        assert "Output tuning (`quant/tune.py`)" in md and what in md and "12 epochs" in md
+        assert "Output tuning (`quant/fitting/tune.py`)" in md and what in md and "12 epochs" in md
 
 
 def test_rounding_searches_and_headroom_are_stated_and_pass_the_self_check(record):
