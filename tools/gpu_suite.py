@@ -165,12 +165,13 @@ def machine(env) -> dict:
 
 
 def commit() -> str:
-    """HEAD where the device copy is a git checkout, else the coordinator's .carry/COMMIT."""
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    if head.returncode == 0:
-        return head.stdout.strip()
+    """The coordinator's .carry/COMMIT where it was carried (the device copy's git metadata can
+    name an older commit than the working tree it holds), else HEAD of a git checkout."""
     carried = ROOT / ".carry" / "COMMIT"
-    return carried.read_text().strip() if carried.is_file() else "unknown (no git, no COMMIT)"
+    if carried.is_file():
+        return carried.read_text().strip()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return head.stdout.strip() if head.returncode == 0 else "unknown (no git, no COMMIT)"
 
 
 def table(groups: list[dict]) -> str:

@@ -164,6 +164,12 @@ def test_fused_and_unfused_layers_write_the_same_fp16_numbers():
     assert ((a - b).abs() <= _fp16_ulp(torch.maximum(a.abs(), b.abs()))).all()  # one fp16 ulp
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured on the H200 (tests/gpu/records/gpu-suite.json): 1e-5 to 5e-5 of the outputs "
+    "differ from torch._scaled_mm at K = 96, 256, 1024, so the bit-identical claim is withdrawn "
+    "(docs/fp8-kernel.md); strict, so a fix that makes them identical fails here and is noticed",
+)
 @pytest.mark.parametrize("k", [96, 256, 1024])
 def test_promotion_interval_that_reproduces_scaled_mm(k):
     """Which promotion interval (`triton_fp8._mma`) writes torch._scaled_mm's numbers (row-wise

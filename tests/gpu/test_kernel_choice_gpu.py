@@ -57,6 +57,12 @@ def test_fastest_engine_times_every_layer_and_matches_the_fused_one(tmp_path, mo
     assert torch.equal(a, b), (a - b).abs().max()  # whatever was chosen, no number changes
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured on the H200 (tests/gpu/records/gpu-suite.json): the mixed engine moved "
+    "0.0002 of the outputs by at most 2.4e-4, so 'changes no number' is withdrawn "
+    "(docs/fp8-kernel.md); strict, so the day it holds this fails and is noticed",
+)
 def test_a_mixed_choice_runs_both_kernels_and_changes_no_number(tmp_path, monkeypatch):
     """Timing decides the mix, so the stored timings are rewritten to force one: the 1x1 conv
     keeps the fused kernel, the linear takes torch._scaled_mm. The engine built from them must
