@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-from PIL import Image
+from _tiny_data import write_tiny_imagenet
 
 from quantstudy.cli import main
 
@@ -21,13 +20,7 @@ def small_study(root: Path) -> Path:
     """The study folder (with `tensorrt/model.onnx` exported), made at most once."""
     if "study" in _MADE:
         return _MADE["study"]
-    data = root / "data"
-    g = torch.Generator().manual_seed(0)
-    for wnid in ("n01440764", "n01443537"):
-        (data / wnid).mkdir(parents=True)
-        for i in range(6):
-            pixels = (torch.rand(48, 48, 3, generator=g) * 255).to(torch.uint8).numpy()
-            Image.fromarray(pixels).save(data / wnid / f"img{i}.jpg")
+    data = write_tiny_imagenet(root / "data", seed=0)
     study = root / "study"
     args = "run test_efficientnet --weights random --device cpu --calib 4 --heldout 8 "
     args += f"--batches 1,2 --recipe generic_pointwise --no-speed --data {data} --out {study}"

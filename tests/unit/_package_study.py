@@ -12,7 +12,7 @@ from pathlib import Path
 
 import timm
 import torch
-from PIL import Image
+from _tiny_data import write_tiny_imagenet
 
 from quantstudy.cli import main
 
@@ -23,13 +23,7 @@ def package_study(root: Path) -> Path:
     """The study folder (its weights at `root/weights.pth`), made at most once."""
     if "study" in _MADE:
         return _MADE["study"]
-    data = root / "data"
-    g = torch.Generator().manual_seed(1)
-    for wnid in ("n01440764", "n01443537"):
-        (data / wnid).mkdir(parents=True)
-        for i in range(6):
-            pixels = (torch.rand(48, 48, 3, generator=g) * 255).to(torch.uint8).numpy()
-            Image.fromarray(pixels).save(data / wnid / f"img{i}.jpg")
+    data = write_tiny_imagenet(root / "data", seed=1)
     torch.manual_seed(0)
     torch.save(timm.create_model("test_efficientnet").state_dict(), root / "weights.pth")
     study = root / "study"
