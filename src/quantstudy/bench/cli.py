@@ -37,18 +37,8 @@ TIMED = (Fp8Kernel.FUSED, Fp8Kernel.SCALED_MM)
 ENGINE_DTYPES = ("float32", "float16", "bfloat16")
 # The study options of `bench options`: the model, data, split and recipe (nothing it times
 # depends on the rest).
-OPTIONS_STUDY_OPTIONS = (
-    "data",
-    "calib_data",
-    "class_list",
-    "weights",
-    "strip_prefix",
-    "recipe",
-    "calib",
-    "heldout",
-    "seed",
-    "device",
-    "test_settings",
+OPTIONS_STUDY_OPTIONS = tuple(
+    o for o in BENCH_STUDY_OPTIONS if o not in ("batches", "compile_mode")
 )
 
 
