@@ -20,7 +20,7 @@ study() {  # a finished study exits 0 (ship), 3 (not ship) or 4 (inconclusive: r
         exit 1
     fi
 }
-study "$OUT/rows" --recipe examples/lite0-fp8-options/recipes/generic_pointwise_rows.yaml
+study "$OUT/rows" --recipe ci/recipes/generic_pointwise_rows.yaml
 grep -q '"activation_granularity": "per_row"' "$OUT/rows/study.json"
 study "$OUT/default"
 run export "$OUT/default" --check
