@@ -259,7 +259,12 @@ def test_every_image_mode_is_used_or_skipped_with_its_reason(study):
     assert set(skipped) == set(SKIPPED)
     for name, reason in SKIPPED.items():
         assert reason in skipped[name], skipped[name]
-    used = record["data"]["calibration"]["ids"] + record["data"]["heldout"]["ids"]
+    from quantstudy.record import StudyRecord
+    from quantstudy.study.per_image import set_ids
+
+    typed = StudyRecord.model_validate(record)
+    assert record["data"]["heldout"]["ids"] is None  # in the per-image side file
+    used = record["data"]["calibration"]["ids"] + set_ids(study, typed, typed.data.heldout)
     assert len(used) == USABLE  # every usable image, each in one set
     modes = {"grey16.png", "rgba.png", "grey_alpha.png", "cmyk.jpg", "exif.jpg", "bits.png"}
     assert modes <= {i.split("/")[1] for i in used}

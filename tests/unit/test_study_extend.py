@@ -10,12 +10,12 @@ from test_heldout_auto import _rows
 
 from quantstudy.cli import main
 from quantstudy.data.folders import scan_folder
-from quantstudy.record import ImageSet
+from quantstudy.record import ImageSet, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_record
 from quantstudy.report.render import load_record
 from quantstudy.study.extend import _new_items
-from quantstudy.study.per_image import PerImageResults, seal, unseal
+from quantstudy.study.per_image import PerImageResults, seal, set_ids, unseal
 
 
 def _results(n: int = 6) -> PerImageResults:
@@ -57,8 +57,8 @@ def test_images_the_study_used_are_refused_by_id_and_by_content(tiny_imagenet, t
     more = tmp_path / "more"
     shutil.copytree(tiny_imagenet, more)  # same ids: 10 of its 12 images are the study's
     with pytest.raises(UserError, match=r"10 images of .* are already in the study .*--skip-used"):
-        _new_items(record, scan_folder(more), skip_used=False)
-    fresh = _new_items(record, scan_folder(more), skip_used=True)
+        _new_items(study, record, scan_folder(more), skip_used=False)
+    fresh = _new_items(study, record, scan_folder(more), skip_used=True)
     assert [i.id for i in fresh] == [i.id for i in scan_folder(tiny_imagenet).items][10:]
     renamed = tmp_path / "renamed"  # the same files under other names: still the same images
     for item in scan_folder(tiny_imagenet).items[:3]:
@@ -66,7 +66,7 @@ def test_images_the_study_used_are_refused_by_id_and_by_content(tiny_imagenet, t
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(item.path, target)
     with pytest.raises(UserError, match="3 images of"):
-        _new_items(record, scan_folder(renamed), skip_used=False)
+        _new_items(study, record, scan_folder(renamed), skip_used=False)
 
 
 def test_extend_refuses_in_one_line(tiny_imagenet, tmp_path, capsys):
@@ -120,6 +120,17 @@ def test_a_sequential_study_then_extend_end_to_end_on_cpu(tiny_imagenet, tmp_pat
     assert [look["images"] for look in record["sequential"]["looks"]] == [8, 14]
     assert record["data"]["extended"][0]["n_images"] == 6
     assert record["per_image"]["images"] == 14
+    # the held-out ids live in the side file only; read back, they hash as the record says
+    assert record["data"]["heldout"]["ids"] is None and record["data"]["extended"][0]["ids"] is None
+    typed = StudyRecord.model_validate(record)
+    assert set_ids(out, typed, typed.data.extended[0]) == [
+        f"n01440764/new{i}.jpg" for i in range(6)
+    ]
+    assert len(set_ids(out, typed, typed.data.heldout)) == 8
+    edited = typed.data.heldout.model_copy(update={"ids_sha256": "0" * 64})
+    bad = typed.model_copy(update={"data": typed.data.model_copy(update={"heldout": edited})})
+    with pytest.raises(UserError, match="do not name the images"):
+        set_ids(out, bad, edited)
     assert all(q["n_images"] == 14 for q in record["quality"]["engines"])
     assert (out / "report.md").is_file()
     assert main(["extend", str(out), "--data", str(more.parent)]) == 1  # the same images again

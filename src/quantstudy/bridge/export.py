@@ -39,6 +39,7 @@ class Exported:
     script_path: Path
     graph: QdqGraph
     rebuilt: Rebuilt
+    study_dir: Path
 
 
 def float_path_of(qdq_path: Path) -> Path:
@@ -77,7 +78,7 @@ def export_study(
     )
     write_text_atomic(script_path, text)
     script_path.chmod(0o755)
-    return Exported(qdq_path, float_path, script_path, graph, rebuilt)
+    return Exported(qdq_path, float_path, script_path, graph, rebuilt, study_dir)
 
 
 # The floor measured here against the one the study recorded: equal (to the reductions' noise)
@@ -120,7 +121,7 @@ def check_export(
     result = CheckResult()
     model = onnx.load(exported.qdq_path)
     check_structure(model, record, result)
-    x, _ = load_set(record, record.data.heldout, data)
+    x, _ = load_set(exported.study_dir, record, record.data.heldout, data)
     if images is not None:
         x = x[:images]
     batch = eval_batch(record)

@@ -30,6 +30,7 @@ from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record import ImageSet, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.study.inputs import split_study_data
+from quantstudy.study.per_image import set_ids
 
 DEFAULT_EVAL_BATCH = 64  # the study's quality batch before records stored it (schema 6)
 
@@ -164,10 +165,11 @@ def eval_batch(record: StudyRecord) -> int:
 
 
 def load_set(
-    record: StudyRecord, images: ImageSet, folder: Path | None
+    study_dir: Path, record: StudyRecord, images: ImageSet, folder: Path | None
 ) -> tuple[torch.Tensor, list[str]]:
-    """The images of one of the study's sets, found by their recorded ids under `folder` (default:
-    the folder the study read), checked against the recorded id hash."""
+    """The images of one of the study's sets, found by their recorded ids (in the record or its
+    per-image side file) under `folder` (default: the folder the study read), checked against
+    the recorded id hash."""
     root = Path(folder) if folder is not None else Path(images.folder)
     if not root.is_dir():
         flag = "--data" if images.role == "heldout" else "--calib-data"
@@ -175,21 +177,22 @@ def load_set(
             f"the study's {images.role} images were read from {images.folder}, which is not a "
             f"folder here; pass the folder that holds them with {flag}"
         )
-    missing = [i for i in images.ids if not (root / i).is_file()]
+    ids = set_ids(study_dir, record, images)
+    missing = [i for i in ids if not (root / i).is_file()]
     if missing:
         raise UserError(
             f"{len(missing)} of the study's {images.n_images} {images.role} images are not in "
             f"{root} (first: {missing[0]}); pass the folder the study read"
         )
-    if _ids_sha(images.ids) != images.ids_sha256:
+    if _ids_sha(ids) != images.ids_sha256:
         raise UserError(
             f"the study's {images.role} image list does not match its recorded hash; the record "
             "was edited"
         )
     # Labels are not needed (agreement and KL compare engines), so no class list is read.
-    items = [ImageItem(id=i, path=root / i, label=None, wnid=None) for i in images.ids]
+    items = [ImageItem(id=i, path=root / i, label=None, wnid=None) for i in ids]
     x, _ = load_images(items, build_transform(record.preprocessing), desc=f"{images.role} images")
-    return x, list(images.ids)
+    return x, ids
 
 
 def _ids_sha(ids: list[str]) -> str:

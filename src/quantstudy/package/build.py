@@ -36,6 +36,7 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.vocab import CompileMode, Fp8Kernel
 from quantstudy.report.render import RECORD_FILE, load_record
+from quantstudy.study.per_image import set_ids
 
 SAMPLE_IMAGES = 4  # recorded images whose outputs the manifest fingerprints
 FP8_CAPABILITY = (8, 9)  # Ada and Hopper on: the first GPUs with FP8 tensor cores
@@ -101,11 +102,13 @@ def _refuse_options(record: StudyRecord) -> None:
         )
 
 
-def sample_images(record: StudyRecord, data: Path | None) -> tuple[torch.Tensor, list[str]]:
+def sample_images(
+    study_dir: Path, record: StudyRecord, data: Path | None
+) -> tuple[torch.Tensor, list[str]]:
     """The first few held-out images of the study, preprocessed as the study did."""
     images = record.data.heldout
     root = Path(data) if data is not None else Path(images.folder)
-    ids = images.ids[:SAMPLE_IMAGES]
+    ids = set_ids(study_dir, record, images)[:SAMPLE_IMAGES]
     missing = [i for i in ids if not (root / i).is_file()]
     if missing:
         raise UserError(
@@ -240,7 +243,7 @@ def package_study(options: PackageOptions) -> Path:
         with _staging(options.out_dir):
             pass
     rebuilt = rebuild(record, options.data, options.calib_data)
-    images, ids = sample_images(record, options.data)
+    images, ids = sample_images(Path(options.study_dir), record, options.data)
     engines = build_engines(rebuilt, device)
     all_batches = sorted({b for _, timed in plan for b in timed} | {b for b, _ in plan if b})
     table = choose_tiles(engines.fp8, images, all_batches) if device.type == "cuda" else None

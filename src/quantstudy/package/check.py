@@ -82,7 +82,7 @@ def _reference(folder: Path, manifest: dict, study_dir: Path, data, calib_data, 
             f"the packages in {folder} were built from another record than {study_dir}'s "
             f"(study digest {manifest['study']['digest']} vs {record.digest})"
         )
-    x, _ = load_set(record, record.data.heldout, data)
+    x, _ = load_set(Path(study_dir), record, record.data.heldout, data)
     if images is not None:
         x = x[:images]
     rebuilt = rebuild(record, data, calib_data)

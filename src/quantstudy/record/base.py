@@ -49,6 +49,8 @@ Schema history:
      "auto" or "auto:MAX" (a count before); StudyRecord.per_image (the sealed side file of
      per-image rows, `record/side.py`); DataInfo.extended (held-out images added by
      `quantstudy extend`).
+ 15: ImageSet.ids may be None: a held-out set's ids are kept in the per-image side file
+     only (its rows name them), so the record does not grow with the held-out images.
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -58,7 +60,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

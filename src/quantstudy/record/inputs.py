@@ -70,7 +70,9 @@ class ImageSet(Section):
     per_class_min: int | None = None
     per_class_max: int | None = None
     ids_sha256: str
-    ids: list[str]
+    # sorted; None for a held-out set whose ids live in the per-image side file beside the
+    # record (`study/per_image.py: set_ids`), so study.json stays small at any image count
+    ids: list[str] | None = None
 
 
 class DataInfo(Section):

@@ -33,7 +33,14 @@ from quantstudy.report.render import load_record, render_study
 from quantstudy.study.cache import StageCache
 from quantstudy.study.guard import claim_study_folder
 from quantstudy.study.heldout import chunk_batches, run_heldout
-from quantstudy.study.per_image import PerImageResults, quality_section, seal, unseal
+from quantstudy.study.per_image import (
+    PerImageResults,
+    quality_section,
+    seal,
+    set_ids,
+    unseal,
+    without_ids,
+)
 from quantstudy.study.prepare import prepare_study, study_device
 from quantstudy.study.rounds import ROUND_IMAGES, Rounds
 from quantstudy.study.run import build_engines
@@ -57,7 +64,7 @@ def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[
     if scan.labelled != record.data.labelled:
         kind = "labelled" if record.data.labelled else "unlabelled"
         raise UserError(f"{more} must hold {kind} images, as the study's held-out folder does")
-    items = stream_order(_new_items(record, scan, skip_used), config.seed)
+    items = stream_order(_new_items(study_dir, record, scan, skip_used), config.seed)
     if not items:
         raise UserError(f"{more} has no image the study has not used; give other images")
     policy, label = load_policy(policy_name)
@@ -89,7 +96,9 @@ def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[
     )  # fmt: skip
     round_size = chunk_batches(config.eval_batch, ROUND_IMAGES) * config.eval_batch
     added_set = summarize_set("heldout", more, used, scan.labelled)
-    data = record.data.model_copy(update={"extended": [*record.data.extended, added_set]})
+    data = without_ids(
+        record.data.model_copy(update={"extended": [*record.data.extended, added_set]})
+    )
     record = record.model_copy(
         update={
             "data": data,
@@ -113,7 +122,9 @@ def _joined(previous: PerImageResults, rows, labels):
     return joined.rows, joined.labels
 
 
-def _new_items(record: StudyRecord, scan: FolderScan, skip_used: bool) -> list[ImageItem]:
+def _new_items(
+    study_dir: Path, record: StudyRecord, scan: FolderScan, skip_used: bool
+) -> list[ImageItem]:
     """The images of `scan` that the study has not used, by id and by file content."""
     data = record.data
     roots = {
@@ -126,7 +137,7 @@ def _new_items(record: StudyRecord, scan: FolderScan, skip_used: bool) -> list[I
         root = roots["calibration" if image_set.role == "calibration" else "heldout"]
         if image_set in data.extended:
             root = Path(image_set.folder)
-        for image_id in image_set.ids:
+        for image_id in set_ids(study_dir, record, image_set):
             used_ids.add(image_id)
             path = root / image_id
             if path.is_file():

@@ -8,6 +8,7 @@ first images again.
 
 from __future__ import annotations
 
+import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 from quantstudy.quality.metrics import build_quality_section, emulation_gap_rows, score_rows
 from quantstudy.quality.nonfinite import scan_rows
 from quantstudy.quality.rows import RowSet
-from quantstudy.record import QualitySection
+from quantstudy.record import DataInfo, ImageSet, QualitySection, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import read_side_file, write_side_file
 from quantstudy.record.side import PER_IMAGE_FILE, SideFile
@@ -67,6 +68,40 @@ def unseal(folder: Path, side: SideFile | None) -> PerImageResults:
     labels = data.pop("labels", None)
     rows = RowSet.from_tensors(data)
     return PerImageResults(rows, ids, None if labels is None else labels.numpy())
+
+
+def without_ids(data: DataInfo) -> DataInfo:
+    """`data` with its held-out sets' ids left to the per-image side file (`seal` writes them
+    there): the record keeps each set's count and id hash, and stays small at any size."""
+    return data.model_copy(
+        update={
+            "heldout": data.heldout.model_copy(update={"ids": None}),
+            "extended": [s.model_copy(update={"ids": None}) for s in data.extended],
+        }
+    )
+
+
+def set_ids(folder: Path, record: StudyRecord, image_set: ImageSet) -> list[str]:
+    """The sorted ids of one of the study's image sets: from the record where it lists them,
+    else from the per-image side file, where the held-out sets' rows follow each other (the
+    held-out set, then each `extend` set in the order added, its ids under its folder's name),
+    checked against the set's recorded hash."""
+    if image_set.ids is not None:
+        return list(image_set.ids)
+    held = [record.data.heldout, *record.data.extended]
+    if image_set not in held:
+        raise ValueError(f"{image_set.role} set of {image_set.folder} is not in the record")
+    index = held.index(image_set)
+    start = sum(s.n_images for s in held[:index])
+    rows = unseal(folder, record.per_image).ids[start : start + image_set.n_images]
+    prefix = f"{Path(image_set.folder).name}/" if index else ""
+    ids = sorted(i.removeprefix(prefix) for i in rows)
+    if hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest() != image_set.ids_sha256:
+        raise UserError(
+            f"the per-image results in {folder} do not name the images the record's "
+            f"{image_set.role} set of {image_set.folder} hashes to; rerun the study"
+        )
+    return ids
 
 
 def quality_section(

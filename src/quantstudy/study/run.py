@@ -70,7 +70,7 @@ from quantstudy.study.heldout import (
     run_heldout,
 )
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
-from quantstudy.study.per_image import PerImageResults, quality_section, seal
+from quantstudy.study.per_image import PerImageResults, quality_section, seal, without_ids
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
 from quantstudy.study.rounds import ROUND_IMAGES, Rounds
 from quantstudy.study.timing import StageTimer
@@ -181,7 +181,9 @@ def run_study(
     with timer.stage("score"):
         quality, results = _score(config, inputs, outputs)
         per_image = seal(out_dir, results)
-    record = record.model_copy(update={"quality": quality, "per_image": per_image})
+    record = record.model_copy(
+        update={"quality": quality, "per_image": per_image, "data": without_ids(record.data)}
+    )
     _save(record, out_dir)
 
     with timer.stage("timing"):
