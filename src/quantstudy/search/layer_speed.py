@@ -44,6 +44,7 @@ from quantstudy.quant.plan.apply import fp8_module, real_layers
 from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record.errors import UserError
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.readers import read_json
 from quantstudy.record.vocab import Activation, CompileMode, Fp8Kernel, choices
 from quantstudy.search.sensitivity import kind_of
@@ -95,7 +96,7 @@ def measure_layer_speed(
     iters: int = 20,
     warmup: int = 10,
     device: torch.device | str = "cuda",
-    kernel: str = Fp8Kernel.FUSED,
+    kernel: str = DEFAULT_FP8_KERNEL,
 ) -> LayerSpeedSection:
     """Time every layer of `layers` in fp16 and in FP8 at its real input shape with `batch`.
 
