@@ -141,7 +141,9 @@ def real_layers(
     return [n for n in layers if fp8_blocker(model.get_submodule(n), kernel) is None]
 
 
-def fp8_module(layer: nn.Module, spec: FP8LayerSpec, kernel: Fp8Kernel) -> tuple[nn.Module, str | None]:
+def fp8_module(
+    layer: nn.Module, spec: FP8LayerSpec, kernel: Fp8Kernel
+) -> tuple[nn.Module, str | None]:
     """The module an FP8 engine puts in `layer`'s place, and why it is emulated (None: it runs a
     real FP8 product). The one place that chooses it: engines and per-layer timing alike.
 
