@@ -130,7 +130,7 @@ def measure_layer_speed(
             scale = calibration.scale_of(name)
         else:
             scale = float(x.float().abs().amax()) / E4M3_MAX
-        act_name, act = absorbed.get(name, (None, "none"))
+        act_name, act = absorbed.get(name, (None, Activation.NONE))
         after = copy.deepcopy(source.get_submodule(act_name)) if act_name is not None else None
         spec = FP8LayerSpec(scale, per_channel, torch.float16, act=Activation(act))
         fp8, blocker = fp8_module(layer, spec, kernel)
