@@ -46,7 +46,7 @@ from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.readers import read_json
-from quantstudy.record.vocab import Activation, CompileMode, Fp8Kernel, choices
+from quantstudy.record.vocab import Activation, CompileMode, Engine, Fp8Kernel, choices
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
 from quantstudy.speed.harness import time_interleaved
@@ -145,9 +145,9 @@ def measure_layer_speed(
                 return f(x)
 
         times = time_interleaved(
-            {"fp16": call16, "fp8": call8}, rounds, iters, warmup, device=device
+            {Engine.FP16: call16, Engine.FP8: call8}, rounds, iters, warmup, device=device
         )
-        bs = summarize_batch(batch, times["fp16"], times["fp8"])
+        bs = summarize_batch(batch, times[Engine.FP16], times[Engine.FP8])
         rows.append(
             LayerSpeed(
                 layer=name,
