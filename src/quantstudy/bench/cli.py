@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
 from quantstudy.record.vocab import Fp8Kernel, choices
 
 # The study options a speed or kernels bench takes (fields of `StudyConfig`).
@@ -127,7 +127,10 @@ def add_bench_parser(
     kernels.add_argument("model", help="timm name, optionally with tag")
     add_config_args(kernels, BENCH_STUDY_OPTIONS)
     kernels.add_argument(
-        "--fp8-kernel", choices=choices(Fp8Kernel), default="fused", help="the FP8 engine's"
+        "--fp8-kernel",
+        choices=choices(Fp8Kernel),
+        default=DEFAULT_FP8_KERNEL,
+        help="the FP8 engine's",
     )
     kernels.add_argument("--batch", type=int, default=128, help="profiled batch (default 128)")
     kernels.add_argument("--compiles", type=int, default=2, help="fresh compiles (default 2)")

@@ -29,6 +29,7 @@ from quantstudy.quant.layers.fused_conv import fp8_conv2d, kxk_fp8_blocker
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.vocab import Activation
 from quantstudy.speed.ideal import layer_cost, peaks_for
 
 
@@ -81,7 +82,7 @@ def _one(layer: nn.Conv2d, d, batch: int, peaks, device: str = "cuda") -> dict:
         xq = to_fp8(F.pad(x16, (0, 0, 0, 0, 0, pad)), x_scale)
         xq = xq.contiguous(memory_format=torch.channels_last)
         taps = tap_major(F.pad(w8.float(), (0, 0, 0, 0, 0, pad)).to(w8.dtype)).to(cuda)
-        args = (xq, taps, list(layer.kernel_size), w_scale, x_scale, bias, "none")
+        args = (xq, taps, list(layer.kernel_size), w_scale, x_scale, bias, Activation.NONE)
         return _us(lambda: fp8_conv2d(*args, torch.float16, *geometry, None, torch.float16))
 
     pad = -d.in_channels % 16

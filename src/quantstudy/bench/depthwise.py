@@ -27,6 +27,7 @@ from quantstudy.bench.gemm import time_us
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import DepthwiseBench, DepthwiseRow, write_unfinished
 from quantstudy.bench.shapes import BANDWIDTH, DepthwiseConv, depthwise_convs
+from quantstudy.record.vocab import Activation
 
 # variant -> (input bytes, output bytes) per element
 ELEMENT_BYTES = {
@@ -124,7 +125,9 @@ def time_conv(row: DepthwiseConv) -> dict:
     for label, (x, xs, os_, dtype) in variants.items():
 
         def call(tile, x=x, xs=xs, os_=os_, dtype=dtype):
-            return depthwise_taps(x, taps, (kh, kw), bias, s, pad, hw, "none", xs, os_, dtype, tile)
+            return depthwise_taps(
+                x, taps, (kh, kw), bias, s, pad, hw, Activation.NONE, xs, os_, dtype, tile
+            )
 
         times = {tile: time_us(lambda tile=tile: call(tile)) for tile in TILES}
         tile = min(times, key=times.get)

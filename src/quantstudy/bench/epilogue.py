@@ -29,6 +29,7 @@ import torch
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.quant.formats.fp8 import E4M3, to_fp8
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.vocab import Activation
 
 # (name, M, N, K): res2net50_26w_4s at batch 128, each stage's conv3 (K = 4 x width, N = 4 x 64 x
 # 2^stage channels, M = 128 x H x W)
@@ -62,8 +63,8 @@ def bench(m: int, n: int, k: int, device: torch.device) -> dict[str, float]:
     out_scale = torch.full((), 0.05, device=device)
     res = torch.randn(m, n, device=device, generator=g).half()
     pair = torch.empty(m, n, device=device, dtype=E4M3)
-    args = (x8, w8, w_scale, one, bias, "none", torch.float16)
-    kw = {"round_to": torch.float16, "residual": res, "res_act": "relu"}
+    args = (x8, w8, w_scale, one, bias, Activation.NONE, torch.float16)
+    kw = {"round_to": torch.float16, "residual": res, "res_act": Activation.RELU}
     before = len(TUNE_LOG)
     times = {
         "residual": _time(lambda: fp8_gemm_triton(*args, **kw)),

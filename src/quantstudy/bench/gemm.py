@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import GemmBench, GemmRow, write_unfinished
 from quantstudy.bench.shapes import BANDWIDTH, Product, fp8_products
+from quantstudy.record.vocab import Activation
 
 TIMED = (
     "us per call, mean of CUDA-graph replays (triton.testing.do_bench_cudagraph, rep 20 ms) "
@@ -153,7 +154,9 @@ def time_product(p: Product, sweep: bool) -> dict:
     w_scale = torch.full((n,), 1 / 64, device=dev)
     x_scale = torch.tensor(1.0, device=dev)
     bias = torch.zeros(n, device=dev)
-    ref = _act_reference((a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias, "none")
+    ref = _act_reference(
+        (a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias, Activation.NONE
+    )
     us: dict[str, float] = {"fp16 mm": time_us(lambda: a16 @ w16.t())}
     if p.conv_map is not None:
         b, c, h, w = p.conv_map
@@ -173,8 +176,8 @@ def time_product(p: Product, sweep: bool) -> dict:
 
         def call(cfg=cfg, loads=loads, store=store, per_sm=per_sm, fast=fast):
             return fp8_gemm_triton(
-                a8, w8, w_scale, x_scale, bias, "none", torch.float16, tile=cfg, loads=loads,
-                store=store, stream=per_sm, promote=0 if fast else PROMOTE,
+                a8, w8, w_scale, x_scale, bias, Activation.NONE, torch.float16, tile=cfg,
+                loads=loads, store=store, stream=per_sm, promote=0 if fast else PROMOTE,
             )  # fmt: skip
 
         try:

@@ -20,7 +20,7 @@ from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import KernelsBench, KernelTime
 from quantstudy.engines.builders import build_fp8, build_half, set_numerics
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import Fp8Kernel
+from quantstudy.record.vocab import Engine, Fp8Kernel
 from quantstudy.speed.kernels import group_kernel, kernel_events
 from quantstudy.study.prepare import prepare_study
 
@@ -49,8 +49,8 @@ def bench_kernels(
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)  # nothing carries over
         torch._dynamo.reset()
         engines = {
-            "fp16": build_half(model, device, example, fold=fold),
-            "fp8": build_fp8(model, device, example, prepared.plan, fold=fold, kernel=kernel),
+            Engine.FP16: build_half(model, device, example, fold=fold),
+            Engine.FP8: build_fp8(model, device, example, prepared.plan, fold=fold, kernel=kernel),
         }
         entry = {}
         for name, engine in engines.items():

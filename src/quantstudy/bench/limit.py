@@ -42,6 +42,7 @@ from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.vocab import Engine, Fp8Kernel, KernelGroup
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
@@ -55,7 +56,7 @@ MODELS = {
     "ghostnet_100": "random",
     "tf_efficientnet_lite0": "efficientnet-lite0",
 }
-KERNELS = ("fused", "fastest", "scaled_mm")
+KERNELS = (Fp8Kernel.FUSED, Fp8Kernel.FASTEST, Fp8Kernel.SCALED_MM)
 HEADER = (
     "model | kernel | FP8 real/emulated | scaled_mm layers | batch | fp16 ms | FP8 ms | "
     "x [q1-q3] | ideal x | of ideal | FP8 products us | top-1 vs emulation"
@@ -141,7 +142,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
     if args.pad_apart and "sums" in variants:
         variants.insert(variants.index("sums") + 1, "padapart")
     for kernel, variant in ((k, v) for k in args.kernels for v in variants):
-        if variant != "sums" and kernel == "scaled_mm":
+        if variant != "sums" and kernel == Fp8Kernel.SCALED_MM:
             continue  # the unfused engine never sums in its epilogue
         fp8 = build_fp8(
             model, device, x[:1], plan, fold=fold, kernel=kernel, choice_batches=args.batches,
@@ -190,16 +191,16 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
 def print_rows(name: str, kernel: str, row: dict) -> None:
     ideal = {i["batch"]: i for i in row["ideal"]}
     groups = {(k["engine"], k["batch"]): k for k in row["speed"]["kernels"]}
-    chosen = sum(c["kernel"] == "scaled_mm" for c in row["kernel_choice"])
+    chosen = sum(c["kernel"] == Fp8Kernel.SCALED_MM for c in row["kernel_choice"])
     for b in row["speed"]["batches"]:
         i = ideal.get(b["batch"])
         fp8mm = next(
-            (g["time_us"] for g in groups.get(("fp8", b["batch"]), {}).get("groups", [])
-             if g["group"] == "fp8_matmul"), float("nan"),
+            (g["time_us"] for g in groups.get((Engine.FP8, b["batch"]), {}).get("groups", [])
+             if g["group"] == KernelGroup.FP8_MATMUL), float("nan"),
         )  # fmt: skip
         print(
             f"{name} | {kernel} | {row['fp8_real']}/{row['fp8_emulated']} | "
-            f"{chosen if kernel == 'fastest' else '-'} | {b['batch']} | "
+            f"{chosen if kernel == Fp8Kernel.FASTEST else '-'} | {b['batch']} | "
             f"{b['fp16_ms']['median']:.3f} | {b['fp8_ms']['median']:.3f} | "
             f"{b['ratio']['median']:.2f} [{b['ratio']['q1']:.2f}-{b['ratio']['q3']:.2f}] | "
             f"{i['ideal_x'] if i else float('nan'):.2f} | "
@@ -247,7 +248,7 @@ def ideal_of_records(paths: list[Path]) -> str:
                 emulated = [n for n in names if n not in pointwise] if e.fp8_emulated else []
                 epilogue = {k: act for k, (_, act) in absorbed.items()}
                 engine = EngineInfo(
-                    name="fp8", compute_dtype="float16", device="cuda", compiled=True,
+                    name=Engine.FP8, compute_dtype="float16", device="cuda", compiled=True,
                     fp8_real=[n for n in names if n not in emulated], fp8_emulated=emulated,
                     fp8_epilogue=epilogue,  # the fp16 engine's passes: the same for both
                     fp16_layers=0, weight_bytes=0, numerics={},
@@ -277,7 +278,7 @@ def render(paths: list[Path]) -> str:
                 row = m["kernels"][kernel]
                 ideal = {i["batch"]: i for i in row["ideal"]}
                 prof = {(k["engine"], k["batch"]): k for k in row["speed"]["kernels"]}
-                picked = sum(c["kernel"] == "scaled_mm" for c in row["kernel_choice"])
+                picked = sum(c["kernel"] == Fp8Kernel.SCALED_MM for c in row["kernel_choice"])
                 for b in row["speed"]["batches"]:
                     i, r = ideal.get(b["batch"]), b["ratio"]
 
@@ -291,14 +292,14 @@ def render(paths: list[Path]) -> str:
                         kernel,
                         str(b["batch"]),
                         f"{row['fp8_real']}/{row['fp8_emulated']}",
-                        str(picked) if kernel.startswith("fastest") else "-",
+                        str(picked) if kernel.startswith(Fp8Kernel.FASTEST) else "-",
                         f"{b['fp16_ms']['median']:.3f}",
                         f"{b['fp8_ms']['median']:.3f}",
                         f"{r['median']:.2f} [{r['q1']:.2f}-{r['q3']:.2f}]",
                         f"{i['ideal_x']:.2f}" if i else "-",
                         f"{100 * i['fraction']:.0f}%" if i else "-",
-                        f"{group('fp8', 'fp8_matmul'):.0f} "
-                        f"({group('fp16', 'fp16_matmul_conv'):.0f})",
+                        f"{group(Engine.FP8, KernelGroup.FP8_MATMUL):.0f} "
+                        f"({group(Engine.FP16, KernelGroup.FP16_MATMUL_CONV):.0f})",
                         f"{agree:.4f} ({m['emulation_floor']:.4f})" if agree is not None else "-",
                     ]
                     lines.append("| " + " | ".join(cells) + " |")

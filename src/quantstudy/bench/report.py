@@ -24,7 +24,7 @@ from quantstudy.bench.schema import (
 )
 from quantstudy.record import TimingStats
 from quantstudy.record.io import write_text_atomic
-from quantstudy.record.vocab import Fp8Kernel, KernelGroup
+from quantstudy.record.vocab import Engine, Fp8Kernel, KernelGroup
 from quantstudy.report.format import code, table
 
 REPORT_NAME = "README.md"
@@ -252,7 +252,7 @@ def _speed_rows(r: SpeedResult, e: EngineSpeed) -> list[list[str]]:
     if e.speed is not None:
         counts = {(k.engine, k.batch): k.kernel_count for k in e.speed.kernels}
         for b in e.speed.batches:
-            k16, k8 = counts.get(("fp16", b.batch)), counts.get(("fp8", b.batch))
+            k16, k8 = counts.get((Engine.FP16, b.batch)), counts.get((Engine.FP8, b.batch))
             rows.append(
                 [
                     *lead,
@@ -288,10 +288,10 @@ def _kernel_rows(rec: SpeedBench) -> list[list[str]]:
         fp16_done = False
         for e in r.engines:
             for k in e.speed.kernels if e.speed else []:
-                if k.engine == "fp16":
+                if k.engine == Engine.FP16:
                     if fp16_done:
                         continue
-                    engine = "fp16"
+                    engine = Engine.FP16
                 else:
                     engine = f"{k.engine} ({e.fp8_kernel})"
                 by = {g.group: g.time_us for g in k.groups}
@@ -302,7 +302,7 @@ def _kernel_rows(rec: SpeedBench) -> list[list[str]]:
                     + ["-" if own is None else f"{own:.0f}"]
                 )
             fp16_done = fp16_done or any(
-                k.engine == "fp16" for k in (e.speed.kernels if e.speed else [])
+                k.engine == Engine.FP16 for k in (e.speed.kernels if e.speed else [])
             )
             for b in e.logged or []:
                 rows.append(

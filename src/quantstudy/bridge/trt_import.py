@@ -42,7 +42,7 @@ from quantstudy.record import (
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_record
 from quantstudy.record.speed import LayerPrecision
-from quantstudy.record.vocab import CompileMode, KernelGroup
+from quantstudy.record.vocab import CompileMode, Engine, KernelGroup
 from quantstudy.report.render import RECORD_FILE, load_record, render_study
 from quantstudy.speed.stats import timing_stats
 
@@ -75,7 +75,7 @@ def import_trt(
     out_dir = Path(out) if out is not None else study_dir / "tensorrt"
     onnx_file = Path(onnx_file) if onnx_file is not None else out_dir / "model.onnx"
     names = _layer_nodes(onnx_file, record)
-    dirs = {"fp16": Path(fp16_dir), "fp8": Path(fp8_dir)}
+    dirs = {Engine.FP16: Path(fp16_dir), Engine.FP8: Path(fp8_dir)}
     batches = _batches(dirs)
     speed = _speed_section(record, dirs, batches, names)
     not_run = [n for n in record.not_run if not n.startswith(STALE_NOT_RUN)] + [NOT_RUN_TRT]
@@ -136,12 +136,12 @@ def _batches(dirs: dict[str, Path]) -> list[int]:
         )
         if not found[engine]:
             raise UserError(f"--{engine} {folder} holds no b<batch>.times.json (see trtexec.sh)")
-    if found["fp16"] != found["fp8"]:
+    if found[Engine.FP16] != found[Engine.FP8]:
         raise UserError(
-            f"the fp16 exports cover batches {found['fp16']}, the FP8 exports {found['fp8']}; "
-            "time both engines at the same batch sizes"
+            f"the fp16 exports cover batches {found[Engine.FP16]}, "
+            f"the FP8 exports {found[Engine.FP8]}; time both engines at the same batch sizes"
         )
-    return found["fp16"]
+    return found[Engine.FP16]
 
 
 def _speed_section(
@@ -164,11 +164,11 @@ def _speed_section(
             profile = read_profile(result_file(folder, b, "profile"))
             kernels.append(_breakdown(engine, b, profile, infos[engine]))
             logs |= {k: v for k, v in read_log(folder / f"b{b}.log").items() if k not in logs}
-        layer_precision = _precision(infos["fp8"], names)
+        layer_precision = _precision(infos[Engine.FP8], names)
         _check_engines(infos, layer_precision, dirs, b)
         if not precision:
             precision = layer_precision
-        rows.append(_batch_speed(b, times["fp16"], times["fp8"], layer_precision))
+        rows.append(_batch_speed(b, times[Engine.FP16], times[Engine.FP8], layer_precision))
     return SpeedSection(
         device=logs.get("device", "GPU not named (no trtexec log beside the JSON)"),
         meaningful=True,
@@ -211,13 +211,14 @@ def _check_engines(
     must hold no FP8 layer."""
     if precision and all(p.precision == "not found" for p in precision):
         raise UserError(
-            f"{result_file(dirs['fp8'], b, 'layers')}: none of the study's {len(precision)} FP8 "
-            "layers is in this engine; its timings are from another model or export"
+            f"{result_file(dirs[Engine.FP8], b, 'layers')}: none of the study's "
+            f"{len(precision)} FP8 layers is in this engine; its timings are from another model "
+            "or export"
         )
-    fp8_in_fp16 = [e.name for e in infos["fp16"].layers if e.precision == "fp8"]
+    fp8_in_fp16 = [e.name for e in infos[Engine.FP16].layers if e.precision == "fp8"]
     if fp8_in_fp16:
         raise UserError(
-            f"{result_file(dirs['fp16'], b, 'layers')}: holds FP8 layers ({fp8_in_fp16[0]}); "
+            f"{result_file(dirs[Engine.FP16], b, 'layers')}: holds FP8 layers ({fp8_in_fp16[0]}); "
             "--fp16 must be the float engine's exports"
         )
 

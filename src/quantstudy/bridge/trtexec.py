@@ -16,9 +16,10 @@ import shlex
 from pathlib import Path
 
 from quantstudy.bridge.qdq import INPUT
+from quantstudy.record.vocab import Engine
 
 SCRIPT = "trtexec.sh"
-ENGINES = ("fp16", "fp8")
+ENGINES = (Engine.FP16, Engine.FP8)
 FILES = ("times", "profile", "layers")  # b<B>.<kind>.json
 
 

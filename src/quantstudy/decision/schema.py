@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from quantstudy.record.vocab import Baseline, CompileMode
+from quantstudy.record.vocab import Baseline, CompileMode, Engine
 
 
 class _PolicyPart(BaseModel):
@@ -86,7 +86,7 @@ class Policy(_PolicyPart):
     """A decision policy; the defaults are the built-in `default` preset's."""
 
     version: Literal[2] = 2
-    engine: Literal["fp8"] = "fp8"  # the engine under decision
+    engine: Literal[Engine.FP8] = Engine.FP8  # the engine under decision
     confidence: float = 0.95
     speed: SpeedPolicy = SpeedPolicy()
     quality: QualityPolicy = QualityPolicy()
@@ -111,15 +111,15 @@ class Policy(_PolicyPart):
         speed.pop("q1_speedup_above", None)
         out["speed"] = speed
         q = dict(data.get("quality") or {})
-        top1: dict[str, Any] = {"baseline": "fp32"}
+        top1: dict[str, Any] = {"baseline": Baseline.FP32}
         if "top1_change_ci_low_above" in q:
             top1["margin_points"] = -100.0 * q.pop("top1_change_ci_low_above")
         if "require_labels" in q:
             top1["require_labels"] = q.pop("require_labels")
-        agreement: dict[str, Any] = {"baseline": "fp32"}
+        agreement: dict[str, Any] = {"baseline": Baseline.FP32}
         if "min_agreement" in q:
             agreement["min"] = q.pop("min_agreement")
-        kl: dict[str, Any] = {"baseline": "fp32"}
+        kl: dict[str, Any] = {"baseline": Baseline.FP32}
         if "max_kl_mean" in q:
             kl["max"] = q.pop("max_kl_mean")
         out["quality"] = {**q, "top1": top1, "agreement": agreement, "kl_mean": kl}

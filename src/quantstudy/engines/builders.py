@@ -35,7 +35,9 @@ from quantstudy.quant.rewrites.pad_handoff import fuse_padded, padded_outputs
 from quantstudy.quant.rewrites.residual import float_summed, fuse_residuals, residual_sites
 from quantstudy.quant.rewrites.sum_handoff import can_read_fp8, fuse_sum_handoffs, sum_handoffs
 from quantstudy.record import EngineInfo, LayerKernel
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.vocab import CompileMode, Fp8Kernel
+from quantstudy.record.vocab import Engine as EngineName
 
 
 def numerics() -> dict[str, str]:
@@ -79,7 +81,7 @@ class BuiltEngine(Engine):
     compile_mode: str | None
     applied: Applied = field(default_factory=lambda: Applied([], []))
     float_layers: int = 0
-    fp8_kernel: str | None = None
+    fp8_kernel: Fp8Kernel | None = None
     fp8_epilogue: dict[str, str] = field(default_factory=dict)
     fp8_handoff: dict[str, str] = field(default_factory=dict)
     fp8_residual: dict[str, str] = field(default_factory=dict)
@@ -161,7 +163,9 @@ def build_fp32(model: nn.Module, device: torch.device) -> BuiltEngine:
     """The reference: the original model, eager, float32, BatchNorm unfolded."""
     m = copy.deepcopy(model).eval().to(device)
     n = count_float_layers(m)
-    return BuiltEngine("fp32", device, torch.float32, False, m, m, False, None, float_layers=n)
+    return BuiltEngine(
+        EngineName.FP32, device, torch.float32, False, m, m, False, None, float_layers=n
+    )
 
 
 def deployed_copy(
@@ -200,7 +204,7 @@ def build_half(
     m = deployed_copy(model, example, fold).to(device, dtype)
     m = m.to(memory_format=torch.channels_last)
     return _compiled_engine(
-        "fp16", m, device, dtype, compile_mode, float_layers=count_float_layers(m)
+        EngineName.FP16, m, device, dtype, compile_mode, float_layers=count_float_layers(m)
     )
 
 
@@ -213,7 +217,7 @@ def build_fp8(
     fold: bool = True,
     compile_mode: str = "default",
     dtype: torch.dtype | None = None,
-    kernel: str = "fused",
+    kernel: Fp8Kernel = DEFAULT_FP8_KERNEL,
     choice_batches: Sequence[int] = (128,),
     residual: bool = True,
     sum_handoff: bool = False,
@@ -276,7 +280,7 @@ def build_fp8(
     if kernel == Fp8Kernel.FASTEST:
         chosen = choose_kernels(m, source, plan, dtype, example, device, choice_batches)
     return _compiled_engine(
-        "fp8",
+        EngineName.FP8,
         m,
         device,
         dtype,
@@ -302,7 +306,7 @@ def build_fakequant(
     fold: bool = True,
     weights: bool = True,
     activations: bool = True,
-    name: str = "fakequant",
+    name: str = EngineName.FAKEQUANT,
 ) -> BuiltEngine:
     """The recipe emulated in fp32, eager: same quantization points as the FP8 engine.
 

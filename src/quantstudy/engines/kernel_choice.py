@@ -95,7 +95,7 @@ def _time_us(fn: Callable[[], object]) -> float:
 
 
 def _act_module(act: str) -> nn.Module:
-    return ACT_MODULES[act]() if act != "none" else nn.Identity()
+    return ACT_MODULES[act]() if act != Activation.NONE else nn.Identity()
 
 
 class Unfused(nn.Module):

@@ -34,7 +34,7 @@ from quantstudy.package.graph import export_engine, retarget
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import CompileMode, Fp8Kernel
+from quantstudy.record.vocab import CompileMode, Engine, Fp8Kernel
 from quantstudy.report.render import RECORD_FILE, load_record
 from quantstudy.study.per_image import set_ids
 
@@ -62,7 +62,7 @@ class PackageOptions:
 
 def fp8_engine_info(record: StudyRecord):
     """The record's FP8 engine; a study without one is refused."""
-    info = next((e for e in record.engines if e.name == "fp8"), None)
+    info = next((e for e in record.engines if e.name == Engine.FP8), None)
     if info is None or (not info.fp8_real and not info.fp8_emulated):
         raise UserError(
             f"study {record.name} has no FP8 engine to package (status {record.status}); "
@@ -265,7 +265,7 @@ def package_study(options: PackageOptions) -> Path:
                 with torch.no_grad():
                     out_shape = list(engine.eager(x).shape)
                 entries.append(_entry(path, engine, batch, options.dynamic, timed, out_shape))
-                if engine.name == "fp16":
+                if engine.name == Engine.FP16:
                     entries[-1]["twin_of"] = entries[-2]["file"]
                 else:
                     entries[-1]["twin_of"] = None

@@ -39,6 +39,7 @@ from quantstudy.record import (
     NonFiniteScan,
     QualitySection,
 )
+from quantstudy.record.vocab import Engine
 
 # Fixed, log-spaced KL bins shared by every engine and study, so histograms compare directly:
 # 36 bins from 1e-6 to 10 nats; smaller values (including 0) land in the first bin, larger in the
@@ -204,10 +205,10 @@ def emulation_gap(
     if reference_logits is not None:
         _check_inputs(reference_logits, fp8_logits, None)
     named = {
-        "fp8": fp8_logits,
-        "fakequant": fakequant_logits,
+        Engine.FP8: fp8_logits,
+        Engine.FAKEQUANT: fakequant_logits,
         "fakequant_reordered": reordered_logits,
-        "fp32": reference_logits,
+        Engine.FP32: reference_logits,
         "fp8_float32": float32_logits,
         "fakequant_half": half_storage[0] if half_storage else None,
     }
@@ -220,10 +221,10 @@ def gap_pairs(engines: Iterable[str]) -> list[Pair]:
     """The pairs `emulation_gap_rows` reads, for the engines present: each against the
     emulation (`fakequant`), as (emulation, engine)."""
     names = set(engines)
-    return [("fakequant", n) for n in GAP_ENGINES if n in names]
+    return [(Engine.FAKEQUANT, n) for n in GAP_ENGINES if n in names]
 
 
-GAP_ENGINES = ("fp8", "fakequant_reordered", "fp8_float32", "fakequant_half")
+GAP_ENGINES = (Engine.FP8, "fakequant_reordered", "fp8_float32", "fakequant_half")
 
 
 def emulation_gap_rows(rows: RowSet, half_dtype: torch.dtype | None = None) -> EmulationGap:
@@ -234,12 +235,12 @@ def emulation_gap_rows(rows: RowSet, half_dtype: torch.dtype | None = None) -> E
     floor = _agreement(rows, "fakequant_reordered")
     wide = _agreement(rows, "fp8_float32")
     half = _agreement(rows, "fakequant_half")
-    emu, fp8 = e["fakequant"], e["fp8"]
+    emu, fp8 = e[Engine.FAKEQUANT], e[Engine.FP8]
     agree = emu.agrees_with(fp8)
-    stats = KLStats.of(rows.pairs[("fakequant", "fp8")].finite_kl)
+    stats = KLStats.of(rows.pairs[(Engine.FAKEQUANT, Engine.FP8)].finite_kl)
     split: dict = {}
-    if "fp32" in e:
-        ref = e["fp32"]
+    if Engine.FP32 in e:
+        ref = e[Engine.FP32]
         engine_only, emulation_only, p = _split(ref, fp8, emu)
         split = {
             "engine_only_differ": engine_only,
@@ -283,8 +284,8 @@ def _agreement(rows: RowSet, engine: str) -> _Agreement | None:
     """`engine` against the emulation: agreement, differing images, mean KL(emulation || it)."""
     if engine not in rows.engines:
         return None
-    agree = rows.engines["fakequant"].agrees_with(rows.engines[engine])
-    stats = KLStats.of(rows.pairs[("fakequant", engine)].finite_kl)
+    agree = rows.engines[Engine.FAKEQUANT].agrees_with(rows.engines[engine])
+    stats = KLStats.of(rows.pairs[(Engine.FAKEQUANT, engine)].finite_kl)
     return _Agreement(float(agree.mean()), int(agree.size - agree.sum()), stats.mean)
 
 

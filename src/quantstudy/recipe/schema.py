@@ -97,11 +97,11 @@ _SEARCH = {
     "min_ratio": CalibParam(2.0**-8, 1e-6, 1.0, doc="smallest clip tried, x max |x|"),
 }
 CALIBRATORS: dict[str, dict[str, CalibParam]] = {
-    "max": {},
+    Calibrator.MAX: {},
     # below 50 a percentile clips most values: surely a typo for 99.x
-    "percentile": {"percentile": CalibParam(99.99, 50.0, 100.0, doc="percentile of |x|")},
-    "mse": _SEARCH,
-    "entropy": {
+    Calibrator.PERCENTILE: {"percentile": CalibParam(99.99, 50.0, 100.0, doc="percentile of |x|")},
+    Calibrator.MSE: _SEARCH,
+    Calibrator.ENTROPY: {
         **_SEARCH,
         # TensorRT's INT8 range; below it the objective degenerates
         # (quant/calibration/calibrators.py)

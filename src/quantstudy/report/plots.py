@@ -25,7 +25,7 @@ from pathlib import Path
 
 from quantstudy.record import EngineQuality, StudyRecord
 from quantstudy.record.io import write_bytes_atomic
-from quantstudy.record.vocab import KernelGroup, choices
+from quantstudy.record.vocab import Engine, KernelGroup, choices
 from quantstudy.report.search_plots import SENSITIVITY_PNG, sensitivity_png
 from quantstudy.report.sequential_plot import SEQUENTIAL_PNG, drawable, sequential_png
 
@@ -85,7 +85,7 @@ def _latency(record: StudyRecord) -> bytes:
     ax, axr = fig.subplots(1, 2)
     xs = list(range(len(sp.batches)))
     for offset, key, label, color in (
-        (-0.08, "fp16_ms", "fp16", "#1f77b4"),
+        (-0.08, "fp16_ms", Engine.FP16, "#1f77b4"),
         (0.08, "fp8_ms", "FP8", "#d62728"),
     ):
         med = [getattr(b, key).median for b in sp.batches]

@@ -44,8 +44,9 @@ from quantstudy.quant.plan.apply import fp8_module, real_layers
 from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record.errors import UserError
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.readers import read_json
-from quantstudy.record.vocab import Activation, CompileMode, Fp8Kernel, choices
+from quantstudy.record.vocab import Activation, CompileMode, Engine, Fp8Kernel, choices
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
 from quantstudy.speed.harness import time_interleaved
@@ -95,7 +96,7 @@ def measure_layer_speed(
     iters: int = 20,
     warmup: int = 10,
     device: torch.device | str = "cuda",
-    kernel: str = Fp8Kernel.FUSED,
+    kernel: str = DEFAULT_FP8_KERNEL,
 ) -> LayerSpeedSection:
     """Time every layer of `layers` in fp16 and in FP8 at its real input shape with `batch`.
 
@@ -129,7 +130,7 @@ def measure_layer_speed(
             scale = calibration.scale_of(name)
         else:
             scale = float(x.float().abs().amax()) / E4M3_MAX
-        act_name, act = absorbed.get(name, (None, "none"))
+        act_name, act = absorbed.get(name, (None, Activation.NONE))
         after = copy.deepcopy(source.get_submodule(act_name)) if act_name is not None else None
         spec = FP8LayerSpec(scale, per_channel, torch.float16, act=Activation(act))
         fp8, blocker = fp8_module(layer, spec, kernel)
@@ -144,9 +145,9 @@ def measure_layer_speed(
                 return f(x)
 
         times = time_interleaved(
-            {"fp16": call16, "fp8": call8}, rounds, iters, warmup, device=device
+            {Engine.FP16: call16, Engine.FP8: call8}, rounds, iters, warmup, device=device
         )
-        bs = summarize_batch(batch, times["fp16"], times["fp8"])
+        bs = summarize_batch(batch, times[Engine.FP16], times[Engine.FP8])
         rows.append(
             LayerSpeed(
                 layer=name,

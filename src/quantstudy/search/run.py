@@ -38,6 +38,7 @@ from quantstudy.recipe.schema import Recipe
 from quantstudy.record import OptionStep, StudyRecord, Variant
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.vocab import Engine
 from quantstudy.report.search_plots import write_sensitivity_plot
 from quantstudy.search.emit import write_recipe
 from quantstudy.search.layer_speed import (
@@ -138,7 +139,7 @@ def measured(record: StudyRecord, folder: Path, batch: int) -> Measured:
     if record.quality is None or record.recipe is None:
         raise RuntimeError(f"study {folder} is not complete")
     by_engine = {e.engine: e for e in record.quality.engines}
-    fp8, fq = by_engine["fp8"], by_engine.get("fakequant")
+    fp8, fq = by_engine[Engine.FP8], by_engine.get(Engine.FAKEQUANT)
     bs = None
     if record.speed is not None:
         bs = next((b for b in record.speed.batches if b.batch == batch), None)
@@ -367,7 +368,7 @@ def _candidate_variant(candidate: StudyRecord, search: SearchSection) -> Variant
     """The candidate recipe as a variant of the verifying study: its own study's FP8 quality
     and speed, with the search's prediction for it."""
     assert candidate.recipe is not None and candidate.quality is not None
-    fp8 = next((e for e in candidate.quality.engines if e.engine == "fp8"), None)
+    fp8 = next((e for e in candidate.quality.engines if e.engine == Engine.FP8), None)
     return Variant(
         name="candidate",
         recipe=candidate.recipe.source,

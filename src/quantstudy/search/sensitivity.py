@@ -28,6 +28,7 @@ from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.selectors import layer_kind
 from quantstudy.record import EngineQuality
 from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import Engine
 from quantstudy.search.tables import LayerSensitivity, Mode, SensitivitySection
 
 RANKED_BY = (
@@ -162,7 +163,7 @@ def measure_sensitivity(
     rows = _ranked(plan.layers, only, rest, originals)
     modes: list[Mode] = ["only", "all_but"] if all_but else ["only"]
     return SensitivitySection(
-        reference="fp32",
+        reference=Engine.FP32,
         n_images=int(images.shape[0]),
         subset=subset or f"{images.shape[0]} images",
         ids_sha256=ids_sha256,

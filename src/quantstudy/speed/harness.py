@@ -50,6 +50,7 @@ from quantstudy.engines.base import Engine
 from quantstudy.engines.size import package_bytes, weight_bytes
 from quantstudy.record import BatchSpeed, KernelBreakdown, SpeedSection
 from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.speed.env import gpu_clocks
 from quantstudy.speed.kernels import profile_kernels
 from quantstudy.speed.stats import summarize_batch
@@ -329,16 +330,16 @@ def measure_speed(
         buffers[batch] = n_buffers
         host = [first] + [tile_images(images, batch, k * batch) for k in range(1, n_buffers)]
         inputs = {
-            "fp16": [probe[0]] + [fp16.prepare(h) for h in host[1:]],
-            "fp8": [probe[1]] + [fp8.prepare(h) for h in host[1:]],
+            EngineName.FP16: [probe[0]] + [fp16.prepare(h) for h in host[1:]],
+            EngineName.FP8: [probe[1]] + [fp8.prepare(h) for h in host[1:]],
         }
         calls = {
-            "fp16": [functools.partial(fp16.module, x) for x in inputs["fp16"]],
-            "fp8": [functools.partial(fp8.module, x) for x in inputs["fp8"]],
+            EngineName.FP16: [functools.partial(fp16.module, x) for x in inputs[EngineName.FP16]],
+            EngineName.FP8: [functools.partial(fp8.module, x) for x in inputs[EngineName.FP8]],
         }
         with torch.no_grad():
             times = time_interleaved(calls, rounds, iters, warmup, device=device)
-        results.append(summarize_batch(batch, times["fp16"], times["fp8"]))
+        results.append(summarize_batch(batch, times[EngineName.FP16], times[EngineName.FP8]))
         del calls, inputs, probe
         if on_gpu and kernel_profile:
             kernels.append(profile_kernels(fp16, first, batch))

@@ -51,7 +51,7 @@ from quantstudy.record import (
     RecipeInfo,
     SpeedSection,
 )
-from quantstudy.record.vocab import KernelGroup
+from quantstudy.record.vocab import Engine, KernelGroup
 
 
 @dataclass(frozen=True)
@@ -247,15 +247,21 @@ def ideal_speed(
     peaks = peaks_for(gpu or speed.device)
     if peaks is None:
         return None, f"ideal x (no FP8 peaks tabulated for {gpu or speed.device})"
-    engine = next((e for e in engines if e.name == "fp8"), None)
+    engine = next((e for e in engines if e.name == Engine.FP8), None)
     if recipe is None or engine is None:
         return None, "ideal x (needs the recipe's layer table and the FP8 engine)"
     found = []
     for bs in speed.batches:
         profiles = {k.engine: k for k in speed.kernels if k.batch == bs.batch}
-        if {"fp16", "fp8"} <= profiles.keys():
+        if {Engine.FP16, Engine.FP8} <= profiles.keys():
             one = ideal_for_batch(
-                bs, profiles["fp16"], profiles["fp8"], recipe, engine, peaks, gpu or speed.device
+                bs,
+                profiles[Engine.FP16],
+                profiles[Engine.FP8],
+                recipe,
+                engine,
+                peaks,
+                gpu or speed.device,
             )
             found += [one] if one is not None else []
     if not found:

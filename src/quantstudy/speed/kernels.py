@@ -108,70 +108,70 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule(
-        "fp8_matmul",
+        KernelGroup.FP8_MATMUL,
         (r"^nvjet_(sm\d+_)?q",),
         why="cuBLAS nvjet GEMM whose type code starts with q: FP8 operands (nvjet_qqtst_...)",
     ),
     Rule(
-        "fp8_matmul",
+        KernelGroup.FP8_MATMUL,
         (MATMUL, FP8_TYPE),
         none_of=(INDUCTOR_ELEMENTWISE,),
         why="a GEMM/CUTLASS/xmma kernel with an FP8 type in its name "
         "(sm90_xmma_gemm_e4m3..., cutlass ...float_e4m3_t..., f8f8bf16_rowwise)",
     ),
     Rule(
-        "fp8_matmul",
+        KernelGroup.FP8_MATMUL,
         (CONV, FP8_TYPE),
         none_of=(DEPTHWISE, INDUCTOR_ELEMENTWISE),
         why="a dense convolution kernel with an FP8 type: an FP8 implicit GEMM",
     ),
     Rule(
-        "fp8_matmul",
+        KernelGroup.FP8_MATMUL,
         (r"^_fp8_gemm_kernel",),
         why="quantstudy's fused FP8 product (quant/kernels/gemm.py)",
     ),
     Rule(
-        "fp8_matmul",
+        KernelGroup.FP8_MATMUL,
         (r"^triton_tem_.*scaled_mm",),
         why="Inductor's Triton template for _scaled_mm (max-autotune)",
     ),
     Rule(
-        "quantize_convert",
+        KernelGroup.QUANTIZE_CONVERT,
         (FP8_TYPE,),
         none_of=(r"splitKreduce", DEPTHWISE),
         why="an FP8 type in a kernel that is not a matrix product or convolution: a cast",
     ),
     Rule(
-        "quantize_convert",
+        KernelGroup.QUANTIZE_CONVERT,
         (r"^triton_\w+?_fused_\w*_to_copy", r"clamp"),
         why="Inductor kernel with a dtype cast and a clamp: the saturating cast to FP8",
     ),
     Rule(
-        "quantize_convert",
+        KernelGroup.QUANTIZE_CONVERT,
         (r"^triton_\w+?_fused_\w*abs_\w*amax",),
         why="Inductor reduction of abs and amax: a dynamic FP8 scale",
     ),
     Rule(
-        "depthwise_conv",
+        KernelGroup.DEPTHWISE_CONV,
         (DEPTHWISE,),
         none_of=(INDUCTOR_ELEMENTWISE,),
         why="kernels named depthwise by PyTorch, or cuDNN's grouped direct convolution "
         "(in any dtype, FP8 included)",
     ),
     Rule(
-        "fp16_matmul_conv",
+        KernelGroup.FP16_MATMUL_CONV,
         (MATMUL,),
         none_of=(INDUCTOR_ELEMENTWISE, r"splitKreduce"),
         why="a GEMM/GEMV/CUTLASS/xmma kernel or an Inductor template, without an FP8 type",
     ),
     Rule(
-        "fp16_matmul_conv",
+        KernelGroup.FP16_MATMUL_CONV,
         (CONV,),
         none_of=(INDUCTOR_ELEMENTWISE,),
         why="a convolution kernel (cuDNN fprop, implicit GEMM, Winograd) without an FP8 type",
     ),
     Rule(
-        "fp16_matmul_conv",
+        KernelGroup.FP16_MATMUL_CONV,
         (ATTENTION,),
         none_of=(INDUCTOR_ELEMENTWISE,),
         why="a fused attention kernel: batched matrix products in fp16/bf16",
@@ -184,7 +184,7 @@ def group_kernel(name: str) -> Group:
     for rule in RULES:
         if rule.matches(name):
             return rule.group
-    return "other"
+    return KernelGroup.OTHER
 
 
 def kernels_from_trace(trace: Mapping[str, Any]) -> list[tuple[str, float]]:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from quantstudy.record import BatchSpeed, TimingStats
+from quantstudy.record.vocab import Engine
 
 MIN_ROUNDS = 10
 """Fewer rounds than this get a warning: quartiles of a handful of values are not a spread."""
@@ -69,7 +70,7 @@ def speed_warnings(fp16: TimingStats, fp8: TimingStats, ratio: TimingStats) -> l
             f"only {ratio.n} rounds (fewer than {MIN_ROUNDS}); "
             "the quartiles are not a reliable spread"
         )
-    for name, stats in (("fp16", fp16), ("fp8", fp8)):
+    for name, stats in ((Engine.FP16, fp16), (Engine.FP8, fp8)):
         spread = relative_spread(stats)
         if spread > MAX_RELATIVE_SPREAD:
             warnings.append(

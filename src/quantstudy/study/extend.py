@@ -29,6 +29,7 @@ from quantstudy.quality.stress import stress_inputs
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_record
+from quantstudy.record.vocab import Engine
 from quantstudy.report.render import load_record, render_study
 from quantstudy.study.cache import StageCache
 from quantstudy.study.guard import claim_study_folder
@@ -91,7 +92,7 @@ def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[
     results = previous.then(added)
     stress_names = [n for n, _ in stress_inputs(prepared.pre)]
     quality = quality_section(
-        results, built.stress, stress_names, built.timed["fp8"].dtype,
+        results, built.stress, stress_names, built.timed[Engine.FP8].dtype,
         prepared.inputs.loaded.info.random_weights, config.seed,
     )  # fmt: skip
     round_size = chunk_batches(config.eval_batch, ROUND_IMAGES) * config.eval_batch

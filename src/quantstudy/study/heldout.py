@@ -28,6 +28,7 @@ from quantstudy.data.stream import Chunk, Uint8Transform, normalize, stream_chun
 from quantstudy.engines.base import Engine
 from quantstudy.engines.run import device_logits, padded
 from quantstudy.quality.rows import Pair, RowSet
+from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.study.cache import StageCache, console
 
 # Images per chunk, in eval batches: the unit of resumption and of host memory (uint8).
@@ -139,7 +140,7 @@ def run_heldout(
                 t0 = time.perf_counter()
                 logits[p.name] = _chunk_logits(p, chunk, transform, len(items), eval_batch, device)
                 seconds[p.name] += time.perf_counter() - t0
-                if p.name == "fp32" and reference_check is not None:
+                if p.name == EngineName.FP32 and reference_check is not None:
                     reference_check(logits[p.name])
             end = chunk.start + chunk.n_images
             rows = RowSet.of(logits, pairs, None if labels is None else labels[chunk.start : end])

@@ -23,6 +23,7 @@ from quantstudy.record import DataInfo, ImageSet, QualitySection, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import read_side_file, write_side_file
 from quantstudy.record.side import PER_IMAGE_FILE, SideFile
+from quantstudy.record.vocab import Engine
 
 
 @dataclass(frozen=True)
@@ -117,12 +118,12 @@ def quality_section(
     rows, labels, ids = results.rows, results.labels, results.ids
     names = list(stress)
     return build_quality_section(
-        "fp32",
-        [score_rows(n, rows, "fp32", labels, seed=seed) for n in names if n != "fp32"],
+        Engine.FP32,
+        [score_rows(n, rows, Engine.FP32, labels, seed=seed) for n in names if n != Engine.FP32],
         [scan_rows(n, rows.engines[n].valid, ids, stress[n], stress_names) for n in names],
         stress_names,
         None if labels is None else torch.from_numpy(labels),
         emulation_gap_rows(rows, half),
         random_weights,
-        against_fp16=score_rows("fp8", rows, "fp16", labels, seed=seed),
+        against_fp16=score_rows(Engine.FP8, rows, Engine.FP16, labels, seed=seed),
     )

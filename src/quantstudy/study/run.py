@@ -53,6 +53,7 @@ from quantstudy.record import (
     Variant,
 )
 from quantstudy.record.io import write_record
+from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.record.vocab import Fp8Kernel
 from quantstudy.report.render import render_study
 from quantstudy.speed.harness import MAX_INPUT_BUFFERS, measure_speed, speed_not_run
@@ -77,9 +78,9 @@ from quantstudy.study.timing import StageTimer
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
 ATTRIBUTION = {
-    "fakequant": (True, True),
-    "fakequant_weights": (True, False),
-    "fakequant_activations": (False, True),
+    EngineName.FAKEQUANT: (True, True),
+    EngineName.FAKEQUANT_WEIGHTS: (True, False),
+    EngineName.FAKEQUANT_ACTIVATIONS: (False, True),
 }
 
 
@@ -213,9 +214,9 @@ def _builders(
     """Every engine of the study, built lazily, in the order they run."""
     mode = config.compile_mode
     return {
-        "fp32": lambda: build_fp32(model, device),
-        "fp16": lambda: build_half(model, device, example, fold=fold, compile_mode=mode),
-        "fp8": lambda: build_fp8(
+        EngineName.FP32: lambda: build_fp32(model, device),
+        EngineName.FP16: lambda: build_half(model, device, example, fold=fold, compile_mode=mode),
+        EngineName.FP8: lambda: build_fp8(
             model,
             device,
             example,
@@ -275,10 +276,10 @@ def build_engines(
             run = lambda e=engine: run_engine(e, stress_x, batch, pad=True)  # noqa: E731
             built.stress[name] = cache.get_or_compute(f"stress-{name}", run) if cache else run()
         built.passes.append(EnginePass(name, engine))
-        if name in ("fp16", "fp8"):
+        if name in (EngineName.FP16, EngineName.FP8):
             built.timed[name] = engine
-        if name == "fakequant":
-            half = built.timed["fp8"].dtype  # the floor of the storage the FP8 engine uses
+        if name == EngineName.FAKEQUANT:
+            half = built.timed[EngineName.FP8].dtype  # the floor of the storage the FP8 engine uses
             built.passes += [
                 EnginePass("fakequant_reordered", engine, lambda e=engine: reordered(e)),
                 EnginePass("fakequant_half", engine, lambda e=engine, d=half: half_storage(e, d)),
@@ -288,8 +289,8 @@ def build_engines(
             fp8 = _float32_fp8(config, inputs, plan, device)
             built.passes.append(EnginePass("fp8_float32", fp8))
     names = [p.name for p in built.passes]
-    built.pairs = [("fp32", n) for n in built.stress if n != "fp32"]
-    built.pairs += [("fp16", "fp8"), *gap_pairs(names)]
+    built.pairs = [(EngineName.FP32, n) for n in built.stress if n != EngineName.FP32]
+    built.pairs += [(EngineName.FP16, EngineName.FP8), *gap_pairs(names)]
     return built
 
 
@@ -347,7 +348,7 @@ def _sequential(config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs
 def _stage_name(name: str, timed: dict[str, Engine]) -> str:
     """The timings' name of a held-out pass (the half-storage run by its dtype, as before)."""
     if name == "fakequant_half":
-        return "fakequant " + str(timed["fp8"].dtype).removeprefix("torch.") + " storage"
+        return "fakequant " + str(timed[EngineName.FP8].dtype).removeprefix("torch.") + " storage"
     return name
 
 
@@ -383,7 +384,7 @@ def _score(
     ids = [item.id for item in inputs.heldout_items[: held.n_images]]
     results = PerImageResults(held.rows, ids, held.labels)
     stress_names = [n for n, _ in stress_inputs(inputs.pre)]
-    half = outputs.timed["fp8"].dtype
+    half = outputs.timed[EngineName.FP8].dtype
     random_weights = inputs.loaded.info.random_weights
     section = quality_section(
         results, outputs.stress, stress_names, half, random_weights, config.seed
@@ -409,8 +410,8 @@ def _time(
     transform = Uint8Transform(EvalTransform(inputs.pre).steps)
     images = first_images(inputs.heldout_items, transform, n, config.eval_batch)
     speed = measure_speed(
-        outputs.timed["fp16"],
-        outputs.timed["fp8"],
+        outputs.timed[EngineName.FP16],
+        outputs.timed[EngineName.FP8],
         images,
         list(config.batches),
         compile_mode=config.compile_mode,  # our name; COMPILE_MODES maps it to torch's

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from quantstudy.record import StudyRecord
+from quantstudy.record.vocab import Engine
 from quantstudy.sweep.events import Job
 from quantstudy.sweep.point import read_status
 
@@ -123,7 +124,7 @@ def _measured(record: StudyRecord) -> dict:
             for b in record.speed.batches
         ]
     if record.quality is not None:
-        fp8 = next((e for e in record.quality.engines if e.engine == "fp8"), None)
+        fp8 = next((e for e in record.quality.engines if e.engine == Engine.FP8), None)
         found["quality_meaningful"] = record.quality.meaningful
         if fp8 is not None:
             found |= {

@@ -43,6 +43,7 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.quant_options import QuantOptions
+from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.study.prepare import Prepared, batches, prepare_study
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -96,7 +97,7 @@ def compare_options(
         if rows:  # against the first variant, on the same images
             row["against_first"] = {
                 e: paired(rows[0][e], row[e])
-                for e in ("fakequant", "fp8")
+                for e in (EngineName.FAKEQUANT, EngineName.FP8)
                 if e in rows[0] and e in row
             }
         rows.append(row)
@@ -132,7 +133,7 @@ def _row(
         row["tuning"] = {"heldout_kl": list(plan.tuned.heldout_kl), "epoch": plan.tuned.epoch}
     fq = build_fakequant(model, dev, example, plan)
     emulated = run_engine(fq, x, eval_batch).float().cpu()
-    row["fakequant"] = score(ref, emulated, labels)
+    row[EngineName.FAKEQUANT] = score(ref, emulated, labels)
     if engines:
         floor = run_reordered(fq, x, eval_batch).float().cpu()
         row["floor"] = score(emulated, floor, labels)
@@ -145,7 +146,7 @@ def _row(
     del fq
     for dtype in [None, *extra] if engines else []:
         # None: the engine's own half dtype, the one a study times
-        key = "fp8" if dtype is None else "fp8_" + str(dtype).removeprefix("torch.")
+        key = EngineName.FP8 if dtype is None else "fp8_" + str(dtype).removeprefix("torch.")
         fp8 = build_fp8(model, dev, example, plan, dtype=dtype)
         logits = run_engine(fp8.eagerly(), x, eval_batch).float().cpu()
         row[key] = score(ref, logits, labels)

@@ -15,6 +15,7 @@ import torch
 
 from quantstudy.quality.metrics import kl_per_image
 from quantstudy.quality.paired import PAIRED_RESAMPLES, paired_bootstrap, paired_mean_change
+from quantstudy.record.vocab import Engine
 
 
 def score(ref: torch.Tensor, out: torch.Tensor, labels: np.ndarray | None) -> dict[str, Any]:
@@ -75,7 +76,7 @@ def row_line(row: dict[str, Any]) -> str:
     parts = [row["variant"]]
     extra = [k for k in row if k.startswith("fp8_") and k != "fp8_vs_fakequant"]
     stored = [k for k in row if k.startswith(("floor_", "fakequant_"))]
-    for engine in ("fakequant", "fp8", "fp8_vs_fakequant", *extra, "floor", *stored):
+    for engine in (Engine.FAKEQUANT, Engine.FP8, "fp8_vs_fakequant", *extra, "floor", *stored):
         if engine in row:
             parts.append(f"{engine}: {_score_text(row[engine])}")
     for engine, c in row.get("against_first", {}).items():

@@ -22,6 +22,7 @@ from quantstudy.quant.formats.fp8 import E4M3_MAX
 from quantstudy.quant.graph.trace import pre_hooks
 from quantstudy.record import CalibrationInfo, TensorScale
 from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import Calibrator as CalibratorName
 
 # The headroom the search's option step tries and the options table measures: two binades
 # above the calibration images' amax (the recipe schema's `activations.headroom` says why).
@@ -121,7 +122,7 @@ def calibrate(
     model: nn.Module,
     layers: list[str],
     batches: Iterable[torch.Tensor],
-    calibrator: str = "max",
+    calibrator: str = CalibratorName.MAX,
     params: dict[str, float] | None = None,
     second_moments: list[str] | None = None,
     layer_calibrators: Mapping[str, str] | None = None,

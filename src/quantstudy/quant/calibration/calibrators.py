@@ -33,6 +33,7 @@ import torch
 
 from quantstudy.quant.formats.fp8 import E4M3_MAX, fake_quant
 from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import Calibrator as CalibratorName
 
 _LOG2_LO, _LOG2_HI, _PER_OCTAVE = -24, 24, 64
 _BINS = (_LOG2_HI - _LOG2_LO) * _PER_OCTAVE
@@ -79,7 +80,7 @@ class Calibrator:
 CALIBRATORS: dict[str, Callable[..., Calibrator]] = {}
 
 
-def register(name: str):
+def register(name: CalibratorName):
     """Class decorator: make a calibrator available to recipes under `name`."""
 
     def deco(cls):
@@ -89,12 +90,12 @@ def register(name: str):
     return deco
 
 
-@register("max")
+@register(CalibratorName.MAX)
 class MaxCalibrator(Calibrator):
     """amax = max |x| over the calibration set (the default, as in the seed studies)."""
 
 
-@register("percentile")
+@register(CalibratorName.PERCENTILE)
 class PercentileCalibrator(Calibrator):
     uses_histogram = True
 
@@ -149,14 +150,14 @@ class _SearchCalibrator(Calibrator):
         return fake_quant(centres.float(), scale).double()
 
 
-@register("mse")
+@register(CalibratorName.MSE)
 class MSECalibrator(_SearchCalibrator):
     def _loss(self, clip: float, centres: torch.Tensor, counts: torch.Tensor) -> float:
         err = (self._quantized(clip, centres) - centres) ** 2
         return float((err * counts).sum() / counts.sum())
 
 
-@register("entropy")
+@register(CalibratorName.ENTROPY)
 class EntropyCalibrator(_SearchCalibrator):
     """Searches [max/16, max] by default, TensorRT's INT8 range: below it the clipped mass piled
     into one bin makes P and Q trivially close and the objective degenerates. On FP8's relative

@@ -32,7 +32,7 @@ def choose_calibrators(
     model: nn.Module,
     layers: list[str],
     batches: Callable[[], Iterable[torch.Tensor]],
-    default: str = "max",
+    default: str = Calibrator.MAX,
     candidates: tuple[str, ...] = CANDIDATES,
     rows_per_batch: int = 4096,
 ) -> dict[str, str]:

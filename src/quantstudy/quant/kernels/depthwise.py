@@ -25,6 +25,7 @@ import triton.language as tl
 from quantstudy.quant.kernels.epilogue import ACT_CODES, activation, fp8_range
 from quantstudy.quant.kernels.layout import taps_of
 from quantstudy.quant.kernels.tiles import _bench
+from quantstudy.record.vocab import Activation
 
 
 @triton.jit
@@ -98,7 +99,7 @@ def depthwise_conv(
     stride: int,
     pad: tuple[int, int],
     out_hw: tuple[int, int],
-    act: str = "none",
+    act: str = Activation.NONE,
     x_scale: torch.Tensor | None = None,
     out_scale: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.float16,
@@ -123,7 +124,7 @@ def depthwise_taps(
     stride: int,
     pad: tuple[int, int],
     out_hw: tuple[int, int],
-    act: str = "none",
+    act: str = Activation.NONE,
     x_scale: torch.Tensor | None = None,
     out_scale: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.float16,

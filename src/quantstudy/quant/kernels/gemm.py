@@ -31,6 +31,7 @@ from quantstudy.quant.kernels.epilogue import ACT_CODES, ROUND_CODES
 from quantstudy.quant.kernels.gemm_kernel import _fp8_gemm_kernel
 from quantstudy.quant.kernels.tiles import IO_PATHS, PROMOTE, _set_block_shapes
 from quantstudy.quant.kernels.tuning import _tuned_launch
+from quantstudy.record.vocab import Activation
 
 try:  # Triton 3.3+ (torch 2.7+); older ones keep the pointer paths only
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -123,7 +124,7 @@ def fp8_gemm_triton(
     round_to: torch.dtype | None = None,
     promote: int = PROMOTE,
     residual: torch.Tensor | None = None,
-    res_act: str = "none",
+    res_act: str = Activation.NONE,
     pair: torch.Tensor | None = None,
     x_inv_divisor: torch.Tensor | None = None,
     out: torch.Tensor | None = None,

@@ -49,15 +49,15 @@ def activation_name(module: nn.Module) -> Activation | None:
 
 
 def _act_reference(y: torch.Tensor, act: str) -> torch.Tensor:
-    if act == "relu":
+    if act == Activation.RELU:
         return y.clamp_min(0.0)
-    if act == "relu6":
+    if act == Activation.RELU6:
         return y.clamp(0.0, 6.0)
-    if act == "silu":
+    if act == Activation.SILU:
         return torch.nn.functional.silu(y)
-    if act == "hardswish":
+    if act == Activation.HARDSWISH:
         return y * (y + 3.0).clamp(0.0, 6.0) / 6.0
-    if act == "gelu":
+    if act == Activation.GELU:
         return torch.nn.functional.gelu(y)
     return y
 
@@ -201,8 +201,8 @@ def fp8_gemm_padded(
             x_inv_divisor=x_inv_divisor, out=out[:, top : top + h, left : left + w],
         )  # fmt: skip
         return out
-    y = fp8_gemm(xq, w8, w_scale, x_scale, bias, act, out_dtype, None, round_to, None, "none",
-                 x_inv_divisor)  # fmt: skip
+    y = fp8_gemm(xq, w8, w_scale, x_scale, bias, act, out_dtype, None, round_to, None,
+                 Activation.NONE, x_inv_divisor)  # fmt: skip
     return F.pad(y.reshape(b, h, w, n), (0, 0, left, right, top, bottom))
 
 
@@ -322,7 +322,7 @@ class FusedFP8Matmul(PointwiseMatmul):
         if self.pair_scale is not None:
             return fp8_gemm_pair(
                 xq, self.w8, self.w_scale, x_scale, self.bias, self.act, self.dtype,
-                self.pair_scale, self.dtype, residual, self.res_act or "none",
+                self.pair_scale, self.dtype, residual, self.res_act or Activation.NONE,
             )  # fmt: skip
         out_dtype = E4M3 if self.out_scale is not None else self.dtype
         return fp8_gemm(
@@ -336,7 +336,7 @@ class FusedFP8Matmul(PointwiseMatmul):
             self.out_scale,
             self.dtype,
             residual,
-            self.res_act or "none",
+            self.res_act or Activation.NONE,
             divisor,
         )
 

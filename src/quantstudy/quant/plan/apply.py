@@ -123,7 +123,7 @@ class Applied:
     emulated: list[tuple[str, str]]
 
 
-def fp8_blocker(layer: nn.Module, kernel: str = Fp8Kernel.SCALED_MM) -> str | None:
+def fp8_blocker(layer: nn.Module, kernel: Fp8Kernel = Fp8Kernel.SCALED_MM) -> str | None:
     """Why `layer` cannot run real FP8 with `kernel`; None when it can. The fused kernel also
     runs dense kxk convs (`quant/layers/fused_conv.py`) and depthwise convs on FP8 storage
     (`quant/layers/fused_depthwise.py`); torch._scaled_mm has no conv."""
@@ -135,13 +135,15 @@ def fp8_blocker(layer: nn.Module, kernel: str = Fp8Kernel.SCALED_MM) -> str | No
 
 
 def real_layers(
-    model: nn.Module, layers: list[str], kernel: str = Fp8Kernel.SCALED_MM
+    model: nn.Module, layers: list[str], kernel: Fp8Kernel = Fp8Kernel.SCALED_MM
 ) -> list[str]:
     """The layers of `layers` that can run a real FP8 product with `kernel`."""
     return [n for n in layers if fp8_blocker(model.get_submodule(n), kernel) is None]
 
 
-def fp8_module(layer: nn.Module, spec: FP8LayerSpec, kernel: str) -> tuple[nn.Module, str | None]:
+def fp8_module(
+    layer: nn.Module, spec: FP8LayerSpec, kernel: Fp8Kernel
+) -> tuple[nn.Module, str | None]:
     """The module an FP8 engine puts in `layer`'s place, and why it is emulated (None: it runs a
     real FP8 product). The one place that chooses it: engines and per-layer timing alike.
 
@@ -172,7 +174,7 @@ def apply_fp8(
     source: nn.Module,
     plan: QuantPlan,
     dtype: torch.dtype,
-    kernel: str = Fp8Kernel.SCALED_MM,
+    kernel: Fp8Kernel = Fp8Kernel.SCALED_MM,
     epilogue: dict[str, str] | None = None,
     handoff: dict[str, str] | None = None,
 ) -> Applied:

@@ -21,6 +21,7 @@ from torch import nn
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.graph.trace import tensor_links
 from quantstudy.quant.layers.fused_matmul import activation_name
+from quantstudy.record.vocab import Activation
 
 
 def _candidates(model: nn.Module, layers: list[str], example: torch.Tensor) -> dict[str, str]:
@@ -93,7 +94,7 @@ def absorbable_activations(
     """layer -> (activation module name, epilogue activation), checked bit-exactly."""
     pairs = exact_subset(model, example, _candidates(model, layers, example), with_absorbed)
     return {
-        layer: (act, activation_name(model.get_submodule(act)) or "none")
+        layer: (act, activation_name(model.get_submodule(act)) or Activation.NONE)
         for layer, act in pairs.items()
     }
 

@@ -34,6 +34,7 @@ from torch import nn
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.layers.fused_matmul import activation_name
 from quantstudy.quant.rewrites.absorb import exact_subset
+from quantstudy.record.vocab import Activation
 
 _ADDS = {operator.add, operator.iadd, torch.add}
 _IN_PLACE = {operator.iadd, "add_"}
@@ -129,7 +130,7 @@ def _activation(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[str, Call
         return (name, m) if name is not None and len(node.args) == 1 else None
     if node.op == "call_function" and node.target in _RELU_FUNCTIONS and len(node.args) == 1:
         inplace = node.kwargs.get("inplace", False)
-        return ("relu", F.relu) if not inplace else None
+        return (Activation.RELU, F.relu) if not inplace else None
     return None
 
 
@@ -172,7 +173,7 @@ def find_match(graph: fx.Graph, modules: dict[str, nn.Module], layer: str) -> Ma
         return None
     after = _only_user(add)
     act = _activation(after, modules) if after is not None else None
-    return Match(node, add, after if act else None, other, act[0] if act else "none")
+    return Match(node, add, after if act else None, other, act[0] if act else Activation.NONE)
 
 
 def _fuse(graph: fx.Graph, match: Match) -> None:

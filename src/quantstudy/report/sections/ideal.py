@@ -6,6 +6,7 @@ fields renders nothing."""
 from __future__ import annotations
 
 from quantstudy.record import IdealSpeed, LayerKernel
+from quantstudy.record.vocab import Fp8Kernel
 from quantstudy.report.format import NOT_MEASURED, fmt_ms, fmt_pct, fmt_ratio, fmt_us
 from quantstudy.report.sections.tables import TableSpec, columns
 
@@ -77,7 +78,8 @@ def kernel_choice_lines(choice: list[LayerKernel] | None) -> list[str]:
         return []
     layers = len({c.name for c in choice})
     batches = sorted({c.batch for c in choice if c.batch is not None})
-    picked = [sum(c.kernel == "scaled_mm" and c.batch == b for c in choice) for b in batches]
+    scaled_mm = [c for c in choice if c.kernel == Fp8Kernel.SCALED_MM]
+    picked = [sum(c.batch == b for c in scaled_mm) for b in batches]
     runs = "; ".join(f"at batch {b}, {n} of {layers}" for b, n in zip(batches, picked, strict=True))
     lines = [
         f"FP8 kernel per layer: the faster of the fused product and torch._scaled_mm, timed in "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from quantstudy.record import KernelBreakdown, StudyRecord
 from quantstudy.record.study import unsealed
+from quantstudy.record.vocab import KernelGroup
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
@@ -56,7 +57,7 @@ def _breakdown(r: StudyRecord, engine: str, batch: int) -> KernelBreakdown | Non
     return next((k for k in r.speed.kernels if k.engine == engine and k.batch == batch), None)
 
 
-def _group_us(k: KernelBreakdown, group: str) -> float | None:
+def _group_us(k: KernelBreakdown, group: KernelGroup) -> float | None:
     g = next((g for g in k.groups if g.group == group), None)
     return None if g is None else g.time_us
 
@@ -210,12 +211,12 @@ def _kernel_sentence(r: StudyRecord) -> str | None:
         k16, k8 = _breakdown(r, FP16, batch), _breakdown(r, FP8, batch)
         if k16 is None or k8 is None:
             continue
-        mm16 = _group_us(k16, "fp16_matmul_conv")
-        mm8 = _group_us(k8, "fp8_matmul")
-        qc = _group_us(k8, "quantize_convert")
+        mm16 = _group_us(k16, KernelGroup.FP16_MATMUL_CONV)
+        mm8 = _group_us(k8, KernelGroup.FP8_MATMUL)
+        qc = _group_us(k8, KernelGroup.QUANTIZE_CONVERT)
         if mm16 is None or mm8 is None or qc is None:
             continue  # printed values must exist in the record
-        rest16 = _group_us(k8, "fp16_matmul_conv") or 0.0
+        rest16 = _group_us(k8, KernelGroup.FP16_MATMUL_CONV) or 0.0
         saved = mm16 - (mm8 + rest16)
         if saved <= 0:
             guess = (
