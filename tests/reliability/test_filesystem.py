@@ -124,20 +124,20 @@ def test_disk_full_on_rerun_keeps_the_complete_study(workspace, study, tmp_path)
 
 
 def test_disk_full_mid_run_keeps_what_was_finished_and_resumes(workspace, study, tmp_path):
+    """The disk fills at the first cache entry: a stress pass's logits (29 inputs x 1000
+    classes of float32, 117 KB) pass the 60 KB limit while the partial record (17 KB) does not.
+    The finished stages stay in the record (calibration); cache entries kept across a fault are
+    the Ctrl-C case's (`test_interruption.py`), as every later entry is smaller than this one."""
     folder = tmp_path / "study"
     r = quantstudy(*study_args(folder), cwd=workspace, preexec=_file_size_limit(60_000))
-    line = assert_one_line_error(r, str(folder / ".cache"), "rerun the same command to resume")
+    assert_one_line_error(r, str(folder / ".cache"), "rerun the same command to resume")
     assert leftover_tmp(folder) == []
-    assert json.loads((folder / "study.json").read_text())["status"] == "partial"
-    kept = sorted((folder / ".cache").glob("*.pt"))
-    assert kept and all(p.name not in line for p in kept)  # finished entries stay for a rerun
-    for path in kept:
-        assert _tensors(torch.load(path, weights_only=True))
-    # space again: the same command resumes from the kept entries and completes the study
+    partial = json.loads((folder / "study.json").read_text())
+    assert partial["status"] == "partial" and partial["calibration"] is not None
+    assert not list((folder / ".cache").glob("*.pt"))  # the entry that did not fit is not left
+    # space again: the same command completes the study
     again = quantstudy(*study_args(folder), cwd=workspace)
     assert_finished(again)
-    for path in kept:
-        assert f"from {path}" in again.err  # "resumed <entry> from <path>"
     assert measured(folder) == measured(study)  # as if the disk had never filled
 
 

@@ -43,6 +43,14 @@ def test_a_bad_heldout_is_one_clear_line(bad, capsys, tmp_path):
     assert not (tmp_path / "studies").exists()
 
 
+@pytest.mark.parametrize("big", ["100000001", "auto:100000001", "10000000000"])
+def test_a_heldout_count_past_any_folder_is_refused(big):
+    """Not a count of images (the bound is `MAX_IMAGES`), fixed or as an auto study's bound."""
+    with pytest.raises(UserError, match=r"--heldout: must be at most 100000000 images;"):
+        StudyConfig(model="m", data="d", heldout=big)
+    assert StudyConfig(model="m", data="d", heldout="auto:100000000").heldout_bound == 100_000_000
+
+
 def test_the_stream_order_is_a_seeded_shuffle_of_every_image(tiny_imagenet):
     items = scan_folder(tiny_imagenet).items
     a, b = stream_order(items, 0), stream_order(list(reversed(items)), 0)

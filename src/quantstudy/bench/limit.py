@@ -240,7 +240,7 @@ def ideal_of_records(paths: list[Path]) -> str:
             folded = copy.deepcopy(loaded.model).eval()
             if recipe.weights.fold_bn:
                 fold_batchnorm(folded, example)
-            pointwise = real_layers(folded, names)
+            pointwise = real_layers(folded, names, Fp8Kernel.SCALED_MM)
             absorbed = absorbable_activations(folded, pointwise, example)
             for e in res.engines:
                 if e.speed is None:

@@ -100,13 +100,20 @@ AUTO = "auto"
 
 
 def _heldout_size(value: Any) -> Any:
-    """`--heldout`: a positive count (fixed N), `auto` (every image left) or `auto:MAX`."""
+    """`--heldout`: a positive count (fixed N), `auto` (every image left) or `auto:MAX`, each
+    count at most `MAX_IMAGES`."""
     text = str(value).strip().lower() if isinstance(value, (str, int)) else None
+    head, _, bound = (text or "").partition(":")
+    count = text if text is not None and text.isdigit() else bound if head == AUTO else None
+    if count is not None and count.isdigit() and int(count) > MAX_IMAGES:
+        raise ValueError(
+            f"must be at most {MAX_IMAGES} images; more than any image folder "
+            "holds (a study uses all there are)"
+        )
     if text is not None and text.isdigit() and int(text) > 0:
         return int(text)
     if text == AUTO:
         return AUTO
-    head, _, bound = (text or "").partition(":")
     if head == AUTO and bound.isdigit() and int(bound) > 0:
         return f"{AUTO}:{int(bound)}"
     raise ValueError(

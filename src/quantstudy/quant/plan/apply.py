@@ -123,7 +123,7 @@ class Applied:
     emulated: list[tuple[str, str]]
 
 
-def fp8_blocker(layer: nn.Module, kernel: Fp8Kernel = Fp8Kernel.SCALED_MM) -> str | None:
+def fp8_blocker(layer: nn.Module, kernel: Fp8Kernel) -> str | None:
     """Why `layer` cannot run real FP8 with `kernel`; None when it can. The fused kernel also
     runs dense kxk convs (`quant/layers/fused_conv.py`) and depthwise convs on FP8 storage
     (`quant/layers/fused_depthwise.py`); torch._scaled_mm has no conv."""
@@ -134,9 +134,7 @@ def fp8_blocker(layer: nn.Module, kernel: Fp8Kernel = Fp8Kernel.SCALED_MM) -> st
     return blocker
 
 
-def real_layers(
-    model: nn.Module, layers: list[str], kernel: Fp8Kernel = Fp8Kernel.SCALED_MM
-) -> list[str]:
+def real_layers(model: nn.Module, layers: list[str], kernel: Fp8Kernel) -> list[str]:
     """The layers of `layers` that can run a real FP8 product with `kernel`."""
     return [n for n in layers if fp8_blocker(model.get_submodule(n), kernel) is None]
 
@@ -174,7 +172,7 @@ def apply_fp8(
     source: nn.Module,
     plan: QuantPlan,
     dtype: torch.dtype,
-    kernel: Fp8Kernel = Fp8Kernel.SCALED_MM,
+    kernel: Fp8Kernel,
     epilogue: dict[str, str] | None = None,
     handoff: dict[str, str] | None = None,
 ) -> Applied:
