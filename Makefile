@@ -19,10 +19,11 @@ demo: $(VENV)/.installed
 
 # test: lint and every test but the `slow` and `suite` ones: under 6 minutes on a 2-core CPU.
 # test-suites: the end-to-end CLI suites (tests/reliability, real sweeps on a local Ray cluster).
-# test-slow: the slow ones (full 1300-image data tests, ONNX and FP8-option data tests, the demo).
+# test-slow: the slow ones (200-image Lite0 data tests, ONNX and FP8-option data tests, the demo on
+# the foolbox images, the CPU package).
 # test-full: everything CI runs (`.ci/run`: test, test-suites, then test-slow).
-# test-evidence: the `evidence` tests, which re-measure README tables on the full data (tens of
-# minutes on 2 cores; not in CI).
+# test-evidence: the `evidence` tests, which re-measure README tables and the Lite0 data tests on
+# all 1300 images (tens of minutes on 2 cores; not in CI).
 test: $(VENV)/.installed
 	$(PY) -m ruff check src tests
 	$(PY) -m mypy
