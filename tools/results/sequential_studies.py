@@ -13,7 +13,6 @@ typed; the provenance is the record's own (commit, versions, machine) plus this 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,8 +70,10 @@ def summarize(record: StudyRecord) -> dict[str, Any]:
         "confidence": seq.confidence,
         "round_size": seq.round_size,
         "stop_reason": str(seq.stop_reason),
-        "outcome": str(record.decision.outcome) if record.decision else None,
+        "outcome": None if record.decision is None else str(record.decision.outcome),
         "stages": stages,
+        "config": record.config.model_dump(mode="json", exclude={"out"}),
+        "extended_with": [s.folder for s in record.data.extended],
         "provenance": env.model_dump(mode="json"),
     }
 
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     summaries = [summarize(load_record(Path(d) / RECORD_FILE)) for d in args.studies]
     for s in summaries:
         print("\n".join(table(s)))
-    command = "PYTHONPATH=src python " + " ".join(["tools/results/sequential_studies.py", *sys.argv[1:]])
+    command = " ".join(["PYTHONPATH=src python tools/results/sequential_studies.py", *sys.argv[1:]])
     write_json_atomic(args.out, {"command": command, "studies": summaries})
     print(f"wrote {args.out}")
     return 0
