@@ -11,7 +11,6 @@ calibration images, which the rebuild repeats in the same batches.
 from __future__ import annotations
 
 import copy
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from torch import nn
 
 from quantstudy.data.folders import ImageItem
 from quantstudy.data.images import load_images
+from quantstudy.data.split import ids_sha256
 from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform
@@ -184,7 +184,7 @@ def load_set(
             f"{len(missing)} of the study's {images.n_images} {images.role} images are not in "
             f"{root} (first: {missing[0]}); pass the folder the study read"
         )
-    if _ids_sha(ids) != images.ids_sha256:
+    if ids_sha256(ids) != images.ids_sha256:
         raise UserError(
             f"the study's {images.role} image list does not match its recorded hash; the record "
             "was edited"
@@ -193,10 +193,6 @@ def load_set(
     items = [ImageItem(id=i, path=root / i, label=None, wnid=None) for i in ids]
     x, _ = load_images(items, build_transform(record.preprocessing), desc=f"{images.role} images")
     return x, ids
-
-
-def _ids_sha(ids: list[str]) -> str:
-    return hashlib.sha256("\n".join(ids).encode()).hexdigest()
 
 
 def _reestimate(

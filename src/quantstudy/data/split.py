@@ -88,6 +88,11 @@ def stream_order(items: list[ImageItem], seed: int) -> list[ImageItem]:
     return ordered
 
 
+def ids_sha256(ids: list[str]) -> str:
+    """The hash a record keeps of an image set's sorted ids: what every reader checks them by."""
+    return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
+
+
 def summarize_set(
     role: Literal["calibration", "heldout"],
     folder: str | Path,
@@ -105,7 +110,7 @@ def summarize_set(
         n_classes=len(counts) if labelled else None,
         per_class_min=min(counts.values()) if counts else None,
         per_class_max=max(counts.values()) if counts else None,
-        ids_sha256=hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest(),
+        ids_sha256=ids_sha256(ids),
         ids=ids,
     )
 

@@ -8,7 +8,6 @@ first images again.
 
 from __future__ import annotations
 
-import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from quantstudy.data.split import ids_sha256
 from quantstudy.quality.metrics import build_quality_section, emulation_gap_rows, score_rows
 from quantstudy.quality.nonfinite import scan_rows
 from quantstudy.quality.rows import RowSet
@@ -97,7 +97,7 @@ def set_ids(folder: Path, record: StudyRecord, image_set: ImageSet) -> list[str]
     rows = unseal(folder, record.per_image).ids[start : start + image_set.n_images]
     prefix = f"{Path(image_set.folder).name}/" if index else ""
     ids = sorted(i.removeprefix(prefix) for i in rows)
-    if hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest() != image_set.ids_sha256:
+    if ids_sha256(ids) != image_set.ids_sha256:
         raise UserError(
             f"the per-image results in {folder} do not name the images the record's "
             f"{image_set.role} set of {image_set.folder} hashes to; rerun the study"
