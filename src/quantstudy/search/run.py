@@ -22,7 +22,6 @@ them and nothing edits the record afterwards.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,6 +30,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from quantstudy.data.split import ids_sha256
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.recipe.options import quant_options, with_quant_options
@@ -127,7 +127,7 @@ def _heldout_subset(prepared: Prepared, n: int) -> tuple[torch.Tensor, str, str]
     rng = random.Random(f"{seed}:sensitivity")
     picked = rng.sample(range(len(items)), min(n, len(items)))
     subset = sorted(picked, key=lambda i: items[i].id)
-    ids_sha = hashlib.sha256("\n".join(items[i].id for i in subset).encode()).hexdigest()
+    ids_sha = ids_sha256([items[i].id for i in subset])
     what = (
         f"{len(subset)} of the {len(items)} held-out images, sampled with seed '{seed}:sensitivity'"
     )
