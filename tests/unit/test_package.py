@@ -23,6 +23,7 @@ from quantstudy.package.manifest import MANIFEST_FILE
 from quantstudy.quant.formats.fp8 import quantize_weight, to_fp8
 from quantstudy.quant.layers.fused_matmul import fp8_gemm
 from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import Activation
 from quantstudy.report.render import load_record
 from quantstudy.study.per_image import set_ids
 from tests.unit._package_study import package_study
@@ -128,6 +129,11 @@ def test_tile_table_serves_static_and_symbolic_keys():
     assert table.lookup(symbolic).launch_args() == {"tile": (128, 32, 32, 4, 3), "stream": 2}
     with pytest.raises(UserError, match="no tile was captured"):
         table.lookup(tiles.launch_key("fp8_gemm", (w, w), {}))
+    # the eager engine passes vocabulary members (StrEnum), the traced graph their plain text:
+    # the same launch either way
+    eager = tiles.launch_key("fp8_gemm", (small, w, Activation.NONE), {"res_act": Activation.RELU})
+    traced = tiles.launch_key("fp8_gemm", (small, w, "none"), {"res_act": "relu"})
+    assert eager == traced
     dw = tiles.Tile("fp8_depthwise", {"BLOCK_P": 64, "BLOCK_C": 32, "num_warps": 4})
     assert dw.launch_args() == {"tile": (64, 32, 4)}
 

@@ -60,7 +60,8 @@ class Tile:
 
 def _part(value: Any) -> Any:
     """A launch argument as it enters the key: a tensor by shape and dtype (a symbolic size,
-    under a dynamic batch, as None: any size matches it), anything else as its text."""
+    under a dynamic batch, as None: any size matches it), a string by its value, anything else
+    as its text."""
     if isinstance(value, torch.Tensor):
         shape = tuple(int(s) if isinstance(s, int) else None for s in value.shape)
         return ("tensor", shape, str(value.dtype))
@@ -68,6 +69,10 @@ def _part(value: Any) -> Any:
         return tuple(_part(v) for v in value)
     if isinstance(value, torch.SymInt):
         return None
+    if isinstance(value, str):
+        # a vocabulary member (`Activation.NONE`, a StrEnum) where the study's engine runs
+        # eagerly and its plain text where the exported graph is traced: one key for both
+        return repr(str(value))
     return repr(value)
 
 
