@@ -56,3 +56,27 @@ def test_record_counts_a_real_pytest_run(tmp_path):
 def test_a_group_that_wrote_nothing_says_so(tmp_path):
     record = _tool().read_junit(tmp_path / "absent.xml")
     assert record["tests"] == 0 and record["note"] == "no JUnit XML"
+
+
+def test_a_stopped_group_is_counted_from_its_verbose_log(tmp_path):
+    """A group stopped at its limit may leave no JUnit XML; its -v log (with and without
+    pytest-xdist) still says which tests ended and how; the summary's repeat is not counted."""
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n"
+        "def test_ok(): pass\n"
+        "def test_bad(): assert 1 == 2\n"
+        "@pytest.mark.skip(reason='no CUDA GPU on this machine')\n"
+        "def test_gpu(): pass\n"
+    )
+    log = tmp_path / "log.txt"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-rfEs", "-p", "no:cacheprovider", "test_sample.py"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    log.write_text(done.stdout + "[gw1] [ 80%] PASSED tests/gpu/test_x.py::test_on_a_worker\n")
+    record = _tool().read_log(log)
+    assert {k: record[k] for k in ("tests", "passed", "failed", "errors", "skipped")} == {
+        "tests": 4, "passed": 2, "failed": 1, "errors": 0, "skipped": 1,
+    }  # fmt: skip
+    assert [f["test"].split("::")[-1] for f in record["failures"]] == ["test_bad"]
+    assert "stopped" in record["note"]

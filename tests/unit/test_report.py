@@ -129,7 +129,9 @@ def _as_version_1(data: dict) -> str:
 
 
 def test_fixture_is_the_builders_record(record):
-    # regenerate with: python tests/unit/_records.py
+    # the fixture is a schema-version-1 file (old records must keep loading): to refresh its
+    # numbers, write `_as_version_1(build_record().model_dump(mode="json"))` with the file's own
+    # "decision" put back (`python tests/unit/_records.py` writes the current schema instead)
     built = build_record()
     assert built.schema_version == SCHEMA_VERSION
     if record.schema_version == SCHEMA_VERSION:

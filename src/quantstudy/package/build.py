@@ -135,9 +135,17 @@ def batch_plan(record: StudyRecord, options: PackageOptions) -> list[tuple[int |
 
 
 def inductor_configs(record: StudyRecord) -> dict[str, object]:
-    """AOTInductor's options for the study's compile mode (max-autotune: tuned templates)."""
-    mode = CompileMode(record.config.compile_mode)
-    return {"max_autotune": True} if mode == CompileMode.MAX_AUTOTUNE else {}
+    """AOTInductor's options for the study's compile mode (max-autotune: tuned templates).
+
+    `always_keep_tensor_constants`: Inductor otherwise turns a 0-d constant (a layer's
+    per-tensor activation or output scale buffer) into an inlined scalar, and a Triton kernel
+    that reads that scale through a pointer then fails to compile (torch 2.11: "'<=' not
+    supported between instances of 'Constant' and 'int'"). Both engines get it, so the fp16
+    package is compiled under the same rules as the FP8 one."""
+    configs: dict[str, object] = {"always_keep_tensor_constants": True}
+    if CompileMode(record.config.compile_mode) == CompileMode.MAX_AUTOTUNE:
+        configs["max_autotune"] = True
+    return configs
 
 
 @dataclass
