@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.torch_version import TorchVersion
 
 from quantstudy.cli import main
 from quantstudy.package import build, tiles
@@ -171,7 +172,10 @@ def test_a_study_without_fp8_engine_is_refused(study, tmp_path, capsys):
     assert not (edited / "package").exists()
 
 
-def test_moved_and_changed_weights_are_refused(study, tmp_path, capsys):
+def test_moved_and_changed_weights_are_refused(study, tmp_path, capsys, monkeypatch):
+    # refused before any compile, on every torch: the CPU package's own torch floor is
+    # another case's (test_an_older_torch_refuses_a_cpu_package)
+    monkeypatch.setattr(build, "CPU_PACKAGE_TORCH", (0, 0))
     weights = Path(load_record(study / "study.json").config.weights)
     moved = weights.with_suffix(".moved")
     weights.rename(moved)
@@ -192,7 +196,10 @@ def test_moved_and_changed_weights_are_refused(study, tmp_path, capsys):
     assert not (study / "package").exists()
 
 
-def test_an_existing_out_folder_is_refused_untouched(study, tmp_path, capsys):
+def test_an_existing_out_folder_is_refused_untouched(study, tmp_path, capsys, monkeypatch):
+    # refused before any compile, on every torch: the CPU package's own torch floor is
+    # another case's (test_an_older_torch_refuses_a_cpu_package)
+    monkeypatch.setattr(build, "CPU_PACKAGE_TORCH", (0, 0))
     out = tmp_path / "taken"
     out.mkdir()
     (out / "mine.txt").write_text("keep")
@@ -229,9 +236,25 @@ def test_standalone_refuses_another_torch_in_one_line(tmp_path):
     ]
 
 
+def test_an_older_torch_refuses_a_cpu_package(study, monkeypatch):
+    record = load_record(study / "study.json")
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cpu")
+    with pytest.raises(UserError) as refused:
+        build.check_device(record, "cpu")
+    assert str(refused.value) == (
+        "packaging the CPU emulation needs torch 2.14 or later (torch 2.11.0+cpu's AOTInductor "
+        "writes a CPU wrapper that cannot name float8 types); package on a GPU, or upgrade torch"
+    )
+
+
 @pytest.fixture(scope="module")
 def cpu_package(study, tmp_path_factory) -> tuple[Path, str]:
     """The study packaged for the CPU at batch 2 and checked: (folder, what it printed)."""
+    if TorchVersion(torch.__version__) < build.CPU_PACKAGE_TORCH:
+        pytest.skip(
+            f"torch {torch.__version__} cannot package the CPU emulation (older than "
+            "build.CPU_PACKAGE_TORCH); test_an_older_torch_refuses_a_cpu_package checks the line"
+        )
     out = tmp_path_factory.mktemp("cpu_package") / "pkg"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

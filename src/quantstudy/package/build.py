@@ -40,6 +40,10 @@ from quantstudy.study.per_image import set_ids
 
 SAMPLE_IMAGES = 4  # recorded images whose outputs the manifest fingerprints
 FP8_CAPABILITY = (8, 9)  # Ada and Hopper on: the first GPUs with FP8 tensor cores
+# The oldest torch whose AOTInductor compiled a CPU package of an FP8 emulation here (2.14.1);
+# torch 2.11's CPU wrapper declares kernels on `at::Float8_e4m3fn` without its header (a C++
+# compile error, on the CPU machine and the GPU image alike); 2.12 and 2.13 were not tried.
+CPU_PACKAGE_TORCH = (2, 14)
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,12 @@ def check_device(record: StudyRecord, device: str) -> torch.device:
     """The device to package for, refused where it cannot carry the study's FP8 engine."""
     info = fp8_engine_info(record)
     if device == "cpu":
+        if torch.torch_version.TorchVersion(torch.__version__) < CPU_PACKAGE_TORCH:
+            raise UserError(
+                f"packaging the CPU emulation needs torch {'.'.join(map(str, CPU_PACKAGE_TORCH))}"
+                f" or later (torch {torch.__version__}'s AOTInductor writes a CPU wrapper that "
+                "cannot name float8 types); package on a GPU, or upgrade torch"
+            )
         return torch.device("cpu")
     if not info.device.startswith("cuda"):
         raise UserError(
