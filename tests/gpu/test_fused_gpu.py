@@ -166,9 +166,10 @@ def test_fused_and_unfused_layers_write_the_same_fp16_numbers():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="measured on the H200 (tests/gpu/records/gpu-suite.json): 1e-5 to 5e-5 of the outputs "
-    "differ from torch._scaled_mm at K = 96, 256, 1024, so the bit-identical claim is withdrawn "
-    "(docs/fp8-kernel.md); strict, so a fix that makes them identical fails here and is noticed",
+    reason="measured on the H200 (tests/gpu/records/gpu-suite-7d58091.json): 1e-5 to 5e-5 of "
+    "the outputs differ from torch._scaled_mm at K = 96, 256, 1024, so the bit-identical claim "
+    "is withdrawn (docs/fp8-kernel.md); strict, so a fix that makes them identical fails here "
+    "and is noticed",
 )
 @pytest.mark.parametrize("k", [96, 256, 1024])
 def test_promotion_interval_that_reproduces_scaled_mm(k):
