@@ -6,12 +6,16 @@
 #     bash tools/scale_h200.sh [DATA_ROOT]      # DATA_ROOT: holds val-1300/, calib-1000/,
 #                                              # classes.txt (default shared/data/imagenet)
 #
+# CALIB names another calibration folder (a part of calib-1000 where the whole does not travel);
+# the 300 calibration images must not come from val-1300, whose variants are the held-out set.
+#
 # Makes 50,000 deterministic crop/flip variants of val-1300 (throughput and memory only: not
 # evidence about quality), then `quantstudy bench scale` at 1,000 and 50,000 held-out images
 # with empty compile caches for each size (--cold). Writes $OUT/scale-h200.json (stage table,
 # images/s, peak memory, provenance) and prints the table.
 set -euo pipefail
 DATA=${1:-shared/data/imagenet}
+CALIB=${CALIB:-$DATA/calib-1000}
 OUT=${OUT:-/tmp/scale-out}
 WORK=${WORK:-/tmp/scale-work}
 mkdir -p "$OUT" "$WORK"
@@ -19,5 +23,5 @@ python tools/make_variants.py "$DATA/val-1300" "$WORK/variants" --count 50000 --
 
 PYTHONPATH=$PWD/src python -m quantstudy.cli bench scale tf_efficientnet_lite0 \
     --sizes 1000,50000 --cold --out "$WORK/scale" --record "$OUT/scale-h200.json" -- \
-    --weights efficientnet-lite0 --data "$WORK/variants" --calib-data "$DATA/calib-1000" \
+    --weights efficientnet-lite0 --data "$WORK/variants" --calib-data "$CALIB" \
     --class-list "$DATA/classes.txt" --calib 300 --batches 1,32,128 --device cuda

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from _interpreter import run_interpreted
+from _interpreter import require_triton, run_interpreted
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8
@@ -18,7 +18,7 @@ CPU = torch.device("cpu")
 def test_triton_kernel_under_the_interpreter_matches_torch():
     """Every I/O path (pointers; tensor descriptors for the loads where K's rows are 16-byte
     aligned, for the store where N's are), with edges in M, N and K that do not fill a tile."""
-    pytest.importorskip("triton")
+    require_triton()
     pointer, tma, refused, worst = run_interpreted(
         """
         import torch
@@ -70,7 +70,7 @@ def test_every_promotion_interval_counts_each_k_step_once_under_the_interpreter(
     across K steps (BLOCK_K < PROMOTE), within one (BLOCK_K == PROMOTE), or never (0). The
     interpreter sums in float32 either way, so each must give the plain product; a K step lost
     or added at a hand-over would not. A tile deeper than PROMOTE is refused."""
-    pytest.importorskip("triton")
+    require_triton()
     (worst, refused) = run_interpreted(
         """
         import torch
@@ -102,7 +102,7 @@ def test_every_promotion_interval_counts_each_k_step_once_under_the_interpreter(
 
 @pytest.mark.parametrize("promote", [-128, 96])
 def test_promotion_interval_must_be_zero_or_a_power_of_two(promote):
-    pytest.importorskip("triton")
+    require_triton()
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     xq = torch.zeros(4, 256).to(torch.float8_e4m3fn)
@@ -126,7 +126,7 @@ def test_promotion_interval_must_be_zero_or_a_power_of_two(promote):
 def test_residual_and_fp8_copy_of_the_wrong_shape_are_refused(extra, message):
     """Before any launch: a residual or FP8 copy not shaped as the output, a copy without its
     scale, a copy beside an output that is FP8 itself."""
-    pytest.importorskip("triton")
+    require_triton()
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
     xq = torch.zeros(4, 16).to(torch.float8_e4m3fn)
@@ -142,7 +142,7 @@ def test_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
     (GELU left out: the interpreter's erf and torch's differ by more than an fp16 step where
     1 + erf cancels), and outputs that differ from the unrounded kernel's show that the rounding
     happened."""
-    pytest.importorskip("triton")
+    require_triton()
     same, worst, moved = run_interpreted(
         """
         import torch
@@ -173,7 +173,7 @@ def test_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
 def test_streaming_programs_under_the_interpreter_match_torch():
     """Programs that keep the weight and walk over row tiles (8 programs here, so several tiles
     each and a ragged last one), with both stores; and a tile too small for K is refused."""
-    pytest.importorskip("triton")
+    require_triton()
     runs, worst = run_interpreted(
         """
         import torch
@@ -338,7 +338,7 @@ def test_fused_layer_pads_k_to_16_with_exact_zeros():
 
 
 def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
-    pytest.importorskip("triton")
+    require_triton()
     from quantstudy.quant.kernels.gemm_kernel import _fp8_gemm_tuned
     from quantstudy.quant.kernels.tiles import _prune
 
@@ -494,7 +494,7 @@ def test_conv_to_conv_handoff_runs_channels_last_fp8_between_them():
 def test_fp8_io_is_refused_where_it_cannot_be_right():
     """A hand-off consumer whose K would need padding, a consumer given a float input, and an
     FP8 output without its scale (or a scale without an FP8 output) are clear errors."""
-    pytest.importorskip("triton")
+    require_triton()
     from quantstudy.quant.formats.fp8 import E4M3
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 

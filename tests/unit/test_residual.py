@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from _interpreter import require_triton
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8, deployed_copy
@@ -206,7 +207,7 @@ def test_kernel_residual_sum_under_the_interpreter_matches_the_torch_path():
     """The Triton epilogue's residual sum (a strided residual, both activations, fp16
     rounding) equals the op's torch path under Triton's interpreter; with the pointer and the
     descriptor store."""
-    pytest.importorskip("triton")
+    require_triton()
     (same,) = run_interpreted(
         """
         import torch

@@ -3,6 +3,7 @@ CPU."""
 
 import pytest
 import torch
+from _interpreter import require_triton
 
 from quantstudy.engines.builders import build_fp8
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
@@ -52,7 +53,7 @@ def test_kernel_pair_under_the_interpreter_writes_the_fp8_copy_of_its_output():
     the kernel writes as its only, FP8 output (the hand-off path), bit for bit. (Against
     `to_fp8` the interpreter's own FP8 cast differs on about 1% of values; the GPU test checks
     the copy against `to_fp8` there.)"""
-    pytest.importorskip("triton")
+    require_triton()
     (same,) = run_interpreted(
         """
         import torch

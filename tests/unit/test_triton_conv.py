@@ -5,7 +5,7 @@ import copy
 
 import pytest
 import torch
-from _interpreter import run_interpreted
+from _interpreter import require_triton, run_interpreted
 from torch import nn
 
 from quantstudy.quant.calibration.calibrate import calibrate
@@ -23,7 +23,7 @@ def test_conv_kernel_under_the_interpreter_matches_the_emulation():
     scales after the sum, the emulation before), so they agree to a few fp32 ulps of the
     largest output; the torch path of the op equals the emulation the same way. Channels are
     zero-padded to 16 as the layer pads them."""
-    pytest.importorskip("triton")
+    require_triton()
     worst, worst_op, runs = run_interpreted(
         """
         import torch
@@ -75,7 +75,7 @@ def test_conv_kernel_under_the_interpreter_matches_the_emulation():
 def test_conv_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
     """With `round_to` fp16 the kernel equals the op's torch path with the same rounding. (Its
     FP8 output is checked on the GPU only: the interpreter converts float32 to FP8 wrongly.)"""
-    pytest.importorskip("triton")
+    require_triton()
     (same,) = run_interpreted(
         """
         import torch
@@ -102,7 +102,7 @@ def test_conv_kernel_rounds_where_the_unfused_engine_stores_under_the_interprete
 
 
 def test_conv_kernel_refuses_a_promotion_it_cannot_keep():
-    pytest.importorskip("triton")
+    require_triton()
     from quantstudy.quant.kernels.conv import fp8_conv2d_triton
 
     xq = torch.zeros(1, 16, 4, 4).to(torch.float8_e4m3fn)
