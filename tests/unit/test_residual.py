@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from _interpreter import require_triton
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8, deployed_copy
@@ -10,7 +9,7 @@ from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.rewrites.residual import residual_sites
-from tests.unit._interpreter import run_interpreted
+from tests.unit._interpreter import require_triton, run_interpreted
 
 CPU = torch.device("cpu")
 
