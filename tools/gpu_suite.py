@@ -49,8 +49,8 @@ BENCH = ["tests/gpu/test_bench_gpu.py"]
 # unused goes to stage 2.
 # (stage, name, pytest arguments, xdist workers (0: in-process), seconds allowed)
 GROUPS = [
-    (1, "kernels", ["tests/gpu", *(f"--ignore={t}" for t in TIMED + BENCH)], 6, 450),
-    (1, "bench", BENCH, 0, 450),
+    (1, "kernels", ["tests/gpu", *(f"--ignore={t}" for t in TIMED + BENCH)], 6, 480),
+    (1, "bench", BENCH, 0, 480),
     (1, "cpu", ["tests/unit", "tests/data", "tests/reliability"], 8, 450),
     (2, "timed", TIMED, 0, 200),
 ]
