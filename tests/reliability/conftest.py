@@ -36,18 +36,16 @@ def _exif_rotated(seed: int) -> bytes:
     return buf.getvalue()
 
 
-def _ycbcr_tiff_compression() -> str:
-    """Raw where the installed Pillow reads a raw YCbCr TIFF back (13 and later: it opens in
-    mode YCbCr, the case this file is for), else LZW: Pillow 11 and 12 fail on the raw file they
-    wrote ("image file is truncated") but read the LZW one, converted to RGB by libtiff. Either
-    way the file is a YCbCr TIFF every supported Pillow decodes, so the study's counts hold."""
+def pillow_reads_raw_ycbcr_tiff() -> bool:
+    """Whether the installed Pillow reads back an uncompressed YCbCr TIFF it wrote (13 and later,
+    in mode YCbCr); Pillow 11 and 12 fail on it ("image file is truncated")."""
     buf = io.BytesIO()
     Image.new("RGB", (8, 8)).convert("YCbCr").save(buf, "TIFF")
     try:
         Image.open(io.BytesIO(buf.getvalue())).load()
     except OSError:
-        return "tiff_lzw"
-    return "raw"
+        return False
+    return True
 
 
 def write_images(folder: Path) -> None:
@@ -66,7 +64,10 @@ def write_images(folder: Path) -> None:
     grey16 = (np.random.default_rng(1).random((SIZE, SIZE)) * 65535).astype(np.uint16)
     Image.fromarray(grey16).save(a / "grey16.png")
     rgb.convert("CMYK").save(a / "cmyk.jpg")
-    rgb.convert("YCbCr").save(a / "ycbcr.tif", compression=_ycbcr_tiff_compression())
+    # raw where Pillow reads it (the YCbCr mode this file is for), else LZW, which every
+    # supported Pillow decodes (libtiff converts it to RGB): the study's counts hold either way
+    compression = "raw" if pillow_reads_raw_ycbcr_tiff() else "tiff_lzw"
+    rgb.convert("YCbCr").save(a / "ycbcr.tif", compression=compression)
     (a / "exif.jpg").write_bytes(_exif_rotated(2))
     Image.fromarray(np.random.default_rng(3).random((SIZE, SIZE)).astype(np.float32)).save(
         a / "float.tif"

@@ -274,9 +274,8 @@ def _stats(x: list[float]) -> TimingStats:
 
 def _batch_speed(batch: int, speedup: float, noise: float, seed: int, rounds: int) -> BatchSpeed:
     # the draws from Python's own generator and the arithmetic in Python: IEEE double, whatever
-    # numpy release is installed: under numpy 2.5.2 (the GPU image) the speed section, then
-    # drawn with `Generator.standard_normal`, no longer matched the committed fixture while
-    # every section drawn otherwise still did
+    # numpy release is installed (numpy does not promise `Generator.standard_normal` the same
+    # values across releases: numpy 2.5.2 gave this fixture other timings than 2.4.6)
     draws = random.Random(seed)
     z16 = [draws.normalvariate(0.0, 1.0) for _ in range(rounds)]
     z8 = [draws.normalvariate(0.0, 1.0) for _ in range(rounds)]

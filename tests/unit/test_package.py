@@ -172,10 +172,14 @@ def test_a_study_without_fp8_engine_is_refused(study, tmp_path, capsys):
     assert not (edited / "package").exists()
 
 
-def test_moved_and_changed_weights_are_refused(study, tmp_path, capsys, monkeypatch):
-    # refused before any compile, on every torch: the CPU package's own torch floor is
-    # another case's (test_an_older_torch_refuses_a_cpu_package)
+@pytest.fixture
+def any_torch(monkeypatch):
+    """Lift the CPU package's torch floor: these refusals come before any compile, on every
+    torch (the floor's own refusal is test_an_older_torch_refuses_a_cpu_package)."""
     monkeypatch.setattr(build, "CPU_PACKAGE_TORCH", (0, 0))
+
+
+def test_moved_and_changed_weights_are_refused(study, tmp_path, capsys, any_torch):
     weights = Path(load_record(study / "study.json").config.weights)
     moved = weights.with_suffix(".moved")
     weights.rename(moved)
@@ -196,10 +200,7 @@ def test_moved_and_changed_weights_are_refused(study, tmp_path, capsys, monkeypa
     assert not (study / "package").exists()
 
 
-def test_an_existing_out_folder_is_refused_untouched(study, tmp_path, capsys, monkeypatch):
-    # refused before any compile, on every torch: the CPU package's own torch floor is
-    # another case's (test_an_older_torch_refuses_a_cpu_package)
-    monkeypatch.setattr(build, "CPU_PACKAGE_TORCH", (0, 0))
+def test_an_existing_out_folder_is_refused_untouched(study, tmp_path, capsys, any_torch):
     out = tmp_path / "taken"
     out.mkdir()
     (out / "mine.txt").write_text("keep")

@@ -40,9 +40,9 @@ from quantstudy.study.per_image import set_ids
 
 SAMPLE_IMAGES = 4  # recorded images whose outputs the manifest fingerprints
 FP8_CAPABILITY = (8, 9)  # Ada and Hopper on: the first GPUs with FP8 tensor cores
-# The oldest torch whose AOTInductor compiled a CPU package of an FP8 emulation here (2.14.1);
-# torch 2.11's CPU wrapper declares kernels on `at::Float8_e4m3fn` without its header (a C++
-# compile error, on the CPU machine and the GPU image alike); 2.12 and 2.13 were not tried.
+# The oldest torch shown to compile a CPU package of an FP8 emulation with AOTInductor (2.14.1):
+# torch 2.11's CPU wrapper declares kernels on `at::Float8_e4m3fn` without including its header
+# (a C++ compile error); 2.12 and 2.13 were not tried (docs/VERSIONS.md).
 CPU_PACKAGE_TORCH = (2, 14)
 
 
