@@ -6,6 +6,7 @@
 #     bash tools/scale_h200.sh [DATA_ROOT]      # DATA_ROOT: holds val-1300/, calib-1000/,
 #                                              # classes.txt (default shared/data/imagenet)
 #
+# SIZES overrides the held-out sizes (default 1000,50000; each size's row is written as it ends).
 # CALIB names another calibration folder (a part of calib-1000 where the whole does not travel);
 # the 300 calibration images must not come from val-1300, whose variants are the held-out set.
 #
@@ -21,7 +22,7 @@ WORK=${WORK:-/tmp/scale-work}
 mkdir -p "$OUT" "$WORK"
 python tools/make_variants.py "$DATA/val-1300" "$WORK/variants" --count 50000 --workers 12
 
-PYTHONPATH=$PWD/src python -m quantstudy.cli bench scale tf_efficientnet_lite0 \
-    --sizes 1000,50000 --cold --out "$WORK/scale" --record "$OUT/scale-h200.json" -- \
+PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} python -m quantstudy.cli bench scale tf_efficientnet_lite0 \
+    --sizes "${SIZES:-1000,50000}" --cold --out "$WORK/scale" --record "$OUT/scale-h200.json" -- \
     --weights efficientnet-lite0 --data "$WORK/variants" --calib-data "$CALIB" \
     --class-list "$DATA/classes.txt" --calib 300 --batches 1,32,128 --device cuda
