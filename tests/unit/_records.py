@@ -272,13 +272,19 @@ def _stats(x: list[float]) -> TimingStats:
     )
 
 
+def _normal(draws: random.Random) -> float:
+    """About N(0, 1): the sum of 12 uniforms less 6 (Irwin-Hall), summed by `math.fsum`
+    (correctly rounded). Python promises `random()`'s sequence for a seed, not
+    `normalvariate`'s; numpy does not promise `Generator.standard_normal` across releases; and
+    the built-in `sum` of floats rounds differently from Python 3.12 on (compensated summation).
+    The fixture's timings then match on every Python, numpy and libm."""
+    return math.fsum(draws.random() for _ in range(12)) - 6.0
+
+
 def _batch_speed(batch: int, speedup: float, noise: float, seed: int, rounds: int) -> BatchSpeed:
-    # the draws from Python's own generator and the arithmetic in Python: IEEE double, whatever
-    # numpy release is installed (numpy does not promise `Generator.standard_normal` the same
-    # values across releases: numpy 2.5.2 gave this fixture other timings than 2.4.6)
     draws = random.Random(seed)
-    z16 = [draws.normalvariate(0.0, 1.0) for _ in range(rounds)]
-    z8 = [draws.normalvariate(0.0, 1.0) for _ in range(rounds)]
+    z16 = [_normal(draws) for _ in range(rounds)]
+    z8 = [_normal(draws) for _ in range(rounds)]
     fp16 = [FP16_MS[batch] * (1.0 + noise * z) for z in z16]
     fp8 = [FP16_MS[batch] / speedup * (1.0 + noise * z) for z in z8]
     ratio = [a / b for a, b in zip(fp16, fp8, strict=True)]
@@ -315,7 +321,7 @@ def _kernels(batch: int, fp16_ms: float, fp8_ms: float) -> list[KernelBreakdown]
             engine=engine,
             batch=batch,
             kernel_count=sum(g.count for g in groups),
-            total_us=sum(g.time_us for g in groups),
+            total_us=math.fsum(g.time_us for g in groups),  # not sum(): see _normal
             groups=groups,
             top_kernels=[(top, max(g.time_us for g in groups) / 9.0)],
         )

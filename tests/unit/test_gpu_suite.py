@@ -67,6 +67,8 @@ def test_a_stopped_group_is_counted_from_its_verbose_log(tmp_path):
         "def test_bad(): assert 1 == 2\n"
         "@pytest.mark.skip(reason='no CUDA GPU on this machine')\n"
         "def test_gpu(): pass\n"
+        "@pytest.mark.xfail(strict=True, reason='a withdrawn claim')\n"
+        "def test_withdrawn(): assert 1 == 2\n"
     )
     log = tmp_path / "log.txt"
     done = subprocess.run(
@@ -76,7 +78,7 @@ def test_a_stopped_group_is_counted_from_its_verbose_log(tmp_path):
     log.write_text(done.stdout + "[gw1] [ 80%] PASSED tests/gpu/test_x.py::test_on_a_worker\n")
     record = _tool().read_log(log)
     assert {k: record[k] for k in ("tests", "passed", "failed", "errors", "skipped")} == {
-        "tests": 4, "passed": 2, "failed": 1, "errors": 0, "skipped": 1,
-    }  # fmt: skip
+        "tests": 5, "passed": 2, "failed": 1, "errors": 0, "skipped": 2,
+    }  # fmt: skip  (an xfail is a skip, as in the JUnit XML)
     assert [f["test"].split("::")[-1] for f in record["failures"]] == ["test_bad"]
     assert "stopped" in record["note"]
