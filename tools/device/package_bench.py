@@ -1,6 +1,7 @@
 """Benchmark `quantstudy package` on a GPU: a study, its packages, the check, as JSON.
 
-For one model per call (a device command has minutes): run the study at batches 1 and 128
+For each model named (one after another, each record written as it ends, so a device command
+stopped at its limit keeps the models it finished): run the study at batches 1 and 128
 (`quantstudy run`, subprocess), package it (`package_study`, static batches 1 and 128), check
 the packages in a process without quantstudy (`check_package`: agreement with the study's FP8
 engine at its floor, NaN/Inf, packaged fp16 and FP8 timed with the study's harness method),
@@ -62,9 +63,9 @@ def _provenance() -> dict:
     }
 
 
-def _study(args: argparse.Namespace, work: Path) -> tuple[Path, dict]:
-    model, weights, recipe = MODELS[args.model]
-    out = work / f"study-{args.model}"
+def _study(args: argparse.Namespace, name: str, work: Path) -> tuple[Path, dict]:
+    model, weights, recipe = MODELS[name]
+    out = work / f"study-{name}"
     cmd = [sys.executable, "-m", "quantstudy.cli", "run", model, "--weights", weights]
     cmd += ["--device", "cuda", "--batches", "1,128", "--calib", str(args.calib)]
     cmd += ["--heldout", str(args.heldout), "--data", str(args.data), "--out", str(out)]
@@ -84,7 +85,7 @@ def _study(args: argparse.Namespace, work: Path) -> tuple[Path, dict]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=sorted(MODELS), required=True)
+    p.add_argument("--model", choices=sorted(MODELS), required=True, nargs="+")
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--calib-data", type=Path)
     p.add_argument("--class-list", type=Path)
@@ -93,12 +94,24 @@ def main() -> int:
     p.add_argument("--images", type=int, default=300, help="held-out images the check runs")
     p.add_argument("--work", type=Path, default=Path("/tmp/package-bench"))
     args = p.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    codes = []
+    for name in args.model:
+        try:
+            codes.append(bench_one(args, name))
+        except SystemExit as stop:  # a study that did not finish: say so, go on to the next
+            print(f"{name}: {stop}", flush=True)
+            codes.append(3)
+    return max(codes)
+
+
+def bench_one(args: argparse.Namespace, name: str) -> int:
+    """One model: study, packages, check, record; 0 when the check passed, 3 when not."""
     from quantstudy.package.build import PackageOptions, package_study
     from quantstudy.package.check import X_TOLERANCE, check_package
 
-    args.work.mkdir(parents=True, exist_ok=True)
-    study, study_info = _study(args, args.work)
-    out = args.work / f"package-{args.model}"
+    study, study_info = _study(args, name, args.work)
+    out = args.work / f"package-{name}"
     start = time.perf_counter()
     package_study(PackageOptions(study, out, (1, 128), None, "cuda", args.data, args.calib_data))
     package_s = time.perf_counter() - start
@@ -117,7 +130,7 @@ def main() -> int:
         })  # fmt: skip
     record = {
         "provenance": _provenance(),
-        "model": args.model,
+        "model": name,
         "study": study_info | {"dir": str(study), "name": manifest["study"]["name"]},
         "package_s": round(package_s, 1),
         "compile_s": manifest["compile_s"],
@@ -130,9 +143,9 @@ def main() -> int:
         "speed": rows,
         "check": checked.to_json(),
     }
-    target = Path(os.environ.get("OUT", ".")) / f"package-bench-{args.model}.json"
+    target = Path(os.environ.get("OUT", ".")) / f"package-bench-{name}.json"
     target.write_text(json.dumps(record, indent=1))
-    print(f"{args.model}: check {'passed' if checked else 'FAILED'}; agreement "
+    print(f"{name}: check {'passed' if checked else 'FAILED'}; agreement "
           f"{checked.agreement.agreement:.4f} ({checked.agreement.differ_count} of "
           f"{checked.n_images} differ), floor {checked.floor.differ_count}")  # fmt: skip
     print("batch  study x  packaged x  fp16 ms  FP8 ms")
