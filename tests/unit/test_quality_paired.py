@@ -7,10 +7,13 @@ import pytest
 import torch
 from scipy.stats import binomtest
 
+from quantstudy.quality import paired
 from quantstudy.quality.balance import precision_warnings
 from quantstudy.quality.metrics import score_engine
 from quantstudy.quality.paired import (
+    MeanBootstrap,
     bootstrap_mean_intervals,
+    bootstrap_means,
     mcnemar_exact,
     paired_bootstrap,
     paired_counts,
@@ -149,3 +152,43 @@ def test_paired_mean_change_of_flags_counts_images():
     assert ci.low < ci.change < ci.high
     with pytest.raises(ValueError, match="differ in length"):
         paired_mean_change(base, other[:50], resamples=1000, seed=0)
+
+
+def _alone(values: np.ndarray, levels: tuple[float, ...], resamples: int, seed: int) -> list:
+    """One bootstrap as the record's intervals were first drawn, on its own: a chunk of
+    index draws, its means, the next chunk (the reference `bootstrap_means` must equal)."""
+    n = values.size
+    rng = np.random.default_rng(seed)
+    per_chunk = max(1, paired._CHUNK_DRAWS // n)
+    means = np.empty(resamples)
+    for start in range(0, resamples, per_chunk):
+        stop = min(start + per_chunk, resamples)
+        means[start:stop] = values[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    tails = [((1.0 - lv) / 2.0 * 100.0, lv) for lv in levels]
+    return [(lv, *(float(x) for x in np.percentile(means, [t, 100 - t]))) for t, lv in tails]
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_shared_draws_give_each_interval_as_drawn_alone(monkeypatch, workers):
+    """Jobs over as many images share their index draws (a shorter job reads a prefix, over a
+    chunk boundary too); jobs over other counts draw their own; the values are bit for bit
+    those of each job alone, on any number of threads."""
+    # 20 resamples a chunk at 300 images, gathered 8 at a time: chunks and blocks end short
+    monkeypatch.setattr(paired, "_CHUNK_DRAWS", 6000)
+    monkeypatch.setattr(paired, "_BLOCK_DRAWS", 2400)
+    rng = np.random.default_rng(5)
+    jobs = [
+        MeanBootstrap(rng.exponential(0.01, 300), (0.8, 0.95, 0.999), 2000),
+        MeanBootstrap(rng.integers(-1, 2, 300), (0.95,), 1013),
+        MeanBootstrap(rng.exponential(0.01, 297), (0.95,), 1000),
+        MeanBootstrap(rng.exponential(0.01, 300), (0.9,), 1001),
+        MeanBootstrap(np.zeros(0), (0.95,), 1000),
+    ]
+    got = bootstrap_means(jobs, seed=7, workers=workers)
+    want = [
+        _alone(np.asarray(j.values, dtype=np.float64), j.levels, j.resamples, 7)
+        if j.values.size
+        else []
+        for j in jobs
+    ]
+    assert got == want  # floats compared exactly

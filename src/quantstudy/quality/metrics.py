@@ -15,7 +15,7 @@ If no row is finite in both, the KL figures are NaN (undefined), never a silent 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,12 +24,16 @@ import torch
 from quantstudy.quality.balance import precision_warnings, sample_balance
 from quantstudy.quality.paired import (
     CI_LEVEL,
-    bootstrap_mean_intervals,
+    BootstrapCI,
+    Interval,
+    MeanBootstrap,
+    bootstrap_means,
     mcnemar_exact,
-    paired_bootstrap,
+    paired_change,
+    paired_ci,
     paired_counts,
 )
-from quantstudy.quality.rows import Pair, Predictions, RowSet
+from quantstudy.quality.rows import Pair, PairRows, Predictions, RowSet
 from quantstudy.quality.rows import kl_per_image as kl_per_image  # where callers import it
 from quantstudy.quality.rows import topk_correct as topk_correct
 from quantstudy.record import (
@@ -126,38 +130,99 @@ def score_rows(
 ) -> EngineQuality:
     """`score_engine` from per-image rows (`quality/rows.py`): `rows` holds both engines and
     the pair (reference, engine); the streamed held-out pass scores through this."""
-    ref, eng = rows.engines[reference], rows.engines[engine]
-    pair = rows.pairs[(reference, engine)]
-    agree = ref.agrees_with(eng)
-    kl = pair.finite_kl
-    stats = KLStats.of(kl)
-    n = int(agree.size)
-    labelled = (
-        {}
-        if labels is None
-        else _labelled_fields(ref, eng, agree, labels, bootstrap_resamples, seed)
+    (quality,) = score_many(
+        [(engine, reference)], rows, labels, bootstrap_resamples=bootstrap_resamples, seed=seed
     )
-    return EngineQuality(
-        engine=engine,
-        n_images=n,
-        labelled=labels is not None,
-        agreement=float(agree.mean()),
-        differ_count=int(n - agree.sum()),
-        kl_mean=stats.mean,
-        kl_median=stats.median,
-        kl_p99=stats.p99,
-        kl_max=stats.max,
-        max_abs_logit_diff=pair.max_abs_logit_diff,
-        kl_histogram=kl_histogram(kl),
-        kl_bin_edges=list(KL_BIN_EDGES),
-        kl_mean_intervals=[
-            MeanInterval(level=level, low=low, high=high)
-            for level, low, high in bootstrap_mean_intervals(
-                kl, KL_INTERVAL_LEVELS, resamples=KL_RESAMPLES, seed=seed
-            )
-        ],
-        **labelled,
-    )
+    return quality
+
+
+def score_many(
+    comparisons: list[tuple[str, str]],
+    rows: RowSet,
+    labels: np.ndarray | None,
+    *,
+    bootstrap_resamples: int = 2000,
+    seed: int = 0,
+    workers: int = 1,
+) -> list[EngineQuality]:
+    """`score_rows` of each (engine, reference) in `comparisons`, value for value (`rows`
+    holds each pair as (reference, engine)).
+
+    A study's bootstraps all resample its held-out images with one seed, so their index
+    draws are the same: `bootstrap_means` makes them once for every interval instead of twice
+    per engine, the bulk of scoring 50,000 images. `workers`: threads for the resampling
+    (any number gives the same values)."""
+    scored = [_Scored.of(e, rows, r, labels, bootstrap_resamples) for e, r in comparisons]
+    jobs = [job for s in scored for job in s.jobs]
+    intervals = iter(bootstrap_means(jobs, seed=seed, workers=workers))
+    return [s.quality(intervals, seed) for s in scored]
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """One engine against its reference before the bootstraps: the per-image figures, and
+    the means to resample (KL, then the paired change in correctness when labelled)."""
+
+    engine: str
+    ref: Predictions
+    eng: Predictions
+    pair: PairRows
+    agree: np.ndarray
+    labels: np.ndarray | None
+    kl: MeanBootstrap
+    change: MeanBootstrap | None
+
+    @classmethod
+    def of(
+        cls,
+        engine: str,
+        rows: RowSet,
+        reference: str,
+        labels: np.ndarray | None,
+        resamples: int,
+    ) -> _Scored:
+        ref, eng = rows.engines[reference], rows.engines[engine]
+        pair = rows.pairs[(reference, engine)]
+        change = None
+        if labels is not None:
+            change = paired_change(ref.correct(labels), eng.correct(labels), resamples=resamples)
+        kl = MeanBootstrap(pair.finite_kl, KL_INTERVAL_LEVELS, KL_RESAMPLES)
+        return cls(engine, ref, eng, pair, ref.agrees_with(eng), labels, kl, change)
+
+    @property
+    def jobs(self) -> list[MeanBootstrap]:
+        return [self.kl] if self.change is None else [self.kl, self.change]
+
+    def quality(self, intervals: Iterator[list[Interval]], seed: int) -> EngineQuality:
+        """The record's section, taking this engine's intervals (`jobs`' order) from
+        `intervals`."""
+        kl_intervals = next(intervals)
+        labelled = {}
+        if self.change is not None and self.labels is not None:
+            (interval,) = next(intervals)
+            ci = paired_ci(self.change, interval, seed)
+            labelled = _labelled_fields(self.ref, self.eng, self.agree, self.labels, ci)
+        kl, agree = self.kl.values, self.agree
+        stats = KLStats.of(kl)
+        n = int(agree.size)
+        return EngineQuality(
+            engine=self.engine,
+            n_images=n,
+            labelled=self.labels is not None,
+            agreement=float(agree.mean()),
+            differ_count=int(n - agree.sum()),
+            kl_mean=stats.mean,
+            kl_median=stats.median,
+            kl_p99=stats.p99,
+            kl_max=stats.max,
+            max_abs_logit_diff=self.pair.max_abs_logit_diff,
+            kl_histogram=kl_histogram(kl),
+            kl_bin_edges=list(KL_BIN_EDGES),
+            kl_mean_intervals=[
+                MeanInterval(level=level, low=low, high=high) for level, low, high in kl_intervals
+            ],
+            **labelled,
+        )
 
 
 def _split(ref: Predictions, a: Predictions, b: Predictions) -> tuple[int, int, float]:
@@ -352,15 +417,14 @@ def _labelled_fields(
     eng: Predictions,
     agree: np.ndarray,
     labels: np.ndarray,
-    resamples: int,
-    seed: int,
+    ci: BootstrapCI,
 ) -> dict[str, float | int]:
-    """The EngineQuality fields that need labels (both predictions hold their top-5 hits)."""
+    """The EngineQuality fields that need labels (both predictions hold their top-5 hits),
+    with the paired bootstrap interval `ci` on the top-1 change."""
     if ref.top5 is None or eng.top5 is None:
         raise ValueError("labelled scoring needs rows made with the labels")
     ref_correct, eng_correct = ref.correct(labels), eng.correct(labels)
     counts = paired_counts(ref_correct, eng_correct, agree)
-    ci = paired_bootstrap(ref_correct, eng_correct, resamples=resamples, seed=seed)
     return {
         "top1": float(eng_correct.mean()),
         "top5": float(eng.top5.mean()),

@@ -56,7 +56,7 @@ def scan_rows(
     that keeps no held-out logits."""
     if len(heldout_valid) != len(heldout_ids):
         raise ValueError(f"{len(heldout_valid)} held-out rows but {len(heldout_ids)} ids")
-    bad = [i for i, ok in zip(heldout_ids, heldout_valid, strict=True) if not ok]
+    bad = [heldout_ids[i] for i in np.flatnonzero(~np.asarray(heldout_valid, dtype=bool))]
     return NonFiniteScan(
         engine=engine,
         heldout_checked=len(heldout_ids),

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from quantstudy.data.split import ids_sha256
-from quantstudy.quality.metrics import build_quality_section, emulation_gap_rows, score_rows
+from quantstudy.quality.metrics import build_quality_section, emulation_gap_rows, score_many
 from quantstudy.quality.nonfinite import scan_rows
 from quantstudy.quality.rows import RowSet
 from quantstudy.record import DataInfo, ImageSet, QualitySection, StudyRecord
@@ -117,13 +117,23 @@ def quality_section(
     from the rows of the held-out pass and the stress logits of each engine (in build order)."""
     rows, labels, ids = results.rows, results.labels, results.ids
     names = list(stress)
+    comparisons = [(n, Engine.FP32) for n in names if n != Engine.FP32]
+    # scored together: every engine's bootstraps share their index draws (`score_many`), on
+    # as many threads as torch may use (1 in the tests; the cores on a study's machine)
+    *engines, against_fp16 = score_many(
+        [*comparisons, (Engine.FP8, Engine.FP16)],
+        rows,
+        labels,
+        seed=seed,
+        workers=torch.get_num_threads(),
+    )
     return build_quality_section(
         Engine.FP32,
-        [score_rows(n, rows, Engine.FP32, labels, seed=seed) for n in names if n != Engine.FP32],
+        engines,
         [scan_rows(n, rows.engines[n].valid, ids, stress[n], stress_names) for n in names],
         stress_names,
         None if labels is None else torch.from_numpy(labels),
         emulation_gap_rows(rows, half),
         random_weights,
-        against_fp16=score_rows(Engine.FP8, rows, Engine.FP16, labels, seed=seed),
+        against_fp16=against_fp16,
     )
