@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from quantstudy.quality.metrics import gap_pairs
+from quantstudy.quality.gap import gap_pairs
 from quantstudy.quality.rows import PairRows, Predictions, RowSet
 from quantstudy.record import QualitySection
 from quantstudy.record.side import SideFile

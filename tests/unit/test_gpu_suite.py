@@ -77,8 +77,9 @@ def test_a_stopped_group_is_counted_from_its_verbose_log(tmp_path):
     )  # fmt: skip
     log.write_text(done.stdout + "[gw1] [ 80%] PASSED tests/gpu/test_x.py::test_on_a_worker\n")
     record = _tool().read_log(log)
+    # the xfail counts as a skip, as in the JUnit XML
     assert {k: record[k] for k in ("tests", "passed", "failed", "errors", "skipped")} == {
         "tests": 5, "passed": 2, "failed": 1, "errors": 0, "skipped": 2,
-    }  # fmt: skip  (an xfail is a skip, as in the JUnit XML)
+    }  # fmt: skip
     assert [f["test"].split("::")[-1] for f in record["failures"]] == ["test_bad"]
     assert "stopped" in record["note"]

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from quantstudy.quality.gap import emulation_gap
 from quantstudy.quality.metrics import (
     KL_BIN_EDGES,
     RANDOM_WEIGHTS_REASON,
     build_quality_section,
-    emulation_gap,
     kl_per_image,
     score_engine,
 )

@@ -13,13 +13,8 @@ from quantstudy.data.stream import Uint8Transform
 from quantstudy.engines.builders import BuiltEngine
 from quantstudy.engines.run import half_storage, reordered, run_engine
 from quantstudy.model.preprocess import EvalTransform
-from quantstudy.quality.metrics import (
-    emulation_gap,
-    emulation_gap_rows,
-    gap_pairs,
-    score_engine,
-    score_rows,
-)
+from quantstudy.quality.gap import emulation_gap, emulation_gap_rows, gap_pairs
+from quantstudy.quality.metrics import score_engine, score_rows
 from quantstudy.quality.nonfinite import scan_nonfinite, scan_rows
 from quantstudy.quality.rows import RowSet
 from quantstudy.record import Preprocessing

@@ -24,7 +24,8 @@ import torch
 from onnx import TensorProto, numpy_helper
 
 from quantstudy.bridge.qdq import INPUT, QdqGraph
-from quantstudy.quality.metrics import emulation_gap, max_abs_logit_diff
+from quantstudy.quality.gap import emulation_gap
+from quantstudy.quality.metrics import max_abs_logit_diff
 from quantstudy.record import StudyRecord
 
 NUMPY_INPUT = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}

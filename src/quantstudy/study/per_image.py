@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from quantstudy.data.split import ids_sha256
-from quantstudy.quality.metrics import build_quality_section, emulation_gap_rows, score_many
+from quantstudy.quality.gap import emulation_gap_rows
+from quantstudy.quality.metrics import build_quality_section, score_many
 from quantstudy.quality.nonfinite import scan_rows
 from quantstudy.quality.rows import RowSet
 from quantstudy.record import DataInfo, ImageSet, QualitySection, StudyRecord

@@ -39,9 +39,7 @@ from quantstudy.engines.builders import (
 )
 from quantstudy.engines.run import half_storage, reordered, run_engine
 from quantstudy.model.preprocess import EvalTransform
-from quantstudy.quality.metrics import (
-    gap_pairs,
-)
+from quantstudy.quality.gap import gap_pairs
 from quantstudy.quality.stress import stress_inputs
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import (
