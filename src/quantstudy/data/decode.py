@@ -16,6 +16,8 @@ No torch here: the folder scan uses it before anything heavy is imported.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from PIL import Image, ImageOps
 
@@ -44,3 +46,11 @@ def to_rgb(image: Image.Image) -> Image.Image:
         rgba = image.convert("RGBA")
         image = Image.alpha_composite(Image.new("RGBA", rgba.size, (*BACKGROUND, 255)), rgba)
     return image.convert("RGB")
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (the machine's where the OS cannot say): how many
+    decoders can run side by side."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

@@ -8,7 +8,6 @@ study can say how many images it did not use and why.
 
 from __future__ import annotations
 
-import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from quantstudy.data.decode import UnusableImage, to_rgb
+from quantstudy.data.decode import UnusableImage, to_rgb, usable_cores
 from quantstudy.record import SkippedImage
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import read_text
@@ -143,7 +142,7 @@ def _usable(
             skipped.append(_skip(root, path, reason))
         else:
             images.append((path, label, wnid))
-    with ThreadPoolExecutor(max_workers=min(16, _cpus())) as pool:
+    with ThreadPoolExecutor(max_workers=min(16, usable_cores())) as pool:
         problems = list(pool.map(_decode_problem, [path for path, _, _ in images]))
     items = []
     for (path, label, wnid), problem in zip(images, problems, strict=True):
@@ -152,13 +151,6 @@ def _usable(
         else:
             items.append(ImageItem(_rel(root, path), path, label, wnid))
     return items
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on (all of the machine's where the OS cannot say)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _decode_problem(path: Path) -> str | None:

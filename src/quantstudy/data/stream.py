@@ -18,7 +18,6 @@ transform in the tests: a change of timm's eval pipeline fails there, not silent
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -28,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import Normalize
 from torchvision.transforms.functional import pil_to_tensor
 
-from quantstudy.data.decode import to_rgb
+from quantstudy.data.decode import to_rgb, usable_cores
 from quantstudy.data.folders import ImageItem
 
 # Host memory of the decode workers' prefetch: each worker keeps this many batches ready.
@@ -107,8 +106,7 @@ class Chunk:
 def decode_workers() -> int:
     """Decode workers: the cores beside the computing process, at most 8, at least 0 (decode in
     the main process on a one-core machine)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(0, min(8, (cores or 1) - 1))
+    return max(0, min(8, usable_cores() - 1))
 
 
 def stream_chunks(
