@@ -135,10 +135,35 @@ def test_kernel_writes_the_interior_of_a_padded_buffer_under_the_interpreter():
         inner = buf[:, 1 : 1 + h, 2 : 2 + w].reshape(m, n)
         border = buf.clone()
         border[:, 1 : 1 + h, 2 : 2 + w] = 7.0
-        print(int(torch.equal(inner, plain) and bool((border == 7.0).all())))
+        # the package's path: the same geometry, written through a dense 1-D view of the
+        # buffer from the interior's first element (what a tracer keeps in place)
+        alt = torch.full_like(buf, 7.0)
+        storage = alt.view(-1)[1 * alt.stride(1) + 2 * alt.stride(2) :]
+        fp8_gemm_triton(*args, round_to=torch.float16, out=alt[:, 1 : 1 + h, 2 : 2 + w],
+                        out_storage=storage)
+        print(int(torch.equal(inner, plain) and bool((border == 7.0).all())
+                  and torch.equal(alt, buf)))
         """
     )
     assert same == "1"
+
+
+def test_out_storage_that_cannot_hold_the_output_is_refused():
+    require_triton()
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
+
+    xq = torch.zeros(12, 16).to(torch.float8_e4m3fn)
+    w8 = torch.zeros(8, 16).to(torch.float8_e4m3fn)
+    args = (xq, w8, torch.ones(8), torch.tensor(1.0), None, "none", torch.float16)
+    buf = torch.zeros(1, 5, 6, 8, dtype=torch.float16)
+    interior = buf[:, 1:4, 1:5]
+    flat = buf.view(-1)
+    with pytest.raises(ValueError, match=r">= \d+ elements"):
+        fp8_gemm_triton(*args, out=interior, out_storage=flat[-10:])
+    with pytest.raises(ValueError, match="1-D dense"):
+        fp8_gemm_triton(*args, out=interior, out_storage=flat[::2])
+    with pytest.raises(ValueError, match=r"torch\.float16 on cpu"):
+        fp8_gemm_triton(*args, out=interior, out_storage=torch.zeros(240))
 
 
 def test_a_reader_the_plan_quantizes_keeps_its_own_padding():

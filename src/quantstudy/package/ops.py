@@ -45,11 +45,12 @@ def _wrapped(launcher: str) -> Iterator[object]:
         setattr(module, kernel_name, kernel)
 
 
-def _launch(launcher: str, args: tuple, kwargs: dict) -> torch.Tensor:
-    """Run the study's launcher with the captured tile of this launch, its kernel traceable."""
+def _launch(launcher: str, args: tuple, kwargs: dict, extra: dict | None = None) -> torch.Tensor:
+    """Run the study's launcher with the captured tile of this launch, its kernel traceable;
+    `extra` keywords reach the launcher but not the key (the study's launch had none)."""
     tile = tiles.active().lookup(tiles.launch_key(launcher, args, kwargs))
     with _wrapped(launcher) as launch:
-        return launch(*args, **kwargs, **tile.launch_args())
+        return launch(*args, **kwargs, **(extra or {}), **tile.launch_args())
 
 
 def _study_body(op) -> object:
@@ -127,7 +128,14 @@ def fp8_gemm_padded(
     pads: list[int],
 ) -> torch.Tensor:
     """`quant.layers.fused_matmul.fp8_gemm_padded`, packageable: the product written into the
-    interior of the zero-padded buffer, as the study's op writes it."""
+    interior of the zero-padded buffer, as the study's op writes it.
+
+    The kernel writes through a dense 1-D view of the buffer from the interior's first element
+    on (`out_storage`), the interior view giving only the geometry. Handed the interior view
+    itself, torch 2.11's functionalization of the mutated view copies it compactly, and the
+    kernel, whose strides are the padded buffer's, writes past the copy's end: an illegal
+    memory access when the package runs (pytorch/pytorch#161115, fixed by #184050; the
+    contiguous-copy half is #192510)."""
     b, h, w = size
     left, right, top, bottom = pads
     n = w8.shape[0]
@@ -141,9 +149,11 @@ def fp8_gemm_padded(
                  out[:, top : top + h, left + w :]):  # fmt: skip
         if edge.numel():
             edge.zero_()  # the border only, as the study's op writes it
-    kwargs = dict(round_to=round_to, x_inv_divisor=x_inv_divisor,
-                  out=out[:, top : top + h, left : left + w])  # fmt: skip
-    _launch("fp8_gemm", (xq.contiguous(), w8, w_scale, x_scale, bias, act, out_dtype), kwargs)
+    interior = out[:, top : top + h, left : left + w]
+    storage = out.view(-1)[top * out.stride(1) + left * out.stride(2) :]
+    kwargs = dict(round_to=round_to, x_inv_divisor=x_inv_divisor, out=interior)
+    args = (xq.contiguous(), w8, w_scale, x_scale, bias, act, out_dtype)
+    _launch("fp8_gemm", args, kwargs, extra={"out_storage": storage})
     return out
 
 

@@ -108,6 +108,20 @@ def _checked_output(
     return out
 
 
+def _checked_storage(out: torch.Tensor, storage: torch.Tensor) -> torch.Tensor:
+    """`storage` when it can stand for a mapped `out`: 1-D, dense, of its dtype and device, and
+    long enough for the last element `out`'s strides reach (its start is the caller's to
+    give: under tracing there is no data pointer to compare)."""
+    pairs = zip(out.shape, out.stride(), strict=True)
+    span = 1 + sum((size - 1) * stride for size, stride in pairs)
+    if out.dim() != 4 or storage.dim() != 1 or storage.stride(0) != 1:
+        raise ValueError("out_storage is the 1-D dense storage of a mapped (B, H, W, N) output")
+    short = isinstance(span, int) and storage.numel() < span  # symbolic under a dynamic batch
+    if storage.dtype != out.dtype or storage.device != out.device or short:
+        raise ValueError(f"out_storage must be {out.dtype} on {out.device} with >= {span} elements")
+    return storage
+
+
 def fp8_gemm_triton(
     xq: torch.Tensor,
     w8: torch.Tensor,
@@ -128,6 +142,7 @@ def fp8_gemm_triton(
     pair: torch.Tensor | None = None,
     x_inv_divisor: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    out_storage: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
@@ -150,10 +165,15 @@ def fp8_gemm_triton(
     `pair` ((M, N) FP8, contiguous) also receives the output quantized with `out_scale`, while
     the output itself stays in `out_dtype`. `out` (B, H, W, N) in `out_dtype`, B x H x W = M,
     any strides (the interior of a zero-padded buffer, `quant/rewrites/pad_handoff.py`) receives the
-    output pixel by pixel instead of a new (M, N) tensor, through pointer stores."""
+    output pixel by pixel instead of a new (M, N) tensor, through pointer stores.
+    `out_storage` (1-D, dense, starting at `out`'s first element) is then the tensor the kernel
+    writes through, `out` giving only the geometry: a tracer copies a mutated strided view
+    compactly and would hand the kernel a buffer smaller than the strides it was given
+    (`package/ops.py`), while a dense 1-D view keeps its layout."""
     out = _checked_output(
         xq, w8, out_dtype, out_scale, promote, loads, store, residual, pair, x_inv_divisor, out
     )
+    target = out if out_storage is None else _checked_storage(out, out_storage)
     quant_a = xq.dtype != torch.float8_e4m3fn
     mapped = out.dim() == 4
     m, k = xq.shape
@@ -172,11 +192,11 @@ def fp8_gemm_triton(
         "c_desc": _descriptor(out, use_store),
     }
     args = (
-        xq, descs["a_desc"], w8, descs["b_desc"], out, descs["c_desc"],
+        xq, descs["a_desc"], w8, descs["b_desc"], target, descs["c_desc"],
         w_scale, x_scale, bias if bias is not None else w_scale,
         out_scale if out_scale is not None else x_scale,
-        residual if residual is not None else out,
-        pair if pair is not None else out,
+        residual if residual is not None else target,
+        pair if pair is not None else target,
         x_inv_divisor if x_inv_divisor is not None else w_scale,
         m, n, k,
         xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1),
