@@ -1,0 +1,155 @@
+"""The packaged FP8 product (`package/ops.py`) against the study's launch, one launch at a time.
+
+Each case exports a module of one study FP8 op, points it at its packageable twin
+(`package/graph.py: retarget`), compiles it with AOTInductor, loads the package in a fresh
+process (`python -I`, torch's libstdc++ preloaded as `quantstudy package` does) and compares
+its output with the study's own launcher run with the same tile: the same kernel with the same
+tile and arguments computes the same bits, so the comparison is exact. The cases are the kinds
+of launch a real model's package has and the tiny study of test_package_gpu.py does not: the
+padded product (a 1x1 conv writing the interior of the next conv's zero-padded buffer), a tile
+the study ran on the tensor-descriptor (TMA) path and the package runs through pointers, and a
+streaming tile (programs that loop over row tiles).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from quantstudy.package import tiles
+from quantstudy.package.graph import export_engine, retarget
+from quantstudy.package.loader import loader_env
+from quantstudy.quant.kernels.gemm import fp8_gemm_triton, tma_ok
+
+E4M3 = torch.float8_e4m3fn
+F16 = torch.float16
+
+
+class FixedTile(tiles.TileTable):
+    """A tile table that gives every launch one tile: the case's."""
+
+    def __init__(self, tile: tiles.Tile) -> None:
+        super().__init__()
+        self.tile = tile
+
+    def lookup(self, key: tuple) -> tiles.Tile:
+        return self.tile
+
+
+class OneProduct(nn.Module):
+    """One study FP8 op on an FP8 input that arrives as its bytes (uint8), so the package
+    and the reference read the same bits with no cast of their own in between."""
+
+    def __init__(self, w8, w_scale, x_scale, bias, padded: tuple | None) -> None:
+        super().__init__()
+        for name, t in (("w8", w8), ("w_scale", w_scale), ("x_scale", x_scale), ("bias", bias)):
+            self.register_buffer(name, t)
+        self.padded = padded
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xq = x.view(E4M3)
+        args = (xq, self.w8, self.w_scale, self.x_scale, self.bias, "relu6", F16)
+        if self.padded is None:
+            return torch.ops.quantstudy.fp8_gemm(*args, None, F16)
+        size, pads = self.padded
+        return torch.ops.quantstudy.fp8_gemm_padded(*args, F16, None, list(size), list(pads))
+
+
+def _operands(m: int, k: int, n: int):
+    g = torch.Generator().manual_seed(m + k + n)
+    xq = (torch.randn(m, k, generator=g) * 40).clamp(-448, 448).to(E4M3)
+    w8 = (torch.randn(n, k, generator=g) * 40).clamp(-448, 448).to(E4M3)
+    w_scale = torch.rand(n, generator=g) / 200 + 1e-3
+    bias = torch.randn(n, generator=g) * 0.1  # the product term (about 1) dominates it
+    return [t.cuda() for t in (xq, w8, w_scale, torch.tensor(0.02), bias)]
+
+
+def _packaged(module: nn.Module, x: torch.Tensor, tile: tiles.Tile, tmp: Path) -> torch.Tensor:
+    """`module` packaged with `tile` for every launch, run on `x` in a fresh process."""
+    from torch._inductor import aoti_compile_and_package
+
+    program = export_engine(module, x, None)
+    assert retarget(program), "the study op was retargeted to its packaged twin"
+    path = tmp / "one.pt2"
+    with tiles.using(FixedTile(tile)), torch.no_grad():
+        configs = {"always_keep_tensor_constants": True}
+        aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
+    torch.save(x.cpu(), tmp / "x.pt")
+    script = (
+        "import sys, torch; from torch._inductor import aoti_load_package; "
+        "m = aoti_load_package(sys.argv[1]); x = torch.load(sys.argv[2]).cuda(); "
+        "torch.save(m(x).cpu(), sys.argv[3])"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-I", "-c", script, str(path), str(tmp / "x.pt"), str(tmp / "y.pt")],
+        capture_output=True, text=True, env=loader_env()[0], timeout=600,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    return torch.load(tmp / "y.pt")
+
+
+def _tile(block: tuple[int, int, int], stream: int = 0, tma: bool = False) -> tiles.Tile:
+    blocks = dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), block, strict=True))
+    return tiles.Tile("fp8_gemm", blocks | {"num_warps": 4, "num_stages": 3}, stream, tma)
+
+
+def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
+    differ = (got.float() != want.float()) & ~(got.isnan() & want.isnan())
+    where = differ.nonzero()[:3].tolist()
+    return f"{int(differ.sum())} of {got.numel()} outputs differ, first at {where}"
+
+
+def test_padded_product_package_writes_what_the_study_launch_writes(tmp_path):
+    """Lite0's stride-2 depthwise convs read a buffer padded right and bottom by one pixel,
+    written by the 1x1 conv before them: the package's write (through a dense 1-D view of the
+    buffer, `out_storage`) must land where the study's write through the interior view does,
+    border zeros included."""
+    b, h, w, k, n = 2, 28, 28, 32, 96
+    left, right, top, bottom = 0, 1, 0, 1
+    xq, w8, ws, xs, bias = _operands(b * h * w, k, n)
+    block = (64, 32, 32)
+    want = torch.zeros((b, h + top + bottom, w + left + right, n), device="cuda", dtype=F16)
+    fp8_gemm_triton(
+        xq, w8, ws, xs, bias, "relu6", F16, tile=(*block, 4, 3), round_to=F16,
+        out=want[:, top : top + h, left : left + w],
+    )  # fmt: skip
+    module = OneProduct(w8, ws, xs, bias, ((b, h, w), (left, right, top, bottom)))
+    got = _packaged(module, xq.view(torch.uint8), _tile(block), tmp_path)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert torch.equal(got, want.cpu()), _first_difference(got, want.cpu())
+
+
+def test_a_tma_tile_packaged_through_pointers_computes_the_same_bits(tmp_path):
+    """The package runs a tile the study ran on the TMA path through pointers
+    (`Tile.tma_replaced`): the same tile's products in the same order, so the same bits."""
+    m, k, n = 2 * 28 * 28, 96, 144
+    xq, w8, ws, xs, bias = _operands(m, k, n)
+    assert tma_ok(xq) and tma_ok(w8), "these operands can take the descriptor path"
+    block = (128, 64, 32)
+    want = fp8_gemm_triton(
+        xq, w8, ws, xs, bias, "relu6", F16, tile=(*block, 4, 3), loads="tma", store="tma",
+        round_to=F16,
+    )  # fmt: skip
+    module = OneProduct(w8, ws, xs, bias, None)
+    got = _packaged(module, xq.view(torch.uint8), _tile(block, tma=True), tmp_path)
+    assert torch.equal(got, want.cpu()), _first_difference(got, want.cpu())
+
+
+@pytest.mark.parametrize("stream", [0, 2])
+def test_a_pointer_tile_packaged_computes_the_same_bits(tmp_path, stream):
+    """A thin product (N = 24, Lite0's projections) with one tile per program and as
+    streaming programs (`stream` per SM, looping over row tiles; the tile holds all of K)."""
+    m, k, n = 2 * 28 * 28, 96, 24
+    xq, w8, ws, xs, bias = _operands(m, k, n)
+    block = (64, 32, 128)
+    want = fp8_gemm_triton(
+        xq, w8, ws, xs, bias, "relu6", F16, tile=(*block, 4, 3), stream=stream, round_to=F16
+    )
+    module = OneProduct(w8, ws, xs, bias, None)
+    got = _packaged(module, xq.view(torch.uint8), _tile(block, stream), tmp_path)
+    assert torch.equal(got, want.cpu()), _first_difference(got, want.cpu())
