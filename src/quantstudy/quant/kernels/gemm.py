@@ -109,9 +109,12 @@ def _checked_output(
 
 
 def _checked_storage(out: torch.Tensor, storage: torch.Tensor) -> torch.Tensor:
-    """`storage` when it can stand for a mapped `out`: 1-D, dense, of its dtype and device, and
-    long enough for the last element `out`'s strides reach (its start is the caller's to
-    give: under tracing there is no data pointer to compare)."""
+    """`storage` when it can stand for a mapped `out`, which then gives only the geometry: 1-D,
+    dense, of its dtype and device, and long enough for the last element `out`'s strides reach
+    (that it starts at `out`'s first element is the caller's to give: under tracing there is no
+    data pointer to compare). Why: a tracer copies a mutated strided view compactly and would
+    hand the kernel a buffer smaller than the strides it was given (`package/ops.py`), while a
+    dense 1-D view keeps its layout."""
     pairs = zip(out.shape, out.stride(), strict=True)
     span = 1 + sum((size - 1) * stride for size, stride in pairs)
     if out.dim() != 4 or storage.dim() != 1 or storage.stride(0) != 1:
@@ -165,11 +168,7 @@ def fp8_gemm_triton(
     `pair` ((M, N) FP8, contiguous) also receives the output quantized with `out_scale`, while
     the output itself stays in `out_dtype`. `out` (B, H, W, N) in `out_dtype`, B x H x W = M,
     any strides (the interior of a zero-padded buffer, `quant/rewrites/pad_handoff.py`) receives the
-    output pixel by pixel instead of a new (M, N) tensor, through pointer stores.
-    `out_storage` (1-D, dense, starting at `out`'s first element) is then the tensor the kernel
-    writes through, `out` giving only the geometry: a tracer copies a mutated strided view
-    compactly and would hand the kernel a buffer smaller than the strides it was given
-    (`package/ops.py`), while a dense 1-D view keeps its layout."""
+    output pixel by pixel instead of a new tensor, through `out_storage` where given."""
     out = _checked_output(
         xq, w8, out_dtype, out_scale, promote, loads, store, residual, pair, x_inv_divisor, out
     )
