@@ -148,6 +148,11 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
     print(f"{name}: check {'passed' if checked else 'FAILED'}; agreement "
           f"{checked.agreement.agreement:.4f} ({checked.agreement.differ_count} of "
           f"{checked.n_images} differ), floor {checked.floor.differ_count}")  # fmt: skip
+    for file, found in checked.per_package.items():
+        print(f"  {file}: {found.differ_count} of {found.n_images} differ, KL mean "
+              f"{found.kl_mean:.4g}")  # fmt: skip
+    for batch, t in checked.timing.items():
+        print(f"  batch {batch} timed by: {t.get('engines')}")
     print("batch  study x  packaged x  fp16 ms  FP8 ms")
     for r in rows:
         shown = f"{r['study_x']:.3f}" if r["study_x"] is not None else "-"

@@ -9,11 +9,13 @@ secretly called back into quantstudy fails here instead of passing. What it does
    package is loaded (a package compiled for another GPU or torch can crash the process).
 2. `--images FILE` (a float32 NCHW tensor saved with `torch.save`, preprocessed as the manifest
    says; default: the manifest's sample images): runs them through the FP8 package of the
-   largest batch (or the dynamic one) and saves float32 logits to `--logits FILE`.
+   largest batch (or the dynamic one) and saves float32 logits to `--logits FILE`;
+   `--each-logits FILE` runs them through every FP8 package and saves {file: logits}.
 3. `--time`: the FP8 package against the fp16 package at each batch, as the study's harness
    times engines: each call captured in a CUDA graph and replayed, `iters` replays between two
    CUDA events per round, rounds of the two alternating in ABBA order, median per engine and
-   the median of the per-round ratios fp16 / FP8 (x).
+   the median of the per-round ratios fp16 / FP8 (x). A package whose call cannot be captured
+   is timed by eager calls, and the record says which engine and why (`engines`).
 4. `--out FILE`: everything measured, as JSON.
 """
 
@@ -104,7 +106,8 @@ def run_images(model, entry: dict, images: torch.Tensor, manifest: dict) -> torc
 
 def _graphed(model, x: torch.Tensor, warmup: int):
     """A replay function of `model(x)` captured in a CUDA graph, after eager warm-up calls on
-    a side stream (PyTorch's capture recipe); None when the call cannot be captured."""
+    a side stream (PyTorch's capture recipe), and None; or None and why the call could not be
+    captured."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side), torch.no_grad():
@@ -116,13 +119,14 @@ def _graphed(model, x: torch.Tensor, warmup: int):
     try:
         with torch.cuda.graph(graph), torch.no_grad():
             keep = model(x)
-    except RuntimeError:
-        return None
+    except RuntimeError as failed:
+        torch.cuda.synchronize()
+        return None, (str(failed).strip().splitlines() or ["(no message)"])[0][:300]
 
     def replay(kept=(graph, keep)):  # the graph and its outputs (in its pool) stay alive
         kept[0].replay()
 
-    return replay
+    return replay, None
 
 
 def _round(fn, iters: int, device: str) -> float:
@@ -144,11 +148,14 @@ def _round(fn, iters: int, device: str) -> float:
 def time_pair(fp16, fp8, x: torch.Tensor, rounds: int, iters: int, device: str) -> dict:
     """The two packages timed in alternating rounds (ABBA), as the study's harness times."""
     calls, method = {}, "CUDA graph replay, CUDA events" if device == "cuda" else "host clock"
+    engines = {}
     for name, model in (("fp16", fp16), ("fp8", fp8)):
-        replay = _graphed(model, x, 10) if device == "cuda" else None
+        replay, why = _graphed(model, x, 10) if device == "cuda" else (None, None)
+        engines[name] = "CUDA graph replay" if replay is not None else "host clock"
         if replay is None:
             if device == "cuda":
                 method = "eager calls (a package would not capture), CUDA events"
+                engines[name] = f"eager calls: the capture failed: {why}"
 
             def replay(model=model):
                 with torch.no_grad():
@@ -163,6 +170,7 @@ def time_pair(fp16, fp8, x: torch.Tensor, rounds: int, iters: int, device: str) 
     ratios = [a / b for a, b in zip(times["fp16"], times["fp8"], strict=True)]
     return {
         "method": method,
+        "engines": engines,
         "rounds": rounds,
         "iters": iters,
         "fp16_ms": statistics.median(times["fp16"]),
@@ -177,6 +185,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("folder", type=Path, help="the folder `quantstudy package` wrote")
     p.add_argument("--images", type=Path, help="float32 NCHW images (torch.save)")
     p.add_argument("--logits", type=Path, help="write the FP8 package's float32 logits here")
+    p.add_argument("--each-logits", type=Path, help="write every FP8 package's, by file")
     p.add_argument("--time", action="store_true", help="time FP8 against fp16 per batch")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--iters", type=int, default=20)
@@ -196,15 +205,23 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"machine": machine(device), "load_s": {}, "timing": {}}
     fp8_entries = [e for e in manifest["packages"] if e["engine"] == "fp8"]
     widest = max(fp8_entries, key=lambda e: e["batch"] or e["max_batch"])
-    if args.logits is not None:
+    if args.logits is not None or args.each_logits is not None:
         images = torch.load(args.images or args.folder / manifest["sample"]["file"])
-        start = time.perf_counter()
-        model = load(args.folder, widest)
-        result["load_s"][widest["file"]] = time.perf_counter() - start
-        logits = run_images(model, widest, images, manifest)
-        result["nonfinite"] = int((~torch.isfinite(logits)).any(dim=1).sum())
-        torch.save(logits, args.logits)
-        del model
+        each = {}
+        for entry in fp8_entries if args.each_logits is not None else [widest]:
+            start = time.perf_counter()
+            model = load(args.folder, entry)
+            result["load_s"][entry["file"]] = time.perf_counter() - start
+            each[entry["file"]] = run_images(model, entry, images, manifest)
+            del model
+        nonfinite = torch.zeros(images.shape[0], dtype=torch.bool)
+        for logits in each.values():  # an image counts once, whichever package failed it
+            nonfinite |= ~torch.isfinite(logits).all(dim=1)
+        result["nonfinite"] = int(nonfinite.sum())
+        if args.logits is not None:
+            torch.save(each[widest["file"]], args.logits)
+        if args.each_logits is not None:
+            torch.save(each, args.each_logits)
     if args.time:
         sample = torch.load(args.folder / manifest["sample"]["file"])
         for entry in fp8_entries:
