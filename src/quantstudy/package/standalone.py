@@ -75,9 +75,13 @@ def binding_problem(manifest: dict) -> str | None:
 
 
 def load(folder: Path, entry: dict):
+    """The package, with AOTInductor's single-threaded runner: the default runner synchronizes
+    between calls for callers on several threads, which conflicts with a CUDA graph capture
+    (`aoti_load_package` documents `run_single_threaded` as "useful to avoid conflicts with
+    CUDAGraphs"); this script calls from one thread."""
     from torch._inductor import aoti_load_package
 
-    return aoti_load_package(str(folder / entry["file"]))
+    return aoti_load_package(str(folder / entry["file"]), run_single_threaded=True)
 
 
 def prepared(x: torch.Tensor, manifest: dict) -> torch.Tensor:
