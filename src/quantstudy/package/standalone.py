@@ -124,7 +124,6 @@ def _graphed(model, x: torch.Tensor, warmup: int):
         with torch.cuda.graph(graph), torch.no_grad():
             keep = model(x)
     except RuntimeError as failed:
-        torch.cuda.synchronize()
         return None, (str(failed).strip().splitlines() or ["(no message)"])[0][:300]
 
     def replay(kept=(graph, keep)):  # the graph and its outputs (in its pool) stay alive
