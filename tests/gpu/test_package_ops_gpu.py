@@ -1,7 +1,7 @@
 """The packaged FP8 product (`package/ops.py`) against the study's launch, one launch at a time.
 
 Each case exports a module of one study FP8 op, points it at its packageable twin
-(`package/graph.py: retarget`), compiles it with AOTInductor, loads the package in a fresh
+(`package/build.py: compile_package`), compiles it with AOTInductor, loads the package in a fresh
 process (`python -I`, torch's libstdc++ preloaded as `quantstudy package` does) and compares
 its output with the study's own launcher run with the same tile: the same kernel with the same
 tile and arguments computes the same bits, so the comparison is exact. The cases are the kinds
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from quantstudy.package import tiles
-from quantstudy.package.graph import export_engine, retarget
+from quantstudy.package.build import compile_package
 from quantstudy.package.loader import loader_env
 from quantstudy.quant.kernels.gemm import fp8_gemm_triton, tma_ok
 
@@ -70,15 +70,13 @@ def _operands(m: int, k: int, n: int):
 
 
 def _packaged(module: nn.Module, x: torch.Tensor, tile: tiles.Tile, tmp: Path) -> torch.Tensor:
-    """`module` packaged with `tile` for every launch, run on `x` in a fresh process."""
-    from torch._inductor import aoti_compile_and_package
-
-    program = export_engine(module, x, None)
-    assert retarget(program), "the study op was retargeted to its packaged twin"
+    """`module` packaged with `tile` for every launch (as `quantstudy package` compiles an
+    engine), run on `x` in a fresh process."""
     path = tmp / "one.pt2"
-    with tiles.using(FixedTile(tile)), torch.no_grad():
-        configs = {"always_keep_tensor_constants": True}
-        aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
+    with tiles.using(FixedTile(tile)):
+        configs = {"always_keep_tensor_constants": True}  # build.inductor_configs, default mode
+        retargeted = compile_package(module, x, None, path, configs)
+    assert retargeted, "the study op was retargeted to its packaged twin"
     torch.save(x.cpu(), tmp / "x.pt")
     script = (
         "import sys, torch; from torch._inductor import aoti_load_package; "

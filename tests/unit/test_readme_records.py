@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from quantstudy.bridge.check import Floor
+
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = "tests/gpu/records/gpu-suite.json"
 PACKAGE = "docs/results/package/package-bench-lite0.json"
@@ -71,7 +73,7 @@ def test_readme_quotes_the_lite0_package_record():
     readme = _readme()
     check = record["check"]
     speed = {row["batch"]: row for row in record["speed"]}
-    limit = check["findings"][-1]["detail"].split("at most ")[1].split(" differ")[0]
+    limit = Floor(**check["floor"]).differ_limit()  # what the check gated the package by
     quoted = [
         f"{check['agreement']['differ_count']} of {check['n_images']} images differ from the "
         f"study's FP8 engine where its floor allows {limit}",

@@ -191,17 +191,17 @@ def choose_tiles(engine: BuiltEngine, images: torch.Tensor, batches: list[int]) 
 
 
 def compile_package(
-    engine: BuiltEngine,
+    module: torch.nn.Module,
     example: torch.Tensor,
     dynamic: tuple[int, int] | None,
     path: Path,
     configs: dict[str, object],
 ) -> dict[str, int]:
-    """Export `engine` for `example` (prepared), retarget its FP8 ops, compile it to `path`;
-    returns the FP8 ops retargeted, by name."""
+    """Export `module` (an engine's eager module) for `example` (prepared), retarget its FP8
+    ops, compile it to `path`; returns the FP8 ops retargeted, by name."""
     from torch._inductor import aoti_compile_and_package  # heavy: only when packaging
 
-    program = export_engine(engine.eager, example, dynamic)
+    program = export_engine(module, example, dynamic)
     counts = retarget(program)
     with torch.no_grad():
         aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
@@ -278,7 +278,7 @@ def package_study(options: PackageOptions) -> Path:
                 x = engine.prepare(tile_images(images, size))
                 path = stage / f"{engine.name}-{tag}.pt2"
                 with tiles.using(table) if table is not None else contextlib.nullcontext():
-                    got = compile_package(engine, x, options.dynamic, path, configs)
+                    got = compile_package(engine.eager, x, options.dynamic, path, configs)
                 counts = counts or got
                 with torch.no_grad():
                     out_shape = list(engine.eager(x).shape)
