@@ -102,21 +102,21 @@ def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
     return f"{int(differ.sum())} of {got.numel()} outputs differ, first at {where}"
 
 
-def test_padded_product_package_writes_what_the_study_launch_writes(tmp_path):
-    """Lite0's stride-2 depthwise convs read a buffer padded right and bottom by one pixel,
-    written by the 1x1 conv before them: the package's write (through a dense 1-D view of the
-    buffer, `out_storage`) must land where the study's write through the interior view does,
-    border zeros included."""
+@pytest.mark.parametrize("pads", [(0, 1, 0, 1), (1, 2, 1, 2)])
+def test_padded_product_package_writes_what_the_study_op_writes(tmp_path, pads):
+    """Lite0's stride-2 depthwise convs read a buffer padded by the 1x1 conv before them,
+    right and bottom by one pixel (3x3) or one pixel left and top and two right and bottom
+    (5x5): the package (both kernels handed the whole buffer) must write the bytes the study's
+    op writes, border zeros included. The second padding is the one whose scatter torch 2.11
+    misplaced when the package wrote through a view from the interior's first element."""
     b, h, w, k, n = 2, 28, 28, 32, 96
-    left, right, top, bottom = 0, 1, 0, 1
     xq, w8, ws, xs, bias = _operands(b * h * w, k, n)
     block = (64, 32, 32)
-    want = torch.zeros((b, h + top + bottom, w + left + right, n), device="cuda", dtype=F16)
-    fp8_gemm_triton(
-        xq, w8, ws, xs, bias, "relu6", F16, tile=(*block, 4, 3), round_to=F16,
-        out=want[:, top : top + h, left : left + w],
-    )  # fmt: skip
-    module = OneProduct(w8, ws, xs, bias, ((b, h, w), (left, right, top, bottom)))
+    with tiles.using(FixedTile(_tile(block))):
+        want = torch.ops.quantstudy.fp8_gemm_padded(
+            xq, w8, ws, xs, bias, "relu6", F16, F16, None, [b, h, w], list(pads)
+        )  # fmt: skip
+    module = OneProduct(w8, ws, xs, bias, ((b, h, w), pads))
     got = _packaged(module, xq.view(torch.uint8), _tile(block), tmp_path)
     assert got.shape == want.shape and got.dtype == want.dtype
     assert torch.equal(got, want.cpu()), _first_difference(got, want.cpu())

@@ -116,11 +116,14 @@ def test_mapped_output_of_the_wrong_shape_is_refused():
 def test_kernel_writes_the_interior_of_a_padded_buffer_under_the_interpreter():
     """The mapped store (pointer path) puts each row at its pixel of the padded buffer and
     touches nothing else: the interior equals the plain output, bit for bit, and a sentinel
-    border stays as it was."""
+    border stays as it was. Handed the whole buffer and the interior's origin in it
+    (`out_base`, the package's path), it writes the same bytes; `zero_border` then zeroes
+    the border and nothing else."""
     require_triton()
     (same,) = run_interpreted(
         """
         import torch
+        from quantstudy.quant.kernels.border import zero_border
         from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(5)
         b, h, w, k, n = 2, 5, 7, 32, 48
@@ -135,35 +138,51 @@ def test_kernel_writes_the_interior_of_a_padded_buffer_under_the_interpreter():
         inner = buf[:, 1 : 1 + h, 2 : 2 + w].reshape(m, n)
         border = buf.clone()
         border[:, 1 : 1 + h, 2 : 2 + w] = 7.0
-        # the package's path: the same geometry, written through a dense 1-D view of the
-        # buffer from the interior's first element (what a tracer keeps in place)
         alt = torch.full_like(buf, 7.0)
-        storage = alt.view(-1)[1 * alt.stride(1) + 2 * alt.stride(2) :]
         fp8_gemm_triton(*args, round_to=torch.float16, out=alt[:, 1 : 1 + h, 2 : 2 + w],
-                        out_storage=storage)
+                        out_base=alt)
+        zero_border(alt, (b, h, w), (2, 1, 1, 1))
+        zeroed = buf.clone()
+        zeroed[:, :1] = 0
+        zeroed[:, 1 + h :] = 0
+        zeroed[:, :, :2] = 0
+        zeroed[:, :, 2 + w :] = 0
         print(int(torch.equal(inner, plain) and bool((border == 7.0).all())
-                  and torch.equal(alt, buf)))
+                  and torch.equal(alt, zeroed)))
         """
     )
     assert same == "1"
 
 
-def test_out_storage_that_cannot_hold_the_output_is_refused():
+def test_out_base_that_does_not_hold_the_output_is_refused():
     require_triton()
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
-    xq = torch.zeros(12, 16).to(torch.float8_e4m3fn)
+    xq = torch.zeros(24, 16).to(torch.float8_e4m3fn)
     w8 = torch.zeros(8, 16).to(torch.float8_e4m3fn)
     args = (xq, w8, torch.ones(8), torch.tensor(1.0), None, "none", torch.float16)
-    buf = torch.zeros(1, 5, 6, 8, dtype=torch.float16)
+    buf = torch.zeros(2, 5, 6, 8, dtype=torch.float16)
     interior = buf[:, 1:4, 1:5]
-    flat = buf.view(-1)
-    with pytest.raises(ValueError, match=r">= \d+ elements"):
-        fp8_gemm_triton(*args, out=interior, out_storage=flat[-10:])
-    with pytest.raises(ValueError, match="1-D dense"):
-        fp8_gemm_triton(*args, out=interior, out_storage=flat[::2])
+    with pytest.raises(ValueError, match="dense"):
+        fp8_gemm_triton(*args, out=interior, out_base=buf[:, 1:])
+    other = torch.zeros(2, 5, 7, 8, dtype=torch.float16)
+    with pytest.raises(ValueError, match="dense"):
+        fp8_gemm_triton(*args, out=interior, out_base=other)
     with pytest.raises(ValueError, match=r"torch\.float16 on cpu"):
-        fp8_gemm_triton(*args, out=interior, out_storage=torch.zeros(240))
+        fp8_gemm_triton(*args, out=interior, out_base=buf.float())
+    small = torch.zeros(1, 5, 6, 8, dtype=torch.float16)  # one image of the two
+    with pytest.raises(ValueError, match="inside"):
+        fp8_gemm_triton(*args, out=interior, out_base=small)
+
+
+def test_zero_border_refuses_a_buffer_that_is_not_the_padded_size():
+    require_triton()
+    from quantstudy.quant.kernels.border import zero_border
+
+    with pytest.raises(ValueError, match="not"):
+        zero_border(torch.zeros(1, 5, 6, 8), (1, 3, 4), (1, 1, 1, 2))
+    with pytest.raises(ValueError, match="dense"):
+        zero_border(torch.zeros(1, 5, 6, 8)[:, :, :5], (1, 3, 3), (1, 1, 1, 1))
 
 
 def test_a_reader_the_plan_quantizes_keeps_its_own_padding():

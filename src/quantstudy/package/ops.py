@@ -128,14 +128,17 @@ def fp8_gemm_padded(
     pads: list[int],
 ) -> torch.Tensor:
     """`quant.layers.fused_matmul.fp8_gemm_padded`, packageable: the product written into the
-    interior of the zero-padded buffer, as the study's op writes it.
+    interior of the zero-padded buffer, as the study's op writes it (border by `zero_border`).
 
-    The kernel writes through a dense 1-D view of the buffer from the interior's first element
-    on (`out_storage`), the interior view giving only the geometry. Handed the interior view
-    itself, torch 2.11's functionalization of the mutated view copies it compactly, and the
-    kernel, whose strides are the padded buffer's, writes past the copy's end: an illegal
-    memory access when the package runs (pytorch/pytorch#161115, fixed by #184050; the
-    contiguous-copy half is #192510)."""
+    Both kernels are handed the whole buffer, no view of it (the product gets the interior's
+    origin in it, `fp8_gemm_triton(out_base=...)`). A tracer turns a kernel's write through a
+    view into a copy of the view and a scatter back, and torch 2.11's AOTInductor gets both
+    wrong for a padded buffer: handed the interior view, the compact copy is shorter than the
+    strides the kernel was given (an illegal memory access, pytorch/pytorch#161115, fixed by
+    #184050; #192510); handed a 1-D view from the interior's first element, the scatter back
+    lands at the buffer's start, not at the view's offset, and moves the border into the
+    picture (docs/package.md). Written whole, the buffer also takes no copies, which cost
+    several full passes over it."""
     b, h, w = size
     left, right, top, bottom = pads
     n = w8.shape[0]
@@ -143,17 +146,15 @@ def fp8_gemm_padded(
         y = fp8_gemm(xq, w8, w_scale, x_scale, bias, act, out_dtype, None, round_to, None,
                      "none", x_inv_divisor)  # fmt: skip
         return F.pad(y.reshape(b, h, w, n), (0, 0, left, right, top, bottom))
+    from quantstudy.quant.kernels.border import _zero_border_kernel, zero_border  # Triton
+
     out = torch.empty((b, h + top + bottom, w + left + right, n), device=xq.device,
                       dtype=out_dtype)  # fmt: skip
-    for edge in (out[:, :top], out[:, top + h :], out[:, top : top + h, :left],
-                 out[:, top : top + h, left + w :]):  # fmt: skip
-        if edge.numel():
-            edge.zero_()  # the border only, as the study's op writes it
-    interior = out[:, top : top + h, left : left + w]
-    storage = out.view(-1)[top * out.stride(1) + left * out.stride(2) :]
-    kwargs = dict(round_to=round_to, x_inv_divisor=x_inv_divisor, out=interior)
+    zero_border(out, size, pads, kernel=wrap_triton(_zero_border_kernel))
+    kwargs = dict(round_to=round_to, x_inv_divisor=x_inv_divisor,
+                  out=out[:, top : top + h, left : left + w])  # fmt: skip
     args = (xq.contiguous(), w8, w_scale, x_scale, bias, act, out_dtype)
-    _launch("fp8_gemm", args, kwargs, extra={"out_storage": storage})
+    _launch("fp8_gemm", args, kwargs, extra={"out_base": out})
     return out
 
 

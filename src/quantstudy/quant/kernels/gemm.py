@@ -108,21 +108,24 @@ def _checked_output(
     return out
 
 
-def _checked_storage(out: torch.Tensor, storage: torch.Tensor) -> torch.Tensor:
-    """`storage` when it can stand for a mapped `out`, which then gives only the geometry: 1-D,
-    dense, of its dtype and device, and long enough for the last element `out`'s strides reach
-    (that it starts at `out`'s first element is the caller's to give: under tracing there is no
-    data pointer to compare). Why: a tracer copies a mutated strided view compactly and would
-    hand the kernel a buffer smaller than the strides it was given (`package/ops.py`), while a
-    dense 1-D view keeps its layout."""
+def _checked_base(out: torch.Tensor, base: torch.Tensor) -> int:
+    """Where a mapped `out` starts in `base`, the dense (B, H', W', N) buffer it is a view of
+    (elements past base's first): the kernel is then handed `base` and that origin. Why: a
+    tracer turns a kernel's write through a view into a copy of the view and a scatter back,
+    which torch 2.11 gets wrong for a strided view or a view with an offset (`package/ops.py`);
+    a write into the whole buffer is no view at all. Under tracing there is no data pointer to
+    compare, so `out` is held to the buffer by its strides and its span."""
+    origin = out.storage_offset() - base.storage_offset()
     pairs = zip(out.shape, out.stride(), strict=True)
-    span = 1 + sum((size - 1) * stride for size, stride in pairs)
-    if out.dim() != 4 or storage.dim() != 1 or storage.stride(0) != 1:
-        raise ValueError("out_storage is the 1-D dense storage of a mapped (B, H, W, N) output")
-    short = isinstance(span, int) and storage.numel() < span  # symbolic under a dynamic batch
-    if storage.dtype != out.dtype or storage.device != out.device or short:
-        raise ValueError(f"out_storage must be {out.dtype} on {out.device} with >= {span} elements")
-    return storage
+    reach = origin + sum((size - 1) * stride for size, stride in pairs)
+    if base.dim() != 4 or not base.is_contiguous() or out.stride() != base.stride():
+        raise ValueError("out_base is the dense (B, H, W, N) buffer whose interior `out` views")
+    if base.dtype != out.dtype or base.device != out.device:
+        raise ValueError(f"out_base must be {out.dtype} on {out.device}")
+    outside = isinstance(reach, int) and not 0 <= origin <= reach < base.numel()
+    if outside:  # (symbolic under a dynamic batch: the caller's view then stands for itself)
+        raise ValueError("out does not lie inside out_base")
+    return origin
 
 
 def fp8_gemm_triton(
@@ -145,7 +148,7 @@ def fp8_gemm_triton(
     pair: torch.Tensor | None = None,
     x_inv_divisor: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
-    out_storage: torch.Tensor | None = None,
+    out_base: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
@@ -168,11 +171,12 @@ def fp8_gemm_triton(
     `pair` ((M, N) FP8, contiguous) also receives the output quantized with `out_scale`, while
     the output itself stays in `out_dtype`. `out` (B, H, W, N) in `out_dtype`, B x H x W = M,
     any strides (the interior of a zero-padded buffer, `quant/rewrites/pad_handoff.py`) receives the
-    output pixel by pixel instead of a new tensor, through `out_storage` where given."""
+    output pixel by pixel instead of a new tensor; with `out_base`, the dense buffer `out` is a
+    view of, the kernel writes through the buffer (`_checked_base`)."""
     out = _checked_output(
         xq, w8, out_dtype, out_scale, promote, loads, store, residual, pair, x_inv_divisor, out
     )
-    target = out if out_storage is None else _checked_storage(out, out_storage)
+    target, origin = (out, 0) if out_base is None else (out_base, _checked_base(out, out_base))
     quant_a = xq.dtype != torch.float8_e4m3fn
     mapped = out.dim() == 4
     m, k = xq.shape
@@ -201,8 +205,8 @@ def fp8_gemm_triton(
         xq.stride(0), xq.stride(1), w8.stride(0), w8.stride(1),
         *((out.stride(2), out.stride(3)) if mapped else out.stride()),
         *(residual.stride() if residual is not None else (0, 0)),
-        *((out.shape[2], out.shape[1] * out.shape[2], out.stride(0), out.stride(1)) if mapped
-          else (1, 1, 0, 0)),
+        *((out.shape[2], out.shape[1] * out.shape[2], out.stride(0), out.stride(1), origin)
+          if mapped else (1, 1, 0, 0, 0)),
         int(use_loads), int(use_store),
     )  # fmt: skip
     meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}

@@ -117,7 +117,8 @@ def _finish(
     ACT: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr, ROUND: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, x_rows, ROW_SCALE: tl.constexpr,
     res_ptr, stride_rm, stride_rn, HAS_RES: tl.constexpr, RES_ACT: tl.constexpr,
-    q_ptr, PAIR: tl.constexpr, out_w, out_hw, stride_cb, stride_ch, MAP_OUT: tl.constexpr,
+    q_ptr, PAIR: tl.constexpr, out_w, out_hw, stride_cb, stride_ch, out_origin,
+    MAP_OUT: tl.constexpr,
 ):  # fmt: skip
     """Epilogue: scales and bias on the float32 sums, the activation, then one write of the
     tile whose first row and column are `first_m`, `first_n`; with OUT_FP8, the write is the
@@ -130,8 +131,9 @@ def _finish(
     activation, both terms of the residual sum and the sum itself, before the FP8 write), so
     fused and unfused engines quantize the same numbers. With ROW_SCALE `x_rows` holds the
     tile's rows' activation scales. With MAP_OUT row m is pixel (b, h, w) of a map `out_w` wide
-    and `out_hw` pixels per image, written at b * stride_cb + h * stride_ch + w * stride_cm: the
-    interior of a zero-padded buffer (`quant/rewrites/pad_handoff.py`)."""
+    and `out_hw` pixels per image, written at out_origin + b * stride_cb + h * stride_ch +
+    w * stride_cm: the interior of a zero-padded buffer (`quant/rewrites/pad_handoff.py`), whose
+    first element lies `out_origin` elements past `c_ptr`."""
     offs_m = first_m + tl.arange(0, BLOCK_M)
     offs_n = first_n + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -156,7 +158,7 @@ def _finish(
         if MAP_OUT:
             pixel = offs_m % out_hw
             rows = (offs_m // out_hw) * stride_cb + (pixel // out_w) * stride_ch
-            rows += (pixel % out_w) * stride_cm
+            rows += (pixel % out_w) * stride_cm + out_origin
         else:
             rows = offs_m * stride_cm
         c_ptrs = c_ptr + rows[:, None] + offs_n[None, :] * stride_cn
@@ -180,7 +182,7 @@ def _fp8_gemm_kernel(
     a_ptr, a_desc, b_ptr, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
     res_ptr, q_ptr, d_ptr, M, N, K,
     stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn, stride_rm, stride_rn,
-    out_w, out_hw, stride_cb, stride_ch,  # MAP_OUT: the output's pixel map (`_finish`)
+    out_w, out_hw, stride_cb, stride_ch, out_origin,  # MAP_OUT: the output's map (`_finish`)
     tma_loads_ok, tma_store_ok,  # 0 or 1: the paths this launch allows (autotuner key, prune)
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_LOADS: tl.constexpr, TMA_STORE: tl.constexpr,
     OUT_FP8: tl.constexpr, ROUND: tl.constexpr, PROMOTE: tl.constexpr, ROW_SCALE: tl.constexpr,
@@ -220,7 +222,7 @@ def _fp8_gemm_kernel(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
                 out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
                 x_rows, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
-                q_ptr, PAIR, out_w, out_hw, stride_cb, stride_ch, MAP_OUT,
+                q_ptr, PAIR, out_w, out_hw, stride_cb, stride_ch, out_origin, MAP_OUT,
             )  # fmt: skip
     else:
         pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -274,7 +276,7 @@ def _fp8_gemm_kernel(
             acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
             stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
             x_rows, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT, q_ptr, PAIR,
-            out_w, out_hw, stride_cb, stride_ch, MAP_OUT,
+            out_w, out_hw, stride_cb, stride_ch, out_origin, MAP_OUT,
         )  # fmt: skip
 
 

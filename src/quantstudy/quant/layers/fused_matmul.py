@@ -188,14 +188,12 @@ def fp8_gemm_padded(
     left, right, top, bottom = pads
     n = w8.shape[0]
     if xq.is_cuda:
+        from quantstudy.quant.kernels.border import zero_border
         from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
         out = torch.empty((b, h + top + bottom, w + left + right, n), device=xq.device,
                           dtype=out_dtype)  # fmt: skip
-        for edge in (out[:, :top], out[:, top + h :], out[:, top : top + h, :left],
-                     out[:, top : top + h, left + w :]):  # fmt: skip
-            if edge.numel():
-                edge.zero_()
+        zero_border(out, size, pads)
         fp8_gemm_triton(
             xq.contiguous(), w8, w_scale, x_scale, bias, act, out_dtype, round_to=round_to,
             x_inv_divisor=x_inv_divisor, out=out[:, top : top + h, left : left + w],
