@@ -11,14 +11,14 @@ the study's FP8 engine (compiled as the study compiled it, every tile's bits ali
    the configuration `quantstudy package` compiles with), loaded in this process.
 
 Each package's generated C++ wrapper (its buffer layouts and kernel launches) is copied to
-$OUT, and the CUDA kernel time per kernel of the study's engine and of each package at the
-batch is profiled (top kernels), for the speed side of the same question. Writes
-$OUT/package-diagnose.json; prints a table.
+$OUT, and the CUDA kernel time per kernel of the study's fp16 and FP8 engines and of each
+package is profiled (top kernels), for the speed side of the same question. Writes
+$OUT/package-diagnose.json after each batch; prints a table.
 
 Run from the repository root with quantstudy importable (PYTHONPATH=src) and torch's libstdc++
 preloaded (packages load in this process: `package/loader.py: loader_env`), e.g.:
   LD_PRELOAD=... python tools/device/package_diagnose.py --model lite0 --data D/val-1300 \
-      --class-list D/classes.txt --calib 100 --heldout 200 --batch 128
+      --class-list D/classes.txt --calib 100 --heldout 200 --batches 128,1
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from package_bench import MODELS, _provenance
 
 # Inductor options tried on top of `quantstudy package`'s own (`build.inductor_configs`).
-CONFIGS: dict[str, dict[str, object]] = {
+CONFIGS: dict[str, dict[str, object]] = {  # `no-padding`: Inductor's stride padding off
     "default": {},
     "no-padding": {"comprehensive_padding": False},
 }
@@ -50,7 +50,7 @@ def _study(args: argparse.Namespace, work: Path) -> Path:
     if (out / "study.json").is_file():
         return out
     cmd = [sys.executable, "-m", "quantstudy.cli", "run", model, "--weights", weights]
-    cmd += ["--device", "cuda", "--batches", f"1,{args.batch}", "--calib", str(args.calib)]
+    cmd += ["--device", "cuda", "--batches", args.batches, "--calib", str(args.calib)]
     cmd += ["--heldout", str(args.heldout), "--data", str(args.data), "--out", str(out)]
     cmd += ["--no-speed"] + (["--recipe", recipe] if recipe else [])
     cmd += ["--class-list", str(args.class_list)] if args.class_list else []
@@ -119,17 +119,12 @@ def main() -> int:
     p.add_argument("--class-list", type=Path)
     p.add_argument("--calib", type=int, default=100)
     p.add_argument("--heldout", type=int, default=200)
-    p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--configs", default="default,no-padding")
+    p.add_argument("--batches", default="128", help="static batches, in this order")
+    p.add_argument("--configs", default="default")
     p.add_argument("--work", type=Path, default=Path("/tmp/package-diagnose"))
     args = p.parse_args()
-    from torch._inductor import aoti_compile_and_package, aoti_load_package
-
     from quantstudy.bridge.rebuild import load_set, rebuild
-    from quantstudy.package import tiles
-    from quantstudy.package.build import build_engines, choose_tiles, inductor_configs
-    from quantstudy.package.graph import export_engine, retarget
-    from quantstudy.quant.kernels.tuning import untimed_tiles
+    from quantstudy.package.build import build_engines
     from quantstudy.report.render import RECORD_FILE, load_record
 
     out_dir = Path(os.environ.get("OUT", "."))
@@ -137,28 +132,52 @@ def main() -> int:
     t0 = time.perf_counter()
     study = _study(args, args.work)
     record = load_record(study / RECORD_FILE)
-    result: dict = {"provenance": _provenance(), "model": args.model, "batch": args.batch}
+    result: dict = {"provenance": _provenance(), "model": args.model, "batches": {}}
     result["study_s"] = round(time.perf_counter() - t0, 1)
     engines = build_engines(rebuild(record, args.data), torch.device("cuda"))
-    fp8 = engines.fp8
     x, _ = load_set(study, record, record.data.heldout, args.data)
-    table = choose_tiles(fp8, x[: min(32, x.shape[0])], [args.batch])
-    result["tiles"] = len(table.tiles)
-    result["tma_replaced"] = sum(t.tma_replaced for t in table.tiles.values())
+    result["images"] = x.shape[0]
+    for batch in (int(b) for b in args.batches.split(",")):
+        found = _diagnose(args, record, engines, x, batch, out_dir)
+        result["batches"][str(batch)] = found
+        result["wall_s"] = round(time.perf_counter() - t0, 1)
+        (out_dir / "package-diagnose.json").write_text(json.dumps(result, indent=1))
+        _print(args.model, batch, x.shape[0], found)
+    return 0
+
+
+def _diagnose(args, record, engines, x: torch.Tensor, batch: int, out_dir: Path) -> dict:
+    """The stages of one static batch against the study's FP8 engine, and kernel times."""
+    from torch._inductor import aoti_compile_and_package, aoti_load_package
+
+    from quantstudy.package import tiles
+    from quantstudy.package.build import choose_tiles, inductor_configs
+    from quantstudy.package.graph import export_engine, retarget
+    from quantstudy.quant.kernels.tuning import untimed_tiles
+
+    fp8 = engines.fp8
+    found: dict = {}
+    table = choose_tiles(fp8, x[: min(32, x.shape[0])], [batch])
+    found["tiles"] = len(table.tiles)
+    found["tma_replaced"] = sum(t.tma_replaced for t in table.tiles.values())
     with untimed_tiles():
-        want = _logits(fp8.module, x, args.batch, fp8.prepare)
-        stages = {"study eager module": _logits(fp8.eager, x, args.batch, fp8.prepare)}
-    example = fp8.prepare(x[: args.batch])
+        want = _logits(fp8.module, x, batch, fp8.prepare)
+        stages = {"study eager module": _logits(fp8.eager, x, batch, fp8.prepare)}
+    example = fp8.prepare(x[:batch])
     program = export_engine(fp8.eager, example, None)
-    result["retargeted"] = retarget(program)
+    found["retargeted"] = retarget(program)
     with tiles.using(table):
-        stages["exported, twins eager"] = _logits(program.module(), x, args.batch, fp8.prepare)
-    timing_x = fp8.prepare(x[: args.batch])
+        stages["exported, twins eager"] = _logits(program.module(), x, batch, fp8.prepare)
+    timing_x = fp8.prepare(x[:batch])
+    half = engines.fp16
     with untimed_tiles():
-        result["kernels"] = {"study engine": _kernel_times(fp8.module, timing_x)}
+        found["kernels"] = {
+            "study fp16 engine": _kernel_times(half.module, half.prepare(x[:batch])),
+            "study FP8 engine": _kernel_times(fp8.module, timing_x),
+        }
     base = inductor_configs(record)
     for name in args.configs.split(","):
-        path = args.work / f"fp8-b{args.batch}-{name}.pt2"
+        path = args.work / f"fp8-b{batch}-{name}.pt2"
         start = time.perf_counter()
         program = export_engine(fp8.eager, example, None)
         retarget(program)
@@ -166,30 +185,31 @@ def main() -> int:
             aoti_compile_and_package(
                 program, package_path=str(path), inductor_configs=base | CONFIGS[name]
             )
-        result[f"compile_s {name}"] = round(time.perf_counter() - start, 1)
+        found[f"compile_s {name}"] = round(time.perf_counter() - start, 1)
         with zipfile.ZipFile(path) as z:
             for member in z.namelist():
                 if member.endswith("wrapper.cpp"):
-                    (out_dir / f"{name}-wrapper.cpp").write_bytes(z.read(member))
+                    (out_dir / f"b{batch}-{name}-wrapper.cpp").write_bytes(z.read(member))
         model = aoti_load_package(str(path), run_single_threaded=True)
-        stages[f"package {name}"] = _logits(model, x, args.batch, fp8.prepare)
-        result["kernels"][f"package {name}"] = _kernel_times(model, timing_x)
+        stages[f"package {name}"] = _logits(model, x, batch, fp8.prepare)
+        found["kernels"][f"FP8 package {name}"] = _kernel_times(model, timing_x)
         del model
-    result["stages"] = {stage: _against(got, want) for stage, got in stages.items()}
-    result["wall_s"] = round(time.perf_counter() - t0, 1)
-    (out_dir / "package-diagnose.json").write_text(json.dumps(result, indent=1))
-    print(f"{args.model} b{args.batch}: {x.shape[0]} images; tiles {result['tiles']}, "
-          f"TMA moved {result['tma_replaced']}; ops {result['retargeted']}")  # fmt: skip
+    found["stages"] = {stage: _against(got, want) for stage, got in stages.items()}
+    return found
+
+
+def _print(model: str, batch: int, n: int, found: dict) -> None:
+    print(f"{model} b{batch}: {n} images; tiles {found['tiles']}, TMA moved "
+          f"{found['tma_replaced']}; ops {found['retargeted']}")  # fmt: skip
     print(f"{'stage':<28} {'differ':>6} {'KL mean':>10} {'max |dlogit|':>12} {'bitwise':>7}")
-    for stage, r in result["stages"].items():
+    for stage, r in found["stages"].items():
         print(f"{stage:<28} {r['differ']:>6} {r['kl_mean']:>10.3g} "
               f"{r['max_abs_logit_diff']:>12.4g} {r['bitwise_equal']!s:>7}")  # fmt: skip
-    for who, rows in result["kernels"].items():
+    for who, rows in found["kernels"].items():
         print(f"{who}: {rows[0]['us_per_call']:.0f} us of kernels per call, {rows[0]['count']} "
               "launches; top:")  # fmt: skip
-        for r in rows[1:6]:
+        for r in rows[1:5]:
             print(f"   {r['us_per_call']:8.1f} us x{r['count']:<3} {r['kernel'][:70]}")
-    return 0
 
 
 if __name__ == "__main__":
