@@ -64,8 +64,14 @@ def _provenance() -> dict:
 
 
 def _study(args: argparse.Namespace, name: str, work: Path) -> tuple[Path, dict]:
+    """The study, run once per work folder: a finished one (its `bench-study.json` beside
+    study.json) is reused, so a second command on the same machine goes on where a first one
+    was stopped."""
     model, weights, recipe = MODELS[name]
     out = work / f"study-{name}"
+    done_file = work / f"bench-study-{name}.json"
+    if done_file.is_file() and (out / "study.json").is_file():
+        return out, json.loads(done_file.read_text())
     cmd = [sys.executable, "-m", "quantstudy.cli", "run", model, "--weights", weights]
     cmd += ["--device", "cuda", "--batches", "1,128", "--calib", str(args.calib)]
     cmd += ["--heldout", str(args.heldout), "--data", str(args.data), "--out", str(out)]
@@ -80,6 +86,7 @@ def _study(args: argparse.Namespace, name: str, work: Path) -> tuple[Path, dict]
         raise SystemExit(
             f"the study did not finish (exit {done.returncode}):\n{done.stderr[-3000:]}"
         )
+    done_file.write_text(json.dumps(info))
     return out, info
 
 
@@ -105,17 +112,39 @@ def main() -> int:
     return max(codes)
 
 
+def _progress(name: str, stage: str, seconds: float) -> None:
+    print(f"{name}: {stage} in {seconds:.1f} s", flush=True)
+
+
 def bench_one(args: argparse.Namespace, name: str) -> int:
-    """One model: study, packages, check, record; 0 when the check passed, 3 when not."""
+    """One model: study, packages, check, record; 0 when the check passed, 3 when not. Each
+    stage done is kept in the work folder (and a partial record written to $OUT), so a
+    command stopped at its limit loses only the stage it was in."""
     from quantstudy.package.build import PackageOptions, package_study
     from quantstudy.package.check import X_TOLERANCE, check_package
 
-    study, study_info = _study(args, name, args.work)
-    out = args.work / f"package-{name}"
+    target = Path(os.environ.get("OUT", ".")) / f"package-bench-{name}.json"
     start = time.perf_counter()
-    package_study(PackageOptions(study, out, (1, 128), None, "cuda", args.data, args.calib_data))
-    package_s = time.perf_counter() - start
+    study, study_info = _study(args, name, args.work)
+    _progress(name, "study", time.perf_counter() - start)
+    out = args.work / f"package-{name}"
+    package_file = args.work / f"bench-package-{name}.json"
+    if not (out / "manifest.json").is_file():
+        start = time.perf_counter()
+        options = PackageOptions(study, out, (1, 128), None, "cuda", args.data, args.calib_data)
+        package_study(options)
+        package_file.write_text(json.dumps({"package_s": round(time.perf_counter() - start, 1)}))
+    package_s = None  # packaged by a command stopped before it wrote its time
+    if package_file.is_file():
+        package_s = json.loads(package_file.read_text())["package_s"]
+    _progress(name, "packages", package_s or 0.0)
+    partial = {"provenance": _provenance(), "model": name, "study": study_info,
+               "package_s": package_s, "check": "not finished"}  # fmt: skip
+    target.write_text(json.dumps(partial, indent=1))
+    start = time.perf_counter()
     checked = check_package(out, study, args.data, args.calib_data, args.images)
+    check_s = round(time.perf_counter() - start, 1)
+    _progress(name, "check", check_s)
     manifest = json.loads((out / "manifest.json").read_text())
     study_x = manifest["study"]["study_x"]
     rows = []
@@ -132,8 +161,9 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
         "provenance": _provenance(),
         "model": name,
         "study": study_info | {"dir": str(study), "name": manifest["study"]["name"]},
-        "package_s": round(package_s, 1),
+        "package_s": package_s,
         "compile_s": manifest["compile_s"],
+        "check_s": check_s,
         "packages": [
             {k: e[k] for k in ("file", "engine", "batch", "bytes")} for e in manifest["packages"]
         ],
@@ -143,7 +173,6 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
         "speed": rows,
         "check": checked.to_json(),
     }
-    target = Path(os.environ.get("OUT", ".")) / f"package-bench-{name}.json"
     target.write_text(json.dumps(record, indent=1))
     print(f"{name}: check {'passed' if checked else 'FAILED'}; agreement "
           f"{checked.agreement.agreement:.4f} ({checked.agreement.differ_count} of "

@@ -171,8 +171,7 @@ def fp8_gemm_triton(
     `pair` ((M, N) FP8, contiguous) also receives the output quantized with `out_scale`, while
     the output itself stays in `out_dtype`. `out` (B, H, W, N) in `out_dtype`, B x H x W = M,
     any strides (the interior of a zero-padded buffer, `quant/rewrites/pad_handoff.py`) receives the
-    output pixel by pixel instead of a new tensor; with `out_base`, the dense buffer `out` is a
-    view of, the kernel writes through the buffer (`_checked_base`)."""
+    output pixel by pixel; with `out_base` (the buffer `out` views) through it (`_checked_base`)."""
     out = _checked_output(
         xq, w8, out_dtype, out_scale, promote, loads, store, residual, pair, x_inv_divisor, out
     )
