@@ -8,8 +8,10 @@ launch's arguments (shapes, dtypes, options). The packaged ops (`package/ops.py`
 key up while AOTInductor traces them.
 
 Where the autotuner chose the tensor-descriptor (TMA) path, the package takes the same tile
-through pointers: AOTInductor cannot run the descriptors' pre-hook. `Tile.tma_replaced` says
-so, and the manifest counts those launches (the check then shows what that cost in speed).
+through pointers by default (the same bits, tested on the H200), and the manifest counts those
+launches (the check then shows what that cost in speed). With `keep_tma` the launch keeps its
+descriptors: torch's AOTInductor compiles Triton's host-side `TensorDescriptor` arguments, with
+the block shape the tile fixes at trace time (no autotuner pre-hook is needed for a fixed tile).
 """
 
 from __future__ import annotations
@@ -37,22 +39,33 @@ TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_P", "BLOCK_C", "num_warps",
 class Tile:
     """One launch's configuration: the kernel keywords of `TILE_KEYS` that it ran with, the
     streaming programs per SM (0: one tile per program) and whether the study's autotuner had
-    picked the TMA path for it."""
+    it read its operands (`tma_loads`) or write its output (`tma_store`) through tensor
+    descriptors."""
 
     launcher: str
     blocks: dict[str, int]
     stream: int = 0
-    tma_replaced: bool = False
+    tma_loads: bool = False
+    tma_store: bool = False
 
-    def launch_args(self) -> dict[str, Any]:
-        """The launcher keywords that fix this tile (`tile=` and, for products, `stream=`)."""
+    @property
+    def tma(self) -> bool:
+        return self.tma_loads or self.tma_store
+
+    def launch_args(self, keep_tma: bool = False) -> dict[str, Any]:
+        """The launcher keywords that fix this tile (`tile=` and, for products, `stream=`; with
+        `keep_tma`, the I/O paths the study's autotuner chose, else pointers)."""
         b = self.blocks
         if self.launcher == "fp8_depthwise":
             return {"tile": (b["BLOCK_P"], b["BLOCK_C"], b["num_warps"])}
         tile = (b["BLOCK_M"], b["BLOCK_N"], b["BLOCK_K"], b["num_warps"], b["num_stages"])
-        return (
-            {"tile": tile, "stream": self.stream} if self.launcher == "fp8_gemm" else {"tile": tile}
-        )
+        if self.launcher != "fp8_gemm":
+            return {"tile": tile}
+        args: dict[str, Any] = {"tile": tile, "stream": self.stream}
+        if keep_tma and self.tma:
+            args["loads"] = "tma" if self.tma_loads else "pointer"
+            args["store"] = "tma" if self.tma_store else "pointer"
+        return args
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,10 +112,18 @@ def _size(key: Any) -> int:
 
 
 class TileTable:
-    """Captured tiles by launch key; `lookup` also serves traced keys with symbolic sizes."""
+    """Captured tiles by launch key; `lookup` also serves traced keys with symbolic sizes.
+    `keep_tma`: packaged launches keep the study's TMA path (`Tile.launch_args`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_tma: bool = False) -> None:
         self.tiles: dict[tuple, Tile] = {}
+        self.keep_tma = keep_tma
+
+    def tma_counts(self) -> dict[str, int]:
+        """Launches the study ran on the TMA path: kept on it, or moved to pointers."""
+        on_tma = sum(t.tma for t in self.tiles.values())
+        return {"tma_kept": on_tma if self.keep_tma else 0,
+                "tma_replaced": 0 if self.keep_tma else on_tma}  # fmt: skip
 
     def add(self, key: tuple, tile: Tile) -> None:
         self.tiles[key] = tile
@@ -151,8 +172,7 @@ def _tile_of(launcher: str, kw: dict[str, Any]) -> Tile:
     blocks.setdefault("num_warps", 4)
     blocks.setdefault("num_stages", 3)
     stream = int(kw.get("PER_SM", 0)) if kw.get("STREAM") else 0
-    tma = bool(kw.get("TMA_LOADS") or kw.get("TMA_STORE"))
-    return Tile(launcher, blocks, stream, tma)
+    return Tile(launcher, blocks, stream, bool(kw.get("TMA_LOADS")), bool(kw.get("TMA_STORE")))
 
 
 @contextlib.contextmanager
