@@ -26,6 +26,7 @@ def test_readme_quotes_the_gpu_suite_record():
     record = json.loads((ROOT / SUITE).read_text())
     readme = _readme()
     green = record["failed"] + record["errors"] == 0 and record["complete"]
+    assert f"at {record['commit'][:7]}," in readme, "the README names the record's commit"
     assert green, "the README calls the committed record green"
     versions = record["versions"]
     quoted = [
