@@ -41,10 +41,13 @@ def _provenance() -> dict:
     if commit is None:
         done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
         commit = done.stdout.strip() or None
-    smi = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+    except FileNotFoundError:  # no NVIDIA driver here
+        smi = ""
     try:
         import triton
 
@@ -53,7 +56,7 @@ def _provenance() -> dict:
         triton_version = None
     return {
         "commit": commit,
-        "gpu": smi.stdout.strip() or None,
+        "gpu": smi or None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "triton": triton_version,
@@ -71,7 +74,7 @@ def _study(args: argparse.Namespace, name: str, work: Path) -> tuple[Path, dict]
     out = work / f"study-{name}"
     done_file = work / f"bench-study-{name}.json"
     if done_file.is_file() and (out / "study.json").is_file():
-        return out, json.loads(done_file.read_text())
+        return out, json.loads(done_file.read_text()) | {"reused": True}
     cmd = [sys.executable, "-m", "quantstudy.cli", "run", model, "--weights", weights]
     cmd += ["--device", "cuda", "--batches", "1,128", "--calib", str(args.calib)]
     cmd += ["--heldout", str(args.heldout), "--data", str(args.data), "--out", str(out)]
@@ -126,12 +129,13 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
 
     tag = f"{name}-keep-tma" if args.keep_tma else name
     target = Path(os.environ.get("OUT", ".")) / f"package-bench-{tag}.json"
-    start = time.perf_counter()
     study, study_info = _study(args, name, args.work)
-    _progress(name, "study", time.perf_counter() - start)
+    _progress(name, "study (kept from an earlier command)" if "reused" in study_info else "study",
+              study_info["wall_s"])  # fmt: skip
     out = args.work / f"package-{tag}"
     package_file = args.work / f"bench-package-{tag}.json"
-    if not (out / "manifest.json").is_file():
+    kept = (out / "manifest.json").is_file()
+    if not kept:
         start = time.perf_counter()
         options = PackageOptions(
             study, out, (1, 128), None, "cuda", args.data, args.calib_data, args.keep_tma
@@ -141,7 +145,8 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
     package_s = None  # packaged by a command stopped before it wrote its time
     if package_file.is_file():
         package_s = json.loads(package_file.read_text())["package_s"]
-    _progress(name, "packages", package_s or 0.0)
+    _progress(name, "packages (kept from an earlier command)" if kept else "packages",
+              package_s or 0.0)  # fmt: skip
     partial = {"provenance": _provenance(), "model": name, "study": study_info,
                "package_s": package_s, "check": "not finished"}  # fmt: skip
     target.write_text(json.dumps(partial, indent=1))
