@@ -8,8 +8,7 @@ tile and arguments computes the same bits, so the comparison is exact. The cases
 of launch a real model's package has and the tiny study of test_package_gpu.py does not: the
 padded product (a 1x1 conv writing the interior of the next conv's zero-padded buffer), a tile
 the study ran on the tensor-descriptor (TMA) path and the package runs through pointers, and a
-streaming tile (programs that loop over row tiles); and a TMA tile packaged with its
-descriptors (`--keep-tma`).
+streaming tile (programs that loop over row tiles).
 """
 
 from __future__ import annotations
@@ -34,8 +33,8 @@ F16 = torch.float16
 class FixedTile(tiles.TileTable):
     """A tile table that gives every launch one tile: the case's."""
 
-    def __init__(self, tile: tiles.Tile, keep_tma: bool = False) -> None:
-        super().__init__(keep_tma)
+    def __init__(self, tile: tiles.Tile) -> None:
+        super().__init__()
         self.tile = tile
 
     def lookup(self, key: tuple) -> tiles.Tile:
@@ -70,13 +69,11 @@ def _operands(m: int, k: int, n: int):
     return [t.cuda() for t in (xq, w8, w_scale, torch.tensor(0.02), bias)]
 
 
-def _packaged(
-    module: nn.Module, x: torch.Tensor, tile: tiles.Tile, tmp: Path, keep_tma: bool = False
-) -> torch.Tensor:
+def _packaged(module: nn.Module, x: torch.Tensor, tile: tiles.Tile, tmp: Path) -> torch.Tensor:
     """`module` packaged with `tile` for every launch (as `quantstudy package` compiles an
     engine), run on `x` in a fresh process."""
     path = tmp / "one.pt2"
-    with tiles.using(FixedTile(tile, keep_tma)):
+    with tiles.using(FixedTile(tile)):
         configs = {"always_keep_tensor_constants": True}  # build.inductor_configs, default mode
         retargeted = compile_package(module, x, None, path, configs)
     assert retargeted, "the study op was retargeted to its packaged twin"
@@ -96,7 +93,7 @@ def _packaged(
 
 def _tile(block: tuple[int, int, int], stream: int = 0, tma: bool = False) -> tiles.Tile:
     blocks = dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), block, strict=True))
-    return tiles.Tile("fp8_gemm", blocks | {"num_warps": 4, "num_stages": 3}, stream, tma, tma)
+    return tiles.Tile("fp8_gemm", blocks | {"num_warps": 4, "num_stages": 3}, stream, tma)
 
 
 def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
@@ -138,22 +135,6 @@ def test_a_tma_tile_packaged_through_pointers_computes_the_same_bits(tmp_path):
     )  # fmt: skip
     module = OneProduct(w8, ws, xs, bias, None)
     got = _packaged(module, xq.view(torch.uint8), _tile(block, tma=True), tmp_path)
-    assert torch.equal(got, want.cpu()), _first_difference(got, want.cpu())
-
-
-def test_a_tma_tile_packaged_with_its_descriptors_computes_the_same_bits(tmp_path):
-    """`quantstudy package --keep-tma`: the tile keeps its tensor descriptors in the package
-    (AOTInductor's host-side `TensorDescriptor` arguments) and computes what the study's
-    launch computes."""
-    m, k, n = 2 * 28 * 28, 96, 144
-    xq, w8, ws, xs, bias = _operands(m, k, n)
-    block = (128, 64, 128)
-    want = fp8_gemm_triton(
-        xq, w8, ws, xs, bias, "relu6", F16, tile=(*block, 4, 3), loads="tma", store="tma",
-        round_to=F16,
-    )  # fmt: skip
-    module = OneProduct(w8, ws, xs, bias, None)
-    got = _packaged(module, xq.view(torch.uint8), _tile(block, tma=True), tmp_path, True)
     assert torch.equal(got, want.cpu()), _first_difference(got, want.cpu())
 
 

@@ -139,28 +139,6 @@ def test_tile_table_serves_static_and_symbolic_keys():
     assert dw.launch_args() == {"tile": (64, 32, 4)}
 
 
-def test_tiles_of_the_tma_path_move_to_pointers_unless_kept():
-    """A tile the study's autotuner ran with descriptor loads and a pointer store: by default
-    the package launches it through pointers (no I/O keywords: the launcher's default for a
-    fixed tile), with `keep_tma` on the same paths the study took; the manifest's counts say
-    which happened."""
-    blocks = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
-    tma = tiles.Tile("fp8_gemm", blocks, tma_loads=True)
-    plain = tiles.Tile("fp8_gemm", blocks)
-    assert tma.launch_args() == {"tile": (128, 64, 128, 4, 3), "stream": 0}
-    kept = tma.launch_args(keep_tma=True)
-    assert (kept["loads"], kept["store"]) == ("tma", "pointer")
-    assert plain.launch_args(keep_tma=True) == plain.launch_args()
-    w = torch.empty(24, 32, dtype=torch.float8_e4m3fn)
-    table = tiles.TileTable()
-    table.add(tiles.launch_key("fp8_gemm", (w,), {}), tma)
-    table.add(tiles.launch_key("fp8_gemm", (w, w), {}), plain)
-    assert table.tma_counts() == {"tma_kept": 0, "tma_replaced": 1}
-    table.keep_tma = True
-    assert table.tma_counts() == {"tma_kept": 1, "tma_replaced": 0}
-    assert tiles._tile_of("fp8_gemm", blocks | {"TMA_LOADS": True, "TMA_STORE": False}) == tma
-
-
 def _edited(study: Path, tmp_path: Path, edit) -> Path:
     """A copy of the study whose record is edited (and so unsealed: no digest)."""
     copy = tmp_path / "edited"

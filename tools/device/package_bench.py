@@ -103,7 +103,6 @@ def main() -> int:
     p.add_argument("--heldout", type=int, default=300)
     p.add_argument("--images", type=int, default=300, help="held-out images the check runs")
     p.add_argument("--work", type=Path, default=Path("/tmp/package-bench"))
-    p.add_argument("--keep-tma", action="store_true", help="`quantstudy package --keep-tma`")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     codes = []
@@ -127,19 +126,16 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
     from quantstudy.package.build import PackageOptions, package_study
     from quantstudy.package.check import X_TOLERANCE, check_package
 
-    tag = f"{name}-keep-tma" if args.keep_tma else name
-    target = Path(os.environ.get("OUT", ".")) / f"package-bench-{tag}.json"
+    target = Path(os.environ.get("OUT", ".")) / f"package-bench-{name}.json"
     study, study_info = _study(args, name, args.work)
     _progress(name, "study (kept from an earlier command)" if "reused" in study_info else "study",
               study_info["wall_s"])  # fmt: skip
-    out = args.work / f"package-{tag}"
-    package_file = args.work / f"bench-package-{tag}.json"
+    out = args.work / f"package-{name}"
+    package_file = args.work / f"bench-package-{name}.json"
     kept = (out / "manifest.json").is_file()
     if not kept:
         start = time.perf_counter()
-        options = PackageOptions(
-            study, out, (1, 128), None, "cuda", args.data, args.calib_data, args.keep_tma
-        )
+        options = PackageOptions(study, out, (1, 128), None, "cuda", args.data, args.calib_data)
         package_study(options)
         package_file.write_text(json.dumps({"package_s": round(time.perf_counter() - start, 1)}))
     package_s = None  # packaged by a command stopped before it wrote its time
@@ -177,8 +173,6 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
             {k: e[k] for k in ("file", "engine", "batch", "bytes")} for e in manifest["packages"]
         ],
         "tiles": len(manifest["tiles"]),
-        "keep_tma": args.keep_tma,
-        "tma_kept": manifest["tma_kept"],
         "tma_replaced": manifest["tma_replaced"],
         "fp8_ops": manifest["fp8_ops"],
         "speed": rows,
@@ -200,8 +194,7 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
               f"{r['packaged_fp16_ms']:>7.4f}  {r['packaged_fp8_ms']:>6.4f}")  # fmt: skip
     print(f"load s: {checked.load_s}; sizes: "
           f"{[(e['file'], e['bytes']) for e in manifest['packages']]}; TMA tiles moved to "
-          f"pointers: {manifest['tma_replaced']}, kept: {manifest['tma_kept']}, of "
-          f"{len(manifest['tiles'])}")  # fmt: skip
+          f"pointers: {manifest['tma_replaced']} of {len(manifest['tiles'])}")  # fmt: skip
     print(f"wrote {target}")
     return 0 if checked else 3
 

@@ -58,7 +58,6 @@ class PackageOptions:
     device: str = "cuda"
     data: Path | None = None
     calib_data: Path | None = None
-    keep_tma: bool = False
 
     @property
     def out_dir(self) -> Path:
@@ -266,8 +265,6 @@ def package_study(options: PackageOptions) -> Path:
     engines = build_engines(rebuilt, device)
     all_batches = sorted({b for _, timed in plan for b in timed} | {b for b, _ in plan if b})
     table = choose_tiles(engines.fp8, images, all_batches) if device.type == "cuda" else None
-    if table is not None:
-        table.keep_tma = options.keep_tma
     configs = inductor_configs(record)
     from quantstudy.speed.harness import tile_images
 
@@ -310,7 +307,7 @@ def package_study(options: PackageOptions) -> Path:
             "packages": entries,
             "fp8_ops": counts,
             "tiles": table.records() if table is not None else [],
-            **(table.tma_counts() if table else {"tma_kept": 0, "tma_replaced": 0}),
+            "tma_replaced": sum(t.tma_replaced for t in table.tiles.values()) if table else 0,
             "sample": {"file": mf.SAMPLE_FILE, "ids": ids},
             "compile_s": round(time.perf_counter() - started, 1),
         }

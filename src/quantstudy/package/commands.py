@@ -58,12 +58,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--calib-data", type=Path, help="random-weight studies: folder of the calibration images"
     )
     p.add_argument("--images", type=int, help="--check on the first N held-out images only")
-    p.add_argument(
-        "--keep-tma",
-        action="store_true",
-        help="products the study ran through tensor descriptors (TMA) keep them in the package "
-        "(default: the same tiles through pointers; docs/package.md)",
-    )
 
 
 def run_package(args: argparse.Namespace) -> int:
@@ -74,7 +68,7 @@ def run_package(args: argparse.Namespace) -> int:
         raise UserError("--images must be at least 1")
     options = PackageOptions(
         args.study_dir, args.out, args.batches, args.dynamic_batch, args.device, args.data,
-        args.calib_data, args.keep_tma,
+        args.calib_data,
     )  # fmt: skip
     folder = options.out_dir
     if not (args.check and (folder / mf.MANIFEST_FILE).is_file()):
@@ -82,10 +76,8 @@ def run_package(args: argparse.Namespace) -> int:
         manifest = json.loads((folder / mf.MANIFEST_FILE).read_text())
         for entry in manifest["packages"]:
             print(f"{folder / entry['file']}: {entry['engine']}, {entry['bytes']} bytes")
-        print(
-            f"tiles: {len(manifest['tiles'])} FP8 launches; on the study's TMA path: "
-            f"{manifest['tma_kept']} kept, {manifest['tma_replaced']} moved to pointers"
-        )
+        print(f"tiles: {len(manifest['tiles'])} FP8 launches, {manifest['tma_replaced']} moved "
+              "from the TMA path to pointers")  # fmt: skip
         print(f"{folder / mf.MANIFEST_FILE}: bound to {manifest['bound_to']}")
     if not args.check:
         return 0

@@ -48,10 +48,9 @@ def _wrapped(launcher: str) -> Iterator[object]:
 def _launch(launcher: str, args: tuple, kwargs: dict, extra: dict | None = None) -> torch.Tensor:
     """Run the study's launcher with the captured tile of this launch, its kernel traceable;
     `extra` keywords reach the launcher but not the key (the study's launch had none)."""
-    table = tiles.active()
-    tile = table.lookup(tiles.launch_key(launcher, args, kwargs))
+    tile = tiles.active().lookup(tiles.launch_key(launcher, args, kwargs))
     with _wrapped(launcher) as launch:
-        return launch(*args, **kwargs, **(extra or {}), **tile.launch_args(table.keep_tma))
+        return launch(*args, **kwargs, **(extra or {}), **tile.launch_args())
 
 
 def _study_body(op) -> object:

@@ -8,10 +8,11 @@ launch's arguments (shapes, dtypes, options). The packaged ops (`package/ops.py`
 key up while AOTInductor traces them.
 
 Where the autotuner chose the tensor-descriptor (TMA) path, the package takes the same tile
-through pointers by default (the same bits, tested on the H200), and the manifest counts those
-launches (the check then shows what that cost in speed). With `keep_tma` the launch keeps its
-descriptors: torch's AOTInductor compiles Triton's host-side `TensorDescriptor` arguments, with
-the block shape the tile fixes at trace time (no autotuner pre-hook is needed for a fixed tile).
+through pointers (the same bits). A packaged op's kernels are traced without Dynamo, and that
+tracer does not capture Triton's host-side tensor descriptors (torch 2.11 and 2.14,
+`TracingTritonHOPifier.call_HOP`: "TMA descriptor capturing not yet supported in non-dynamo
+tracing"). `Tile.tma_replaced` says so, and the manifest counts those tiles (the check then
+shows what that cost in speed).
 """
 
 from __future__ import annotations
@@ -39,33 +40,22 @@ TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_P", "BLOCK_C", "num_warps",
 class Tile:
     """One launch's configuration: the kernel keywords of `TILE_KEYS` that it ran with, the
     streaming programs per SM (0: one tile per program) and whether the study's autotuner had
-    it read its operands (`tma_loads`) or write its output (`tma_store`) through tensor
-    descriptors."""
+    picked the TMA path for it."""
 
     launcher: str
     blocks: dict[str, int]
     stream: int = 0
-    tma_loads: bool = False
-    tma_store: bool = False
+    tma_replaced: bool = False
 
-    @property
-    def tma(self) -> bool:
-        return self.tma_loads or self.tma_store
-
-    def launch_args(self, keep_tma: bool = False) -> dict[str, Any]:
-        """The launcher keywords that fix this tile (`tile=` and, for products, `stream=`; with
-        `keep_tma`, the I/O paths the study's autotuner chose, else pointers)."""
+    def launch_args(self) -> dict[str, Any]:
+        """The launcher keywords that fix this tile (`tile=` and, for products, `stream=`)."""
         b = self.blocks
         if self.launcher == "fp8_depthwise":
             return {"tile": (b["BLOCK_P"], b["BLOCK_C"], b["num_warps"])}
         tile = (b["BLOCK_M"], b["BLOCK_N"], b["BLOCK_K"], b["num_warps"], b["num_stages"])
-        if self.launcher != "fp8_gemm":
-            return {"tile": tile}
-        args: dict[str, Any] = {"tile": tile, "stream": self.stream}
-        if keep_tma and self.tma:
-            args["loads"] = "tma" if self.tma_loads else "pointer"
-            args["store"] = "tma" if self.tma_store else "pointer"
-        return args
+        return (
+            {"tile": tile, "stream": self.stream} if self.launcher == "fp8_gemm" else {"tile": tile}
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,18 +102,10 @@ def _size(key: Any) -> int:
 
 
 class TileTable:
-    """Captured tiles by launch key; `lookup` also serves traced keys with symbolic sizes.
-    `keep_tma`: packaged launches keep the study's TMA path (`Tile.launch_args`)."""
+    """Captured tiles by launch key; `lookup` also serves traced keys with symbolic sizes."""
 
-    def __init__(self, keep_tma: bool = False) -> None:
+    def __init__(self) -> None:
         self.tiles: dict[tuple, Tile] = {}
-        self.keep_tma = keep_tma
-
-    def tma_counts(self) -> dict[str, int]:
-        """Launches the study ran on the TMA path: kept on it, or moved to pointers."""
-        on_tma = sum(t.tma for t in self.tiles.values())
-        return {"tma_kept": on_tma if self.keep_tma else 0,
-                "tma_replaced": 0 if self.keep_tma else on_tma}  # fmt: skip
 
     def add(self, key: tuple, tile: Tile) -> None:
         self.tiles[key] = tile
@@ -172,7 +154,8 @@ def _tile_of(launcher: str, kw: dict[str, Any]) -> Tile:
     blocks.setdefault("num_warps", 4)
     blocks.setdefault("num_stages", 3)
     stream = int(kw.get("PER_SM", 0)) if kw.get("STREAM") else 0
-    return Tile(launcher, blocks, stream, bool(kw.get("TMA_LOADS")), bool(kw.get("TMA_STORE")))
+    tma = bool(kw.get("TMA_LOADS") or kw.get("TMA_STORE"))
+    return Tile(launcher, blocks, stream, tma)
 
 
 @contextlib.contextmanager

@@ -48,23 +48,17 @@ def _sm_count(device: torch.device) -> int:
 
 def tma_ok(t: torch.Tensor) -> bool:
     """Whether a 2-D operand can go through a tensor descriptor: a Hopper or newer GPU (or the
-    interpreter) and a Triton that has them, unit last stride, 16-byte aligned base (not known
-    while a package is traced) and row stride."""
+    interpreter) and a Triton that has them, unit last stride, 16-byte aligned base and row
+    stride."""
     if TensorDescriptor is None:
         return False
     if t.is_cuda and torch.cuda.get_device_capability(t.device)[0] < 9:
         return False
     if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         return False
-    rows_ok = t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0
-    return rows_ok and (_traced(t) or t.data_ptr() % 16 == 0)
-
-
-def _traced(t: torch.Tensor) -> bool:
-    """Whether `t` stands for a tensor while a package is traced: it has no data pointer yet,
-    so its alignment goes unchecked (Triton's descriptors skip the same check for these types),
-    one reason the packaged TMA path is opt-in (`quantstudy package --keep-tma`)."""
-    return type(t).__name__ in ("FakeTensor", "FunctionalTensor")
+    return (
+        t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+    )
 
 
 def _checked_output(
