@@ -173,7 +173,7 @@ def deployed_copy(
 ) -> nn.Module:
     """A float32 copy, BatchNorm folded when asked, biases corrected for `corrected`'s FP8
     weights when its recipe asks (`quant/fitting/bias_correction.py`), or set as fitted sequentially
-    (`quant/fitting/sequential.py`)."""
+    (`quant/fitting/propagated.py`)."""
     m = copy.deepcopy(model).eval()
     if fold:
         fold_batchnorm(m, example)

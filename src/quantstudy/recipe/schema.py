@@ -136,7 +136,7 @@ class WeightSpec(Strict):
     `sequential`: fit both, layer by layer in execution order, to the fp32 network's output of
     that layer from the input the partly quantized network gives it (earlier FP8 layers and
     this layer's own activation quantization included), instead of from the fp32 network's
-    input alone (`quant/fitting/sequential.py`: the fit, its cost). Changes what `rounding` and
+    input alone (`quant/fitting/propagated.py`: the fit, its cost). Changes what `rounding` and
     `bias_correction` are fitted to, not whether they apply.
 
     `tune`: after all of the above, train every selected layer's bias (`bias`), and each output

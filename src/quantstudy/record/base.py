@@ -23,7 +23,7 @@ Schema history:
      FP8 quality options: RecipeInfo.rounding, .activation_granularity, .layer_calibrators,
      .migration, .migration_alpha; TensorScale.calibrator; SearchSection.options (OptionStep).
   7: RecipeInfo.sequential (weights and biases fitted layer by layer to the partly quantized
-     network, `quant/fitting/sequential.py`).
+     network, `quant/fitting/propagated.py`).
   8: EngineInfo.fp8_residual (fused FP8 layers that sum a block's residual in their
      epilogue, `quant/rewrites/residual.py`) and EngineInfo.fp8_sum_handoff (those that also write
      the next FP8 layer's input, `quant/rewrites/sum_handoff.py`).

@@ -7,7 +7,7 @@ refinement sweeps (when compensating rounding is kept), per-layer calibrators ch
 readers' output error (`quant/calibration/choice.py`), scale migration (`quant/fitting/migrate.py`),
 headroom above the calibrated amax (the recipe schema's `activations.headroom`), and last
 the sequential fit of weights and biases to the partly quantized network
-(`quant/fitting/sequential.py`, with bias correction, which it needs to fit the biases). Each try
+(`quant/fitting/propagated.py`, with bias correction, which it needs to fit the biases). Each try
 rebuilds the plan from the calibration images and scores the fp32 emulation of every candidate
 layer against fp32 on the sensitivity subset of the held-out images; an option is kept when the
 paired change in KL mean against the options kept so far (the same images, 95% bootstrap

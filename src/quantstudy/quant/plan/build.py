@@ -13,7 +13,7 @@ searches and the quality data tests build the same plan:
 3. The engines then store the weights migrated, rounded (`quant/fitting/rounding.py`) and, with
    bias correction, correct the bias for the shift of those stored weights
    (`QuantPlan.stored_weights`, `engines/builders.py`); or, with the sequential fit
-   (`quant/fitting/sequential.py`), as fitted layer by layer.
+   (`quant/fitting/propagated.py`), as fitted layer by layer.
 4. Output tuning (`quant/fitting/tune.py`), last: the gains and biases of all layers at once, from
    the stored weights and biases of step 3, against the fp32 logits.
 """
@@ -30,8 +30,8 @@ from torch import nn
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.fitting.bias_correction import correct_biases
 from quantstudy.quant.fitting.migrate import exact_divisors, smooth_divisors
+from quantstudy.quant.fitting.propagated import Fitted, emulated, fit_propagated, layer_quant
 from quantstudy.quant.fitting.rounding import compensable
-from quantstudy.quant.fitting.sequential import Fitted, emulated, fit_sequential, layer_quant
 from quantstudy.quant.fitting.tune import Tuned, tune_outputs
 from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.plan.apply import QuantPlan
@@ -102,7 +102,7 @@ def build_plan(
     digest = plan.weights_digest(folded)
     device = next(model.parameters()).device  # where the batches are
     if options.sequential:
-        fitted = fit_sequential(
+        fitted = fit_propagated(
             folded.to(device),
             layers,
             batches,

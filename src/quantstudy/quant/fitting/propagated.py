@@ -1,5 +1,6 @@
-"""Sequential FP8 weight fitting: each layer's stored weights and bias fitted, in execution order,
-to what the fp32 network computes there, from the input the partly quantized network gives it.
+"""Propagated FP8 weight fitting (a recipe's `weights.sequential`): each layer's stored weights and
+bias fitted, in execution order, to what the fp32 network computes there, from the input the
+partly quantized network gives it, so the error of every earlier FP8 layer propagates into the fit.
 
 Rounding and bias correction computed from the fp32 network (`quant/fitting/rounding.py`,
 `quant/fitting/bias_correction.py`) fix each layer's own weight error as if its input were exact. In
@@ -237,7 +238,7 @@ def bias_shift(
     return torch.where(settled, torch.zeros_like(shift), shift)
 
 
-def fit_sequential(
+def fit_propagated(
     folded: nn.Module,
     layers: list[str],
     batches: Callable[[], Iterable[torch.Tensor]],

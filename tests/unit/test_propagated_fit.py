@@ -1,6 +1,6 @@
-"""Sequential FP8 weight fitting (`quant/fitting/sequential.py`) on CPU: the bias fit through an
-activation, what stays unchanged without bias correction, the in-sample mean match it promises,
-the engines storing the fitted values alike, and a bad option value."""
+"""Propagated FP8 weight fitting (`quant/fitting/propagated.py`, a recipe's `sequential`) on CPU:
+the bias fit through an activation, what stays unchanged without bias correction, the in-sample
+mean match it promises, the engines storing the fitted values alike, and a bad option value."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ from torch import nn
 
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, deployed_copy
 from quantstudy.engines.run import run_engine
-from quantstudy.quant.fitting.sequential import bias_shift, execution_order
+from quantstudy.quant.fitting.propagated import bias_shift, execution_order
 from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
