@@ -15,7 +15,7 @@ from torch import nn
 from quantstudy.engines.base import Engine
 from quantstudy.engines.size import package_bytes, weight_bytes
 from quantstudy.record import EngineInfo
-from quantstudy.speed.env import gpu_clocks
+from quantstudy.speed.clocks import gpu_clocks
 from quantstudy.speed.harness import measure_speed, time_interleaved
 
 pytestmark = pytest.mark.gpu

@@ -51,7 +51,7 @@ from quantstudy.engines.size import package_bytes, weight_bytes
 from quantstudy.record import BatchSpeed, KernelBreakdown, SpeedSection
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Engine as EngineName
-from quantstudy.speed.env import gpu_clocks
+from quantstudy.speed.clocks import gpu_clocks
 from quantstudy.speed.kernels import profile_kernels
 from quantstudy.speed.stats import summarize_batch
 

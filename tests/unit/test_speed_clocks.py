@@ -3,7 +3,7 @@
 import os
 import stat
 
-from quantstudy.speed.env import QUERY_FIELDS, gpu_clocks
+from quantstudy.speed.clocks import QUERY_FIELDS, gpu_clocks
 
 
 def fake_nvidia_smi(tmp_path, monkeypatch, stdout: str, code: int = 0):
