@@ -204,7 +204,7 @@ def _print_outcome(record, report: Path) -> int:
     if decision is not None:
         print("\n".join(cli_lines(decision)))
     if record.timings is not None:
-        from quantstudy.study.timing import format_timings
+        from quantstudy.study.stage_timer import format_timings
 
         print(f"\nwall time per stage:\n{format_timings(record.timings)}")
     print(f"report: {report}")

@@ -11,7 +11,7 @@ from quantstudy.cli import main
 from quantstudy.recipe.schema import CALIBRATORS, parse_recipe
 from quantstudy.record import StageTime, TimingsSection
 from quantstudy.record.errors import UserError
-from quantstudy.study.timing import StageTimer, format_timings
+from quantstudy.study.stage_timer import StageTimer, format_timings
 from quantstudy.sweep.estimate import estimate
 from quantstudy.sweep.grid import expand
 from quantstudy.sweep.markdown import render_markdown

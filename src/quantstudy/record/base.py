@@ -15,7 +15,7 @@ Schema history:
      EngineInfo.fp8_kernel_choice and Fp8Kernel "fastest" (per-layer kernel choice).
      StudyConfig (was StudyConfigRecord) holds the whole config: class_list, strip_prefix,
      eval_batch, speed, package, out.
-     StudyRecord.timings (wall time per stage of the run, `study/timing.py`).
+     StudyRecord.timings (wall time per stage of the run, `study/stage_timer.py`).
      StudyRecord.digest (SHA-256 of the sealed sections, checked by `quantstudy report`).
      Typed gates (Gate.status/value/low/high/threshold/baseline; Decision.outcome with
      "inconclusive"; text gates of older records convert on load); EngineQuality

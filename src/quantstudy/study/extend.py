@@ -45,7 +45,7 @@ from quantstudy.study.per_image import (
 from quantstudy.study.prepare import prepare_study, study_device
 from quantstudy.study.rounds import ROUND_IMAGES, Rounds
 from quantstudy.study.run import build_engines
-from quantstudy.study.timing import StageTimer
+from quantstudy.study.stage_timer import StageTimer
 
 RECORD_FILE = "study.json"
 

@@ -72,7 +72,7 @@ from quantstudy.study.inputs import StudyInputs, prepare_inputs
 from quantstudy.study.per_image import PerImageResults, quality_section, seal, without_ids
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
 from quantstudy.study.rounds import ROUND_IMAGES, Rounds
-from quantstudy.study.timing import StageTimer
+from quantstudy.study.stage_timer import StageTimer
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
 ATTRIBUTION = {
