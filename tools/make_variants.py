@@ -8,7 +8,7 @@ not: 54 per photo), until `--count` images exist; labels are kept by the class f
 same arguments give the same files, byte for byte (fixed JPEG quality, sorted sources).
 
 Variants of one photo are not independent evidence: these folders measure how a study scales
-(`quantstudy bench scale`), never whether FP8 pays for a model.
+(`tools/bench/scale.py`), never whether FP8 pays for a model.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The H200 scale benchmark of the streamed held-out pass (issue 34's targets: Lite0 with real
-# weights on 50,000 held-out images, <= 4 min cold, peak host memory <= 4 GiB and within
-# 0.5 GiB of the same study at 1,000). Run from the repository root on the GPU machine:
+# The H200 scale benchmark of the streamed held-out pass (its targets: Lite0 with real weights
+# on 50,000 held-out images, <= 4 min cold, peak host memory <= 4 GiB and within 0.5 GiB of the
+# same study at 1,000). Run from the repository root on the GPU machine:
 #
 #     bash tools/scale_h200.sh [DATA_ROOT]      # DATA_ROOT: holds val-1300/, calib-1000/,
 #                                              # classes.txt (default shared/data/imagenet)
@@ -11,7 +11,7 @@
 # the 300 calibration images must not come from val-1300, whose variants are the held-out set.
 #
 # Makes 50,000 deterministic crop/flip variants of val-1300 (throughput and memory only: not
-# evidence about quality), then `quantstudy bench scale` at 1,000 and 50,000 held-out images
+# evidence about quality), then `tools/bench/scale.py` at 1,000 and 50,000 held-out images
 # with empty compile caches for each size (--cold). Writes $OUT/scale-h200.json (stage table,
 # images/s, peak memory, provenance) and prints the table.
 set -euo pipefail
@@ -22,7 +22,7 @@ WORK=${WORK:-/tmp/scale-work}
 mkdir -p "$OUT" "$WORK"
 python tools/make_variants.py "$DATA/val-1300" "$WORK/variants" --count 50000 --workers 12
 
-PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} python -m quantstudy.cli bench scale tf_efficientnet_lite0 \
+PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} python tools/bench/scale.py tf_efficientnet_lite0 \
     --sizes "${SIZES:-1000,50000}" --cold --out "$WORK/scale" --record "$OUT/scale-h200.json" -- \
     --weights efficientnet-lite0 --data "$WORK/variants" --calib-data "$CALIB" \
     --class-list "$DATA/classes.txt" --calib 300 --batches 1,32,128 --device cuda

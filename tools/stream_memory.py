@@ -8,7 +8,7 @@ VARIANTS (`tools/make_variants.py`), streamed through `study/heldout.py: run_hel
 as a study streams them (decode workers, uint8 chunks, per-image rows), at a 64x64 input so
 the pass is short on a small CPU. Peak resident memory comes from `os.wait4` (the process and
 its decode workers). What grows with the number of images is what the pass keeps per image;
-the full study at scale is `quantstudy bench scale` (it builds all engines; hours on 2 cores).
+the full study at scale is `tools/bench/scale.py` (it builds all engines; hours on 2 cores).
 """
 
 from __future__ import annotations

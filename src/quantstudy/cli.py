@@ -165,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
 
     from quantstudy.bench.cli import add_bench_parser
 
-    add_bench_parser(sub, _add_config_args)  # bench speed|gemm|depthwise|kernels|report
+    add_bench_parser(sub, _add_config_args)  # `bench/cli.py: BENCHES`
 
     from quantstudy.package.commands import add_parser as add_package_parser
 
@@ -370,19 +370,9 @@ COMMANDS = {
 }
 
 
-def _delegated(args: argparse.Namespace) -> bool:
-    """`quantstudy bench limit|conv ...`: benchmarks whose own parser reads the rest."""
-    from quantstudy.bench.cli import DELEGATED
-
-    return args.command == "bench" and args.bench_command in DELEGATED
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args, rest = parser.parse_known_args(argv)
-    if rest and not _delegated(args):
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    args.rest = rest
+    args = parser.parse_args(argv)
     args.argv = argv  # the command line a record names (None: this process's)
     try:
         status = COMMANDS[args.command](args)

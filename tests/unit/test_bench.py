@@ -135,15 +135,20 @@ def test_report_command_prints_the_tables(capsys):
     assert out == (RESULTS / REPORT_NAME).read_text()
 
 
-@pytest.mark.parametrize("name", ["limit", "conv"])
-def test_benchmarks_with_their_own_parser_are_cli_commands(name, capsys):
-    """`quantstudy bench limit|conv` hand the rest of the command line to their own parser."""
+def test_every_bench_subcommand_comes_from_the_one_table(capsys):
+    """`quantstudy bench` lists exactly `BENCHES`, each with its own `--help`; the lab tools of
+    `tools/bench/` are no subcommands."""
+    from quantstudy.bench.cli import BENCHES
     from quantstudy.cli import main
 
+    for name in BENCHES:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["bench", name, "--help"])
+        assert exit_info.value.code == 0
+        assert f"usage: quantstudy bench {name}" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_info:
-        main(["bench", name, "--help"])
-    assert exit_info.value.code == 0
-    assert f"usage: quantstudy bench {name}" in capsys.readouterr().out
+        main(["bench", "limit", "--help"])
+    assert exit_info.value.code == 2 and "invalid choice: 'limit'" in capsys.readouterr().err
 
 
 def test_unknown_arguments_elsewhere_are_still_refused(capsys):

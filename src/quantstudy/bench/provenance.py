@@ -15,10 +15,13 @@ from quantstudy.study.environment import collect_environment
 CPU_REASON = "measured on a CPU: timings do not predict GPU engines"
 
 
-def collect_provenance(device: torch.device, argv: list[str] | None = None) -> Provenance:
-    """The command line (`argv`, default this process's), commit, device and versions."""
+def collect_provenance(
+    device: torch.device, argv: list[str] | None = None, program: str = "quantstudy"
+) -> Provenance:
+    """The command line (`program`, then `argv`, default this process's arguments), commit,
+    device and versions. A script of `tools/` names itself as `program`."""
     env = collect_environment(device)
-    words = ["quantstudy", *(sys.argv[1:] if argv is None else argv)]
+    words = [*program.split(), *(sys.argv[1:] if argv is None else argv)]
     return Provenance(
         command=shlex.join(words),
         git_commit=env.git_commit,

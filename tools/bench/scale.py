@@ -1,6 +1,6 @@
-"""`quantstudy bench scale`: one study at several held-out sizes, wall per stage and peak memory.
+"""One study at several held-out sizes, wall per stage and peak memory (a lab tool).
 
-    quantstudy bench scale test_efficientnet --sizes 1000,10000 --out DIR --record FILE.json \\
+    python tools/bench/scale.py test_efficientnet --sizes 1000,10000 --out DIR --record FILE.json \\
         -- --weights random --device cpu --data VARIANTS --calib 64 --no-speed
 
 Runs `quantstudy run MODEL ARGS --heldout N` once per size, each in its own process, and reads
@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from quantstudy.bench.study_time import CACHE_FOLDERS
+from study_time import CACHE_FOLDERS  # this folder's: a script's own folder is on its path
+
 from quantstudy.record.io import write_json_atomic
 
 HELDOUT_STAGE = "held-out: "
@@ -93,7 +94,7 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="quantstudy bench scale", description=__doc__)
+    p = argparse.ArgumentParser(prog="tools/bench/scale.py", description=__doc__)
     p.add_argument("model", help="timm name")
     p.add_argument("--sizes", required=True, help="held-out sizes, comma-separated")
     p.add_argument("--out", type=Path, required=True, help="folder for the studies and logs")
@@ -129,7 +130,9 @@ def _write(a: argparse.Namespace, argv: list[str], run_args: list[str], results:
     peaks = [r.get("peak_rss_mib") for r in results if r.get("peak_rss_mib") is not None]
     doc = {
         "kind": "scale",
-        "provenance": collect_provenance(device, ["bench", "scale", *argv]).model_dump(),
+        "provenance": collect_provenance(
+            device, argv, program="python tools/bench/scale.py"
+        ).model_dump(),
         "run_args": run_args,
         "threads": a.threads,
         "cold": a.cold,
@@ -139,3 +142,7 @@ def _write(a: argparse.Namespace, argv: list[str], run_args: list[str], results:
     }
     a.record.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(a.record, doc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,6 @@
-"""`quantstudy bench study-time`: one study's wall time per stage, from cold caches and warm.
+"""One study's wall time per stage, from cold caches and warm (a lab tool for the GPU machine).
 
-    quantstudy bench study-time tf_efficientnet_lite0 --out DIR --record FILE.json -- \\
+    python tools/bench/study_time.py tf_efficientnet_lite0 --out DIR --record FILE.json -- \\
         --weights efficientnet-lite0 --data VAL --calib-data CALIB --calib 300 --heldout 1000
 
 Runs `quantstudy run MODEL ARGS` twice, each in its own process, with the host caches a sweep
@@ -26,6 +26,7 @@ from pathlib import Path
 from quantstudy.record.io import write_json_atomic
 from quantstudy.study.calib_stats import STATS_ENV
 
+PROGRAM = "python tools/bench/study_time.py"
 PHASES = ("cold", "warm")
 CACHE_FOLDERS = {
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
@@ -106,7 +107,7 @@ def stage_table(phases: dict[str, dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="quantstudy bench study-time", description=__doc__)
+    p = argparse.ArgumentParser(prog="tools/bench/study_time.py", description=__doc__)
     p.add_argument("model", help="timm name")
     p.add_argument("--out", type=Path, required=True, help="folder for the studies and logs")
     p.add_argument("--record", type=Path, required=True, help="JSON record to write")
@@ -143,7 +144,7 @@ def _write(a: argparse.Namespace, run_args: list[str], phases: dict[str, dict]) 
     from quantstudy.bench.provenance import collect_provenance
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    argv = ["bench", "study-time", a.model, "--out", str(a.out), "--record", str(a.record)]
+    argv = [a.model, "--out", str(a.out), "--record", str(a.record)]
     summary = {}
     for phase, r in phases.items():
         rec = r["record"] or {}
@@ -161,7 +162,9 @@ def _write(a: argparse.Namespace, run_args: list[str], phases: dict[str, dict]) 
         same = _quality(phases["cold"]["record"]) == _quality(phases["warm"]["record"])
     doc = {
         "kind": "study-time",
-        "provenance": collect_provenance(device, [*argv, "--", *run_args]).model_dump(),
+        "provenance": collect_provenance(
+            device, [*argv, "--", *run_args], program=PROGRAM
+        ).model_dump(),
         "run_args": run_args,
         "phases": summary,
         "quality_identical": same,
@@ -169,3 +172,7 @@ def _write(a: argparse.Namespace, run_args: list[str], phases: dict[str, dict]) 
     }
     a.record.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(a.record, doc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,13 @@
-"""`python -m quantstudy.bench.limit` end to end on the CPU (plumbing only: nothing is timed
+"""`tools/bench/limit.py` end to end on the CPU (plumbing only: nothing is timed
 meaningfully there, so no ideal x), and its Markdown table."""
 
 import json
 
-from quantstudy.bench.limit import main, render
+import pytest
+from _tools import load_tool
+
+_limit = load_tool("bench/limit.py")
+main, render = _limit.main, _limit.render
 
 
 def test_limit_runs_on_cpu_and_renders_its_table(tiny_imagenet, tmp_path, capsys):
@@ -62,8 +66,6 @@ def test_limit_times_each_residual_variant_under_its_own_name(tiny_imagenet, tmp
 
 
 def test_limit_refuses_an_unknown_recipe_before_loading_anything(tmp_path):
-    import pytest
-
     from quantstudy.record.errors import UserError
 
     with pytest.raises(UserError, match="no_such_recipe"):

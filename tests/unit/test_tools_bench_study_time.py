@@ -1,9 +1,17 @@
-"""`quantstudy bench study-time`: the stage table of a cold and a warm study, and its caches."""
+"""`tools/bench/study_time.py`: the stage table of a cold and a warm study, and its caches."""
 
 from pathlib import Path
 
-from quantstudy.bench.study_time import CACHE_FOLDERS, _env, stage_table
+from _tools import load_tool
+
 from quantstudy.study.calib_stats import STATS_ENV
+
+_study_time = load_tool("bench/study_time.py")
+CACHE_FOLDERS, _env, stage_table = (
+    _study_time.CACHE_FOLDERS,
+    _study_time._env,
+    _study_time.stage_table,
+)
 
 
 def _phase(stages: dict[str, float], wall: float, tuned: int) -> dict:

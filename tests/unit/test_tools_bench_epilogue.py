@@ -1,12 +1,15 @@
-"""`python -m quantstudy.bench.epilogue` on a machine without CUDA: one clear error, no file."""
+"""`tools/bench/epilogue.py` on a machine without CUDA: one clear error, no file."""
 
 import itertools
 
 import pytest
 import torch
+from _tools import load_tool
 
-from quantstudy.bench.epilogue import SHAPES, main
 from quantstudy.record.errors import UserError
+
+_epilogue = load_tool("bench/epilogue.py")
+SHAPES, main = _epilogue.SHAPES, _epilogue.main
 
 NO_GPU = "checks the refusal on a machine without CUDA"
 
@@ -14,7 +17,7 @@ NO_GPU = "checks the refusal on a machine without CUDA"
 @pytest.mark.skipif(torch.cuda.is_available(), reason=NO_GPU)
 def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
     out = tmp_path / "epilogue.json"
-    with pytest.raises(UserError, match="bench epilogue needs a CUDA GPU"):
+    with pytest.raises(UserError, match=r"epilogue\.py needs a CUDA GPU"):
         main(["--out", str(out)])
     assert not out.exists()
 
