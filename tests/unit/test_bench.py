@@ -11,7 +11,7 @@ import torch
 
 from quantstudy.bench.report import REPORT_NAME, render_folder
 from quantstudy.bench.schema import GemmBench, SpeedBench, read_folder, read_record
-from quantstudy.bench.shapes import BANDWIDTH, fp8_products
+from quantstudy.bench.shapes import fp8_products
 from quantstudy.cli import main
 from quantstudy.record.errors import UserError
 
@@ -67,8 +67,9 @@ def test_gemm_and_depthwise_shapes_only_on_any_machine(tmp_path, capsys):
     assert main([*args, "--out", str(out)]) == 0
     gemm = read_record(out)
     assert not gemm.meaningful and "nothing timed" in gemm.meaningless_reason
+    assert gemm.bandwidth == 4.8e12  # no GPU to measure: the H200's datasheet HBM rate
     assert all(
-        r.us == {} and r.roofline_us == r.fused_bytes / BANDWIDTH * 1e6 for r in gemm.results
+        r.us == {} and r.roofline_us == r.fused_bytes / gemm.bandwidth * 1e6 for r in gemm.results
     )
     assert gemm.provenance.command.startswith("quantstudy bench gemm tf_efficientnet_lite0")
     dw_out = tmp_path / "dw.json"
@@ -167,11 +168,11 @@ def test_a_cut_depthwise_run_keeps_the_rows_it_finished(tmp_path, monkeypatch):
 
     real, calls = dw._row, []
 
-    def cut_after_two(model, conv):
+    def cut_after_two(model, conv, bandwidth):
         calls.append(conv)
         if len(calls) == 3:
             raise KeyboardInterrupt  # what `timeout` ends a run with, in effect
-        return real(model, conv)
+        return real(model, conv, bandwidth)
 
     monkeypatch.setattr(dw, "_row", cut_after_two)
     out = tmp_path / "dw.json"

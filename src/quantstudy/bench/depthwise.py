@@ -26,7 +26,7 @@ import torch
 from quantstudy.bench.gemm import time_us
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import DepthwiseBench, DepthwiseRow, write_unfinished
-from quantstudy.bench.shapes import BANDWIDTH, DepthwiseConv, depthwise_convs
+from quantstudy.bench.shapes import DepthwiseConv, depthwise_convs, roofline_bandwidth
 from quantstudy.record.vocab import Activation
 
 # variant -> (input bytes, output bytes) per element
@@ -53,6 +53,7 @@ def bench_depthwise(
     for name in skipped:
         print(f"skipped {name}: the kernel runs one stride for both axes, no dilation")
     provenance = collect_provenance(device, argv)
+    bandwidth = roofline_bandwidth(device)
 
     def record(rows: list[DepthwiseRow]) -> DepthwiseBench:
         return DepthwiseBench(
@@ -60,13 +61,13 @@ def bench_depthwise(
             meaningful=not shapes_only,
             meaningless_reason="shapes and bytes only, nothing timed" if shapes_only else None,
             batch=batch,
-            bandwidth=BANDWIDTH,
+            bandwidth=bandwidth,
             results=rows,
         )
 
     rows: list[DepthwiseRow] = []
     for conv in convs:
-        row = _row(model, conv)
+        row = _row(model, conv, bandwidth)
         if not shapes_only:
             row = row.model_copy(update=time_conv(conv))
             print(
@@ -79,7 +80,7 @@ def bench_depthwise(
     return record(rows)
 
 
-def _row(model: str, conv: DepthwiseConv) -> DepthwiseRow:
+def _row(model: str, conv: DepthwiseConv, bandwidth: float) -> DepthwiseRow:
     nbytes = {k: conv.moved_bytes(x, y) for k, (x, y) in ELEMENT_BYTES.items()}
     return DepthwiseRow(
         model=model,
@@ -91,7 +92,7 @@ def _row(model: str, conv: DepthwiseConv) -> DepthwiseRow:
         pad=conv.pad,
         layers=conv.layers,
         bytes=nbytes,
-        roofline_us={k: v / BANDWIDTH * 1e6 for k, v in nbytes.items()},
+        roofline_us={k: v / bandwidth * 1e6 for k, v in nbytes.items()},
     )
 
 

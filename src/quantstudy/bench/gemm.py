@@ -13,9 +13,10 @@ on the GPU from CUDA-graph replays (`triton.testing.do_bench_cudagraph`), no inp
 - with `--sweep`: every tile of `TILES` on every I/O path the product allows, and the streaming
   tiles for thin products.
 
-Each row carries its roofline: the fused kernel's bytes at `shapes.BANDWIDTH`. Where this finds
-the fused kernel slow, and why, is in docs/fp8-kernel.md. On a machine without CUDA,
-`--shapes-only` lists the products, bytes and rooflines.
+Each row carries its roofline: the fused kernel's bytes at `shapes.roofline_bandwidth` (the
+copy bandwidth measured on the GPU). Where this finds the fused kernel slow, and why, is in
+docs/fp8-kernel.md. On a machine without CUDA, `--shapes-only` lists the products, bytes and
+rooflines.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch.nn.functional as F
 
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import GemmBench, GemmRow, write_unfinished
-from quantstudy.bench.shapes import BANDWIDTH, Product, fp8_products
+from quantstudy.bench.shapes import Product, fp8_products, roofline_bandwidth
 from quantstudy.record.vocab import Activation
 
 TIMED = (
@@ -53,6 +54,7 @@ def bench_gemm(
     if not shapes_only:
         device = need_cuda("bench gemm", " (--shapes-only lists the products on any machine)")
     provenance = collect_provenance(device, argv)
+    bandwidth = roofline_bandwidth(device)
 
     def record(rows: list[GemmRow]) -> GemmBench:
         return GemmBench(
@@ -60,7 +62,7 @@ def bench_gemm(
             meaningful=not shapes_only,
             meaningless_reason="shapes and bytes only, nothing timed" if shapes_only else None,
             batch=batch,
-            bandwidth=BANDWIDTH,
+            bandwidth=bandwidth,
             timed=TIMED,
             results=rows,
         )
@@ -68,7 +70,7 @@ def bench_gemm(
     products = fp8_products(model, recipe, batch)
     rows: list[GemmRow] = []
     for product in products:
-        row = _row(model, product)
+        row = _row(model, product, bandwidth)
         if not shapes_only:
             row = row.model_copy(update=time_product(product, sweep))
             best = row.best_triton
@@ -83,7 +85,7 @@ def bench_gemm(
     return record(rows)
 
 
-def _row(model: str, p: Product) -> GemmRow:
+def _row(model: str, p: Product, bandwidth: float) -> GemmRow:
     return GemmRow(
         model=model,
         m=p.m,
@@ -92,7 +94,7 @@ def _row(model: str, p: Product) -> GemmRow:
         conv_map=p.conv_map,
         layers=p.layers,
         fused_bytes=p.fused_bytes,
-        roofline_us=p.fused_bytes / BANDWIDTH * 1e6,
+        roofline_us=p.fused_bytes / bandwidth * 1e6,
     )
 
 

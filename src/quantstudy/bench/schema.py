@@ -139,7 +139,7 @@ class GemmRow(Section):
 class GemmBench(Record):
     kind: Literal["gemm"] = "gemm"
     batch: int
-    bandwidth: float  # bytes/s of the roofline
+    bandwidth: float  # bytes/s of the roofline (`shapes.roofline_bandwidth`)
     timed: str  # what each variant's time is
     results: list[GemmRow]
 

@@ -16,9 +16,34 @@ from quantstudy.quant.layers.matmul import real_fp8_blocker
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
 
-# Device-to-device copy bandwidth of the GPU the records were measured on (an H200, whose
-# datasheet HBM rate is higher), bytes/s: the rooflines' ceiling (a lower bound on time).
-BANDWIDTH = 4.3e12
+# The GPU whose datasheet bandwidth the rooflines of a `--shapes-only` listing use: the one the
+# committed product records were timed on (no GPU is there to measure).
+SHAPES_ONLY_GPU = "H200"
+COPY_BYTES = 1 << 30  # the buffer `copy_bandwidth` copies: far beyond any cache
+
+
+def roofline_bandwidth(device: torch.device) -> float:
+    """Bytes/s of the rooflines (a lower bound on time): on a GPU, its device-to-device copy
+    bandwidth measured there and then, the rate a memory-bound kernel can reach (below the
+    datasheet's HBM rate); elsewhere the datasheet HBM rate of `SHAPES_ONLY_GPU`."""
+    if device.type == "cuda":
+        return copy_bandwidth(device)
+    from quantstudy.speed.ideal import peaks_for
+
+    peaks = peaks_for(SHAPES_ONLY_GPU)
+    assert peaks is not None, f"{SHAPES_ONLY_GPU} is in speed/ideal.py's PEAKS"
+    return peaks.hbm_tbs * 1e12
+
+
+def copy_bandwidth(device: torch.device) -> float:
+    """Bytes read and written per second by a copy of `COPY_BYTES` on `device`, timed from
+    CUDA-graph replays."""
+    from triton.testing import do_bench_cudagraph
+
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = float(do_bench_cudagraph(lambda: dst.copy_(src), rep=50))
+    return 2 * COPY_BYTES / (ms * 1e-3)
 
 
 @dataclass
