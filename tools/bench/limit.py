@@ -15,12 +15,12 @@ replay, interleaved rounds, kernel profile per batch), and the ideal x from the 
 (eager, so no extra compile) with the recipe's fp32 fake-quant emulation, beside the emulation
 against itself run channels-last (its fp32 sums reordered): the reassociation floor. Prints one
 table and writes JSON after every engine, so a run cut short keeps what it finished. `--residual
-off` builds the fused engines with residual sums as separate passes (`quant/residual.py`),
+off` builds the fused engines with residual sums as separate passes (`quant/rewrites/residual.py`),
 `both` times each fused engine both ways (the second as "<kernel>/residual-apart").
 `--sum-handoff` adds, for each fused engine with the sums, one whose sums also write the next
-FP8 layer's input (`quant/sum_handoff.py`), as "<kernel>/sum-handoff". `--pad-apart` adds, for
+FP8 layer's input (`quant/rewrites/sum_handoff.py`), as "<kernel>/sum-handoff". `--pad-apart` adds, for
 each fused engine with the sums, one whose 1x1 convs do not write the next conv's zero padding
-(`quant/pad_handoff.py`; the pad is then a pass of its own), as "<kernel>/pad-apart".
+(`quant/rewrites/pad_handoff.py`; the pad is then a pass of its own), as "<kernel>/pad-apart".
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def ideal_of_records(paths: list[Path]) -> str:
     the recipe's layer shapes are resolved again here (CPU, random weights: only shapes
     matter), the engine's emulated layers are the selected ones the kernel could not run
     (kxk convs for scaled_mm and, before the kxk kernel, for fused) when the record counts
-    any, and the activations `quant/absorb.py` finds on the folded model are the bias/activation
+    any, and the activations `quant/rewrites/absorb.py` finds on the folded model are the bias/activation
     passes the ideal removes, whichever FP8 kernel the record timed."""
     import copy
 

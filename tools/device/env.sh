@@ -1,7 +1,7 @@
 # Sourced by the device scripts of this folder (run from the repository root, where the working
 # tree arrives): installs the carried wheels, points Python at src/ and writes $OUT/gpu.txt
 # (GPU, driver, versions, commit), so every result names the machine and code that made it.
-# The carried folder, .carry/ (see README.md): whl/*.whl, COMMIT, data/imagenet/...
+# The carried folder, .carry/ (see README.md): .carry/whl/*.whl, .carry/COMMIT, .carry/data/imagenet/...
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
   .carry/whl/*.whl || exit 1
 export PYTHONPATH=src:/tmp/site PYTHONUNBUFFERED=1

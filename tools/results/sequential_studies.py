@@ -1,7 +1,7 @@
 """The looks of `--heldout auto` studies (and their `extend`), as a small results JSON and a table.
 
     PYTHONPATH=src python tools/results/sequential_studies.py STUDY_DIR [STUDY_DIR ...] \
-        --out docs/results/sequential/FILE.json
+        --out docs/results/sequential/<file>.json
 
 For each study folder: its model, recipe, images, and per quality gate the estimate, the
 confidence sequence's interval and the status at the last look of the first run (the held-out

@@ -35,7 +35,7 @@ TIMED_REGION = (
     "(`src/quantstudy/speed/harness.py`). FP8 layers (real/emulated): layers running a real FP8 "
     "product with the named kernel / layers quantize-dequantized around an fp16 op. `fused` is one "
     "Triton kernel per FP8 layer with scale, bias and the absorbed activation in its epilogue "
-    "(`quant/triton_fp8.py`); `scaled_mm` is torch._scaled_mm followed by its cast, bias and "
+    "(`quant/kernels/gemm.py`); `scaled_mm` is torch._scaled_mm followed by its cast, bias and "
     "activation. Acts/hand-offs: activations computed in fused epilogues / FP8 layers writing the "
     "next FP8 layer's input ('-': not counted by that record)."
 )

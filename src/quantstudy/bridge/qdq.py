@@ -16,8 +16,9 @@ Opset: FP8 QuantizeLinear/DequantizeLinear exist from opset 19, where the scale 
 type of the quantized input. An fp32 graph keeps the study's float32 scales at opset 19. An fp16
 graph with float32 scales needs opset 23 (QuantizeLinear's scale type T2 and DequantizeLinear's
 `output_dtype`); at opset 19 to 22 an fp16 graph stores its scales in fp16, which rounds them
-(the export says by how much). TensorRT's parser reads opset 9 to 20 in 10.0 (onnx-tensorrt
-docs/operators.md at its 10.1 release) and up to 25 in 11.x (TensorRT ONNX opset guide), with
+(the export says by how much). TensorRT's parser reads opset 9 to 20 in 10.0 (onnx-tensorrt's
+operator list, https://github.com/onnx/onnx-tensorrt/blob/main/docs/operators.md, at its 10.1
+release) and up to 25 in 11.x (TensorRT ONNX opset guide), with
 FP8 Q/DQ from 9.2 on.
 """
 

@@ -39,16 +39,16 @@ def _reasons(d: LayerDecision) -> list[tuple[str, str]]:
     if d.kernel is not None and max(d.kernel) > MAX_KERNEL:
         found.append(
             (f"kernel {d.kernel[0]}x{d.kernel[1]} is larger than {MAX_KERNEL}x{MAX_KERNEL}, "
-             "beyond TensorRT's FP8 convolutions", "issue 20's list of TensorRT FP8 limits; "
-             "not found in TensorRT's own pages")
+             "beyond TensorRT's FP8 convolutions", "a limit assumed here, not found in "
+             "TensorRT's own pages")
         )  # fmt: skip
     small = [c for c in (d.in_channels, d.out_channels) if c % CHANNEL_ALIGN]
     if small:
         found.append(
             (f"{d.in_channels} -> {d.out_channels} channels: not a multiple of "
              f"{CHANNEL_ALIGN}, the FP8 tensor cores' channel vector; expect padding or an fp16 "
-             "fallback", "issue 20's list (very small channel counts) and FP8 MMA alignment "
-             "(16 bytes, as `quant/modules.py` ALIGN); TensorRT's own limit not verified here")
+             "fallback", "FP8 MMA alignment (16 bytes, as `quant/layers/matmul.py` ALIGN); "
+             "TensorRT's own limit not verified here")
         )  # fmt: skip
     return found
 

@@ -365,7 +365,7 @@ def _float32_fp8(
 
 def _untimed_tiles(device: torch.device) -> AbstractContextManager:
     """On CUDA, the fused FP8 product's launches that were never tuned take a tile untimed
-    (`quant/triton_fp8.py: untimed_tiles`): a quality pass's outputs are the same bits under
+    (`quant/kernels/tuning.py: untimed_tiles`): a quality pass's outputs are the same bits under
     every tile, and its time is not measured, so autotuning it would only cost compile time."""
     if device.type != "cuda":
         return nullcontext()

@@ -1,6 +1,6 @@
 """The FP8 quality-option variants `quantstudy bench options` can compare, by name.
 
-Each variant is a set of changes to the recipe's own `QuantOptions` (`quant/plan.py`); the
+Each variant is a set of changes to the recipe's own `QuantOptions` (`record/quant_options.py`); the
 recipe's layer selection is never changed, so a row of the table says what its options buy
 on the same layers. Names are built from the parts they combine, so a reader of the table
 knows a row's options without opening this file.
@@ -146,7 +146,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 # `generic_pointwise_sequential` itself is `f"{_NO_MIGRATION} + scale search + refinement +
 # headroom 4"` (its recipe file says why migration is left out).
 _BUILT_IN = "sequential compensating + bc + smooth migration"
-# Compensating rounding's searches (quant/rounding.py), on their own and together.
+# Compensating rounding's searches (quant/fitting/rounding.py), on their own and together.
 _SEARCHES = {
     "scale search": {"scale_candidates": SEARCHED.scales},
     "refinement": {"refine_sweeps": SEARCHED.sweeps},

@@ -45,11 +45,8 @@ Two searches refine `compensating` (recipe fields `weights.scale_candidates` and
   and a sweep that changes nothing ends the search. Where H is diagonal, nearest is already that
   optimum and nothing moves.
 
-On EfficientNet-Lite0's 32 pointwise convs (fp32 H of 64 calibration images), the output error
-relative to the output power, averaged over layers: nearest 5.3e-4, compensating 1.9e-4, with 4
-sweeps 1.7e-4, with 16 scale candidates 1.4e-4, both 1.3e-4; the narrow-input expand convs (K 16
-to 192) gain most (the probe, `examples/lite0-fp8-options/rounding_probe.py`, is in git history
-at 47a5931).
+What each form gains, layer by layer and on the whole network, is measured in
+docs/fp8-options.md.
 
 H comes from the calibration images (`calibrate.calibrate(..., second_moments=True)`): the mean of
 x x^T over every input position (pixel of a conv's input map, token of a linear's input) of every

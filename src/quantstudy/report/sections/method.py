@@ -316,8 +316,8 @@ def _method_options(r: StudyRecord) -> list[str]:
             else "no bias correction"
         )
         out.append(
-            "- FP8 weights rounded compensating (`quant/rounding.py`): input channels one at a "
-            "time in decreasing order of their second moment, each rounding error pushed onto "
+            "- FP8 weights rounded compensating (`quant/fitting/rounding.py`): input channels one "
+            "at a time in decreasing order of their second moment, each rounding error pushed onto "
             "the channels not yet rounded through the inverse of E[x x^T] (the layer's input "
             "over every position of the calibration images, lightly damped), "
             f"per output channel never worse than nearest on that objective; {order}. Every "
@@ -328,7 +328,7 @@ def _method_options(r: StudyRecord) -> list[str]:
             f"- Each output channel's weights rounded on {rc.scale_candidates} scales spread "
             "evenly (in log) over one octave above its amax-based scale, keeping the scale and "
             "rounding with the smallest output error under the same second moment "
-            "(`quant/rounding.py`); the stored scales are the chosen ones."
+            "(`quant/fitting/rounding.py`); the stored scales are the chosen ones."
         )
     if rc.rounding == "compensating" and rc.refine_sweeps > 0:
         out.append(
@@ -344,9 +344,9 @@ def _method_options(r: StudyRecord) -> list[str]:
             else "biases unchanged"
         )
         out.append(
-            "- Weights and biases fitted sequentially (`quant/sequential.py`): layer by layer in "
-            "execution order, from the input each layer receives in the network whose earlier "
-            "FP8 layers are already quantized (its own activation quantization included), "
+            "- Weights and biases fitted sequentially (`quant/fitting/propagated.py`): layer by "
+            "layer in execution order, from the input each layer receives in the network whose "
+            "earlier FP8 layers are already quantized (its own activation quantization included), "
             f"rounded {code(rc.rounding)}; {fitted}. Every engine stores these weights and "
             "biases."
         )
@@ -383,7 +383,7 @@ def _method_options(r: StudyRecord) -> list[str]:
         out.append(
             f"- Scale migration {code(rc.migration)} (alpha {fmt_plain(rc.migration_alpha)}): "
             "SmoothQuant's factor per input channel, the input divided and the weight multiplied "
-            "by it where the float model stays equal (`quant/migrate.py`)."
+            "by it where the float model stays equal (`quant/fitting/migrate.py`)."
         )
     return ["", "Quantization options:", "", *out, ""] if out else []
 
