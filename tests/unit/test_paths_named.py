@@ -1,0 +1,202 @@
+"""Every repository path the project names to a reader exists in the tree.
+
+A path in a doc, a docstring, a comment or a report template that no longer exists is a wrong
+instruction. This test reads the files a reader follows: the Markdown of the repository (README,
+docs/, examples/, tools/), the Python of src/ and tools/ (docstrings, comments and strings, so the
+report templates of `report/sections/` too), the shell scripts of tools/ and the YAML of the
+package (recipe and policy comments), and checks three kinds of name in them:
+
+- a path token: slash-separated words that end in a file extension of `EXTENSIONS` (a file) or in
+  a slash (a folder), whose first word is a top-level folder of the repository, a package folder
+  under src/quantstudy or a folder under docs/ (`quant/fitting/rounding.py`, `docs/results/`,
+  `sections/`). It exists when it resolves against the repository root, src/quantstudy, src/,
+  or the naming file's folder or one of its parents. Tokens inside URLs, starting at `.`, `/`,
+  `~` or `$`, or with a glob or placeholder (`*`, `<name>`) after their last slash are not paths
+  of this tree (write a placeholder in angle brackets);
+- a Markdown link target without a scheme: resolved against the Markdown file's folder, as a
+  Markdown viewer resolves it;
+- a dotted module name `quantstudy.a.b` whose `a` is a subpackage or module of quantstudy: each
+  word a subpackage or module until a module is reached (what follows is an attribute), or a
+  name its package's `__init__.py` defines. (`quantstudy.precision`, an ONNX metadata key, is
+  no module name.)
+
+Paths in records (JSON) are data about a past run, not instructions; they are not read, and
+neither is `NOT_READ`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "src" / "quantstudy"
+EXTENSIONS = ("py", "md", "yaml", "yml", "json", "jsonl", "sh", "toml", "txt", "png", "csv")
+
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+")
+_TOKEN = re.compile(r"(?<![\w./$~-])[\w.-]+(?:/[\w.-]+)*/(?:[\w.-]+)?")
+_FILE = re.compile(r"\.(?:" + "|".join(EXTENSIONS) + r")$")
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_MODULE = re.compile(r"(?<![\w./])quantstudy(?:\.\w+)+")
+NOT_READ = {
+    # Its table names the bulky source files it compacted into docs/results/figures/: they left
+    # the tree by design (its docstring says how to restore them from git to redo a group).
+    "tools/results/compact.py",
+    # Rendered from the records of docs/results/ (a test holds it to them): its prose comes from
+    # bench/report.py, read here; the records' notes name the code of the commit they ran at.
+    "docs/results/README.md",
+}
+# Stale names in files another change rewrites (the FP8 ops declared once); each entry must
+# still be stale, so the entry goes when its file is fixed.
+PENDING = {
+    "src/quantstudy/package/ops.py": ["quant/fused.py"],
+    "src/quantstudy/package/tiles.py": ["quant/triton_fp8.py"],
+    "src/quantstudy/quant/kernels/tuning.py": ["bench/study_time.py"],
+}
+
+
+def _roots(repo: Path) -> set[str]:
+    """First words that make a token a path of this tree: top-level folders and package folders."""
+    top = {p.name for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    package = repo / "src" / "quantstudy"
+    inner = {p.name for p in package.rglob("*") if p.is_dir() and p.name != "__pycache__"}
+    docs = {p.name for p in (repo / "docs").rglob("*") if p.is_dir()}
+    return top | inner | docs | {"quantstudy"}
+
+
+def named_files(repo: Path) -> Iterator[Path]:
+    """The files whose text names paths for a reader (`NOT_READ` aside)."""
+    for path in _candidates(repo):
+        if str(path.relative_to(repo)) not in NOT_READ:
+            yield path
+
+
+def _candidates(repo: Path) -> Iterator[Path]:
+    yield from repo.glob("*.md")
+    for folder in ("docs", "examples", "tools"):
+        yield from (repo / folder).rglob("*.md")
+    for folder in ("src", "tools"):
+        yield from (repo / folder).rglob("*.py")
+    yield from (repo / "tools").rglob("*.sh")
+    yield from (repo / "src").rglob("*.yaml")
+
+
+def _exists(token: str, bases: list[Path]) -> bool:
+    return any((base / token).exists() for base in bases)
+
+
+def _module_exists(name: str, package: Path) -> bool:
+    here = package
+    for word in name.split(".")[1:]:
+        if (here / word).is_dir():
+            here = here / word
+        elif (here / f"{word}.py").is_file():
+            return True  # a module: what follows is an attribute of it
+        else:
+            init = here / "__init__.py"
+            return init.is_file() and re.search(rf"\b{word}\b", init.read_text()) is not None
+    return True
+
+
+def missing_paths(path: Path, repo: Path = REPO) -> list[str]:
+    """The paths named in the file `path` that do not exist in `repo` (each once, in order)."""
+    return missing_in(path.read_text(encoding="utf-8"), path, repo)
+
+
+def missing_in(text: str, path: Path, repo: Path = REPO) -> list[str]:
+    """The paths named in `text`, read as the text of the file `path`, missing from `repo`."""
+    roots = _roots(repo)
+    bases = [repo, repo / "src" / "quantstudy", repo / "src"]
+    bases += [p for p in path.parents if p.is_relative_to(repo)]
+    missing: list[str] = []
+    if path.suffix == ".md":
+        for target in _LINK.findall(text):
+            if re.match(r"[a-z][a-z0-9+.-]*:|#", target):
+                continue
+            if not (path.parent / target.split("#")[0]).exists():
+                missing.append(target)
+    for token in _TOKEN.findall(_URL.sub(" ", text)):
+        token = token.rstrip(".")
+        if token.split("/")[0] not in roots or not (token.endswith("/") or _FILE.search(token)):
+            continue
+        if not _exists(token, bases):
+            missing.append(token)
+    package = repo / "src" / "quantstudy"
+    for name in _MODULE.findall(text):
+        first = name.split(".")[1]
+        if not ((package / first).is_dir() or (package / f"{first}.py").is_file()):
+            continue  # not a module name of this package (an ONNX metadata key, say)
+        if not _module_exists(name, package):
+            missing.append(name)
+    return list(dict.fromkeys(missing))
+
+
+def test_every_path_named_for_a_reader_exists():
+    stale = {}
+    for f in sorted(set(named_files(REPO))):
+        name = str(f.relative_to(REPO))
+        if missing := [t for t in missing_paths(f) if t not in PENDING.get(name, [])]:
+            stale[name] = missing
+    assert not stale, "paths named that do not exist (fix the name or the text):\n" + "\n".join(
+        f"  {f}: {', '.join(m)}" for f, m in stale.items()
+    )
+
+
+def test_pending_names_are_still_stale():
+    """A `PENDING` entry whose file no longer names the missing path is removed from `PENDING`."""
+    for name, tokens in PENDING.items():
+        path = REPO / name
+        found = missing_paths(path) if path.exists() else []
+        assert [t for t in tokens if t not in found] == [], f"{name} is fixed: drop it from PENDING"
+
+
+def test_the_files_read_include_docs_sources_recipes_and_report_templates():
+    files = {str(f.relative_to(REPO)) for f in named_files(REPO)}
+    assert {
+        "README.md",
+        "docs/DESIGN.md",
+        "src/quantstudy/report/sections/method.py",
+        "src/quantstudy/recipe/builtin/generic_pointwise.yaml",
+        "tools/gpu_suite.py",
+    } <= files
+
+
+@pytest.mark.parametrize(
+    ("text", "stale"),
+    [
+        ("See `quant/triton_fp8.py` for the kernel.", "quant/triton_fp8.py"),
+        ("# the rounding (quant/rounding.py), then", "quant/rounding.py"),
+        ("results go to docs/no_such_folder/.", "docs/no_such_folder/"),
+        ("[the design](no_such_note.md)", "no_such_note.md"),
+        ("`quantstudy.bench.limit` times it", "quantstudy.bench.limit"),
+    ],
+)
+def test_a_fabricated_missing_path_is_caught(text, stale):
+    """The check can fail: each name of a missing file, folder, link or module is reported."""
+    assert missing_in(text, REPO / "docs" / "note.md") == [stale]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "`quant/fitting/rounding.py` and `record/vocab.py: Fp8Kernel`",
+        "[the design](DESIGN.md#layers), `docs/results/*.json`, `studies/<model>/study.json`",
+        "https://github.com/pytorch/pytorch/blob/main/quant/gone.py and ../shared/data/x.json",
+        "`quantstudy.record.StudyRecord`, `quantstudy.quant.kernels.gemm.fp8_gemm_triton`",
+        "`docs/results/<name>.json`, the ONNX key `quantstudy.precision`",
+        "tools/device/quantstudy.sh",
+    ],
+)
+def test_paths_that_exist_or_are_no_tree_paths_pass(text):
+    assert missing_in(text, REPO / "docs" / "note.md") == []
+
+
+def test_a_path_resolves_against_the_naming_files_folders():
+    """In report/render.py, `sections/tables.py` is report/sections/tables.py; in a doc it is
+    no file of the tree."""
+    text = "tables declared in `sections/tables.py`"
+    assert missing_in(text, PACKAGE / "report" / "render.py") == []
+    assert missing_in(text, REPO / "docs" / "note.md") == ["sections/tables.py"]
