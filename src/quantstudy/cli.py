@@ -93,7 +93,7 @@ def _argument(name: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
     elif kind is int:
         kw["type"] = int
     elif PathText in types or tuple(field.metadata) == PathText.__metadata__:
-        kw["type"] = Path  # as the old CLI did: the record shows the path Path() normalised
+        kw["type"] = Path  # so the record shows the path as Path() normalises it
     return [option(name)], kw | {"default": default, "help": help_text}
 
 

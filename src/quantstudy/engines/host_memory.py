@@ -3,11 +3,9 @@
 glibc serves every allocation above its mmap threshold (at most 32 MiB) with a fresh `mmap` and
 hands it back with `munmap` when freed. An EfficientNet-Lite0 activation at the quality batch of
 64 is 51 MiB, so on the CPU every layer of every batch mapped new pages and the kernel zeroed them
-on first touch: a forward pass spent more time in the kernel than in the convolutions. Measured on
-the 2-core CPU machine (torch 2.14.1, 2 threads, Lite0 fp32 at batch 64, four passes): 13.4 s wall
-with 15.1 s system time and 6.4 million minor page faults; with the thresholds below, 2.9 s, no
-system time, no page faults. Allocation does not touch any value, so every number of a study is
-unchanged.
+on first touch: a forward pass spent more time in the kernel than in the convolutions (the
+measurement: docs/results.md, "Host memory on the CPU"). Allocation does not touch any value, so
+every number of a study is unchanged.
 
 The cost: memory a pass frees stays with the process (up to `TRIM_BYTES` at the top of the heap)
 instead of going back to the system between batches, so a process's resident size stays near its

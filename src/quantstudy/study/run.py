@@ -1,4 +1,4 @@
-"""`run_study`: one study from model name to decision, in the order of the brief.
+"""`run_study`: one study from model name to decision, stage by stage (docs/DESIGN.md).
 
 1. Preparation (`prepare.py`): every user input is read and checked before any heavy work
    (`inputs.py`); then the images are decoded and the recipe's layers calibrated.
