@@ -1,12 +1,12 @@
 """End-to-end tuning of the FP8 layers' output scales and biases against the fp32 logits.
 
 Rounding, bias correction and the sequential fit (`quant/fitting/rounding.py`, `bias_correction.py`,
-`sequential.py`) each fix one layer's own output, from its mean or second moment; none looks at
-what the network finally computes. What they leave on a small network is mostly the activations'
-FP8 rounding noise, which no per-layer statistic removes, and its effect on the logits depends
-on the layers after it. This step trains, jointly over all selected layers, each output channel's
-gain g (folded into its stored weight scale) and bias b, the FP8 weights themselves fixed, to
-make the emulated network's logits match the fp32 network's on the calibration images:
+`propagated.py`) each fix one layer's own output, from its mean or second moment; none looks at what
+the network finally computes. What they leave on a small network is mostly the activations' FP8
+rounding noise, which no per-layer statistic removes, and its effect on the logits depends on the
+layers after it. This step trains, jointly over all selected layers, each output channel's gain g
+(folded into its stored weight scale) and bias b, the FP8 weights themselves fixed, to make the
+emulated network's logits match the fp32 network's on the calibration images:
 
 - Objective: KL(fp32 || emulation) of the softmax over classes, the study's own quality measure
   (`quality/metrics.kl_per_image`), averaged over images.

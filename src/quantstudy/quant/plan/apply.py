@@ -20,7 +20,7 @@ from quantstudy.quant.layers.matmul import QDQ, FP8Matmul, FP8Weight, real_fp8_b
 from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.record.vocab import Activation, Fp8Kernel, choices
 
-if TYPE_CHECKING:  # sequential.py builds on this module
+if TYPE_CHECKING:  # fitting/propagated.py builds on this module
     from quantstudy.quant.fitting.propagated import Fitted
     from quantstudy.quant.fitting.tune import Tuned
 
