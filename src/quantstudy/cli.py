@@ -14,7 +14,7 @@ import sys
 from enum import StrEnum
 from pathlib import Path
 from types import UnionType
-from typing import Any, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
@@ -23,6 +23,9 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import PathText, StudyConfig, option
 from quantstudy.record.io import filesystem_message
 from quantstudy.record.vocab import choices
+
+if TYPE_CHECKING:
+    from quantstudy.record import StudyRecord
 
 # The study options of `run`, `search` and `demo`: fields of `StudyConfig`, which gives each its
 # flag, type, choices, default and help (`_add_config_args`).
@@ -92,7 +95,7 @@ def _argument(name: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
         kw["type"] = str
     elif kind is int:
         kw["type"] = int
-    elif PathText in types or tuple(field.metadata) == PathText.__metadata__:
+    elif PathText in types or tuple(field.metadata) == get_args(PathText)[1:]:
         kw["type"] = Path  # so the record shows the path as Path() normalises it
     return [option(name)], kw | {"default": default, "help": help_text}
 
@@ -191,7 +194,7 @@ def _model_config(args: argparse.Namespace) -> StudyConfig:
     return _config(args, model=args.model)
 
 
-def _print_outcome(record, report: Path) -> int:
+def _print_outcome(record: StudyRecord, report: Path) -> int:
     """Print the decision's closing lines; return the exit status of its outcome."""
     from quantstudy.decision.policy import EXIT_CODES
     from quantstudy.record.vocab import Outcome

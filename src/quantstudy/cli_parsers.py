@@ -9,7 +9,8 @@ from pathlib import Path
 
 
 def add_search_parser(
-    sub: argparse._SubParsersAction, add_study_args: Callable[[argparse.ArgumentParser], None]
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    add_study_args: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     """`quantstudy search MODEL`: the study's own options plus the search's."""
     search = sub.add_parser(
@@ -49,7 +50,7 @@ def add_search_parser(
     )
 
 
-def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
+def add_sweep_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`quantstudy sweep FILE`: a grid of studies, local or on Ray."""
     sweep = sub.add_parser(
         "sweep",
@@ -76,7 +77,9 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     sweep.add_argument("--dry-run", action="store_true", help="print the grid and stop")
 
 
-def add_extend_parser(sub: argparse._SubParsersAction, exit_status: str) -> None:
+def add_extend_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], exit_status: str
+) -> None:
     """`quantstudy extend DIR --data MORE`: more held-out images for a finished study."""
     extend = sub.add_parser(
         "extend",

@@ -135,3 +135,24 @@ def test_onnx_of_another_study_is_refused(study, exports, tmp_path, capsys):
     onnx.save(model, other)
     assert _import(study, exports, tmp_path / "o", onnx_file=other) == 1
     assert "not this study's" in _one_error(capsys)
+
+
+def test_a_study_without_a_recipe_is_refused_in_one_line(study, exports, tmp_path, capsys):
+    """A study that stopped before its recipe, given an ONNX that names no recipe either, is
+    refused with a clean error, not a traceback."""
+    import onnx
+
+    from quantstudy.record.io import write_record
+
+    partial = tmp_path / "partial"
+    shutil.copytree(study, partial)
+    record = load_record(partial / "study.json")
+    write_record(partial / "study.json", record.model_copy(update={"recipe": None}))
+    model = onnx.load(study / "tensorrt" / "model.onnx")
+    kept = [p for p in model.metadata_props if p.key != "quantstudy.recipe_sha256"]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    bare = tmp_path / "bare.onnx"
+    onnx.save(model, bare)
+    assert _import(partial, exports, tmp_path / "o", onnx_file=bare) == 1
+    assert "has no recipe section" in _one_error(capsys)

@@ -537,3 +537,17 @@ def test_emulation_gap_shows_the_half_storage_floor(record):
     assert row in md and "stores values as the half-precision engines do" in md
     assert check_markdown(md, half) == []
     assert "values stored in" not in render_markdown(record)
+
+
+@pytest.mark.parametrize("heldout", ["auto", "auto:5000"])
+def test_an_auto_heldout_is_not_reported_as_a_data_shortfall(record, heldout):
+    """`--heldout auto[:MAX]` takes rounds until the gates settle: the images it used are where
+    the rounds stopped, not all the data had."""
+    auto = record.model_copy(
+        update={"config": record.config.model_copy(update={"heldout": heldout})}
+    )
+    md = render_markdown(auto)
+    used = record.data.heldout.n_images
+    assert f"| held-out images | {heldout} ({used} used) |" in md
+    assert "all the data had" not in md
+    assert check_markdown(md, auto) == []

@@ -24,6 +24,7 @@ import torch
 from onnx import TensorProto, numpy_helper
 
 from quantstudy.bridge.qdq import INPUT, QdqGraph
+from quantstudy.bridge.rebuild import recipe_and_calibration
 from quantstudy.quality.gap import emulation_gap
 from quantstudy.quality.metrics import max_abs_logit_diff
 from quantstudy.record import StudyRecord
@@ -97,8 +98,9 @@ def check_structure(model: onnx.ModelProto, record: StudyRecord, result: CheckRe
     by_output = {o: n for n in g.node for o in n.output}
     quants = [n for n in g.node if n.op_type == "QuantizeLinear"]
     deq = [n for n in g.node if n.op_type == "DequantizeLinear"]
-    tensors = record.calibration.tensors
-    layers = [d.name for d in record.recipe.selected]
+    recipe, calibration = recipe_and_calibration(record)
+    tensors = calibration.tensors
+    layers = [d.name for d in recipe.selected]
     pairs = [
         n
         for n in deq

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quantstudy.record.errors import UserError
 
+if TYPE_CHECKING:
+    from quantstudy.record import StudyRecord
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     export = sub.add_parser(
         "export",
         help="write the study's FP8 recipe as a Q/DQ ONNX, its float twin and trtexec.sh",
@@ -146,13 +150,14 @@ def run_export(args: argparse.Namespace) -> int:
     return 0 if result else 3
 
 
-def run_import(args: argparse.Namespace):
+def run_import(args: argparse.Namespace) -> tuple[StudyRecord, Path]:
     from quantstudy.bridge.trt_import import import_trt
 
     record, report = import_trt(
         args.study_dir, args.fp16, args.fp8, args.onnx, args.out, args.policy
     )
     speed = record.speed
+    assert speed is not None  # import_trt writes the TensorRT engines' speed section
     print(f"TensorRT {speed.engine_version or '(version not logged)'} on {speed.device}")
     layers = speed.layer_precision or []
     fp8 = [p for p in layers if p.precision == "fp8"]

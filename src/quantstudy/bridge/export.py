@@ -6,9 +6,11 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import onnx
 import torch
+from torch import nn
 
 from quantstudy.bridge.check import (
     CheckResult,
@@ -132,7 +134,8 @@ def check_export(
         reference = run_engine(fakequant, x, batch)
         # The study's floor procedure (`study/run.py`): the emulation again, channels-last.
         fakequant.channels_last = True
-        fakequant.module = fakequant.module.to(memory_format=torch.channels_last)
+        eager = cast(nn.Module, fakequant.module)  # a CPU build runs its nn.Module eagerly
+        fakequant.module = eager.to(memory_format=torch.channels_last)
         floor = floor_of(run_engine(fakequant, x, batch), reference)
     notes = [f"held-out images: {x.shape[0]} of the study's {record.data.heldout.n_images}"]
     _check_rebuild(record, floor, images is None, result, notes)

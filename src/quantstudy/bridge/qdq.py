@@ -35,7 +35,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
-from quantstudy.bridge.rebuild import Rebuilt
+from quantstudy.bridge.rebuild import Rebuilt, recipe_and_calibration
 from quantstudy.quant.formats.fp8 import E4M3_MAX, quantize_weight
 from quantstudy.record.errors import UserError
 
@@ -167,11 +167,12 @@ def _fp8(name: str, values: torch.Tensor) -> onnx.TensorProto:
 def _stamp(proto: onnx.ModelProto, rebuilt: Rebuilt, precision: str) -> None:
     """Which study the graph is, in the model's metadata (read by `import-trt` and people)."""
     r = rebuilt.record
+    recipe, _ = recipe_and_calibration(r)
     meta = {
         "quantstudy.study": r.name,
         "quantstudy.model": r.model.name,
-        "quantstudy.recipe": r.recipe.name,
-        "quantstudy.recipe_sha256": r.recipe.sha256,
+        "quantstudy.recipe": recipe.name,
+        "quantstudy.recipe_sha256": recipe.sha256,
         "quantstudy.precision": precision,
         "quantstudy.fp8_layers": str(len(rebuilt.plan.layers)),
     }
@@ -187,7 +188,7 @@ def min_ir_version(proto: onnx.ModelProto) -> int:
     newest IR version (14 in onnx 1.23), which an older runtime refuses ("Unsupported model IR
     version: 14, max supported IR version: 13" in onnxruntime 1.30) though nothing in the graph
     needs it; the lowest one is read by every runtime that knows the opset."""
-    return helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
+    return int(helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True))
 
 
 class _Inserter:
@@ -204,14 +205,14 @@ class _Inserter:
         self.max_rounding = 0.0
 
     def _scale(self, name: str, value: np.ndarray) -> str:
-        stored = value.astype(self.scale_np)
+        stored: np.ndarray = value.astype(self.scale_np)
         if value.size:
             rel = np.abs(stored.astype(np.float64) - value.astype(np.float64)) / np.abs(value)
             self.max_rounding = max(self.max_rounding, float(rel.max()))
         self.graph.initializer.append(numpy_helper.from_array(stored, name))
         return name
 
-    def _dq_attrs(self) -> dict:
+    def _dq_attrs(self) -> dict[str, int]:
         """DequantizeLinear writes its scale's type; a float32 scale in an fp16 graph asks for
         fp16 output (opset 23's `output_dtype`)."""
         return {"output_dtype": self.float_type} if self.scale_type != self.float_type else {}

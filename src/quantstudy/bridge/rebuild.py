@@ -27,7 +27,7 @@ from quantstudy.quant.calibration.calibrate import Calibration
 from quantstudy.quant.fitting.bias_correction import correct_biases
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.rewrites.fold import fold_batchnorm
-from quantstudy.record import ImageSet, StudyRecord
+from quantstudy.record import CalibrationInfo, ImageSet, RecipeInfo, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.study.inputs import split_study_data
 from quantstudy.study.per_image import set_ids
@@ -51,14 +51,20 @@ class Rebuilt:
         return torch.zeros(1, *self.record.preprocessing.input_size)
 
 
-def calibration_of(record: StudyRecord) -> Calibration:
-    """The record's calibration as the quantizers use it: one scale per shared input tensor."""
-    info = record.calibration
-    if info is None or record.recipe is None:
+def recipe_and_calibration(record: StudyRecord) -> tuple[RecipeInfo, CalibrationInfo]:
+    """The record's recipe and calibration sections, which a study that stopped before
+    calibration lacks."""
+    if record.calibration is None or record.recipe is None:
         raise UserError(
             f"study {record.name} has no recipe or calibration section (status {record.status}); "
             "export needs a study that got past calibration"
         )
+    return record.recipe, record.calibration
+
+
+def calibration_of(record: StudyRecord) -> Calibration:
+    """The record's calibration as the quantizers use it: one scale per shared input tensor."""
+    _, info = recipe_and_calibration(record)
     groups, amax, means = {}, {}, {}
     for t in info.tensors:
         key = t.tensor.removesuffix(":input")
@@ -94,7 +100,7 @@ SUPPORTED = {
 
 def plan_of(record: StudyRecord) -> QuantPlan:
     calibration = calibration_of(record)
-    recipe = record.recipe
+    recipe, _ = recipe_and_calibration(record)
     for option, supported in SUPPORTED.items():
         value = getattr(recipe, option, supported)
         if value != supported:
@@ -150,7 +156,7 @@ def rebuild(
     if record.model.random_weights:
         _reestimate(model, record, data_dir, calib_dir)
     plan = plan_of(record)
-    fold_bn = record.recipe.fold_bn
+    fold_bn = recipe_and_calibration(record)[0].fold_bn
     deployed = copy.deepcopy(model).eval()
     example = torch.zeros(1, *record.preprocessing.input_size)
     if fold_bn:

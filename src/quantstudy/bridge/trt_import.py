@@ -23,6 +23,7 @@ from quantstudy.bridge.qdq import INPUT
 from quantstudy.bridge.trt_json import (
     EngineLayer,
     LayerInfo,
+    ProfiledLayer,
     read_layer_info,
     read_log,
     read_profile,
@@ -75,7 +76,7 @@ def import_trt(
     out_dir = Path(out) if out is not None else study_dir / "tensorrt"
     onnx_file = Path(onnx_file) if onnx_file is not None else out_dir / "model.onnx"
     names = _layer_nodes(onnx_file, record)
-    dirs = {Engine.FP16: Path(fp16_dir), Engine.FP8: Path(fp8_dir)}
+    dirs: dict[str, Path] = {Engine.FP16: Path(fp16_dir), Engine.FP8: Path(fp8_dir)}
     batches = _batches(dirs)
     speed = _speed_section(record, dirs, batches, names)
     not_run = [n for n in record.not_run if not n.startswith(STALE_NOT_RUN)] + [NOT_RUN_TRT]
@@ -120,6 +121,11 @@ def _layer_nodes(onnx_file: Path, record: StudyRecord) -> dict[str, str]:
             f"recipe {meta.get('quantstudy.recipe', '?')}, not this study's "
             f"{record.model.name} / {record.recipe.name if record.recipe else '?'}"
         )
+    if record.recipe is None:  # and the graph names no recipe either
+        raise UserError(
+            f"study {record.name} has no recipe section (status {record.status}): import-trt "
+            "needs the study that `quantstudy export` wrote the ONNX from"
+        )
     by_weight = {n.input[1]: n.name for n in model.graph.node if n.op_type in ("Conv", "Gemm")}
     return {d.name: by_weight.get(f"{d.name}.weight", "") for d in record.recipe.selected}
 
@@ -151,7 +157,8 @@ def _speed_section(
     precision: list[LayerPrecision] = []
     logs: dict[str, str] = {}
     for b in batches:
-        times, infos = {}, {}
+        times: dict[str, TimingStats] = {}
+        infos: dict[str, LayerInfo] = {}
         for engine in ENGINES:
             folder = dirs[engine]
             times[engine] = timing_stats(read_times(result_file(folder, b, "times")))
@@ -247,7 +254,7 @@ def _batch_speed(
 def _group(layer: EngineLayer | None, name: str) -> KernelGroup:
     kind = (layer.layer_type if layer else "").lower()
     lowered = name.lower()
-    if any(t in kind for t in CONV_TYPES):
+    if layer is not None and any(t in kind for t in CONV_TYPES):
         if layer.groups is not None and layer.groups > 1:
             return KernelGroup.DEPTHWISE_CONV
         return KernelGroup.FP8_MATMUL if layer.precision == "fp8" else KernelGroup.FP16_MATMUL_CONV
@@ -256,7 +263,9 @@ def _group(layer: EngineLayer | None, name: str) -> KernelGroup:
     return KernelGroup.OTHER
 
 
-def _breakdown(engine: str, b: int, profile, info: LayerInfo) -> KernelBreakdown:
+def _breakdown(
+    engine: str, b: int, profile: list[ProfiledLayer], info: LayerInfo
+) -> KernelBreakdown:
     """Layer time per group: the profile's average ms per inference, grouped by layer info."""
     by_name = {e.name: e for e in info.layers}
     sums: dict[KernelGroup, list[float]] = {}

@@ -145,14 +145,14 @@ def read_layer_info(path: Path) -> LayerInfo:
     return LayerInfo(_batch(data, path), layers)
 
 
-def _first_format(row: dict) -> str:
+def _first_format(row: dict[str, Any]) -> str:
     inputs = row.get("Inputs") or []
     return (
         str(inputs[0].get("Format/Datatype", "")) if inputs and isinstance(inputs[0], dict) else ""
     )
 
 
-def _batch(data: dict, path: Path) -> int:
+def _batch(data: dict[str, Any], path: Path) -> int:
     """The engine's input batch: TensorRT 11's I/O tensor list, else the dimensions with which
     a layer reads the network input."""
     for t in data.get("I/O Tensors") or []:

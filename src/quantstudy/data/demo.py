@@ -121,8 +121,7 @@ def _unpack(wheel: Path, target: Path) -> None:
     except (zipfile.BadZipFile, OSError) as e:
         raise UserError(f"{wheel} is not a readable wheel ({e}); delete it and retry") from e
     with archive:
-        members = [(m, _MEMBER.match(m)) for m in archive.namelist()]
-        members = [(m, match) for m, match in members if match]
+        members = [(m, match) for m in archive.namelist() if (match := _MEMBER.match(m))]
         if not members:
             raise UserError(f"{wheel} holds no foolbox/data/imagenet_*.jpg; is it {FOOLBOX}?")
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -115,7 +115,9 @@ def read_class_list(class_list: Path | None = None) -> list[str]:
 _WNID_LINE = re.compile(r"^n\d{8}(\s|$)")  # a WordNet id, optionally followed by its name
 
 
-def _check_subfolders(subfolders: list[Path], index: dict[str, int], class_list: Path | None):
+def _check_subfolders(
+    subfolders: list[Path], index: dict[str, int], class_list: Path | None
+) -> None:
     unknown = [p.name for p in subfolders if p.name not in index]
     if unknown:
         source = str(class_list) if class_list is not None else "timm's ImageNet-1k class list"

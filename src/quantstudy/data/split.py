@@ -123,6 +123,7 @@ def _take(items: list[ImageItem], n: int, rng: random.Random) -> list[ImageItem]
         return sorted(ordered[:n], key=lambda item: item.id)
     by_class: dict[int, list[ImageItem]] = defaultdict(list)
     for item in ordered:
+        assert item.label is not None  # unlabelled sets were drawn above
         by_class[item.label].append(item)
     for members in by_class.values():
         rng.shuffle(members)

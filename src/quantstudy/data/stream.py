@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from PIL import Image
@@ -40,7 +41,7 @@ class Uint8Transform:
     mean and std of its final `Normalize` are kept for `normalize`. A class, so it pickles into
     the loader's workers."""
 
-    def __init__(self, steps: list[Callable]) -> None:
+    def __init__(self, steps: list[Callable[..., Any]]) -> None:
         names = [type(s).__name__ for s in steps]
         if len(steps) < 2 or names[-2] not in ("ToTensor", "MaybeToTensor"):
             raise ValueError(f"unexpected timm eval transform {names}: cannot stream it as uint8")

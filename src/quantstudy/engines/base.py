@@ -31,9 +31,9 @@ class Engine(ABC):
             x = x.contiguous(memory_format=torch.channels_last)
         return x
 
-    @torch.no_grad()
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.module(self.prepare(x)).float().cpu()
+        with torch.no_grad():
+            return self.module(self.prepare(x)).float().cpu()
 
     @abstractmethod
     def info(self) -> EngineInfo:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -136,7 +137,9 @@ def allow_recompiles() -> None:
         cfg.fail_on_recompile_limit_hit = True
 
 
-def _compile(module: nn.Module, device: torch.device, mode: str) -> tuple[Callable, bool]:
+def _compile(
+    module: nn.Module, device: torch.device, mode: str
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], bool]:
     if device.type != "cuda":
         return module, False
     os.environ.setdefault(
@@ -150,7 +153,12 @@ def _compile(module: nn.Module, device: torch.device, mode: str) -> tuple[Callab
 
 
 def _compiled_engine(
-    name: str, m: nn.Module, device: torch.device, dtype: torch.dtype, compile_mode: str, **extra
+    name: str,
+    m: nn.Module,
+    device: torch.device,
+    dtype: torch.dtype,
+    compile_mode: str,
+    **extra: Any,
 ) -> BuiltEngine:
     """A channels-last engine around `m`, compiled on CUDA, eager elsewhere."""
     fn, compiled = _compile(m, device, compile_mode)

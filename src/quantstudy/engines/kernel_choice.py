@@ -47,7 +47,7 @@ from torch import nn
 
 from quantstudy.quant.formats.fp8 import to_fp8
 from quantstudy.quant.graph.edit import replace_module
-from quantstudy.quant.graph.trace import pre_hooks
+from quantstudy.quant.graph.trace import PreHook, pre_hooks
 from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
@@ -91,7 +91,8 @@ def _time_us(fn: Callable[[], object]) -> float:
 
     fn()  # compiles and autotunes outside the graph
     torch.cuda.synchronize()
-    return 1000 * triton.testing.do_bench_cudagraph(fn, rep=10, return_mode="median")
+    median_ms: float = triton.testing.do_bench_cudagraph(fn, rep=10, return_mode="median")
+    return 1000 * median_ms
 
 
 def _act_module(act: str) -> nn.Module:
@@ -184,8 +185,8 @@ def choose_kernels(
     clock = timer or _time_us
     timed: dict[int, dict[str, tuple[float, float]]] = {b: {} for b in batches}
 
-    def hook(name: str, layer: FusedFP8Matmul, batch: int):
-        def pre(_module, args):
+    def hook(name: str, layer: FusedFP8Matmul, batch: int) -> PreHook:
+        def pre(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
             x, rest = args[0], args[1:]  # rest: the residual of a residual layer
             if _hands_off(layer):
                 return

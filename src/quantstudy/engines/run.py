@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 import torch
 from rich.progress import Progress
@@ -52,11 +53,11 @@ def padded(batch: torch.Tensor, batch_size: int, total: int) -> torch.Tensor:
     return batch
 
 
-@torch.no_grad()
 def device_logits(engine: Engine, x: torch.Tensor) -> torch.Tensor:
     """`engine(x)` as float32 logits left on the engine's device: no host synchronisation per
     batch (the streamed pass copies a chunk's logits to the host at once)."""
-    return engine.module(engine.prepare(x)).float()
+    with torch.no_grad():
+        return engine.module(engine.prepare(x)).float()
 
 
 def run_reordered(engine: Engine, images: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
@@ -69,13 +70,14 @@ def run_reordered(engine: Engine, images: torch.Tensor, batch_size: int = 64) ->
 @contextmanager
 def reordered(engine: Engine) -> Iterator[Engine]:
     """`engine` (an eager emulation) channels-last inside the block (`run_reordered`)."""
+    module = cast(nn.Module, engine.module)  # an eager emulation runs its nn.Module
     engine.channels_last = True
-    engine.module = engine.module.to(memory_format=torch.channels_last)
+    engine.module = module.to(memory_format=torch.channels_last)
     try:
         yield engine
     finally:  # a later run of the emulation must sum in its own order again
         engine.channels_last = False
-        engine.module = engine.module.to(memory_format=torch.contiguous_format)
+        engine.module = module.to(memory_format=torch.contiguous_format)
 
 
 def run_half_storage(

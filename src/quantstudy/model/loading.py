@@ -184,7 +184,7 @@ def _from_cache(name: str, seed: int) -> tuple[nn.Module, str, str]:
     return model, f"{where}: {path}", sha256_file(path)
 
 
-def _find_cached(cfg) -> tuple[Path, str] | None:
+def _find_cached(cfg: timm.models.PretrainedCfg) -> tuple[Path, str] | None:
     """Look for the config's weights in the Hugging Face cache, then the torch hub cache."""
     hub_id = getattr(cfg, "hf_hub_id", None)
     if hub_id and importlib.util.find_spec("huggingface_hub") is not None:
@@ -288,7 +288,7 @@ def _unwrap(obj: object, path: Path) -> dict[str, torch.Tensor]:
     return dict(obj)
 
 
-def _all_tensors(obj: Mapping) -> bool:
+def _all_tensors(obj: Mapping[object, object]) -> bool:
     return bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
 
 

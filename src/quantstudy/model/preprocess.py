@@ -7,6 +7,7 @@ the resolved values go into the study record and the transform is built from tha
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import timm.data
 import torch
@@ -70,7 +71,7 @@ class EvalTransform:
         return self._transform(image.convert("RGB")).to(torch.float32)
 
     @property
-    def steps(self) -> list[Callable]:
+    def steps(self) -> list[Callable[..., Any]]:
         """timm's transform steps in order (the streamed held-out pass splits them)."""
         return list(self._transform.transforms)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -96,7 +97,7 @@ def emulation_gap_rows(rows: RowSet, half_dtype: torch.dtype | None = None) -> E
     emu, fp8 = e[Engine.FAKEQUANT], e[Engine.FP8]
     agree = emu.agrees_with(fp8)
     stats = KLStats.of(rows.pairs[(Engine.FAKEQUANT, Engine.FP8)].finite_kl)
-    split: dict = {}
+    split: dict[str, Any] = {}
     if Engine.FP32 in e:
         ref = e[Engine.FP32]
         engine_only, emulation_only, p = _split(ref, fp8, emu)

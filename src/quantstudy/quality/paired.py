@@ -191,7 +191,7 @@ def _resampled_means(
     n, total = values[0].size, max(resamples)
     rng = np.random.default_rng(seed)
     per_chunk = max(1, _CHUNK_DRAWS // n)
-    means = [np.empty(r, dtype=np.float64) for r in resamples]
+    means: list[np.ndarray] = [np.empty(r, dtype=np.float64) for r in resamples]
 
     def draw(start: int) -> np.ndarray:
         return rng.integers(0, n, size=(min(start + per_chunk, total) - start, n))
@@ -217,7 +217,7 @@ def _fill(values: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
     cache when its means read it (`clip` only skips the bounds check: the indices are in
     range)."""
     per_block = max(1, _BLOCK_DRAWS // values.size)
-    buffer = np.empty((min(per_block, len(index)), values.size), dtype=np.float64)
+    buffer: np.ndarray = np.empty((min(per_block, len(index)), values.size), dtype=np.float64)
     for start in range(0, len(index), per_block):
         rows = index[start : start + per_block]
         block = np.take(values, rows, mode="clip", out=buffer[: len(rows)])

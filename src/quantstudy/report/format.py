@@ -8,7 +8,7 @@ from it, so a number printed any other way fails that check.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -109,7 +109,7 @@ def code(s: str) -> str:
     return f"`{s}`"
 
 
-def table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+def table(header: list[str], rows: Iterable[Sequence[object]]) -> list[str]:
     rows = list(rows)
     for row in rows:
         assert len(row) == len(header), (header, row)

@@ -8,7 +8,7 @@ from quantstudy.record.vocab import Engine
 FP32, FP16, FP8 = Engine.FP32, Engine.FP16, Engine.FP8
 FAKEQUANT, WEIGHT_ONLY = Engine.FAKEQUANT, Engine.FAKEQUANT_WEIGHTS
 ACT_ONLY = Engine.FAKEQUANT_ACTIVATIONS
-ENGINE_LABELS = {
+ENGINE_LABELS: dict[str, str] = {
     FP32: "fp32 (reference)",
     FP16: "fp16",
     FP8: "FP8",

@@ -22,12 +22,17 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quantstudy.record import EngineQuality, StudyRecord
 from quantstudy.record.io import write_bytes_atomic
 from quantstudy.record.vocab import Engine, KernelGroup, choices
 from quantstudy.report.search_plots import SENSITIVITY_PNG, sensitivity_png
 from quantstudy.report.sequential_plot import SEQUENTIAL_PNG, drawable, sequential_png
+
+if TYPE_CHECKING:  # matplotlib is imported where a plot is drawn, not with the report
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 LATENCY_PNG = "latency.png"
 KERNELS_PNG = "kernel_time.png"
@@ -63,7 +68,7 @@ def available_plots(record: StudyRecord) -> list[tuple[str, str]]:
     return out
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -72,7 +77,7 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _png(fig) -> bytes:
+def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
     return buf.getvalue()
@@ -131,9 +136,8 @@ def _kernels(record: StudyRecord) -> bytes:
     batches = sorted({k.batch for k in sp.kernels})
     per_batch = [[k for k in sp.kernels if k.batch == b] for b in batches]
     fig = _figure(8.5, 0.9 + sum(0.5 * len(ks) + 0.5 for ks in per_batch))
-    axes = fig.subplots(
-        len(batches), 1, squeeze=False, height_ratios=[len(ks) for ks in per_batch]
-    )[:, 0]
+    grid = fig.subplots(len(batches), 1, squeeze=False, height_ratios=[len(ks) for ks in per_batch])
+    axes: list[Axes] = list(grid[:, 0])
     for ax, batch, ks in zip(axes, batches, per_batch, strict=True):
         ys = list(range(len(ks)))
         left = [0.0] * len(ks)

@@ -10,9 +10,13 @@ no pyplot, no global state, no date in the PNG metadata.
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 from quantstudy.record import GateLook, SequentialSection
 from quantstudy.record.vocab import GateMetric, GateStatus
+
+if TYPE_CHECKING:  # matplotlib is imported where the plot is drawn, not with the report
+    from matplotlib.axes import Axes
 
 SEQUENTIAL_PNG = "sequential.png"
 _DPI = 100
@@ -24,12 +28,15 @@ _PANELS = (
 _COLORS = {GateStatus.PASS: "#2ca02c", GateStatus.FAIL: "#d62728"}
 
 
-def _series(section: SequentialSection, metric: GateMetric) -> list[tuple[int, GateLook]]:
+def _series(
+    section: SequentialSection, metric: GateMetric
+) -> list[tuple[int, GateLook, float, float]]:
+    """(images, the gate, its lower and upper bound) at each look where it has an interval."""
     out = []
     for look in section.looks:
         g = next((g for g in look.gates if g.metric == metric), None)
         if g is not None and g.lower is not None and g.upper is not None:
-            out.append((look.images, g))
+            out.append((look.images, g, g.lower, g.upper))
     return out
 
 
@@ -46,21 +53,21 @@ def sequential_png(section: SequentialSection) -> bytes:
     panels = [(m, name, k) for m, name, k in _PANELS if _series(section, m)]
     fig = Figure(figsize=(4.0 * len(panels), 3.6), dpi=_DPI)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    axes: list[Axes] = list(fig.subplots(1, len(panels), squeeze=False)[0])
     for ax, (metric, name, k) in zip(axes, panels, strict=True):
         series = _series(section, metric)
-        xs = [n for n, _ in series]
+        xs = [n for n, *_ in series]
         last = series[-1][1]
         ax.fill_between(
             xs,
-            [k * g.lower for _, g in series],
-            [k * g.upper for _, g in series],
+            [k * lower for _, _, lower, _ in series],
+            [k * upper for _, _, _, upper in series],
             step="post" if len(xs) > 1 else None,
             color="#1f77b4",
             alpha=0.25,
             label=f"{100 * section.confidence:g}% confidence sequence",
         )
-        ax.plot(xs, [k * (g.estimate or 0.0) for _, g in series], "o-", ms=3, color="#1f77b4")
+        ax.plot(xs, [k * (g.estimate or 0.0) for _, g, _, _ in series], "o-", ms=3, color="#1f77b4")
         ax.axhline(k * last.threshold, color="#333333", linestyle="--", linewidth=1)
         if last.settled_at is not None and last.status in _COLORS:
             ax.axvline(last.settled_at, color=_COLORS[last.status], linewidth=1)

@@ -111,12 +111,13 @@ def measure_layer_speed(
         raise UserError(f"compile mode must be one of {', '.join(choices(CompileMode))}")
     if kernel not in choices(Fp8Kernel):
         raise UserError(f"FP8 kernel must be one of {', '.join(choices(Fp8Kernel))}")
+    fp8_kernel = Fp8Kernel(kernel)
     allow_recompiles()
     source = copy.deepcopy(model).eval()
     if fold:
         fold_batchnorm(source, example)
     shapes = layer_input_shapes(source, example, layers)
-    real = real_layers(source, layers, kernel)
+    real = real_layers(source, layers, fp8_kernel)
     absorbed = absorbable_activations(source, real, example) if kernel == Fp8Kernel.FUSED else {}
     gen = torch.Generator(device="cpu").manual_seed(0)
     rows: list[LayerSpeed] = []
@@ -133,14 +134,14 @@ def measure_layer_speed(
         act_name, act = absorbed.get(name, (None, Activation.NONE))
         after = copy.deepcopy(source.get_submodule(act_name)) if act_name is not None else None
         spec = FP8LayerSpec(scale, per_channel, torch.float16, act=Activation(act))
-        fp8, blocker = fp8_module(layer, spec, kernel)
+        fp8, blocker = fp8_module(layer, spec, fp8_kernel)
         f16, f8 = _compiled_pair(layer, after, fp8, device, compile_mode)
 
-        def call16(f=f16, x=x):
+        def call16(f: nn.Module = f16, x: torch.Tensor = x) -> torch.Tensor:
             with torch.no_grad():
                 return f(x)
 
-        def call8(f=f8, x=x):
+        def call8(f: nn.Module = f8, x: torch.Tensor = x) -> torch.Tensor:
             with torch.no_grad():
                 return f(x)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,7 +48,7 @@ from quantstudy.record import OptionStep
 from quantstudy.record.quant_options import QuantOptions
 
 # option -> the change it makes to QuantOptions ("choose": resolved by choose_calibrators)
-TRIED: dict[str, dict] = {
+TRIED: dict[str, dict[str, Any]] = {
     "rounding: compensating": {"rounding": "compensating"},
     "scale candidates and refinement": {
         "scale_candidates": SEARCHED.scales,
@@ -60,7 +61,7 @@ TRIED: dict[str, dict] = {
 }
 
 
-def _already(options: QuantOptions, change: dict) -> bool:
+def _already(options: QuantOptions, change: dict[str, Any]) -> bool:
     """Whether `options` already hold `change` (or cannot take it: the rounding searches refine
     compensating rounding only)."""
     if change.get("layer_calibrators") == "choose":

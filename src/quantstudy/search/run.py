@@ -160,7 +160,12 @@ def measured(record: StudyRecord, folder: Path, batch: int) -> Measured:
     )
 
 
-def _save(folder: Path, sensitivity, layer_speed, search) -> None:
+def _save(
+    folder: Path,
+    sensitivity: SensitivitySection,
+    layer_speed: LayerSpeedSection | None,
+    search: SearchSection | None,
+) -> None:
     write_json_atomic(
         folder / SEARCH_JSON,
         {
@@ -393,7 +398,15 @@ def summary_lines(search: SearchSection) -> list[str]:
         f"{'fp8 ms':>8} {'x':>6}",
     ]
 
-    def row(label: str, n: int, kl: float, agree: float, saved, fp8, x) -> str:
+    def row(
+        label: str,
+        n: int,
+        kl: float,
+        agree: float,
+        saved: float | None,
+        fp8: float | None,
+        x: float | None,
+    ) -> str:
         return (
             f"{label:30} {n:>6} {kl:>10.3g} {100 * agree:>8.2f}% {_fmt(saved, '.4f'):>9} "
             f"{_fmt(fp8, '.4f'):>8} {_fmt(x, '.3f'):>6}"

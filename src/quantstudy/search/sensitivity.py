@@ -46,13 +46,15 @@ def kind_of(layer: nn.Module) -> str:
     raise TypeError(f"{type(layer).__name__} is not a conv2d or linear layer")
 
 
-@torch.no_grad()
-def _logits(model: nn.Module, images: torch.Tensor, batch: int, device: torch.device):
-    outs = [
-        model(images[i : i + batch].to(device)).float().cpu()
-        for i in range(0, images.shape[0], batch)
-    ]
-    return torch.cat(outs)
+def _logits(
+    model: nn.Module, images: torch.Tensor, batch: int, device: torch.device
+) -> torch.Tensor:
+    with torch.no_grad():
+        outs = [
+            model(images[i : i + batch].to(device)).float().cpu()
+            for i in range(0, images.shape[0], batch)
+        ]
+        return torch.cat(outs)
 
 
 def _sort_key(row: EngineQuality, name: str) -> tuple[float, float, str]:

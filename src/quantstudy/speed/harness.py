@@ -113,7 +113,8 @@ class _GraphRunner:
             self.graphs[i % n].replay()
         self.end.record()
         self.end.synchronize()  # the one synchronisation of the round, after the end event
-        return self.start.elapsed_time(self.end) / iters
+        elapsed_ms: float = self.start.elapsed_time(self.end)
+        return elapsed_ms / iters
 
 
 class _EagerRunner:
@@ -333,7 +334,7 @@ def measure_speed(
             EngineName.FP16: [probe[0]] + [fp16.prepare(h) for h in host[1:]],
             EngineName.FP8: [probe[1]] + [fp8.prepare(h) for h in host[1:]],
         }
-        calls = {
+        calls: dict[str, Variants] = {
             EngineName.FP16: [functools.partial(fp16.module, x) for x in inputs[EngineName.FP16]],
             EngineName.FP8: [functools.partial(fp8.module, x) for x in inputs[EngineName.FP8]],
         }

@@ -137,10 +137,12 @@ class SharedStats:
             entry = torch.load(path, weights_only=True)
         except _UNREADABLE as e:
             reason = str(e).split("\n")[0][:120] or type(e).__name__
-            return _discard(path, f"unreadable ({type(e).__name__}: {reason})")
+            _discard(path, f"unreadable ({type(e).__name__}: {reason})")
+            return None
         why = _invalid(entry, self.key, layer)
         if why:
-            return _discard(path, why)
+            _discard(path, why)
+            return None
         if second and "second_sum" not in entry:
             return None  # observed again, with the moment, and rewritten
         stats = InputStats(
@@ -173,7 +175,7 @@ def _untext(t: Any) -> str | None:
     return bytes(t.tolist()).decode(errors="replace")
 
 
-def _scalar(entry: dict, name: str, *, floating: bool = False) -> bool:
+def _scalar(entry: dict[str, Any], name: str, *, floating: bool = False) -> bool:
     t = entry.get(name)
     return (
         isinstance(t, torch.Tensor)

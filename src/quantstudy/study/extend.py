@@ -20,11 +20,14 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
+
 from quantstudy.data.folders import FolderScan, ImageItem, scan_folder
 from quantstudy.data.split import stream_order, summarize_set
 from quantstudy.data.stream import Uint8Transform
 from quantstudy.decision.policy import decide, load_policy
 from quantstudy.model.preprocess import EvalTransform
+from quantstudy.quality.rows import RowSet
 from quantstudy.quality.stress import stress_inputs
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
@@ -79,7 +82,7 @@ def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[
         rounds(previous.rows, previous.labels)
     cache = StageCache.keyed(study_dir / ".cache", ["extend", record.digest, str(more)])
 
-    def stop(rows, labels) -> bool:
+    def stop(rows: RowSet, labels: np.ndarray | None) -> bool:
         return rounds(*_joined(previous, rows, labels))
 
     held = run_heldout(
@@ -116,7 +119,9 @@ def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[
     return record, report
 
 
-def _joined(previous: PerImageResults, rows, labels):
+def _joined(
+    previous: PerImageResults, rows: RowSet, labels: np.ndarray | None
+) -> tuple[RowSet, np.ndarray | None]:
     """The study's rows followed by the new images' rows so far, and their labels."""
     new = PerImageResults(rows, [""] * rows.n_images, labels)
     joined = previous.then(new)
@@ -143,7 +148,8 @@ def _new_items(
             path = root / image_id
             if path.is_file():
                 used_hashes[_content(path)] = image_id
-    fresh, overlap = [], []
+    fresh: list[tuple[ImageItem, str | None]] = []
+    overlap: list[tuple[ImageItem, str | None]] = []
     for item in scan.items:
         same = item.id if item.id in used_ids else used_hashes.get(_content(item.path))
         (overlap if same else fresh).append((item, same))

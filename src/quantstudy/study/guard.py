@@ -155,7 +155,7 @@ def device_memory(device: str) -> int:
     if device == "cuda":
         import torch
 
-        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 

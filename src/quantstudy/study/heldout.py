@@ -46,7 +46,7 @@ class EnginePass:
 
     name: str
     engine: Engine
-    around: Callable[[], AbstractContextManager] = nullcontext
+    around: Callable[[], AbstractContextManager[object]] = nullcontext
 
 
 @dataclass
@@ -73,7 +73,8 @@ def labels_of(items: list[ImageItem]) -> np.ndarray | None:
     """The int64 labels of `items`, or None when any is unlabelled (as `load_images`)."""
     if not all(item.label is not None for item in items):
         return None
-    return np.asarray([item.label for item in items], dtype=np.int64)
+    labels: np.ndarray = np.asarray([item.label for item in items], dtype=np.int64)
+    return labels
 
 
 def run_heldout(

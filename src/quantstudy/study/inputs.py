@@ -100,7 +100,7 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
     require_class_count(scan, loaded.info.num_classes)
     calib_root = config.calib_data or config.data
     say_shortfall("calibration", "--calib", config.calib, len(calib_items), calib_root)
-    if not config.sequential:  # auto[:MAX] takes what there is
+    if isinstance(config.heldout, int):  # not sequential: auto[:MAX] takes what there is
         say_shortfall("held-out", "--heldout", config.heldout, len(heldout_items), config.data)
     data = DataInfo(
         data_dir=config.data,

@@ -50,7 +50,7 @@ class PerImageResults:
 def seal(folder: Path, results: PerImageResults) -> SideFile:
     """Write `results` beside study.json; the record's section for the file."""
     data = results.rows.to_tensors()
-    data["ids"] = results.ids  # type: ignore[assignment]  # torch.save keeps a list of str
+    data["ids"] = results.ids  # torch.save keeps a list of str
     if results.labels is not None:
         data["labels"] = torch.from_numpy(results.labels)
     buffer = io.BytesIO()

@@ -45,11 +45,11 @@ from quantstudy.study.inputs import StudyInputs, prepare_inputs
 
 FP8_CAPABILITY = (8, 9)  # Ada and newer: FP8 tensor cores (cuBLASLt FP8, Triton fp8 dot)
 
-StageHook = Callable[[str], AbstractContextManager]
+StageHook = Callable[[str], AbstractContextManager[object]]
 """Wraps each preparation stage ("load", "images", "calibrate"), e.g. a timer's `stage`."""
 
 
-def _no_stage(_name: str) -> AbstractContextManager:
+def _no_stage(_name: str) -> AbstractContextManager[object]:
     return nullcontext()
 
 

@@ -16,11 +16,13 @@ resumes where it stopped. A caller that measured more (a search) passes its sect
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,6 +45,7 @@ from quantstudy.quality.gap import gap_pairs
 from quantstudy.quality.stress import stress_inputs
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import (
+    EngineInfo,
     LayerSpeedSection,
     QualitySection,
     SearchSection,
@@ -225,10 +228,16 @@ def _builders(
             choice_batches=config.batches,
         ),
         **{
-            name: (
-                lambda w=w, a=a, name=name: build_fakequant(
-                    model, device, example, plan, fold=fold, weights=w, activations=a, name=name
-                )
+            name: functools.partial(
+                build_fakequant,
+                model,
+                device,
+                example,
+                plan,
+                fold=fold,
+                weights=w,
+                activations=a,
+                name=name,
             )
             for name, (w, a) in ATTRIBUTION.items()
         },
@@ -243,7 +252,7 @@ class Built:
     pairs: list[tuple[str, str]]
     stress: dict[str, torch.Tensor]
     timed: dict[str, Engine]
-    infos: list
+    infos: list[EngineInfo]
 
 
 def build_engines(
@@ -271,7 +280,7 @@ def build_engines(
         # a compiled engine compiles on its first call; these passes are not timed, so the FP8
         # kernels tune only at the timed batches (`_untimed_tiles`)
         with timer.stage(f"engine {name}: stress"), _untimed_tiles(device):
-            run = lambda e=engine: run_engine(e, stress_x, batch, pad=True)  # noqa: E731
+            run = functools.partial(run_engine, engine, stress_x, batch, pad=True)
             built.stress[name] = cache.get_or_compute(f"stress-{name}", run) if cache else run()
         built.passes.append(EnginePass(name, engine))
         if name in (EngineName.FP16, EngineName.FP8):
@@ -279,8 +288,8 @@ def build_engines(
         if name == EngineName.FAKEQUANT:
             half = built.timed[EngineName.FP8].dtype  # the floor of the storage the FP8 engine uses
             built.passes += [
-                EnginePass("fakequant_reordered", engine, lambda e=engine: reordered(e)),
-                EnginePass("fakequant_half", engine, lambda e=engine, d=half: half_storage(e, d)),
+                EnginePass("fakequant_reordered", engine, functools.partial(reordered, engine)),
+                EnginePass("fakequant_half", engine, functools.partial(half_storage, engine, half)),
             ]
     if config.float32_engine:
         with timer.stage("engine fp8 in float32: build"):
@@ -299,7 +308,7 @@ def _run_engines(
     cache: StageCache,
     device: torch.device,
     timer: StageTimer,
-) -> tuple[EngineOutputs, list]:
+) -> tuple[EngineOutputs, list[EngineInfo]]:
     """Build every engine, then stream the held-out images through all of them at once."""
     built = build_engines(config, inputs, plan, cache, device, timer)
     passes, pairs, stress, timed = built.passes, built.pairs, built.stress, built.timed
@@ -327,7 +336,7 @@ def _run_engines(
     return EngineOutputs(heldout, stress, timed, rounds), infos
 
 
-def _sequential(config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs) -> dict:
+def _sequential(config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs) -> dict[str, Any]:
     """A sequential study's record updates: the held-out images it looked at (the first of
     its random order) and its looks."""
     rounds = outputs.rounds
@@ -363,7 +372,7 @@ def _float32_fp8(
     return fp8.eagerly()
 
 
-def _untimed_tiles(device: torch.device) -> AbstractContextManager:
+def _untimed_tiles(device: torch.device) -> AbstractContextManager[object]:
     """On CUDA, the fused FP8 product's launches that were never tuned take a tile untimed
     (`quant/kernels/tuning.py: untimed_tiles`): a quality pass's outputs are the same bits under
     every tile, and its time is not measured, so autotuning it would only cost compile time."""

@@ -19,7 +19,7 @@ from torch import nn
 
 from quantstudy.quant.calibration.calibrators import _BINS, Calibrator, make_calibrator
 from quantstudy.quant.formats.fp8 import E4M3_MAX
-from quantstudy.quant.graph.trace import pre_hooks
+from quantstudy.quant.graph.trace import PreHook, pre_hooks
 from quantstudy.record import CalibrationInfo, TensorScale
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Calibrator as CalibratorName
@@ -95,8 +95,8 @@ def _group_consumers(
     seen: list[tuple[torch.Tensor, str]] = []
     groups: dict[str, list[str]] = {}
 
-    def pre_hook(name: str):
-        def hook(_m, inp):
+    def pre_hook(name: str) -> PreHook:
+        def hook(_m: nn.Module, inp: tuple[torch.Tensor, ...]) -> None:
             x = inp[0]
             for t, key in seen:
                 if t is x:
@@ -193,18 +193,12 @@ def _run_pass(
     divisors: dict[str, torch.Tensor],
 ) -> int:
     """One forward pass over `batches` feeding every collector; returns the image count."""
-    hooks = []
+    hooks: list[tuple[str, PreHook]] = []
     for key, cal in cals.items():
         dim = 1 if isinstance(model.get_submodule(key), nn.Conv2d) else -1
-        divisor = divisors.get(key)
-        hooks.append(
-            (
-                key,
-                lambda _m, inp, cal=cal, d=divisor, dim=dim: cal.collect(_divided(inp[0], d, dim)),
-            )
-        )
+        hooks.append((key, _feeding(cal.collect, divisors.get(key), dim)))
     for collectors in (means, moments):
-        hooks += [(name, lambda _m, inp, c=c: c.collect(inp[0])) for name, c in collectors.items()]
+        hooks += [(name, _feeding(c.collect)) for name, c in collectors.items()]
     n_images = 0
     with pre_hooks(model, hooks), torch.no_grad():
         for batch in batches:
@@ -251,7 +245,7 @@ _STATS_SOURCE: ContextVar[StatsSource | None] = ContextVar("calibration_stats", 
 
 
 @contextmanager
-def stats_source(source: StatsSource | None):
+def stats_source(source: StatsSource | None) -> Iterator[None]:
     """Within the block, `calibrate` takes its (undivided) observations from `source`."""
     token = _STATS_SOURCE.set(source)
     try:
@@ -280,8 +274,12 @@ def observe(
     stats = {}
     for name in layers:
         cal, mean, moment = cals[name], means[name], moments.get(name)
-        if mean.total is None:
+        if mean.total is None or mean.amax is None:  # both are set by the same collect
             raise UserError(f"calibration: layer '{name}' never ran in a forward pass")
+        second_sum = None
+        if moment is not None:
+            assert moment.total is not None  # the same pass collected it (the layer ran)
+            second_sum = moment.total.cpu()
         hist = cal.hist if cal.hist is not None else torch.zeros(_BINS, dtype=torch.float64)
         stats[name] = InputStats(
             amax=cal.amax,
@@ -290,7 +288,7 @@ def observe(
             channel_sum=mean.total.cpu(),
             channel_amax=mean.amax.cpu(),
             count=mean.count,
-            second_sum=moment.total.cpu() if moment is not None else None,
+            second_sum=second_sum,
             second_count=moment.count if moment is not None else 0,
         )
     return stats, n_images
@@ -383,6 +381,14 @@ def _tensor_calibrators(
         if asked and asked != {default}:
             chosen[key] = asked.pop()
     return chosen
+
+
+def _feeding(
+    collect: Callable[[torch.Tensor], None], divisor: torch.Tensor | None = None, dim: int = -1
+) -> PreHook:
+    """A pre-hook handing the layer's first input, divided by `divisor` along `dim` where there
+    is one, to `collect`."""
+    return lambda _m, inp: collect(_divided(inp[0], divisor, dim))
 
 
 def _divided(x: torch.Tensor, divisor: torch.Tensor | None, dim: int) -> torch.Tensor:

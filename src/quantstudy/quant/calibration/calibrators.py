@@ -28,6 +28,7 @@ Definitions (FP8 E4M3, scale = amax / 448):
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
@@ -78,12 +79,13 @@ class Calibrator:
 
 
 CALIBRATORS: dict[str, Callable[..., Calibrator]] = {}
+C = TypeVar("C", bound=Calibrator)
 
 
-def register(name: CalibratorName):
+def register(name: CalibratorName) -> Callable[[type[C]], type[C]]:
     """Class decorator: make a calibrator available to recipes under `name`."""
 
-    def deco(cls):
+    def deco(cls: type[C]) -> type[C]:
         CALIBRATORS[name] = cls
         return cls
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from quantstudy.quant.calibration.calibrate import Calibration, calibrate
 from quantstudy.quant.formats.fp8 import E4M3_MAX, fake_quant
-from quantstudy.quant.graph.trace import pre_hooks
+from quantstudy.quant.graph.trace import PreHook, pre_hooks
 from quantstudy.record.vocab import Calibrator, choices
 
 CANDIDATES = tuple(choices(Calibrator))
@@ -62,10 +62,10 @@ def _output_costs(
     costs = {key: dict.fromkeys(amaxes, 0.0) for key in base.groups}
     g = torch.Generator().manual_seed(0)
 
-    def hook(key: str):
+    def hook(key: str) -> PreHook:
         readers = [model.get_submodule(n) for n in base.groups[key]]
 
-        def score(_m, inp):
+        def score(_m: nn.Module, inp: tuple[torch.Tensor, ...]) -> None:
             x = inp[0].detach().float()
             rows = x.movedim(1, -1) if isinstance(readers[0], nn.Conv2d) else x
             rows = rows.reshape(-1, rows.shape[-1])

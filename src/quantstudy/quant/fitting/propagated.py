@@ -46,6 +46,7 @@ import contextlib
 import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -87,7 +88,7 @@ def _prefix_input(model: nn.Module, name: str, batch: torch.Tensor) -> torch.Ten
     """The input that `model`'s submodule `name` receives on `batch` (the forward stops there)."""
     seen: list[torch.Tensor] = []
 
-    def hook(_m, inp):
+    def hook(_m: nn.Module, inp: tuple[torch.Tensor, ...]) -> None:
         seen.append(inp[0])
         raise _Stop
 
@@ -118,7 +119,9 @@ class _PairMoments:
 
     def __init__(self, second: bool) -> None:
         self.second = second
-        self.h = self.mx = self.mq = None
+        self.h: torch.Tensor | None = None
+        self.mx: torch.Tensor | None = None
+        self.mq: torch.Tensor | None = None
         self.count = 0
 
     def collect(self, x: torch.Tensor, xq: torch.Tensor) -> None:
@@ -126,20 +129,25 @@ class _PairMoments:
         if self.mx is None:
             self.h, self.mx, self.mq = parts
         else:
-            self.h = self.h + parts[0] if self.second else None
+            if self.h is not None:  # collected with `second`
+                self.h = self.h + parts[0]
             self.mx, self.mq = self.mx + parts[1], self.mq + parts[2]
         self.count += x.shape[0]
 
     def moment(self) -> torch.Tensor:
         """E[x~ x~^T] (collected with `second`)."""
+        assert self.h is not None  # collected with `second`
         return self.h.cpu() / self.count
 
     def means(self) -> tuple[torch.Tensor, torch.Tensor]:
         """E[x], E[x~]."""
+        assert self.mx is not None and self.mq is not None  # collected at least once
         return self.mx.cpu() / self.count, self.mq.cpu() / self.count
 
 
-def layer_quant(input_quant: Callable[[str, nn.Module], dict], name: str, layer: nn.Module) -> dict:
+def layer_quant(
+    input_quant: Callable[[str, nn.Module], dict[str, Any]], name: str, layer: nn.Module
+) -> dict[str, Any]:
     """`input_quant(name, layer)` (`QuantPlan.input_quant`) with its tensors on the layer's
     device."""
     device = layer.weight.device
@@ -155,14 +163,14 @@ def emulated(
     x_scale: float,
     per_channel: bool,
     stored: FP8Weight,
-    quant: dict,
+    quant: dict[str, Any],
 ) -> QDQ:
     """The float32 emulation of `layer` with its stored FP8 weight and `bias`, on its device."""
     fitted = copy.deepcopy(layer)
     with torch.no_grad():
         fitted.bias = nn.Parameter(bias.to(layer.weight.device, layer.weight.dtype))
     qdq = QDQ(fitted, FP8LayerSpec(x_scale, per_channel, torch.float32, weight=stored, **quant))
-    return qdq.to(layer.weight.device)
+    return cast(QDQ, qdq.to(layer.weight.device))  # Module.to returns the module itself
 
 
 def fit_pointwise(
@@ -246,7 +254,7 @@ def fit_propagated(
     per_channel: bool,
     rounding: str,
     bias_correction: bool,
-    input_quant: Callable[[str, nn.Module], dict],
+    input_quant: Callable[[str, nn.Module], dict[str, Any]],
     digest: str,
     progress: Callable[[str], None] | None = None,
     search: Search = PLAIN,
@@ -278,7 +286,6 @@ def fit_propagated(
         pointwise = compensable(layer)
         compensating = Rounding(rounding) is Rounding.COMPENSATING
         moments, sample = _PairMoments(pointwise and compensating), _Sample()
-        stored = None if pointwise else quantize_weight(w, per_channel)
         for batch in batches():
             x = _prefix_input(ref, name, batch)
             xq = probe.quantize_input(_prefix_input(work, name, batch))
@@ -305,6 +312,7 @@ def fit_propagated(
             exact = sample.get("x") @ flat.t() + bias
             rounded = sample.get("xq") @ q.t() + bias
         else:
+            stored = quantize_weight(w, per_channel)
             exact, rounded = sample.get("y"), sample.get("yq")
         act = acts.get(name)
         weights[name] = stored

@@ -209,7 +209,9 @@ def round_weight(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # column-sized operations: threads only add hand-over costs
     try:
-        best = best_err = best_scale = None
+        best = None
+        best_err: torch.Tensor
+        best_scale: torch.Tensor
         for scale in candidate_scales(weight_scale(w, per_channel), search.scales):
             view = scale.reshape(-1, 1) if per_channel else scale
             q, err = _guarded(w, moment, view)

@@ -146,7 +146,7 @@ def tune_outputs(
 
     def heldout_kl() -> float:
         with torch.no_grad():
-            total = sum(
+            total: float = sum(
                 _kl(rb, work(xb.to(device))).item() * len(xb)
                 for xb, rb in zip(held_x.split(BATCH), held_ref.split(BATCH), strict=True)
             )

@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-PreHook = Callable[[nn.Module, tuple], object]
+PreHook = Callable[[nn.Module, tuple[Any, ...]], object]
 
 
 @contextmanager
@@ -52,7 +53,7 @@ def input_shapes(
     shapes: dict[str, tuple[int, ...]] = {}
 
     def record(name: str) -> PreHook:
-        def hook(_m: nn.Module, args: tuple) -> None:
+        def hook(_m: nn.Module, args: tuple[object, ...]) -> None:
             if name not in shapes and args and isinstance(args[0], torch.Tensor):
                 shapes[name] = tuple(int(s) for s in args[0].shape)
 
@@ -73,15 +74,15 @@ def tensor_links(
     links: list[tuple[str, str]] = []
     calls: Counter[str] = Counter()
 
-    def out_hook(name: str):
-        def hook(_m, _inp, out):
+    def out_hook(name: str) -> Callable[[nn.Module, object, object], None]:
+        def hook(_m: nn.Module, _inp: object, out: object) -> None:
             if isinstance(out, torch.Tensor):
                 produced[id(out)] = (out, name, out._version)
 
         return hook
 
-    def in_hook(name: str):
-        def hook(_m, inp):
+    def in_hook(name: str) -> PreHook:
+        def hook(_m: nn.Module, inp: tuple[object, ...]) -> None:
             calls[name] += 1
             hit = produced.get(id(inp[0])) if inp else None
             if hit is None or hit[0] is not inp[0] or hit[2] != inp[0]._version:

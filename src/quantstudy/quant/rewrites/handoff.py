@@ -37,7 +37,7 @@ class _Times(nn.Module):
 
 
 def _in_features(layer: nn.Module) -> int:
-    return layer.in_channels if isinstance(layer, nn.Conv2d) else layer.in_features
+    return int(layer.in_channels if isinstance(layer, nn.Conv2d) else layer.in_features)
 
 
 def _candidates(

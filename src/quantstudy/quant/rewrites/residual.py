@@ -25,6 +25,7 @@ import copy
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Literal, overload
 
 import torch
 import torch.fx as fx
@@ -80,6 +81,14 @@ def relative(name: str, scope: str) -> str:
     return name.removeprefix(scope + ".") if scope else name
 
 
+@overload
+def trace_scope(
+    model: nn.Module, scope: str, layers: list[str], strict: Literal[True]
+) -> fx.Graph: ...
+@overload
+def trace_scope(
+    model: nn.Module, scope: str, layers: list[str], strict: bool = False
+) -> fx.Graph | None: ...
 def trace_scope(
     model: nn.Module, scope: str, layers: list[str], strict: bool = False
 ) -> fx.Graph | None:
@@ -122,12 +131,14 @@ def _only_user(node: fx.Node) -> fx.Node | None:
     return users[0] if len(users) == 1 else None
 
 
-def _activation(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[str, Callable] | None:
+def _activation(
+    node: fx.Node, modules: dict[str, nn.Module]
+) -> tuple[str, Callable[..., Any]] | None:
     """(epilogue name, the callable) of an activation node on one tensor, else None."""
     if node.op == "call_module":
         m = modules.get(node.target)
         name = activation_name(m) if m is not None else None
-        return (name, m) if name is not None and len(node.args) == 1 else None
+        return (name, m) if m is not None and name is not None and len(node.args) == 1 else None
     if node.op == "call_function" and node.target in _RELU_FUNCTIONS and len(node.args) == 1:
         inplace = node.kwargs.get("inplace", False)
         return (Activation.RELU, F.relu) if not inplace else None
@@ -266,7 +277,7 @@ class FloatResidual(nn.Module):
     what the fused layer computes, refusing (ValueError) what the fused layer cannot take: a
     residual of another shape (a broadcast add) or dtype."""
 
-    def __init__(self, layer: nn.Module, act: Callable | None) -> None:
+    def __init__(self, layer: nn.Module, act: Callable[..., Any] | None) -> None:
         super().__init__()
         self.layer = layer
         self.act = act  # the block's module (registered as a child) or a function
@@ -287,7 +298,9 @@ class FloatResidual(nn.Module):
 def _float_wrap(layer: nn.Module, match: Match, modules: dict[str, nn.Module]) -> nn.Module:
     act = None
     if match.act_node is not None:
-        act = _activation(match.act_node, modules)[1]
+        found = _activation(match.act_node, modules)
+        assert found is not None  # the match was made of an activation `_activation` knows
+        act = found[1]
     return FloatResidual(layer, act)
 
 

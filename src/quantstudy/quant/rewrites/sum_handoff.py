@@ -25,6 +25,7 @@ import operator
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.fx as fx
@@ -48,7 +49,9 @@ def _scopes(block: str) -> list[str]:
     return [block, *ancestors(block), ""]
 
 
-def _find(graph: fx.Graph, layer: str, readers: set[str]) -> tuple[fx.Node, fx.Node] | str | None:
+def _find(
+    graph: fx.Graph, layer: str, readers: set[str]
+) -> tuple[fx.Node, fx.Node] | Literal["up"] | None:
     """(the sum's call, its reader's call) in `graph` (names relative to it); "up" when the sum
     leaves the graph unread by a reader (look in the module above); None when there is none."""
     calls = [n for n in graph.nodes if n.op == "call_module" and n.target == layer]

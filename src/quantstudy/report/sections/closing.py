@@ -131,7 +131,11 @@ def _gate_line(g: Gate) -> str:
     if g.metric is None:
         return f"{g.name}: {g.measured}; needs {g.threshold_text}"
     interval = f" {interval_words(g)}" if g.low is not None else ""
-    measured = measured_words(g) if g.value is not None else MISSING_WORDS.get(g.missing, "-")
+    measured = (
+        measured_words(g)
+        if g.value is not None
+        else (MISSING_WORDS.get(g.missing, "-") if g.missing is not None else "-")
+    )
     return f"{g.name}: {measured}{interval}; needs {threshold_words(g)}"
 
 

@@ -380,6 +380,7 @@ def _method_options(r: StudyRecord) -> list[str]:
         chosen = ", ".join(f"{code(k)} {v}" for k, v in rc.layer_calibrators.items())
         out.append(f"- Calibrator per layer, overriding {code(rc.calibrator)}: {chosen}.")
     if rc.migration != "none":
+        assert rc.migration_alpha is not None  # recorded with every migration (recipe/resolve.py)
         out.append(
             f"- Scale migration {code(rc.migration)} (alpha {fmt_plain(rc.migration_alpha)}): "
             "SmoothQuant's factor per input channel, the input divided and the weight multiplied "
@@ -437,6 +438,10 @@ def _method_quality(r: StudyRecord) -> list[str]:
     return lines
 
 
-def _asked(asked: int, used: int) -> str:
-    """An image count as asked, and what was used where the data could not meet it."""
+def _asked(asked: int | str, used: int) -> str:
+    """An image count as asked, and what was used where the data could not meet it; an `auto`
+    held-out size with the count its rounds took, which is no shortfall (the sequential results
+    say why the rounds stopped)."""
+    if isinstance(asked, str):
+        return f"{asked} ({used} used)"
     return str(asked) if used == asked else f"{asked} asked; {used} used (all the data had)"

@@ -143,7 +143,7 @@ def render_quality(r: StudyRecord, plots: set[str]) -> list[str]:
     if ref is not None and not any(e.engine == q.reference for e in q.engines):
         width = len(QUALITY_TABLE.header())
         first_rows.append(
-            [label(q.reference), fmt_pct(ref.top1_reference), opt(ref.top5_reference, fmt_pct)]
+            [label(q.reference), opt(ref.top1_reference, fmt_pct), opt(ref.top5_reference, fmt_pct)]
             + ["reference"] * (width - 3)
         )
     lines += QUALITY_TABLE.render(q.engines, first=first_rows)
@@ -191,7 +191,11 @@ def _emulation_gap(gap: EmulationGap | None) -> list[str]:
 
 def _split_sentence(gap: EmulationGap) -> str:
     """Which of the two differs from fp32 where only one does, where the record has it."""
-    if gap.engine_only_differ is None or gap.emulation_only_differ is None:
+    if (
+        gap.engine_only_differ is None
+        or gap.emulation_only_differ is None
+        or gap.split_mcnemar_p is None
+    ):
         return (
             "A per-image comparison of top-1: an image where the FP8 engine differs from fp32 "
             "but its emulation does not is one where the two disagree, so at most "
@@ -207,7 +211,11 @@ def _split_sentence(gap: EmulationGap) -> str:
         "when the engine loses no more images than this run of its emulation. The emulation "
         "is itself one of many equally correct computations of the recipe"
     )
-    if gap.floor_only_differ is None or gap.floor_emulation_only_differ is None:
+    if (
+        gap.floor_only_differ is None
+        or gap.floor_emulation_only_differ is None
+        or gap.floor_split_mcnemar_p is None
+    ):
         return (
             f"{words}, so a small p says the engine lost more images than this run of the "
             "emulation did, not that it computes the recipe worse. KL is compared only as a "

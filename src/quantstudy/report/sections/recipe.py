@@ -3,7 +3,7 @@ how the FP8 engine ran each selected layer."""
 
 from __future__ import annotations
 
-from quantstudy.record import LayerDecision, StudyRecord
+from quantstudy.record import LayerDecision, RecipeInfo, StudyRecord
 from quantstudy.report.format import (
     COLLAPSE_ROWS,
     NOT_MEASURED,
@@ -46,14 +46,14 @@ BIAS_CORRECTION = (
 )
 
 
-def _row_scales(rc) -> str:
+def _row_scales(rc: RecipeInfo) -> str:
     """Which layers took dynamic per-row scales, for the recipe line."""
     narrow = rc.per_row_max_channels
     where = f" whose input has at most {narrow} channels" if narrow is not None else ""
     return f"dynamic per-row scales in the 1x1 convs and linear layers{where}, elsewhere "
 
 
-def _rounding(rc) -> str:
+def _rounding(rc: RecipeInfo) -> str:
     """How the weights were rounded, for the recipe line (nothing for nearest)."""
     if rc.rounding != "compensating":
         return ""

@@ -4,6 +4,8 @@ record without them renders nothing here."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from quantstudy.record import (
     LayerChoice,
     LayerSensitivity,
@@ -26,7 +28,7 @@ from quantstudy.report.format import (
     spread,
     table,
 )
-from quantstudy.report.plots import SENSITIVITY_PNG
+from quantstudy.report.search_plots import SENSITIVITY_PNG
 from quantstudy.report.sections.tables import TableSpec, columns
 
 NOT_RECORDED = "not recorded"
@@ -111,7 +113,7 @@ def _predicted_row(name: str, p: SearchPrediction) -> list[str]:
 
 
 def _measured_row(name: str, m: Measured) -> list[str]:
-    def ms(v: float | None, fmt=fmt_ms) -> str:
+    def ms(v: float | None, fmt: Callable[[float], str] = fmt_ms) -> str:
         if v is None:
             return NOT_MEASURED
         return fmt(v) + ("" if m.speed_meaningful else " (not meaningful)")
@@ -282,7 +284,7 @@ def _options(steps: list[OptionStep] | None) -> list[str]:
     for st in steps:
         change = "-"
         if st.kl_change is not None:
-            low, high = fmt_sig(st.kl_change_low), fmt_sig(st.kl_change_high)
+            low, high = opt(st.kl_change_low, fmt_sig), opt(st.kl_change_high, fmt_sig)
             change = f"{fmt_sig(st.kl_change)} [{low}, {high}]"
         row = [st.option, fmt_sig(st.kl_mean), *([change] if paired else [])]
         row += [
