@@ -3,10 +3,10 @@
 The engines are rebuilt from the record alone (`bridge/rebuild.py`: the study's weights, checked
 by digest, its plan and calibrated scales), built as the study built them
 (`engines/builders.py`), exported with `torch.export` at each batch (or once with a dynamic
-batch), the FP8 ops pointed at their packageable twins (`package/graph.py`), and compiled with
+batch), the FP8 ops pointed at their packaged ops (`package/graph.py`), and compiled with
 AOTInductor into `.pt2` packages, with the Inductor options of the study's compile mode. On
-CUDA the FP8 kernels' tiles are autotuned first, on the study's engine, at each batch
-(`package/tiles.py`).
+CUDA the FP8 kernels' tiles are autotuned first, on the study's engine, at each batch, and
+recorded by the launchers themselves (`quant/kernels/launches.py`).
 
 Everything is written into a temporary folder beside `--out`, which becomes `--out` by one
 rename when the last file is in: an interrupted or failed run leaves nothing behind.
@@ -29,8 +29,8 @@ from quantstudy.data.images import load_images
 from quantstudy.engines.builders import BuiltEngine, build_fp8, build_half
 from quantstudy.model.preprocess import build_transform
 from quantstudy.package import manifest as mf
-from quantstudy.package import tiles
 from quantstudy.package.graph import export_engine, retarget
+from quantstudy.quant.kernels import launches
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
@@ -178,16 +178,19 @@ def build_engines(rebuilt: Rebuilt, device: torch.device) -> Engines:
     return Engines(fp16, fp8)
 
 
-def choose_tiles(engine: BuiltEngine, images: torch.Tensor, batches: list[int]) -> tiles.TileTable:
-    """Autotune every FP8 launch of the engine at each batch (ascending: under a dynamic
-    batch the largest wins) and record the tiles."""
+def choose_tiles(
+    engine: BuiltEngine, images: torch.Tensor, batches: list[int]
+) -> launches.LaunchRecord:
+    """Run the study's FP8 engine at each batch (ascending: under a dynamic batch the largest
+    wins), autotuning each FP8 launch as the study does, and return the launch record: the
+    tile each launch ran with, which the packaged ops are compiled with."""
     from quantstudy.speed.harness import tile_images
 
-    with tiles.capture() as table, torch.no_grad():
+    with launches.recording() as record, torch.no_grad():
         for b in sorted(batches):
             engine.eager(engine.prepare(tile_images(images, b)))
         torch.cuda.synchronize()
-    return table
+    return record
 
 
 def compile_package(
@@ -264,7 +267,7 @@ def package_study(options: PackageOptions) -> Path:
     images, ids = sample_images(Path(options.study_dir), record, options.data)
     engines = build_engines(rebuilt, device)
     all_batches = sorted({b for _, timed in plan for b in timed} | {b for b, _ in plan if b})
-    table = choose_tiles(engines.fp8, images, all_batches) if device.type == "cuda" else None
+    tiles = choose_tiles(engines.fp8, images, all_batches) if device.type == "cuda" else None
     configs = inductor_configs(record)
     from quantstudy.speed.harness import tile_images
 
@@ -277,7 +280,7 @@ def package_study(options: PackageOptions) -> Path:
             for engine in (engines.fp8, engines.fp16):
                 x = engine.prepare(tile_images(images, size))
                 path = stage / f"{engine.name}-{tag}.pt2"
-                with tiles.using(table) if table is not None else contextlib.nullcontext():
+                with launches.replaying(tiles) if tiles is not None else contextlib.nullcontext():
                     got = compile_package(engine.eager, x, options.dynamic, path, configs)
                 counts = counts or got
                 with torch.no_grad():
@@ -289,7 +292,7 @@ def package_study(options: PackageOptions) -> Path:
                     entries[-1]["twin_of"] = None
         torch.save(images, stage / mf.SAMPLE_FILE)
         (stage / mf.CHECK_SCRIPT).write_text(
-            Path(__file__).with_name("standalone.py").read_text(encoding="utf-8")
+            Path(__file__).with_name("shipped_check.py").read_text(encoding="utf-8")
         )
         manifest = {
             "manifest_version": mf.MANIFEST_VERSION,
@@ -306,8 +309,8 @@ def package_study(options: PackageOptions) -> Path:
             "inductor_configs": configs,
             "packages": entries,
             "fp8_ops": counts,
-            "tiles": table.records() if table is not None else [],
-            "tma_replaced": sum(t.tma_replaced for t in table.tiles.values()) if table else 0,
+            "tiles": tiles.rows() if tiles is not None else [],
+            "tma_replaced": tiles.tma_replaced if tiles is not None else 0,
             "sample": {"file": mf.SAMPLE_FILE, "ids": ids},
             "compile_s": round(time.perf_counter() - started, 1),
         }

@@ -81,7 +81,7 @@ def run_package(args: argparse.Namespace) -> int:
         print(f"{folder / mf.MANIFEST_FILE}: bound to {manifest['bound_to']}")
     if not args.check:
         return 0
-    from quantstudy.package.check import check_package
+    from quantstudy.package.verify import check_package
 
     checked = check_package(folder, args.study_dir, args.data, args.calib_data, args.images)
     print("check:")

@@ -21,10 +21,13 @@ Imported lazily: Triton ships with CUDA builds of torch only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
 
+from quantstudy.quant.kernels import launches
 from quantstudy.quant.kernels.epilogue import (
     ACT_CODES,
     ROUND_CODES,
@@ -170,7 +173,8 @@ def fp8_conv2d_triton(
     `out_scale`. `round_to` as in `gemm.fp8_gemm_triton`. `tile` (BLOCK_M, BLOCK_N,
     BLOCK_K[, warps, stages]) fixes the tile; by default the autotuner picks it (CUDA).
     `promote` as in `gemm.fp8_gemm_triton` (tests set it to BLOCK_K to check the epilogue
-    against float32 sums; engines keep PROMOTE, where cuBLASLt promotes)."""
+    against float32 sums; engines keep PROMOTE, where cuBLASLt promotes). The launch record
+    as in `gemm.fp8_gemm_triton` (`quant/kernels/launches.py`)."""
     if promote < 0 or (promote and promote & (promote - 1)):
         raise ValueError(f"promote must be 0 or a power of two, got {promote}")
     if xq.dtype != torch.float8_e4m3fn or w_taps.dtype != torch.float8_e4m3fn:
@@ -203,11 +207,18 @@ def fp8_conv2d_triton(
         "ROUND": ROUND_CODES[round_to or torch.float32], "PROMOTE": promote, "GROUP_M": 8,
     }  # fmt: skip
 
-    def grid(meta):
+    sizes = {"M": m, "N": n, "CIN": c, "H": h, "W": w, "HO": ho, "WO": wo}
+    key = launches.launch_key("fp8_conv2d", sizes, meta, (xq, w_taps, out))
+    recorded = launches.replayed(key)
+    if recorded is not None:  # traced into a package: the tile the study's launch ran with
+        tile = recorded.sizes("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+
+    def grid(meta: dict[str, Any]) -> tuple[int]:
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
     if tile is None:
         _fp8_conv_tuned[grid](*args, **meta)
+        launches.note(key, launches.Tile.of(_fp8_conv_tuned.best_config))
     else:
         bm, bn, bk, *launch = tile
         if promote and bk > promote:
@@ -215,5 +226,6 @@ def fp8_conv2d_triton(
         meta |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
         if launch:
             meta |= {"num_warps": launch[0], "num_stages": launch[1]}
-        _fp8_conv2d_kernel[grid](*args, **meta)
+        launches.launchable(_fp8_conv2d_kernel)[grid](*args, **meta)
+        launches.note(key, launches.Tile.given(("BLOCK_M", "BLOCK_N", "BLOCK_K"), tile))
     return out.permute(0, 3, 1, 2)

@@ -143,9 +143,10 @@ def _precompile(grid, args: tuple, descs: dict, meta: dict, configs: list) -> No
                 _fp8_gemm_kernel.warmup(*own, grid=(1,), **meta, **config.all_kwargs())
 
 
-def _tuned_launch(grid, args: tuple, descs: dict, meta: dict, tensors: tuple) -> None:
+def _tuned_launch(grid, args: tuple, descs: dict, meta: dict, tensors: tuple) -> triton.Config:
     """Launch the autotuned kernel: the stored choice where there is one (module comment),
-    else tune (compiling the configs in parallel first) and store the choice."""
+    else tune (compiling the configs in parallel first) and store the choice; returns the
+    config it launched."""
     key = _launch_key(args, meta, tensors)
     entry = _stored().get(key)
     configs = _fp8_gemm_tuned.configs
@@ -159,7 +160,7 @@ def _tuned_launch(grid, args: tuple, descs: dict, meta: dict, tensors: tuple) ->
         config = configs[index]
         own = _args_with(args, _with_block_shapes(descs, config))
         _fp8_gemm_kernel[grid](*own, **meta, **config.all_kwargs())
-        return
+        return config
     start = time.perf_counter()
     named = dict(zip(_fp8_gemm_tuned.arg_names, args, strict=False))
     pruned = _prune(configs, named, **meta)
@@ -182,3 +183,4 @@ def _tuned_launch(grid, args: tuple, descs: dict, meta: dict, tensors: tuple) ->
         with open(log, "a") as f:
             f.write(json.dumps(row) + "\n")
     _store(key, configs.index(best))
+    return best

@@ -1,6 +1,6 @@
 """`quantstudy package --check`: the packages run where quantstudy is not importable.
 
-The packages' own script (`check.py` in the folder, `package/standalone.py` here) runs in a
+The packages' own script (`check.py` in the folder, `package/shipped_check.py` here) runs in a
 fresh interpreter in isolated mode (`python -I`: no PYTHONPATH, no user site, not the script's
 folder), with every import of quantstudy refused. It loads the FP8 package, runs the study's
 held-out images (or the first `--images`) and times the FP8 package against the fp16 one. Here,
