@@ -18,8 +18,10 @@ import contextlib
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,9 +34,10 @@ from quantstudy.package import manifest as mf
 from quantstudy.package.graph import export_engine, retarget
 from quantstudy.quant.kernels import launches
 from quantstudy.record import StudyRecord
+from quantstudy.record.engines import EngineInfo
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import CompileMode, Engine, Fp8Kernel
+from quantstudy.record.vocab import CompileMode, Device, Engine, Fp8Kernel
 from quantstudy.report.render import RECORD_FILE, load_record
 from quantstudy.study.per_image import set_ids
 
@@ -55,7 +58,7 @@ class PackageOptions:
     out: Path | None = None
     batches: tuple[int, ...] | None = None
     dynamic: tuple[int, int] | None = None
-    device: str = "cuda"
+    device: Device = Device.CUDA
     data: Path | None = None
     calib_data: Path | None = None
 
@@ -64,7 +67,7 @@ class PackageOptions:
         return Path(self.out) if self.out is not None else Path(self.study_dir) / "package"
 
 
-def fp8_engine_info(record: StudyRecord):
+def fp8_engine_info(record: StudyRecord) -> EngineInfo:
     """The record's FP8 engine; a study without one is refused."""
     info = next((e for e in record.engines if e.name == Engine.FP8), None)
     if info is None or (not info.fp8_real and not info.fp8_emulated):
@@ -75,10 +78,10 @@ def fp8_engine_info(record: StudyRecord):
     return info
 
 
-def check_device(record: StudyRecord, device: str) -> torch.device:
+def check_device(record: StudyRecord, device: Device) -> torch.device:
     """The device to package for, refused where it cannot carry the study's FP8 engine."""
     info = fp8_engine_info(record)
-    if device == "cpu":
+    if device == Device.CPU:
         if torch.torch_version.TorchVersion(torch.__version__) < CPU_PACKAGE_TORCH:
             raise UserError(
                 f"packaging the CPU emulation needs torch {'.'.join(map(str, CPU_PACKAGE_TORCH))}"
@@ -212,9 +215,14 @@ def compile_package(
 
 
 def _entry(
-    path: Path, engine: BuiltEngine, batch: int | None, dynamic, timed: list[int], out_shape
-) -> dict:
-    entry = {
+    path: Path,
+    engine: BuiltEngine,
+    batch: int | None,
+    dynamic: tuple[int, int] | None,
+    timed: list[int],
+    out_shape: list[int],
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
         "file": path.name,
         "engine": engine.name,
         "batch": batch,
@@ -231,7 +239,7 @@ def _entry(
 
 
 @contextlib.contextmanager
-def _staging(out: Path):
+def _staging(out: Path) -> Iterator[Path]:
     """A temporary folder beside `out` that becomes `out` when the block completes, and is
     removed when it does not."""
     out = Path(out)
@@ -273,10 +281,11 @@ def package_study(options: PackageOptions) -> Path:
 
     started = time.perf_counter()
     with _staging(options.out_dir) as stage:
-        entries, counts = [], {}
+        entries: list[dict[str, Any]] = []
+        counts: dict[str, int] = {}
         for batch, timed in plan:
             size = batch or max(timed)
-            tag = f"b{batch}" if batch else f"b{options.dynamic[0]}-{options.dynamic[1]}"
+            tag = f"b{batch}" if options.dynamic is None else "b{}-{}".format(*options.dynamic)
             for engine in (engines.fp8, engines.fp16):
                 x = engine.prepare(tile_images(images, size))
                 path = stage / f"{engine.name}-{tag}.pt2"
@@ -294,7 +303,7 @@ def package_study(options: PackageOptions) -> Path:
         (stage / mf.CHECK_SCRIPT).write_text(
             Path(__file__).with_name("shipped_check.py").read_text(encoding="utf-8")
         )
-        manifest = {
+        manifest: dict[str, Any] = {
             "manifest_version": mf.MANIFEST_VERSION,
             "study": mf.study_part(record),
             "preprocessing": mf.preprocessing_part(record),

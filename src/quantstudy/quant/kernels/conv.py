@@ -21,6 +21,7 @@ Imported lazily: Triton ships with CUDA builds of torch only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -37,7 +38,7 @@ from quantstudy.quant.kernels.epilogue import (
     fp8_range,
 )
 from quantstudy.quant.kernels.gemm_kernel import _mma, _tile
-from quantstudy.quant.kernels.tiles import PROMOTE, _bench
+from quantstudy.quant.kernels.tiles import PROMOTE, Config, _bench, block_volume
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): BLOCK_K is channels of one tap per K step.
 TILES = [
@@ -54,7 +55,7 @@ TILES = [
 ]
 
 
-def _prune(configs, named_args, **kwargs):
+def _prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> list[Config]:
     """Tiles no wider than the problem: BLOCK_N up to N's power of two (at least 32), BLOCK_K
     up to the channels' (at least 32); the smallest tile when none fits."""
     n, cin = named_args["N"], named_args["CIN"]
@@ -64,8 +65,7 @@ def _prune(configs, named_args, **kwargs):
         if c.kwargs["BLOCK_N"] <= max(32, triton.next_power_of_2(n))
         and c.kwargs["BLOCK_K"] <= max(32, triton.next_power_of_2(cin))
     ]
-    area = lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"]  # noqa: E731
-    return keep or [min(configs, key=area)]
+    return keep or [min(configs, key=block_volume)]
 
 
 @triton.jit
@@ -126,7 +126,7 @@ def _fp8_conv2d_kernel(
     tl.store(c_ptrs, y, mask=m_ok[:, None] & n_ok[None, :])
 
 
-def _config(bm, bn, bk, warps, stages):
+def _config(bm: int, bn: int, bk: int, warps: int, stages: int) -> Config:
     meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
     return triton.Config(meta, num_warps=warps, num_stages=stages)
 
@@ -152,15 +152,15 @@ def tap_major(w8: torch.Tensor) -> torch.Tensor:
 def fp8_conv2d_triton(
     xq: torch.Tensor,
     w_taps: torch.Tensor,
-    kernel_hw: tuple[int, int],
+    kernel_hw: Sequence[int],
     w_scale: torch.Tensor,
     x_scale: torch.Tensor,
     bias: torch.Tensor | None,
     act: str,
     out_dtype: torch.dtype,
-    stride: tuple[int, int] = (1, 1),
-    padding: tuple[int, int] = (0, 0),
-    dilation: tuple[int, int] = (1, 1),
+    stride: Sequence[int] = (1, 1),
+    padding: Sequence[int] = (0, 0),
+    dilation: Sequence[int] = (1, 1),
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
     tile: tuple[int, ...] | None = None,

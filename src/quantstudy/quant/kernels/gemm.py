@@ -32,7 +32,7 @@ from quantstudy.quant.kernels import launches
 from quantstudy.quant.kernels.epilogue import ACT_CODES, ROUND_CODES
 from quantstudy.quant.kernels.gemm_kernel import _fp8_gemm_kernel
 from quantstudy.quant.kernels.tiles import IO_PATHS, PROMOTE, _set_block_shapes
-from quantstudy.quant.kernels.tuning import _tuned_launch
+from quantstudy.quant.kernels.tuning import Args, Grid, _tuned_launch
 from quantstudy.record.vocab import Activation
 
 try:  # Triton 3.3+ (torch 2.7+); older ones keep the pointer paths only
@@ -47,7 +47,7 @@ BLOCKS = ("BLOCK_M", "BLOCK_N", "BLOCK_K")  # a tile's block sizes, in `tile`'s 
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4  # the interpreter: any count exercises the loop over tiles
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def tma_ok(t: torch.Tensor) -> bool:
@@ -60,7 +60,7 @@ def tma_ok(t: torch.Tensor) -> bool:
         return False
     if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         return False
-    return (
+    return bool(
         t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
     )
 
@@ -99,8 +99,7 @@ def _checked_output(
         raise ValueError(f"an input quantized here needs unit column stride and K <= {w8.shape[1]}")
     if residual is not None and tuple(residual.shape) != (m, n):
         raise ValueError(f"the residual must be ({m}, {n}), got {tuple(residual.shape)}")
-    mapped = out is not None
-    if mapped:
+    if out is not None:  # mapped
         if out.dim() != 4 or out.shape[0] * out.shape[1] * out.shape[2] != m or out.shape[3] != n:
             raise ValueError(f"a mapped output is (B, H, W, {n}) with B x H x W = {m} rows")
         if out.dtype != out_dtype or pair is not None:
@@ -116,10 +115,11 @@ def _checked_base(out: torch.Tensor, base: torch.Tensor) -> int:
     """Where a mapped `out` starts in `base`, the dense (B, H', W', N) buffer it is a view of
     (elements past base's first): the kernel is then handed `base` and that origin. Why: a
     tracer turns a kernel's write through a view into a copy of the view and a scatter back,
-    which torch 2.11 gets wrong for a strided view or a view with an offset (`package/ops.py`);
+    which torch 2.11 gets wrong for a strided view or a view with an offset
+    (`quant/layers/fused_matmul.py: fp8_gemm_padded`);
     a write into the whole buffer is no view at all. Under tracing there is no data pointer to
     compare, so `out` is held to the buffer by its strides and its span."""
-    origin = out.storage_offset() - base.storage_offset()
+    origin: int = out.storage_offset() - base.storage_offset()  # (a SymInt while traced)
     pairs = zip(out.shape, out.stride(), strict=True)
     reach = origin + sum((size - 1) * stride for size, stride in pairs)
     if base.dim() != 4 or not base.is_contiguous() or out.stride() != base.stride():
@@ -267,7 +267,7 @@ def _options(
     return meta
 
 
-def _descriptor(t: torch.Tensor, on: bool):
+def _descriptor(t: torch.Tensor, on: bool) -> Any:
     """A tensor descriptor of `t` where `on`, else None. Its block shape is a placeholder: the
     autotuner's pre-hook (or the fixed tile) sets the real one (`_set_block_shapes`)."""
     return TensorDescriptor.from_tensor(t, [16, 16]) if on else None
@@ -280,7 +280,13 @@ def _promotion(k: int, promote: int) -> int:
 
 
 def _fixed_launch(
-    grid, args: tuple, descs: dict, meta: dict, tile: tuple, stream: int, nk: tuple[int, int]
+    grid: Grid,
+    args: Args,
+    descs: dict[str, Any],
+    meta: dict[str, Any],
+    tile: tuple[int, ...],
+    stream: int,
+    nk: tuple[int, int],
 ) -> None:
     """Launch the plain kernel with one fixed tile (the CPU tests under Triton's interpreter,
     the benchmarks), checking the tile fits the launch: no autotuner here to prune it."""

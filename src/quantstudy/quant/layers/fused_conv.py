@@ -42,11 +42,17 @@ def kxk_fp8_blocker(layer: nn.Module) -> str | None:
     return None
 
 
-def _out_hw(x: torch.Tensor, kernel_hw, stride, padding, dilation) -> tuple[int, int]:
-    return tuple(
+def _out_hw(
+    x: torch.Tensor,
+    kernel_hw: typing.Sequence[int],
+    stride: typing.Sequence[int],
+    padding: typing.Sequence[int],
+    dilation: typing.Sequence[int],
+) -> list[int]:
+    return [
         (x.shape[2 + i] + 2 * padding[i] - dilation[i] * (kernel_hw[i] - 1) - 1) // stride[i] + 1
         for i in range(2)
-    )
+    ]
 
 
 def _conv_shape(a: OpArgs) -> torch.Tensor:
