@@ -21,7 +21,9 @@ import torch
 from quantstudy.record import StudyRecord
 
 MANIFEST_FILE = "manifest.json"
-MANIFEST_VERSION = 1
+# 2: a `tiles` row gives its launch's kernel sizes by name (`sizes`: M, N, K, ...), the key the
+# launchers record it under, where 1 gave the shapes of the launch's first two tensors.
+MANIFEST_VERSION = 2
 CHECK_SCRIPT = "check.py"
 SAMPLE_FILE = "sample_images.pt"
 
