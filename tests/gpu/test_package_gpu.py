@@ -2,8 +2,8 @@
 fresh process without quantstudy, agreeing with the study's engine, timed; the C++ loader.
 
 A tiny study (`test_efficientnet`, a seeded weights file, 12 generated images) is run on the
-GPU with `generic_all` (1x1 products, depthwise and dense kxk FP8 convs: every packaged op
-twin), timed and packaged at batch 2 (one static FP8 and one fp16 package: each AOTInductor
+GPU with `generic_all` (1x1 products, depthwise and dense kxk FP8 convs: every kind of
+packaged op), timed and packaged at batch 2 (one static FP8 and one fp16 package: each AOTInductor
 compile takes a minute or more, and the suite's package group has eight) and checked. The C++
 loader compiles against libtorch's headers (minutes of one core) while the packages build.
 """

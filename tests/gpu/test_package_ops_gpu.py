@@ -1,6 +1,6 @@
 """The packaged FP8 product (`package/ops.py`) against the study's launch, one launch at a time.
 
-Each case exports a module of one study FP8 op, points it at its packageable twin
+Each case exports a module of one study FP8 op, points it at its packaged op
 (`package/build.py: compile_package`), compiles it with AOTInductor, loads the package in a fresh
 process (`python -I`, torch's libstdc++ preloaded as `quantstudy package` does) and compares
 its output with the study's own launcher run with the same tile: the same kernel with the same
@@ -21,23 +21,23 @@ import pytest
 import torch
 from torch import nn
 
-from quantstudy.package import tiles
 from quantstudy.package.build import compile_package
 from quantstudy.package.loader import loader_env
+from quantstudy.quant.kernels import launches
 from quantstudy.quant.kernels.gemm import fp8_gemm_triton, tma_ok
 
 E4M3 = torch.float8_e4m3fn
 F16 = torch.float16
 
 
-class FixedTile(tiles.TileTable):
-    """A tile table that gives every launch one tile: the case's."""
+class FixedTile(launches.LaunchRecord):
+    """A launch record that gives every launch one tile: the case's."""
 
-    def __init__(self, tile: tiles.Tile) -> None:
+    def __init__(self, tile: launches.Tile) -> None:
         super().__init__()
         self.tile = tile
 
-    def lookup(self, key: tuple) -> tiles.Tile:
+    def lookup(self, key: launches.LaunchKey) -> launches.Tile:
         return self.tile
 
 
@@ -69,14 +69,14 @@ def _operands(m: int, k: int, n: int):
     return [t.cuda() for t in (xq, w8, w_scale, torch.tensor(0.02), bias)]
 
 
-def _packaged(module: nn.Module, x: torch.Tensor, tile: tiles.Tile, tmp: Path) -> torch.Tensor:
+def _packaged(module: nn.Module, x: torch.Tensor, tile: launches.Tile, tmp: Path) -> torch.Tensor:
     """`module` packaged with `tile` for every launch (as `quantstudy package` compiles an
     engine), run on `x` in a fresh process."""
     path = tmp / "one.pt2"
-    with tiles.using(FixedTile(tile)):
+    with launches.replaying(FixedTile(tile)):
         configs = {"always_keep_tensor_constants": True}  # build.inductor_configs, default mode
         retargeted = compile_package(module, x, None, path, configs)
-    assert retargeted, "the study op was retargeted to its packaged twin"
+    assert retargeted, "the study op was retargeted to its packaged op"
     torch.save(x.cpu(), tmp / "x.pt")
     script = (
         "import sys, torch; from torch._inductor import aoti_load_package; "
@@ -91,9 +91,8 @@ def _packaged(module: nn.Module, x: torch.Tensor, tile: tiles.Tile, tmp: Path) -
     return torch.load(tmp / "y.pt")
 
 
-def _tile(block: tuple[int, int, int], stream: int = 0, tma: bool = False) -> tiles.Tile:
-    blocks = dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), block, strict=True))
-    return tiles.Tile("fp8_gemm", blocks | {"num_warps": 4, "num_stages": 3}, stream, tma)
+def _tile(block: tuple[int, int, int], stream: int = 0, tma: bool = False) -> launches.Tile:
+    return launches.Tile.given(("BLOCK_M", "BLOCK_N", "BLOCK_K"), (*block, 4, 3), stream, tma)
 
 
 def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
@@ -112,10 +111,10 @@ def test_padded_product_package_writes_what_the_study_op_writes(tmp_path, pads):
     b, h, w, k, n = 2, 28, 28, 32, 96
     xq, w8, ws, xs, bias = _operands(b * h * w, k, n)
     block = (64, 32, 32)
-    with tiles.using(FixedTile(_tile(block))):
-        want = torch.ops.quantstudy.fp8_gemm_padded(
-            xq, w8, ws, xs, bias, "relu6", F16, F16, None, [b, h, w], list(pads)
-        )  # fmt: skip
+    # the study's op as the study's engine runs it (autotuned, the interior view written)
+    want = torch.ops.quantstudy.fp8_gemm_padded(
+        xq, w8, ws, xs, bias, "relu6", F16, F16, None, [b, h, w], list(pads)
+    )
     module = OneProduct(w8, ws, xs, bias, ((b, h, w), pads))
     got = _packaged(module, xq.view(torch.uint8), _tile(block), tmp_path)
     assert got.shape == want.shape and got.dtype == want.dtype
@@ -124,7 +123,7 @@ def test_padded_product_package_writes_what_the_study_op_writes(tmp_path, pads):
 
 def test_a_tma_tile_packaged_through_pointers_computes_the_same_bits(tmp_path):
     """The package runs a tile the study ran on the TMA path through pointers
-    (`Tile.tma_replaced`): the same tile's products in the same order, so the same bits."""
+    (`Tile.tma`): the same tile's products in the same order, so the same bits."""
     m, k, n = 2 * 28 * 28, 96, 144
     xq, w8, ws, xs, bias = _operands(m, k, n)
     assert tma_ok(xq) and tma_ok(w8), "these operands can take the descriptor path"

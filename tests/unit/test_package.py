@@ -1,4 +1,4 @@
-"""`quantstudy package`: the FP8 ops' packageable twins, the tile table, the refusals, and
+"""`quantstudy package`: the FP8 ops as packaged ops, the launch record, the refusals, and
 (slow) a whole CPU package of a small study checked in a process without quantstudy."""
 
 from __future__ import annotations
@@ -18,19 +18,20 @@ from torch import nn
 from torch.torch_version import TorchVersion
 
 from quantstudy.cli import main
-from quantstudy.package import build, tiles
+from quantstudy.package import build
 from quantstudy.package.graph import export_engine, retarget
 from quantstudy.package.manifest import MANIFEST_FILE
+from quantstudy.package.ops import NAMESPACE, PACKAGED, STUDY_OPS
 from quantstudy.quant.formats.fp8 import quantize_weight, to_fp8
+from quantstudy.quant.kernels import launches
 from quantstudy.quant.layers.fused_matmul import fp8_gemm
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import Activation
 from quantstudy.report.render import load_record
 from quantstudy.study.per_image import set_ids
 from tests.unit._package_study import package_study
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-STANDALONE = Path(build.__file__).with_name("standalone.py")
+SHIPPED_CHECK = Path(build.__file__).with_name("shipped_check.py")
 
 
 @pytest.fixture(scope="module")
@@ -114,29 +115,49 @@ def test_every_op_twin_computes_the_study_engines_bits():
             assert torch.equal(dynamic.module()(xb), engine.eager(xb))
 
 
-def test_tile_table_serves_static_and_symbolic_keys():
-    table = tiles.TileTable()
-    small = torch.empty(8, 32, dtype=torch.float8_e4m3fn)
-    large = torch.empty(128, 32, dtype=torch.float8_e4m3fn)
-    w = torch.empty(24, 32, dtype=torch.float8_e4m3fn)
+def test_launch_record_serves_static_and_symbolic_keys():
+    record = launches.LaunchRecord()
+    options = {"ACT": 0, "HAS_BIAS": True}
+    dtypes = [torch.empty(0, dtype=torch.float8_e4m3fn)] * 2
+
+    def key(m: int) -> launches.LaunchKey:
+        return launches.launch_key("fp8_gemm", {"M": m, "N": 24, "K": 32}, options, dtypes)
+
     blocks = {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3}
-    table.add(tiles.launch_key("fp8_gemm", (small, w), {}), tiles.Tile("fp8_gemm", blocks))
-    wide = blocks | {"BLOCK_M": 128}
-    table.add(tiles.launch_key("fp8_gemm", (large, w), {}), tiles.Tile("fp8_gemm", wide, 2, True))
-    tile = table.lookup(tiles.launch_key("fp8_gemm", (small, w), {"tile": (1, 1, 1)}))
-    assert tile.launch_args() == {"tile": (64, 32, 32, 4, 3), "stream": 0}
-    # a dynamic batch: the symbolic size matches both; the largest captured launch wins
-    symbolic = ("fp8_gemm", (("tensor", (None, 32), "torch.float8_e4m3fn"), tiles._part(w)), ())
-    assert table.lookup(symbolic).launch_args() == {"tile": (128, 32, 32, 4, 3), "stream": 2}
-    with pytest.raises(UserError, match="no tile was captured"):
-        table.lookup(tiles.launch_key("fp8_gemm", (w, w), {}))
-    # the eager engine passes vocabulary members (StrEnum), the traced graph their plain text:
-    # the same launch either way
-    eager = tiles.launch_key("fp8_gemm", (small, w, Activation.NONE), {"res_act": Activation.RELU})
-    traced = tiles.launch_key("fp8_gemm", (small, w, "none"), {"res_act": "relu"})
-    assert eager == traced
-    dw = tiles.Tile("fp8_depthwise", {"BLOCK_P": 64, "BLOCK_C": 32, "num_warps": 4})
-    assert dw.launch_args() == {"tile": (64, 32, 4)}
+    record.add(key(8), launches.Tile(blocks))
+    record.add(key(128), launches.Tile(blocks | {"BLOCK_M": 128}, 2, True))
+    assert record.lookup(key(8)).sizes("BLOCK_M", "num_warps") == (64, 4)
+    assert record.tma_replaced == 1
+    # a dynamic batch: the symbolic size matches both; the largest recorded launch wins
+    symbolic = (key(8)[0], (("M", None), *key(8)[1][1:]), *key(8)[2:])
+    assert record.lookup(symbolic).stream == 2
+    with pytest.raises(RuntimeError, match="no tile was recorded"):
+        record.lookup(key(16))
+    with pytest.raises(RuntimeError, match="no tile was recorded"):
+        record.lookup(launches.launch_key("fp8_gemm", {"M": 8}, options, dtypes))
+    rows = record.rows()
+    assert rows[1] == {
+        "launcher": "fp8_gemm",
+        "sizes": {"M": 128, "N": 24, "K": 32},
+        "blocks": blocks | {"BLOCK_M": 128},
+        "stream": 2,
+        "tma_replaced": True,
+    }
+    # a caller's tile without warps and stages runs with Triton's defaults
+    given = launches.Tile.given(("BLOCK_P", "BLOCK_C"), (64, 32))
+    assert given.sizes("BLOCK_P", "BLOCK_C", "num_warps", "num_stages") == (64, 32, 4, 3)
+
+
+def test_packaged_ops_have_the_study_ops_schemas():
+    """`graph.retarget` swaps a node's target and keeps its arguments: each packaged op must
+    take exactly what its study op takes (both are registered from one function)."""
+    for op in STUDY_OPS:
+        study = getattr(torch.ops.quantstudy, op.name).default._schema
+        packaged = getattr(torch.ops.quantstudy_pkg, op.name).default._schema
+        assert str(packaged).removeprefix("quantstudy_pkg::") == str(study).removeprefix(
+            "quantstudy::"
+        )
+        assert PACKAGED[op.name] is op.packaged(NAMESPACE)
 
 
 def _edited(study: Path, tmp_path: Path, edit) -> Path:
@@ -221,7 +242,7 @@ def test_a_gpu_without_fp8_is_refused(study, monkeypatch):
 
 
 def _standalone(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    shutil.copy(STANDALONE, folder / "check.py")
+    shutil.copy(SHIPPED_CHECK, folder / "check.py")
     cmd = [sys.executable, "-I", str(folder / "check.py"), str(folder), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 

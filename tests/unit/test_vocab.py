@@ -37,8 +37,8 @@ CHECKED = {
 
 # (file under src/quantstudy, value): the same spelling with another meaning
 ALLOWED = {
-    ("package/standalone.py", "fp16"): "the package's own script: it must not import quantstudy",
-    ("package/standalone.py", "fp8"): "the package's own script: it must not import quantstudy",
+    ("package/shipped_check.py", "fp16"): "the package's own script: it must not import quantstudy",
+    ("package/shipped_check.py", "fp8"): "the package's own script: it must not import quantstudy",
     ("bridge/commands.py", "fp16"): "the ONNX export's --precision choice, not an engine",
     ("bridge/commands.py", "fp32"): "the ONNX export's --precision choice, not an engine",
     ("bridge/commands.py", "fp8"): "a TensorRT layer's precision as trtexec reports it",

@@ -124,7 +124,7 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
     stage done is kept in the work folder (and a partial record written to $OUT), so a
     command stopped at its limit loses only the stage it was in."""
     from quantstudy.package.build import PackageOptions, package_study
-    from quantstudy.package.check import X_TOLERANCE, check_package
+    from quantstudy.package.verify import X_TOLERANCE, check_package
 
     target = Path(os.environ.get("OUT", ".")) / f"package-bench-{name}.json"
     study, study_info = _study(args, name, args.work)

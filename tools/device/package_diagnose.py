@@ -5,8 +5,9 @@ says where a disagreement enters. On the held-out images, each stage's logits ar
 the study's FP8 engine (compiled as the study compiled it, every tile's bits alike):
 
 1. the study's eager FP8 module (the module that is exported);
-2. the exported program with its FP8 ops pointed at the packaged twins, run eagerly with the
-   package's tiles (`package/graph.py`, `package/ops.py`): the twins and tiles, no Inductor;
+2. the exported program with its FP8 ops pointed at the packaged ops, run eagerly with the
+   package's tiles (`package/graph.py`, `quant/kernels/launches.py`): those and the tiles, no
+   Inductor;
 3. AOTInductor packages of that program under each Inductor configuration named (`default`:
    the configuration `quantstudy package` compiles with), loaded in this process.
 
@@ -150,24 +151,24 @@ def _diagnose(args, record, engines, x: torch.Tensor, batch: int, out_dir: Path)
     """The stages of one static batch against the study's FP8 engine, and kernel times."""
     from torch._inductor import aoti_compile_and_package, aoti_load_package
 
-    from quantstudy.package import tiles
     from quantstudy.package.build import choose_tiles, inductor_configs
     from quantstudy.package.graph import export_engine, retarget
+    from quantstudy.quant.kernels.launches import replaying
     from quantstudy.quant.kernels.tuning import untimed_tiles
 
     fp8 = engines.fp8
     found: dict = {}
     table = choose_tiles(fp8, x[: min(32, x.shape[0])], [batch])
     found["tiles"] = len(table.tiles)
-    found["tma_replaced"] = sum(t.tma_replaced for t in table.tiles.values())
+    found["tma_replaced"] = table.tma_replaced
     with untimed_tiles():
         want = _logits(fp8.module, x, batch, fp8.prepare)
         stages = {"study eager module": _logits(fp8.eager, x, batch, fp8.prepare)}
     example = fp8.prepare(x[:batch])
     program = export_engine(fp8.eager, example, None)
     found["retargeted"] = retarget(program)
-    with tiles.using(table):
-        stages["exported, twins eager"] = _logits(program.module(), x, batch, fp8.prepare)
+    with replaying(table):
+        stages["exported, packaged ops eager"] = _logits(program.module(), x, batch, fp8.prepare)
     timing_x = fp8.prepare(x[:batch])
     half = engines.fp16
     with untimed_tiles():
@@ -181,7 +182,7 @@ def _diagnose(args, record, engines, x: torch.Tensor, batch: int, out_dir: Path)
         start = time.perf_counter()
         program = export_engine(fp8.eager, example, None)
         retarget(program)
-        with tiles.using(table), torch.no_grad():
+        with replaying(table), torch.no_grad():
             aoti_compile_and_package(
                 program, package_path=str(path), inductor_configs=base | CONFIGS[name]
             )

@@ -4,7 +4,9 @@ A study measures quantstudy's own FP8 engine; these modules turn that engine int
 can load with torch alone (Python `torch._inductor.aoti_load_package`, or C++
 `AOTIModelPackageLoader`), with a manifest that says what they compute and what they are bound
 to, and a check that runs them in a process where quantstudy cannot be imported. One module per
-step: `ops` (the FP8 kernels as ops AOTInductor compiles), `tiles` (the tiles chosen at package
-time), `graph` (the exported graph pointed at those ops), `build`, `manifest`, `check`, and
-`standalone` (the script the check runs, shipped beside the packages).
+step: `ops` (the study's FP8 operators registered as ops AOTInductor compiles), `graph` (the
+exported graph pointed at those ops), `build` (the packages, with the tiles the FP8 launchers
+recorded, `quant/kernels/launches.py`), `manifest`, `loader` (a package folder's script run in
+a fresh interpreter), `shipped_check` (that script, shipped beside the packages as `check.py`)
+and `verify` (`--check`: the packages against the study's FP8 engine).
 """

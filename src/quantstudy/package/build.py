@@ -3,10 +3,10 @@
 The engines are rebuilt from the record alone (`bridge/rebuild.py`: the study's weights, checked
 by digest, its plan and calibrated scales), built as the study built them
 (`engines/builders.py`), exported with `torch.export` at each batch (or once with a dynamic
-batch), the FP8 ops pointed at their packageable twins (`package/graph.py`), and compiled with
+batch), the FP8 ops pointed at their packaged ops (`package/graph.py`), and compiled with
 AOTInductor into `.pt2` packages, with the Inductor options of the study's compile mode. On
-CUDA the FP8 kernels' tiles are autotuned first, on the study's engine, at each batch
-(`package/tiles.py`).
+CUDA the FP8 kernels' tiles are autotuned first, on the study's engine, at each batch, and
+recorded by the launchers themselves (`quant/kernels/launches.py`).
 
 Everything is written into a temporary folder beside `--out`, which becomes `--out` by one
 rename when the last file is in: an interrupted or failed run leaves nothing behind.
@@ -18,8 +18,10 @@ import contextlib
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,12 +31,13 @@ from quantstudy.data.images import load_images
 from quantstudy.engines.builders import BuiltEngine, build_fp8, build_half
 from quantstudy.model.preprocess import build_transform
 from quantstudy.package import manifest as mf
-from quantstudy.package import tiles
 from quantstudy.package.graph import export_engine, retarget
+from quantstudy.quant.kernels import launches
 from quantstudy.record import StudyRecord
+from quantstudy.record.engines import EngineInfo
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import CompileMode, Engine, Fp8Kernel
+from quantstudy.record.vocab import CompileMode, Device, Engine, Fp8Kernel
 from quantstudy.report.render import RECORD_FILE, load_record
 from quantstudy.study.per_image import set_ids
 
@@ -55,7 +58,7 @@ class PackageOptions:
     out: Path | None = None
     batches: tuple[int, ...] | None = None
     dynamic: tuple[int, int] | None = None
-    device: str = "cuda"
+    device: Device = Device.CUDA
     data: Path | None = None
     calib_data: Path | None = None
 
@@ -64,7 +67,7 @@ class PackageOptions:
         return Path(self.out) if self.out is not None else Path(self.study_dir) / "package"
 
 
-def fp8_engine_info(record: StudyRecord):
+def fp8_engine_info(record: StudyRecord) -> EngineInfo:
     """The record's FP8 engine; a study without one is refused."""
     info = next((e for e in record.engines if e.name == Engine.FP8), None)
     if info is None or (not info.fp8_real and not info.fp8_emulated):
@@ -75,10 +78,10 @@ def fp8_engine_info(record: StudyRecord):
     return info
 
 
-def check_device(record: StudyRecord, device: str) -> torch.device:
+def check_device(record: StudyRecord, device: Device) -> torch.device:
     """The device to package for, refused where it cannot carry the study's FP8 engine."""
     info = fp8_engine_info(record)
-    if device == "cpu":
+    if device == Device.CPU:
         if torch.torch_version.TorchVersion(torch.__version__) < CPU_PACKAGE_TORCH:
             raise UserError(
                 f"packaging the CPU emulation needs torch {'.'.join(map(str, CPU_PACKAGE_TORCH))}"
@@ -178,16 +181,19 @@ def build_engines(rebuilt: Rebuilt, device: torch.device) -> Engines:
     return Engines(fp16, fp8)
 
 
-def choose_tiles(engine: BuiltEngine, images: torch.Tensor, batches: list[int]) -> tiles.TileTable:
-    """Autotune every FP8 launch of the engine at each batch (ascending: under a dynamic
-    batch the largest wins) and record the tiles."""
+def choose_tiles(
+    engine: BuiltEngine, images: torch.Tensor, batches: list[int]
+) -> launches.LaunchRecord:
+    """Run the study's FP8 engine at each batch (ascending: under a dynamic batch the largest
+    wins), autotuning each FP8 launch as the study does, and return the launch record: the
+    tile each launch ran with, which the packaged ops are compiled with."""
     from quantstudy.speed.harness import tile_images
 
-    with tiles.capture() as table, torch.no_grad():
+    with launches.recording() as record, torch.no_grad():
         for b in sorted(batches):
             engine.eager(engine.prepare(tile_images(images, b)))
         torch.cuda.synchronize()
-    return table
+    return record
 
 
 def compile_package(
@@ -209,9 +215,14 @@ def compile_package(
 
 
 def _entry(
-    path: Path, engine: BuiltEngine, batch: int | None, dynamic, timed: list[int], out_shape
-) -> dict:
-    entry = {
+    path: Path,
+    engine: BuiltEngine,
+    batch: int | None,
+    dynamic: tuple[int, int] | None,
+    timed: list[int],
+    out_shape: list[int],
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
         "file": path.name,
         "engine": engine.name,
         "batch": batch,
@@ -228,7 +239,7 @@ def _entry(
 
 
 @contextlib.contextmanager
-def _staging(out: Path):
+def _staging(out: Path) -> Iterator[Path]:
     """A temporary folder beside `out` that becomes `out` when the block completes, and is
     removed when it does not."""
     out = Path(out)
@@ -264,20 +275,21 @@ def package_study(options: PackageOptions) -> Path:
     images, ids = sample_images(Path(options.study_dir), record, options.data)
     engines = build_engines(rebuilt, device)
     all_batches = sorted({b for _, timed in plan for b in timed} | {b for b, _ in plan if b})
-    table = choose_tiles(engines.fp8, images, all_batches) if device.type == "cuda" else None
+    tiles = choose_tiles(engines.fp8, images, all_batches) if device.type == "cuda" else None
     configs = inductor_configs(record)
     from quantstudy.speed.harness import tile_images
 
     started = time.perf_counter()
     with _staging(options.out_dir) as stage:
-        entries, counts = [], {}
+        entries: list[dict[str, Any]] = []
+        counts: dict[str, int] = {}
         for batch, timed in plan:
             size = batch or max(timed)
-            tag = f"b{batch}" if batch else f"b{options.dynamic[0]}-{options.dynamic[1]}"
+            tag = f"b{batch}" if options.dynamic is None else "b{}-{}".format(*options.dynamic)
             for engine in (engines.fp8, engines.fp16):
                 x = engine.prepare(tile_images(images, size))
                 path = stage / f"{engine.name}-{tag}.pt2"
-                with tiles.using(table) if table is not None else contextlib.nullcontext():
+                with launches.replaying(tiles) if tiles is not None else contextlib.nullcontext():
                     got = compile_package(engine.eager, x, options.dynamic, path, configs)
                 counts = counts or got
                 with torch.no_grad():
@@ -289,9 +301,9 @@ def package_study(options: PackageOptions) -> Path:
                     entries[-1]["twin_of"] = None
         torch.save(images, stage / mf.SAMPLE_FILE)
         (stage / mf.CHECK_SCRIPT).write_text(
-            Path(__file__).with_name("standalone.py").read_text(encoding="utf-8")
+            Path(__file__).with_name("shipped_check.py").read_text(encoding="utf-8")
         )
-        manifest = {
+        manifest: dict[str, Any] = {
             "manifest_version": mf.MANIFEST_VERSION,
             "study": mf.study_part(record),
             "preprocessing": mf.preprocessing_part(record),
@@ -306,8 +318,8 @@ def package_study(options: PackageOptions) -> Path:
             "inductor_configs": configs,
             "packages": entries,
             "fp8_ops": counts,
-            "tiles": table.records() if table is not None else [],
-            "tma_replaced": sum(t.tma_replaced for t in table.tiles.values()) if table else 0,
+            "tiles": tiles.rows() if tiles is not None else [],
+            "tma_replaced": tiles.tma_replaced if tiles is not None else 0,
             "sample": {"file": mf.SAMPLE_FILE, "ids": ids},
             "compile_s": round(time.perf_counter() - started, 1),
         }

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import Device
 
 
 def _batches(text: str) -> tuple[int, ...]:
@@ -26,7 +27,7 @@ def _range(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"a batch range looks like 1:128, not '{text}'") from None
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "package",
         help="compile the study's FP8 and fp16 engines into AOTInductor packages (.pt2)",
@@ -43,8 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--device",
-        choices=["cuda", "cpu"],
-        default="cuda",
+        choices=[str(d) for d in Device],
+        default=str(Device.CUDA),
         help="cuda (default): the GPU engine the study timed; cpu: its CPU emulation, no FP8 speed",
     )
     p.add_argument(
@@ -67,7 +68,7 @@ def run_package(args: argparse.Namespace) -> int:
     if args.images is not None and args.images < 1:
         raise UserError("--images must be at least 1")
     options = PackageOptions(
-        args.study_dir, args.out, args.batches, args.dynamic_batch, args.device, args.data,
+        args.study_dir, args.out, args.batches, args.dynamic_batch, Device(args.device), args.data,
         args.calib_data,
     )  # fmt: skip
     folder = options.out_dir
@@ -81,7 +82,7 @@ def run_package(args: argparse.Namespace) -> int:
         print(f"{folder / mf.MANIFEST_FILE}: bound to {manifest['bound_to']}")
     if not args.check:
         return 0
-    from quantstudy.package.check import check_package
+    from quantstudy.package.verify import check_package
 
     checked = check_package(folder, args.study_dir, args.data, args.calib_data, args.images)
     print("check:")

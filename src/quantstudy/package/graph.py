@@ -1,9 +1,9 @@
-"""The engine exported with `torch.export` and its FP8 ops pointed at their packageable twins.
+"""The engine exported with `torch.export` and its FP8 ops pointed at their packaged ops.
 
 `torch.export` keeps every custom op as one opaque node, the study's (`quantstudy::fp8_gemm`,
-...) as well. Each such node is retargeted to its `quantstudy_pkg` twin (`package/ops.py`,
-same schema and outputs, so the node's arguments and recorded shapes stay valid); AOTInductor
-then traces into the twins and compiles their kernels. A `quantstudy` op left in the graph
+...) as well. Each such node is retargeted to its packaged op (`package/ops.py`: the same
+function and schema, so the node's arguments and recorded shapes stay valid); AOTInductor then
+traces into the packaged ops and compiles their kernels. A `quantstudy` op left in the graph
 would make the package call back into quantstudy at run time, so any other one is refused.
 """
 
@@ -13,9 +13,8 @@ import torch
 from torch import nn
 from torch.export import Dim, ExportedProgram
 
-from quantstudy.package.ops import TWINS
-
-STUDY_NAMESPACE = "quantstudy"
+from quantstudy.package.ops import NAMESPACE, PACKAGED
+from quantstudy.quant.layers.opdef import STUDY_NAMESPACE
 
 
 def export_engine(
@@ -31,22 +30,23 @@ def export_engine(
 
 
 def retarget(program: ExportedProgram) -> dict[str, int]:
-    """Point every study FP8 op of `program` at its twin, in place; returns nodes per op."""
+    """Point every study FP8 op of `program` at its packaged op, in place; returns nodes per
+    op."""
     counts: dict[str, int] = {}
     graph = program.graph_module.graph
     for node in graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
-        namespace, name = node.target.namespace, node.target._opname
+        namespace, _, name = node.target.name().partition("::")
         if namespace != STUDY_NAMESPACE:
             continue
-        twin = TWINS.get(name)
-        if twin is None:
+        packaged = PACKAGED.get(name)
+        if packaged is None:
             raise RuntimeError(
-                f"the engine calls {namespace}::{name}, which has no packageable twin in "
-                "quantstudy.package.ops; add one there"
+                f"the engine calls {namespace}::{name}, which has no packaged op: declare it "
+                "with quant.layers.opdef.fp8_op and list it in quantstudy.package.ops.STUDY_OPS"
             )
-        node.target = getattr(torch.ops.quantstudy_pkg, name).default
+        node.target = getattr(getattr(torch.ops, NAMESPACE), name).default
         counts[name] = counts.get(name, 0) + 1
     program.graph_module.recompile()
     return counts

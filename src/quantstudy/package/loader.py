@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -47,7 +48,7 @@ def loader_env() -> tuple[dict[str, str], str | None]:
     return env, lib
 
 
-def run_script(folder: Path, *args: str, timeout: float = 3600) -> dict:
+def run_script(folder: Path, *args: str, timeout: float = 3600) -> dict[str, Any]:
     """Run the folder's check script in an isolated interpreter; its JSON result, with the
     library the loader preloaded (`loader_env`). A binding mismatch or a crash is one clear
     line (a `UserError`)."""
@@ -64,13 +65,13 @@ def run_script(folder: Path, *args: str, timeout: float = 3600) -> dict:
             if done.returncode < 0:
                 how = f"killed by signal {-done.returncode}"
             raise UserError(f"the packages in {folder} did not run ({how}): {lines[-1]}")
-        result = json.loads(out.read_text())
+        result: dict[str, Any] = json.loads(out.read_text())
         result["stdout"] = done.stdout
         result["preloaded"] = preloaded
         return result
 
 
-def sample_outputs(folder: Path) -> dict:
+def sample_outputs(folder: Path) -> dict[str, Any]:
     """The FP8 package's logits on the manifest's sample images, fingerprinted, computed by
     the folder's own script: the package loads and runs without quantstudy."""
     with tempfile.TemporaryDirectory() as tmp:

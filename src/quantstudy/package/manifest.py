@@ -4,7 +4,7 @@ A user of a `.pt2` needs to know how to feed it (the preprocessing, the input's 
 memory format), what comes out, which study it is the engine of (study digest, model, weights
 digest, recipe), and what it runs on: AOTInductor compiles kernels for one GPU architecture and
 links against one torch, so `bound_to` names the device, GPU, compute capability, torch and
-CUDA; the standalone check refuses a machine that differs (`package/standalone.py`). The sample
+CUDA; the shipped check refuses a machine that differs (`package/shipped_check.py`). The sample
 outputs (sha256 of the FP8 package's float32 logits and their top-1 on a few recorded images)
 let a user confirm a deployment computes what was packaged.
 """
@@ -21,13 +21,15 @@ import torch
 from quantstudy.record import StudyRecord
 
 MANIFEST_FILE = "manifest.json"
-MANIFEST_VERSION = 1
+# 2: a `tiles` row gives its launch's kernel sizes by name (`sizes`: M, N, K, ...), the key the
+# launchers record it under, where 1 gave the shapes of the launch's first two tensors.
+MANIFEST_VERSION = 2
 CHECK_SCRIPT = "check.py"
 SAMPLE_FILE = "sample_images.pt"
 
 
 def bound_to(device: torch.device) -> dict[str, str]:
-    """This machine as a package built here is bound to it (`standalone.machine`'s keys)."""
+    """This machine as a package built here is bound to it (`shipped_check.machine`'s keys)."""
     bound = {"device": device.type, "torch": torch.__version__}
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)

@@ -5,7 +5,7 @@ buffer the next conv reads (`quant/rewrites/pad_handoff.py`); only the border ne
 launch writes them, and nothing else: a program per buffer row, the whole row where it lies
 above or below the interior, else the `left` and `right` pixels at its two ends. It mutates
 the buffer itself, no view of it, so a package's tracer has no view to copy and scatter back
-(`package/ops.py`).
+(`quant/layers/fused_matmul.py: fp8_gemm_padded`).
 
 Imported lazily: Triton ships with CUDA builds of torch only.
 """
@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import torch
 import triton
 import triton.language as tl
+
+from quantstudy.quant.kernels import launches
 
 BLOCK = 1024  # elements per store in a row's loop
 
@@ -40,13 +42,11 @@ def _zero_border_kernel(
         tl.store(base + offs, zero, mask=offs < row_len)
 
 
-def zero_border(
-    buf: torch.Tensor, size: Sequence[int], pads: Sequence[int], kernel=_zero_border_kernel
-) -> torch.Tensor:
+def zero_border(buf: torch.Tensor, size: Sequence[int], pads: Sequence[int]) -> torch.Tensor:
     """Zero the border of `buf`, a dense (B, H + top + bottom, W + left + right, C) buffer
     around its (B, H, W, C) interior; `size` (B, H, W), `pads` (left, right, top, bottom) as
-    `F.pad` takes them. The interior is not touched. `kernel`: the kernel to launch (a
-    package traces it through `wrap_triton`)."""
+    `F.pad` takes them. The interior is not touched. Traced into a package, the kernel goes
+    through torch's `wrap_triton` (`launches.launchable`)."""
     b, h, w = size
     left, right, top, bottom = pads
     if buf.dim() != 4 or not buf.is_contiguous():
@@ -55,5 +55,6 @@ def zero_border(
         raise ValueError(f"a buffer of {tuple(buf.shape)} is not {size} padded by {pads}")
     hp, wp, c = buf.shape[1], buf.shape[2], buf.shape[3]
     if buf.numel():
+        kernel = launches.launchable(_zero_border_kernel)
         kernel[(b * hp,)](buf, hp, wp * c, c, top, h, left, w, BLOCK=BLOCK)
     return buf

@@ -21,10 +21,14 @@ Imported lazily: Triton ships with CUDA builds of torch only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
 
+from quantstudy.quant.kernels import launches
 from quantstudy.quant.kernels.epilogue import (
     ACT_CODES,
     ROUND_CODES,
@@ -34,7 +38,7 @@ from quantstudy.quant.kernels.epilogue import (
     fp8_range,
 )
 from quantstudy.quant.kernels.gemm_kernel import _mma, _tile
-from quantstudy.quant.kernels.tiles import PROMOTE, _bench
+from quantstudy.quant.kernels.tiles import PROMOTE, Config, _bench, block_volume
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): BLOCK_K is channels of one tap per K step.
 TILES = [
@@ -51,7 +55,7 @@ TILES = [
 ]
 
 
-def _prune(configs, named_args, **kwargs):
+def _prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> list[Config]:
     """Tiles no wider than the problem: BLOCK_N up to N's power of two (at least 32), BLOCK_K
     up to the channels' (at least 32); the smallest tile when none fits."""
     n, cin = named_args["N"], named_args["CIN"]
@@ -61,8 +65,7 @@ def _prune(configs, named_args, **kwargs):
         if c.kwargs["BLOCK_N"] <= max(32, triton.next_power_of_2(n))
         and c.kwargs["BLOCK_K"] <= max(32, triton.next_power_of_2(cin))
     ]
-    area = lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"]  # noqa: E731
-    return keep or [min(configs, key=area)]
+    return keep or [min(configs, key=block_volume)]
 
 
 @triton.jit
@@ -123,7 +126,7 @@ def _fp8_conv2d_kernel(
     tl.store(c_ptrs, y, mask=m_ok[:, None] & n_ok[None, :])
 
 
-def _config(bm, bn, bk, warps, stages):
+def _config(bm: int, bn: int, bk: int, warps: int, stages: int) -> Config:
     meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
     return triton.Config(meta, num_warps=warps, num_stages=stages)
 
@@ -149,15 +152,15 @@ def tap_major(w8: torch.Tensor) -> torch.Tensor:
 def fp8_conv2d_triton(
     xq: torch.Tensor,
     w_taps: torch.Tensor,
-    kernel_hw: tuple[int, int],
+    kernel_hw: Sequence[int],
     w_scale: torch.Tensor,
     x_scale: torch.Tensor,
     bias: torch.Tensor | None,
     act: str,
     out_dtype: torch.dtype,
-    stride: tuple[int, int] = (1, 1),
-    padding: tuple[int, int] = (0, 0),
-    dilation: tuple[int, int] = (1, 1),
+    stride: Sequence[int] = (1, 1),
+    padding: Sequence[int] = (0, 0),
+    dilation: Sequence[int] = (1, 1),
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
     tile: tuple[int, ...] | None = None,
@@ -170,7 +173,8 @@ def fp8_conv2d_triton(
     `out_scale`. `round_to` as in `gemm.fp8_gemm_triton`. `tile` (BLOCK_M, BLOCK_N,
     BLOCK_K[, warps, stages]) fixes the tile; by default the autotuner picks it (CUDA).
     `promote` as in `gemm.fp8_gemm_triton` (tests set it to BLOCK_K to check the epilogue
-    against float32 sums; engines keep PROMOTE, where cuBLASLt promotes)."""
+    against float32 sums; engines keep PROMOTE, where cuBLASLt promotes). The launch record
+    as in `gemm.fp8_gemm_triton` (`quant/kernels/launches.py`)."""
     if promote < 0 or (promote and promote & (promote - 1)):
         raise ValueError(f"promote must be 0 or a power of two, got {promote}")
     if xq.dtype != torch.float8_e4m3fn or w_taps.dtype != torch.float8_e4m3fn:
@@ -203,11 +207,18 @@ def fp8_conv2d_triton(
         "ROUND": ROUND_CODES[round_to or torch.float32], "PROMOTE": promote, "GROUP_M": 8,
     }  # fmt: skip
 
-    def grid(meta):
+    sizes = {"M": m, "N": n, "CIN": c, "H": h, "W": w, "HO": ho, "WO": wo}
+    key = launches.launch_key("fp8_conv2d", sizes, meta, (xq, w_taps, out))
+    recorded = launches.replayed(key)
+    if recorded is not None:  # traced into a package: the tile the study's launch ran with
+        tile = recorded.sizes("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+
+    def grid(meta: dict[str, Any]) -> tuple[int]:
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
     if tile is None:
         _fp8_conv_tuned[grid](*args, **meta)
+        launches.note(key, launches.Tile.of(_fp8_conv_tuned.best_config))
     else:
         bm, bn, bk, *launch = tile
         if promote and bk > promote:
@@ -215,5 +226,6 @@ def fp8_conv2d_triton(
         meta |= {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
         if launch:
             meta |= {"num_warps": launch[0], "num_stages": launch[1]}
-        _fp8_conv2d_kernel[grid](*args, **meta)
+        launches.launchable(_fp8_conv2d_kernel)[grid](*args, **meta)
+        launches.note(key, launches.Tile.given(("BLOCK_M", "BLOCK_N", "BLOCK_K"), tile))
     return out.permute(0, 3, 1, 2)

@@ -18,13 +18,17 @@ Imported lazily: Triton ships with CUDA builds of torch only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
 
+from quantstudy.quant.kernels import launches
 from quantstudy.quant.kernels.epilogue import ACT_CODES, activation, fp8_range
 from quantstudy.quant.kernels.layout import taps_of
-from quantstudy.quant.kernels.tiles import _bench
+from quantstudy.quant.kernels.tiles import Config, _bench
 from quantstudy.record.vocab import Activation
 
 
@@ -77,7 +81,7 @@ def _depthwise_kernel(
 TILES = [(64, 64, 4), (32, 128, 4), (128, 32, 4), (64, 128, 8), (16, 256, 8), (128, 64, 8)]
 
 
-def _prune(configs, named_args, **kwargs):
+def _prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> list[Config]:
     """Tiles no wider in channels than C's power of two (at least 32); the first when none."""
     c = named_args["C"]
     keep = [k for k in configs if k.kwargs["BLOCK_C"] <= max(32, triton.next_power_of_2(c))]
@@ -97,8 +101,8 @@ def depthwise_conv(
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     stride: int,
-    pad: tuple[int, int],
-    out_hw: tuple[int, int],
+    pad: Sequence[int],
+    out_hw: Sequence[int],
     act: str = Activation.NONE,
     x_scale: torch.Tensor | None = None,
     out_scale: torch.Tensor | None = None,
@@ -119,11 +123,11 @@ def depthwise_conv(
 def depthwise_taps(
     x: torch.Tensor,
     taps: torch.Tensor,
-    kernel_hw: tuple[int, int],
+    kernel_hw: Sequence[int],
     bias: torch.Tensor | None,
     stride: int,
-    pad: tuple[int, int],
-    out_hw: tuple[int, int],
+    pad: Sequence[int],
+    out_hw: Sequence[int],
     act: str = Activation.NONE,
     x_scale: torch.Tensor | None = None,
     out_scale: torch.Tensor | None = None,
@@ -134,7 +138,8 @@ def depthwise_taps(
     """`depthwise_conv` with the weight given as `taps` (KH * KW, C), one row of channels per
     tap: what an engine layer stores once instead of reshaping per call; float32, or FP8 with
     its per-channel float32 `w_scale` (C,). `tile` None: the autotuner picks it (`TILES`,
-    timed from CUDA-graph replays)."""
+    timed from CUDA-graph replays). The launch record as in `gemm.fp8_gemm_triton`
+    (`quant/kernels/launches.py`)."""
     if not x.is_contiguous(memory_format=torch.channels_last):
         raise ValueError("the depthwise kernel reads channels-last maps")
     if (x.dtype == torch.float8_e4m3fn) != (x_scale is not None):
@@ -164,12 +169,23 @@ def depthwise_taps(
         "HAS_BIAS": bias is not None,
     }  # fmt: skip
 
-    def grid(m):
+    sizes = {"P": b * ho * wo, "H": h, "W": w, "C": c, "HO": ho, "WO": wo}
+    sizes |= {"PAD_H": pad[0], "PAD_W": pad[1]}
+    key = launches.launch_key("fp8_depthwise", sizes, meta, (x, taps, y))
+    recorded = launches.replayed(key)
+    if recorded is not None:  # traced into a package: the tile the study's launch ran with
+        block_p, block_c, warps = recorded.sizes("BLOCK_P", "BLOCK_C", "num_warps")
+        tile = (block_p, block_c, warps)
+
+    def grid(m: dict[str, Any]) -> tuple[int, int]:
         return (triton.cdiv(b * ho * wo, m["BLOCK_P"]), triton.cdiv(c, m["BLOCK_C"]))
 
     if tile is None:
         _depthwise_tuned[grid](*args, **meta)
+        launches.note(key, launches.Tile.of(_depthwise_tuned.best_config))
     else:
         block_p, block_c, warps = tile
-        _depthwise_kernel[grid](*args, **meta, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps)
+        kernel = launches.launchable(_depthwise_kernel)
+        kernel[grid](*args, **meta, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps)
+        launches.note(key, launches.Tile.given(("BLOCK_P", "BLOCK_C"), tile))
     return y

@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 import torch
 import triton
 
+from quantstudy.quant.kernels import launches
 from quantstudy.quant.kernels.epilogue import ACT_CODES, ROUND_CODES
 from quantstudy.quant.kernels.gemm_kernel import _fp8_gemm_kernel
 from quantstudy.quant.kernels.tiles import IO_PATHS, PROMOTE, _set_block_shapes
-from quantstudy.quant.kernels.tuning import _tuned_launch
+from quantstudy.quant.kernels.tuning import Args, Grid, _tuned_launch
 from quantstudy.record.vocab import Activation
 
 try:  # Triton 3.3+ (torch 2.7+); older ones keep the pointer paths only
@@ -38,12 +40,14 @@ try:  # Triton 3.3+ (torch 2.7+); older ones keep the pointer paths only
 except ImportError:  # pragma: no cover - depends on the installed Triton
     TensorDescriptor = None
 
+BLOCKS = ("BLOCK_M", "BLOCK_N", "BLOCK_K")  # a tile's block sizes, in `tile`'s order
+
 
 @functools.cache
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4  # the interpreter: any count exercises the loop over tiles
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def tma_ok(t: torch.Tensor) -> bool:
@@ -56,7 +60,7 @@ def tma_ok(t: torch.Tensor) -> bool:
         return False
     if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         return False
-    return (
+    return bool(
         t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
     )
 
@@ -95,8 +99,7 @@ def _checked_output(
         raise ValueError(f"an input quantized here needs unit column stride and K <= {w8.shape[1]}")
     if residual is not None and tuple(residual.shape) != (m, n):
         raise ValueError(f"the residual must be ({m}, {n}), got {tuple(residual.shape)}")
-    mapped = out is not None
-    if mapped:
+    if out is not None:  # mapped
         if out.dim() != 4 or out.shape[0] * out.shape[1] * out.shape[2] != m or out.shape[3] != n:
             raise ValueError(f"a mapped output is (B, H, W, {n}) with B x H x W = {m} rows")
         if out.dtype != out_dtype or pair is not None:
@@ -112,10 +115,11 @@ def _checked_base(out: torch.Tensor, base: torch.Tensor) -> int:
     """Where a mapped `out` starts in `base`, the dense (B, H', W', N) buffer it is a view of
     (elements past base's first): the kernel is then handed `base` and that origin. Why: a
     tracer turns a kernel's write through a view into a copy of the view and a scatter back,
-    which torch 2.11 gets wrong for a strided view or a view with an offset (`package/ops.py`);
+    which torch 2.11 gets wrong for a strided view or a view with an offset
+    (`quant/layers/fused_matmul.py: fp8_gemm_padded`);
     a write into the whole buffer is no view at all. Under tracing there is no data pointer to
     compare, so `out` is held to the buffer by its strides and its span."""
-    origin = out.storage_offset() - base.storage_offset()
+    origin: int = out.storage_offset() - base.storage_offset()  # (a SymInt while traced)
     pairs = zip(out.shape, out.stride(), strict=True)
     reach = origin + sum((size - 1) * stride for size, stride in pairs)
     if base.dim() != 4 or not base.is_contiguous() or out.stride() != base.stride():
@@ -171,17 +175,24 @@ def fp8_gemm_triton(
     `pair` ((M, N) FP8, contiguous) also receives the output quantized with `out_scale`, while
     the output itself stays in `out_dtype`. `out` (B, H, W, N) in `out_dtype`, B x H x W = M,
     any strides (the interior of a zero-padded buffer, `quant/rewrites/pad_handoff.py`) receives the
-    output pixel by pixel; with `out_base` (the buffer `out` views) through it (`_checked_base`)."""
+    output pixel by pixel; with `out_base` (the buffer `out` views) through it (`_checked_base`).
+
+    Each launch notes its tile in the launch record; within `launches.replaying` it takes the
+    tile recorded for it, through pointers and torch's `wrap_triton` (`kernels/launches.py`)."""
     out = _checked_output(
         xq, w8, out_dtype, out_scale, promote, loads, store, residual, pair, x_inv_divisor, out
     )
     target, origin = (out, 0) if out_base is None else (out_base, _checked_base(out, out_base))
-    quant_a = xq.dtype != torch.float8_e4m3fn
-    mapped = out.dim() == 4
-    m, k = xq.shape
-    n = w8.shape[0]
+    quant_a, mapped = xq.dtype != torch.float8_e4m3fn, out.dim() == 4
+    (m, k), n = xq.shape, w8.shape[0]
     if m == 0:
         return out
+    meta = _options(act, bias, x_scale, quant_a, x_inv_divisor, residual, res_act, pair, mapped)
+    meta |= {"OUT_FP8": out_scale is not None and pair is None}
+    meta |= {"ROUND": ROUND_CODES[round_to or torch.float32], "PROMOTE": _promotion(k, promote)}
+    tensors = (xq, w8, out, *(t for t in (residual, pair) if t is not None))
+    key = launches.launch_key("fp8_gemm", {"M": m, "N": n, "K": k}, meta, tensors)
+    tile, stream = _replayed(key, tile, stream)
     default = "pointer" if tile is not None else "tma"
     use_loads = (loads or default) == "tma" and tma_ok(xq) and tma_ok(w8) and not quant_a
     use_store = (store or default) == "tma" and not mapped and tma_ok(out)
@@ -208,29 +219,55 @@ def fp8_gemm_triton(
           if mapped else (1, 1, 0, 0, 0)),
         int(use_loads), int(use_store),
     )  # fmt: skip
-    meta = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
-    meta |= {"ROW_SCALE": quant_a or x_scale.numel() > 1}
-    meta |= {"QUANT_A": quant_a, "HAS_DIV": x_inv_divisor is not None}
-    meta |= {"HAS_RES": residual is not None, "RES_ACT": ACT_CODES[res_act]}
-    meta |= {"PAIR": pair is not None, "MAP_OUT": mapped}
-    meta |= {"OUT_FP8": out_scale is not None and pair is None}
-    meta |= {"ROUND": ROUND_CODES[round_to or torch.float32], "PROMOTE": _promotion(k, promote)}
 
-    def grid(meta):
+    def grid(meta: dict[str, Any]) -> tuple[int]:
         tiles_m = triton.cdiv(m, meta["BLOCK_M"])
         if meta["STREAM"]:
             return (min(tiles_m, _sm_count(xq.device) * meta["PER_SM"]),)
         return (tiles_m * triton.cdiv(n, meta["BLOCK_N"]),)
 
     if tile is None:
-        tensors = (xq, w8, out, *(t for t in (residual, pair) if t is not None))
-        _tuned_launch(grid, args, descs, meta, tensors)
+        launches.note(key, launches.Tile.of(_tuned_launch(grid, args, descs, meta, tensors)))
         return out
     _fixed_launch(grid, args, descs, meta, tile, stream, (n, k))
+    launches.note(key, launches.Tile.given(BLOCKS, tile, stream, use_loads or use_store))
     return out
 
 
-def _descriptor(t: torch.Tensor, on: bool):
+def _replayed(
+    key: launches.LaunchKey, tile: tuple[int, ...] | None, stream: int
+) -> tuple[tuple[int, ...] | None, int]:
+    """The tile and streaming programs recorded for this launch while replaying (a package
+    being traced: `launches.replaying`), else the caller's."""
+    recorded = launches.replayed(key)
+    if recorded is None:
+        return tile, stream
+    return recorded.sizes(
+        "BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"
+    ), recorded.stream
+
+
+def _options(
+    act: str,
+    bias: torch.Tensor | None,
+    x_scale: torch.Tensor,
+    quant_a: bool,
+    x_inv_divisor: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    res_act: str,
+    pair: torch.Tensor | None,
+    mapped: bool,
+) -> dict[str, Any]:
+    """The kernel's compile-time options that come from the launch's arguments."""
+    meta: dict[str, Any] = {"ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, "GROUP_M": 8}
+    meta |= {"ROW_SCALE": quant_a or x_scale.numel() > 1}
+    meta |= {"QUANT_A": quant_a, "HAS_DIV": x_inv_divisor is not None}
+    meta |= {"HAS_RES": residual is not None, "RES_ACT": ACT_CODES[res_act]}
+    meta |= {"PAIR": pair is not None, "MAP_OUT": mapped}
+    return meta
+
+
+def _descriptor(t: torch.Tensor, on: bool) -> Any:
     """A tensor descriptor of `t` where `on`, else None. Its block shape is a placeholder: the
     autotuner's pre-hook (or the fixed tile) sets the real one (`_set_block_shapes`)."""
     return TensorDescriptor.from_tensor(t, [16, 16]) if on else None
@@ -243,7 +280,13 @@ def _promotion(k: int, promote: int) -> int:
 
 
 def _fixed_launch(
-    grid, args: tuple, descs: dict, meta: dict, tile: tuple, stream: int, nk: tuple[int, int]
+    grid: Grid,
+    args: Args,
+    descs: dict[str, Any],
+    meta: dict[str, Any],
+    tile: tuple[int, ...],
+    stream: int,
+    nk: tuple[int, int],
 ) -> None:
     """Launch the plain kernel with one fixed tile (the CPU tests under Triton's interpreter,
     the benchmarks), checking the tile fits the launch: no autotuner here to prune it."""
@@ -262,4 +305,4 @@ def _fixed_launch(
     if launch:
         meta |= {"num_warps": launch[0], "num_stages": launch[1]}
     _set_block_shapes({**descs, **meta})
-    _fp8_gemm_kernel[grid](*args, **meta)
+    launches.launchable(_fp8_gemm_kernel)[grid](*args, **meta)

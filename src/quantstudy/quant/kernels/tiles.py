@@ -8,7 +8,13 @@ table holds what it does is in docs/fp8-kernel.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import triton
+
+# A Triton `triton.Config` (triton is not read by the type checker: its objects are Any there).
+Config = Any
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages). The first nine won or tied on at least one of
 # EfficientNet-Lite0's products in a sweep of tiles and load paths (docs/fp8-kernel.md); the
@@ -66,7 +72,7 @@ IO_PATHS = ("pointer", "tma")
 PROMOTE = 128
 
 
-def _prune(configs, named_args, **kwargs):
+def _prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> list[Config]:
     """Drop tiles far wider than the problem (they only waste the autotuner's time), streaming
     tiles that do not hold the whole of K and N, and the descriptor paths this launch cannot
     take.
@@ -84,15 +90,15 @@ def _prune(configs, named_args, **kwargs):
         and not (promote and c.kwargs["BLOCK_K"] > promote)
     ]
 
-    def fits(c) -> bool:
+    def fits(c: Config) -> bool:
         bm, bn, bk = (c.kwargs[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
         if c.kwargs["STREAM"]:
-            return (
+            return bool(
                 n <= bn <= max(16, triton.next_power_of_2(n))
                 and k <= bk <= max(32, triton.next_power_of_2(k))
                 and m >= 4 * bm
             )
-        return (
+        return bool(
             bn <= max(64, triton.next_power_of_2(n))
             and bk <= max(64, triton.next_power_of_2(k))
             and bm <= max(64, triton.next_power_of_2(m))
@@ -102,11 +108,15 @@ def _prune(configs, named_args, **kwargs):
     if keep:
         return keep
     tiles = [c for c in usable if not c.kwargs["STREAM"]]
-    area = lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"]  # noqa: E731
-    return [min(tiles, key=area)]
+    return [min(tiles, key=block_volume)]
 
 
-def _bench(fn, quantiles=None):
+def block_volume(c: Config) -> int:
+    """BLOCK_M x BLOCK_N x BLOCK_K: the smallest tile is the fallback where none fits."""
+    return int(c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"])
+
+
+def _bench(fn: Callable[[], object], quantiles: Sequence[float] | None = None) -> Any:
     """Time a config as the engines run it: replayed from a CUDA graph. Timed from the host
     (triton's default), a product of a few microseconds measures its launch, and descriptor
     configs, whose launch encodes the tensor maps, lose to slower pointer tiles
@@ -115,7 +125,7 @@ def _bench(fn, quantiles=None):
     return triton.testing.do_bench_cudagraph(fn, rep=5, quantiles=quantiles)
 
 
-def _set_block_shapes(nargs) -> None:
+def _set_block_shapes(nargs: dict[str, Any]) -> None:
     """Give the descriptors the tile of the config about to run (a descriptor carries it)."""
     bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
     for name, shape in (("a_desc", [bm, bk]), ("b_desc", [bn, bk]), ("c_desc", [bm, bn])):
@@ -123,7 +133,17 @@ def _set_block_shapes(nargs) -> None:
             nargs[name].block_shape = shape
 
 
-def _config(bm, bn, bk, warps, stages, loads=False, store=False, per_sm=0):
-    meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "TMA_LOADS": loads, "TMA_STORE": store}
+def _config(
+    bm: int,
+    bn: int,
+    bk: int,
+    warps: int,
+    stages: int,
+    loads: bool = False,
+    store: bool = False,
+    per_sm: int = 0,
+) -> Config:
+    meta: dict[str, int | bool] = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+    meta |= {"TMA_LOADS": loads, "TMA_STORE": store}
     meta |= {"STREAM": per_sm > 0, "PER_SM": per_sm}
     return triton.Config(meta, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)

@@ -11,16 +11,20 @@ import functools
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 import triton
 
 from quantstudy.quant.kernels.gemm_kernel import AUTOTUNE_KEY, _fp8_gemm_kernel, _fp8_gemm_tuned
-from quantstudy.quant.kernels.tiles import _prune, _set_block_shapes
+from quantstudy.quant.kernels.tiles import Config, _prune, _set_block_shapes
+
+Args = tuple[Any, ...]  # a kernel's positional arguments (tensors, descriptors, sizes)
+Grid = Callable[[dict[str, Any]], tuple[Any, ...]]  # launch grid from a config's meta
 
 # --- What the autotuner costs, and how a study avoids paying it twice -----------------------
 #
@@ -41,9 +45,9 @@ from quantstudy.quant.kernels.tiles import _prune, _set_block_shapes
 # `TUNE_LOG` lists each launch the autotuner timed in this process, also appended as JSON lines
 # to `$QUANTSTUDY_TUNE_LOG` where set (`bench/study_time.py`).
 
-TUNE_LOG: list[dict] = []
+TUNE_LOG: list[dict[str, Any]] = []
 _UNTIMED: list[bool] = [False]
-_STORED: dict[str, dict] | None = None
+_STORED: dict[str, dict[str, Any]] | None = None
 
 
 @contextmanager
@@ -78,7 +82,7 @@ def _space_id(device_index: int) -> str:
     return f"{gpu}|triton {triton.__version__}|{hashlib.sha256(blob).hexdigest()[:16]}"
 
 
-def _stored() -> dict[str, dict]:
+def _stored() -> dict[str, dict[str, Any]]:
     global _STORED
     if _STORED is None:
         path = tuning_cache_path()
@@ -105,7 +109,7 @@ def _store(key: str, config_index: int) -> None:
         pass  # not stored: the next process tunes again
 
 
-def _launch_key(args: tuple, meta: dict, tensors: tuple) -> str:
+def _launch_key(args: Args, meta: dict[str, Any], tensors: tuple[torch.Tensor, ...]) -> str:
     named = dict(zip(_fp8_gemm_tuned.arg_names, args, strict=False))
     values = [named.get(k, meta.get(k)) for k in AUTOTUNE_KEY]
     values += [meta["ROUND"], *(str(t.dtype) for t in tensors)]
@@ -113,20 +117,22 @@ def _launch_key(args: tuple, meta: dict, tensors: tuple) -> str:
     return json.dumps([_space_id(tensors[0].device.index or 0), values])
 
 
-def _with_block_shapes(descs: dict, config) -> dict:
+def _with_block_shapes(descs: dict[str, Any], config: Config) -> dict[str, Any]:
     """Descriptors (copies) carrying `config`'s tile, as its pre-hook would set them."""
     own = {name: copy.copy(d) if d is not None else None for name, d in descs.items()}
     _set_block_shapes({**own, **config.kwargs})
     return own
 
 
-def _args_with(args: tuple, descs: dict) -> tuple:
+def _args_with(args: Args, descs: dict[str, Any]) -> Args:
     named = dict(zip(_fp8_gemm_tuned.arg_names, args, strict=False))
     named.update({k: v for k, v in descs.items() if k in named})
     return tuple(named[n] for n in _fp8_gemm_tuned.arg_names[: len(args)])
 
 
-def _precompile(grid, args: tuple, descs: dict, meta: dict, configs: list) -> None:
+def _precompile(
+    grid: Grid, args: Args, descs: dict[str, Any], meta: dict[str, Any], configs: list[Config]
+) -> None:
     """Compile `configs` for this launch in parallel threads, where Triton can
     (`AsyncCompileMode`); the autotuner then finds them compiled."""
     try:
@@ -143,9 +149,16 @@ def _precompile(grid, args: tuple, descs: dict, meta: dict, configs: list) -> No
                 _fp8_gemm_kernel.warmup(*own, grid=(1,), **meta, **config.all_kwargs())
 
 
-def _tuned_launch(grid, args: tuple, descs: dict, meta: dict, tensors: tuple) -> None:
+def _tuned_launch(
+    grid: Grid,
+    args: Args,
+    descs: dict[str, Any],
+    meta: dict[str, Any],
+    tensors: tuple[torch.Tensor, ...],
+) -> Config:
     """Launch the autotuned kernel: the stored choice where there is one (module comment),
-    else tune (compiling the configs in parallel first) and store the choice."""
+    else tune (compiling the configs in parallel first) and store the choice; returns the
+    config it launched."""
     key = _launch_key(args, meta, tensors)
     entry = _stored().get(key)
     configs = _fp8_gemm_tuned.configs
@@ -159,7 +172,7 @@ def _tuned_launch(grid, args: tuple, descs: dict, meta: dict, tensors: tuple) ->
         config = configs[index]
         own = _args_with(args, _with_block_shapes(descs, config))
         _fp8_gemm_kernel[grid](*own, **meta, **config.all_kwargs())
-        return
+        return config
     start = time.perf_counter()
     named = dict(zip(_fp8_gemm_tuned.arg_names, args, strict=False))
     pruned = _prune(configs, named, **meta)
@@ -182,3 +195,4 @@ def _tuned_launch(grid, args: tuple, descs: dict, meta: dict, tensors: tuple) ->
         with open(log, "a") as f:
             f.write(json.dumps(row) + "\n")
     _store(key, configs.index(best))
+    return best

@@ -6,7 +6,7 @@ selects that no 1x1 product covers (res2net's 3x3 convs). Same quantization as t
 layer, zero padding, float32 sums. On CUDA the conv is the implicit-GEMM Triton kernel of
 `quant/kernels/conv.py`; elsewhere the same arithmetic in torch (exact FP8 products summed in
 float32 by `F.conv2d`), so CPU tests and CPU engines check the layer without a GPU. Both run
-behind one custom op, opaque to Inductor; the input quantize stays a torch expression that
+behind one operator (`quant/layers/opdef.py`); the input quantize stays a torch expression that
 Inductor fuses into the producing kernel.
 """
 
@@ -25,6 +25,7 @@ from quantstudy.quant.layers.fused_matmul import (
     io_repr,
     take_epilogue,
 )
+from quantstudy.quant.layers.opdef import OpArgs, fp8_op
 from quantstudy.quant.layers.spec import FP8LayerSpec
 
 
@@ -41,15 +42,28 @@ def kxk_fp8_blocker(layer: nn.Module) -> str | None:
     return None
 
 
-def _out_hw(x: torch.Tensor, kernel_hw, stride, padding, dilation) -> tuple[int, int]:
-    return tuple(
+def _out_hw(
+    x: torch.Tensor,
+    kernel_hw: typing.Sequence[int],
+    stride: typing.Sequence[int],
+    padding: typing.Sequence[int],
+    dilation: typing.Sequence[int],
+) -> list[int]:
+    return [
         (x.shape[2 + i] + 2 * padding[i] - dilation[i] * (kernel_hw[i] - 1) - 1) // stride[i] + 1
         for i in range(2)
-    )
+    ]
+
+
+def _conv_shape(a: OpArgs) -> torch.Tensor:
+    """Channels-last (B, N, HO, WO), as the kernel writes it."""
+    ho, wo = _out_hw(a.xq, a.kernel_hw, a.stride, a.padding, a.dilation)
+    out = a.xq.new_empty((a.xq.shape[0], ho, wo, a.w_taps.shape[0]), dtype=a.out_dtype)
+    return out.permute(0, 3, 1, 2)
 
 
 # int lists typed typing.Sequence[int]: torch 2.6's schema inference refuses list[int]
-@torch.library.custom_op("quantstudy::fp8_conv2d", mutates_args=())
+@fp8_op("fp8_conv2d", fake=_conv_shape)
 def fp8_conv2d(
     xq: torch.Tensor,
     w_taps: torch.Tensor,
@@ -67,8 +81,8 @@ def fp8_conv2d(
 ) -> torch.Tensor:
     """act(conv(xq, w8) * x_scale * w_scale + bias), channels-last (B, N, HO, WO) in
     `out_dtype` (the next layer's FP8 input with `out_scale`); xq (B, C, H, W) and `w_taps`
-    (N, KH * KW * C, tap-major, `triton_conv.tap_major`) FP8. `round_to` as in
-    `fused.fp8_gemm`."""
+    (N, KH * KW * C, tap-major, `quant.kernels.conv.tap_major`) FP8. `round_to` as in
+    `fused_matmul.fp8_gemm`."""
     if xq.is_cuda:
         from quantstudy.quant.kernels.conv import fp8_conv2d_triton
 
@@ -90,14 +104,6 @@ def fp8_conv2d(
     y = _act_reference(rounded(y), act)
     y = to_fp8(rounded(y), out_scale) if out_scale is not None else y.to(out_dtype)
     return y.contiguous(memory_format=torch.channels_last)
-
-
-@fp8_conv2d.register_fake
-def _(xq, w_taps, kernel_hw, w_scale, x_scale, bias, act, out_dtype, stride, padding, dilation,
-      out_scale=None, round_to=None):  # fmt: skip
-    ho, wo = _out_hw(xq, kernel_hw, stride, padding, dilation)
-    out = xq.new_empty((xq.shape[0], ho, wo, w_taps.shape[0]), dtype=out_dtype)
-    return out.permute(0, 3, 1, 2)
 
 
 class FusedFP8Conv2d(nn.Module):
@@ -125,7 +131,7 @@ class FusedFP8Conv2d(nn.Module):
         self.stride = [int(s) for s in layer.stride]
         self.padding = [int(p) for p in layer.padding]
         self.dilation = [int(d) for d in layer.dilation]
-        taps = w8.permute(0, 2, 3, 1).reshape(w8.shape[0], -1)  # `triton_conv.tap_major`
+        taps = w8.permute(0, 2, 3, 1).reshape(w8.shape[0], -1)  # `quant.kernels.conv.tap_major`
         self.register_buffer("w_taps", taps.contiguous())
         self.register_buffer("w_scale", w_scale.expand(w8.shape[0]).contiguous())
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))

@@ -12,7 +12,7 @@ buys here is the bytes of the activations and weights.
 
 On CUDA the conv is `quant/kernels/depthwise.py`'s kernel; elsewhere the same arithmetic in torch
 (`F.conv2d` with groups), so CPU tests and CPU engines check the layer without a GPU. Both run
-behind one custom op, opaque to Inductor; the input quantize, when the producer writes no FP8,
+behind one operator (`quant/layers/opdef.py`); the input quantize, when the producer writes no FP8,
 stays a torch expression that Inductor fuses into the producing kernel. The epilogue does not
 round through the engine's dtype: no unfused engine runs this conv to agree with (scaled_mm
 engines emulate it), and the emulation keeps float32.
@@ -34,6 +34,7 @@ from quantstudy.quant.layers.fused_matmul import (
     io_repr,
     take_epilogue,
 )
+from quantstudy.quant.layers.opdef import OpArgs, fp8_op
 from quantstudy.quant.layers.spec import FP8LayerSpec
 
 
@@ -59,8 +60,14 @@ def depthwise_fp8_blocker(layer: nn.Module) -> str | None:
     return None
 
 
+def _depthwise_shape(a: OpArgs) -> torch.Tensor:
+    """Channels-last (B, C, HO, WO), as the kernel writes it."""
+    out = a.xq.new_empty((a.xq.shape[0], *a.out_hw, a.xq.shape[1]), dtype=a.out_dtype)
+    return out.permute(0, 3, 1, 2)
+
+
 # int lists typed typing.Sequence[int]: torch 2.6's schema inference refuses list[int]
-@torch.library.custom_op("quantstudy::fp8_depthwise", mutates_args=())
+@fp8_op("fp8_depthwise", fake=_depthwise_shape)
 def fp8_depthwise(
     xq: torch.Tensor,
     taps: torch.Tensor,
@@ -98,13 +105,6 @@ def fp8_depthwise(
     y = _act_reference(y, act)
     y = to_fp8(y, out_scale) if out_scale is not None else y.to(out_dtype)
     return y.contiguous(memory_format=torch.channels_last)
-
-
-@fp8_depthwise.register_fake
-def _(xq, taps, w_scale, kernel_hw, x_scale, bias, act, out_dtype, stride, pad, out_hw,
-      out_scale=None):  # fmt: skip
-    out = xq.new_empty((xq.shape[0], out_hw[0], out_hw[1], xq.shape[1]), dtype=out_dtype)
-    return out.permute(0, 3, 1, 2)
 
 
 class FusedFP8Depthwise(nn.Module):

@@ -1,15 +1,16 @@
 """The fused FP8 layer: one kernel for the product, per-channel scale, bias and activation.
 
-Why: on the GPU the unfused layer (`FP8Matmul`, as first measured: `torch._scaled_mm` writing
-bf16, then cast, bias and activation in a separate pass) lost to fp16 at every batch, and the
-byte counts put most of the loss in the extra passes over the layer's output (docs/fp8-kernel.md).
+Why: on the GPU the unfused layer (`FP8Matmul`: `torch._scaled_mm` writing bf16, then cast,
+bias and activation in a separate pass) lost to fp16 at every batch, and the byte counts put
+most of the loss in the extra passes over the layer's output (docs/fp8-kernel.md).
 `FusedFP8Matmul` writes its output once, activation applied, in the engine's dtype. The input
 quantize stays a plain torch expression so that Inductor fuses it into the producing kernel;
 with dynamic per-row scales the kernel quantizes the input itself (`quant/kernels/gemm.py`).
 
 On CUDA the product is the Triton kernel of `quant/kernels/gemm.py`; elsewhere the same arithmetic
 in torch (exact FP8 products summed in float32), so CPU tests check the layer and the activation
-absorption without a GPU. Both run behind one custom op, opaque to Inductor.
+absorption without a GPU. Both run behind one operator (`quant/layers/opdef.py`: opaque to the
+study's Inductor, traced into by a package's AOTInductor).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch import nn
 
 from quantstudy.quant.formats.fp8 import E4M3, quantize_rows, quantize_weight, to_fp8
 from quantstudy.quant.layers.matmul import PointwiseMatmul, align
+from quantstudy.quant.layers.opdef import OpArgs, fp8_op
 from quantstudy.quant.layers.padding import OutputPad
 from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.record.vocab import Activation
@@ -62,7 +64,11 @@ def _act_reference(y: torch.Tensor, act: str) -> torch.Tensor:
     return y
 
 
-@torch.library.custom_op("quantstudy::fp8_gemm", mutates_args=())
+def _product_shape(a: OpArgs) -> torch.Tensor:
+    return a.xq.new_empty((a.xq.shape[0], a.w8.shape[0]), dtype=a.out_dtype)
+
+
+@fp8_op("fp8_gemm", fake=_product_shape)
 def fp8_gemm(
     xq: torch.Tensor,
     w8: torch.Tensor,
@@ -95,7 +101,20 @@ def fp8_gemm(
             xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=out_scale,
             round_to=round_to, residual=residual, res_act=res_act, x_inv_divisor=x_inv_divisor,
         )  # fmt: skip
+    return _gemm_reference(
+        xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale, round_to, residual, res_act,
+        x_inv_divisor,
+    )  # fmt: skip
 
+
+def _gemm_reference(
+    xq: torch.Tensor, w8: torch.Tensor, w_scale: torch.Tensor, x_scale: torch.Tensor,
+    bias: torch.Tensor | None, act: str, out_dtype: torch.dtype, out_scale: torch.Tensor | None,
+    round_to: torch.dtype | None, residual: torch.Tensor | None, res_act: str,
+    x_inv_divisor: torch.Tensor | None,
+) -> torch.Tensor:  # fmt: skip
+    """`fp8_gemm` in torch (off CUDA): an unquantized input quantized per row first, then
+    `_torch_epilogue`."""
     if xq.dtype != E4M3:
         divisor = x_inv_divisor[: xq.shape[1]] if x_inv_divisor is not None else None
         xq, x_scale = quantize_rows(xq, divisor)
@@ -109,7 +128,9 @@ def _rounded(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 
 
 def _torch_epilogue(
-    xq, w8, w_scale, x_scale, bias, act, round_to, residual, res_act
+    xq: torch.Tensor, w8: torch.Tensor, w_scale: torch.Tensor, x_scale: torch.Tensor,
+    bias: torch.Tensor | None, act: str, round_to: torch.dtype | None,
+    residual: torch.Tensor | None, res_act: str,
 ) -> torch.Tensor:  # fmt: skip
     """The op's arithmetic in torch (off CUDA): exact FP8 products summed in float32, then
     the epilogue, rounded to `round_to` where the unfused engine stores; float32 out."""
@@ -122,13 +143,12 @@ def _torch_epilogue(
     return y
 
 
-@fp8_gemm.register_fake
-def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=None, round_to=None,
-      residual=None, res_act="none", x_inv_divisor=None):  # fmt: skip
-    return xq.new_empty((xq.shape[0], w8.shape[0]), dtype=out_dtype)
+def _pair_shapes(a: OpArgs) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = (a.xq.shape[0], a.w8.shape[0])
+    return a.xq.new_empty(shape, dtype=a.out_dtype), a.xq.new_empty(shape, dtype=E4M3)
 
 
-@torch.library.custom_op("quantstudy::fp8_gemm_pair", mutates_args=())
+@fp8_op("fp8_gemm_pair", fake=_pair_shapes)
 def fp8_gemm_pair(
     xq: torch.Tensor,
     w8: torch.Tensor,
@@ -159,14 +179,14 @@ def fp8_gemm_pair(
     return y.to(out_dtype), to_fp8(_rounded(y, round_to), pair_scale)
 
 
-@fp8_gemm_pair.register_fake
-def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, pair_scale, round_to, residual, res_act):
-    shape = (xq.shape[0], w8.shape[0])
-    return xq.new_empty(shape, dtype=out_dtype), xq.new_empty(shape, dtype=E4M3)
+def _padded_shape(a: OpArgs) -> torch.Tensor:
+    (b, h, w), (left, right, top, bottom) = a.size, a.pads
+    shape = (b, h + top + bottom, w + left + right, a.w8.shape[0])
+    return a.xq.new_empty(shape, dtype=a.out_dtype)
 
 
 # int lists typed typing.Sequence[int]: torch 2.6's schema inference refuses list[int]
-@torch.library.custom_op("quantstudy::fp8_gemm_padded", mutates_args=())
+@fp8_op("fp8_gemm_padded", fake=_padded_shape)
 def fp8_gemm_padded(
     xq: torch.Tensor,
     w8: torch.Tensor,
@@ -183,11 +203,23 @@ def fp8_gemm_padded(
     """`fp8_gemm` of a conv's B x H x W pixels (`size`) written into the interior of a
     zero-padded (B, H + top + bottom, W + left + right, N) buffer, `pads` (left, right, top,
     bottom) as `F.pad` takes them: the padding the next conv would apply
-    (`quant/rewrites/pad_handoff.py`), with no pass of its own."""
+    (`quant/rewrites/pad_handoff.py`), with no pass of its own.
+
+    Traced into a package, both kernels are handed the whole buffer, no view of it: the border
+    kernel the buffer, the product its interior's origin in it (`fp8_gemm_triton(out_base=)`).
+    A tracer turns a kernel's write through a view into a copy of the view and a scatter back,
+    and torch 2.11's AOTInductor gets both wrong for a padded buffer: handed the interior view,
+    the compact copy is shorter than the strides the kernel was given (an illegal memory
+    access, pytorch/pytorch#161115, fixed by #184050; #192510); handed a 1-D view from the
+    interior's first element, the scatter back lands at the buffer's start, not at the view's
+    offset, and moves the border into the picture (docs/package.md). Written whole, the buffer
+    also takes no copies, which cost several full passes over it. The study's engine, which
+    no tracer sees, writes the interior view as it always has: the same bytes."""
     b, h, w = size
     left, right, top, bottom = pads
     n = w8.shape[0]
     if xq.is_cuda:
+        from quantstudy.quant.kernels import launches
         from quantstudy.quant.kernels.border import zero_border
         from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
@@ -197,18 +229,12 @@ def fp8_gemm_padded(
         fp8_gemm_triton(
             xq.contiguous(), w8, w_scale, x_scale, bias, act, out_dtype, round_to=round_to,
             x_inv_divisor=x_inv_divisor, out=out[:, top : top + h, left : left + w],
+            out_base=out if launches.is_replaying() else None,
         )  # fmt: skip
         return out
-    y = fp8_gemm(xq, w8, w_scale, x_scale, bias, act, out_dtype, None, round_to, None,
-                 Activation.NONE, x_inv_divisor)  # fmt: skip
+    y = _gemm_reference(xq, w8, w_scale, x_scale, bias, act, out_dtype, None, round_to, None,
+                        Activation.NONE, x_inv_divisor)  # fmt: skip
     return F.pad(y.reshape(b, h, w, n), (0, 0, left, right, top, bottom))
-
-
-@fp8_gemm_padded.register_fake
-def _(xq, w8, w_scale, x_scale, bias, act, out_dtype, round_to, x_inv_divisor, size, pads):
-    b, h, w = size
-    left, right, top, bottom = pads
-    return xq.new_empty((b, h + top + bottom, w + left + right, w8.shape[0]), dtype=out_dtype)
 
 
 def take_epilogue(

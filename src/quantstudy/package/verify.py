@@ -1,6 +1,6 @@
 """`quantstudy package --check`: the packages run where quantstudy is not importable.
 
-The packages' own script (`check.py` in the folder, `package/standalone.py` here) runs in a
+The packages' own script (`check.py` in the folder, `package/shipped_check.py` here) runs in a
 fresh interpreter in isolated mode (`python -I`: no PYTHONPATH, no user site, not the script's
 folder), with every import of quantstudy refused. It loads the FP8 package, runs the study's
 held-out images (or the first `--images`) and times the FP8 package against the fp16 one. Here,
@@ -25,6 +25,7 @@ import json
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,6 +35,7 @@ from quantstudy.engines.builders import build_fakequant
 from quantstudy.engines.run import run_engine, run_half_storage
 from quantstudy.package import manifest as mf
 from quantstudy.package.loader import run_script
+from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.report.render import RECORD_FILE, load_record
 
@@ -48,8 +50,8 @@ class PackageCheck:
     result: CheckResult
     floor: Floor
     n_images: int
-    timing: dict
-    load_s: dict
+    timing: dict[str, Any]
+    load_s: dict[str, Any]
     preloaded: str | None
     lines: list[str]
     per_package: dict[str, Agreement]
@@ -62,7 +64,7 @@ class PackageCheck:
         """The FP8 package that agrees least with the study's engine (then the larger KL)."""
         return min(self.per_package.values(), key=lambda a: (a.agreement, -a.kl_mean))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "passed": bool(self.result),
             "findings": [asdict(f) for f in self.result.findings],
@@ -76,7 +78,14 @@ class PackageCheck:
         }
 
 
-def _reference(folder: Path, manifest: dict, study_dir: Path, data, calib_data, images):
+def _reference(
+    folder: Path,
+    manifest: dict[str, Any],
+    study_dir: Path,
+    data: Path | None,
+    calib_data: Path | None,
+    images: int | None,
+) -> tuple[StudyRecord, torch.Tensor, torch.Tensor, Floor]:
     """The check's images, the study's FP8 engine's logits on them (compiled where the study
     compiled it: a package is Inductor's code too) and the floor: the emulation with the
     engine's half-precision storage against the emulation in float32, on the same images."""
@@ -95,7 +104,7 @@ def _reference(folder: Path, manifest: dict, study_dir: Path, data, calib_data, 
     device = torch.device(manifest["bound_to"]["device"])
     engines = build_engines(rebuilt, device)
     batch = eval_batch(record)
-    untimed = contextlib.nullcontext()
+    untimed: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if device.type == "cuda":
         from quantstudy.quant.kernels.tuning import untimed_tiles
 
@@ -160,7 +169,7 @@ def check_package(
     )  # fmt: skip
 
 
-def speed_lines(timing: dict, manifest: dict) -> list[str]:
+def speed_lines(timing: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
     """The packaged x beside the study's x, per batch (reported, not gated: the two were timed
     in different processes, the study's possibly on another day)."""
     if not timing:

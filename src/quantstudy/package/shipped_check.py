@@ -23,19 +23,29 @@ from __future__ import annotations
 
 import argparse
 import importlib.abc
+import importlib.machinery
 import json
 import statistics
 import sys
 import time
+import types
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 BOUND_EXIT = 2
+Model = Callable[[Any], Any]  # a loaded package: called with a batch, returns its logits
 
 
 class _RefuseQuantstudy(importlib.abc.MetaPathFinder):
     """Any import of quantstudy in this process fails: the package must not need it."""
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(
+        self,
+        name: str,
+        path: Sequence[str] | None = None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
         if name == "quantstudy" or name.startswith("quantstudy."):
             raise ImportError(f"{name}: quantstudy is not importable in a package check")
         return None
@@ -61,7 +71,7 @@ def machine(device: str) -> dict[str, str]:
     return bound
 
 
-def binding_problem(manifest: dict) -> str | None:
+def binding_problem(manifest: dict[str, Any]) -> str | None:
     """The first difference between what the packages are bound to and this machine."""
     wanted = manifest["bound_to"]
     here = machine(wanted["device"])
@@ -74,17 +84,18 @@ def binding_problem(manifest: dict) -> str | None:
     return None
 
 
-def load(folder: Path, entry: dict):
+def load(folder: Path, entry: dict[str, Any]) -> Model:
     """The package, with AOTInductor's single-threaded runner: the default runner synchronizes
     between calls for callers on several threads, which conflicts with a CUDA graph capture
     (`aoti_load_package` documents `run_single_threaded` as "useful to avoid conflicts with
     CUDAGraphs"); this script calls from one thread."""
     from torch._inductor import aoti_load_package
 
-    return aoti_load_package(str(folder / entry["file"]), run_single_threaded=True)
+    model: Model = aoti_load_package(str(folder / entry["file"]), run_single_threaded=True)
+    return model
 
 
-def prepared(x: torch.Tensor, manifest: dict) -> torch.Tensor:
+def prepared(x: torch.Tensor, manifest: dict[str, Any]) -> torch.Tensor:
     """Float32 NCHW images in the packages' device, dtype and memory format."""
     spec = manifest["input"]
     x = x.to(manifest["bound_to"]["device"], getattr(torch, spec["dtype"]))
@@ -93,7 +104,9 @@ def prepared(x: torch.Tensor, manifest: dict) -> torch.Tensor:
     return x
 
 
-def run_images(model, entry: dict, images: torch.Tensor, manifest: dict) -> torch.Tensor:
+def run_images(
+    model: Model, entry: dict[str, Any], images: torch.Tensor, manifest: dict[str, Any]
+) -> torch.Tensor:
     """Float32 logits of `images`, in chunks of the package's batch (a static package takes
     exactly its batch: the last chunk is filled up with its first image and cut back)."""
     batch = entry["batch"] or entry["max_batch"]
@@ -108,7 +121,9 @@ def run_images(model, entry: dict, images: torch.Tensor, manifest: dict) -> torc
     return torch.cat(outs)
 
 
-def _graphed(model, x: torch.Tensor, warmup: int):
+def _graphed(
+    model: Model, x: torch.Tensor, warmup: int
+) -> tuple[Callable[[], None] | None, str | None]:
     """A replay function of `model(x)` captured in a CUDA graph, after eager warm-up calls on
     a side stream (PyTorch's capture recipe), and None; or None and why the call could not be
     captured."""
@@ -126,13 +141,13 @@ def _graphed(model, x: torch.Tensor, warmup: int):
     except RuntimeError as failed:
         return None, (str(failed).strip().splitlines() or ["(no message)"])[0][:300]
 
-    def replay(kept=(graph, keep)):  # the graph and its outputs (in its pool) stay alive
+    def replay(kept: tuple[Any, Any] = (graph, keep)) -> None:  # the graph, its outputs kept
         kept[0].replay()
 
     return replay, None
 
 
-def _round(fn, iters: int, device: str) -> float:
+def _round(fn: Callable[[], None], iters: int, device: str) -> float:
     """ms per call over one round of `iters` calls."""
     if device != "cuda":
         start = time.perf_counter()
@@ -145,13 +160,16 @@ def _round(fn, iters: int, device: str) -> float:
         fn()
     end.record()
     end.synchronize()
-    return begin.elapsed_time(end) / iters
+    return float(begin.elapsed_time(end)) / iters
 
 
-def time_pair(fp16, fp8, x: torch.Tensor, rounds: int, iters: int, device: str) -> dict:
+def time_pair(
+    fp16: Model, fp8: Model, x: torch.Tensor, rounds: int, iters: int, device: str
+) -> dict[str, Any]:
     """The two packages timed in alternating rounds (ABBA), as the study's harness times."""
-    calls, method = {}, "CUDA graph replay, CUDA events" if device == "cuda" else "host clock"
-    engines = {}
+    method = "CUDA graph replay, CUDA events" if device == "cuda" else "host clock"
+    calls: dict[str, Callable[[], None]] = {}
+    engines: dict[str, str] = {}
     for name, model in (("fp16", fp16), ("fp8", fp8)):
         replay, why = _graphed(model, x, 10) if device == "cuda" else (None, None)
         engines[name] = "CUDA graph replay" if replay is not None else "host clock"
@@ -160,13 +178,14 @@ def time_pair(fp16, fp8, x: torch.Tensor, rounds: int, iters: int, device: str) 
                 method = "eager calls (a package would not capture), CUDA events"
                 engines[name] = f"eager calls: the capture failed: {why}"
 
-            def replay(model=model):
+            def eager(model: Model = model) -> None:
                 with torch.no_grad():
                     model(x)
 
+            replay = eager
             replay()
         calls[name] = replay
-    times = {"fp16": [], "fp8": []}
+    times: dict[str, list[float]] = {"fp16": [], "fp8": []}
     for r in range(rounds):
         for name in ("fp16", "fp8") if r % 2 == 0 else ("fp8", "fp16"):
             times[name].append(_round(calls[name], iters, device))
@@ -205,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         return BOUND_EXIT
     torch.manual_seed(0)
     device = manifest["bound_to"]["device"]
-    result: dict = {"machine": machine(device), "load_s": {}, "timing": {}}
+    result: dict[str, Any] = {"machine": machine(device), "load_s": {}, "timing": {}}
     fp8_entries = [e for e in manifest["packages"] if e["engine"] == "fp8"]
     widest = max(fp8_entries, key=lambda e: e["batch"] or e["max_batch"])
     if args.logits is not None or args.each_logits is not None:
