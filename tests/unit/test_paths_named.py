@@ -49,13 +49,6 @@ NOT_READ = {
     # bench/report.py, read here; the records' notes name the code of the commit they ran at.
     "docs/results/README.md",
 }
-# Stale names in files another change rewrites (the FP8 ops declared once); each entry must
-# still be stale, so the entry goes when its file is fixed.
-PENDING = {
-    "src/quantstudy/package/ops.py": ["quant/fused.py"],
-    "src/quantstudy/package/tiles.py": ["quant/triton_fp8.py"],
-    "src/quantstudy/quant/kernels/tuning.py": ["bench/study_time.py"],
-}
 
 
 def _roots(repo: Path) -> set[str]:
@@ -138,19 +131,12 @@ def test_every_path_named_for_a_reader_exists():
     stale = {}
     for f in sorted(set(named_files(REPO))):
         name = str(f.relative_to(REPO))
-        if missing := [t for t in missing_paths(f) if t not in PENDING.get(name, [])]:
+        if missing := missing_paths(f):
             stale[name] = missing
     assert not stale, "paths named that do not exist (fix the name or the text):\n" + "\n".join(
         f"  {f}: {', '.join(m)}" for f, m in stale.items()
     )
 
-
-def test_pending_names_are_still_stale():
-    """A `PENDING` entry whose file no longer names the missing path is removed from `PENDING`."""
-    for name, tokens in PENDING.items():
-        path = REPO / name
-        found = missing_paths(path) if path.exists() else []
-        assert [t for t in tokens if t not in found] == [], f"{name} is fixed: drop it from PENDING"
 
 
 def test_the_files_read_include_docs_sources_recipes_and_report_templates():

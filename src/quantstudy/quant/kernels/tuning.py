@@ -43,7 +43,7 @@ Grid = Callable[[dict[str, Any]], tuple[Any, ...]]  # launch grid from a config'
 #    tile and path promotes the sums at the same K, `_mma`), so only the timed batches tune.
 #
 # `TUNE_LOG` lists each launch the autotuner timed in this process, also appended as JSON lines
-# to `$QUANTSTUDY_TUNE_LOG` where set (`bench/study_time.py`).
+# to `$QUANTSTUDY_TUNE_LOG` where set (`tools/bench/study_time.py`).
 
 TUNE_LOG: list[dict[str, Any]] = []
 _UNTIMED: list[bool] = [False]
