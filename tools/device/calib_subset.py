@@ -21,7 +21,9 @@ from quantstudy.data.folders import scan_folder
 from quantstudy.data.split import split_items
 
 
-def calibration_subset(folder: Path, n: int, seed: int = 0, classes: Path | None = None):
+def calibration_subset(
+    folder: Path, n: int, seed: int = 0, classes: Path | None = None
+) -> list[Path]:
     """The paths (relative to `folder`) of the `n` images a study of seed `seed` calibrates on."""
     scan = scan_folder(folder, classes)
     calib, _ = split_items([], n, 1, seed, calib_items=scan.items)  # no held-out folder here
@@ -36,7 +38,8 @@ def main() -> None:
     parser.add_argument("--class-list", type=Path, help="default: the folder's ../classes.txt")
     opts = parser.parse_args()
     classes = opts.class_list or opts.folder.parent / "classes.txt"
-    subset = calibration_subset(opts.folder, opts.n, opts.seed, classes if classes.is_file() else None)
+    classes = classes if classes.is_file() else None  # then timm's ImageNet classes
+    subset = calibration_subset(opts.folder, opts.n, opts.seed, classes)
     print("\n".join(map(str, subset)))
 
 
