@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test test-suites test-slow test-full test-evidence test-oldest lint clean
+.PHONY: demo test test-suites test-slow test-full test-evidence test-oldest test-image lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,9 +60,27 @@ test-oldest: $(OLDEST_VENV)/.installed
 	$(OLDEST_PY) -m pytest -q -rs -m "not slow and not suite and not evidence" tests/unit
 	ci/oldest-smoke.sh $(OLDEST_PY) $(SMOKE_DATA)
 
+# test-image: the GPU machine's image (ci/image.txt, docs/VERSIONS.md) in its own venv: its
+# Python (3.12) and versions, the fast tier over all of tests/. IMAGE_PYTHON is that Python
+# (default: pyenv's newest 3.12); without one the target refuses in one line.
+IMAGE_VENV := .venv-image
+IMAGE_PY := $(IMAGE_VENV)/bin/python
+PYENV_ROOT ?= $(HOME)/.pyenv
+IMAGE_PYTHON ?= $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/3.12*/bin/python3)))
+
+$(IMAGE_VENV)/.installed: pyproject.toml ci/image.txt
+	@"$(IMAGE_PYTHON)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null || \
+	  { echo "make test-image: no Python 3.12 (the GPU image's) at IMAGE_PYTHON='$(IMAGE_PYTHON)'; install one (pyenv install 3.12) or pass IMAGE_PYTHON=/path/to/python3.12" >&2; exit 1; }
+	"$(IMAGE_PYTHON)" -m venv $(IMAGE_VENV)
+	$(IMAGE_PY) -m pip install -q -c ci/image.txt -e ".[dev,lite0]" onnx onnxruntime
+	touch $@
+
+test-image: $(IMAGE_VENV)/.installed
+	$(IMAGE_PY) -m pytest -q -rs -m "not slow and not suite and not evidence"
+
 lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests
 	$(PY) -m ruff format --check src tests
 
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(OLDEST_VENV) $(IMAGE_VENV) .pytest_cache .ruff_cache

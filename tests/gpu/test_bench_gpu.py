@@ -32,6 +32,7 @@ def test_depthwise_times_cudnn_against_the_triton_kernel(tmp_path):
 
 
 @pytest.mark.data
+@pytest.mark.shared("val-1300")
 def test_speed_and_kernels_on_a_small_study(tmp_path, shared_data):
     common = ["tf_efficientnet_lite0", "--weights", "random", "--device", "cuda"]
     common += ["--data", str(shared_data / "val-1300"), "--calib", "32", "--heldout", "64"]

@@ -14,7 +14,7 @@ from quantstudy.bridge.qdq import min_ir_version
 from quantstudy.cli import main
 from quantstudy.quant.formats.fp8 import fake_quant
 from quantstudy.record.errors import UserError
-from quantstudy.report.render import load_record
+from quantstudy.record.load import load_record
 from tests.unit._bridge_study import small_study
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from quantstudy.cli import main
-from quantstudy.report.render import load_record
+from quantstudy.record.load import load_record
 from tests.unit._bridge_study import small_study
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trtexec"

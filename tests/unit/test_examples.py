@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from quantstudy.record import SCHEMA_VERSION, StudyRecord
-from quantstudy.report.render import load_record, render_study
+from quantstudy.record.load import load_record
+from quantstudy.report.render import render_study
 from quantstudy.report.selfcheck import check_markdown
 
 ROOT = Path(__file__).resolve().parents[2] / "examples"

@@ -26,7 +26,7 @@ from quantstudy.quant.formats.fp8 import quantize_weight, to_fp8
 from quantstudy.quant.kernels import launches
 from quantstudy.quant.layers.fused_matmul import fp8_gemm
 from quantstudy.record.errors import UserError
-from quantstudy.report.render import load_record
+from quantstudy.record.load import load_record
 from quantstudy.study.per_image import set_ids
 from tests.unit._package_study import package_study
 

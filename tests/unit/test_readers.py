@@ -1,6 +1,6 @@
 """The one strict reader (`record/readers.py`): every file format refuses, in one `UserError`,
 what would make a small file expensive (aliases, deep nesting, a huge file) or ambiguous
-(a repeated JSON key)."""
+(a repeated key, in JSON and YAML alike)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,34 @@ def test_a_repeated_json_key_is_refused():
     with pytest.raises(UserError, match="key 'a' repeated"):
         parse_json('{"a": 1, "b": {"a": 2}, "a": 3}', "r.json")
     assert parse_json('{"a": 1, "b": {"a": 2}}', "r.json") == {"a": 1, "b": {"a": 2}}
+
+
+REPEATED = (
+    "version: 2\nquality:\n  agreement: {min: 0.97}\n  kl_mean: {max: 0.02}\n"
+    "  agreement: {min: 0.5}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "parse",
+    [
+        lambda t: parse_yaml(t, "f.yaml"),
+        lambda t: parse_policy(t, "f.yaml"),
+        lambda t: parse_recipe(t.encode(), "f.yaml"),
+    ],
+    ids=["yaml", "policy", "recipe"],
+)
+def test_a_repeated_yaml_key_is_refused_with_its_line(parse):
+    """PyYAML keeps the last value of a repeated key without a word: a policy could read 0.97 to
+    its author and 0.5 to the tool. The sweep file reads through the same reader
+    (test_sweep_spec)."""
+    with pytest.raises(UserError, match=r"^(policy )?f\.yaml line 5: duplicate key 'agreement'; "):
+        parse(REPEATED)
+
+
+def test_the_same_key_in_two_mappings_is_not_repeated():
+    _, data = parse_yaml("a: {x: 1}\nb: {x: 2}\n", "f.yaml")
+    assert data == {"a": {"x": 1}, "b": {"x": 2}}
 
 
 def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):

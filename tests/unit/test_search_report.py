@@ -22,9 +22,10 @@ from quantstudy.record import (
     Variant,
 )
 from quantstudy.record.errors import UserError
+from quantstudy.record.load import load_record
 from quantstudy.report.markdown import render_markdown
 from quantstudy.report.plots import SENSITIVITY_PNG, available_plots
-from quantstudy.report.render import load_record, render_study
+from quantstudy.report.render import render_study
 from quantstudy.report.selfcheck import check_markdown
 from quantstudy.search.select import (
     LayerEvidence,

@@ -11,8 +11,8 @@ from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record import SCHEMA_VERSION
 from quantstudy.record.errors import UserError
+from quantstudy.record.load import load_record
 from quantstudy.report.markdown import render_markdown
-from quantstudy.report.render import load_record
 from quantstudy.report.selfcheck import check_markdown
 from quantstudy.search.run import SearchConfig, run_search, summary_lines
 from quantstudy.study.config import StudyConfig

@@ -13,7 +13,7 @@ from quantstudy.data.folders import scan_folder
 from quantstudy.record import ImageSet, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_record
-from quantstudy.report.render import load_record
+from quantstudy.record.load import load_record
 from quantstudy.study.extend import _new_items
 from quantstudy.study.per_image import PerImageResults, seal, set_ids, unseal
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
+from _records import build_record
 
 from quantstudy.cli import main
 from quantstudy.recipe.schema import CALIBRATORS, parse_recipe
-from quantstudy.record import StageTime, TimingsSection
+from quantstudy.record import SCHEMA_VERSION, StageTime, TimingsSection
 from quantstudy.record.errors import UserError
+from quantstudy.record.io import write_record
 from quantstudy.study.stage_timer import StageTimer, format_timings
 from quantstudy.sweep.estimate import estimate
 from quantstudy.sweep.grid import expand
@@ -166,17 +169,19 @@ def test_estimate_from_recorded_stage_timings(tmp_path):
         .line()
         .endswith("no estimate (no earlier study of these settings has timings)")
     )
-    import json
-
+    base = build_record(device="cpu")
+    config = base.config.replace(model="test_efficientnet", device="cpu", calib=4, heldout=8)
     for i, total in enumerate((30.0, 50.0, 40.0)):
         folder = tmp_path / "out" / f"s{i}"
         folder.mkdir(parents=True)
-        record = {
-            "status": "complete",
-            "config": {"model": "test_efficientnet", "device": "cpu", "calib": 4, "heldout": 8},
-            "timings": {"stages": [], "total_s": total},
-        }
-        (folder / "study.json").write_text(json.dumps(record))
+        timings = TimingsSection(stages=[], total_s=total)
+        record = base.model_copy(update={"config": config, "speed": None, "timings": timings})
+        write_record(folder / "study.json", record)
+    # a record this quantstudy cannot read (a newer schema's) gives no estimate, and no error
+    newer = tmp_path / "out" / "newer"
+    newer.mkdir()
+    data = json.loads((tmp_path / "out" / "s0" / "study.json").read_text())
+    (newer / "study.json").write_text(json.dumps(data | {"schema_version": SCHEMA_VERSION + 1}))
     est = estimate(points, tmp_path / "out", 2)
     assert (est.estimated, est.missing, est.seconds) == (8, 4, 8 * 40.0)  # median 40 s each
     assert "5.3 min of study time for 8 point(s), about 2.7 min on 2 worker(s)" in est.line()

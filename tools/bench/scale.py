@@ -15,7 +15,6 @@ throughput, not quality.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 from study_time import CACHE_FOLDERS  # this folder's: a script's own folder is on its path
 
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.load import RECORD_FILE, load_record_data
 
 HELDOUT_STAGE = "held-out: "
 
@@ -53,8 +53,8 @@ def _run(
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     wall = round(time.perf_counter() - start, 2)
-    study = folder / "study.json"
-    record = json.loads(study.read_text()) if study.is_file() else {}
+    study = folder / RECORD_FILE
+    record = load_record_data(study)[1] if study.is_file() else {}
     stages = {s["stage"]: s["seconds"] for s in (record.get("timings") or {}).get("stages", [])}
     heldout = (record.get("data") or {}).get("heldout") or {}
     n = heldout.get("n_images")

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.load import RECORD_FILE, load_record_data
 from quantstudy.study.calib_stats import STATS_ENV
 
 PROGRAM = "python tools/bench/study_time.py"
@@ -51,8 +52,8 @@ def _run(model: str, args: list[str], out: Path, env: dict[str, str], log: Path)
     with log.open("w") as f:
         rc = subprocess.run(command, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
     wall = time.perf_counter() - start
-    studies = sorted(out.rglob("study.json"))
-    record = json.loads(studies[0].read_text()) if studies else None
+    studies = sorted(out.rglob(RECORD_FILE))
+    record = load_record_data(studies[0])[1] if studies else None
     return {"rc": rc, "wall_s": round(wall, 2), "record": record, "log": str(log)}
 
 

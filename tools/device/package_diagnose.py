@@ -126,7 +126,7 @@ def main() -> int:
     args = p.parse_args()
     from quantstudy.bridge.rebuild import load_set, rebuild
     from quantstudy.package.build import build_engines
-    from quantstudy.report.render import RECORD_FILE, load_record
+    from quantstudy.record.load import RECORD_FILE, load_record
 
     out_dir = Path(os.environ.get("OUT", "."))
     args.work.mkdir(parents=True, exist_ok=True)

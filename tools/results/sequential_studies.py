@@ -19,7 +19,7 @@ from typing import Any
 
 from quantstudy.record import StudyRecord
 from quantstudy.record.io import write_json_atomic
-from quantstudy.report.render import RECORD_FILE, load_record
+from quantstudy.record.load import RECORD_FILE, load_record
 
 
 def _gates(look: Any) -> list[dict[str, Any]]:

@@ -96,13 +96,10 @@ def _check_opset(opset: int) -> None:
 
 def _exportable(study_dir: Path) -> None:
     """Export ships the study's numbers: only a complete, sealed record is exported."""
-    from quantstudy.record.readers import read_json
-    from quantstudy.record.study import check_seal
-    from quantstudy.report.render import RECORD_FILE, load_record
+    from quantstudy.record.load import RECORD_FILE, load_record
 
     path = Path(study_dir) / RECORD_FILE
-    record = load_record(path)  # refuses a missing, invalid or edited record
-    check_seal(path, read_json(path, "study record", "record"), "export")
+    record = load_record(path, "export")  # refuses a missing, unknown, invalid or unsealed one
     if record.status != "complete":
         raise UserError(
             f"{path} is a {record.status} study: export writes only what a complete study "

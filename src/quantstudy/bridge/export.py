@@ -29,7 +29,7 @@ from quantstudy.engines.run import run_engine
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_bytes_atomic, write_text_atomic
-from quantstudy.report.render import RECORD_FILE, load_record
+from quantstudy.record.load import RECORD_FILE, load_record
 
 DEFAULT_NAME = "model.onnx"
 

@@ -42,9 +42,10 @@ from quantstudy.record import (
 )
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_record
+from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.record.speed import LayerPrecision
 from quantstudy.record.vocab import CompileMode, Engine, KernelGroup
-from quantstudy.report.render import RECORD_FILE, load_record, render_study
+from quantstudy.report.render import render_study
 from quantstudy.speed.stats import timing_stats
 
 ENGINE = "tensorrt"

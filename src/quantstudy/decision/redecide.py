@@ -15,8 +15,7 @@ from quantstudy.decision.policy import decide, load_policy
 from quantstudy.record import SCHEMA_VERSION, Decision, Redecision, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.readers import read_json
-from quantstudy.record.study import check_seal
+from quantstudy.record.load import RECORD_FILE, load_record_data
 from quantstudy.record.version import __version__
 
 
@@ -39,12 +38,10 @@ def redecide(record: StudyRecord, policy_name: str | Path | None) -> Decision:
 
 def redecide_file(study_dir: Path, policy_name: str | Path | None) -> StudyRecord:
     """Rewrite the decision in `study_dir/study.json`; return the updated record."""
-    path = Path(study_dir) / "study.json"
+    path = Path(study_dir) / RECORD_FILE
     if not path.is_file():
         raise UserError(f"no study.json in {study_dir}: give a folder that `quantstudy run` wrote")
-    raw = read_json(path, "study record", "record")
-    record = StudyRecord.model_validate(raw)
-    check_seal(path, raw, "decide")
+    record, raw = load_record_data(path, "decide")
     decision = redecide(record, policy_name)
     raw["decision"] = decision.model_dump(mode="json")
     write_json_atomic(path, raw)

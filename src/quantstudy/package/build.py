@@ -37,8 +37,8 @@ from quantstudy.record import StudyRecord
 from quantstudy.record.engines import EngineInfo
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.record.vocab import CompileMode, Device, Engine, Fp8Kernel
-from quantstudy.report.render import RECORD_FILE, load_record
 from quantstudy.study.per_image import set_ids
 
 SAMPLE_IMAGES = 4  # recorded images whose outputs the manifest fingerprints

@@ -37,7 +37,7 @@ from quantstudy.package import manifest as mf
 from quantstudy.package.loader import run_script
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
-from quantstudy.report.render import RECORD_FILE, load_record
+from quantstudy.record.load import RECORD_FILE, load_record
 
 # Within this share of the study's x (or above it) the package keeps the speed the study reported.
 X_TOLERANCE = 0.05

@@ -316,7 +316,7 @@ def parse_recipe(raw: bytes, origin: str) -> Recipe:
             f"{origin} line 1: a recipe is a YAML mapping with keys "
             f"{', '.join(Recipe.model_fields)} (see `quantstudy recipes show`)"
         )
-    lines = key_lines(root, (), origin)
+    lines = key_lines(root, ())
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as err:
@@ -337,23 +337,19 @@ def compose_yaml(text: str, origin: str) -> tuple[yaml.Node | None, object]:
     return parse_yaml(text, origin)
 
 
-def key_lines(node: yaml.Node, path: Loc, origin: str) -> dict[Loc, int]:
-    """Line (1-based) of every mapping key and list item, by path; rejects duplicate keys.
-    Shared by every YAML file the tool reads (recipes, sweeps), so their errors name lines alike."""
+def key_lines(node: yaml.Node, path: Loc) -> dict[Loc, int]:
+    """Line (1-based) of every mapping key and list item, by path (a repeated key was refused
+    by the reader). Shared by every YAML file the tool reads (recipes, sweeps), so their errors
+    name lines alike."""
     lines: dict[Loc, int] = {path: node.start_mark.line + 1}
     if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else key_node.tag
-            if key in seen:
-                line = key_node.start_mark.line + 1
-                raise UserError(f"{origin} line {line}: duplicate key {key!r}; keep one")
-            seen.add(key)
-            lines.update(key_lines(value_node, (*path, key), origin))
+            lines.update(key_lines(value_node, (*path, key)))
             lines[(*path, key)] = key_node.start_mark.line + 1
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            lines.update(key_lines(item, (*path, i), origin))
+            lines.update(key_lines(item, (*path, i)))
     return lines
 
 

@@ -10,7 +10,8 @@ file; nothing here raises a traceback for a bad file.
   only way a YAML document grows beyond its text (ten nested aliases of ten items each are
   10^10 nodes from a few hundred bytes, the "billion laughs"); no file the tool reads needs one,
   so the first alias is refused with its line before anything is built. Nesting deeper than
-  Python's recursion allows is refused too, rather than crashing the composer.
+  Python's recursion allows is refused too, rather than crashing the composer. A key repeated
+  in one mapping is refused with its line, as in JSON below (PyYAML keeps the last value).
 - JSON: the standard parser, with repeated keys refused (the parser keeps the last one
   silently, so an edited record could show one value and be checked on another) and nesting
   too deep for the parser refused in one line.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,24 @@ class StrictLoader(yaml.SafeLoader):
             )
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, Hashable) and key in seen:
+                raise RepeatedKeyError(key, key_node.start_mark)
+            if isinstance(key, Hashable):
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+class RepeatedKeyError(yaml.constructor.ConstructorError):
+    """A key given twice in one mapping: PyYAML would keep the last value without a word, so a
+    file could read one way to its author and another to the tool."""
+
+    def __init__(self, key: Any, mark: yaml.Mark) -> None:
+        super().__init__(None, None, f"duplicate key {key!r}; keep one", mark)
+
 
 def parse_yaml(text: str, origin: str) -> tuple[yaml.Node | None, Any]:
     """The node tree (for line numbers) and the data of YAML `text`, by `StrictLoader`; a
@@ -100,7 +119,8 @@ def parse_yaml(text: str, origin: str) -> tuple[yaml.Node | None, Any]:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = f" line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{origin}{line}: malformed YAML: {err.problem or err}") from None
+        what = "" if isinstance(err, RepeatedKeyError) else "malformed YAML: "
+        raise UserError(f"{origin}{line}: {what}{err.problem or err}") from None
     except yaml.YAMLError as err:
         raise UserError(f"{origin}: malformed YAML: {str(err).splitlines()[0]}") from None
     except RecursionError:

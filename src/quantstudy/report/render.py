@@ -15,54 +15,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from quantstudy.record import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_text_atomic
-from quantstudy.record.readers import read_json
-from quantstudy.record.study import MODIFIED, check_seal, unsealed
+from quantstudy.record.load import RECORD_FILE, load_record
+from quantstudy.record.study import MODIFIED, unsealed
 from quantstudy.report.markdown import render_markdown
 from quantstudy.report.meaning import check_meaning
 from quantstudy.report.plots import PLOT_FILES, write_plots
 from quantstudy.report.selfcheck import check_markdown
 
-RECORD_FILE = "study.json"
 REPORT_FILE = "report.md"
 
 
 class ReportCheckError(RuntimeError):
     """The rendered Markdown failed its self-check: a renderer bug, not a user mistake."""
-
-
-def load_record(path: Path) -> StudyRecord:
-    """Read and validate a study record; a missing or invalid file is a `UserError`."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(
-            f"no study record at {path}: pass the folder a `quantstudy run` wrote "
-            f"(it holds {RECORD_FILE})"
-        )
-    data = read_json(path, "study record", "record")
-    if not isinstance(data, dict):
-        raise UserError(f"{path} is not a study record (a JSON object)")
-    version = data.get("schema_version", SCHEMA_VERSION)
-    known = range(OLDEST_SCHEMA_VERSION, SCHEMA_VERSION + 1)
-    if isinstance(version, bool) or not isinstance(version, int) or version not in known:
-        raise UserError(
-            f"{path} has schema_version {version!r}; this quantstudy reads versions "
-            f"{OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION}"
-        )
-    try:
-        record = StudyRecord.model_validate(data)
-    except ValidationError as e:
-        first = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()[:5]
-        )
-        more = f" (and {e.error_count() - 5} more)" if e.error_count() > 5 else ""
-        raise UserError(f"{path} is not a valid study record: {first}{more}") from None
-    check_seal(path, data)
-    return record
 
 
 def render_study(study_dir: Path) -> Path:

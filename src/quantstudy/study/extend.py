@@ -32,8 +32,9 @@ from quantstudy.quality.stress import stress_inputs
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_record
+from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.record.vocab import Engine
-from quantstudy.report.render import load_record, render_study
+from quantstudy.report.render import render_study
 from quantstudy.study.cache import StageCache
 from quantstudy.study.guard import claim_study_folder
 from quantstudy.study.heldout import chunk_batches, run_heldout
@@ -49,8 +50,6 @@ from quantstudy.study.prepare import prepare_study, study_device
 from quantstudy.study.rounds import ROUND_IMAGES, Rounds
 from quantstudy.study.run import build_engines
 from quantstudy.study.stage_timer import StageTimer
-
-RECORD_FILE = "study.json"
 
 
 def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[StudyRecord, Path]:

@@ -48,9 +48,10 @@ from quantstudy.record.io import (
     filesystem_message,
     make_folder,
 )
+from quantstudy.record.load import RECORD_FILE, schema_problem
 from quantstudy.record.readers import read_json
 from quantstudy.report.plots import PLOT_FILES
-from quantstudy.report.render import RECORD_FILE, REPORT_FILE
+from quantstudy.report.render import REPORT_FILE
 
 console = Console(stderr=True)
 
@@ -274,8 +275,14 @@ def _previous_study(out_dir: Path) -> dict[str, Any] | None:
 def _check_replace(
     out_dir: Path, previous: dict[str, Any], record: StudyRecord, force: bool
 ) -> None:
-    differences = config_differences(
-        previous.get("config") or {}, record.config.model_dump(mode="json")
+    # a record this quantstudy cannot read (a newer one's) is kept unless replacing is asked for
+    problem = schema_problem(out_dir / RECORD_FILE, previous)
+    if problem is not None and not force:
+        raise UserError(f"{problem}; give another --out, or pass --force to replace it")
+    differences = (
+        [problem]
+        if problem
+        else config_differences(previous.get("config") or {}, record.config.model_dump(mode="json"))
     )
     if not differences:
         return

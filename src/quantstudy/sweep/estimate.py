@@ -8,11 +8,12 @@ setting; a point with no such study has no estimate, and the total says how many
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantstudy.record.errors import UserError
+from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.sweep.grid import GridPoint
 
 
@@ -23,16 +24,18 @@ def _signature(model: str, device: str, calib: int, heldout: int, speed: bool) -
 def recorded_totals(out: Path) -> dict[tuple, list[float]]:
     """Study totals (seconds) under `out`, by (model, device, calib, heldout, speed)."""
     found: dict[tuple, list[float]] = {}
-    for path in sorted(out.glob("*/study.json")):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        timings, config = record.get("timings"), record["config"]
-        if record.get("status") != "complete" or not timings:
+    for path in sorted(out.glob(f"*/{RECORD_FILE}")):
+        try:
+            record = load_record(path)
+        except UserError:  # unreadable here (a newer schema, an edit): no estimate from it
             continue
-        speed = record.get("speed") is not None
+        if record.status != "complete" or record.timings is None:
+            continue
+        config = record.config
         key = _signature(
-            config["model"], config["device"], config["calib"], config["heldout"], speed
+            config.model, config.device, config.calib, config.heldout, record.speed is not None
         )
-        found.setdefault(key, []).append(float(timings["total_s"]))
+        found.setdefault(key, []).append(float(record.timings.total_s))
     return found
 
 

@@ -11,7 +11,6 @@ resumes it from its last finished stage.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -23,10 +22,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.load import RECORD_FILE, load_record
+from quantstudy.record.readers import read_json
 from quantstudy.sweep.grid import GridPoint
 
 POINT_FILE = "point.json"
@@ -63,12 +64,28 @@ def read_status(folder: Path) -> PointStatus | None:
     path = folder / POINT_FILE
     if not path.is_file():
         return None
-    return PointStatus.model_validate_json(path.read_text(encoding="utf-8"))
+    data = read_json(path, "sweep point status", "record")
+    try:
+        return PointStatus.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UserError(
+            f"{path} is not a sweep point status ({where}: {first['msg']}); remove the point's "
+            "folder to run it again"
+        ) from None
 
 
 def _study_complete(folder: Path) -> bool:
-    study = folder / "study.json"
-    return study.is_file() and json.loads(study.read_text(encoding="utf-8"))["status"] == "complete"
+    """The point's study record reads (`record/load.py`) and says complete; a record this
+    quantstudy cannot read is not a finished point (the summary's row says why)."""
+    study = folder / RECORD_FILE
+    if not study.is_file():
+        return False
+    try:
+        return load_record(study).status == "complete"
+    except UserError:
+        return False
 
 
 def is_finished(folder: Path) -> bool:

@@ -107,7 +107,7 @@ def load_sweep(path: Path) -> SweepSpec:
     root, data = compose_yaml(text, origin)
     if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
         raise UserError(f"{origin} line 1: a sweep file is a YAML mapping with keys {_keys()}")
-    lines = key_lines(root, (), origin)
+    lines = key_lines(root, ())
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from quantstudy.record import StudyRecord
+from quantstudy.record.errors import UserError
+from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.record.vocab import Engine
 from quantstudy.sweep.events import Job
 from quantstudy.sweep.point import read_status
@@ -96,14 +98,13 @@ def collect_row(job: Job, out: Path) -> SweepRow:
         "error": status.error if status else None,
         "wall_s": status.wall_s if status else None,
     }
-    study = folder / "study.json"
+    study = folder / RECORD_FILE
     if not study.is_file():
         return SweepRow(**base)
     try:
-        record = StudyRecord.model_validate_json(study.read_text(encoding="utf-8"))
-    except ValidationError as err:  # e.g. written by another version: the row says so
-        problem = f"study.json does not load: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}"
-        return SweepRow(**(base | {"status": "failed", "error": problem}))
+        record = load_record(study)
+    except UserError as err:  # e.g. written by a newer version: the row says so
+        return SweepRow(**(base | {"status": "failed", "error": str(err)}))
     if record.status != "complete" and base["status"] == "complete":
         base["status"] = "partial"
     return SweepRow(**(base | _measured(record)))
