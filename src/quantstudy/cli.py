@@ -20,7 +20,7 @@ from pydantic.fields import FieldInfo
 
 from quantstudy.cli_parsers import add_extend_parser, add_search_parser, add_sweep_parser
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import PathText, StudyConfig, option
+from quantstudy.record.inputs import PathText, StudyConfig, option, read_config
 from quantstudy.record.io import filesystem_message
 from quantstudy.record.vocab import choices
 
@@ -40,6 +40,7 @@ STUDY_OPTIONS = (
     "test_settings",
     "policy",
     "speed",
+    "quality",
     "package",
     "out",
 )
@@ -121,7 +122,15 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a study of MODEL", epilog=EXIT_STATUS)
     run.add_argument(
-        "model", help="timm name, optionally with tag, e.g. mobilenetv4_conv_large.e500_r256_in1k"
+        "model",
+        nargs="?",
+        help="timm name, optionally with tag, e.g. mobilenetv4_conv_large.e500_r256_in1k",
+    )
+    run.add_argument(
+        "--config",
+        type=Path,
+        help="run the study a JSON file of its options describes (StudyConfig's fields, as a "
+        "sweep writes one per study) instead of MODEL and options",
     )
     _add_config_args(run, MODEL_DATA_OPTIONS + STUDY_OPTIONS)
     _add_force_arg(run)
@@ -218,11 +227,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if os.environ.get(STOP_ON_SIGINT) == "1":  # a sweep's study: its stop request is SIGINT
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    config = _model_config(args)
+    config = _run_config(args)
     preflight(config)  # bad paths and files refused before torch is even imported
     from quantstudy.study.run import run_study
 
     return _print_outcome(*run_study(config, force=args.force))
+
+
+KEEP = ("config", "force")  # `run --config FILE` takes these beside the file
+
+
+def _run_config(args: argparse.Namespace) -> StudyConfig:
+    """`run MODEL [options]`, or `run --config FILE` alone."""
+    if args.config is None:
+        if args.model is None:
+            raise UserError("give the model to study (quantstudy run MODEL --data DIR ...)")
+        return _model_config(args)
+    alone = _parser().parse_args(["run", "--config", str(args.config)])
+    given = [k for k, v in vars(alone).items() if getattr(args, k) != v and k not in KEEP]
+    if given:
+        flags = ", ".join("MODEL" if k == "model" else option(k) for k in given)
+        raise UserError(
+            f"--config {args.config} holds every option of the study; drop {flags} (or edit "
+            "the file)"
+        )
+    return read_config(args.config)
 
 
 def _cmd_search(args: argparse.Namespace) -> None:
