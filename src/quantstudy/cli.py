@@ -98,10 +98,15 @@ def _argument(name: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
     return [option(name)], kw | {"default": default, "help": help_text}
 
 
-def _add_config_args(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
-    """One option per `StudyConfig` field of `names`."""
+def _add_config_args(
+    p: argparse.ArgumentParser, names: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> None:
+    """One option per `StudyConfig` field of `names`; those in `optional` are not required
+    (another option can stand in for them)."""
     for name in names:
         flags, kw = _argument(name, StudyConfig.model_fields[name])
+        if name in optional:
+            kw.pop("required", None)
         p.add_argument(*flags, **kw)
 
 
@@ -132,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run the study a JSON file of its options describes (StudyConfig's fields, as a "
         "sweep writes one per study) instead of MODEL and options",
     )
-    _add_config_args(run, MODEL_DATA_OPTIONS + STUDY_OPTIONS)
+    _add_config_args(run, MODEL_DATA_OPTIONS + STUDY_OPTIONS, optional=("data",))
     _add_force_arg(run)
 
     demo = sub.add_parser(
@@ -240,8 +245,6 @@ KEEP = ("config", "force")  # `run --config FILE` takes these beside the file
 def _run_config(args: argparse.Namespace) -> StudyConfig:
     """`run MODEL [options]`, or `run --config FILE` alone."""
     if args.config is None:
-        if args.model is None:
-            raise UserError("give the model to study (quantstudy run MODEL --data DIR ...)")
         return _model_config(args)
     alone = _parser().parse_args(["run", "--config", str(args.config)])
     given = [k for k, v in vars(alone).items() if getattr(args, k) != v and k not in KEEP]
@@ -411,6 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if rest and not _delegated(args):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "run" and args.config is None and (args.model is None or args.data is None):
+        parser.error("run needs MODEL and --data DIR (or --config FILE alone)")
     args.rest = rest
     args.argv = argv  # the command line a record names (None: this process's)
     try:

@@ -62,7 +62,8 @@ def estimate(points: list[GridPoint], out: Path, workers: int) -> Estimate:
     totals = recorded_totals(out) if out.is_dir() else {}
     seconds, estimated = 0.0, 0
     for p in points:
-        known = totals.get(_signature(p.model, p.device, p.calib, p.heldout, p.speed))
+        c = p.config
+        known = totals.get(_signature(c.model, c.device, c.calib, c.heldout, c.speed))
         if known:
             seconds += statistics.median(known)
             estimated += 1

@@ -1,8 +1,11 @@
-"""What executors report back: a job (grid point and its folder) started or finished."""
+"""What an executor runs (jobs: a grid point and its folder) and reports back (a job started or
+finished)."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from quantstudy.sweep.grid import GridPoint
@@ -23,3 +26,13 @@ class SweepEvents(Protocol):
     def started(self, job: Job, worker: str) -> None: ...
 
     def finished(self, job: Job, status: PointStatus) -> None: ...
+
+
+class Executor(Protocol):
+    """Runs jobs into --out until done or stopped (`local.py`, `ray_executor.py`)."""
+
+    description: str
+
+    def run(self, jobs: list[Job], out: Path, events: SweepEvents, stop: threading.Event) -> None:
+        """Run every job; on KeyboardInterrupt, stop the running studies cleanly and re-raise."""
+        ...

@@ -81,6 +81,7 @@ class SweepSpec(Strict):
     device: Literal["cpu", "cuda"] | None = None  # None: cuda when available, else cpu
     compile_mode: CompileMode = CompileMode.DEFAULT
     speed: bool = True
+    quality: bool = True  # false: speed-only studies (`quantstudy run --no-quality`)
     test_settings: bool = False
 
     @field_validator("recipes", "calibrators", "seeds", "fp8_kernels", "batches")

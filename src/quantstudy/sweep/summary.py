@@ -82,16 +82,16 @@ class SweepSummary(Strict):
 def collect_row(job: Job, out: Path) -> SweepRow:
     """The row of one grid point from its folder (whatever stage it reached)."""
     folder = out / job.folder
-    p = job.point
+    p, c = job.point, job.point.config
     status = read_status(folder)
     base = {
         "folder": job.folder,
-        "model": p.model,
-        "weights": p.weights,
+        "model": c.model,
+        "weights": c.weights,
         "recipe": Path(p.recipe).stem if "/" in p.recipe else p.recipe,
         "calibrator": p.calibrator,
-        "seed": p.seed,
-        "fp8_kernel": p.fp8_kernel,
+        "seed": c.seed,
+        "fp8_kernel": str(c.kernel),
         "status": status.status if status else "pending",
         "error": status.error if status else None,
         "wall_s": status.wall_s if status else None,
