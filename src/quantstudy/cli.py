@@ -18,7 +18,12 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
-from quantstudy.cli_parsers import add_extend_parser, add_search_parser, add_sweep_parser
+from quantstudy.cli_parsers import (
+    add_extend_parser,
+    add_search_parser,
+    add_sweep_parser,
+    add_zoo_parser,
+)
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import PathText, StudyConfig, option, read_config
 from quantstudy.record.io import filesystem_message
@@ -161,6 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("study_dir", type=Path)
 
     add_sweep_parser(sub)
+    add_zoo_parser(sub)
 
     decide = sub.add_parser(
         "decide",
@@ -374,6 +380,42 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return run_sweep(options)
 
 
+def _zoo_batches(text: str) -> tuple[int, ...]:
+    try:
+        return _batches(text)
+    except argparse.ArgumentTypeError as err:
+        raise UserError(f"--{err}") from None
+
+
+def _cmd_zoo(args: argparse.Namespace) -> int:
+    from quantstudy.zoo.catalogue import parse_shard
+    from quantstudy.zoo.points import ZooOptions
+    from quantstudy.zoo.run import run_zoo
+
+    argv = sys.argv[1:] if args.argv is None else args.argv
+    options = ZooOptions(
+        data=args.data,
+        out=args.out,
+        calib_data=args.calib_data,
+        class_list=args.class_list,
+        models=args.models,
+        shard=parse_shard(args.shard),
+        weights=args.weights,
+        device=args.device,
+        batches=_zoo_batches(args.batches),
+        calib=args.calib,
+        heldout=args.heldout,
+        executor=args.executor,
+        address=args.address,
+        transfer=args.transfer,
+        workers=args.workers,
+        dry_run=args.dry_run,
+        run=not args.leaderboard_only,
+        command=("quantstudy", *argv),
+    )
+    return run_zoo(options)
+
+
 def _cmd_bench(args: argparse.Namespace) -> None:
     from quantstudy.bench.cli import run_bench
 
@@ -395,6 +437,7 @@ COMMANDS = {
     "decide": _cmd_decide,
     "extend": _cmd_extend,
     "sweep": _cmd_sweep,
+    "zoo": _cmd_zoo,
     "export": _cmd_export,
     "import-trt": _cmd_import_trt,
     "bench": _cmd_bench,

@@ -31,7 +31,9 @@ class GridPoint(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    config: StudyConfig  # `recipe` set (the family's name for `default`); `out` None
+    # `out` None; `recipe` None: the study's own default for the model (a sweep file's
+    # `default` is resolved to the family's recipe name when the grid is expanded)
+    config: StudyConfig
     calibrator: Calibrator | None = None  # None: the recipe's own
     recipe_sha256: str | None = None  # of a recipe file's bytes when the grid was expanded
 
@@ -95,7 +97,8 @@ class GridPoint(BaseModel):
         The study's folder and a derived recipe are given relative to it (`out` "."), so the
         record reads the same wherever the folder was when the study ran (a Ray worker's
         temporary folder, or --out itself)."""
-        return self.config.replace(recipe=self.recipe_arg(folder), out=".")
+        recipe = self.config.recipe if self.calibrator is None else self.recipe_arg(folder)
+        return self.config.replace(recipe=recipe, out=".")
 
 
 def _recipe_name(recipe: str) -> str:
@@ -134,7 +137,7 @@ def expand(spec: SweepSpec, device: str) -> list[GridPoint]:
                 test_settings=spec.test_settings,
             )
             points.append(
-                GridPoint(config=config, calibrator=calibrator, recipe_sha256=_file_sha256(recipe))
+                GridPoint(config=config, calibrator=calibrator, recipe_sha256=recipe_file_sha256(recipe))
             )
     names = [p.folder_name for p in points]
     if len(set(names)) != len(names):
@@ -142,7 +145,7 @@ def expand(spec: SweepSpec, device: str) -> list[GridPoint]:
     return points
 
 
-def _file_sha256(recipe: str) -> str | None:
+def recipe_file_sha256(recipe: str) -> str | None:
     """Hash of a recipe file, so editing it gives new folders; None for a built-in name (a
     missing file fails in its study, recorded there)."""
     path = Path(recipe)
