@@ -18,12 +18,7 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
-from quantstudy.cli_parsers import (
-    add_extend_parser,
-    add_search_parser,
-    add_sweep_parser,
-    add_zoo_parser,
-)
+from quantstudy.cli_parsers import add_extend_parser, add_search_parser, add_sweep_parser
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import PathText, StudyConfig, option, read_config
 from quantstudy.record.io import filesystem_message
@@ -111,7 +106,7 @@ def _add_config_args(
     for name in names:
         flags, kw = _argument(name, StudyConfig.model_fields[name])
         if name in optional:
-            kw.pop("required", None)
+            kw |= {"required": False, "default": None}
         p.add_argument(*flags, **kw)
 
 
@@ -166,7 +161,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("study_dir", type=Path)
 
     add_sweep_parser(sub)
-    add_zoo_parser(sub)
+
+    from quantstudy.zoo.commands import add_parser as add_zoo_parser
+
+    add_zoo_parser(sub)  # zoo
 
     decide = sub.add_parser(
         "decide",
@@ -245,21 +243,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return _print_outcome(*run_study(config, force=args.force))
 
 
-KEEP = ("config", "force")  # `run --config FILE` takes these beside the file
-
-
 def _run_config(args: argparse.Namespace) -> StudyConfig:
-    """`run MODEL [options]`, or `run --config FILE` alone."""
+    """`run MODEL [options]`, or `run --config FILE` (with --force at most)."""
     if args.config is None:
         return _model_config(args)
-    alone = _parser().parse_args(["run", "--config", str(args.config)])
-    given = [k for k, v in vars(alone).items() if getattr(args, k) != v and k not in KEEP]
+    alone = vars(_parser().parse_args(["run", "--config", str(args.config)]))
+    given = [k for k, v in alone.items() if getattr(args, k) != v and k not in ("force",)]
     if given:
         flags = ", ".join("MODEL" if k == "model" else option(k) for k in given)
-        raise UserError(
-            f"--config {args.config} holds every option of the study; drop {flags} (or edit "
-            "the file)"
-        )
+        raise UserError(f"--config {args.config} holds every option; drop {flags} (or edit it)")
     return read_config(args.config)
 
 
@@ -380,40 +372,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return run_sweep(options)
 
 
-def _zoo_batches(text: str) -> tuple[int, ...]:
-    try:
-        return _batches(text)
-    except argparse.ArgumentTypeError as err:
-        raise UserError(f"--{err}") from None
-
-
 def _cmd_zoo(args: argparse.Namespace) -> int:
-    from quantstudy.zoo.catalogue import parse_shard
-    from quantstudy.zoo.points import ZooOptions
-    from quantstudy.zoo.run import run_zoo
+    from quantstudy.zoo.commands import run_command
 
-    argv = sys.argv[1:] if args.argv is None else args.argv
-    options = ZooOptions(
-        data=args.data,
-        out=args.out,
-        calib_data=args.calib_data,
-        class_list=args.class_list,
-        models=args.models,
-        shard=parse_shard(args.shard),
-        weights=args.weights,
-        device=args.device,
-        batches=_zoo_batches(args.batches),
-        calib=args.calib,
-        heldout=args.heldout,
-        executor=args.executor,
-        address=args.address,
-        transfer=args.transfer,
-        workers=args.workers,
-        dry_run=args.dry_run,
-        run=not args.leaderboard_only,
-        command=("quantstudy", *argv),
-    )
-    return run_zoo(options)
+    return run_command(args, ("quantstudy", *(sys.argv[1:] if args.argv is None else args.argv)))
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:

@@ -1,4 +1,4 @@
-"""The argparse parsers of the longer subcommands (search, sweep, zoo, extend), kept beside `cli.py`
+"""The argparse parsers of the longer subcommands (search, sweep, extend), kept beside `cli.py`
 so that the main parser reads as a list of subcommands."""
 
 from __future__ import annotations
@@ -90,55 +90,4 @@ def add_extend_parser(sub: argparse._SubParsersAction, exit_status: str) -> None
         "--skip-used",
         action="store_true",
         help="leave out images the study already used instead of refusing the folder",
-    )
-
-
-def add_zoo_parser(sub: argparse._SubParsersAction) -> None:
-    """`quantstudy zoo --data DIR`: one speed study per model of a list, and the leaderboard."""
-    zoo = sub.add_parser(
-        "zoo",
-        help="time fp16 against FP8 for every model of a list (default: the committed timm "
-        "zoo), sharded and resumable, and write the leaderboard (CSV, JSON, Markdown, plot)",
-        epilog="exit status: 0 every model of the shard finished, 1 one or more failed (see "
-        "zoo.md), 130 stopped (rerun to resume)",
-    )
-    zoo.add_argument("--data", type=Path, required=True, help="images to calibrate and time on")
-    zoo.add_argument("--calib-data", type=Path, help="calibration images from another folder")
-    zoo.add_argument("--class-list", type=Path, help="wnids in label order, one a line")
-    zoo.add_argument("--models", type=Path, help="zoo list YAML (default: the committed list)")
-    zoo.add_argument(
-        "--shard",
-        default="1/1",
-        help="run the I-th of N parts of the list (every N-th model from the I-th), e.g. 2/4; "
-        "the leaderboard still covers every model --out holds (default 1/1: all)",
-    )
-    zoo.add_argument(
-        "--weights",
-        choices=["random", "cache"],
-        default="random",
-        help="random (default): every study speed only; cache: real weights where present (a "
-        "list entry's own, else the local timm cache), with quality and a decision, random and "
-        "speed only for the others",
-    )
-    zoo.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
-    zoo.add_argument(
-        "--batches", default="1,128", help="timed batch sizes, comma-separated (default 1,128)"
-    )
-    zoo.add_argument("--calib", type=int, default=64, help="calibration images (default 64)")
-    zoo.add_argument(
-        "--heldout",
-        type=int,
-        default=256,
-        help="held-out images: timing inputs, and quality images with real weights (default 256)",
-    )
-    zoo.add_argument("--out", type=Path, default=Path("zoo"), help="zoo folder (default zoo/)")
-    zoo.add_argument("--executor", choices=["local", "ray"], default="local")
-    zoo.add_argument("--address", help="Ray cluster address (default: start a local one)")
-    zoo.add_argument("--workers", type=int, help="parallel studies (default: one per GPU)")
-    zoo.add_argument("--transfer", choices=["auto", "shared", "copy"], default="auto")
-    zoo.add_argument("--dry-run", action="store_true", help="print the shard and stop")
-    zoo.add_argument(
-        "--leaderboard-only",
-        action="store_true",
-        help="run nothing: write the leaderboard from the studies --out holds",
     )

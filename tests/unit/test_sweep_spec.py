@@ -11,12 +11,12 @@ from quantstudy.cli import main
 from quantstudy.recipe.schema import CALIBRATORS, parse_recipe
 from quantstudy.record import StageTime, TimingsSection
 from quantstudy.record.errors import UserError
+from quantstudy.record.inputs import read_config
 from quantstudy.study.timing import StageTimer, format_timings
 from quantstudy.sweep.estimate import estimate
-from quantstudy.record.inputs import read_config
 from quantstudy.sweep.grid import expand
-from quantstudy.sweep.point import CONFIG_FILE, study_command
 from quantstudy.sweep.markdown import render_markdown
+from quantstudy.sweep.point import CONFIG_FILE, study_command
 from quantstudy.sweep.ray_executor import TOKEN_FILE, _sees_shared, pack, unpack
 from quantstudy.sweep.spec import CalibratorName, load_sweep
 from quantstudy.sweep.summary import BatchX, SweepRow, SweepSummary, best_per_model
@@ -167,7 +167,7 @@ def test_each_study_gets_its_config_as_json_not_as_flags(tmp_path, capsys):
     assert study_command(CONFIG_FILE)[-3:] == ["run", "--config", CONFIG_FILE]
     # the file holds every option: a flag beside it is refused, not silently merged
     assert main(["run", "--config", str(path), "--calib", "3"]) == 1
-    assert "drop --calib" in capsys.readouterr().err
+    assert "holds every option; drop --calib" in capsys.readouterr().err
     path.write_text(config.model_dump_json().replace('"calib":4', '"calib":0'))
     assert main(["run", "--config", str(path)]) == 1
     assert "--calib: input should be greater than 0" in capsys.readouterr().err

@@ -176,7 +176,8 @@ def test_leaderboard_files_from_records_and_a_failed_model(tmp_path):
     _point_folder(out, listed[2][1], "failed", "TypeError: can only concatenate list")
     catalogue = load_catalogue()
     board = write_leaderboard(options, catalogue, listed, out, "cuda")
-    assert board.counts == {"complete": 2, "failed": 1, "interrupted": 0, "partial": 0, "pending": 1}
+    counts = {"complete": 2, "failed": 1, "interrupted": 0, "partial": 0, "pending": 1}
+    assert board.counts == counts
     assert Leaderboard.model_validate_json((out / "zoo.json").read_text()) == board
     env = board.provenance.environments
     assert env == [{**env[0], "gpu_name": "NVIDIA H200"}] and board.provenance.driver["torch"]

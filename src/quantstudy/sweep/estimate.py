@@ -15,14 +15,16 @@ from pathlib import Path
 
 from quantstudy.sweep.grid import GridPoint
 
+Signature = tuple[str, str, int, int | str, bool]
 
-def _signature(model: str, device: str, calib: int, heldout: int, speed: bool) -> tuple:
+
+def _signature(model: str, device: str, calib: int, heldout: int | str, speed: bool) -> Signature:
     return (model, device, calib, heldout, speed)
 
 
-def recorded_totals(out: Path) -> dict[tuple, list[float]]:
+def recorded_totals(out: Path) -> dict[Signature, list[float]]:
     """Study totals (seconds) under `out`, by (model, device, calib, heldout, speed)."""
-    found: dict[tuple, list[float]] = {}
+    found: dict[Signature, list[float]] = {}
     for path in sorted(out.glob("*/study.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
         timings, config = record.get("timings"), record["config"]

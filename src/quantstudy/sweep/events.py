@@ -6,10 +6,14 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from quantstudy.sweep.grid import GridPoint
 from quantstudy.sweep.point import PointStatus
+
+ExecutorKind = Literal["local", "ray"]
+# How a Ray worker's study folder reaches --out (`ray_executor.py`)
+Transfer = Literal["auto", "shared", "copy"]
 
 
 @dataclass(frozen=True)

@@ -113,8 +113,9 @@ def expand(spec: SweepSpec, device: str) -> list[GridPoint]:
             default_recipe_for(m.name) if r == DEFAULT_RECIPE else r
             for r in (m.recipes or spec.recipes)
         ]
+        calibrators: list[Calibrator | None] = [*spec.calibrators] if spec.calibrators else [None]
         for recipe, calibrator, seed, kernel in itertools.product(
-            dict.fromkeys(recipes), spec.calibrators or [None], spec.seeds, spec.fp8_kernels
+            dict.fromkeys(recipes), calibrators, spec.seeds, spec.fp8_kernels
         ):
             config = StudyConfig(
                 model=m.name,
@@ -136,9 +137,8 @@ def expand(spec: SweepSpec, device: str) -> list[GridPoint]:
                 quality=spec.quality,
                 test_settings=spec.test_settings,
             )
-            points.append(
-                GridPoint(config=config, calibrator=calibrator, recipe_sha256=recipe_file_sha256(recipe))
-            )
+            sha = recipe_file_sha256(recipe)
+            points.append(GridPoint(config=config, calibrator=calibrator, recipe_sha256=sha))
     names = [p.folder_name for p in points]
     if len(set(names)) != len(names):
         raise UserError("two grid points have the same settings; list each value once")

@@ -162,7 +162,7 @@ def record_failure(folder: Path, point: GridPoint, error: str) -> PointStatus:
     return status
 
 
-def _wait(proc: subprocess.Popen, stop: threading.Event) -> int:
+def _wait(proc: subprocess.Popen[bytes], stop: threading.Event) -> int:
     """Wait for the study; on a stop request send SIGINT, then SIGKILL after the grace period."""
     try:
         while True:

@@ -11,20 +11,19 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from rich.console import Console
 from rich.table import Table
 
 from quantstudy.record.io import write_json_atomic, write_text_atomic
 from quantstudy.sweep.estimate import estimate
-from quantstudy.sweep.events import Executor, Job
+from quantstudy.sweep.events import Executor, ExecutorKind, Job, Transfer
 from quantstudy.sweep.grid import expand
 from quantstudy.sweep.local import LocalExecutor, local_slots
 from quantstudy.sweep.markdown import render_markdown, write_plots
 from quantstudy.sweep.point import is_finished, read_status
 from quantstudy.sweep.progress import SweepProgress
-from quantstudy.sweep.ray_executor import RayExecutor, Transfer
+from quantstudy.sweep.ray_executor import RayExecutor
 from quantstudy.sweep.spec import load_sweep
 from quantstudy.sweep.summary import SweepSummary, best_per_model, collect_row
 
@@ -37,7 +36,7 @@ STATUSES = ("complete", "failed", "interrupted", "partial", "pending")
 class SweepOptions:
     sweep_file: Path
     out: Path
-    executor: Literal["local", "ray"] = "local"
+    executor: ExecutorKind = "local"
     address: str | None = None
     workers: int | None = None
     transfer: Transfer = "auto"
@@ -84,7 +83,7 @@ def grid_table(jobs: list[Job], out: Path) -> Table:
 
 
 def make_executor(
-    kind: Literal["local", "ray"],
+    kind: ExecutorKind,
     device: str,
     address: str | None = None,
     transfer: Transfer = "auto",

@@ -8,6 +8,7 @@ with the largest median x at the largest timed batch.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -109,9 +110,9 @@ def collect_row(job: Job, out: Path) -> SweepRow:
     return SweepRow(**(base | _measured(record)))
 
 
-def _measured(record: StudyRecord) -> dict:
+def _measured(record: StudyRecord) -> dict[str, Any]:
     """The row's figures from a study record."""
-    found: dict = {}
+    found: dict[str, Any] = {}
     if record.recipe is not None:
         found["recipe"] = record.recipe.name
         found["calibrator"] = record.recipe.calibrator

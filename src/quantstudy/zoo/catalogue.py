@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -21,6 +21,8 @@ from quantstudy.record.readers import decode_utf8, read_bytes
 
 DEFAULT_LIST = Path(__file__).with_name("models.yaml")
 T = TypeVar("T")
+# `quantstudy zoo --weights`: random for every model (speed only), or real where present
+WeightsMode = Literal["random", "cache"]
 
 
 class ZooEntry(BaseModel):

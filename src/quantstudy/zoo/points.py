@@ -14,16 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from quantstudy.model.loading import has_cached_weights
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import Fp8Kernel
+from quantstudy.record.vocab import Device, Fp8Kernel
+from quantstudy.sweep.events import ExecutorKind, Transfer
 from quantstudy.sweep.grid import GridPoint, recipe_file_sha256
-from quantstudy.sweep.ray_executor import Transfer
-from quantstudy.zoo.catalogue import ALL, Shard, ZooEntry
+from quantstudy.zoo.catalogue import ALL, Shard, WeightsMode, ZooEntry
 
-WeightsMode = Literal["random", "cache"]
 DEFAULT_BATCHES = (1, 128)
 
 
@@ -39,11 +37,11 @@ class ZooOptions:
     models: Path | None = None  # None: the committed list
     shard: Shard = ALL
     weights: WeightsMode = "random"
-    device: Literal["cpu", "cuda"] | None = None  # None: cuda when available, else cpu
+    device: Device | None = None  # None: cuda when available, else cpu
     batches: tuple[int, ...] = DEFAULT_BATCHES
     calib: int = 64  # enough for static scales; a speed study's numbers do not depend on them
     heldout: int = 256  # timing images (and, with real weights, the quality images)
-    executor: Literal["local", "ray"] = "local"
+    executor: ExecutorKind = "local"
     address: str | None = None
     transfer: Transfer = "auto"
     workers: int | None = None
