@@ -20,7 +20,7 @@ from pydantic.fields import FieldInfo
 
 from quantstudy.cli_parsers import add_extend_parser, add_search_parser, add_sweep_parser
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import PathText, StudyConfig, option
+from quantstudy.record.inputs import PathText, StudyConfig, option, read_config
 from quantstudy.record.io import filesystem_message
 from quantstudy.record.vocab import choices
 
@@ -43,6 +43,7 @@ STUDY_OPTIONS = (
     "test_settings",
     "policy",
     "speed",
+    "quality",
     "package",
     "out",
 )
@@ -100,10 +101,15 @@ def _argument(name: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
     return [option(name)], kw | {"default": default, "help": help_text}
 
 
-def _add_config_args(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
-    """One option per `StudyConfig` field of `names`."""
+def _add_config_args(
+    p: argparse.ArgumentParser, names: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> None:
+    """One option per `StudyConfig` field of `names`; those in `optional` are not required
+    (another option can stand in for them)."""
     for name in names:
         flags, kw = _argument(name, StudyConfig.model_fields[name])
+        if name in optional:
+            kw |= {"required": False, "default": None}
         p.add_argument(*flags, **kw)
 
 
@@ -124,9 +130,17 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a study of MODEL", epilog=EXIT_STATUS)
     run.add_argument(
-        "model", help="timm name, optionally with tag, e.g. mobilenetv4_conv_large.e500_r256_in1k"
+        "model",
+        nargs="?",
+        help="timm name, optionally with tag, e.g. mobilenetv4_conv_large.e500_r256_in1k",
     )
-    _add_config_args(run, MODEL_DATA_OPTIONS + STUDY_OPTIONS)
+    run.add_argument(
+        "--config",
+        type=Path,
+        help="run the study a JSON file of its options describes (StudyConfig's fields, as a "
+        "sweep writes one per study) instead of MODEL and options",
+    )
+    _add_config_args(run, MODEL_DATA_OPTIONS + STUDY_OPTIONS, optional=("data",))
     _add_force_arg(run)
 
     demo = sub.add_parser(
@@ -150,6 +164,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("study_dir", type=Path)
 
     add_sweep_parser(sub)
+
+    from quantstudy.zoo.commands import add_parser as add_zoo_parser
+
+    add_zoo_parser(sub)  # zoo
 
     decide = sub.add_parser(
         "decide",
@@ -221,11 +239,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if os.environ.get(STOP_ON_SIGINT) == "1":  # a sweep's study: its stop request is SIGINT
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    config = _model_config(args)
+    config = _run_config(args)
     preflight(config)  # bad paths and files refused before torch is even imported
     from quantstudy.study.run import run_study
 
     return _print_outcome(*run_study(config, force=args.force))
+
+
+def _run_config(args: argparse.Namespace) -> StudyConfig:
+    """`run MODEL [options]`, or `run --config FILE` (with --force at most)."""
+    if args.config is None:
+        return _model_config(args)
+    alone = vars(_parser().parse_args(["run", "--config", str(args.config)]))
+    given = [k for k, v in alone.items() if getattr(args, k) != v and k not in ("force",)]
+    if given:
+        flags = ", ".join("MODEL" if k == "model" else option(k) for k in given)
+        raise UserError(f"--config {args.config} holds every option; drop {flags} (or edit it)")
+    return read_config(args.config)
 
 
 def _cmd_search(args: argparse.Namespace) -> None:
@@ -345,6 +375,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return run_sweep(options)
 
 
+def _cmd_zoo(args: argparse.Namespace) -> int:
+    from quantstudy.zoo.commands import run_command
+
+    return run_command(args, ("quantstudy", *(sys.argv[1:] if args.argv is None else args.argv)))
+
+
 def _cmd_bench(args: argparse.Namespace) -> None:
     from quantstudy.bench.cli import run_bench
 
@@ -366,6 +402,7 @@ COMMANDS = {
     "decide": _cmd_decide,
     "extend": _cmd_extend,
     "sweep": _cmd_sweep,
+    "zoo": _cmd_zoo,
     "export": _cmd_export,
     "import-trt": _cmd_import_trt,
     "bench": _cmd_bench,
@@ -376,6 +413,8 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "run" and args.config is None and (args.model is None or args.data is None):
+        parser.error("run needs MODEL and --data DIR (or --config FILE alone)")
     args.argv = argv  # the command line a record names (None: this process's)
     try:
         status = COMMANDS[args.command](args)

@@ -37,7 +37,9 @@ NEW_IN_VERSION_6_CONFIG = {
     "package": False,
     "out": None,
     "float32_engine": False,  # schema 12
+    "quality": True,  # schema 16
 }
+NEW_IN_VERSION_16_MODEL = {"macs": None}
 
 
 NEW_IN_VERSION_6_RECORD = {"timings", "digest"}
@@ -59,7 +61,7 @@ NEW_IN_VERSION_6_RECIPE = {
 
 
 def _without_version_3(full: dict) -> dict:
-    """The full dump less the version-3 to -14 keys, after checking they hold their empty
+    """The full dump less the version-3 to -16 keys, after checking they hold their empty
     defaults."""
     out = dict(full)
     for key in NEW_IN_VERSION_6_RECORD | NEW_IN_VERSION_14_RECORD:
@@ -71,6 +73,10 @@ def _without_version_3(full: dict) -> dict:
     assert config.pop("fp8_kernel") is None
     for key, default in NEW_IN_VERSION_6_CONFIG.items():
         assert config.pop(key) == default
+    model = dict(out["model"])
+    for key, empty in NEW_IN_VERSION_16_MODEL.items():
+        assert model.pop(key) == empty
+    out["model"] = model
     recipe = dict(out["recipe"])
     assert recipe.pop("bias_correction") is False
     for key, default in NEW_IN_VERSION_6_RECIPE.items():

@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"report"},
     {"study"},
     {"search", "bench", "sweep", "bridge"},
-    {"package"},
+    {"package", "zoo"},
     {"cli_parsers"},
     {"cli", "__main__"},
 ]

@@ -138,7 +138,6 @@ def test_every_path_named_for_a_reader_exists():
     )
 
 
-
 def test_the_files_read_include_docs_sources_recipes_and_report_templates():
     files = {str(f.relative_to(REPO)) for f in named_files(REPO)}
     assert {

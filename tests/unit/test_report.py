@@ -56,6 +56,9 @@ def _as_version_1(data: dict) -> str:
     assert out["config"].get("fp8_kernel") is None
     added_to_config = ("fp8_kernel", "class_list", "strip_prefix", "eval_batch", "speed", "package")
     added_to_config += ("float32_engine",)  # schema 12
+    added_to_config += ("quality",)  # schema 16
+    assert out["config"]["quality"] is True and out["model"]["macs"] is None
+    out["model"] = {k: v for k, v in out["model"].items() if k != "macs"}  # schema 16
     out["config"] = {k: v for k, v in out["config"].items() if k not in (*added_to_config, "out")}
     assert out["recipe"]["bias_correction"] is False
     # schema 6: the FP8 quality options (their defaults: the version-1 behaviour)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from quantstudy.cli import MODEL_DATA_OPTIONS, STUDY_OPTIONS, _parser
+from quantstudy.cli import MODEL_DATA_OPTIONS, STUDY_OPTIONS, _parser, main
 from quantstudy.record import StudyConfig, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import CompileMode, Fp8Kernel, choices
@@ -28,7 +28,20 @@ def test_cli_choices_and_defaults_come_from_the_model():
     for name in ("calib", "heldout", "seed", "batches", "weights"):
         assert _run_action(name).default == StudyConfig.model_fields[name].default
     assert _run_action("speed").option_strings == ["--no-speed"]
-    assert _run_action("data").required
+    assert _run_action("quality").option_strings == ["--no-quality"]
+    # `run --config FILE` stands in for --data; without it --data is a usage error (exit 2)
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "m"])
+    assert stop.value.code == 2
+
+
+def test_a_study_measures_something():
+    with pytest.raises(UserError, match="--no-speed with --no-quality measures nothing"):
+        StudyConfig(model="m", data="d", speed=False, quality=False)
+    with pytest.raises(UserError, match="--float32-engine is a quality pass"):
+        StudyConfig(model="m", data="d", quality=False, float32_engine=True)
+    with pytest.raises(UserError, match="give a count with --heldout"):
+        StudyConfig(model="m", data="d", quality=False, heldout="auto")
 
 
 def test_parsed_options_build_the_config():

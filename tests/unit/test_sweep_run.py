@@ -110,7 +110,13 @@ def test_local_sweep_runs_every_point_as_a_study(local_sweep, capsys):
         assert {s["stage"] for s in record["timings"]["stages"]} >= {"load", "calibrate", "score"}
         point = json.loads((folder / "point.json").read_text())
         assert point["status"] == "complete" and point["attempts"] == 1
-        assert "--out" in point["argv"] and (folder / "run.log").is_file()
+        assert point["argv"][-2:] == ["--config", "study-config.json"]  # not flags rebuilt
+        handed = json.loads((folder / "study-config.json").read_text())
+        resolved = ("recipe", "policy")  # the study records the sources it read
+        assert {k: v for k, v in handed.items() if k not in resolved} == {
+            k: v for k, v in record["config"].items() if k not in resolved
+        }
+        assert handed["out"] == "." and (folder / "run.log").is_file()
         assert row["agreement"] == next(
             e["agreement"] for e in record["quality"]["engines"] if e["engine"] == "fp8"
         )

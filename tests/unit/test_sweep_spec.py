@@ -13,11 +13,13 @@ from quantstudy.cli import main
 from quantstudy.recipe.schema import CALIBRATORS, parse_recipe
 from quantstudy.record import SCHEMA_VERSION, StageTime, TimingsSection
 from quantstudy.record.errors import UserError
+from quantstudy.record.inputs import read_config
 from quantstudy.record.io import write_record
 from quantstudy.study.stage_timer import StageTimer, format_timings
 from quantstudy.sweep.estimate import estimate
 from quantstudy.sweep.grid import expand
 from quantstudy.sweep.markdown import render_markdown
+from quantstudy.sweep.point import CONFIG_FILE, study_command
 from quantstudy.sweep.ray_executor import TOKEN_FILE, _sees_shared, pack, unpack
 from quantstudy.sweep.spec import CalibratorName, load_sweep
 from quantstudy.sweep.summary import BatchX, SweepRow, SweepSummary, best_per_model
@@ -58,11 +60,11 @@ def test_grid_is_the_product_with_family_defaults_and_per_model_recipes(tmp_path
     points = expand(spec, "cpu")
     # test_efficientnet: 2 recipes x 2 calibrators x 2 seeds; test_resnet: 1 x 2 x 2
     assert len(points) == 8 + 4
-    assert {p.recipe for p in points if p.model == "test_efficientnet"} == {
+    assert {p.recipe for p in points if p.config.model == "test_efficientnet"} == {
         "generic_pointwise",  # the family default of an efficientnet
         "generic_all",
     }
-    assert {p.recipe for p in points if p.model == "test_resnet"} == {"generic_dense_convs"}
+    assert {p.recipe for p in points if p.config.model == "test_resnet"} == {"generic_dense_convs"}
     assert spec.data == str((tmp_path / "images").resolve())  # relative to the sweep file
     assert len({p.folder_name for p in points}) == len(points)
 
@@ -154,12 +156,24 @@ def test_derived_recipe_changes_only_the_calibrator(tmp_path):
     assert own.recipe_arg(folder) == own.recipe
 
 
-def test_study_command_line(tmp_path):
+def test_each_study_gets_its_config_as_json_not_as_flags(tmp_path, capsys):
     point = expand(load_sweep(_write(tmp_path, GOOD)), "cpu")[0]
-    argv = point.argv(tmp_path / "f")
-    assert argv[:5] == [sys.executable, "-m", "quantstudy.cli", "run", "test_efficientnet"]
-    assert "--no-speed" in argv and argv[-2:] == ["--out", "."]  # run in the point's folder
-    assert argv[argv.index("--batches") + 1] == "1,2"
+    folder = tmp_path / "f"
+    folder.mkdir()
+    config = point.study_config(folder)
+    assert config.out == "." and config.recipe == point.recipe  # run in the point's folder
+    assert config.model == "test_efficientnet" and config.batches == (1, 2)
+    assert not config.speed and config.kernel == "fused"
+    path = folder / CONFIG_FILE
+    path.write_text(config.model_dump_json())
+    assert read_config(path) == config  # the record's own model writes and reads it
+    assert study_command(CONFIG_FILE)[-3:] == ["run", "--config", CONFIG_FILE]
+    # the file holds every option: a flag beside it is refused, not silently merged
+    assert main(["run", "--config", str(path), "--calib", "3"]) == 1
+    assert "holds every option; drop --calib" in capsys.readouterr().err
+    path.write_text(config.model_dump_json().replace('"calib":4', '"calib":0'))
+    assert main(["run", "--config", str(path)]) == 1
+    assert "--calib: input should be greater than 0" in capsys.readouterr().err
 
 
 def test_estimate_from_recorded_stage_timings(tmp_path):

@@ -284,11 +284,13 @@ def quality_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
     )
     finite = finite_gate(quality, engine)
     if quality is None:
-        why = (Missing.NOT_MEASURED, "no quality section in the study")
+        speed_only = not record.config.quality
+        text = "speed-only study (--no-quality)" if speed_only else "no quality section"
+        why = (Missing.NOT_MEASURED, f"{text} in the study")
         return [
             top1_gate(None, policy, why),
             *(_unevaluated(g, *why) for g in (agreement, kl)),
-            finite,
+            _unevaluated(finite, *why) if speed_only else finite,
         ]
     if record.model.random_weights or not quality.meaningful:
         why = (

@@ -250,7 +250,7 @@ def build_fp8(
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
     absorbed, handoff = {}, {}
-    built = Fp8Kernel.FUSED if kernel == Fp8Kernel.FASTEST else kernel
+    built = Fp8Kernel(kernel).built
     if built == Fp8Kernel.FUSED:
         real = real_layers(source, plan.layers, built)
         absorbed = absorbable_activations(source, real, example)

@@ -184,6 +184,12 @@ def _from_cache(name: str, seed: int) -> tuple[nn.Module, str, str]:
     return model, f"{where}: {path}", sha256_file(path)
 
 
+def has_cached_weights(name: str) -> bool:
+    """Whether the local caches hold pretrained weights for timm model `name` (no download)."""
+    cfg = timm.models.get_pretrained_cfg(name)
+    return cfg is not None and _find_cached(cfg) is not None
+
+
 def _find_cached(cfg: timm.models.PretrainedCfg) -> tuple[Path, str] | None:
     """Look for the config's weights in the Hugging Face cache, then the torch hub cache."""
     hub_id = getattr(cfg, "hf_hub_id", None)

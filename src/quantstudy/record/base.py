@@ -51,6 +51,10 @@ Schema history:
      `quantstudy extend`).
  15: ImageSet.ids may be None: a held-out set's ids are kept in the per-image side file
      only (its rows name them), so the record does not grow with the held-out images.
+ 16: StudyConfig.quality (False: a speed-only study that runs no quality pass, so its
+     record has no quality section and its decision is inconclusive); ModelInfo.macs (the
+     multiply-accumulates of the model's conv and linear layers on one image at its input size,
+     counted by forward hooks, `model/macs.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -60,7 +64,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

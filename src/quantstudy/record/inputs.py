@@ -10,6 +10,7 @@ from pydantic import BeforeValidator, Field, PositiveInt, ValidationError, model
 
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
+from quantstudy.record.readers import read_json
 from quantstudy.record.vocab import CompileMode, Device, Fp8Kernel
 
 
@@ -43,6 +44,10 @@ class ModelInfo(Section):
     seed: int
     num_params: int
     num_classes: int
+    # multiply-accumulates of the conv and linear layers on one image at the study's input size,
+    # counted by forward hooks (`model/macs.py`); attention's own matmuls are not among them.
+    # None: recorded before schema 16
+    macs: int | None = None
 
 
 class Preprocessing(Section):
@@ -196,6 +201,12 @@ class StudyConfig(Section):
     strip_prefix: str | None = Field(None, description="strip this prefix from checkpoint keys")
     eval_batch: PositiveInt = Field(64, le=MAX_BATCH, description="batch of the quality passes")
     speed: bool = Field(True, description="time fp16 against FP8")
+    quality: bool = Field(
+        True,
+        description="score quality: the fp32 reference and the FP8 emulations against every "
+        "engine on the held-out images (off: a speed-only study, as for random weights; its "
+        "decision is then inconclusive)",
+    )
     package: bool = Field(
         False,
         description="also build AOTInductor packages (CUDA) and record their size; minutes",
@@ -214,6 +225,19 @@ class StudyConfig(Section):
     def _distinct_batches(self) -> StudyConfig:
         if len(set(self.batches)) != len(self.batches):
             raise ValueError(f"batch sizes must differ, got {self.batches}")
+        return self
+
+    @model_validator(mode="after")
+    def _measures_something(self) -> StudyConfig:
+        if not (self.speed or self.quality):
+            raise ValueError("--no-speed with --no-quality measures nothing; drop one of them")
+        if not self.quality and self.sequential:
+            raise ValueError(
+                f"--heldout {self.heldout} takes images until the quality gates settle, and "
+                "--no-quality scores none; give a count with --heldout"
+            )
+        if not self.quality and self.float32_engine:
+            raise ValueError("--float32-engine is a quality pass; drop it or --no-quality")
         return self
 
     @property
@@ -250,6 +274,15 @@ class StudyConfig(Section):
         if self.out is not None:
             return Path(self.out)
         return Path("studies") / self.model.replace("/", "_") / self.study_name(recipe)
+
+
+def read_config(path: Path | str) -> StudyConfig:
+    """A study config from a JSON file of `StudyConfig`'s fields (what `model_dump_json` writes:
+    a sweep hands each of its studies one); a bad file or value is a `UserError`."""
+    data = read_json(path, "study config", kind="config")
+    if not isinstance(data, dict):
+        raise UserError(f"study config {path} must be a JSON object of the study's options")
+    return StudyConfig(**data)
 
 
 def option(field: str) -> str:

@@ -39,6 +39,12 @@ class Fp8Kernel(StrEnum):
     # per layer the faster of the two, timed in place at build (`engines/kernel_choice.py`)
     FASTEST = "fastest"
 
+    @property
+    def built(self) -> Fp8Kernel:
+        """The product an engine of this kernel is built with: "fastest" builds the fused
+        engine, then swaps in the unfused product per layer where that times faster."""
+        return Fp8Kernel.FUSED if self == Fp8Kernel.FASTEST else self
+
 
 class Activation(StrEnum):
     """An activation an FP8 layer's epilogue computes; the definition order is the kernels'

@@ -4,7 +4,8 @@
 (provenance); a record whose decision was edited would still pass it and publish a report that
 contradicts itself. `check_meaning(record)` returns what does not hold (empty: all holds):
 
-1. A complete study has its quality section and its decision.
+1. A complete study has its decision, and its quality section unless it was speed only
+   (`StudyConfig.quality` off).
 2. The outcome follows from the gates (`decision/policy.py: outcome_of`), and the lists of
    failed and inconclusive gates name exactly the gates with that status.
 3. The decision follows from the policy: taken again from the record's measurements under the
@@ -28,7 +29,8 @@ BUILTIN_PREFIX = "builtin:"
 def check_meaning(record: StudyRecord) -> list[str]:
     """What in `record` does not agree with the rest of it (see the module docstring)."""
     if record.status == "complete":
-        missing = [s for s in ("quality", "decision") if getattr(record, s) is None]
+        wanted = ("quality", "decision") if record.config.quality else ("decision",)
+        missing = [s for s in wanted if getattr(record, s) is None]
         if missing:
             return [f"the study is complete but has no {' and no '.join(missing)} section"]
     decision = record.decision

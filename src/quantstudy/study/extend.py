@@ -58,6 +58,11 @@ def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[
     record = load_record(study_dir / RECORD_FILE)
     if record.status != "complete":
         raise UserError(f"the study in {study_dir} is not finished; rerun it first, then extend")
+    if not record.config.quality:
+        raise UserError(
+            f"the study in {study_dir} is speed only (--no-quality): it has no quality to extend; "
+            "run it again without --no-quality"
+        )
     previous = unseal(study_dir, record.per_image)
     config = record.config
     policy_name = (config.policy or "default").removeprefix("builtin:")

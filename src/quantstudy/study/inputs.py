@@ -14,6 +14,7 @@ from quantstudy.data.folders import FolderScan, ImageItem, scan_folder
 from quantstudy.data.split import check_disjoint_content, split_items, stream_order, summarize_set
 from quantstudy.decision.policy import Policy, load_policy
 from quantstudy.model.loading import LoadedModel, load_model
+from quantstudy.model.macs import count_macs
 from quantstudy.model.preprocess import resolve_preprocessing
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.resolve import resolve
@@ -86,7 +87,8 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
     calib_items, heldout_items = split.calib_items, split.heldout_items
     recipe_name = config.recipe or default_recipe_for(loaded.info.architecture)
     recipe, recipe_source = load_recipe(recipe_name)
-    resolution = resolve(recipe, loaded.model, torch.zeros(1, *pre.input_size))
+    example = torch.zeros(1, *pre.input_size)
+    resolution = resolve(recipe, loaded.model, example)
     require_selection(resolution, recipe_source, config.model)
     policy, policy_label = load_policy(Path(config.policy) if config.policy else None)
 
@@ -117,6 +119,8 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
         ),
         heldout=summarize_set("heldout", config.data, heldout_items, scan.labelled),
     )
+    macs = count_macs(loaded.model, example)
+    loaded = LoadedModel(loaded.model, loaded.info.model_copy(update={"macs": macs}))
     return StudyInputs(
         loaded=loaded,
         pre=pre,

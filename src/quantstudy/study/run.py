@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from quantstudy.data.split import summarize_set
 from quantstudy.data.stream import Uint8Transform
@@ -33,10 +32,7 @@ from quantstudy.decision.policy import decide
 from quantstudy.decision.preview import heldout_preview
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import (
-    build_fakequant,
     build_fp8,
-    build_fp32,
-    build_half,
     set_numerics,
 )
 from quantstudy.engines.run import half_storage, reordered, run_engine
@@ -55,34 +51,27 @@ from quantstudy.record import (
 )
 from quantstudy.record.io import write_record
 from quantstudy.record.vocab import Engine as EngineName
-from quantstudy.record.vocab import Fp8Kernel
 from quantstudy.report.render import render_study
-from quantstudy.speed.harness import MAX_INPUT_BUFFERS, measure_speed, speed_not_run
+from quantstudy.speed.harness import measure_speed, speed_not_run
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.cache import StageCache, console
 from quantstudy.study.checks import require_sound_reference
 from quantstudy.study.config import StudyConfig
+from quantstudy.study.engines import study_builders
 from quantstudy.study.environment import collect_environment
 from quantstudy.study.guard import check_batch_memory, claim_study_folder, device_memory
 from quantstudy.study.heldout import (
     EnginePass,
     HeldoutResult,
     chunk_batches,
-    first_images,
     run_heldout,
 )
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
 from quantstudy.study.per_image import PerImageResults, quality_section, seal, without_ids
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
 from quantstudy.study.rounds import ROUND_IMAGES, Rounds
+from quantstudy.study.speed_only import SPEED_ONLY_NOT_RUN, build_timed, timing_images
 from quantstudy.study.stage_timer import StageTimer
-
-# Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
-ATTRIBUTION = {
-    EngineName.FAKEQUANT: (True, True),
-    EngineName.FAKEQUANT_WEIGHTS: (True, False),
-    EngineName.FAKEQUANT_ACTIVATIONS: (False, True),
-}
 
 
 @dataclass
@@ -139,7 +128,9 @@ def run_study(
     check_batch_memory(config, inputs.pre.input_size, device_memory(device.type))
     if inputs.recipe_is_default:
         console.print(f"recipe: [bold]{inputs.recipe.name}[/bold] (the family default)")
-    console.print(heldout_preview(inputs.policy, len(inputs.heldout_items), inputs.data.labelled))
+    if config.quality:
+        n_heldout = len(inputs.heldout_items)
+        console.print(heldout_preview(inputs.policy, n_heldout, inputs.data.labelled))
     out_dir = config.out_dir(inputs.recipe.name)
     record = StudyRecord(
         name=config.study_name(inputs.recipe.name),
@@ -154,7 +145,7 @@ def run_study(
         sensitivity=extras.sensitivity,
         layer_speed=extras.layer_speed,
         search=extras.search,
-        not_run=_not_run(device, inputs.loaded.info.random_weights, extras.searched),
+        not_run=_not_run(config, device, inputs.loaded.info.random_weights, extras.searched),
     )
     folder = claim_study_folder(out_dir, record, force)  # locked until released below
     _save(record, out_dir)
@@ -176,20 +167,19 @@ def run_study(
         update={"model": prepared.model_info, "calibration": prepared.calibration}
     )
     _save(record, out_dir)
-    outputs, infos = _run_engines(config, inputs, prepared.plan, cache, device, timer)
-    record = record.model_copy(update={"engines": infos, **_sequential(config, inputs, outputs)})
-    _save(record, out_dir)
-
-    with timer.stage("score"):
-        quality, results = _score(config, inputs, outputs)
-        per_image = seal(out_dir, results)
-    record = record.model_copy(
-        update={"quality": quality, "per_image": per_image, "data": without_ids(record.data)}
-    )
-    _save(record, out_dir)
+    if config.quality:
+        timed, record = _measure_quality(config, inputs, prepared.plan, cache, record, timer)
+        _save(record, out_dir)
+        images = None
+    else:  # speed only: the two timed engines, each compiled at every timed batch
+        with timer.stage("images: timing"):
+            images = timing_images(config, inputs)
+        timed, infos = build_timed(config, inputs, prepared.plan, images, device, timer)
+        record = record.model_copy(update={"engines": infos})
+        _save(record, out_dir)
 
     with timer.stage("timing"):
-        record = _time(config, record, outputs, inputs, out_dir)
+        record = _time(config, record, timed, images, inputs, out_dir)
     decision = decide(record, inputs.policy, inputs.policy_label)
     record = record.model_copy(update={"decision": decision, "status": "complete"})
     if extras.complete is not None:
@@ -204,44 +194,27 @@ def run_study(
     return record, report
 
 
-def _builders(
+def _measure_quality(
     config: StudyConfig,
-    model: nn.Module,
-    example: torch.Tensor,
+    inputs: StudyInputs,
     plan: QuantPlan,
-    fold: bool,
-    device: torch.device,
-) -> dict[str, Callable[[], Engine]]:
-    """Every engine of the study, built lazily, in the order they run."""
-    mode = config.compile_mode
-    return {
-        EngineName.FP32: lambda: build_fp32(model, device),
-        EngineName.FP16: lambda: build_half(model, device, example, fold=fold, compile_mode=mode),
-        EngineName.FP8: lambda: build_fp8(
-            model,
-            device,
-            example,
-            plan,
-            fold=fold,
-            compile_mode=mode,
-            kernel=config.kernel,
-            choice_batches=config.batches,
-        ),
-        **{
-            name: functools.partial(
-                build_fakequant,
-                model,
-                device,
-                example,
-                plan,
-                fold=fold,
-                weights=w,
-                activations=a,
-                name=name,
-            )
-            for name, (w, a) in ATTRIBUTION.items()
-        },
-    }
+    cache: StageCache,
+    record: StudyRecord,
+    timer: StageTimer,
+) -> tuple[dict[str, Engine], StudyRecord]:
+    """Every engine through the held-out images, then the quality section; returns the two timed
+    engines and the record with engines, quality and per-image results."""
+    out_dir = config.out_dir(inputs.recipe.name)
+    outputs, infos = _run_engines(config, inputs, plan, cache, study_device(config.device), timer)
+    record = record.model_copy(update={"engines": infos, **_sequential(config, inputs, outputs)})
+    _save(record, out_dir)
+    with timer.stage("score"):
+        quality, results = _score(config, inputs, outputs)
+        per_image = seal(out_dir, results)
+    record = record.model_copy(
+        update={"quality": quality, "per_image": per_image, "data": without_ids(record.data)}
+    )
+    return outputs.timed, record
 
 
 @dataclass
@@ -266,7 +239,7 @@ def build_engines(
     """Build every engine and run each on the stress inputs (cached per engine); the passes
     and pairs the held-out images go through (`study/heldout.py`)."""
     stress_x = torch.stack([t for _, t in stress_inputs(inputs.pre)])
-    builders = _builders(
+    builders = study_builders(
         config, inputs.loaded.model, inputs.example, plan, inputs.recipe.weights.fold_bn, device
     )
     # the stress inputs in the held-out batches' shape: a compiled engine compiles once for both
@@ -364,10 +337,9 @@ def _float32_fp8(
 ) -> Engine:
     """The study's FP8 engine built in float32 and run eagerly (quality only): the fused
     kernel where the study's engine chooses per layer, the unfused one where it runs that."""
-    kernel = Fp8Kernel.SCALED_MM if config.kernel == Fp8Kernel.SCALED_MM else Fp8Kernel.FUSED
     fp8 = build_fp8(
         inputs.loaded.model, device, inputs.example, plan,
-        fold=inputs.recipe.weights.fold_bn, kernel=kernel, dtype=torch.float32,
+        fold=inputs.recipe.weights.fold_bn, kernel=config.kernel.built, dtype=torch.float32,
     )  # fmt: skip
     return fp8.eagerly()
 
@@ -402,23 +374,22 @@ def _score(
 def _time(
     config: StudyConfig,
     record: StudyRecord,
-    outputs: EngineOutputs,
+    timed: dict[str, Engine],
+    images: torch.Tensor | None,
     inputs: StudyInputs,
     out_dir: Path,
 ) -> StudyRecord:
-    """The speed section: fp16 against FP8 with the study's harness, on the first held-out
-    images (as many as its rotated input buffers can hold distinct)."""
+    """The speed section: fp16 against FP8 with the study's harness, on `images` (default: the
+    first held-out images, `timing_images`)."""
     if not config.speed:
         return record.model_copy(
             update={"not_run": [*record.not_run, "Speed was not measured (--no-speed)."]}
         )
+    images = images if images is not None else timing_images(config, inputs)
     console.print("speed: timing fp16 and fp8 engines")
-    n = min(len(inputs.heldout_items), max(config.batches) * MAX_INPUT_BUFFERS)
-    transform = Uint8Transform(EvalTransform(inputs.pre).steps)
-    images = first_images(inputs.heldout_items, transform, n, config.eval_batch)
     speed = measure_speed(
-        outputs.timed[EngineName.FP16],
-        outputs.timed[EngineName.FP8],
+        timed[EngineName.FP16],
+        timed[EngineName.FP8],
         images,
         list(config.batches),
         compile_mode=config.compile_mode,  # our name; COMPILE_MODES maps it to torch's
@@ -430,11 +401,15 @@ def _time(
     return record.model_copy(update={"speed": speed, "not_run": [*record.not_run, *missing]})
 
 
-def _not_run(device: torch.device, random_weights: bool, searched: bool) -> list[str]:
+def _not_run(
+    config: StudyConfig, device: torch.device, random_weights: bool, searched: bool
+) -> list[str]:
     items = ["No TensorRT engine was built: TensorRT is not part of this study's engines."]
     if device.type != "cuda":
         items.append("GPU timings were not measured: the study ran on the CPU.")
-    if random_weights:
+    if not config.quality:
+        items.append(SPEED_ONLY_NOT_RUN)
+    elif random_weights:
         items.append("Accuracy was not measured meaningfully: the weights are random.")
     if not searched:
         items.append("Per-layer sensitivity and the recipe search were not run in this study.")

@@ -16,14 +16,16 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.sweep.grid import GridPoint
 
+Signature = tuple[str, str, int, int | str, bool]
 
-def _signature(model: str, device: str, calib: int, heldout: int, speed: bool) -> tuple:
+
+def _signature(model: str, device: str, calib: int, heldout: int | str, speed: bool) -> Signature:
     return (model, device, calib, heldout, speed)
 
 
-def recorded_totals(out: Path) -> dict[tuple, list[float]]:
+def recorded_totals(out: Path) -> dict[Signature, list[float]]:
     """Study totals (seconds) under `out`, by (model, device, calib, heldout, speed)."""
-    found: dict[tuple, list[float]] = {}
+    found: dict[Signature, list[float]] = {}
     for path in sorted(out.glob(f"*/{RECORD_FILE}")):
         try:
             record = load_record(path)
@@ -65,7 +67,8 @@ def estimate(points: list[GridPoint], out: Path, workers: int) -> Estimate:
     totals = recorded_totals(out) if out.is_dir() else {}
     seconds, estimated = 0.0, 0
     for p in points:
-        known = totals.get(_signature(p.model, p.device, p.calib, p.heldout, p.speed))
+        c = p.config
+        known = totals.get(_signature(c.model, c.device, c.calib, c.heldout, c.speed))
         if known:
             seconds += statistics.median(known)
             estimated += 1

@@ -1,4 +1,4 @@
-"""The grid of a sweep: one `GridPoint` per study, its folder name and its `quantstudy run` line.
+"""The grid of a sweep: one `GridPoint` per study, its folder name and the config its study runs.
 
 A point's folder is named from a stable hash of every setting that decides its numbers (and of
 the bytes of a recipe file), so a rerun finds the same folder, and changing a setting or editing
@@ -11,7 +11,6 @@ import hashlib
 import itertools
 import json
 import re
-import sys
 from pathlib import Path
 
 import yaml
@@ -19,35 +18,29 @@ from pydantic import BaseModel, ConfigDict
 
 from quantstudy.recipe.builtin import architecture_of, default_recipe_for, load_recipe
 from quantstudy.record.errors import UserError
+from quantstudy.record.inputs import StudyConfig
+from quantstudy.record.vocab import Calibrator
 from quantstudy.sweep.spec import DEFAULT_RECIPE, SweepSpec
 
 DERIVED_RECIPE = "recipe.yaml"  # in a point's folder: its recipe with the sweep's calibrator
 
 
 class GridPoint(BaseModel):
-    """Every setting of one study of the sweep (paths absolute)."""
+    """One study of the sweep: the config its study runs (paths absolute) and what the sweep
+    adds to it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: str
-    weights: str
-    strip_prefix: str | None = None
-    recipe: str  # built-in name or recipe file; `default` resolved to the family's name
+    # `out` None; `recipe` None: the study's own default for the model (a sweep file's
+    # `default` is resolved to the family's recipe name when the grid is expanded)
+    config: StudyConfig
+    calibrator: Calibrator | None = None  # None: the recipe's own
     recipe_sha256: str | None = None  # of a recipe file's bytes when the grid was expanded
-    calibrator: str | None = None  # None: the recipe's own
-    seed: int
-    fp8_kernel: str
-    data: str
-    calib_data: str | None = None
-    class_list: str | None = None
-    calib: int
-    heldout: int
-    batches: list[int]
-    policy: str | None = None
-    device: str
-    compile_mode: str
-    speed: bool
-    test_settings: bool
+
+    @property
+    def recipe(self) -> str:
+        """The point's recipe: a built-in name or a recipe file."""
+        return self.config.recipe or DEFAULT_RECIPE
 
     @property
     def key(self) -> str:
@@ -58,13 +51,12 @@ class GridPoint(BaseModel):
     @property
     def folder_name(self) -> str:
         """`<architecture>-<recipe>-<calibrator>-s<seed>-<kernel>-<hash>`, safe as a path."""
-        recipe = Path(self.recipe).stem if "/" in self.recipe else self.recipe
         parts = [
-            architecture_of(self.model),
-            recipe,
+            architecture_of(self.config.model),
+            _recipe_name(self.recipe),
             self.calibrator or "own",
-            f"s{self.seed}",
-            self.fp8_kernel,
+            f"s{self.config.seed}",
+            self.config.kernel,
             self.key[:10],
         ]
         return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))
@@ -72,12 +64,12 @@ class GridPoint(BaseModel):
     @property
     def label(self) -> str:
         """Short name for progress lines: model / recipe / calibrator / seed / kernel."""
-        recipe = Path(self.recipe).stem if "/" in self.recipe else self.recipe
-        parts = (self.model, recipe, self.calibrator or "own", f"s{self.seed}", self.fp8_kernel)
-        return " / ".join(parts)
+        c = self.config
+        parts = (c.model, _recipe_name(self.recipe), self.calibrator or "own", f"s{c.seed}")
+        return " / ".join((*parts, c.kernel))
 
     def recipe_arg(self, folder: Path) -> str:
-        """The `--recipe` of this point; writes the derived recipe when the sweep sets the
+        """The recipe of this point's study; writes the derived recipe when the sweep sets the
         calibrator and it differs from the recipe's own (a bad recipe raises `UserError`)."""
         if self.calibrator is None:
             return self.recipe
@@ -93,38 +85,24 @@ class GridPoint(BaseModel):
         # the calibrator's own parameters (its defaults), not the recipe's calibrator's
         derived["activations"] = {
             **{k: v for k, v in derived["activations"].items() if k != "params"},
-            "calibrator": self.calibrator,
+            "calibrator": str(self.calibrator),
         }
         path = folder / DERIVED_RECIPE
         path.write_text(yaml.safe_dump(derived, sort_keys=False), encoding="utf-8")
         return DERIVED_RECIPE  # relative: the study runs in its folder
 
-    def argv(self, folder: Path) -> list[str]:
-        """The `quantstudy run` command of this point, run with `folder` as working directory.
+    def study_config(self, folder: Path) -> StudyConfig:
+        """The config the study runs with `folder` as working directory.
 
-        The study's folder and a derived recipe are given relative to it (`--out .`), so the
+        The study's folder and a derived recipe are given relative to it (`out` "."), so the
         record reads the same wherever the folder was when the study ran (a Ray worker's
         temporary folder, or --out itself)."""
-        argv = [sys.executable, "-m", "quantstudy.cli", "run", self.model]
-        argv += ["--weights", self.weights, "--data", self.data]
-        argv += ["--recipe", self.recipe_arg(folder)]
-        for flag, value in (
-            ("--calib-data", self.calib_data),
-            ("--class-list", self.class_list),
-            ("--strip-prefix", self.strip_prefix),
-            ("--policy", self.policy),
-        ):
-            if value is not None:
-                argv += [flag, value]
-        argv += ["--calib", str(self.calib), "--heldout", str(self.heldout)]
-        argv += ["--seed", str(self.seed), "--device", self.device]
-        argv += ["--batches", ",".join(str(b) for b in self.batches)]
-        argv += ["--compile-mode", self.compile_mode, "--fp8-kernel", self.fp8_kernel]
-        if not self.speed:
-            argv.append("--no-speed")
-        if self.test_settings:
-            argv.append("--test-settings")
-        return [*argv, "--out", "."]
+        recipe = self.config.recipe if self.calibrator is None else self.recipe_arg(folder)
+        return self.config.replace(recipe=recipe, out=".")
+
+
+def _recipe_name(recipe: str) -> str:
+    return Path(recipe).stem if "/" in recipe else recipe
 
 
 def expand(spec: SweepSpec, device: str) -> list[GridPoint]:
@@ -135,39 +113,39 @@ def expand(spec: SweepSpec, device: str) -> list[GridPoint]:
             default_recipe_for(m.name) if r == DEFAULT_RECIPE else r
             for r in (m.recipes or spec.recipes)
         ]
+        calibrators: list[Calibrator | None] = [*spec.calibrators] if spec.calibrators else [None]
         for recipe, calibrator, seed, kernel in itertools.product(
-            dict.fromkeys(recipes), spec.calibrators or [None], spec.seeds, spec.fp8_kernels
+            dict.fromkeys(recipes), calibrators, spec.seeds, spec.fp8_kernels
         ):
-            points.append(
-                GridPoint(
-                    model=m.name,
-                    weights=m.weights,
-                    strip_prefix=m.strip_prefix,
-                    recipe=recipe,
-                    recipe_sha256=_file_sha256(recipe),
-                    calibrator=calibrator,
-                    seed=seed,
-                    fp8_kernel=str(kernel),
-                    data=spec.data,
-                    calib_data=spec.calib_data,
-                    class_list=spec.class_list,
-                    calib=spec.calib,
-                    heldout=spec.heldout,
-                    batches=list(spec.batches),
-                    policy=spec.policy,
-                    device=device,
-                    compile_mode=str(spec.compile_mode),
-                    speed=spec.speed,
-                    test_settings=spec.test_settings,
-                )
+            config = StudyConfig(
+                model=m.name,
+                weights=m.weights,
+                strip_prefix=m.strip_prefix,
+                recipe=recipe,
+                seed=seed,
+                fp8_kernel=kernel,
+                data=spec.data,
+                calib_data=spec.calib_data,
+                class_list=spec.class_list,
+                calib=spec.calib,
+                heldout=spec.heldout,
+                batches=tuple(spec.batches),
+                policy=spec.policy,
+                device=device,
+                compile_mode=spec.compile_mode,
+                speed=spec.speed,
+                quality=spec.quality,
+                test_settings=spec.test_settings,
             )
+            sha = recipe_file_sha256(recipe)
+            points.append(GridPoint(config=config, calibrator=calibrator, recipe_sha256=sha))
     names = [p.folder_name for p in points]
     if len(set(names)) != len(names):
         raise UserError("two grid points have the same settings; list each value once")
     return points
 
 
-def _file_sha256(recipe: str) -> str | None:
+def recipe_file_sha256(recipe: str) -> str | None:
     """Hash of a recipe file, so editing it gives new folders; None for a built-in name (a
     missing file fails in its study, recorded there)."""
     path = Path(recipe)

@@ -1,8 +1,10 @@
-"""Run one grid point as its own `quantstudy run` subprocess, and record how it went.
+"""Run one grid point as its own `quantstudy run --config` subprocess, and record how it went.
 
-A point's folder holds the study (study.json, report.md, .cache), `run.log` (the subprocess's
-stdout and stderr) and `point.json` (`PointStatus`: settings, command, status, error, wall
-time). One subprocess per point: a crash or an out-of-memory kill takes down that study only.
+A point's folder holds the study (study.json, report.md, .cache), `study-config.json` (the
+`StudyConfig` the study runs, written by pydantic and read back by the same model), `run.log`
+(the subprocess's stdout and stderr) and `point.json` (`PointStatus`: settings, command, status,
+error, wall time). One subprocess per point: a crash or an out-of-memory kill takes down that
+study only.
 
 On a stop request (Ctrl-C) the subprocess gets SIGINT, then SIGKILL after a grace period; the
 study's own record and stage cache are written atomically after every stage, so the next run
@@ -16,6 +18,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -25,13 +28,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from quantstudy.record.errors import UserError
-from quantstudy.record.io import write_json_atomic
+from quantstudy.record.io import write_json_atomic, write_text_atomic
 from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.record.readers import read_json
 from quantstudy.sweep.grid import GridPoint
 
 POINT_FILE = "point.json"
 LOG_FILE = "run.log"
+CONFIG_FILE = "study-config.json"
 STOP_GRACE_S = 20.0  # after SIGINT, time a study gets to finish writing before SIGKILL
 # Set in a study's environment (`quantstudy run` reads it): the study stops on SIGINT even where
 # it inherited SIGINT ignored (a sweep started as a script's background job passes that on), so
@@ -115,10 +119,12 @@ def run_point(
         started_utc=_now(),
     )
     try:
-        argv = point.argv(folder)
+        config = point.study_config(folder)
     except UserError as err:  # the sweep's recipe cannot be derived: this point fails alone
         (folder / LOG_FILE).write_text(f"{ERROR_PREFIX}{err}\n", encoding="utf-8")
         return _finish(folder, status, "failed", None, str(err), started)
+    write_text_atomic(folder / CONFIG_FILE, config.model_dump_json(indent=2) + "\n")
+    argv = study_command(CONFIG_FILE)
     status = status.model_copy(update={"argv": argv})
     _write(folder, status)
     with open(folder / LOG_FILE, "w", encoding="utf-8") as log:
@@ -137,6 +143,11 @@ def run_point(
     if stop.is_set():
         return _finish(folder, status, "interrupted", code, "stopped by the sweep", started)
     return _finish(folder, status, "failed", code, _error_line(folder / LOG_FILE), started)
+
+
+def study_command(config_file: str) -> list[str]:
+    """The command that runs the study of `config_file` (relative to its working directory)."""
+    return [sys.executable, "-m", "quantstudy.cli", "run", "--config", config_file]
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
@@ -168,7 +179,7 @@ def record_failure(folder: Path, point: GridPoint, error: str) -> PointStatus:
     return status
 
 
-def _wait(proc: subprocess.Popen, stop: threading.Event) -> int:
+def _wait(proc: subprocess.Popen[bytes], stop: threading.Event) -> int:
     """Wait for the study; on a stop request send SIGINT, then SIGKILL after the grace period."""
     try:
         while True:

@@ -24,16 +24,15 @@ import tarfile
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from quantstudy.record.errors import UserError
 from quantstudy.sweep.caches import host_cache_env
-from quantstudy.sweep.events import Job, SweepEvents
+from quantstudy.sweep.events import Job, SweepEvents, Transfer
 from quantstudy.sweep.grid import GridPoint
 from quantstudy.sweep.local import cpu_threads, threads_env
 from quantstudy.sweep.point import STOP_GRACE_S, PointStatus, record_failure, run_point
 
-Transfer = Literal["auto", "shared", "copy"]
 TOKEN_FILE = ".sweep-token"
 
 

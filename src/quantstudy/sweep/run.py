@@ -11,20 +11,19 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from rich.console import Console
 from rich.table import Table
 
 from quantstudy.record.io import write_json_atomic, write_text_atomic
 from quantstudy.sweep.estimate import estimate
-from quantstudy.sweep.events import Job
+from quantstudy.sweep.events import Executor, ExecutorKind, Job, Transfer
 from quantstudy.sweep.grid import expand
 from quantstudy.sweep.local import LocalExecutor, local_slots
 from quantstudy.sweep.markdown import render_markdown, write_plots
 from quantstudy.sweep.point import is_finished, read_status
 from quantstudy.sweep.progress import SweepProgress
-from quantstudy.sweep.ray_executor import RayExecutor, Transfer
+from quantstudy.sweep.ray_executor import RayExecutor
 from quantstudy.sweep.spec import load_sweep
 from quantstudy.sweep.summary import SweepSummary, best_per_model, collect_row
 
@@ -37,14 +36,14 @@ STATUSES = ("complete", "failed", "interrupted", "partial", "pending")
 class SweepOptions:
     sweep_file: Path
     out: Path
-    executor: Literal["local", "ray"] = "local"
+    executor: ExecutorKind = "local"
     address: str | None = None
     workers: int | None = None
     transfer: Transfer = "auto"
     dry_run: bool = False
 
 
-def _device(requested: str | None) -> str:
+def resolve_device(requested: str | None) -> str:
     if requested is not None:
         return requested
     import torch
@@ -63,45 +62,77 @@ def _state(out: Path, job: Job) -> str:
     )
 
 
-def _grid_table(jobs: list[Job], out: Path) -> Table:
+def grid_table(jobs: list[Job], out: Path) -> Table:
     table = Table(title=f"grid: {len(jobs)} studies", title_justify="left")
     for col in ("#", "model", "weights", "recipe", "calibrator", "seed", "kernel", "state"):
         table.add_column(col)
     for i, job in enumerate(jobs, 1):
-        p = job.point
+        p, c = job.point, job.point.config
         recipe = Path(p.recipe).name if "/" in p.recipe else p.recipe
         table.add_row(
             str(i),
-            p.model,
-            Path(p.weights).name if "/" in p.weights else p.weights,
+            c.model,
+            Path(c.weights).name if "/" in c.weights else c.weights,
             recipe,
             p.calibrator or "recipe's own",
-            str(p.seed),
-            p.fp8_kernel,
+            str(c.seed),
+            str(c.kernel),
             _state(out, job),
         )
     return table
 
 
+def make_executor(
+    kind: ExecutorKind,
+    device: str,
+    address: str | None = None,
+    transfer: Transfer = "auto",
+    workers: int | None = None,
+) -> tuple[Executor, int]:
+    """The executor of `kind` for `device`, and how many studies it runs at once."""
+    if kind == "ray":
+        return RayExecutor(device, address, transfer, workers), workers or 1
+    local = LocalExecutor(local_slots(device, workers))
+    return local, len(local.slots)
+
+
+def run_jobs(jobs: list[Job], out: Path, executor: Executor, console: Console) -> bool:
+    """Run `jobs` into `out` on `executor` with a progress bar; True when stopped by Ctrl-C or
+    SIGTERM (the running studies are stopped cleanly, finished ones kept)."""
+    stop = threading.Event()
+    in_main = threading.current_thread() is threading.main_thread()  # signal() needs it
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if in_main else None
+    try:
+        if jobs:
+            with SweepProgress(console, len(jobs)) as progress:
+                executor.run(jobs, out, progress, stop)
+    except KeyboardInterrupt:
+        console.print("[yellow]stopped: finished studies are kept; rerun to resume[/yellow]")
+        return True
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+    return False
+
+
+def sweep_console() -> Console:
+    """Progress on stderr; not a terminal (a log file, CI): wide enough for the grid table."""
+    return Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
 def run_sweep(options: SweepOptions, console: Console | None = None) -> int:
     """Run the sweep of `options`; returns the exit status."""
-    # not a terminal (a log file, CI): wide enough for the grid table without wrapping
-    console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+    console = console or sweep_console()
     spec = load_sweep(options.sweep_file)
-    device = _device(spec.device)
+    device = resolve_device(spec.device)
     jobs = [Job(p, p.folder_name) for p in expand(spec, device)]
     out = options.out.resolve()  # studies run in other working directories
     out.mkdir(parents=True, exist_ok=True)
     todo = [j for j in jobs if not is_finished(out / j.folder)]
-    if options.executor == "ray":
-        executor: LocalExecutor | RayExecutor = RayExecutor(
-            device, options.address, options.transfer, options.workers
-        )
-        workers = options.workers or 1
-    else:
-        executor = LocalExecutor(local_slots(device, options.workers))
-        workers = len(executor.slots)
-    console.print(_grid_table(jobs, out))
+    executor, workers = make_executor(
+        options.executor, device, options.address, options.transfer, options.workers
+    )
+    console.print(grid_table(jobs, out))
     console.print(
         f"{len(jobs)} studies in the grid, {len(jobs) - len(todo)} finished before, "
         f"{len(todo)} to run on {device}; out: {out}"
@@ -109,20 +140,7 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> int:
     console.print(estimate([j.point for j in todo], out, min(workers, max(1, len(todo)))).line())
     if options.dry_run:
         return 0
-    interrupted = False
-    stop = threading.Event()
-    in_main = threading.current_thread() is threading.main_thread()  # signal() needs it
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if in_main else None
-    try:
-        if todo:
-            with SweepProgress(console, len(todo)) as progress:
-                executor.run(todo, out, progress, stop)
-    except KeyboardInterrupt:
-        interrupted = True
-        console.print("[yellow]stopped: finished studies are kept; rerun to resume[/yellow]")
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+    interrupted = run_jobs(todo, out, executor, console)
     summary = write_summary(options, jobs, device, executor.description or options.executor)
     console.print(_counts_line(summary))
     console.print(f"summary: {out / 'sweep.md'}")

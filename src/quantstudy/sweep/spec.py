@@ -28,7 +28,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
-from quantstudy.recipe.schema import compose_yaml, key_lines
+from quantstudy.recipe.schema import Loc, compose_yaml, key_lines
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.readers import read_text
@@ -81,6 +81,7 @@ class SweepSpec(Strict):
     device: Literal["cpu", "cuda"] | None = None  # None: cuda when available, else cpu
     compile_mode: CompileMode = CompileMode.DEFAULT
     speed: bool = True
+    quality: bool = True  # false: speed-only studies (`quantstudy run --no-quality`)
     test_settings: bool = False
 
     @field_validator("recipes", "calibrators", "seeds", "fp8_kernels", "batches")
@@ -117,7 +118,7 @@ def load_sweep(path: Path) -> SweepSpec:
     return spec
 
 
-def _check_paths(spec: SweepSpec, lines: dict[tuple, int], origin: str) -> None:
+def _check_paths(spec: SweepSpec, lines: dict[Loc, int], origin: str) -> None:
     """A folder or file the sweep names must exist, or every point would fail alike, later."""
     for key, folder in (("data", True), ("calib_data", True), ("class_list", False)):
         value = getattr(spec, key)
@@ -169,7 +170,7 @@ def _keys(model: type[BaseModel] = SweepSpec) -> str:
     return ", ".join(model.model_fields)
 
 
-def _explain(err: ValidationError, lines: dict[tuple, int], origin: str) -> str:
+def _explain(err: ValidationError, lines: dict[Loc, int], origin: str) -> str:
     """The first problem as `<file> line N: <key path>: <what is wrong>`."""
     first = err.errors(include_url=False)[0]
     loc = tuple(first["loc"])

@@ -8,6 +8,7 @@ with the largest median x at the largest timed batch.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -84,16 +85,16 @@ class SweepSummary(Strict):
 def collect_row(job: Job, out: Path) -> SweepRow:
     """The row of one grid point from its folder (whatever stage it reached)."""
     folder = out / job.folder
-    p = job.point
+    p, c = job.point, job.point.config
     status = read_status(folder)
     base = {
         "folder": job.folder,
-        "model": p.model,
-        "weights": p.weights,
+        "model": c.model,
+        "weights": c.weights,
         "recipe": Path(p.recipe).stem if "/" in p.recipe else p.recipe,
         "calibrator": p.calibrator,
-        "seed": p.seed,
-        "fp8_kernel": p.fp8_kernel,
+        "seed": c.seed,
+        "fp8_kernel": str(c.kernel),
         "status": status.status if status else "pending",
         "error": status.error if status else None,
         "wall_s": status.wall_s if status else None,
@@ -110,9 +111,9 @@ def collect_row(job: Job, out: Path) -> SweepRow:
     return SweepRow(**(base | _measured(record)))
 
 
-def _measured(record: StudyRecord) -> dict:
+def _measured(record: StudyRecord) -> dict[str, Any]:
     """The row's figures from a study record."""
-    found: dict = {}
+    found: dict[str, Any] = {}
     if record.recipe is not None:
         found["recipe"] = record.recipe.name
         found["calibrator"] = record.recipe.calibrator

@@ -136,6 +136,7 @@ _fp8_conv_tuned = triton.autotune(
     key=["M", "N", "CIN", "H", "W", "KH", "KW", "SH", "SW", "ACT", "HAS_BIAS", "OUT_FP8"],
     prune_configs_by={"early_config_prune": _prune},
     do_bench=_bench,
+    cache_results=True,  # each shape's choice kept in Triton's disk cache for later processes
 )(_fp8_conv2d_kernel)
 
 

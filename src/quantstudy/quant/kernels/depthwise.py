@@ -93,6 +93,7 @@ _depthwise_tuned = triton.autotune(
     key=["P", "C", "H", "W", "STRIDE", "KH", "KW", "ACT", "X_FP8", "W_FP8", "OUT_FP8", "HAS_BIAS"],
     prune_configs_by={"early_config_prune": _prune},
     do_bench=_bench,
+    cache_results=True,  # each shape's choice kept in Triton's disk cache for later processes
 )(_depthwise_kernel)
 
 

@@ -118,7 +118,8 @@ def render_quality(r: StudyRecord, plots: set[str]) -> list[str]:
     lines = ["### Quality", ""]
     q = r.quality
     if q is None:
-        return [*lines, f"Quality: {NOT_MEASURED}.", ""]
+        why = " (`--no-quality`: a speed-only study)" if not r.config.quality else ""
+        return [*lines, f"Quality: {NOT_MEASURED}{why}.", ""]
     if _random(r):
         words = RANDOM_WEIGHTS_BANNER if r.model.random_weights else "quality is not meaningful"
         lines += [f"**Warning: {words}.**", ""]

@@ -66,7 +66,14 @@ def render_title(r: StudyRecord) -> list[str]:
     state = OUTCOME_WORDS[r.decision.outcome] if r.decision is not None else "not shipped"
     lines = [f"# FP8 quantization study ({state}): {r.model.name}", ""]
     banners = []
-    if r.model.random_weights:
+    if not r.config.quality:
+        banners.append(
+            "**Speed only** (`--no-quality`): no quality pass ran (no fp32 reference, no "
+            "emulation, no held-out scoring), so no quality gate can pass and the decision is at "
+            f"best inconclusive. Weights: {r.model.weights_detail}; the timings do not depend on "
+            "their values."
+        )
+    if r.model.random_weights and r.config.quality:
         banners.append(
             f"**Warning: {RANDOM_WEIGHTS_BANNER}** ({r.model.weights_detail}). Top-1, "
             "agreement and KL below describe an untrained network, not a deployable model."

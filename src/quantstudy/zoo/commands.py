@@ -1,0 +1,97 @@
+"""The `zoo` subcommand: its arguments, each choice list taken from the type it fills."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import get_args
+
+from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import Device, choices
+from quantstudy.sweep.events import ExecutorKind, Transfer
+from quantstudy.zoo.catalogue import WeightsMode, parse_shard
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`quantstudy zoo --data DIR`: one speed study per model of a list, and the leaderboard."""
+    zoo = sub.add_parser(
+        "zoo",
+        help="time fp16 against FP8 for every model of a list (default: the committed timm "
+        "zoo), in shards, resumable, and write the leaderboard (CSV, JSON, Markdown, plot)",
+        epilog="exit status: 0 every model of the shard finished, 1 one or more failed (see "
+        "zoo.md), 130 stopped (rerun to resume); docs/zoo.md",
+    )
+    zoo.add_argument("--data", type=Path, required=True, help="images to calibrate and time on")
+    zoo.add_argument("--calib-data", type=Path, help="calibration images from another folder")
+    zoo.add_argument("--class-list", type=Path, help="wnids in label order, one a line")
+    zoo.add_argument("--models", type=Path, help="zoo list YAML (default: the committed list)")
+    zoo.add_argument(
+        "--shard",
+        default="1/1",
+        help="run the I-th of N parts of the list (every N-th model from the I-th), e.g. 2/4; "
+        "the leaderboard covers every model --out holds (default 1/1: all)",
+    )
+    zoo.add_argument(
+        "--weights",
+        choices=get_args(WeightsMode),
+        default="random",
+        help="random (default): every study speed only; cache: real weights where present (a "
+        "list entry's own, else the local timm cache), with quality and a decision; random and "
+        "speed only for the others",
+    )
+    zoo.add_argument("--device", choices=choices(Device), help="default: cuda when available")
+    zoo.add_argument("--batches", default="1,128", help="timed batch sizes (default 1,128)")
+    zoo.add_argument("--calib", type=int, default=64, help="calibration images (default 64)")
+    zoo.add_argument(
+        "--heldout",
+        type=int,
+        default=256,
+        help="held-out images: the timing inputs, and with real weights the quality images "
+        "(default 256)",
+    )
+    zoo.add_argument("--out", type=Path, default=Path("zoo"), help="zoo folder (default zoo/)")
+    zoo.add_argument("--executor", choices=get_args(ExecutorKind), default="local")
+    zoo.add_argument("--address", help="Ray cluster address (default: start a local one)")
+    zoo.add_argument("--workers", type=int, help="parallel studies (default: one per GPU)")
+    zoo.add_argument("--transfer", choices=get_args(Transfer), default="auto")
+    zoo.add_argument("--dry-run", action="store_true", help="print the shard and stop")
+    zoo.add_argument(
+        "--leaderboard-only",
+        action="store_true",
+        help="run nothing: write the leaderboard from the studies --out holds",
+    )
+
+
+def _batches(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(b) for b in text.split(","))
+    except ValueError:
+        raise UserError(f"--batches must look like 1,128, not '{text}'") from None
+
+
+def run_command(args: argparse.Namespace, command: tuple[str, ...]) -> int:
+    """Run `quantstudy zoo` with the parsed `args`; `command` is recorded as its provenance."""
+    from quantstudy.zoo.points import ZooOptions
+    from quantstudy.zoo.run import run_zoo
+
+    options = ZooOptions(
+        data=args.data,
+        out=args.out,
+        calib_data=args.calib_data,
+        class_list=args.class_list,
+        models=args.models,
+        shard=parse_shard(args.shard),
+        weights=args.weights,
+        device=args.device,
+        batches=_batches(args.batches),
+        calib=args.calib,
+        heldout=args.heldout,
+        executor=args.executor,
+        address=args.address,
+        transfer=args.transfer,
+        workers=args.workers,
+        dry_run=args.dry_run,
+        run=not args.leaderboard_only,
+        command=command,
+    )
+    return run_zoo(options)

@@ -1,0 +1,112 @@
+"""`zoo.md`: the leaderboard as a page (ready to go into docs/zoo.md), rendered from zoo.json."""
+
+from __future__ import annotations
+
+from quantstudy.zoo.board import Leaderboard, ZooRow
+from quantstudy.zoo.render import family_medians, ranked
+
+NAMED_FAMILIES = 3  # families named as paying most and least
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _x(row: ZooRow, batch: int) -> str:
+    at = row.at(batch)
+    return "-" if at is None else f"{at.x:.2f} [{at.x_q1:.2f}, {at.x_q3:.2f}]"
+
+
+def _ms(row: ZooRow, batch: int) -> tuple[str, str]:
+    at = row.at(batch)
+    return ("-", "-") if at is None else (f"{at.fp16_ms:.3f}", f"{at.fp8_ms:.3f}")
+
+
+def _ideal(row: ZooRow, batch: int) -> str:
+    at = row.at(batch)
+    if at is None or at.ideal_fraction is None or at.ideal_x is None:
+        return "-"
+    return f"{at.ideal_fraction:.0%} of {at.ideal_x:.2f}"
+
+
+def _decision(row: ZooRow) -> str:
+    if row.status != "complete":
+        return row.status
+    if not row.quality_measured:
+        return "speed only"
+    return (row.decision or "-").replace("_", " ")
+
+
+def _layers(row: ZooRow) -> str:
+    if row.fp8_layers is None or row.conv_linear_layers is None:
+        return "-"
+    return f"{row.fp8_layers} / {row.conv_linear_layers}"
+
+
+def _provenance(board: Leaderboard) -> list[str]:
+    p = board.provenance
+    lines = [f"Command: `{' '.join(p.command)}` (shard {p.shard}, weights {p.weights})."]
+    for env in p.environments:
+        keys = ("gpu_name", "gpu_driver", "cuda", "torch", "timm", "quantstudy", "git_commit")
+        lines.append("Studies ran on: " + ", ".join(f"{k} {env.get(k) or '-'}" for k in keys) + ".")
+    driver = p.driver
+    lines.append(
+        f"Leaderboard written {p.created_utc} from {p.models_file} (sha256 "
+        f"{p.models_sha256[:12]}) at commit {driver.get('git_commit') or '-'}, triton "
+        f"{driver.get('triton') or '-'}."
+    )
+    return lines
+
+
+def _families(board: Leaderboard, batch: int) -> list[str]:
+    medians = family_medians(board.rows, batch)
+    if len(medians) < 2:
+        return []
+
+    def said(items: list[tuple[str, float, int]]) -> str:
+        return ", ".join(f"{f} ({x:.2f}, {n} model{'s' * (n > 1)})" for f, x, n in items)
+
+    k = min(NAMED_FAMILIES, len(medians) // 2)
+    return [
+        f"Median x at batch {batch} per family, from the rows below: most "
+        f"{said(medians[:k])}; least {said(medians[-k:][::-1])}.",
+        "",
+    ]
+
+
+def render_markdown(board: Leaderboard) -> str:
+    batches = board.batches
+    last = max(batches)
+    counts = ", ".join(f"{n} {s}" for s, n in board.counts.items() if n)
+    lines = ["# FP8 against fp16 per timm model", "", *_provenance(board), ""]
+    lines += [f"{len(board.rows)} models ({counts}).", ""]
+    if any(r.status == "complete" and not r.quality_measured for r in board.rows):
+        lines += [
+            "Rows marked *speed only* ran with random weights (or without a quality pass): the "
+            "kernels' time does not depend on the weights' values, so their timings hold; no "
+            "quality and no decision is claimed for them.",
+            "",
+        ]
+    if any(r.speed_meaningful is False for r in board.rows):
+        lines += ["Timings ran on the CPU: x is not evidence for or against FP8 on a GPU.", ""]
+    lines += _families(board, last)
+    head = ["model", "family", "params (M)", "GMACs", "img", "FP8 / conv+linear", "recipe"]
+    for b in batches:
+        head += [f"fp16 ms @{b}", f"FP8 ms @{b}", f"x @{b} [q1, q3]"]
+    head += [f"of ideal x @{last}", "decision", "s: process / study / build"]
+    lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in ranked(board.rows, last):
+        cells = [r.model, r.family, _num(r.params_m, ".1f"), _num(r.gmacs, ".2f")]
+        cells += [str(r.img_size or "-"), _layers(r), r.recipe or "-"]
+        for b in batches:
+            cells += [*_ms(r, b), _x(r, b)]
+        timing = " / ".join(_num(v, ".0f") for v in (r.wall_s, r.study_s, r.build_s))
+        cells += [_ideal(r, last), _decision(r), timing]
+        lines.append("| " + " | ".join(cells) + " |")
+    failed = [r for r in board.rows if r.status == "failed"]
+    if failed:
+        lines += ["", "## Models that failed", ""]
+        lines += [f"- {r.model}: {r.error} (log: `{r.folder}/run.log`)" for r in failed]
+    if board.plot:
+        lines += ["", f"![x at batch {last} against GMACs, by family]({board.plot})"]
+    return "\n".join(lines) + "\n"
