@@ -20,6 +20,7 @@ from _records import build_record
 from quantstudy.cli import main
 from quantstudy.record import SCHEMA_VERSION
 from quantstudy.record.errors import UserError
+from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_record
 from quantstudy.record.load import RECORD_FILE, load_record, load_record_data
 from quantstudy.study.guard import claim_study_folder
@@ -99,11 +100,11 @@ def test_run_keeps_a_newer_record_in_its_folder_unless_forced(newer):
 
 
 def test_a_sweep_point_with_a_newer_record_is_a_failed_row_not_a_finished_point(tmp_path):
-    point = GridPoint(
-        model="test_efficientnet", weights="random", recipe="generic_all", seed=0,
-        fp8_kernel="fused", data=str(tmp_path), calib=4, heldout=8, batches=[1], device="cpu",
-        compile_mode="default", speed=False, test_settings=False,
+    config = StudyConfig(
+        model="test_efficientnet", weights="random", recipe="generic_all", data=str(tmp_path),
+        calib=4, heldout=8, batches=(1,), device="cpu", fp8_kernel="fused", speed=False,
     )  # fmt: skip
+    point = GridPoint(config=config)
     _newer(tmp_path / "out" / "p0")
     row = collect_row(Job(point, "p0"), tmp_path / "out")
     assert row.status == "failed" and all(t in (row.error or "") for t in REFUSAL)
