@@ -6,14 +6,14 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from quantstudy.record.errors import UserError
+from quantstudy.record.errors import EXIT_COMMON, UserError
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     export = sub.add_parser(
         "export",
         help="write the study's FP8 recipe as a Q/DQ ONNX, its float twin and trtexec.sh",
-        epilog="exit status: 0 written (and --check passed), 3 --check failed, 1 user error",
+        epilog=f"exit status: 0 written (and --check passed), 3 --check failed, {EXIT_COMMON}",
     )
     export.add_argument("study_dir", type=Path)
     export.add_argument(
