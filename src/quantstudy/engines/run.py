@@ -14,7 +14,7 @@ import torch
 from rich.progress import Progress
 from torch import nn
 
-from quantstudy.engines.base import Engine
+from quantstudy.engines.base import Engine, in_memory_format
 from quantstudy.quant.layers.matmul import QDQ
 
 
@@ -70,12 +70,12 @@ def run_reordered(engine: Engine, images: torch.Tensor, batch_size: int = 64) ->
 def reordered(engine: Engine) -> Iterator[Engine]:
     """`engine` (an eager emulation) channels-last inside the block (`run_reordered`)."""
     engine.channels_last = True
-    engine.module = engine.module.to(memory_format=torch.channels_last)
+    engine.module = in_memory_format(engine.module, torch.channels_last)
     try:
         yield engine
     finally:  # a later run of the emulation must sum in its own order again
         engine.channels_last = False
-        engine.module = engine.module.to(memory_format=torch.contiguous_format)
+        engine.module = in_memory_format(engine.module, torch.contiguous_format)
 
 
 def run_half_storage(

@@ -51,6 +51,8 @@ Schema history:
      `quantstudy extend`).
  15: ImageSet.ids may be None: a held-out set's ids are kept in the per-image side file
      only (its rows name them), so the record does not grow with the held-out images.
+ 16: EngineInfo.fp8_rewrites_skipped (an engine rewrite that could not handle the model, and
+     why: the engine was built without it).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -60,7 +62,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 
