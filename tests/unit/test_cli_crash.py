@@ -40,7 +40,9 @@ def test_internal_error_logs_to_the_output_folder(monkeypatch, tmp_path, capsys)
     assert status == EXIT_INTERNAL == 5
     log = _one_log(study)
     text = log.read_text()
-    assert "Traceback (most recent call last)" in text and "RuntimeError: an invariant broke" in text
+    assert (
+        "Traceback (most recent call last)" in text and "RuntimeError: an invariant broke" in text
+    )
     assert f"command: quantstudy report {study}" in text and "versions: python" in text
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err  # one line, the message's first line, and the log's path

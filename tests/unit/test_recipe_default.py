@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from quantstudy.recipe.builtin import (
-    FAMILY_DEFAULTS,
     FALLBACK_RECIPE,
+    FAMILY_DEFAULTS,
     default_choice,
     default_recipe_for,
     load_recipe,

@@ -38,6 +38,7 @@ from quantstudy.quant.layers.fused_matmul import activation_name
 from quantstudy.quant.rewrites.absorb import exact_subset
 from quantstudy.record.vocab import Activation
 
+
 class RewriteSkipped(Exception):
     """A rewrite that cannot be applied to this model at all (its traced blocks do not run):
     the engine is built without it, and the record says why (`EngineInfo.fp8_rewrites_skipped`)."""
