@@ -28,6 +28,7 @@ NEW_IN_VERSION_5_ENGINE = {"fp8_scaled_mm_output": None}
 NEW_IN_VERSION_6_ENGINE = {"fp8_kernel_choice": None}
 NEW_IN_VERSION_8_ENGINE = {"fp8_residual": {}, "fp8_sum_handoff": {}}
 NEW_IN_VERSION_12_ENGINE = {"fp8_padded_output": {}}
+NEW_IN_VERSION_16_ENGINE = {"fp8_rewrites_skipped": {}}
 NEW_IN_VERSION_6_CONFIG = {
     "class_list": None,
     "strip_prefix": None,
@@ -58,7 +59,7 @@ NEW_IN_VERSION_6_RECIPE = {
 
 
 def _without_version_3(full: dict) -> dict:
-    """The full dump less the version-3 to -14 keys, after checking they hold their empty
+    """The full dump less the version-3 to -16 keys, after checking they hold their empty
     defaults."""
     out = dict(full)
     for key in NEW_IN_VERSION_6_RECORD | NEW_IN_VERSION_14_RECORD:
@@ -84,6 +85,7 @@ def _without_version_3(full: dict) -> dict:
             | NEW_IN_VERSION_6_ENGINE
             | NEW_IN_VERSION_8_ENGINE
             | NEW_IN_VERSION_12_ENGINE
+            | NEW_IN_VERSION_16_ENGINE
         )
         for key, empty in added.items():
             assert engine.pop(key) == empty

@@ -67,7 +67,7 @@ def test_family_patterns_cover_every_variant_timm_ships(module: str, recipe: str
 @pytest.mark.parametrize(("stem", "recipe"), sorted(NAMED_FAMILIES.items()))
 def test_named_families_cover_their_variants(stem: str, recipe: str) -> None:
     models = [m for m in timm.list_models() if m.split("_")[0].startswith(stem)]
-    models += timm.list_models(f"tf_{stem}*")
+    models += timm.list_models(f"tf_{stem}*") + timm.list_models(f"test_{stem}*")
     assert models
     assert [m for m in models if default_recipe_for(m) != recipe] == []
 

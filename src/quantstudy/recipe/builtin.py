@@ -36,6 +36,7 @@ FAMILY_DEFAULTS: tuple[tuple[str, str], ...] = (
     ("crossvit_*", "crossvit_encoder_cross"),
     ("efficientnet*", "generic_pointwise"),
     ("tf_efficientnet*", "generic_pointwise"),
+    ("test_efficientnet*", "generic_pointwise"),  # timm's tiny EfficientNets for tests
 )
 FALLBACK_RECIPE = "generic_default"
 
