@@ -20,7 +20,7 @@ demo: $(VENV)/.installed
 # test: lint and every test but the `slow`, `suite` and `conformance` ones: under 6 minutes on a
 # 2-core CPU.
 # test-conformance: the default recipe on 32 small timm models of as many families, to the FP8
-# engine's logits on the CPU, and a few whole studies through the CLI (about 5 minutes).
+# engine's logits on the CPU, and a few whole studies through the CLI (1.5 to 3.5 minutes).
 # test-suites: the end-to-end CLI suites (tests/reliability, real sweeps on a local Ray cluster).
 # test-slow: the slow ones (200-image Lite0 data tests, ONNX and FP8-option data tests, the demo on
 # the foolbox images, the CPU package).
