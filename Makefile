@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test test-suites test-slow test-full test-evidence test-oldest test-image lint clean
+.PHONY: demo test test-conformance test-suites test-slow test-full test-evidence test-oldest test-image lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,10 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(VENV)/bin/quantstudy demo --calib 500 --heldout 1500
 
-# test: lint and every test but the `slow` and `suite` ones: under 6 minutes on a 2-core CPU.
+# test: lint and every test but the `slow`, `suite` and `conformance` ones: under 6 minutes on a
+# 2-core CPU.
+# test-conformance: the default recipe on 32 small timm models of as many families, to the FP8
+# engine's logits on the CPU, and a few whole studies through the CLI (1.5 to 3.5 minutes).
 # test-suites: the end-to-end CLI suites (tests/reliability, real sweeps on a local Ray cluster).
 # test-slow: the slow ones (200-image Lite0 data tests, ONNX and FP8-option data tests, the demo on
 # the foolbox images, the CPU package).
@@ -27,7 +30,10 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m ruff check src tests
 	$(PY) -m mypy
-	$(PY) -m pytest -q -rs -m "not slow and not suite and not evidence"
+	$(PY) -m pytest -q -rs -m "not slow and not suite and not evidence and not conformance"
+
+test-conformance: $(VENV)/.installed
+	$(PY) -m pytest -q -rs -m "conformance and not slow and not evidence" tests/conformance
 
 test-suites: $(VENV)/.installed
 	$(PY) -m pytest -q -rs -m "suite and not slow and not evidence"
@@ -57,7 +63,7 @@ $(OLDEST_VENV)/.installed: pyproject.toml ci/oldest.txt
 	touch $@
 
 test-oldest: $(OLDEST_VENV)/.installed
-	$(OLDEST_PY) -m pytest -q -rs -m "not slow and not suite and not evidence" tests/unit
+	$(OLDEST_PY) -m pytest -q -rs -m "not slow and not suite and not evidence and not conformance" tests/unit
 	ci/oldest-smoke.sh $(OLDEST_PY) $(SMOKE_DATA)
 
 # test-image: the GPU machine's image (ci/image.txt, docs/VERSIONS.md) in its own venv: its

@@ -55,6 +55,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=reason))
         if "tests/reliability/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.suite)
+        if "tests/conformance/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.conformance)
         if "tests/data/" in str(item.fspath).replace("\\", "/") or item.get_closest_marker("data"):
             reason = _data_skip(item, has_data)
             if reason:

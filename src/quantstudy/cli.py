@@ -1,8 +1,9 @@
 """The `quantstudy` command: a thin argparse layer over the library.
 
 User mistakes (`UserError`) and filesystem faults (a full disk, a read-only --out) print one clean
-line and exit 1; Ctrl-C prints one line and exits 130; anything else is a bug and keeps its
-traceback.
+line and exit 1; Ctrl-C prints one line and exits 130; a reader that closes stdout (`| head`)
+ends the command quietly with 141; anything else is a bug: its traceback goes to a log file,
+the console gets one line with its path, and the exit status is 5 (`cli_crash.py`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,15 @@ from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
+from quantstudy.cli_crash import report_crash
 from quantstudy.cli_parsers import add_extend_parser, add_search_parser, add_sweep_parser
-from quantstudy.record.errors import UserError
+from quantstudy.record.errors import (
+    EXIT_COMMON,
+    EXIT_INTERRUPTED,
+    EXIT_PIPE,
+    EXIT_USER,
+    UserError,
+)
 from quantstudy.record.inputs import PathText, StudyConfig, option, read_config
 from quantstudy.record.io import filesystem_message
 from quantstudy.record.vocab import choices
@@ -57,8 +65,8 @@ CLI_HELP = {
 # Exit status of run and decide: the decision's outcome (EXIT_CODES in decision/policy.py).
 EXIT_STATUS = (
     "exit status: 0 ship, 3 not ship (a gate failed), 4 inconclusive (no gate failed, but the "
-    "evidence cannot yet pass one; the report says how many images would settle it), "
-    "1 user error, 2 usage error, 130 interrupted"
+    f"evidence cannot yet pass one; the report says how many images would settle it), "
+    f"{EXIT_COMMON}"
 )
 
 
@@ -146,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo",
         help="the embedded default study (EfficientNet-Lite0)",
-        epilog="exit status: 0 whatever the decision (run exits by it), 1 user error",
+        epilog=f"exit status: 0 whatever the decision (run exits by it), {EXIT_COMMON}",
     )
     _add_config_args(demo, STUDY_OPTIONS)
     _add_force_arg(demo)
@@ -313,16 +321,17 @@ def _cmd_recipes(args: argparse.Namespace) -> None:
 
     from quantstudy.model.loading import load_model
     from quantstudy.model.preprocess import resolve_preprocessing
-    from quantstudy.recipe.builtin import default_recipe_for, load_recipe
+    from quantstudy.recipe.builtin import default_choice, load_recipe, timm_family
     from quantstudy.recipe.resolve import resolve
     from quantstudy.recipe.show import format_resolution
 
     loaded = load_model(args.model, "random")
-    name = args.name or default_recipe_for(loaded.info.architecture)
-    recipe, _ = load_recipe(name)
+    choice = default_choice(loaded.info.architecture)
+    chosen = None if args.name else choice.describe(timm_family(args.model))
+    recipe, _ = load_recipe(args.name or choice.recipe)
     pre = resolve_preprocessing(loaded.model)
     res = resolve(recipe, loaded.model, torch.zeros(1, *pre.input_size))
-    print(format_resolution(res, recipe.name, args.model, as_json=args.json))
+    print(format_resolution(res, recipe.name, args.model, as_json=args.json, chosen=chosen))
 
 
 def _cmd_report(args: argparse.Namespace) -> None:
@@ -418,20 +427,34 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # the command line a record names (None: this process's)
     try:
         status = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit after the last print
     except UserError as e:
         print(f"quantstudy: error: {e}", file=sys.stderr)
-        return 1
+        return EXIT_USER
     except KeyboardInterrupt:
         print("\nquantstudy: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _reader_gone()
     except OSError as e:
         # a full disk, a read-only folder, a cache folder in /proc: one line, not a bug
         message = filesystem_message(e, verb="use")
         if message is None:
-            raise
+            return report_crash(e, args, sys.argv[1:] if argv is None else argv)
         print(f"quantstudy: error: {message}", file=sys.stderr)
-        return 1
+        return EXIT_USER
+    except Exception as e:  # a bug: its traceback to a log file, one line here (cli_crash.py)
+        return report_crash(e, args, sys.argv[1:] if argv is None else argv)
     return status or 0  # run, decide and sweep: their exit status
+
+
+def _reader_gone() -> int:
+    """The reader of stdout went away (`quantstudy recipes show --json | head`): stop quietly,
+    with the status a shell gives a process that SIGPIPE ended, and point stdout at devnull so
+    that the interpreter's last flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_PIPE
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from quantstudy.record.errors import EXIT_COMMON
+
 
 def add_search_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -55,8 +57,8 @@ def add_sweep_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     sweep = sub.add_parser(
         "sweep",
         help="run a grid of studies (models x recipes x calibrators x seeds x FP8 kernels)",
-        epilog="exit status: 0 every study finished, 1 one or more failed (see sweep.md), "
-        "130 stopped (rerun to resume)",
+        epilog="exit status: 0 every study finished, 1 one or more failed (see sweep.md) or a "
+        f"user error, 130 stopped (rerun to resume); {EXIT_COMMON}",
     )
     sweep.add_argument("sweep_file", type=Path, help="sweep YAML (see quantstudy/sweep/spec.py)")
     sweep.add_argument("--executor", choices=["local", "ray"], default="local")

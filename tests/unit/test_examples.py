@@ -29,6 +29,7 @@ NEW_IN_VERSION_5_ENGINE = {"fp8_scaled_mm_output": None}
 NEW_IN_VERSION_6_ENGINE = {"fp8_kernel_choice": None}
 NEW_IN_VERSION_8_ENGINE = {"fp8_residual": {}, "fp8_sum_handoff": {}}
 NEW_IN_VERSION_12_ENGINE = {"fp8_padded_output": {}}
+NEW_IN_VERSION_16_ENGINE = {"fp8_rewrites_skipped": {}}
 NEW_IN_VERSION_6_CONFIG = {
     "class_list": None,
     "strip_prefix": None,
@@ -91,6 +92,7 @@ def _without_version_3(full: dict) -> dict:
             | NEW_IN_VERSION_6_ENGINE
             | NEW_IN_VERSION_8_ENGINE
             | NEW_IN_VERSION_12_ENGINE
+            | NEW_IN_VERSION_16_ENGINE
         )
         for key, empty in added.items():
             assert engine.pop(key) == empty

@@ -166,8 +166,8 @@ def test_kernel_under_the_interpreter_matches_the_torch_path():
             xq = to_fp8(x, layer.x_scale).contiguous(memory_format=torch.channels_last)
             pad, out_hw = layer.geometry(9, 9)
             args = (xq, layer.taps, layer.w_scale, layer.kernel_hw, layer.x_scale, layer.bias,
-                    "relu6", torch.float32, layer.stride, pad, out_hw)
-            y = depthwise_taps(xq, layer.taps, tuple(layer.kernel_hw), layer.bias, layer.stride,
+                    "relu6", torch.float32, layer.stride[0], pad, out_hw)
+            y = depthwise_taps(xq, layer.taps, tuple(layer.kernel_hw), layer.bias, layer.stride[0],
                                tuple(pad), tuple(out_hw), "relu6", layer.x_scale, None,
                                torch.float32, (16, 32, 4), w_scale=layer.w_scale)
             ref = fp8_depthwise(*args)

@@ -297,7 +297,7 @@ def test_family_recipe_on_another_family_fails_loudly(zoo):
         ("crossvit_9_240.in1k", "crossvit_encoder_cross"),
         ("tf_efficientnet_lite0", "generic_pointwise"),
         ("efficientnet_b0.ra_in1k", "generic_pointwise"),
-        ("resnet50", "generic_pointwise"),
+        ("resnet50", "generic_default"),
     ],
 )
 def test_default_recipe_for(model_name: str, expected: str):

@@ -7,7 +7,7 @@ import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quantstudy.record.errors import UserError
+from quantstudy.record.errors import EXIT_COMMON, UserError
 
 if TYPE_CHECKING:
     from quantstudy.record import StudyRecord
@@ -17,7 +17,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     export = sub.add_parser(
         "export",
         help="write the study's FP8 recipe as a Q/DQ ONNX, its float twin and trtexec.sh",
-        epilog="exit status: 0 written (and --check passed), 3 --check failed, 1 user error",
+        epilog=f"exit status: 0 written (and --check passed), 3 --check failed, {EXIT_COMMON}",
     )
     export.add_argument("study_dir", type=Path)
     export.add_argument(

@@ -6,11 +6,9 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 import onnx
 import torch
-from torch import nn
 
 from quantstudy.bridge.check import (
     CheckResult,
@@ -24,6 +22,7 @@ from quantstudy.bridge.check import (
 from quantstudy.bridge.qdq import QdqGraph, build_qdq
 from quantstudy.bridge.rebuild import Rebuilt, eval_batch, load_set, rebuild
 from quantstudy.bridge.trtexec import SCRIPT, script
+from quantstudy.engines.base import in_memory_format
 from quantstudy.engines.builders import build_fakequant
 from quantstudy.engines.run import run_engine
 from quantstudy.record import StudyRecord
@@ -134,8 +133,7 @@ def check_export(
         reference = run_engine(fakequant, x, batch)
         # The study's floor procedure (`study/run.py`): the emulation again, channels-last.
         fakequant.channels_last = True
-        eager = cast(nn.Module, fakequant.module)  # a CPU build runs its nn.Module eagerly
-        fakequant.module = eager.to(memory_format=torch.channels_last)
+        fakequant.module = in_memory_format(fakequant.module, torch.channels_last)
         floor = floor_of(run_engine(fakequant, x, batch), reference)
     notes = [f"held-out images: {x.shape[0]} of the study's {record.data.heldout.n_images}"]
     _check_rebuild(record, floor, images is None, result, notes)

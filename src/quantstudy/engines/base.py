@@ -11,8 +11,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 from quantstudy.record import EngineInfo
+
+
+def in_memory_format(module: nn.Module, fmt: torch.memory_format) -> nn.Module:
+    """`module` (in place) with its 4-D parameters and buffers in `fmt`: `module.to(memory_format=
+    ...)` also converts 5-D ones, which channels-last (a 4-D format) refuses (timm's swin holds a
+    5-D buffer), and a tensor of another rank has no such layout to take."""
+    return module._apply(lambda t: t.contiguous(memory_format=fmt) if t.dim() == 4 else t)
 
 
 class Engine(ABC):

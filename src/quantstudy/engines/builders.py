@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from quantstudy.engines.base import Engine
+from quantstudy.engines.base import Engine, in_memory_format
 from quantstudy.engines.kernel_choice import choose_kernels
 from quantstudy.engines.size import weight_bytes
 from quantstudy.quant.fitting.bias_correction import correct_biases, set_biases
@@ -33,7 +33,12 @@ from quantstudy.quant.rewrites.absorb import (
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.quant.rewrites.handoff import fp8_handoffs
 from quantstudy.quant.rewrites.pad_handoff import fuse_padded, padded_outputs
-from quantstudy.quant.rewrites.residual import float_summed, fuse_residuals, residual_sites
+from quantstudy.quant.rewrites.residual import (
+    RewriteSkipped,
+    float_summed,
+    fuse_residuals,
+    residual_sites,
+)
 from quantstudy.quant.rewrites.sum_handoff import can_read_fp8, fuse_sum_handoffs, sum_handoffs
 from quantstudy.record import EngineInfo, LayerKernel
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
@@ -89,6 +94,7 @@ class BuiltEngine(Engine):
     fp8_sum_handoff: dict[str, str] = field(default_factory=dict)
     fp8_padded_output: dict[str, str] = field(default_factory=dict)
     fp8_kernel_choice: list[LayerKernel] | None = None
+    fp8_rewrites_skipped: dict[str, str] = field(default_factory=dict)
 
     def eagerly(self) -> BuiltEngine:
         """This engine run through its eager module: a quality pass that needs no compile."""
@@ -114,6 +120,7 @@ class BuiltEngine(Engine):
             fp8_padded_output=dict(self.fp8_padded_output),
             fp8_scaled_mm_output=scaled_mm_output_of(self.eager),
             fp8_kernel_choice=self.fp8_kernel_choice,
+            fp8_rewrites_skipped=dict(self.fp8_rewrites_skipped),
             fp16_layers=self.float_layers,
             weight_bytes=weight_bytes(self.eager),
             numerics=numerics(),
@@ -210,7 +217,7 @@ def build_half(
     """
     dtype = dtype or half_dtype(device)
     m = deployed_copy(model, example, fold).to(device, dtype)
-    m = m.to(memory_format=torch.channels_last)
+    m = in_memory_format(m, torch.channels_last)
     return _compiled_engine(
         EngineName.FP16, m, device, dtype, compile_mode, float_layers=count_float_layers(m)
     )
@@ -263,11 +270,14 @@ def build_fp8(
     m = m.to(dtype)
     epilogue = {layer: act for layer, (_, act) in absorbed.items()}
     applied = apply_fp8(m, source, plan, dtype, built, epilogue, handoff)
-    sites, pairs = {}, {}
+    sites, pairs, skipped = {}, {}, {}
     if built == Fp8Kernel.FUSED and residual:
         fused = [n for n in applied.real if isinstance(m.get_submodule(n), FusedFP8Matmul)]
         base = with_absorbed(source, {layer: act for layer, (act, _) in absorbed.items()})
-        sites = residual_sites(base, fused, example)
+        try:
+            sites = residual_sites(base, fused, example)
+        except RewriteSkipped as err:  # the engine without it; the record says why
+            skipped["residual"] = str(err)
         fuse_residuals(m, sites, fused)
     if sites and sum_handoff:
         readers = {
@@ -282,7 +292,7 @@ def build_fp8(
     if built == Fp8Kernel.FUSED and pad_outputs:
         padded = padded_outputs(m, source, applied.real, example, absorbed)
         fuse_padded(m, source, padded)
-    m = m.to(device).to(memory_format=torch.channels_last)
+    m = in_memory_format(m.to(device), torch.channels_last)
     bind_scaled_mm(m, device)
     chosen = None
     if kernel == Fp8Kernel.FASTEST:
@@ -302,6 +312,7 @@ def build_fp8(
         fp8_sum_handoff={layer: pair.reader for layer, pair in pairs.items()},
         fp8_padded_output=padded,
         fp8_kernel_choice=chosen,
+        fp8_rewrites_skipped=skipped,
     )
 
 

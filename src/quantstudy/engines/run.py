@@ -15,7 +15,7 @@ import torch
 from rich.progress import Progress
 from torch import nn
 
-from quantstudy.engines.base import Engine
+from quantstudy.engines.base import Engine, in_memory_format
 from quantstudy.quant.layers.matmul import QDQ
 
 
@@ -72,12 +72,12 @@ def reordered(engine: Engine) -> Iterator[Engine]:
     """`engine` (an eager emulation) channels-last inside the block (`run_reordered`)."""
     module = cast(nn.Module, engine.module)  # an eager emulation runs its nn.Module
     engine.channels_last = True
-    engine.module = module.to(memory_format=torch.channels_last)
+    engine.module = in_memory_format(module, torch.channels_last)
     try:
         yield engine
     finally:  # a later run of the emulation must sum in its own order again
         engine.channels_last = False
-        engine.module = module.to(memory_format=torch.contiguous_format)
+        engine.module = in_memory_format(module, torch.contiguous_format)
 
 
 def run_half_storage(

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from quantstudy.record.errors import UserError
+from quantstudy.record.errors import EXIT_COMMON, UserError
 from quantstudy.record.vocab import Device
 
 
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "package",
         help="compile the study's FP8 and fp16 engines into AOTInductor packages (.pt2)",
-        epilog="exit status: 0 written (and --check passed), 3 --check failed, 1 user error",
+        epilog=f"exit status: 0 written (and --check passed), 3 --check failed, {EXIT_COMMON}",
     )
     p.add_argument("study_dir", type=Path)
     p.add_argument("--out", type=Path, help="folder to write (default STUDY_DIR/package)")

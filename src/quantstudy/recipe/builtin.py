@@ -2,12 +2,17 @@
 
 Built-ins live in `recipe/builtin/<name>.yaml`, one recipe per file, the file stem equal to the
 recipe name. `FAMILY_DEFAULTS` maps a timm architecture to the recipe a study uses when none is
-given: an explicit table, one line per family, first match wins.
+given: an explicit table, one line per family, first match wins; each pattern covers every
+variant timm ships of that family (a unit test holds it to `timm.list_models`). A model of any
+other family gets `FALLBACK_RECIPE`, `generic_default`, whose typed rules choose FP8 layers from
+what the model holds (dense 1x1 convs, the linears of attention and MLP blocks), and
+`default_choice` says which of the two chose it.
 """
 
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -20,16 +25,46 @@ BUILTIN_PREFIX = "builtin:"
 
 # (architecture glob, built-in recipe). The architecture is the timm name without its
 # pretrained tag, e.g. "mobilenetv4_conv_large" for "mobilenetv4_conv_large.e500_r256_in1k".
+# ghostnet* covers ghostnetv2 and ghostnetv3 (the same Ghost blocks, one timm module), xception*
+# the aligned xceptions 41, 65 and 71 with their pre-activation variants (timm's legacy_xception
+# starts otherwise and is another network), res2ne* both res2net and res2next.
 FAMILY_DEFAULTS: tuple[tuple[str, str], ...] = (
     ("mobilenetv4_*", "mobilenetv4_pointwise"),
-    ("ghostnet_*", "ghostnet_pointwise"),
-    ("xception41*", "xception_pointwise"),
-    ("res2net*", "res2net_all_after_stem"),
+    ("ghostnet*", "ghostnet_pointwise"),
+    ("xception*", "xception_pointwise"),
+    ("res2ne*", "res2net_all_after_stem"),
     ("crossvit_*", "crossvit_encoder_cross"),
-    ("tf_efficientnet_lite*", "generic_pointwise"),
     ("efficientnet*", "generic_pointwise"),
+    ("tf_efficientnet*", "generic_pointwise"),
+    ("test_efficientnet*", "generic_pointwise"),  # timm's tiny EfficientNets for tests
 )
-FALLBACK_RECIPE = "generic_pointwise"
+FALLBACK_RECIPE = "generic_default"
+
+
+@dataclass(frozen=True)
+class DefaultChoice:
+    """The built-in recipe a model gets without `--recipe`, and which row of `FAMILY_DEFAULTS`
+    chose it (None: no family matched, so `FALLBACK_RECIPE` chooses from the layers)."""
+
+    recipe: str
+    architecture: str
+    pattern: str | None
+
+    def describe(self, family: str | None = None) -> str:
+        """One line: which rule chose the recipe and why. `family`: the model's timm family
+        (its module, `timm_family`), named when no family recipe recognised it."""
+        if self.pattern is not None:
+            return (
+                f"{self.recipe}, the family recipe of {self.pattern} (a recipe written for "
+                "the family wins over the generic default)"
+            )
+        of = f" (timm family {family})" if family else ""
+        known = ", ".join(pattern for pattern, _ in FAMILY_DEFAULTS)
+        return (
+            f"{self.recipe}: no family recipe recognises {self.architecture}{of}; family recipes "
+            f"exist for {known}, so the generic default chooses the FP8 layers from what the "
+            "model holds"
+        )
 
 
 def _builtin_dir() -> Traversable:
@@ -62,13 +97,31 @@ def architecture_of(model_name: str) -> str:
     return model_name.rsplit("/", 1)[-1].split(".", 1)[0]
 
 
-def default_recipe_for(model_name: str) -> str:
-    """The family's built-in recipe for a timm model name (with or without pretrained tag)."""
+def default_choice(model_name: str) -> DefaultChoice:
+    """The built-in recipe for a timm model name (with or without pretrained tag): its family's,
+    else the generic default, and which of the two chose it."""
     arch = architecture_of(model_name)
     for pattern, recipe in FAMILY_DEFAULTS:
         if fnmatch.fnmatchcase(arch, pattern):
-            return recipe
-    return FALLBACK_RECIPE
+            return DefaultChoice(recipe, arch, pattern)
+    return DefaultChoice(FALLBACK_RECIPE, arch, None)
+
+
+def default_recipe_for(model_name: str) -> str:
+    """The name of `default_choice`'s recipe."""
+    return default_choice(model_name).recipe
+
+
+def timm_family(model_name: str) -> str | None:
+    """The timm module that defines the architecture (`vision_transformer` for
+    `vit_tiny_patch16_224`): timm keeps one family per module. None for a name timm does not
+    register. Imports timm (and torch) on the first call."""
+    import timm.models
+
+    arch = architecture_of(model_name)
+    if not timm.models.is_model(arch):
+        return None
+    return str(timm.models.model_entrypoint(arch).__module__).rsplit(".", 1)[-1]
 
 
 def _is_path(source: str) -> bool:

@@ -36,6 +36,8 @@ class Resolution:
     excluded: list[LayerDecision]
     counts: dict[str, int]
     notes: list[str] = field(default_factory=list)
+    # every candidate as the selectors saw it, so another recipe resolves without a forward pass
+    candidates: list[Candidate] = field(default_factory=list, repr=False)
 
     @property
     def selected_names(self) -> list[str]:
@@ -79,7 +81,11 @@ class Resolution:
 def resolve(recipe: Recipe, model: nn.Module, example: torch.Tensor) -> Resolution:
     """Run one forward pass of `model` on `example` (batch 1 at the model's input size is enough)
     to order the candidates and learn their input sizes, then apply the rules."""
-    candidates = collect_candidates(model, example)
+    return apply_rules(recipe, collect_candidates(model, example))
+
+
+def apply_rules(recipe: Recipe, candidates: list[Candidate]) -> Resolution:
+    """The layer table of `recipe` over candidates already collected (`collect_candidates`)."""
     _check_patterns(recipe, candidates)
     matched = [0] * len(recipe.rules)
     decided = [0] * len(recipe.rules)
@@ -101,7 +107,8 @@ def resolve(recipe: Recipe, model: nn.Module, example: torch.Tensor) -> Resoluti
     counts["excluded.total"] = len(excluded)
     counts["candidates.total"] = len(candidates)
     counts["candidates.not_executed"] = sum(not c.executed for c in candidates)
-    return Resolution(selected, excluded, counts, _rule_notes(recipe, matched, decided))
+    notes = _rule_notes(recipe, matched, decided)
+    return Resolution(selected, excluded, counts, notes, list(candidates))
 
 
 def collect_candidates(model: nn.Module, example: torch.Tensor) -> list[Candidate]:
@@ -259,6 +266,8 @@ def _decide(recipe: Recipe, c: Candidate, winner: int | None) -> LayerDecision:
 def _rule_notes(recipe: Recipe, matched: list[int], decided: list[int]) -> list[str]:
     notes = []
     for i, rule in enumerate(recipe.rules):
+        if rule.optional:
+            continue
         what = f"rules[{i}] ({rule.action} {rule.selector.describe()})"
         if matched[i] == 0 and rule.action == "include":  # an unused exclude is harmless
             notes.append(f"{what} matched no layer of this model")

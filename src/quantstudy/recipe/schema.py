@@ -30,6 +30,7 @@ A recipe (YAML) says which layers to quantize and how::
         why: every convolution is a candidate   # becomes the reason in the layer table
       - exclude: {position: first_conv}
         why: the stem sees the raw image and has 3 input channels
+        optional: false                   # true: matching no layer of a model is not noted
 
 Activation quantization uses ONE shared quantizer per tensor: when several FP8 layers read the
 same tensor (e.g. a block input feeding a 1x1 conv and a 1x1 shortcut), they share one
@@ -250,6 +251,9 @@ class Rule(Strict):
     include: Selector | None = None
     exclude: Selector | None = None
     why: str | None = Field(default=None, min_length=1)
+    # A generic recipe's rule for another kind of model (a ViT has no 1x1 conv): matching no
+    # layer, or only layers a later rule decides, is then expected and not noted.
+    optional: bool = False
 
     @model_validator(mode="after")
     def _one_action(self) -> Rule:

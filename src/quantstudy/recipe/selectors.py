@@ -122,6 +122,7 @@ class Selector(BaseModel):
     name_regex: Names | None = None  # re.fullmatch on the full module name
     stage: Names | None = None  # module name prefix: "layer1" matches layer1 and layer1.*
     position: Positions | None = None  # first_conv, last_conv: in forward order; last_linear
+    executed: bool | None = None  # called as a module in the example pass (false: never called)
 
     @field_validator("name_regex")
     @classmethod
@@ -197,6 +198,7 @@ MATCHERS: dict[str, Callable[[Any, Candidate], bool]] = {
     "name_regex": lambda v, c: any(_regex_match(p, c.name) for p in v),
     "stage": lambda v, c: any(_stage_match(p, c.name) for p in v),
     "position": lambda v, c: bool(c.positions.intersection(v)),
+    "executed": lambda v, c: c.executed == v,
 }
 
 # Selectors whose every value must name something present in the model (typo protection):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from quantstudy.recipe.builtin import FALLBACK_RECIPE, FAMILY_DEFAULTS, builtin_names, load_recipe
+from quantstudy.recipe.choose import nothing_selected
 from quantstudy.recipe.resolve import Resolution
 from quantstudy.recipe.selectors import layer_kind
 from quantstudy.recipe.tensorrt import prescreen, prescreen_lines
@@ -16,16 +17,23 @@ from quantstudy.record import LayerDecision
 COLUMNS = ("#", "layer", "kind", "shape", "input", "rule", "why")
 
 
-def format_resolution(res: Resolution, recipe_name: str, model_name: str, as_json: bool) -> str:
-    """The layer table of a resolved recipe: selected, then excluded with the rule, then counts."""
+def format_resolution(
+    res: Resolution, recipe_name: str, model_name: str, as_json: bool, chosen: str | None = None
+) -> str:
+    """The layer table of a resolved recipe: selected, then excluded with the rule, then counts.
+    `chosen`: why the model got this recipe, when none was named (`DefaultChoice.describe`)."""
+    notes = list(res.notes)
+    if not res.selected:
+        notes.append(f"it selects no layer: {nothing_selected(res, recipe_name)}")
     if as_json:
         doc = {
             "recipe": recipe_name,
             "model": model_name,
+            "chosen": chosen,
             "counts": res.counts,
             "selected": [d.model_dump(mode="json") for d in res.selected],
             "excluded": [d.model_dump(mode="json") for d in res.excluded],
-            "notes": res.notes,
+            "notes": notes,
             "tensorrt_prescreen": [vars(f) for f in prescreen(res.selected)],
         }
         return json.dumps(doc, indent=2)
@@ -33,6 +41,7 @@ def format_resolution(res: Resolution, recipe_name: str, model_name: str, as_jso
     lines = [
         f"recipe {recipe_name} on {model_name}: {len(res.selected)} of {total} conv2d/linear "
         "layers selected for FP8",
+        *([f"chosen: {chosen}"] if chosen else []),
         "",
         f"Selected ({len(res.selected)}):",
         *_table(res.selected),
@@ -43,8 +52,8 @@ def format_resolution(res: Resolution, recipe_name: str, model_name: str, as_jso
         "Counts:",
         *(f"  {key:<26} {value}" for key, value in res.counts.items()),
     ]
-    if res.notes:
-        lines += ["", "Notes:", *(f"  - {note}" for note in res.notes)]
+    if notes:
+        lines += ["", "Notes:", *(f"  - {note}" for note in notes)]
     lines += ["", *prescreen_lines(res.selected)]
     return "\n".join(lines)
 
@@ -62,7 +71,7 @@ def format_recipe_list() -> str:
     lines += ["", "Default recipe by model family (first match):"]
     pat_width = max(len(p) for p, _ in FAMILY_DEFAULTS)
     lines += [f"  {pattern:<{pat_width}}  {recipe}" for pattern, recipe in FAMILY_DEFAULTS]
-    lines.append(f"  {'(other)':<{pat_width}}  {FALLBACK_RECIPE}")
+    lines.append(f"  {'(other)':<{pat_width}}  {FALLBACK_RECIPE} (FP8 layers chosen by its rules)")
     return "\n".join(lines)
 
 

@@ -54,7 +54,8 @@ Schema history:
  16: StudyConfig.quality (False: a speed-only study that runs no quality pass, so its
      record has no quality section and its decision is inconclusive); ModelInfo.macs (the
      multiply-accumulates of the model's conv and linear layers on one image at its input size,
-     counted by forward hooks, `model/macs.py`).
+     counted by forward hooks, `model/macs.py`).; EngineInfo.fp8_rewrites_skipped (an engine rewrite
+     that could not handle the model, and why: the engine was built without it).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

@@ -47,6 +47,9 @@ class EngineInfo(Section):
     fp8_scaled_mm_output: str | None = None
     # "fastest" engines: the product each real FP8 layer runs and why (schema 6 on)
     fp8_kernel_choice: list[LayerKernel] | None = None
+    # rewrite -> why it was not applied to this model: a rewrite that cannot trace the model
+    # is skipped, never fatal ("residual": `quant/rewrites/residual.py`; schema 16 on)
+    fp8_rewrites_skipped: dict[str, str] = Field(default_factory=dict)
     fp16_layers: int  # conv/linear layers left in the engine's compute dtype
     weight_bytes: int
     numerics: dict[str, str]  # explicit global settings, e.g. {"allow_tf32": "False"}

@@ -1,8 +1,20 @@
-"""One exception type for user mistakes, kept apart from bugs.
+"""One exception type for user mistakes, kept apart from bugs, and the exit statuses of both.
 
 The CLI prints a `UserError` as a clean one-line message and exits with code 1; any other
-exception is a bug in quantstudy and keeps its traceback.
+exception is a bug in quantstudy: its traceback goes to a log file and the CLI exits with
+`EXIT_INTERNAL` (`cli_crash.py`).
 """
+
+EXIT_USER = 1
+EXIT_INTERNAL = 5
+EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141  # stdout's reader went away (`| head`): what a shell reports for SIGPIPE
+# Every command's exit statuses beyond its own, for the epilogs of `quantstudy -h`.
+EXIT_COMMON = (
+    f"{EXIT_USER} user error, 2 usage error, {EXIT_INTERNAL} internal error (a bug; the "
+    f"traceback is in the log file the last line names), {EXIT_INTERRUPTED} interrupted, "
+    f"{EXIT_PIPE} stdout closed by its reader"
+)
 
 
 class UserError(Exception):

@@ -10,22 +10,26 @@ from __future__ import annotations
 import torch
 
 from quantstudy.data.folders import FolderScan
+from quantstudy.recipe.choose import nothing_selected
 from quantstudy.recipe.resolve import Resolution
 from quantstudy.record.errors import UserError
 from quantstudy.study.cache import console
 
 
 def require_selection(resolution: Resolution, recipe_source: str, model: str) -> None:
-    """A recipe that selects no layer would compare fp16 with fp16 and call it an FP8 study."""
+    """A recipe that selects no layer would compare fp16 with fp16 and call it an FP8 study:
+    refused, naming the built-in recipes that do select layers of the model."""
     for note in resolution.notes:
         console.print(f"[yellow]recipe {recipe_source}: {note}[/yellow]")
     if resolution.selected:
         return
     candidates = len(resolution.excluded)
+    name = recipe_source.removeprefix("builtin:")
     raise UserError(
         f"recipe {recipe_source} selects no layer of {model} ({candidates} candidate layers, "
-        "none included), so there is no FP8 engine to study; see why with `quantstudy recipes "
-        f"show {recipe_source} --model {model}` and fix its rules"
+        f"none included), so there is no FP8 engine to study; "
+        f"{nothing_selected(resolution, name)} (why each layer is left out: `quantstudy "
+        f"recipes show {name} --model {model}`)"
     )
 
 

@@ -16,11 +16,12 @@ from quantstudy.decision.policy import Policy, load_policy
 from quantstudy.model.loading import LoadedModel, load_model
 from quantstudy.model.macs import count_macs
 from quantstudy.model.preprocess import resolve_preprocessing
-from quantstudy.recipe.builtin import default_recipe_for, load_recipe
+from quantstudy.recipe.builtin import default_choice, load_recipe, timm_family
 from quantstudy.recipe.resolve import resolve
 from quantstudy.recipe.schema import Recipe
 from quantstudy.record import DataInfo, Preprocessing, RecipeInfo
 from quantstudy.record.errors import UserError
+from quantstudy.study.cache import console
 from quantstudy.study.checks import require_class_count, require_selection, say_shortfall
 from quantstudy.study.config import StudyConfig
 
@@ -85,7 +86,11 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
     split = split_study_data(config)
     scan, calib_scan = split.scan, split.calib_scan
     calib_items, heldout_items = split.calib_items, split.heldout_items
-    recipe_name = config.recipe or default_recipe_for(loaded.info.architecture)
+    recipe_name = config.recipe
+    if recipe_name is None:  # say which rule chose the default (module `recipe/builtin.py`)
+        choice = default_choice(loaded.info.architecture)
+        console.print(f"recipe {choice.describe(timm_family(config.model))}")
+        recipe_name = choice.recipe
     recipe, recipe_source = load_recipe(recipe_name)
     example = torch.zeros(1, *pre.input_size)
     resolution = resolve(recipe, loaded.model, example)

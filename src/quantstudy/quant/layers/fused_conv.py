@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from quantstudy.quant.formats.fp8 import E4M3, quantize_weight, to_fp8
+from quantstudy.quant.layers.dropin import DropIn
 from quantstudy.quant.layers.fused_matmul import (
     _act_reference,
     handed_input,
@@ -106,7 +107,7 @@ def fp8_conv2d(
     return y.contiguous(memory_format=torch.channels_last)
 
 
-class FusedFP8Conv2d(nn.Module):
+class FusedFP8Conv2d(DropIn):
     """A dense kxk conv as one fused FP8 kernel (module docstring); `spec` as
     `FusedFP8Matmul`'s, without a stored weight or dynamic input scales: nearest weights, a
     static per-tensor input."""
@@ -128,9 +129,7 @@ class FusedFP8Conv2d(nn.Module):
             raise ValueError("an FP8 input cannot be padded here: its producer writes C channels")
         w8 = F.pad(w8.float(), (0, 0, 0, 0, 0, self.c_pad)).to(w8.dtype)  # exact: FP8 zeros
         self.kernel_hw = [int(k) for k in layer.kernel_size]
-        self.stride = [int(s) for s in layer.stride]
-        self.padding = [int(p) for p in layer.padding]
-        self.dilation = [int(d) for d in layer.dilation]
+        self.take_face(layer, dtype)  # `stride`, `padding`, `dilation`: the layer's tuples
         taps = w8.permute(0, 2, 3, 1).reshape(w8.shape[0], -1)  # `quant.kernels.conv.tap_major`
         self.register_buffer("w_taps", taps.contiguous())
         self.register_buffer("w_scale", w_scale.expand(w8.shape[0]).contiguous())

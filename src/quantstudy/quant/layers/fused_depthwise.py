@@ -28,6 +28,7 @@ from torch import nn
 
 from quantstudy.quant.formats.fp8 import E4M3, quantize_weight, to_fp8
 from quantstudy.quant.kernels.layout import same_padding, taps_of
+from quantstudy.quant.layers.dropin import DropIn
 from quantstudy.quant.layers.fused_matmul import (
     _act_reference,
     handed_input,
@@ -107,7 +108,7 @@ def fp8_depthwise(
     return y.contiguous(memory_format=torch.channels_last)
 
 
-class FusedFP8Depthwise(nn.Module):
+class FusedFP8Depthwise(DropIn):
     """A depthwise conv reading and writing FP8 (module docstring); `spec` as
     `FusedFP8Matmul`'s, `spec.weight` the plan's stored FP8 weight (nearest rounding otherwise),
     without dynamic input scales."""
@@ -124,9 +125,9 @@ class FusedFP8Depthwise(nn.Module):
         w8, w_scale = weight or quantize_weight(layer.weight.detach().float(), per_channel)
         c = layer.out_channels
         self.kernel_hw = [int(k) for k in layer.kernel_size]
-        self.stride = int(layer.stride[0])
         self.same = isinstance(layer, _same_pad_types())
-        self.padding = [int(p) for p in layer.padding] if not self.same else [0, 0]
+        # `stride` (one for both axes) and `padding` ((0, 0) under "same"): the layer's tuples
+        self.take_face(layer, dtype)
         self.register_buffer("taps", taps_of(w8))  # (KH * KW, C) FP8
         self.register_buffer("w_scale", w_scale.float().expand(c).contiguous())
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
@@ -135,10 +136,10 @@ class FusedFP8Depthwise(nn.Module):
     def geometry(self, h: int, w: int) -> tuple[list[int], list[int]]:
         """(top/left padding, output size) for an (h, w) input."""
         if self.same:
-            (ho, ph), (wo, pw) = (same_padding(n, k, self.stride) for n, k in
+            (ho, ph), (wo, pw) = (same_padding(n, k, self.stride[0]) for n, k in
                                   zip((h, w), self.kernel_hw, strict=True))  # fmt: skip
             return [ph, pw], [ho, wo]
-        out = [(n + 2 * p - k) // self.stride + 1
+        out = [(n + 2 * p - k) // self.stride[0] + 1
                for n, p, k in zip((h, w), self.padding, self.kernel_hw, strict=True)]  # fmt: skip
         return list(self.padding), out
 
@@ -149,13 +150,13 @@ class FusedFP8Depthwise(nn.Module):
         out_dtype = E4M3 if self.out_scale is not None else self.dtype
         return fp8_depthwise(
             xq, self.taps, self.w_scale, self.kernel_hw, self.x_scale, self.bias, self.act,
-            out_dtype, self.stride, pad, out_hw, self.out_scale,
+            out_dtype, self.stride[0], pad, out_hw, self.out_scale,
         )  # fmt: skip
 
     def extra_repr(self) -> str:
         kh, kw = self.kernel_hw
         pad = "same" if self.same else tuple(self.padding)
         return (
-            f"c={self.taps.shape[1]}, kernel={kh}x{kw}, stride={self.stride}, padding={pad}, "
+            f"c={self.taps.shape[1]}, kernel={kh}x{kw}, stride={self.stride[0]}, padding={pad}, "
             f"act={self.act}{io_repr(self)}"
         )

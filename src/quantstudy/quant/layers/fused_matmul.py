@@ -288,7 +288,7 @@ class FusedFP8Matmul(PointwiseMatmul):
         x_scale, per_channel = spec.static_scale("FusedFP8Matmul"), spec.per_channel
         dtype, act, out_scale, fp8_input = spec.dtype, spec.act, spec.out_scale, spec.fp8_input
         fp8_weight, row_scales, x_divisor = spec.weight, spec.row_scales, spec.x_divisor
-        self._take_shape(layer)
+        self._take_shape(layer, dtype)
         weight = layer.weight.detach().float()
         weight = weight.reshape(weight.shape[0], -1)
         w8, w_scale = fp8_weight or quantize_weight(weight, per_channel)

@@ -25,6 +25,7 @@ from quantstudy.quant.formats.fp8 import (
     quantize_weight,
     to_fp8,
 )
+from quantstudy.quant.layers.dropin import DropIn
 from quantstudy.quant.layers.spec import FP8LayerSpec
 
 # torch._scaled_mm needs both matrix dimensions of the weight divisible by 16; the fused kernel
@@ -68,7 +69,7 @@ def real_fp8_blocker(layer: nn.Module) -> str | None:
 FP8Weight = tuple[torch.Tensor, torch.Tensor]  # (FP8 weight in the layer's shape, its scale)
 
 
-class PointwiseMatmul(nn.Module):
+class PointwiseMatmul(DropIn):
     """A linear layer or dense 1x1 conv as one matrix product over rows: a linear's leading
     dimensions, or a conv's pixels (channels-last, strided convs subsampled first). Subclasses
     give the product of one (rows, K) matrix in `_matmul`.
@@ -77,9 +78,9 @@ class PointwiseMatmul(nn.Module):
     per row computed at run time (`fp8.row_scale`); a per-input-channel `x_divisor` (scale
     migration, `quant/fitting/migrate.py`) divides the input before either."""
 
-    def _take_shape(self, layer: nn.Linear | nn.Conv2d) -> None:
+    def _take_shape(self, layer: nn.Linear | nn.Conv2d, dtype: torch.dtype) -> None:
         self.is_conv = isinstance(layer, nn.Conv2d)
-        self.stride = layer.stride if self.is_conv else (1, 1)
+        self.take_face(layer, dtype)  # `stride` and the rest, as the layer has them
 
     def _take_input_quant(
         self, x_scale: float, row_scales: bool, x_divisor: torch.Tensor | None, k_pad: int
@@ -211,7 +212,7 @@ class FP8Matmul(PointwiseMatmul):
         spec.refuse("FP8Matmul", "act", "out_scale", "fp8_input")
         x_scale, per_channel, dtype = spec.static_scale("FP8Matmul"), spec.per_channel, spec.dtype
         fp8_weight, row_scales, x_divisor = spec.weight, spec.row_scales, spec.x_divisor
-        self._take_shape(layer)
+        self._take_shape(layer, dtype)
         weight = layer.weight.detach().float()
         weight = weight.reshape(weight.shape[0], -1)
         self.n, self.k = weight.shape
@@ -300,7 +301,7 @@ def scaled_mm_output_of(model: nn.Module) -> str | None:
     )
 
 
-class QDQ(nn.Module):
+class QDQ(DropIn):
     """A copy of the original layer with quantize-dequantized weights, behind an input quantizer.
 
     Wrapping a copy keeps the layer's own forward (timm's `Conv2dSame` pads dynamically, for
@@ -329,11 +330,22 @@ class QDQ(nn.Module):
             with torch.no_grad():
                 inner.weight.copy_(dequantize_weight(w8, scale, dtype).reshape(inner.weight.shape))
         self.inner = inner
+        self.take_face(layer, dtype)
         self.is_conv = isinstance(layer, nn.Conv2d)
         self.row_scales = row_scales and x_scale is not None
         scale = None if x_scale is None else torch.tensor(x_scale, dtype=torch.float32)
         self.register_buffer("x_scale", scale)
         self.register_buffer("x_divisor", divisor)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The weight this emulation computes with (quantize-dequantized unless weights are
+        left float): the wrapped copy's own, no copy made."""
+        return self.inner.weight
+
+    @property
+    def bias(self) -> torch.Tensor | None:
+        return self.inner.bias
 
     def channel_view(self, x: torch.Tensor) -> list[int]:
         """Shape that broadcasts a per-input-channel vector over `x`."""

@@ -21,7 +21,9 @@ output bit-identical on the example and a seeded wide random input.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +38,12 @@ from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.layers.fused_matmul import activation_name
 from quantstudy.quant.rewrites.absorb import exact_subset
 from quantstudy.record.vocab import Activation
+
+
+class RewriteSkipped(Exception):
+    """A rewrite that cannot be applied to this model at all (its traced blocks do not run):
+    the engine is built without it, and the record says why (`EngineInfo.fp8_rewrites_skipped`)."""
+
 
 _ADDS = {operator.add, operator.iadd, torch.add}
 _IN_PLACE = {operator.iadd, "add_"}
@@ -318,7 +326,19 @@ def residual_sites(base: nn.Module, layers: list[str], example: torch.Tensor) ->
     def trial(model: nn.Module, chosen: dict[str, str]) -> nn.Module:
         return float_summed(model, {k: sites[k] for k in chosen}, layers)
 
-    kept = exact_subset(base, example, {k: s.block for k, s in sites.items()}, trial)
+    try:
+        # a traced module that raises prints its own traceback to stderr before raising
+        # (torch.fx `_WrappedCall`): a failing trial is handled here, so that print is noise
+        with contextlib.redirect_stderr(io.StringIO()):
+            kept = exact_subset(base, example, {k: s.block for k, s in sites.items()}, trial)
+    except Exception as err:
+        # torch.fx records one path through a block's Python: a traced graph can fail on real
+        # tensors in any way its code can (timm's DlaTree: a TypeError from a default argument
+        # the trace turned into a proxy). Nothing is rewritten then, and the record says so.
+        raise RewriteSkipped(
+            f"residual sums in the epilogue skipped: a traced block of this model does not run "
+            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        ) from err
     return {k: sites[k] for k in kept}
 
 

@@ -191,6 +191,8 @@ def _kernel_lines(r: StudyRecord) -> list[str]:
                 f" {n} FP8 {wrote} output inside the "
                 f"zero padding of the conv that reads it (no padding pass between them): {pairs}."
             )
+        for rewrite, why in sorted(e.fp8_rewrites_skipped.items()):
+            lines[-1] += f" Rewrite {code(rewrite)} not applied: {why}."
     return lines
 
 
