@@ -82,7 +82,7 @@ $(IMAGE_VENV)/.installed: pyproject.toml ci/image.txt
 	touch $@
 
 test-image: $(IMAGE_VENV)/.installed
-	$(IMAGE_PY) -m pytest -q -rs -m "not slow and not suite and not evidence"
+	$(IMAGE_PY) -m pytest -q -rs -m "not slow and not suite and not evidence and not conformance"
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests

@@ -94,7 +94,7 @@ PARTS = (
     Part("kernels", (
         Group("kernels", ("tests/gpu",), 5, "loadfile"),
         Group("package-ops", (PACKAGE_OPS,)),
-        Group("cpu", ("tests/unit", "tests/reliability"), 7, "loadfile", 450),
+        Group("cpu", ("tests/unit", "tests/reliability", "tests/conformance"), 7, "loadfile", 450),
         Group("timed", (TIMED,), limit=200, stage=2),
     )),
     Part("package", (Group("package", (PACKAGE,), limit=540),)),
