@@ -19,15 +19,9 @@ from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
-from quantstudy.cli_crash import report_crash
+from quantstudy.cli_crash import reader_gone, report_crash
 from quantstudy.cli_parsers import add_extend_parser, add_search_parser, add_sweep_parser
-from quantstudy.record.errors import (
-    EXIT_COMMON,
-    EXIT_INTERRUPTED,
-    EXIT_PIPE,
-    EXIT_USER,
-    UserError,
-)
+from quantstudy.record.errors import EXIT_COMMON, EXIT_INTERRUPTED, EXIT_USER, UserError
 from quantstudy.record.inputs import PathText, StudyConfig, option, read_config
 from quantstudy.record.io import filesystem_message
 from quantstudy.record.vocab import choices
@@ -435,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nquantstudy: interrupted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        return _reader_gone()
+        return reader_gone()
     except OSError as e:
         # a full disk, a read-only folder, a cache folder in /proc: one line, not a bug
         message = filesystem_message(e, verb="use")
@@ -446,15 +440,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug: its traceback to a log file, one line here (cli_crash.py)
         return report_crash(e, args, sys.argv[1:] if argv is None else argv)
     return status or 0  # run, decide and sweep: their exit status
-
-
-def _reader_gone() -> int:
-    """The reader of stdout went away (`quantstudy recipes show --json | head`): stop quietly,
-    with the status a shell gives a process that SIGPIPE ended, and point stdout at devnull so
-    that the interpreter's last flush does not fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return EXIT_PIPE
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
-from quantstudy.record.errors import EXIT_INTERNAL
+from quantstudy.record.errors import EXIT_INTERNAL, EXIT_PIPE
 
 LOG_PREFIX = "quantstudy-crash-"
 DEMO_MODEL = "tf_efficientnet_lite0"
@@ -111,3 +111,12 @@ def report_crash(err: BaseException, args: argparse.Namespace, argv: list[str]) 
         file=sys.stderr,
     )
     return EXIT_INTERNAL
+
+
+def reader_gone() -> int:
+    """The reader of stdout went away (`quantstudy recipes show --json | head`): stop quietly,
+    with the status a shell gives a process that SIGPIPE ended, and point stdout at devnull so
+    that the interpreter's last flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_PIPE
