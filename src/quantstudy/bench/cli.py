@@ -264,7 +264,7 @@ def _peers_arguments(p: argparse.ArgumentParser, add_config_args: AddConfigArgs)
     p.add_argument("--iters", type=int, default=20, help="calls per round (default 20)")
     p.add_argument(
         "--append", action="store_true",
-        help="add the rows to the record at --out (measured alike), skipping the models it holds",
+        help="add the rows to the record at --out (measured alike), skipping the rows it holds",
     )  # fmt: skip
     p.add_argument("--max-rows", type=int, help="measure at most this many new rows")
     _out(p, "record")

@@ -9,7 +9,8 @@ study options of the command apply to every row)::
       - {model: tf_efficientnet_lite0, weights: efficientnet-lite0}   # the family's recipe
 
 A GPU machine that gives one command a few minutes measures one or two models a command: with
-`--append` each command adds its rows to the same record, skipping the models it holds. Rows
+`--append` each command adds its rows to the same record, skipping the rows it holds (same
+model, weights and recipe). Rows
 are side by side only if they were measured alike, so a record takes a row only from the same
 commit, GPU, driver and versions, at the same batches, rounds and compile mode (pyperf: no
 comparison across environments); anything else is refused in one line.
@@ -22,6 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from quantstudy.bench.schema import PeersBench, PeersResult, Provenance, read_record
+from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.readers import parse_yaml, read_text
@@ -60,10 +62,10 @@ def read_rows(path: Path) -> list[PeersRow]:
         first = err.errors()[0]
         where = ".".join(map(str, first["loc"])) or "top level"
         raise UserError(f"{origin}: {where}: {first['msg']}") from None
-    models = [(r.model, r.weights) for r in rows]
-    repeated = next((m for i, m in enumerate(models) if m in models[:i]), None)
+    keys = [(r.model, r.weights, r.recipe) for r in rows]
+    repeated = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
     if repeated is not None:
-        raise UserError(f"{origin}: {repeated[0]} is listed twice; list each model once")
+        raise UserError(f"{origin}: {repeated[0]} is listed twice alike; list each row once")
     return rows
 
 
@@ -104,5 +106,12 @@ def check_alike(record: PeersBench, provenance: Provenance, settings: PeersBench
 
 
 def has_row(results: list[PeersResult], config: StudyConfig) -> bool:
-    """Whether `results` hold a row of `config`'s model and weights."""
-    return any(r.model == config.model and r.weights == config.weights for r in results)
+    """Whether `results` hold a row of `config`'s model, weights and recipe (a user mistake in
+    the recipe is left to the study's preparation, which names it)."""
+    try:
+        _, source = load_recipe(config.recipe or default_recipe_for(config.model))
+    except UserError:
+        return False
+    return any(
+        (r.model, r.weights, r.recipe) == (config.model, config.weights, source) for r in results
+    )

@@ -64,7 +64,7 @@ def bench_peers(
     argv: list[str] | None = None,
 ) -> PeersBench:
     """The record of `configs`' rows (one per model; module docstring). With `append`, the
-    rows join the record at `out` (measured alike, `rows.check_alike`), skipping its models;
+    rows join the record at `out` (measured alike, `rows.check_alike`), skipping its rows;
     `max_rows`: measure at most that many new rows."""
     first = configs[0]
     device = study_device(first.device)
@@ -92,7 +92,7 @@ def bench_peers(
     todo = [c for c in configs if not has_row(record.results, c)]
     for c in configs:
         if c not in todo:
-            print(f"{c.model} ({c.weights}): already in {out}, skipped", flush=True)
+            print(f"{c.model} ({c.weights}, {c.recipe or 'default recipe'}): already in {out}")
     todo = todo[:max_rows] if max_rows is not None else todo
     for done, config in enumerate(todo, start=1):
         row = peers_row(config, peers, status, provenance, rounds, iters)
