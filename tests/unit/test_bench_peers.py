@@ -6,6 +6,7 @@ torchao is installed (its dynamic configs quantize only on a CUDA GPU)."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,10 +22,21 @@ from quantstudy.bench.peers.configs import (
     torchao_refusal,
 )
 from quantstudy.bench.peers.rows import PeersRow, read_rows, row_config
+from quantstudy.bench.peers.table import peers_table
+from quantstudy.bench.peers.timing import time_engines
 from quantstudy.bench.report import render_folder
-from quantstudy.bench.schema import PeersBench, read_record
+from quantstudy.bench.schema import (
+    PeerEngine,
+    PeerRefused,
+    PeersBench,
+    PeersResult,
+    Provenance,
+    read_record,
+)
 from quantstudy.cli import main
-from quantstudy.record import LayerDecision
+from quantstudy.engines.base import Engine
+from quantstudy.quality.metrics import score_engine
+from quantstudy.record import BatchSpeed, IdealSpeed, LayerDecision, SpeedSection, TimingStats
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
 
@@ -67,7 +79,11 @@ def test_torchao_refusals_are_one_line_each():
     torch_old = torchao_refusal("0.18.0", "2.10.0+cu128")
     assert torch_old is not None and "needs torch >= 2.11" in torch_old
     assert torchao_refusal("0.18.0+cu130", "2.11.0+cu130") is None
-    assert parse_version("2.11.0+cu130") == (2, 11, 0) and parse_version("0.18.0.dev1") == (0, 18, 0)
+    assert parse_version("2.11.0+cu130") == (2, 11, 0) and parse_version("0.18.0.dev1") == (
+        0,
+        18,
+        0,
+    )
     cpu = device_refusal(Peer.DYNAMIC_ROW, "cpu")
     assert cpu is not None and "CUDA GPU" in cpu and "CPU" in cpu
     assert device_refusal(Peer.STATIC_TENSOR, "cpu") is None  # torch._scaled_mm runs on a CPU
@@ -76,10 +92,12 @@ def test_torchao_refusals_are_one_line_each():
         assert "\n" not in line
 
 
-def _peers(data, out, model="test_efficientnet", *extra):
-    args = ["bench", "peers", model, "--weights", "random", "--device", "cpu", "--data", str(data)]
+def _peers(data, out, *extra):
+    """`bench peers` on a CPU; `extra` (the model, or --rows, and options) goes last, so that
+    its options win."""
+    args = ["bench", "peers", "--weights", "random", "--device", "cpu", "--data", str(data)]
     args += ["--calib", "4", "--heldout", "4", "--batches", "1", "--rounds", "2", "--iters", "1"]
-    return main([*args, *extra, "--out", str(out)])
+    return main([*args, "--out", str(out), *extra])
 
 
 def _without_torchao(monkeypatch):
@@ -92,7 +110,7 @@ def test_a_cpu_run_records_fp16_and_our_engine_and_refuses_torchao_in_one_line(
 ):
     _without_torchao(monkeypatch)
     out = tmp_path / "peers.json"
-    assert _peers(tiny_imagenet, out) == 0
+    assert _peers(tiny_imagenet, out, "test_efficientnet") == 0
     printed = capsys.readouterr().out
     assert printed.count("refused:") == 2  # the line as it happens, and the table's note
     record = read_record(out)
@@ -100,7 +118,8 @@ def test_a_cpu_run_records_fp16_and_our_engine_and_refuses_torchao_in_one_line(
     assert "measured on a CPU" in record.meaningless_reason and record.unfinished is None
     p = record.provenance
     assert p.device == "cpu" and p.torchao is None and p.torch == torch.__version__
-    assert p.command.startswith("quantstudy bench peers test_efficientnet")
+    assert p.command.startswith("quantstudy bench peers --weights random")
+    assert p.command.endswith("peers.json test_efficientnet")
     assert (record.batches, record.quality_batch) == ([1], 1)
     (row,) = record.results
     assert (row.model, row.weights, row.recipe) == (
@@ -129,32 +148,39 @@ def test_a_cpu_run_records_fp16_and_our_engine_and_refuses_torchao_in_one_line(
 
 
 def test_rows_join_a_record_measured_alike(tiny_imagenet, tmp_path, monkeypatch, capsys):
-    """A second row joins the record; a row it holds is skipped; a run timed otherwise is
-    refused before it measures anything. torchao is taken as installed and usable: on a CPU its
-    dynamic configs are refused, and the static one takes none of a conv recipe's layers, so
-    no torchao engine is built."""
+    """A rows file measured a row a command: the record says which rows are still to come, the
+    next command adds one and skips the one it holds, and a run timed otherwise is refused
+    before it measures anything. torchao is taken as installed and usable: on a CPU its dynamic
+    configs are refused, and the static one takes none of a conv recipe's layers, so no torchao
+    engine is built."""
     _without_torchao(monkeypatch)
-    out = tmp_path / "peers.json"
-    assert _peers(tiny_imagenet, out) == 0
     monkeypatch.setattr(peers_run, "torchao_status", lambda: None)
-    dense = ("--recipe", "generic_dense_convs", "--append")
-    assert _peers(tiny_imagenet, out, "test_efficientnet", *dense) == 0
+    rows = tmp_path / "rows.yaml"
+    rows.write_text(
+        "rows:\n  - {model: test_efficientnet}\n"
+        "  - {model: test_efficientnet, recipe: generic_dense_convs}\n"
+    )
+    out = tmp_path / "peers.json"
+    one_row = ("--rows", str(rows), "--append", "--max-rows", "1")
+    assert _peers(tiny_imagenet, out, *one_row) == 0
     record = read_record(out)
+    assert record.unfinished == "1 of 2 rows not measured yet: test_efficientnet"
+    assert _peers(tiny_imagenet, out, *one_row) == 0
+    assert "already in" in capsys.readouterr().out
+    record = read_record(out)
+    assert record.unfinished is None
     assert [r.recipe for r in record.results] == [
         "builtin:generic_pointwise", "builtin:generic_dense_convs"
     ]  # fmt: skip
     second = record.results[1]
-    assert second.command.endswith(str(out)) and "--append" in second.command
+    assert "--rows" in second.command and second.selected >= 1
     reasons = {r.name: r.reason for r in second.refused}
     assert set(reasons) == {p.label for p in Peer}
     assert "only on a CUDA GPU" in reasons["torchao dynamic per-row"]
     assert "takes none of the recipe's" in reasons["torchao static per-tensor"]
     assert "linear layers only" in reasons["torchao static per-tensor"]
-    capsys.readouterr()
-    assert _peers(tiny_imagenet, out, "test_efficientnet", *dense) == 0
-    assert "already in" in capsys.readouterr().out and len(read_record(out).results) == 2
     before = out.read_bytes()
-    assert _peers(tiny_imagenet, out, "test_efficientnet", "--append", "--rounds", "3") == 1
+    assert _peers(tiny_imagenet, out, *one_row, "--rounds", "3") == 1
     assert "timed with rounds 2, this run with 3" in capsys.readouterr().err
     assert out.read_bytes() == before
 
@@ -163,7 +189,10 @@ def test_rows_file_and_its_mistakes(tmp_path, capsys):
     rows = tmp_path / "rows.yaml"
     rows.write_text("rows:\n  - {model: a, recipe: generic_linears}\n  - {model: b, weights: w}\n")
     found = read_rows(rows)
-    assert found == [PeersRow(model="a", recipe="generic_linears"), PeersRow(model="b", weights="w")]
+    assert found == [
+        PeersRow(model="a", recipe="generic_linears"),
+        PeersRow(model="b", weights="w"),
+    ]
     base = StudyConfig(model="x", data=str(tmp_path), weights="random", calib=8, recipe="r")
     a, b = (row_config(base, r) for r in found)
     assert (a.model, a.recipe, a.weights, a.calib) == ("a", "generic_linears", "random", 8)
@@ -234,5 +263,113 @@ def test_a_cpu_run_with_torchao_times_and_scores_its_static_engine(tiny_imagenet
     static = next(e for e in row["engines"] if e["name"] == "torchao static per-tensor")
     assert static["fp8_layers"] == 24 and static["compute_dtype"] == "bfloat16"
     assert static["quality"]["n_images"] == 4 and "speed" in static
-    assert {r["name"] for r in row["refused"]} == {"torchao dynamic per-row", "torchao dynamic per-tensor"}
+    assert {r["name"] for r in row["refused"]} == {
+        "torchao dynamic per-row",
+        "torchao dynamic per-tensor",
+    }
     assert record["provenance"]["torchao"]
+
+
+class _Engine(Engine):
+    """An engine around a module on the CPU, for the harness alone."""
+
+    def __init__(self, name: str, module: nn.Module) -> None:
+        self.name, self.module, self.eager = name, module, module
+        self.device, self.dtype, self.channels_last = torch.device("cpu"), torch.float32, False
+
+    def info(self):
+        raise NotImplementedError
+
+
+def test_every_engine_is_paired_with_the_same_fp16_rounds():
+    engines = {"fp16": _Engine("fp16", nn.Conv2d(3, 4, 1))}
+    engines |= {n: _Engine("fp8", nn.Conv2d(3, 4, 3)) for n in ("ours", "theirs")}
+    images = torch.rand(2, 3, 8, 8)
+    sections = time_engines(engines, images, [1, 2], rounds=3, iters=2, compile_mode="default")
+    assert list(sections) == ["ours", "theirs"]
+    ours, theirs = sections["ours"], sections["theirs"]
+    assert [b.batch for b in ours.batches] == [1, 2] and not ours.meaningful
+    for a, b in zip(ours.batches, theirs.batches, strict=True):
+        assert a.fp16_ms == b.fp16_ms  # one set of rounds: the same fp16 timings in each section
+        assert a.ratio.n == ours.rounds == 3
+    assert "the rounds of fp16, ours, theirs alternate in ABBA order" in ours.timed_region
+    assert ours.weight_bytes == {"fp16": 4 * (3 * 4 + 4), "fp8": 4 * (3 * 4 * 9 + 4)}
+
+
+def _timing(median, q1, q3):
+    return TimingStats(median=median, q1=q1, q3=q3, min=q1, max=q3, n=30)
+
+
+def _peer(name, family, ratio, ideal=None, missing=None):
+    batch = BatchSpeed(
+        batch=128, fp16_ms=_timing(2.5, 2.4, 2.6), fp8_ms=_timing(2.0, 1.9, 2.1),
+        ratio=_timing(*ratio), warnings=[],
+    )  # fmt: skip
+    ideals = None
+    if ideal is not None:
+        ideals = [
+            IdealSpeed(
+                batch=128, peaks="H200", layers=48, fp16_products_us=1, fp16_elementwise_us=0,
+                fp8_roofline_us=1, fp16_ms=2.5, ideal_x=ideal, measured_x=ratio[0],
+                fraction=ratio[0] / ideal,
+            )
+        ]  # fmt: skip
+    speed = SpeedSection(
+        device="cuda:0 (NVIDIA H200)", meaningful=True, compile_mode="default", timed_region="t",
+        rounds=30, iters_per_round=20, warmup=10, input_buffers=1, clocks={}, batches=[batch],
+        kernels=[], weight_bytes={}, ideal=ideals,
+    )  # fmt: skip
+    quality = score_engine(name, torch.eye(4), torch.eye(4) + 0.01 * torch.arange(4.0), None)
+    return PeerEngine(
+        name=name, family=family, built="b", compute_dtype="float16", fp8_layers=48,
+        half_layers={}, speed=speed, ideal_missing=missing, quality=quality,
+    )  # fmt: skip
+
+
+def test_the_table_puts_each_x_beside_the_ideal_and_the_fraction_reached():
+    fp16 = _peer("fp16", "fp16", (1.0, 1.0, 1.0)).model_copy(update={"speed": None})
+    ours = _peer("quantstudy fused", "quantstudy", (1.19, 1.17, 1.21), ideal=2.38)
+    theirs = _peer("torchao dynamic per-row", "torchao", (1.05, 1.01, 1.08), missing="ideal x (x)")
+    row = PeersResult(
+        model="vit_base_patch16_224", weights="random", recipe="builtin:generic_linears",
+        selected=48, command="c", images="i", n_calib=100, n_images=4, seconds=1.0,
+        engines=[fp16, ours, theirs],
+        refused=[PeerRefused(name="torchao static per-tensor", reason="why")],
+    )  # fmt: skip
+    record = PeersBench(
+        provenance=Provenance(command="c", device="cuda"), meaningful=True, batches=[128],
+        rounds=30, iters=20, compile_mode="default", quality_batch=128, results=[row],
+    )  # fmt: skip
+    lines = peers_table(record)
+    assert lines[0] == (
+        "| model | engine | FP8 layers | x at 128 [q1-q3] | ideal x at 128 (reached) | "
+        "agreement with fp32 | KL mean |"
+    )
+    assert "| vit_base_patch16_224 | fp16 | - | 2.500 ms | - | 1.0000 (4/4) |" in lines[2]
+    assert "| quantstudy fused | 48/48 | 1.19 [1.17-1.21] | 2.38 (50%) | 1.0000 (4/4) |" in lines[3]
+    assert "| torchao dynamic per-row | 48/48 | 1.05 [1.01-1.08] | - |" in lines[4]
+    assert (
+        lines[5] == "| vit_base_patch16_224 | torchao static per-tensor | refused | - | - | - | - |"
+    )
+    assert "- vit_base_patch16_224, torchao dynamic per-row: no ideal x (x)" in lines
+    assert "- vit_base_patch16_224, torchao static per-tensor: refused: why" in lines
+    assert PeersBench.model_validate_json(record.model_dump_json()) == record
+
+
+def test_a_peer_failing_on_a_model_is_a_one_line_finding(monkeypatch):
+    """torchao failing when it compiles or runs a model's engine is recorded as that config's
+    refusal (with its error's first line); the row goes on with the other engines."""
+
+    def fails(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("no FP8 kernel for this shape\ntraceback of the library")
+
+    engine = _Engine("fp8", nn.Identity())
+    engine.module = fails
+    monkeypatch.setattr(peers_run, "build_torchao", lambda *args: engine)
+    prepared = SimpleNamespace(
+        heldout_x=torch.rand(2, 3, 8, 8), config=SimpleNamespace(batches=(1,))
+    )
+    built, failure = peers_run._built_and_run(prepared, Peer.STATIC_TENSOR, ["a"])
+    assert built is None and failure == "RuntimeError: no FP8 kernel for this shape"
+    engine.module = nn.Identity()
+    assert peers_run._built_and_run(prepared, Peer.STATIC_TENSOR, ["a"]) == (engine, None)

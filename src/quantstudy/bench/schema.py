@@ -231,8 +231,9 @@ class PeerEngine(Section):
     compute_dtype: str
     fp8_layers: int  # the recipe's layers that run a real FP8 product in this engine
     half_layers: dict[str, str] = Field(default_factory=dict)  # recipe layers left out -> why
-    # fp16 against this engine; None for fp16 itself. Its `ideal` holds the ideal x of this
-    # engine's FP8 layers (`speed/ideal.py`), None where not computable (`ideal_missing` says why)
+    # fp16 against this engine; None for fp16 itself. Its `ideal` holds the ideal x of the
+    # recipe's layers from this engine's profile (`speed/ideal.py`; the layers it leaves out
+    # count as emulated ones), None where not computable (`ideal_missing` says why)
     speed: SpeedSection | None = None
     ideal_missing: str | None = None
     quality: EngineQuality  # against the fp32 model on the row's held-out images

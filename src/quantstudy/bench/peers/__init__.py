@@ -3,7 +3,7 @@
 On one model, the layers its recipe selects and one set of images: the fp16 engine, our FP8
 engine and each torchao config that applies, every one compiled the same way, timed in the
 same interleaved rounds of the study's harness and scored against fp32 on the same images;
-each figure beside the ideal x of the layers that engine runs in FP8 (`speed/ideal.py`).
+each figure beside the ideal x of the recipe's layers (`speed/ideal.py`).
 
 - `configs.py`: torchao's configs as peers, which recipe layers each takes, which torchao runs
   (pure: no torch, no torchao).

@@ -5,10 +5,11 @@ recipe resolution, calibrated plan), so every engine takes the layers a study of
 config would select; the fp16 engine and our FP8 engine (`engines/builders.py`), and each
 torchao config that applies (`torchao.py`) on the recipe's layers it takes (`configs.py`),
 each refused in one line where it cannot run; all timed in one set of interleaved rounds
-(`timing.py`), each FP8 engine beside the ideal x of its own FP8 layers (`speed/ideal.py`), and
+(`timing.py`), each FP8 engine beside the ideal x of the recipe's layers (`speed/ideal.py`), and
 each scored against the fp32 model on the held-out images (`quality/metrics.score_engine`), at
 the largest timed batch so that scoring reuses the compiled shapes. The record is written after
-each row (marked unfinished while rows remain), so a run cut short keeps its rows.
+each row, marked unfinished while rows of the command remain, so a run cut short (or one that
+measures a row a command, `--max-rows`) keeps its rows and says which are still to come.
 """
 
 from __future__ import annotations
@@ -38,14 +39,14 @@ from quantstudy.bench.schema import (
     PeersBench,
     PeersResult,
     Provenance,
-    write_unfinished,
+    write_record,
 )
 from quantstudy.engines.builders import BuiltEngine, build_fp8, build_fp32, build_half, set_numerics
 from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import score_engine
 from quantstudy.record import EngineInfo, EngineQuality
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
-from quantstudy.speed.harness import cpu_counts
+from quantstudy.speed.harness import cpu_counts, tile_images
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
 
@@ -94,12 +95,20 @@ def bench_peers(
         if c not in todo:
             print(f"{c.model} ({c.weights}, {c.recipe or 'default recipe'}): already in {out}")
     todo = todo[:max_rows] if max_rows is not None else todo
-    for done, config in enumerate(todo, start=1):
+    record = _marked(record, configs)
+    for config in todo:
         row = peers_row(config, peers, status, provenance, rounds, iters)
-        record = record.model_copy(update={"results": [*record.results, row]})
+        record = _marked(record.model_copy(update={"results": [*record.results, row]}), configs)
         print("\n".join(row_lines(record, row)), flush=True)
-        write_unfinished(out, record, done, len(todo), "rows")
+        write_record(out, record)
     return record
+
+
+def _marked(record: PeersBench, configs: Sequence[StudyConfig]) -> PeersBench:
+    """`record`, marked unfinished while rows of `configs` are not in it."""
+    missing = [c.model for c in configs if not has_row(record.results, c)]
+    left = f"{len(missing)} of {len(configs)} rows not measured yet: {', '.join(missing)}"
+    return record.model_copy(update={"unfinished": left if missing else None})
 
 
 def peers_row(
@@ -196,11 +205,34 @@ def _engines(
             print(f"{peer.label}: refused: {reason}", flush=True)
             refused.append(PeerRefused(name=peer.label, reason=reason))
             continue
-        engine = build_torchao(prepared, peer, taken)
+        engine, failure = _built_and_run(prepared, peer, taken)
+        if engine is None:
+            print(f"{peer.label}: failed: {failure}", flush=True)
+            refused.append(PeerRefused(name=peer.label, reason=f"failed here: {failure}"))
+            continue
         left |= {n: "torchao left it as it is" for n in taken if n not in engine.applied.real}
         built[peer.label] = engine
         layers[peer.label] = (list(engine.applied.real), left)
     return built, layers, refused
+
+
+def _built_and_run(
+    prepared: Prepared, peer: Peer, layers: list[str]
+) -> tuple[BuiltEngine | None, str | None]:
+    """The torchao engine, called once at each timed batch (which compiles it, as the timing's
+    warm-up would, on the same shapes), or None and the first error. A peer library failing on
+    a model is a finding of the benchmark, recorded in one line, and the other engines are
+    timed all the same; our own engines are not guarded so (a failure there is a bug)."""
+    x = prepared.heldout_x
+    try:
+        engine = build_torchao(prepared, peer, layers)
+        with torch.no_grad():
+            for batch in prepared.config.batches:
+                engine.module(engine.prepare(tile_images(x, batch)))
+    except Exception as err:  # torchao's and Inductor's errors have no common base
+        text = str(err).strip().splitlines()
+        return None, f"{type(err).__name__}: {text[0] if text else ''}"
+    return engine, None
 
 
 def _scores(
