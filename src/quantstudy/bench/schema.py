@@ -18,7 +18,7 @@ from quantstudy.record import EngineQuality, SpeedSection
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import CompileMode, Fp8Kernel, KernelGroup
+from quantstudy.record.vocab import CompileMode, Fp8Kernel, KernelGroup, PeerFamily
 
 BENCH_SCHEMA_VERSION = 1
 
@@ -226,7 +226,7 @@ class PeerEngine(Section):
     images."""
 
     name: str  # "fp16", "quantstudy fused", "torchao dynamic per-row", ...
-    family: Literal["fp16", "quantstudy", "torchao"]
+    family: PeerFamily
     built: str  # how: the builder and its settings, or torchao's config
     compute_dtype: str
     fp8_layers: int  # the recipe's layers that run a real FP8 product in this engine

@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 import torch
 
@@ -46,11 +45,13 @@ from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import score_engine
 from quantstudy.record import EngineInfo, EngineQuality
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
+from quantstudy.record.vocab import Engine as EngineName
+from quantstudy.record.vocab import PeerFamily
 from quantstudy.speed.harness import cpu_counts, tile_images
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
 
-FP16 = "fp16"
+FP16: str = EngineName.FP16  # the fp16 engine's name in a row
 
 
 def bench_peers(
@@ -259,10 +260,10 @@ def _info(engine: BuiltEngine, left: dict[str, str]) -> EngineInfo:
     return info.model_copy(update={"fp8_emulated": emulated})
 
 
-def _family(name: str) -> Literal["fp16", "quantstudy", "torchao"]:
+def _family(name: str) -> PeerFamily:
     if name == FP16:
-        return "fp16"
-    return "quantstudy" if name.startswith("quantstudy") else "torchao"
+        return PeerFamily.FP16
+    return PeerFamily.QUANTSTUDY if name.startswith("quantstudy") else PeerFamily.TORCHAO
 
 
 def _built_text(name: str, engine: BuiltEngine) -> str:
