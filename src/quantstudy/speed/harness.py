@@ -13,6 +13,8 @@ What is timed (on CUDA), exactly:
   rounds. Round i of fp16 and round i of FP8 are neighbours in time and form a pair for the ratio
   (see `stats.py`); swapping the order every round cancels a linear drift (clocks, temperature)
   that would otherwise bias every pair in the same direction.
+  `time_batch` times any number of engines so, in the order given and reversed (a benchmark's
+  engines side by side, each paired with the same fp16 rounds).
 - Inputs are real preprocessed images (tiled when there are fewer than the batch). Replays rotate
   over up to `max_buffers` input buffers holding different images, one graph captured per buffer,
   all graphs of an engine sharing one memory pool (so intermediate activations reuse the same
