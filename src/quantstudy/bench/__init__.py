@@ -8,6 +8,7 @@
 - `depthwise`: every depthwise conv alone, cuDNN fp16 against the Triton kernel with fp16 and
   FP8 input/output (`depthwise.py`).
 - `kernels`: every kernel of one engine call over fresh compiles (`kernels.py`).
+- `peers`: fp16, our FP8 engine and torchao's float8 configs side by side (`peers/`).
 - `report DIR`: the Markdown tables of every record in a folder (`report.py`).
 
 Each record (`schema.py`) carries its own provenance: command line, commit, GPU, driver and

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from quantstudy.bench.peers.configs import Peer
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
 from quantstudy.record.vocab import Fp8Kernel, choices
@@ -37,6 +38,8 @@ BENCH_STUDY_OPTIONS = (
     "test_settings",
 )
 TIMED = (Fp8Kernel.FUSED, Fp8Kernel.SCALED_MM)
+# The study options of `bench peers`: a speed bench's, and the FP8 kernel of our engine.
+PEERS_STUDY_OPTIONS = (*BENCH_STUDY_OPTIONS, "fp8_kernel")
 # Compute dtypes of `bench options --engine-dtypes`; the half ones are its storage dtypes
 # (float32 storage is the emulation itself).
 ENGINE_DTYPES = ("float32", "float16", "bfloat16")
@@ -235,6 +238,47 @@ def _run_options(args: argparse.Namespace, context: Context) -> None:
     print(f"options table: {args.out}")
 
 
+def _peers(text: str) -> tuple[Peer, ...]:
+    names = [] if text == "none" else text.split(",")
+    unknown = [n for n in names if n not in choices(Peer)]
+    if unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"--torchao takes distinct names from {','.join(choices(Peer))}, or none; not '{text}'"
+        )
+    return tuple(Peer(n) for n in names)
+
+
+def _peers_arguments(p: argparse.ArgumentParser, add_config_args: AddConfigArgs) -> None:
+    p.add_argument("model", nargs="?", help="timm name, optionally with tag (or --rows)")
+    add_config_args(p, PEERS_STUDY_OPTIONS)
+    p.add_argument(
+        "--rows", type=Path,
+        help="YAML file of rows (model, recipe, weights) measured one after another into one "
+        "record, instead of MODEL",
+    )  # fmt: skip
+    p.add_argument(
+        "--torchao", type=_peers, default=tuple(Peer),
+        help=f"torchao configs, comma-separated, or none (default {','.join(choices(Peer))})",
+    )  # fmt: skip
+    p.add_argument("--rounds", type=int, default=30, help="timing rounds (default 30)")
+    p.add_argument("--iters", type=int, default=20, help="calls per round (default 20)")
+    p.add_argument(
+        "--append", action="store_true",
+        help="add the rows to the record at --out (measured alike), skipping the rows it holds",
+    )  # fmt: skip
+    p.add_argument("--max-rows", type=int, help="measure at most this many new rows")
+    _out(p, "record")
+
+
+def _run_peers(args: argparse.Namespace, context: Context) -> None:
+    from quantstudy.bench.peers.cli import run_peers
+
+    _at_least_one(args, "rounds", "iters")
+    if args.max_rows is not None:
+        _at_least_one(args, "max_rows")
+    _write(args.record, run_peers(args, context.study_config, context.argv))
+
+
 def _report_arguments(p: argparse.ArgumentParser, _: AddConfigArgs) -> None:
     p.add_argument("folder", type=Path)
     p.add_argument("--write", action="store_true", help="also write it to FOLDER/README.md")
@@ -270,6 +314,11 @@ BENCHES: dict[str, Bench] = {
         "one recipe's layers under each FP8 quality option: quality (and speed)",
         _options_arguments,
         _run_options,
+    ),
+    "peers": Bench(
+        "fp16, our FP8 engine and torchao's float8 configs on the same layers and images",
+        _peers_arguments,
+        _run_peers,
     ),
     "report": Bench("render a folder of bench records as Markdown", _report_arguments, _run_report),
 }

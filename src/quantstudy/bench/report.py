@@ -11,11 +11,13 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from quantstudy.bench.peers.table import peers_section
 from quantstudy.bench.schema import (
     DepthwiseBench,
     EngineSpeed,
     GemmBench,
     KernelsBench,
+    PeersBench,
     PublishedBench,
     Record,
     SpeedBench,
@@ -71,6 +73,7 @@ def render_folder(folder: Path) -> str:
         GemmBench: ("## FP8 products alone", _gemm_section),
         DepthwiseBench: ("## Depthwise convolutions alone", _depthwise_section),
         KernelsBench: ("## Every kernel of one engine call", _kernels_section),
+        PeersBench: ("## Side by side: fp16, our FP8 engine, torchao", _peers_section),
         PublishedBench: ("## Published figures, for comparison", _published_section),
     }
     for kind, (title, render) in sections.items():
@@ -114,6 +117,7 @@ def _provenance(rec: Record) -> list[str]:
             ("Triton", p.triton),
             ("timm", p.timm),
             ("Python", p.python),
+            ("torchao", p.torchao),
         )
         if v
     )
@@ -380,6 +384,10 @@ def _kernels_section(name: str, rec: KernelsBench) -> list[str]:
                 + [top]
             )
     return [*out, *table(head, rows), ""]
+
+
+def _peers_section(name: str, rec: PeersBench) -> list[str]:
+    return peers_section(name, rec, _provenance(rec))
 
 
 def _published_section(name: str, rec: PublishedBench) -> list[str]:

@@ -3,6 +3,8 @@ on read, each carrying the provenance that makes its figures comparable (or not)
 
 Schema history:
   1: first version (speed, gemm, depthwise, kernels and published records).
+     Later additions, each optional or a new kind, so every older record still loads: the
+     peers record (`peers`: our engines beside torchao's) and Provenance.torchao.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from quantstudy.record import SpeedSection
+from quantstudy.record import EngineQuality, SpeedSection
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import CompileMode, Fp8Kernel, KernelGroup
+from quantstudy.record.vocab import CompileMode, Fp8Kernel, KernelGroup, PeerFamily
 
 BENCH_SCHEMA_VERSION = 1
 
@@ -38,6 +40,7 @@ class Provenance(Section):
     triton: str | None = None
     timm: str | None = None
     python: str | None = None
+    torchao: str | None = None  # set by the benchmarks that run it (`peers`)
     code: str | None = None  # what the code under test did, where the commit alone does not say
     note: str | None = None
 
@@ -214,8 +217,67 @@ class PublishedBench(Record):
     figures: list[PublishedFigure]
 
 
+# --- peers ---------------------------------------------------------------------------------
+
+
+class PeerEngine(Section):
+    """One engine of a side-by-side row: built from the row's model and recipe, timed against
+    the row's fp16 engine in the same interleaved rounds, scored against fp32 on the same
+    images."""
+
+    name: str  # "fp16", "quantstudy fused", "torchao dynamic per-row", ...
+    family: PeerFamily
+    built: str  # how: the builder and its settings, or torchao's config
+    compute_dtype: str
+    fp8_layers: int  # the recipe's layers that run a real FP8 product in this engine
+    half_layers: dict[str, str] = Field(default_factory=dict)  # recipe layers left out -> why
+    # fp16 against this engine; None for fp16 itself. Its `ideal` holds the ideal x of the
+    # recipe's layers from this engine's profile (`speed/ideal.py`; the layers it leaves out
+    # count as emulated ones), None where not computable (`ideal_missing` says why)
+    speed: SpeedSection | None = None
+    ideal_missing: str | None = None
+    quality: EngineQuality  # against the fp32 model on the row's held-out images
+
+
+class PeerRefused(Section):
+    """An engine of a row that was not built, and why (one line)."""
+
+    name: str
+    reason: str
+
+
+class PeersResult(Section):
+    """One model's row: every engine on the same layers, images and harness."""
+
+    model: str
+    weights: str  # the --weights option ("random", a file, a named source)
+    weights_detail: str | None = None  # what was loaded, as the study records it
+    recipe: str
+    selected: int  # layers the recipe selected
+    command: str  # the command that measured this row
+    images: str
+    n_calib: int
+    n_images: int  # held-out images the engines were scored on
+    seconds: float  # wall time of the row: preparation, builds, compiles, timing, scoring
+    engines: list[PeerEngine]
+    refused: list[PeerRefused] = Field(default_factory=list)
+
+
+class PeersBench(Record):
+    """Rows of `quantstudy bench peers`, one per model, all measured in one environment (the
+    provenance; `--append` refuses a row measured in another)."""
+
+    kind: Literal["peers"] = "peers"
+    batches: list[int]
+    rounds: int
+    iters: int
+    compile_mode: CompileMode
+    quality_batch: int  # the batch of the scoring passes: the largest timed one (no new compile)
+    results: list[PeersResult]
+
+
 BenchRecord = Annotated[
-    SpeedBench | GemmBench | DepthwiseBench | KernelsBench | PublishedBench,
+    SpeedBench | GemmBench | DepthwiseBench | KernelsBench | PublishedBench | PeersBench,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[BenchRecord] = TypeAdapter(BenchRecord)

@@ -174,6 +174,20 @@ def _compiled_engine(
     )
 
 
+def build_compiled(
+    name: str,
+    module: nn.Module,
+    device: torch.device,
+    dtype: torch.dtype,
+    compile_mode: str,
+    **extra: Any,
+) -> BuiltEngine:
+    """An engine around a module made elsewhere (another library's quantized copy of
+    `deployed_copy`, channels-last in `dtype` on `device`), compiled as the study's engines
+    are, so that a benchmark times it beside them on equal terms."""
+    return _compiled_engine(name, module, device, dtype, compile_mode, **extra)
+
+
 def build_fp32(model: nn.Module, device: torch.device) -> BuiltEngine:
     """The reference: the original model, eager, float32, BatchNorm unfolded."""
     m = copy.deepcopy(model).eval().to(device)

@@ -196,3 +196,11 @@ class Migration(StrEnum):
 
     NONE = "none"
     SMOOTH = "smooth"
+
+
+class PeerFamily(StrEnum):
+    """Who built an engine of `quantstudy bench peers` (`bench/peers/`)."""
+
+    FP16 = "fp16"  # the study's fp16 engine: the baseline of every x
+    QUANTSTUDY = "quantstudy"  # our FP8 engine
+    TORCHAO = "torchao"  # one of torchao's float8 inference configs

@@ -13,6 +13,8 @@ What is timed (on CUDA), exactly:
   rounds. Round i of fp16 and round i of FP8 are neighbours in time and form a pair for the ratio
   (see `stats.py`); swapping the order every round cancels a linear drift (clocks, temperature)
   that would otherwise bias every pair in the same direction.
+  `time_batch` times any number of engines so, in the order given and reversed (a benchmark's
+  engines side by side, each paired with the same fp16 rounds).
 - Inputs are real preprocessed images (tiled when there are fewer than the batch). Replays rotate
   over up to `max_buffers` input buffers holding different images, one graph captured per buffer,
   all graphs of an engine sharing one memory pool (so intermediate activations reuse the same
@@ -227,15 +229,18 @@ def timed_region_text(
     warmup: int,
     buffers: Mapping[int, int],
     n_images: int,
+    engines: Sequence[str] = (EngineName.FP16, EngineName.FP8),
 ) -> str:
-    """The one-sentence description of what each timing contains, for the record and report."""
+    """The one-sentence description of what each timing contains, for the record and report;
+    `engines`: the names in the order their rounds take in even rounds."""
+    order = _round_order(engines)
     if not on_gpu:
         return (
             f"direct call of the engine's module (compile mode '{compile_mode}') on a CPU input "
             f"already cast to the engine's dtype and memory format; {iters} calls timed with "
             f"time.perf_counter per round, ms per call = elapsed / {iters}; {rounds} rounds per "
-            f"engine after {warmup} warm-up call(s); fp16 and fp8 rounds alternate in ABBA "
-            f"order; inputs from {n_images} real preprocessed images, repeated when fewer than the "
+            f"engine after {warmup} warm-up call(s); {order}; inputs from {n_images} real "
+            "preprocessed images, repeated when fewer than the "
             "batch; no CUDA graphs and no kernel profile (the profiler groups CUDA kernels only)"
         )
     per_batch = ", ".join(f"batch {b}: {n}" for b, n in buffers.items())
@@ -245,13 +250,49 @@ def timed_region_text(
         "memory format); no host transfer, no preprocessing, no synchronisation inside; "
         f"{iters} replays between two CUDA events per round, ms per call = elapsed / {iters}; "
         f"{rounds} rounds per engine after {max(warmup, CAPTURE_WARMUP_MIN)} eager warm-up "
-        f"calls before capture and {warmup} warm-up replays of each graph; fp16 and fp8 rounds "
-        "alternate in ABBA order (fp16 first in even rounds, fp8 first in odd rounds), one "
+        f"calls before capture and {warmup} warm-up replays of each graph; {order}, one "
         "synchronisation after each round, outside the timed region; inputs from "
         f"{n_images} real preprocessed images, repeated when fewer than the batch; replays rotate "
         "over input buffers holding different images, one graph per buffer, the graphs of an "
         f"engine sharing one memory pool (buffers per engine: {per_batch})"
     )
+
+
+def cpu_counts(rounds: int, iters: int, warmup: int) -> tuple[int, int, int]:
+    """Rounds, calls per round and warm-up calls capped for a CPU run (`CPU_ROUNDS`...)."""
+    return min(rounds, CPU_ROUNDS), min(iters, CPU_ITERS), min(warmup, CPU_WARMUP)
+
+
+def time_batch(
+    engines: Mapping[str, Engine],
+    images: torch.Tensor,
+    batch: int,
+    *,
+    rounds: int,
+    iters: int,
+    warmup: int,
+    l2_bytes: int | None,
+    max_buffers: int = MAX_INPUT_BUFFERS,
+) -> tuple[dict[str, list[float]], int]:
+    """Every engine of `engines` (name -> engine, one device) at `batch`, rounds interleaved in
+    the mapping's order (`time_interleaved`), each on its own prepared copy of the same rotated
+    input buffers (`input_buffer_count`, `tile_images`); (ms per call per round by name, the
+    number of buffers). The module docstring says what one timing holds."""
+    first = tile_images(images, batch)
+    probe = {name: engine.prepare(first) for name, engine in engines.items()}
+    input_bytes = max(x.numel() * x.element_size() for x in probe.values())
+    n_buffers = input_buffer_count(input_bytes, l2_bytes, images.shape[0], batch, max_buffers)
+    host = [tile_images(images, batch, k * batch) for k in range(1, n_buffers)]
+    calls: dict[str, Variants] = {
+        name: [
+            functools.partial(engine.module, x)
+            for x in [probe[name]] + [engine.prepare(h) for h in host]
+        ]
+        for name, engine in engines.items()
+    }
+    device = next(iter(engines.values())).device
+    with torch.no_grad():
+        return time_interleaved(calls, rounds, iters, warmup, device=device), n_buffers
 
 
 def _check_inputs(fp16: Engine, fp8: Engine, images: torch.Tensor, batches: list[int]) -> None:
@@ -270,7 +311,20 @@ def _check_inputs(fp16: Engine, fp8: Engine, images: torch.Tensor, batches: list
         raise ValueError(f"the two engines have the same name {fp16.name!r}")
 
 
-def _clock_snapshot(start: dict[str, str], end: dict[str, str]) -> dict[str, str]:
+def _round_order(engines: Sequence[str]) -> str:
+    """How the engines' rounds alternate, in words (the study's two engines as it always said)."""
+    if tuple(engines) == (EngineName.FP16, EngineName.FP8):
+        return (
+            "fp16 and fp8 rounds alternate in ABBA order (fp16 first in even rounds, fp8 first "
+            "in odd rounds)"
+        )
+    return (
+        f"the rounds of {', '.join(engines)} alternate in ABBA order (in this order in even "
+        "rounds, reversed in odd rounds)"
+    )
+
+
+def clock_snapshot(start: dict[str, str], end: dict[str, str]) -> dict[str, str]:
     """Static fields once; fields that move (clocks, power, temperature) at start and end."""
     static = ("name", "driver_version", "clocks.max.sm", "gpu_match")
     clocks = {key: value for key, value in start.items() if key in static}
@@ -313,36 +367,21 @@ def measure_speed(
             raise UserError(f"the engines are on {device} but no CUDA GPU is available")
         l2_bytes = int(torch.cuda.get_device_properties(device).L2_cache_size)
     else:
-        rounds, iters, warmup = (
-            min(rounds, CPU_ROUNDS),
-            min(iters, CPU_ITERS),
-            min(warmup, CPU_WARMUP),
-        )
+        rounds, iters, warmup = cpu_counts(rounds, iters, warmup)
 
     clocks_start = gpu_clocks(device) if on_gpu else {}
     results: list[BatchSpeed] = []
     kernels: list[KernelBreakdown] = []
     buffers: dict[int, int] = {}
+    engines: dict[str, Engine] = {EngineName.FP16: fp16, EngineName.FP8: fp8}
     for batch in batches:
-        first = tile_images(images, batch)
-        probe = [engine.prepare(first) for engine in (fp16, fp8)]
-        input_bytes = max(x.numel() * x.element_size() for x in probe)
-        n_buffers = input_buffer_count(input_bytes, l2_bytes, images.shape[0], batch, max_buffers)
-        buffers[batch] = n_buffers
-        host = [first] + [tile_images(images, batch, k * batch) for k in range(1, n_buffers)]
-        inputs = {
-            EngineName.FP16: [probe[0]] + [fp16.prepare(h) for h in host[1:]],
-            EngineName.FP8: [probe[1]] + [fp8.prepare(h) for h in host[1:]],
-        }
-        calls: dict[str, Variants] = {
-            EngineName.FP16: [functools.partial(fp16.module, x) for x in inputs[EngineName.FP16]],
-            EngineName.FP8: [functools.partial(fp8.module, x) for x in inputs[EngineName.FP8]],
-        }
-        with torch.no_grad():
-            times = time_interleaved(calls, rounds, iters, warmup, device=device)
+        times, buffers[batch] = time_batch(
+            engines, images, batch, rounds=rounds, iters=iters, warmup=warmup,
+            l2_bytes=l2_bytes, max_buffers=max_buffers,
+        )  # fmt: skip
         results.append(summarize_batch(batch, times[EngineName.FP16], times[EngineName.FP8]))
-        del calls, inputs, probe
         if on_gpu and kernel_profile:
+            first = tile_images(images, batch)
             kernels.append(profile_kernels(fp16, first, batch))
             kernels.append(profile_kernels(fp8, first, batch))
     clocks_end = gpu_clocks(device) if on_gpu else {}
@@ -375,7 +414,7 @@ def measure_speed(
         iters_per_round=iters,
         warmup=warmup,
         input_buffers=max(buffers.values()),
-        clocks=_clock_snapshot(clocks_start, clocks_end) if clocks_start else {},
+        clocks=clock_snapshot(clocks_start, clocks_end) if clocks_start else {},
         batches=results,
         kernels=kernels,
         weight_bytes={engine.name: engine_weight_bytes(engine) for engine in (fp16, fp8)},

@@ -1,0 +1,279 @@
+"""`bench_peers`: rows of our FP8 engine beside torchao's configs, one record.
+
+Per row (one model): the study's preparation (`study.prepare.prepare_study`: model, split,
+recipe resolution, calibrated plan), so every engine takes the layers a study of the same
+config would select; the fp16 engine and our FP8 engine (`engines/builders.py`), and each
+torchao config that applies (`torchao.py`) on the recipe's layers it takes (`configs.py`),
+each refused in one line where it cannot run; all timed in one set of interleaved rounds
+(`timing.py`), each FP8 engine beside the ideal x of the recipe's layers (`speed/ideal.py`), and
+each scored against the fp32 model on the held-out images (`quality/metrics.score_engine`), at
+the largest timed batch so that scoring reuses the compiled shapes. The record is written after
+each row, marked unfinished while rows of the command remain, so a run cut short (or one that
+measures a row a command, `--max-rows`) keeps its rows and says which are still to come.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from quantstudy.bench.peers.configs import Peer, device_refusal, peer_layers
+from quantstudy.bench.peers.rows import check_alike, existing_record, has_row
+from quantstudy.bench.peers.table import row_lines
+from quantstudy.bench.peers.timing import time_engines
+from quantstudy.bench.peers.torchao import (
+    build_torchao,
+    config_text,
+    conv_fp8,
+    torchao_status,
+    torchao_version,
+)
+from quantstudy.bench.provenance import CPU_REASON, collect_provenance
+from quantstudy.bench.schema import (
+    PeerEngine,
+    PeerRefused,
+    PeersBench,
+    PeersResult,
+    Provenance,
+    write_record,
+)
+from quantstudy.engines.builders import BuiltEngine, build_fp8, build_fp32, build_half, set_numerics
+from quantstudy.engines.run import run_engine
+from quantstudy.quality.metrics import score_engine
+from quantstudy.record import EngineInfo, EngineQuality
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
+from quantstudy.record.vocab import Engine as EngineName
+from quantstudy.record.vocab import PeerFamily
+from quantstudy.speed.harness import cpu_counts, tile_images
+from quantstudy.speed.ideal import ideal_speed
+from quantstudy.study.prepare import Prepared, prepare_study, study_device
+
+FP16: str = EngineName.FP16  # the fp16 engine's name in a row
+
+
+def bench_peers(
+    configs: Sequence[StudyConfig],
+    peers: Sequence[Peer],
+    *,
+    rounds: int,
+    iters: int,
+    out: Path,
+    append: bool = False,
+    max_rows: int | None = None,
+    argv: list[str] | None = None,
+) -> PeersBench:
+    """The record of `configs`' rows (one per model; module docstring). With `append`, the
+    rows join the record at `out` (measured alike, `rows.check_alike`), skipping its rows;
+    `max_rows`: measure at most that many new rows."""
+    first = configs[0]
+    device = study_device(first.device)
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        set_numerics()
+    status = torchao_status() if peers else None
+    provenance = collect_provenance(device, argv).model_copy(update={"torchao": torchao_version()})
+    timed = (rounds, iters) if on_gpu else cpu_counts(rounds, iters, 0)[:2]
+    record = PeersBench(
+        provenance=provenance,
+        meaningful=on_gpu,
+        meaningless_reason=None if on_gpu else CPU_REASON,
+        batches=list(first.batches),
+        rounds=timed[0],
+        iters=timed[1],
+        compile_mode=first.compile_mode,
+        quality_batch=max(first.batches),
+        results=[],
+    )
+    held = existing_record(out, append)
+    if held is not None:
+        check_alike(held, provenance, record)
+        record = held
+    todo = [c for c in configs if not has_row(record.results, c)]
+    for c in configs:
+        if c not in todo:
+            print(f"{c.model} ({c.weights}, {c.recipe or 'default recipe'}): already in {out}")
+    todo = todo[:max_rows] if max_rows is not None else todo
+    record = _marked(record, configs)
+    for config in todo:
+        row = peers_row(config, peers, status, provenance, rounds, iters)
+        record = _marked(record.model_copy(update={"results": [*record.results, row]}), configs)
+        print("\n".join(row_lines(record, row)), flush=True)
+        write_record(out, record)
+    return record
+
+
+def _marked(record: PeersBench, configs: Sequence[StudyConfig]) -> PeersBench:
+    """`record`, marked unfinished while rows of `configs` are not in it."""
+    missing = [c.model for c in configs if not has_row(record.results, c)]
+    left = f"{len(missing)} of {len(configs)} rows not measured yet: {', '.join(missing)}"
+    return record.model_copy(update={"unfinished": left if missing else None})
+
+
+def peers_row(
+    config: StudyConfig,
+    peers: Sequence[Peer],
+    status: str | None,
+    provenance: Provenance,
+    rounds: int,
+    iters: int,
+) -> PeersResult:
+    """One model's row (module docstring); `status`: `torchao_status()`."""
+    start = time.perf_counter()
+    prepared = prepare_study(config)
+    built, layers, refused = _engines(prepared, peers, status)
+    x = prepared.heldout_x
+    sections = time_engines(
+        built, x, config.batches, rounds=rounds, iters=iters, compile_mode=config.compile_mode
+    )
+    quality = _scores(prepared, built, max(config.batches))
+    device = prepared.device
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    recipe = prepared.inputs.recipe_info
+    engines = []
+    for name, engine in built.items():
+        real, left = layers[name]
+        section, missing = sections.get(name), None
+        if section is not None:
+            ideal, missing = ideal_speed(section, recipe, [_info(engine, left)], gpu)
+            section = section.model_copy(update={"ideal": ideal})
+        engines.append(
+            PeerEngine(
+                name=name,
+                family=_family(name),
+                built=_built_text(name, engine),
+                compute_dtype=str(engine.dtype).removeprefix("torch."),
+                fp8_layers=len(real),
+                half_layers=left,
+                speed=section,
+                ideal_missing=missing,
+                quality=quality[name],
+            )
+        )
+    return PeersResult(
+        model=config.model,
+        weights=config.weights,
+        weights_detail=prepared.model_info.weights_detail,
+        recipe=prepared.inputs.recipe_source,
+        selected=len(prepared.layers),
+        command=provenance.command,
+        images=str(config.data),
+        n_calib=int(prepared.calib_x.shape[0]),
+        n_images=int(x.shape[0]),
+        seconds=time.perf_counter() - start,
+        engines=engines,
+        refused=refused,
+    )
+
+
+Layers = tuple[list[str], dict[str, str]]  # FP8 layers; recipe layers left out -> why
+
+
+def _engines(
+    prepared: Prepared, peers: Sequence[Peer], status: str | None
+) -> tuple[dict[str, BuiltEngine], dict[str, Layers], list[PeerRefused]]:
+    """fp16, ours, and each torchao config that can run here, with the recipe's layers each
+    runs in FP8; the others refused, each with its reason."""
+    config, device, model = prepared.config, prepared.device, prepared.model
+    mode, fold, example = config.compile_mode, prepared.recipe.weights.fold_bn, prepared.example
+    kernel = config.fp8_kernel or DEFAULT_FP8_KERNEL
+    ours = build_fp8(
+        model, device, example, prepared.plan, fold=fold, compile_mode=mode, kernel=kernel,
+        choice_batches=config.batches,
+    )  # fmt: skip
+    built = {FP16: build_half(model, device, example, fold=fold, compile_mode=mode)}
+    built[f"quantstudy {kernel}"] = ours
+    layers: dict[str, Layers] = {
+        FP16: ([], {}),
+        f"quantstudy {kernel}": (list(ours.applied.real), dict(ours.applied.emulated)),
+    }
+    refused = []
+    if status is not None and peers:  # torchao absent or unusable: one line for all its configs
+        print(f"torchao: refused: {status}", flush=True)
+        return built, layers, [PeerRefused(name="torchao", reason=status)]
+    selected = prepared.inputs.recipe_info.selected
+    conv = conv_fp8(device)
+    for peer in peers:
+        reason = device_refusal(peer, device.type)
+        taken, left = peer_layers(peer, selected, conv)
+        if reason is None and not taken:
+            reason = f"takes none of the recipe's {len(selected)} layers: " + "; ".join(
+                sorted(set(left.values()))
+            )
+        if reason is not None:
+            print(f"{peer.label}: refused: {reason}", flush=True)
+            refused.append(PeerRefused(name=peer.label, reason=reason))
+            continue
+        engine, failure = _built_and_run(prepared, peer, taken)
+        if engine is None:
+            print(f"{peer.label}: failed: {failure}", flush=True)
+            refused.append(PeerRefused(name=peer.label, reason=f"failed here: {failure}"))
+            continue
+        left |= {n: "torchao left it as it is" for n in taken if n not in engine.applied.real}
+        built[peer.label] = engine
+        layers[peer.label] = (list(engine.applied.real), left)
+    return built, layers, refused
+
+
+def _built_and_run(
+    prepared: Prepared, peer: Peer, layers: list[str]
+) -> tuple[BuiltEngine | None, str | None]:
+    """The torchao engine, called once at each timed batch (which compiles it, as the timing's
+    warm-up would, on the same shapes), or None and the first error. A peer library failing on
+    a model is a finding of the benchmark, recorded in one line, and the other engines are
+    timed all the same; our own engines are not guarded so (a failure there is a bug)."""
+    x = prepared.heldout_x
+    try:
+        engine = build_torchao(prepared, peer, layers)
+        with torch.no_grad():
+            for batch in prepared.config.batches:
+                engine.module(engine.prepare(tile_images(x, batch)))
+    except Exception as err:  # torchao's and Inductor's errors have no common base
+        text = str(err).strip().splitlines()
+        return None, f"{type(err).__name__}: {text[0] if text else ''}"
+    return engine, None
+
+
+def _scores(
+    prepared: Prepared, engines: dict[str, BuiltEngine], batch: int
+) -> dict[str, EngineQuality]:
+    """Each engine against the fp32 model on the held-out images, in batches of `batch` (the
+    last padded: the compiled shapes of the timing are reused)."""
+    x, labels, seed = prepared.heldout_x, prepared.labels, prepared.config.seed
+    fp32 = build_fp32(prepared.model, prepared.device)
+    ref = run_engine(fp32, x, batch, pad=True)
+    del fp32
+    return {
+        name: score_engine(name, ref, run_engine(engine, x, batch, pad=True), labels, seed=seed)
+        for name, engine in engines.items()
+    }
+
+
+def _info(engine: BuiltEngine, left: dict[str, str]) -> EngineInfo:
+    """The engine's description for its ideal: the recipe's layers it leaves out count as
+    emulated ones (their products stay in its fp16 group, `speed/ideal.py`), so every engine's
+    ideal is that of the recipe's layers, and its fraction of it reads alike."""
+    info = engine.info()
+    emulated = [*info.fp8_emulated, *(n for n in left if n not in info.fp8_emulated)]
+    return info.model_copy(update={"fp8_emulated": emulated})
+
+
+def _family(name: str) -> PeerFamily:
+    if name == FP16:
+        return PeerFamily.FP16
+    return PeerFamily.QUANTSTUDY if name.startswith("quantstudy") else PeerFamily.TORCHAO
+
+
+def _built_text(name: str, engine: BuiltEngine) -> str:
+    compiled = f"torch.compile ({engine.compile_mode})" if engine.compiled else "eager (CPU)"
+    if name == FP16:
+        return f"engines.builders.build_half: BatchNorm folded, channels-last, {compiled}"
+    if name.startswith("quantstudy"):
+        return (
+            f"engines.builders.build_fp8 ({engine.fp8_kernel} kernel) on the recipe's "
+            f"calibrated plan, channels-last, {compiled}"
+        )
+    peer = next(p for p in Peer if p.label == name)
+    return f"{config_text(peer)}, channels-last, {compiled}"

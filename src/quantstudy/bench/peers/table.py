@@ -1,0 +1,116 @@
+"""The peers record as Markdown: one table, a line per engine of each model, then the notes.
+
+Every figure is a field of the record, formatted by the report's formatters: x per batch with
+the quartiles of its per-round ratios, the ideal x of the recipe's layers at that batch and the
+fraction of it reached, agreement with fp32 and the KL mean. The fp16 line gives the fp16
+engine's median ms per call where the others give x. A figure that was not computed is a dash
+with a note saying why; a refused engine is a line saying so, its reason in the notes.
+"""
+
+from __future__ import annotations
+
+from quantstudy.bench.schema import PeerEngine, PeersBench, PeersResult
+from quantstudy.record import BatchSpeed, TimingStats
+from quantstudy.record.vocab import PeerFamily
+from quantstudy.report.format import code, fmt_ms, fmt_ratio, fmt_sig, table
+
+
+def header(batches: list[int]) -> list[str]:
+    return [
+        "model",
+        "engine",
+        "FP8 layers",
+        *(f"x at {b} [q1-q3]" for b in batches),
+        *(f"ideal x at {b} (reached)" for b in batches),
+        "agreement with fp32",
+        "KL mean",
+    ]
+
+
+def peers_table(rec: PeersBench) -> list[str]:
+    """The table of every row, then its notes."""
+    rows: list[list[str]] = []
+    notes: list[str] = []
+    for result in rec.results:
+        body, more = _model_rows(rec.batches, result)
+        rows += body
+        notes += more
+    return [*table(header(rec.batches), rows), *(["", *notes] if notes else [])]
+
+
+def row_lines(rec: PeersBench, result: PeersResult) -> list[str]:
+    """One model's table and notes (what a run prints after each row)."""
+    body, notes = _model_rows(rec.batches, result)
+    return ["", *table(header(rec.batches), body), *notes]
+
+
+def peers_section(name: str, rec: PeersBench, provenance: list[str]) -> list[str]:
+    """The record's section of `quantstudy bench report` (`provenance`: its lines)."""
+    counts = ", ".join(f"{r.model}: {r.n_images} held-out images" for r in rec.results)
+    lines = [
+        f"### {name}",
+        "",
+        *provenance,
+        f"Every engine of a model on the layers its recipe selects, timed in the same "
+        f"interleaved rounds ({rec.rounds} rounds of {rec.iters} calls, compile mode "
+        f"{code(rec.compile_mode)}) and scored against fp32 at batch {rec.quality_batch} "
+        f"({counts}).",
+        "",
+    ]
+    return [*lines, *peers_table(rec), ""]
+
+
+def _model_rows(batches: list[int], r: PeersResult) -> tuple[list[list[str]], list[str]]:
+    rows, notes = [], []
+    fp16 = _fp16_speeds(r)
+    for e in r.engines:
+        layers = "-" if e.family == PeerFamily.FP16 else f"{e.fp8_layers}/{r.selected}"
+        rows.append(
+            [r.model, e.name, layers, *_x_cells(batches, e, fp16), *_ideal_cells(batches, e),
+             _agreement(e), fmt_sig(e.quality.kl_mean)]
+        )  # fmt: skip
+        if e.ideal_missing and e.speed is not None:
+            notes.append(f"- {r.model}, {e.name}: no {e.ideal_missing}")
+        if e.half_layers and e.family != PeerFamily.FP16:
+            reasons = sorted(set(e.half_layers.values()))
+            notes.append(
+                f"- {r.model}, {e.name}: {len(e.half_layers)} of the recipe's {r.selected} "
+                f"layers not run as FP8 products: {'; '.join(reasons)}"
+            )
+    blank = ["-"] * (2 * len(batches) + 2)
+    for refused in r.refused:
+        rows.append([r.model, refused.name, "refused", *blank])
+        notes.append(f"- {r.model}, {refused.name}: refused: {refused.reason}")
+    return rows, notes
+
+
+def _fp16_speeds(r: PeersResult) -> dict[int, BatchSpeed]:
+    """fp16's timings by batch: the same rounds are in every FP8 engine's section."""
+    for e in r.engines:
+        if e.speed is not None:
+            return {b.batch: b for b in e.speed.batches}
+    return {}
+
+
+def _x_cells(batches: list[int], e: PeerEngine, fp16: dict[int, BatchSpeed]) -> list[str]:
+    if e.speed is None:  # the fp16 engine: its own time, against which the others are x
+        return [f"{fmt_ms(fp16[b].fp16_ms.median)} ms" if b in fp16 else "-" for b in batches]
+    found = {b.batch: b.ratio for b in e.speed.batches}
+    return [_x(t) if (t := found.get(b)) else "-" for b in batches]
+
+
+def _x(t: TimingStats) -> str:
+    return f"{fmt_ratio(t.median)} [{fmt_ratio(t.q1)}-{fmt_ratio(t.q3)}]"
+
+
+def _ideal_cells(batches: list[int], e: PeerEngine) -> list[str]:
+    ideal = {i.batch: i for i in (e.speed.ideal or [])} if e.speed is not None else {}
+    return [
+        f"{fmt_ratio(i.ideal_x)} ({100 * i.fraction:.0f}%)" if (i := ideal.get(b)) else "-"
+        for b in batches
+    ]
+
+
+def _agreement(e: PeerEngine) -> str:
+    q = e.quality
+    return f"{q.agreement:.4f} ({q.n_images - q.differ_count}/{q.n_images})"
