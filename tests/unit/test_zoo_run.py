@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from PIL import Image
+from _tiny_data import write_tiny_imagenet
 
 from quantstudy.cli import main
 
@@ -31,12 +31,7 @@ models:
 def zoo_dir(tmp_path_factory) -> Path:
     """12 generated 48x48 images in 2 classes and the tiny list."""
     root = tmp_path_factory.mktemp("zoo")
-    g = torch.Generator().manual_seed(0)
-    for wnid in ("n01440764", "n01443537"):
-        (root / "data" / wnid).mkdir(parents=True)
-        for i in range(6):
-            pixels = (torch.rand(48, 48, 3, generator=g) * 255).to(torch.uint8).numpy()
-            Image.fromarray(pixels).save(root / "data" / wnid / f"img{i}.jpg")
+    write_tiny_imagenet(root / "data", seed=0)
     (root / "tiny.yaml").write_text(TINY)
     return root
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from quantstudy.bench.peers.configs import Peer
 from quantstudy.record.errors import UserError
@@ -50,14 +51,25 @@ OPTIONS_STUDY_OPTIONS = tuple(
 )
 
 
-def _kernels(text: str) -> tuple[Fp8Kernel, ...]:
-    names = text.split(",")
-    unknown = [n for n in names if n not in choices(Fp8Kernel)]
+E = TypeVar("E", bound=StrEnum)
+
+
+def _distinct(text: str, vocab: type[E], flag: str, none_ok: bool = False) -> tuple[E, ...]:
+    """`text`, comma-separated distinct names of `vocab` (or `none` where `none_ok`), as members;
+    anything else is an argparse error naming the flag and the names it takes."""
+    names = [] if none_ok and text == "none" else text.split(",")
+    unknown = [n for n in names if n not in choices(vocab)]
     if unknown or len(set(names)) != len(names):
+        alternatives = ", or none;" if none_ok else ","
         raise argparse.ArgumentTypeError(
-            f"--kernels takes distinct names from {','.join(choices(Fp8Kernel))}, not '{text}'"
+            f"{flag} takes distinct names from {','.join(choices(vocab))}{alternatives} "
+            f"not '{text}'"
         )
-    return tuple(Fp8Kernel(n) for n in names)
+    return tuple(vocab(n) for n in names)
+
+
+def _kernels(text: str) -> tuple[Fp8Kernel, ...]:
+    return _distinct(text, Fp8Kernel, "--kernels")
 
 
 def _out(p: argparse.ArgumentParser, what: str) -> None:
@@ -239,13 +251,7 @@ def _run_options(args: argparse.Namespace, context: Context) -> None:
 
 
 def _peers(text: str) -> tuple[Peer, ...]:
-    names = [] if text == "none" else text.split(",")
-    unknown = [n for n in names if n not in choices(Peer)]
-    if unknown or len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(
-            f"--torchao takes distinct names from {','.join(choices(Peer))}, or none; not '{text}'"
-        )
-    return tuple(Peer(n) for n in names)
+    return _distinct(text, Peer, "--torchao", none_ok=True)
 
 
 def _peers_arguments(p: argparse.ArgumentParser, add_config_args: AddConfigArgs) -> None:
