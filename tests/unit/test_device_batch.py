@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from _tools import TOOLS, load_tool
 
 pytestmark = pytest.mark.committed("tools/device/batch.py")
@@ -116,13 +115,16 @@ def test_a_job_that_cannot_end_within_the_budget_is_not_run(tmp_path):
         {"name": "fits", "run": JOB.format(s=0), "minutes": 0.01},
         {"name": "too-long", "run": "touch $OUT/ran", "minutes": 2},
         {"name": "waits", "run": "touch $OUT/ran", "minutes": 0.01, "after": ["too-long"]},
-    ]
+        {"name": "board", "run": "touch $OUT/ran", "minutes": 0.01,
+         "after": ["fits", "too-long"]},
+    ]  # fmt: skip
     status, record = _run(tmp_path, jobs, "--gpus", "1", "--budget", "60")
     ran = _jobs(record)
     assert status == 1
     assert ran["too-long"]["status"] == "not_run" and ran["too-long"]["start_s"] is None
     assert "expected 2 min" in ran["too-long"]["why"]
-    assert ran["waits"]["status"] == "ok"  # `after`: once it ended, however it ended
+    assert ran["board"]["status"] == "ok"  # `after`: once they ended, however they ended
+    assert ran["waits"]["status"] == "not_run" and "none of the jobs" in ran["waits"]["why"]
     assert not (tmp_path / "work" / "jobs" / "too-long").exists()
 
 
@@ -132,8 +134,8 @@ def test_batch_json_holds_the_jobs_that_ended_when_the_runner_dies(tmp_path):
         {"name": "slow", "run": "echo $$ > $OUT/pid; exec sleep 30", "minutes": 0.02},
     ]
     (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(jobs))
-    command = [sys.executable, str(TOOLS / "device" / "batch.py"), str(tmp_path / "jobs.yaml"),
-               "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--gpus", "1"]  # fmt: skip
+    command = [sys.executable, str(TOOLS / "device" / "batch.py"), str(tmp_path / "jobs.yaml")]
+    command += ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--gpus", "1"]
     runner = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     record_path, record, pid = tmp_path / "out" / "batch.json", {}, tmp_path / "work/jobs/slow/pid"
     try:
@@ -151,6 +153,29 @@ def test_batch_json_holds_the_jobs_that_ended_when_the_runner_dies(tmp_path):
     record = json.loads(record_path.read_text())
     assert _jobs(record)["quick"]["status"] == "ok" and not record["finished"]
     assert _jobs(record)["slow"]["status"] == "running"
+
+
+def test_a_runner_stopped_by_sigterm_stops_its_jobs_records_and_packs(tmp_path):
+    jobs = [
+        {"name": "running", "run": "echo started > $OUT/log; exec sleep 30", "minutes": 0.01},
+        {"name": "waiting", "run": "true", "minutes": 0.01},
+    ]
+    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(jobs))
+    command = [sys.executable, str(TOOLS / "device" / "batch.py"), str(tmp_path / "jobs.yaml")]
+    command += ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--gpus", "1"]
+    runner = subprocess.Popen([*command, "--grace", "0.5"], stdout=subprocess.DEVNULL)
+    started = tmp_path / "work" / "jobs" / "running" / "log"
+    for _ in range(200):
+        if started.is_file():
+            break
+        time.sleep(0.05)
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=20) == 130
+    record = json.loads((tmp_path / "out" / "batch.json").read_text())
+    ran = _jobs(record)
+    assert ran["running"]["status"] == "stopped" and "runner was stopped" in ran["running"]["why"]
+    assert ran["waiting"]["status"] == "not_run" and not record["finished"]
+    assert record["packed"] == ["jobs-1.tar"] and ran["running"]["pack"] == "jobs-1.tar"
 
 
 def _fake_jobs(tmp_path: Path, sizes: dict[str, int]) -> list:
@@ -237,9 +262,22 @@ def test_gpus_beyond_the_hosts_are_refused():
         RUNNER.gpu_slots([], None)
 
 
-def test_the_committed_jobs_file_reads():
+def test_the_committed_jobs_file_reads_and_covers_the_work_waiting():
     specs = BATCH.read_jobs(TOOLS / "device" / "jobs" / "records.yaml")
     names = [s.name for s in specs]
     assert names[:3] == ["gpu-kernels", "gpu-package", "gpu-bench-data"]
     assert {f"zoo-{i}" for i in range(1, 9)} <= set(names) and "zoo-board" in names
+    rows = yaml.safe_load((TOOLS / "bench" / "peers-rows.yaml").read_text())["rows"]
+    assert [n for n in names if n.startswith("peers-")] == [f"peers-{i}" for i in
+                                                            range(1, len(rows) + 1)]  # fmt: skip
     assert all(s.minutes * 60 <= 560 for s in specs)  # each fits one call's default budget
+
+
+def test_the_zoo_jobs_take_their_shard_from_their_name(tmp_path):
+    """The zoo's shards share one command (a YAML anchor) and tell their shard by $BATCH_JOB."""
+    specs = {s.name: s for s in BATCH.read_jobs(TOOLS / "device" / "jobs" / "records.yaml")}
+    command = specs["zoo-3"].run.replace("bash tools/device/quantstudy.sh", "echo")
+    jobs = [{"name": "zoo-3", "run": command + " > $OUT/args", "minutes": 0.01}]
+    status, _ = _run(tmp_path, jobs, "--gpus", "1", "--budget", "60")
+    args = (tmp_path / "work" / "jobs" / "zoo-3" / "args").read_text().split()
+    assert status == 0 and args[args.index("--shard") + 1] == "3/8"

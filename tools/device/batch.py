@@ -7,18 +7,20 @@ that it all comes back within the call's few files.
 Why: device time is counted per machine held, not per GPU, and a call lasts at most 10 minutes;
 a machine of 8 GPUs that runs one job uses an eighth of what it costs. The jobs file
 (tools/device/jobs/records.yaml) lists each job's name, its shell command (`run`), its expected
-`minutes`, the jobs it must wait for (`after`: it starts once they ended, however they ended)
-and the names to leave out of its pack (`skip`, e.g. a study's `.cache`).
+`minutes`, the jobs it must wait for (`after`: it starts once they ended, however they ended,
+and is not run if none of them ran) and the names to leave out of its pack (`skip`, e.g. a
+study's `.cache`).
 
 What starts: each job runs as `bash -c RUN` from the current folder, in its own process group,
-with `CUDA_VISIBLE_DEVICES` one free GPU, `OUT` its own folder, `BATCH_JOBS` the folder holding
-every job's folder (an `after` job reads its predecessors' output there), `TMPDIR` its own
-(so tools that install wheels or write under the temporary folder do not replace each other's
-files mid-run) and `JOB_BUDGET_S` the whole seconds left before the budget ends. With several
-GPUs the longest expected job goes first; on one GPU the jobs run in the file's order, which is
-the priority. A job starts only if its expected minutes fit in what is left of `--budget`;
-otherwise it is recorded as not run, with why. At the budget's end every running job's group
-gets Ctrl-C, then SIGKILL `--grace` seconds later, and is recorded as stopped, never as passed.
+with `CUDA_VISIBLE_DEVICES` one free GPU, `OUT` its own folder, `BATCH_JOB` its name,
+`BATCH_JOBS` the folder holding every job's folder (an `after` job reads its predecessors'
+output there), `TMPDIR` its own (so tools that install wheels or write under the temporary
+folder do not replace each other's files mid-run) and `JOB_BUDGET_S` the whole seconds left
+before the budget ends. With several GPUs the longest expected job goes first; on one GPU the
+jobs run in the file's order, which is the priority. A job starts only if its expected minutes
+fit in what is left of `--budget`; otherwise it is recorded as not run, with why. At the
+budget's end every running job's group gets Ctrl-C, then SIGKILL `--grace` seconds later, and is
+recorded as stopped, never as passed.
 
 `batch.json` (in --out) is rewritten atomically at every start and end: each job's command,
 GPU index and name, start, wall seconds, exit status, status (ok, failed, stopped, not_run) and

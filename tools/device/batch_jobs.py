@@ -3,7 +3,7 @@
     - name: zoo-1                     # letters, digits, '.', '_', '-' (a returned file's name)
       run: quantstudy zoo ... --out $OUT/zoo --shard 1/8     # a bash command
       minutes: 7                      # expected; with the budget it decides what starts
-      after: [gpu-kernels]            # optional: starts once these ended, however they ended
+      after: [gpu-kernels]            # optional: starts once these ended (not if none ran)
       skip: [.cache]                  # optional: names left out of its pack, at any depth
 
 A mistake is one `JobsError` line that says how to fix it.

@@ -165,9 +165,13 @@ class Batch:
         return ready
 
     def _start_ready(self, free: list[Slot]) -> None:
+        status = {j.spec.name: j.status for j in self.jobs}
         for job in self._ready():
             left = self.deadline - time.monotonic()
-            if job.spec.minutes * 60 > left:
+            if job.spec.after and all(status[a] == "not_run" for a in job.spec.after):
+                job.status, job.why = "not_run", "none of the jobs it comes after ran"
+                self.write()
+            elif job.spec.minutes * 60 > left:
                 job.status = "not_run"
                 job.why = (
                     f"expected {job.spec.minutes:g} min; {max(left, 0):.0f} s of the "
@@ -188,6 +192,7 @@ class Batch:
             OUT=str(folder),
             TMPDIR=str(tmp),
             BATCH_JOBS=str(self.work / "jobs"),
+            BATCH_JOB=job.spec.name,
             JOB_BUDGET_S=str(int(left)),
         )
         log = open(
