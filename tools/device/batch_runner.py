@@ -170,16 +170,20 @@ class Batch:
             left = self.deadline - time.monotonic()
             if job.spec.after and all(status[a] == "not_run" for a in job.spec.after):
                 job.status, job.why = "not_run", "none of the jobs it comes after ran"
-                self.write()
+                self._not_run(job)
             elif job.spec.minutes * 60 > left:
                 job.status = "not_run"
                 job.why = (
                     f"expected {job.spec.minutes:g} min; {max(left, 0):.0f} s of the "
                     f"{self.budget:g} s budget were left when it could start"
                 )
-                self.write()
+                self._not_run(job)
             elif free:
                 self._start(job, free.pop(0), left)
+
+    def _not_run(self, job: Job) -> None:
+        print(f"batch: {job.spec.name} not run: {job.why}", flush=True)
+        self.write()
 
     def _start(self, job: Job, slot: Slot, left: float) -> None:
         folder = self.work / "jobs" / job.spec.name
