@@ -42,6 +42,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -49,7 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-JUNIT = Path("/tmp/gpu-suite-junit")
+# Under $TMPDIR (default /tmp), so parts run side by side (tools/device/batch.py gives each job
+# its own TMPDIR) neither write one JUnit folder nor reinstall the wheels another part imports.
+JUNIT = Path(tempfile.gettempdir()) / "gpu-suite-junit"
 TIMED = "tests/gpu/test_speed_gpu.py"
 BENCH = "tests/gpu/test_bench_gpu.py"
 PACKAGE = "tests/gpu/test_package_gpu.py"
@@ -441,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if opts.list else 2
     opts.out.mkdir(parents=True, exist_ok=True)
     JUNIT.mkdir(parents=True, exist_ok=True)
-    env = carried_environment(Path("/tmp/gpu-suite-site"))
+    env = carried_environment(Path(tempfile.gettempdir()) / "gpu-suite-site")
     records = [run_part(p, opts.out, env, opts) for p in PARTS if opts.part in (p.name, "all")]
     record = merge(records) if opts.part == "all" else records[0]
     if opts.part == "all":
