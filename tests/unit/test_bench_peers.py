@@ -32,6 +32,7 @@ from quantstudy.bench.schema import (
     PeersResult,
     Provenance,
     read_record,
+    write_record,
 )
 from quantstudy.cli import main
 from quantstudy.engines.base import Engine
@@ -183,6 +184,30 @@ def test_rows_join_a_record_measured_alike(tiny_imagenet, tmp_path, monkeypatch,
     assert _peers(tiny_imagenet, out, *one_row, "--rounds", "3") == 1
     assert "timed with rounds 2, this run with 3" in capsys.readouterr().err
     assert out.read_bytes() == before
+    _merge_checks(record, tmp_path, capsys)
+
+
+def _merge_checks(record: PeersBench, tmp_path, capsys) -> None:
+    """Rows measured into separate records (the GPUs of one host side by side) merge into the
+    record one command would have written; a record measured otherwise and a row held twice
+    are refused in one line, writing nothing."""
+    parts = []
+    for i, row in enumerate(record.results):
+        part = tmp_path / f"part{i}.json"
+        write_record(part, record.model_copy(update={"results": [row]}))
+        parts.append(str(part))
+    merged = tmp_path / "merged.json"
+    assert main(["bench", "peers-merge", *parts, "--out", str(merged)]) == 0
+    assert read_record(merged) == record
+    other = record.provenance.model_copy(update={"gpu_name": "another GPU"})
+    write_record(tmp_path / "other.json", record.model_copy(update={"provenance": other}))
+    for given, message in (
+        ([parts[0], str(tmp_path / "other.json")], "measured with gpu_name"),
+        ([parts[0], str(merged)], "is also in an earlier record; merge each row once"),
+    ):
+        assert main(["bench", "peers-merge", *given, "--out", str(tmp_path / "x.json")]) == 1
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_rows_file_and_its_mistakes(tmp_path, capsys):

@@ -268,8 +268,9 @@ def test_the_committed_jobs_file_reads_and_covers_the_work_waiting():
     assert names[:3] == ["gpu-kernels", "gpu-package", "gpu-bench-data"]
     assert {f"zoo-{i}" for i in range(1, 9)} <= set(names) and "zoo-board" in names
     rows = yaml.safe_load((TOOLS / "bench" / "peers-rows.yaml").read_text())["rows"]
-    assert [n for n in names if n.startswith("peers-")] == [f"peers-{i}" for i in
-                                                            range(1, len(rows) + 1)]  # fmt: skip
+    peers = [f"peers-{i}" for i in range(1, len(rows) + 1)]
+    assert [n for n in names if n.startswith("peers-")] == [*peers, "peers-merge"]
+    assert set(next(s for s in specs if s.name == "peers-merge").after) == set(peers)
     assert all(s.minutes * 60 <= 560 for s in specs)  # each fits one call's default budget
 
 

@@ -285,6 +285,17 @@ def _run_peers(args: argparse.Namespace, context: Context) -> None:
     _write(args.record, run_peers(args, context.study_config, context.argv))
 
 
+def _peers_merge_arguments(p: argparse.ArgumentParser, _: AddConfigArgs) -> None:
+    p.add_argument("records", type=Path, nargs="+", metavar="RECORD", help="peers records")
+    _out(p, "merged record")
+
+
+def _run_peers_merge(args: argparse.Namespace, _: Context) -> None:
+    from quantstudy.bench.peers.rows import merge_records
+
+    _write(args.record, merge_records(args.records))
+
+
 def _report_arguments(p: argparse.ArgumentParser, _: AddConfigArgs) -> None:
     p.add_argument("folder", type=Path)
     p.add_argument("--write", action="store_true", help="also write it to FOLDER/README.md")
@@ -325,6 +336,11 @@ BENCHES: dict[str, Bench] = {
         "fp16, our FP8 engine and torchao's float8 configs on the same layers and images",
         _peers_arguments,
         _run_peers,
+    ),
+    "peers-merge": Bench(
+        "the rows of peers records measured alike (the GPUs of one host side by side) as one",
+        _peers_merge_arguments,
+        _run_peers_merge,
     ),
     "report": Bench("render a folder of bench records as Markdown", _report_arguments, _run_report),
 }

@@ -115,3 +115,29 @@ def has_row(results: list[PeersResult], config: StudyConfig) -> bool:
     return any(
         (r.model, r.weights, r.recipe) == (config.model, config.weights, source) for r in results
     )
+
+
+def merge_records(paths: list[Path]) -> PeersBench:
+    """One record of the rows of several, each measured alike (`check_alike` against the
+    first): rows measured side by side on the GPUs of one host, one record each, become one
+    table. A row held twice (same model, weights and recipe) is refused, not chosen between;
+    a record still marked unfinished keeps its note in the merged one."""
+    records = []
+    for path in paths:
+        record = read_record(path)
+        if not isinstance(record, PeersBench):
+            raise UserError(f"{path} is a {record.kind} record; --merge takes peers records")
+        records.append(record)
+    first, results = records[0], list(records[0].results)
+    for path, record in zip(paths[1:], records[1:], strict=True):
+        check_alike(first, record.provenance, record)
+        held = {(r.model, r.weights, r.recipe) for r in results}
+        twice = next((r for r in record.results if (r.model, r.weights, r.recipe) in held), None)
+        if twice is not None:
+            raise UserError(
+                f"{path}: {twice.model} ({twice.weights}, {twice.recipe}) is also in an earlier "
+                "record; merge each row once"
+            )
+        results += record.results
+    notes = [f"{p}: {r.unfinished}" for p, r in zip(paths, records, strict=True) if r.unfinished]
+    return first.model_copy(update={"results": results, "unfinished": "; ".join(notes) or None})
