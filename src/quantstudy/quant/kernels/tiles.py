@@ -139,8 +139,9 @@ def bounded(
     the dimension's power of two, or than its floor. Fitting tiles rank by, in turn: programs in
     the grid (the blocks named in `grid`), counted up to `FILL_PROGRAMS`, more first (a batch-1
     layer wants small tiles that fill the GPU); the share of the tile's work that is real rather
-    than padding past a dimension's end, more first; the table's order (its best-measured tiles
-    first). Where none fits, the smallest tile alone."""
+    than padding past a dimension's end, to a tenth (a few percent of padding does not outrank
+    the table), more first; the table's order (its best-measured tiles first). Where none fits,
+    the smallest tile alone."""
 
     def fits(c: Config) -> bool:
         return all(
@@ -152,7 +153,7 @@ def bounded(
         kw = configs[i].kwargs
         programs = math.prod(triton.cdiv(sizes[b], kw[b]) for b in grid)
         real = math.prod(n / (triton.cdiv(n, kw[b]) * kw[b]) for b, n in sizes.items())
-        return (-min(programs, FILL_PROGRAMS), -real, i)
+        return (-min(programs, FILL_PROGRAMS), -round(real, 1), i)
 
     keep = sorted((i for i, c in enumerate(configs) if fits(c)), key=rank)
     if not keep:
