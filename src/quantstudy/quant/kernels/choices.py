@@ -11,6 +11,7 @@ one, is a cold store: never misread, replaced by the next store.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -28,7 +29,9 @@ _MEMORY: list[dict[str, dict[str, Any]]] = []  # this process's copy, read once
 
 
 class Tunable(Protocol):
-    """What a stored choice is keyed on (`tuning.Tuned`)."""
+    """What a stored choice is keyed on (`tuning.Tuned`, hashed by identity)."""
+
+    def __hash__(self) -> int: ...
 
     @property
     def kernel(self) -> Any: ...
@@ -59,9 +62,10 @@ def _source_id(kernel: Any) -> str:
     return str(key) if key is not None else inspect.getsource(kernel.fn)
 
 
+@functools.cache
 def space_id(tuned: Tunable, device: torch.device) -> str:
     """GPU, Triton, and the kernel's source and config list: a stored index means a config only
-    under all four."""
+    under all four. Once per kernel and device: every launch's key holds it."""
     blob = f"{_source_id(tuned.kernel)}|{'|'.join(str(c) for c in tuned.configs)}".encode()
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     return f"{where}|triton {triton.__version__}|{hashlib.sha256(blob).hexdigest()[:16]}"
