@@ -146,8 +146,8 @@ def _config(bm: int, bn: int, bk: int, warps: int, stages: int) -> Config:
     return triton.Config(meta, num_warps=warps, num_stages=stages)
 
 
-# The stored choice keys on all of it (`tuning.tuned_launch`): sizes, then every compile-time
-# option the launcher passes.
+# What the autotuner and the stored choice key on: sizes, then every compile-time option the
+# launcher passes (`tuning.tuned_launch` checks it).
 KEY = ["M", "N", "CIN", "H", "W", "HO", "WO", "SH", "SW", "PH", "PW", "DH", "DW", "KH", "KW"]
 KEY += ["ACT", "HAS_BIAS", "OUT_FP8", "ROUND", "PROMOTE", "GROUP_M"]
 FP8_CONV = tuning.autotuned(

@@ -92,8 +92,8 @@ def _prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> 
     return bounded(configs, sizes, FLOORS, grid=("BLOCK_P", "BLOCK_C"))
 
 
-# The stored choice keys on all of it (`tuning.tuned_launch`): sizes, then every compile-time
-# option the launcher passes.
+# What the autotuner and the stored choice key on: sizes, then every compile-time option the
+# launcher passes (`tuning.tuned_launch` checks it).
 KEY = ["P", "C", "H", "W", "HO", "WO", "PAD_H", "PAD_W", "STRIDE", "KH", "KW", "ACT"]
 KEY += ["X_FP8", "W_FP8", "OUT_FP8", "HAS_BIAS"]
 DEPTHWISE = tuning.autotuned(

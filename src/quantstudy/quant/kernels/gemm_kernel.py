@@ -278,10 +278,10 @@ def _fp8_gemm_kernel(
 # The autotuned kernel (CUDA) over `PATH_TILES`, pointer paths first (they always apply). The
 # plain kernel stays callable with one fixed tile, which is how the CPU tests run it under
 # TRITON_INTERPRET=1 (the autotuner needs a GPU to time configs).
-# What the autotuner keys its choice on (ROW_SCALE: dynamic per-row activation scales;
-# HAS_RES: a residual sum in the epilogue; MAP_OUT: a padded buffer's interior written).
-# The stored choice keys on all of it (`tuning.tuned_launch`): sizes, every compile-time option
-# the launcher passes, and the descriptor paths the launch allows.
+# What the autotuner and the stored choice key on: sizes, every compile-time option the launcher
+# passes (`tuning.tuned_launch` checks it) and the descriptor paths the launch allows (ROW_SCALE:
+# dynamic per-row activation scales; HAS_RES: a residual sum in the epilogue; MAP_OUT: a padded
+# buffer's interior written).
 AUTOTUNE_KEY = ["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "PROMOTE", "ROW_SCALE"]
 AUTOTUNE_KEY += ["HAS_RES", "RES_ACT", "PAIR", "QUANT_A", "HAS_DIV", "MAP_OUT", "ROUND", "GROUP_M"]
 AUTOTUNE_KEY += ["tma_loads_ok", "tma_store_ok"]
