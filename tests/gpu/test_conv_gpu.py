@@ -118,3 +118,42 @@ def test_autotuned_kernel_runs_under_compile_and_cuda_graph():
     assert torch.allclose(y, ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item()), (
         (y - ref).abs().max()
     )
+
+
+@pytest.mark.parametrize("c,hw,stride,batch", [(208, 28, 2, 8), (512, 7, 1, 128)])
+def test_every_kept_tile_writes_the_tuned_bits(c, hw, stride, batch, tmp_path, monkeypatch):
+    """A quality pass launches the first kept tile untimed where a timed pass tuned
+    (`tuning.untimed_tiles`), so every tile the prune keeps must write the same bits: they pad
+    each tap alike (CIN 208: 32-channel K steps only; CIN 512 at batch 128 keeps 32- and
+    64-channel ones). The stored choice, found by a new process, is the tuned launch."""
+    from quantstudy.quant.kernels import choices
+    from quantstudy.quant.kernels.conv import FP8_CONV, fp8_conv2d_triton
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    choices.forget()
+    g = torch.Generator(device="cuda").manual_seed(c)
+    x = torch.randn(batch, c, hw, hw, device="cuda", generator=g).to(E4M3)
+    x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(c, 9 * c, device="cuda", generator=g).to(E4M3)
+    ws, xs = torch.rand(c, device="cuda", generator=g) / 50, torch.tensor(0.02, device="cuda")
+    bias = torch.randn(c, device="cuda", generator=g)
+
+    def conv(tile=None):
+        return fp8_conv2d_triton(x, w, (3, 3), ws, xs, bias, "relu", torch.float16, (stride,) * 2,
+                                 (1, 1), round_to=torch.float16, tile=tile)  # fmt: skip
+
+    tuned = conv()
+    m = batch * tuned.shape[2] * tuned.shape[3]
+    kept = FP8_CONV.prune(FP8_CONV.configs, {"M": m, "N": c, "CIN": c})
+    assert len(kept) == 4
+    assert {k.kwargs["BLOCK_K"] for k in kept} == ({32} if c == 208 else {32, 64})
+    for k in kept:
+        tile = (
+            *(k.kwargs[b] for b in ("BLOCK_M", "BLOCK_N", "BLOCK_K")),
+            k.num_warps,
+            k.num_stages,
+        )
+        assert torch.equal(conv(tile), tuned), tile
+    choices.forget()
+    assert torch.equal(conv(), tuned)
+    choices.forget()

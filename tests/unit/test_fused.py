@@ -339,10 +339,10 @@ def test_fused_layer_pads_k_to_16_with_exact_zeros():
 
 def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
     require_triton()
-    from quantstudy.quant.kernels.gemm_kernel import _fp8_gemm_tuned
+    from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM
     from quantstudy.quant.kernels.tiles import _prune
 
-    configs = _fp8_gemm_tuned.configs
+    configs = FP8_GEMM.configs
 
     def kept(m, n, k, loads, store):
         args = {"M": m, "N": n, "K": k, "tma_loads_ok": loads, "tma_store_ok": store}

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.kernels import launches
+from quantstudy.quant.kernels import launches, tuning
 from quantstudy.quant.kernels.epilogue import (
     ACT_CODES,
     ROUND_CODES,
@@ -38,34 +38,49 @@ from quantstudy.quant.kernels.epilogue import (
     fp8_range,
 )
 from quantstudy.quant.kernels.gemm_kernel import _mma, _tile
-from quantstudy.quant.kernels.tiles import PROMOTE, Config, _bench, block_volume
+from quantstudy.quant.kernels.tiles import PROMOTE, Config, bounded
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): BLOCK_K is channels of one tap per K step.
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): BLOCK_K is channels of one tap per K step. The
+# order is the tie-break of `_prune`'s ranking: first the shapes that won the fused product's
+# pointer path in its tile sweep (docs/fp8-kernel.md; the conv's K loop is that product's with
+# pointer loads): 256x64x32 and 128x64x32, then 128x64 and 128x128 with the deeper K step
+# nearest its 128x64x128 and 256x128x64 winners. Not measured on the conv itself.
 TILES = [
-    (128, 64, 32, 4, 3),
-    (128, 128, 32, 8, 3),
-    (64, 64, 32, 4, 3),
-    (64, 32, 32, 4, 4),
-    (128, 32, 32, 4, 4),
     (256, 64, 32, 8, 3),
+    (128, 64, 32, 4, 3),
     (128, 64, 64, 4, 3),
     (128, 128, 64, 8, 3),
+    (128, 128, 32, 8, 3),
+    (64, 64, 32, 4, 3),
+    (128, 32, 32, 4, 4),
+    (64, 32, 32, 4, 4),
     (64, 128, 64, 4, 3),
     (128, 256, 64, 8, 3),
 ]
+FLOORS = {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32}  # no tile is smaller
+
+
+def _tap_width(cin: int, c: Config) -> int:
+    """Channels a tile's K steps cover per tap: CIN rounded up to its BLOCK_K."""
+    return int(triton.cdiv(cin, c.kwargs["BLOCK_K"]) * c.kwargs["BLOCK_K"])
 
 
 def _prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> list[Config]:
-    """Tiles no wider than the problem: BLOCK_N up to N's power of two (at least 32), BLOCK_K
-    up to the channels' (at least 32); the smallest tile when none fits."""
-    n, cin = named_args["N"], named_args["CIN"]
-    keep = [
-        c
-        for c in configs
-        if c.kwargs["BLOCK_N"] <= max(32, triton.next_power_of_2(n))
-        and c.kwargs["BLOCK_K"] <= max(32, triton.next_power_of_2(cin))
-    ]
-    return keep or [min(configs, key=block_volume)]
+    """At most `tiles.CONV_CONFIGS` tiles, ranked by `tiles.bounded` on M = B x HO x WO output
+    pixels, N output channels and the CIN channels of one tap (BLOCK_K tiles a tap; K is KH x KW
+    of them): no deeper than the sums promote (`PROMOTE`), and all padding each tap to the
+    narrowest width any of them does (`_tap_width`). Why one width: between two promotions
+    every kept tile then sums the same products, so all of them write the same bits, which an
+    untimed launch relies on (`tuning.untimed_tiles`); a wider one only loads more zeros."""
+    m, n, cin = named_args["M"], named_args["N"], named_args["CIN"]
+    promote = {**named_args, **kwargs}.get("PROMOTE", PROMOTE)
+    usable = [c for c in configs if not (promote and c.kwargs["BLOCK_K"] > promote)]
+    if not usable:
+        raise ValueError(f"no conv tile has BLOCK_K <= {promote} products per promotion")
+    width = min(_tap_width(cin, c) for c in usable)
+    same = [c for c in usable if _tap_width(cin, c) == width]
+    sizes = {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": cin}
+    return bounded(same, sizes, FLOORS, grid=("BLOCK_M", "BLOCK_N"))
 
 
 @triton.jit
@@ -131,13 +146,13 @@ def _config(bm: int, bn: int, bk: int, warps: int, stages: int) -> Config:
     return triton.Config(meta, num_warps=warps, num_stages=stages)
 
 
-_fp8_conv_tuned = triton.autotune(
-    configs=[_config(*t) for t in TILES],
-    key=["M", "N", "CIN", "H", "W", "KH", "KW", "SH", "SW", "ACT", "HAS_BIAS", "OUT_FP8"],
-    prune_configs_by={"early_config_prune": _prune},
-    do_bench=_bench,
-    cache_results=True,  # each shape's choice kept in Triton's disk cache for later processes
-)(_fp8_conv2d_kernel)
+# What the autotuner and the stored choice key on: sizes, then every compile-time option the
+# launcher passes (`tuning.tuned_launch` checks it).
+KEY = ["M", "N", "CIN", "H", "W", "HO", "WO", "SH", "SW", "PH", "PW", "DH", "DW", "KH", "KW"]
+KEY += ["ACT", "HAS_BIAS", "OUT_FP8", "ROUND", "PROMOTE", "GROUP_M"]
+FP8_CONV = tuning.autotuned(
+    "fp8_conv2d", _fp8_conv2d_kernel, [_config(*t) for t in TILES], KEY, _prune
+)
 
 
 def conv_out_size(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
@@ -172,7 +187,8 @@ def fp8_conv2d_triton(
     float32, x_scale a float32 scalar tensor; zero padding `padding` on each side. Returns a
     channels-last (B, N, HO, WO) map in `out_dtype`, or the next layer's FP8 input with
     `out_scale`. `round_to` as in `gemm.fp8_gemm_triton`. `tile` (BLOCK_M, BLOCK_N,
-    BLOCK_K[, warps, stages]) fixes the tile; by default the autotuner picks it (CUDA).
+    BLOCK_K[, warps, stages]) fixes the tile; by default the autotuner picks it
+    (`tuning.tuned_launch`: the stored choice, else tuned and stored).
     `promote` as in `gemm.fp8_gemm_triton` (tests set it to BLOCK_K to check the epilogue
     against float32 sums; engines keep PROMOTE, where cuBLASLt promotes). The launch record
     as in `gemm.fp8_gemm_triton` (`quant/kernels/launches.py`)."""
@@ -218,8 +234,7 @@ def fp8_conv2d_triton(
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
     if tile is None:
-        _fp8_conv_tuned[grid](*args, **meta)
-        launches.note(key, launches.Tile.of(_fp8_conv_tuned.best_config))
+        launches.note(key, launches.Tile.of(tuning.tuned_launch(FP8_CONV, grid, args, meta)))
     else:
         bm, bn, bk, *launch = tile
         if promote and bk > promote:

@@ -25,10 +25,10 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.kernels import launches
+from quantstudy.quant.kernels import launches, tuning
 from quantstudy.quant.kernels.epilogue import ACT_CODES, activation, fp8_range
 from quantstudy.quant.kernels.layout import taps_of
-from quantstudy.quant.kernels.tiles import Config, _bench
+from quantstudy.quant.kernels.tiles import Config, bounded
 from quantstudy.record.vocab import Activation
 
 
@@ -81,20 +81,28 @@ def _depthwise_kernel(
 TILES = [(64, 64, 4), (32, 128, 4), (128, 32, 4), (64, 128, 8), (16, 256, 8), (128, 64, 8)]
 
 
+FLOORS = {"BLOCK_P": 16, "BLOCK_C": 32}  # no tile is smaller
+
+
 def _prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> list[Config]:
-    """Tiles no wider in channels than C's power of two (at least 32); the first when none."""
-    c = named_args["C"]
-    keep = [k for k in configs if k.kwargs["BLOCK_C"] <= max(32, triton.next_power_of_2(c))]
-    return keep or configs[:1]
+    """At most `tiles.CONV_CONFIGS` tiles, ranked by `tiles.bounded` on P output pixels and C
+    channels. Every tile writes the same bits: each output sums its taps in one order in
+    float32, whatever the tile."""
+    sizes = {"BLOCK_P": named_args["P"], "BLOCK_C": named_args["C"]}
+    return bounded(configs, sizes, FLOORS, grid=("BLOCK_P", "BLOCK_C"))
 
 
-_depthwise_tuned = triton.autotune(
-    configs=[triton.Config({"BLOCK_P": p, "BLOCK_C": c}, num_warps=w) for p, c, w in TILES],
-    key=["P", "C", "H", "W", "STRIDE", "KH", "KW", "ACT", "X_FP8", "W_FP8", "OUT_FP8", "HAS_BIAS"],
-    prune_configs_by={"early_config_prune": _prune},
-    do_bench=_bench,
-    cache_results=True,  # each shape's choice kept in Triton's disk cache for later processes
-)(_depthwise_kernel)
+# What the autotuner and the stored choice key on: sizes, then every compile-time option the
+# launcher passes (`tuning.tuned_launch` checks it).
+KEY = ["P", "C", "H", "W", "HO", "WO", "PAD_H", "PAD_W", "STRIDE", "KH", "KW", "ACT"]
+KEY += ["X_FP8", "W_FP8", "OUT_FP8", "HAS_BIAS"]
+DEPTHWISE = tuning.autotuned(
+    "depthwise",
+    _depthwise_kernel,
+    [triton.Config({"BLOCK_P": p, "BLOCK_C": c}, num_warps=w) for p, c, w in TILES],
+    KEY,
+    _prune,
+)
 
 
 def depthwise_conv(
@@ -138,9 +146,9 @@ def depthwise_taps(
 ) -> torch.Tensor:
     """`depthwise_conv` with the weight given as `taps` (KH * KW, C), one row of channels per
     tap: what an engine layer stores once instead of reshaping per call; float32, or FP8 with
-    its per-channel float32 `w_scale` (C,). `tile` None: the autotuner picks it (`TILES`,
-    timed from CUDA-graph replays). The launch record as in `gemm.fp8_gemm_triton`
-    (`quant/kernels/launches.py`)."""
+    its per-channel float32 `w_scale` (C,). `tile` None: the autotuner picks it (`TILES`;
+    `tuning.tuned_launch`: the stored choice, else timed from CUDA-graph replays and stored).
+    The launch record as in `gemm.fp8_gemm_triton` (`quant/kernels/launches.py`)."""
     if not x.is_contiguous(memory_format=torch.channels_last):
         raise ValueError("the depthwise kernel reads channels-last maps")
     if (x.dtype == torch.float8_e4m3fn) != (x_scale is not None):
@@ -182,8 +190,8 @@ def depthwise_taps(
         return (triton.cdiv(b * ho * wo, m["BLOCK_P"]), triton.cdiv(c, m["BLOCK_C"]))
 
     if tile is None:
-        _depthwise_tuned[grid](*args, **meta)
-        launches.note(key, launches.Tile.of(_depthwise_tuned.best_config))
+        config = tuning.tuned_launch(DEPTHWISE, grid, args, meta)
+        launches.note(key, launches.Tile.of(config))
     else:
         block_p, block_c, warps = tile
         kernel = launches.launchable(_depthwise_kernel)

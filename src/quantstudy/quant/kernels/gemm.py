@@ -30,9 +30,9 @@ import triton
 
 from quantstudy.quant.kernels import launches
 from quantstudy.quant.kernels.epilogue import ACT_CODES, ROUND_CODES
-from quantstudy.quant.kernels.gemm_kernel import _fp8_gemm_kernel
+from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM, _fp8_gemm_kernel
 from quantstudy.quant.kernels.tiles import IO_PATHS, PROMOTE, _set_block_shapes
-from quantstudy.quant.kernels.tuning import Args, Grid, _tuned_launch
+from quantstudy.quant.kernels.tuning import Args, Grid, tuned_launch
 from quantstudy.record.vocab import Activation
 
 try:  # Triton 3.3+ (torch 2.7+); older ones keep the pointer paths only
@@ -227,7 +227,7 @@ def fp8_gemm_triton(
         return (tiles_m * triton.cdiv(n, meta["BLOCK_N"]),)
 
     if tile is None:
-        launches.note(key, launches.Tile.of(_tuned_launch(grid, args, descs, meta, tensors)))
+        launches.note(key, launches.Tile.of(tuned_launch(FP8_GEMM, grid, args, meta)))
         return out
     _fixed_launch(grid, args, descs, meta, tile, stream, (n, k))
     launches.note(key, launches.Tile.given(BLOCKS, tile, stream, use_loads or use_store))

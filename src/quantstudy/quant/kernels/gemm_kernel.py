@@ -13,13 +13,8 @@ import triton.language as tl
 
 from quantstudy.quant.formats import fp8
 from quantstudy.quant.kernels.epilogue import _count, _round, activation, fp8_range
-from quantstudy.quant.kernels.tiles import (
-    PATH_TILES,
-    STREAM_TILES,
-    _bench,
-    _config,
-    _prune,
-)
+from quantstudy.quant.kernels.tiles import PATH_TILES, STREAM_TILES, _config, _prune
+from quantstudy.quant.kernels.tuning import autotuned
 
 E4M3_INV = tl.constexpr(fp8.E4M3_INV)  # per-row scales are max |x| times it (`_row_scales`)
 
@@ -283,17 +278,21 @@ def _fp8_gemm_kernel(
 # The autotuned kernel (CUDA) over `PATH_TILES`, pointer paths first (they always apply). The
 # plain kernel stays callable with one fixed tile, which is how the CPU tests run it under
 # TRITON_INTERPRET=1 (the autotuner needs a GPU to time configs).
-# What the autotuner keys its choice on (ROW_SCALE: dynamic per-row activation scales;
-# HAS_RES: a residual sum in the epilogue; MAP_OUT: a padded buffer's interior written).
+# What the autotuner and the stored choice key on: sizes, every compile-time option the launcher
+# passes (`tuning.tuned_launch` checks it) and the descriptor paths the launch allows (ROW_SCALE:
+# dynamic per-row activation scales; HAS_RES: a residual sum in the epilogue; MAP_OUT: a padded
+# buffer's interior written).
 AUTOTUNE_KEY = ["M", "N", "K", "ACT", "HAS_BIAS", "OUT_FP8", "PROMOTE", "ROW_SCALE"]
-AUTOTUNE_KEY += ["HAS_RES", "RES_ACT", "PAIR", "QUANT_A", "HAS_DIV", "MAP_OUT"]
+AUTOTUNE_KEY += ["HAS_RES", "RES_ACT", "PAIR", "QUANT_A", "HAS_DIV", "MAP_OUT", "ROUND", "GROUP_M"]
 AUTOTUNE_KEY += ["tma_loads_ok", "tma_store_ok"]
-_fp8_gemm_tuned = triton.autotune(
-    configs=[
+FP8_GEMM = autotuned(
+    "fp8_gemm",
+    _fp8_gemm_kernel,
+    [
         *(_config(*t, loads, store) for (loads, store), tiles in PATH_TILES.items() for t in tiles),
         *(_config(*t[:5], False, store, t[5]) for store in (False, True) for t in STREAM_TILES),
     ],
-    key=AUTOTUNE_KEY,
-    prune_configs_by={"early_config_prune": _prune},
-    do_bench=_bench,
-)(_fp8_gemm_kernel)
+    AUTOTUNE_KEY,
+    _prune,
+    hooked=("a_desc", "b_desc", "c_desc"),  # a config's pre-hook gives them its block shape
+)

@@ -2,12 +2,14 @@
 
 Which tiles the autotuner may try per I/O path, and which of those fit a given product, are
 decisions about search cost as much as speed; keeping them apart from the kernel keeps the
-kernel's arithmetic readable and lets the convolution kernels share the timing rule. Why each
-table holds what it does is in docs/fp8-kernel.md.
+kernel's arithmetic readable and lets the convolution kernels share the timing rule and the
+bound on how many tiles a launch tries (`bounded`). Why each table holds what it does is in
+docs/fp8-kernel.md.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -111,9 +113,57 @@ def _prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> 
     return [min(tiles, key=block_volume)]
 
 
+# Tiles a kxk or depthwise conv launch may try (`bounded`). A cold tune compiles every config it
+# tries (in parallel where Triton can, `tuning._precompile`) and times each from a CUDA graph, and
+# a study tunes each distinct layer shape at each timed batch: four keeps a parallel compile to
+# about one config's time on a machine with four or more cores, and each layer still gets the
+# tiles its shape ranks best. Not yet measured on the GPU (docs/fp8-kernel.md, "What a cold tune
+# costs").
+CONV_CONFIGS = 4
+
+# Streaming multiprocessors of an H100 SXM or H200 (132): a grid of fewer programs leaves some
+# idle, so `bounded` ranks the tiles that give more programs first, up to this many.
+FILL_PROGRAMS = 132
+
+
+def bounded(
+    configs: list[Config],
+    sizes: dict[str, int],
+    floors: dict[str, int],
+    grid: Sequence[str],
+    limit: int = CONV_CONFIGS,
+) -> list[Config]:
+    """At most `limit` of `configs`, best ranked first (the untimed launch takes the first).
+
+    A tile fits when each block (`sizes`: block name -> the dimension it tiles) is no wider than
+    the dimension's power of two, or than its floor. Fitting tiles rank by, in turn: programs in
+    the grid (the blocks named in `grid`), counted up to `FILL_PROGRAMS`, more first (a batch-1
+    layer wants small tiles that fill the GPU); the share of the tile's work that is real rather
+    than padding past a dimension's end, to a tenth (a few percent of padding does not outrank
+    the table), more first; the table's order (its best-measured tiles first). Where none fits,
+    the smallest tile alone."""
+
+    def fits(c: Config) -> bool:
+        return all(
+            c.kwargs[b] <= max(floors.get(b, 1), triton.next_power_of_2(n))
+            for b, n in sizes.items()
+        )
+
+    def rank(i: int) -> tuple[int, float, int]:
+        kw = configs[i].kwargs
+        programs = math.prod(triton.cdiv(sizes[b], kw[b]) for b in grid)
+        real = math.prod(n / (triton.cdiv(n, kw[b]) * kw[b]) for b, n in sizes.items())
+        return (-min(programs, FILL_PROGRAMS), -round(real, 1), i)
+
+    keep = sorted((i for i, c in enumerate(configs) if fits(c)), key=rank)
+    if not keep:
+        return [min(configs, key=block_volume)]
+    return [configs[i] for i in keep[:limit]]
+
+
 def block_volume(c: Config) -> int:
-    """BLOCK_M x BLOCK_N x BLOCK_K: the smallest tile is the fallback where none fits."""
-    return int(c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"])
+    """The product of a tile's block sizes: the smallest tile is the fallback where none fits."""
+    return math.prod(int(v) for k, v in c.kwargs.items() if k.startswith("BLOCK_"))
 
 
 def _bench(fn: Callable[[], object], quantiles: Sequence[float] | None = None) -> Any:

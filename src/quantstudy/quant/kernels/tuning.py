@@ -1,53 +1,105 @@
-"""The fused FP8 product's tuning cache: how a study avoids paying the autotuner twice.
+"""One tuning path for every autotuned kernel (the fused FP8 product, the kxk conv, the depthwise
+conv): how a study avoids paying the autotuner twice, and what a cold tune costs.
 
-Kept apart from the launcher because it is process state (a log, a flag stack, a disk file),
-not arithmetic: a launch with `tile=None` goes through `tuned_launch`.
+Kept apart from the launchers because it is process state (a log, a flag stack, a disk file),
+not arithmetic: a launch with `tile=None` goes through `tuned_launch` with its kernel's `Tuned`.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import torch
 import triton
 
-from quantstudy.quant.kernels.gemm_kernel import AUTOTUNE_KEY, _fp8_gemm_kernel, _fp8_gemm_tuned
-from quantstudy.quant.kernels.tiles import Config, _prune, _set_block_shapes
+from quantstudy.quant.kernels import choices
+from quantstudy.quant.kernels.tiles import Config, _bench
 
 Args = tuple[Any, ...]  # a kernel's positional arguments (tensors, descriptors, sizes)
 Grid = Callable[[dict[str, Any]], tuple[Any, ...]]  # launch grid from a config's meta
+Prune = Callable[..., list[Config]]  # Triton's early_config_prune: (configs, named args, **meta)
 
 # --- What the autotuner costs, and how a study avoids paying it twice -----------------------
 #
-# Each distinct launch (M, N, K, epilogue, I/O paths) is autotuned once per process: every
-# pruned config is compiled (serially, by Triton) and timed from a CUDA graph. An engine sees
-# one M per layer shape and batch size, so a study's FP8 engine tunes each layer shape at each
-# of its batches, and Triton's own disk cache of tuning results refuses configs with a pre-hook
-# (ours sets the descriptors' block shapes). Three things keep that to what the study needs:
+# Each distinct launch (sizes, compile-time options, dtypes) is autotuned once per process:
+# every pruned config is compiled (serially, by Triton) and timed from a CUDA graph. An engine
+# sees one row count per layer shape and batch size, so a study's FP8 engine tunes each layer
+# shape at each of its batches, and Triton's own disk cache of tuning results refuses configs
+# with a pre-hook (the product's sets its descriptors' block shapes). Four things keep that to
+# what the study needs:
 #
-# 1. The choice is stored per GPU, Triton version and kernel source in a JSON file beside the
-#    Inductor cache (`tuning_cache_path`): a later process launches the stored config directly.
+# 1. The choice is stored per GPU, Triton version, kernel source and config list in a JSON file
+#    beside the Inductor cache (`choices.py`): a later process launches the stored config
+#    directly.
 # 2. On a miss the pruned configs are compiled in parallel threads first (Triton's
 #    `AsyncCompileMode`, where the installed Triton has it), then timed as before.
 # 3. Within `untimed_tiles()` a launch that was never tuned takes the first pruned config
-#    without timing: for the quality passes, whose outputs do not depend on the tile (every
-#    tile and path promotes the sums at the same K, `_mma`), so only the timed batches tune.
+#    without timing: for the quality passes, whose outputs do not depend on the tile (each
+#    kernel's prune keeps only tiles that write the same bits: `_mma` promotes the product's
+#    sums at the same K; the kxk conv's kept tiles pad each tap alike; the depthwise conv sums
+#    each output in one order), so only the timed batches tune.
+# 4. The convs' prunes keep at most `tiles.CONV_CONFIGS` configs per launch (`tiles.bounded`).
 #
-# `TUNE_LOG` lists each launch the autotuner timed in this process, also appended as JSON lines
-# to `$QUANTSTUDY_TUNE_LOG` where set (`tools/bench/study_time.py`).
+# `TUNE_LOG` lists each launch the autotuner timed in this process (its kernel, key, how many
+# configs it compiled and timed, with how many threads, and the seconds of each), also appended
+# as JSON lines to `$QUANTSTUDY_TUNE_LOG` where set (`tools/bench/study_time.py`); `summary`
+# adds them up per kernel.
 
 TUNE_LOG: list[dict[str, Any]] = []
 _UNTIMED: list[bool] = [False]
-_STORED: dict[str, dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Tuned:
+    """An autotuned kernel as `tuned_launch` drives it: the plain kernel (the stored choice's
+    launch, the compiles ahead of timing), Triton's autotuner over it, and the prune both use.
+    `hooked` names the arguments a config's pre-hook changes (the product's descriptors take
+    the tile's block shape): each config launches or compiles with its own copies."""
+
+    name: str
+    kernel: Any
+    autotuner: Any
+    prune: Prune
+    hooked: tuple[str, ...] = ()
+
+    @property
+    def configs(self) -> list[Config]:
+        return list(self.autotuner.configs)
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self.autotuner.keys)
+
+    @property
+    def arg_names(self) -> list[str]:
+        return list(self.autotuner.arg_names)
+
+
+def autotuned(
+    name: str,
+    kernel: Any,
+    configs: list[Config],
+    key: Sequence[str],
+    prune: Prune,
+    hooked: tuple[str, ...] = (),
+) -> Tuned:
+    """`kernel` under Triton's autotuner over `configs`, pruned by `prune` and timed from CUDA
+    graphs (`tiles._bench`). `key` must name every compile-time option the launcher passes
+    (`tuned_launch` checks it): the autotuner shares one choice across launches it keys alike."""
+    autotuner = triton.autotune(
+        configs=configs,
+        key=list(key),
+        prune_configs_by={"early_config_prune": prune},
+        do_bench=_bench,
+    )(kernel)
+    return Tuned(name, kernel, autotuner, prune, hooked)
 
 
 @contextmanager
@@ -61,138 +113,94 @@ def untimed_tiles() -> Iterator[None]:
         _UNTIMED.pop()
 
 
-def tuning_cache_path() -> Path:
-    """Beside Inductor's cache (`engines/builders.py` sets its directory), as the per-layer
-    kernel choice is."""
-    root = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    base = Path(root).parent if root else Path.home() / ".cache" / "quantstudy"
-    return base / "fp8_gemm_tuning.json"
+def _bound(tuned: Tuned, args: Args, config: Config) -> Args:
+    """`args` as `config` launches them: its pre-hook applied to copies of the hooked ones."""
+    if config.pre_hook is None:
+        return args
+    named = dict(zip(tuned.arg_names, args, strict=False))
+    for name in tuned.hooked:
+        if named.get(name) is not None:
+            named[name] = copy.copy(named[name])
+    config.pre_hook({**named, **config.all_kwargs()})
+    return tuple(named[n] for n in tuned.arg_names[: len(args)])
 
 
-@functools.cache
-def _space_id(device_index: int) -> str:
-    """GPU, Triton and the kernel's source and config list: a stored choice is valid only
-    under all four."""
-    import hashlib
-
-    fn = _fp8_gemm_kernel
-    configs = "|".join(str(c) for c in _fp8_gemm_tuned.configs)
-    blob = f"{fn.cache_key}|{configs}".encode()
-    gpu = torch.cuda.get_device_name(device_index)
-    return f"{gpu}|triton {triton.__version__}|{hashlib.sha256(blob).hexdigest()[:16]}"
-
-
-def _stored() -> dict[str, dict[str, Any]]:
-    global _STORED
-    if _STORED is None:
-        path = tuning_cache_path()
-        try:
-            data = json.loads(path.read_text()) if path.is_file() else {}
-        except (OSError, ValueError):  # a damaged cache is a cold one
-            data = {}
-        _STORED = data if isinstance(data, dict) else {}
-    return _STORED
-
-
-def _store(key: str, config_index: int) -> None:
-    from quantstudy.record.io import write_json_atomic
-
-    stored = _stored()
-    stored[key] = {"config": config_index}
-    path = tuning_cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        on_disk = json.loads(path.read_text()) if path.is_file() else {}
-        merged = {**(on_disk if isinstance(on_disk, dict) else {}), **stored}
-        write_json_atomic(path, merged)
-    except (OSError, ValueError):
-        pass  # not stored: the next process tunes again
-
-
-def _launch_key(args: Args, meta: dict[str, Any], tensors: tuple[torch.Tensor, ...]) -> str:
-    named = dict(zip(_fp8_gemm_tuned.arg_names, args, strict=False))
-    values = [named.get(k, meta.get(k)) for k in AUTOTUNE_KEY]
-    values += [meta["ROUND"], *(str(t.dtype) for t in tensors)]
-    values += [t.stride(0) % 16 == 0 for t in tensors]
-    return json.dumps([_space_id(tensors[0].device.index or 0), values])
-
-
-def _with_block_shapes(descs: dict[str, Any], config: Config) -> dict[str, Any]:
-    """Descriptors (copies) carrying `config`'s tile, as its pre-hook would set them."""
-    own = {name: copy.copy(d) if d is not None else None for name, d in descs.items()}
-    _set_block_shapes({**own, **config.kwargs})
-    return own
-
-
-def _args_with(args: Args, descs: dict[str, Any]) -> Args:
-    named = dict(zip(_fp8_gemm_tuned.arg_names, args, strict=False))
-    named.update({k: v for k, v in descs.items() if k in named})
-    return tuple(named[n] for n in _fp8_gemm_tuned.arg_names[: len(args)])
-
-
-def _precompile(
-    grid: Grid, args: Args, descs: dict[str, Any], meta: dict[str, Any], configs: list[Config]
-) -> None:
+def _precompile(tuned: Tuned, args: Args, meta: dict[str, Any], configs: list[Config]) -> int:
     """Compile `configs` for this launch in parallel threads, where Triton can
-    (`AsyncCompileMode`); the autotuner then finds them compiled."""
+    (`AsyncCompileMode`); the autotuner then finds them compiled. Returns the threads used
+    (1: the autotuner compiles them one by one)."""
     try:
         from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:  # older Triton: the autotuner compiles them one by one
-        return
+    except ImportError:  # older Triton
+        return 1
     workers = int(os.environ.get("QUANTSTUDY_TRITON_COMPILE_THREADS", os.cpu_count() or 1))
-    if workers < 2 or len(configs) < 2:
-        return
-    with ThreadPoolExecutor(max_workers=min(workers, len(configs))) as pool:
+    threads = min(workers, len(configs))
+    if threads < 2:
+        return 1
+    with ThreadPoolExecutor(max_workers=threads) as pool:
         with AsyncCompileMode(pool, ignore_errors=True):
             for config in configs:
-                own = _args_with(args, _with_block_shapes(descs, config))
-                _fp8_gemm_kernel.warmup(*own, grid=(1,), **meta, **config.all_kwargs())
+                own = _bound(tuned, args, config)
+                tuned.kernel.warmup(*own, grid=(1,), **meta, **config.all_kwargs())
+    return threads
 
 
-def _tuned_launch(
-    grid: Grid,
-    args: Args,
-    descs: dict[str, Any],
-    meta: dict[str, Any],
-    tensors: tuple[torch.Tensor, ...],
-) -> Config:
-    """Launch the autotuned kernel: the stored choice where there is one (module comment),
-    else tune (compiling the configs in parallel first) and store the choice; returns the
-    config it launched."""
-    key = _launch_key(args, meta, tensors)
-    entry = _stored().get(key)
-    configs = _fp8_gemm_tuned.configs
-    index = entry.get("config") if isinstance(entry, dict) else None
-    if not (isinstance(index, int) and 0 <= index < len(configs)) and _UNTIMED[-1]:
-        named = dict(zip(_fp8_gemm_tuned.arg_names, args, strict=False))
-        pruned = _prune(configs, named, **meta)
-        index = configs.index(pruned[0])
-        entry = None  # not stored: a timed launch of this shape still tunes
-    if isinstance(index, int) and 0 <= index < len(configs):
+def _check_key(tuned: Tuned, meta: dict[str, Any]) -> None:
+    missing = sorted(set(meta) - set(tuned.keys))
+    if missing:
+        raise ValueError(
+            f"{tuned.name}: compile-time options {missing} are not in the autotuner's key, so "
+            "launches that differ only in them would share one tuned choice; add them to it"
+        )
+
+
+def tuned_launch(tuned: Tuned, grid: Grid, args: Args, meta: dict[str, Any]) -> Config:
+    """Launch `tuned`'s kernel: the stored choice where there is one (module comment), else tune
+    (compiling the pruned configs in parallel first) and store the choice; returns the config
+    it launched."""
+    _check_key(tuned, meta)
+    configs = tuned.configs
+    key = choices.launch_key(tuned, args, meta)
+    index = choices.lookup(key, len(configs))
+    named = dict(zip(tuned.arg_names, args, strict=False))
+    if index is None and _UNTIMED[-1]:  # not stored: a timed launch of this shape still tunes
+        index = configs.index(tuned.prune(configs, named, **meta)[0])
+    if index is not None:
         config = configs[index]
-        own = _args_with(args, _with_block_shapes(descs, config))
-        _fp8_gemm_kernel[grid](*own, **meta, **config.all_kwargs())
+        tuned.kernel[grid](*_bound(tuned, args, config), **meta, **config.all_kwargs())
         return config
     start = time.perf_counter()
-    named = dict(zip(_fp8_gemm_tuned.arg_names, args, strict=False))
-    pruned = _prune(configs, named, **meta)
-    _precompile(grid, args, descs, meta, pruned)
+    pruned = tuned.prune(configs, named, **meta)
+    threads = _precompile(tuned, args, meta, pruned)
     compiled = time.perf_counter()
-    _fp8_gemm_tuned[grid](*args, **meta)
-    best = _fp8_gemm_tuned.best_config
-    row = {
-        "M": named["M"],
-        "N": named["N"],
-        "K": named["K"],
-        "configs": len(pruned),
-        "compile_s": round(compiled - start, 3),
-        "tune_s": round(time.perf_counter() - compiled, 3),
-        "best": str(best),
-    }
+    tuned.autotuner[grid](*args, **meta)
+    best = tuned.autotuner.best_config
+    row = {"kernel": tuned.name, **{k: named.get(k, meta.get(k)) for k in tuned.keys}}
+    row |= {"configs": len(pruned), "threads": threads}
+    row |= {"compile_s": round(compiled - start, 3)}
+    row |= {"tune_s": round(time.perf_counter() - compiled, 3), "best": str(best)}
+    _log(row)
+    choices.store(key, configs.index(best))
+    return best
+
+
+def _log(row: dict[str, Any]) -> None:
     TUNE_LOG.append(row)
     log = os.environ.get("QUANTSTUDY_TUNE_LOG")
     if log:
         with open(log, "a") as f:
             f.write(json.dumps(row) + "\n")
-    _store(key, configs.index(best))
-    return best
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per kernel: launches tuned, configs compiled and timed, and the seconds of each part."""
+    out: dict[str, dict[str, float]] = {}
+    for row in rows:
+        total = out.setdefault(
+            row["kernel"], {"launches": 0, "configs": 0, "compile_s": 0.0, "tune_s": 0.0}
+        )
+        total["launches"] += 1
+        total["configs"] += row["configs"]
+        total["compile_s"] = round(total["compile_s"] + row["compile_s"], 3)
+        total["tune_s"] = round(total["tune_s"] + row["tune_s"], 3)
+    return out
