@@ -7,7 +7,8 @@ Runs `quantstudy run MODEL ARGS` twice, each in its own process, with the host c
 gives its studies (Inductor, Triton, the FP8 tuning choices, calibration statistics) in a fresh
 folder: the first run finds them empty (cold), the second finds what the first left (warm).
 Prints the stage table of both (`StudyRecord.timings`), the process wall times, what the FP8
-autotuner cost in each (`quant/kernels/gemm.py: TUNE_LOG`), and whether the two studies measured
+autotuners cost in each (the FP8 product, kxk and depthwise convs together, per kernel in the
+record; `quant/kernels/tuning.py: TUNE_LOG`), and whether the two studies measured
 the same quality (every engine's figures must be equal; speed differs by timing noise).
 Writes the figures with provenance (command, commit, GPU, driver, versions) to `--record`.
 """
@@ -23,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from quantstudy.quant.kernels.tuning import summary
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.load import RECORD_FILE, load_record_data
 from quantstudy.study.calib_stats import STATS_ENV
@@ -60,6 +62,7 @@ def _run(model: str, args: list[str], out: Path, env: dict[str, str], log: Path)
 def _tuning(path: Path) -> dict:
     rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
     return {
+        "per_kernel": summary(rows),
         "tuned_launches": len(rows),
         "configs_timed": sum(r["configs"] for r in rows),
         "compile_s": round(sum(r["compile_s"] for r in rows), 2),
