@@ -46,6 +46,19 @@ class Fp8Kernel(StrEnum):
         return Fp8Kernel.FUSED if self == Fp8Kernel.FASTEST else self
 
 
+class ChosenKernel(StrEnum):
+    """What one real FP8 layer of a "fastest" engine runs, chosen per layer by in-place timing
+    (`engines/kernel_choice.py`): one of the two FP8 products, or, stepped aside, the float layer
+    in the engine's dtype (`engines/step_aside.py`). A per-layer outcome, not an engine-wide
+    `--fp8-kernel` choice: "fp16" is no FP8 kernel a user could ask every layer to run."""
+
+    FUSED = Fp8Kernel.FUSED.value
+    SCALED_MM = Fp8Kernel.SCALED_MM.value
+    FP16 = (
+        "fp16"  # the float layer, in the engine's dtype (bf16 on CPU), as the fp16 engine runs it
+    )
+
+
 class Activation(StrEnum):
     """An activation an FP8 layer's epilogue computes; the definition order is the kernels'
     activation code (`quant/kernels/epilogue.py`), so a new member goes last."""
