@@ -91,6 +91,7 @@ def _as_version_1(data: dict) -> str:
         "fp8_sum_handoff",
         "fp8_padded_output",  # schema 12
         "fp8_rewrites_skipped",  # schema 16
+        "fp8_stepped_aside",  # schema 17
     )
     out["engines"] = [{k: v for k, v in e.items() if k not in added} for e in data["engines"]]
     assert all(t["channel_mean"] is None for t in out["calibration"]["tensors"])

@@ -275,11 +275,8 @@ def build_fp8(
     it padded, and that conv pads no more (`quant/rewrites/pad_handoff.py`); False keeps the pad
     a pass (benchmarks run both).
 
-    "fastest" also keeps a layer in the engine's dtype where its float layer was faster than
-    either FP8 kernel at every batch (`engines/step_aside.py`). `replay`, with "fastest": the
-    choice a study recorded, rebuilt without timing. `stepped_aside`, with "fused": the layers
-    a "fastest" engine stepped aside, run here as it ran them (the FP8 engine in float32 beside
-    its emulation). `timer`: as `kernel_choice.choose_kernels` takes it (tests).
+    "fastest" also keeps a layer in the engine's dtype where its float layer beat both FP8
+    kernels at every batch (`engines/step_aside.py`); `replay`, `stepped_aside`, `timer`: `_Choice`.
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
@@ -321,18 +318,10 @@ def build_fp8(
         fuse_padded(m, source, padded)
     m = in_memory_format(m.to(device), torch.channels_last)
     bind_scaled_mm(m, device)
-    chosen = None
+    chosen, when = None, _Choice(choice_batches, replay, stepped_aside, timer)
     if kernel == Fp8Kernel.FASTEST or stepped_aside:
-        plain = deployed_copy(model, example, fold)
-        if kernel == Fp8Kernel.FASTEST and replay is not None:
-            chosen = replay_kernels(m, source, plain, plan, dtype, device, replay)
-        elif kernel == Fp8Kernel.FASTEST:
-            chosen = choose_kernels(
-                m, source, plan, dtype, example, device, choice_batches, timer=timer, plain=plain
-            )
-        if stepped_aside and kernel != Fp8Kernel.FUSED:
-            raise ValueError("layers step aside by name only in a fused engine")
-        step_aside(m, plain, stepped_aside, dtype, device)
+        plain = deployed_copy(model, example, fold)  # the fp16 engine's layers, for those aside
+        chosen = _choose(m, source, plain, plan, dtype, example, device, kernel, when)
     aside = _stepped(chosen) if chosen is not None else list(stepped_aside)
     return _compiled_engine(
         EngineName.FP8,
@@ -351,6 +340,45 @@ def build_fp8(
         fp8_kernel_choice=chosen,
         fp8_stepped_aside=aside,
         fp8_rewrites_skipped=skipped,
+    )
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """`build_fp8`'s arguments for the per-layer choice: the batches a "fastest" engine times
+    at; `replay`, with "fastest": the choice a study recorded, rebuilt without timing;
+    `stepped_aside`, with "fused": the layers a "fastest" engine stepped aside, run here as it
+    ran them (the FP8 engine in float32 beside its emulation); `timer`: as
+    `kernel_choice.choose_kernels` takes it (tests)."""
+
+    batches: Sequence[int]
+    replay: list[LayerKernel] | None
+    stepped_aside: Sequence[str]
+    timer: Timer | None
+
+
+def _choose(
+    m: nn.Module,
+    source: nn.Module,
+    plain: nn.Module,
+    plan: QuantPlan,
+    dtype: torch.dtype,
+    example: torch.Tensor,
+    device: torch.device,
+    kernel: Fp8Kernel,
+    when: _Choice,
+) -> list[LayerKernel] | None:
+    """The per-layer choice made in the built engine `m` (in place): timed, replayed, or the
+    named layers stepped aside; the choice of a "fastest" engine, None otherwise."""
+    if when.stepped_aside:
+        if kernel != Fp8Kernel.FUSED:
+            raise ValueError("layers step aside by name only in a fused engine")
+        step_aside(m, plain, when.stepped_aside, dtype, device)
+        return None
+    if when.replay is not None:
+        return replay_kernels(m, source, plain, plan, dtype, device, when.replay)
+    return choose_kernels(
+        m, source, plan, dtype, example, device, when.batches, timer=when.timer, plain=plain
     )
 
 
