@@ -251,3 +251,23 @@ def test_the_record_holds_the_stepped_aside_layers_and_old_records_still_read():
         ],
     }
     assert EngineInfo.model_validate(old).fp8_stepped_aside == []  # schema 16: no such field
+
+
+def test_a_study_rebuilt_from_its_record_replays_the_choice(monkeypatch):
+    """`quantstudy extend` hands the recorded choice to the study's builders: the FP8 engine
+    is rebuilt from it without timing, and the emulations leave the same layers float."""
+    from quantstudy.study import engines as study_engines
+
+    model, x, plan = _setup()
+    table = {1: {"stem": (10.0, None, SLOW), "k3": (10.0, None, SLOW), "k3b": (10.0, None, 1.0),
+                 "head": (10.0, 10.0, SLOW)}}  # fmt: skip
+    choice = _fastest(model, x, plan, table).info().fp8_kernel_choice
+
+    def fp8(*args, **kw):
+        return build_fp8(*args, **kw, timer=lambda fn: 1 / 0)
+
+    monkeypatch.setattr(study_engines, "build_fp8", fp8)
+    config = types.SimpleNamespace(compile_mode="default", kernel="fastest", batches=[1])
+    builders = study_engines.study_builders(config, model, x, plan, True, CPU, choice)
+    assert builders["fp8"]().info().fp8_stepped_aside == ["k3b"]
+    assert type(builders["fakequant"]().eager.k3b) is nn.Conv2d
