@@ -36,7 +36,8 @@ class Fp8Kernel(StrEnum):
 
     FUSED = "fused"  # one Triton kernel: FP8 product, scale, bias, absorbed activation
     SCALED_MM = "scaled_mm"  # torch._scaled_mm, then a separate cast/bias pass
-    # per layer the faster of the two, timed in place at build (`engines/kernel_choice.py`)
+    # per layer the faster of the two, timed in place at build (`engines/kernel_choice.py`), or
+    # the float layer where both are slower at every timed batch (`engines/step_aside.py`)
     FASTEST = "fastest"
 
     @property
