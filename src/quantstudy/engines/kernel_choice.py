@@ -127,6 +127,21 @@ class Timing:
     scaled_mm: float | None
     fp16: float | None
 
+    def to_json(self) -> dict[str, float | None]:
+        """The cache's entry: each time under its kernel's name."""
+        return {
+            ChosenKernel.FUSED.value: self.fused,
+            ChosenKernel.SCALED_MM.value: self.scaled_mm,
+            ChosenKernel.FP16.value: self.fp16,
+        }
+
+    @classmethod
+    def of_json(cls, entry: dict[str, float | None]) -> Timing:
+        fused = entry[ChosenKernel.FUSED]
+        if fused is None:
+            raise ValueError("a timed layer has its fused time")
+        return cls(fused, entry[ChosenKernel.SCALED_MM], entry[ChosenKernel.FP16])
+
     def fp8(self) -> tuple[ChosenKernel, float]:
         """The faster FP8 kernel and its time: scaled_mm only when faster by `MARGIN`."""
         if self.scaled_mm is not None and self.scaled_mm < (1 - MARGIN) * self.fused:
@@ -293,12 +308,8 @@ def _time_layers(
                     other = options.get(name, ChosenKernel.SCALED_MM, layer)
                     mm_us = max(clock(lambda: other(x, *rest)) - shared, 0.0)
                 half = options.get(name, ChosenKernel.FP16, layer)
-                stored[key] = {
-                    "fused": fused_us,
-                    "scaled_mm": mm_us,
-                    "fp16": clock(lambda: half(x, *rest)),
-                }
-            timed.setdefault(name, {})[batch] = Timing(**stored[key])
+                stored[key] = Timing(fused_us, mm_us, clock(lambda: half(x, *rest))).to_json()
+            timed.setdefault(name, {})[batch] = Timing.of_json(stored[key])
 
         return pre
 
