@@ -1,6 +1,6 @@
 """Per-layer kernel choice on CUDA: timed in place, and the chosen engine computes what the
-fused one does, bit for bit (both products promote every 128 products, so they round alike:
-docs/fp8-kernel.md, "`--fp8-kernel fastest` changes no number, only time")."""
+fused one does with the same layers kept in fp16, bit for bit (both FP8 products promote every
+128 products, so they round alike: docs/fp8-kernel.md, "The per-layer kernel choice")."""
 
 import json
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8
-from quantstudy.engines.kernel_choice import Unfused
+from quantstudy.engines.unfused import Unfused
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.plan.apply import QuantPlan
 
@@ -51,10 +51,14 @@ def test_fastest_engine_times_every_layer_and_matches_the_fused_one(tmp_path, mo
     assert [c.name for c in choice] == ["pw", "fc"]
     # timed (the shared input quantize subtracted, so a tiny product may read 0)
     assert all(c.fused_us >= 0 and c.scaled_mm_us >= 0 and c.batch == 64 for c in choice)
+    assert all(c.fp16_us > 0 for c in choice)  # the float layer, which has no quantize to subtract
     assert (tmp_path / "fp8_kernel_choice.json").is_file()
+    stepped = fastest.info().fp8_stepped_aside
+    if stepped:  # layers kept in fp16 compute other numbers: the fused engine keeps them too
+        fused = build_fp8(model, cuda, example, plan, kernel="fused", stepped_aside=stepped)
     with torch.no_grad():
         a, b = fused.eager(xin).float(), fastest.eager(xin).float()
-    assert torch.equal(a, b), (a - b).abs().max()  # whatever was chosen, no number changes
+    assert torch.equal(a, b), (a - b).abs().max()  # whatever FP8 kernel was chosen
 
 
 @pytest.mark.xfail(
@@ -75,7 +79,8 @@ def test_a_mixed_choice_runs_both_kernels_and_changes_no_number(tmp_path, monkey
     assert stored, "no timings stored"
     for key in stored:
         conv = len(json.loads(key)[1]) == 4  # the input shape: NCHW for pw, (N, C) for fc
-        stored[key] = [1.0, 100.0] if conv else [100.0, 1.0]  # [fused us, scaled_mm us]
+        fused_us, mm_us = (1.0, 100.0) if conv else (100.0, 1.0)
+        stored[key] = {"fused": fused_us, "scaled_mm": mm_us, "fp16": 1000.0}  # fp16 loses
     cache.write_text(json.dumps(stored))
     mixed = build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])
     kernels = {c.name: str(c.kernel) for c in mixed.info().fp8_kernel_choice}
@@ -85,3 +90,27 @@ def test_a_mixed_choice_runs_both_kernels_and_changes_no_number(tmp_path, monkey
     with torch.no_grad():
         a, b = fused.eager(xin).float(), mixed.eager(xin).float()
     assert torch.equal(a, b), f"{(a != b).float().mean():.4f} differ, worst {(a - b).abs().max()}"
+
+
+def test_a_layer_whose_float_layer_wins_steps_aside_on_cuda(tmp_path, monkeypatch):
+    """The stored timings are rewritten so that the linear's float layer beats both FP8 kernels:
+    the rebuilt engine runs it as an fp16 `nn.Linear` (cuBLAS) with the 1x1 conv still FP8, and
+    computes what the fused engine with that layer stepped aside computes, bit for bit."""
+    model, plan, _, xin, example = _engines(tmp_path, monkeypatch)
+    cuda = torch.device("cuda")
+    build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])  # stores timings
+    cache = tmp_path / "fp8_kernel_choice.json"
+    stored = json.loads(cache.read_text())
+    for key in stored:
+        conv = len(json.loads(key)[1]) == 4
+        stored[key] = {"fused": 10.0, "scaled_mm": 20.0, "fp16": 100.0 if conv else 1.0}
+    cache.write_text(json.dumps(stored))
+    fastest = build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])
+    info = fastest.info()
+    assert info.fp8_stepped_aside == ["fc"] and info.fp8_real == ["pw"]
+    fc = fastest.eager.fc
+    assert isinstance(fc, Unfused) and type(fc.layer) is nn.Linear
+    assert fc.layer.weight.dtype == torch.float16
+    reference = build_fp8(model, cuda, example, plan, kernel="fused", stepped_aside=["fc"])
+    with torch.no_grad():
+        assert torch.equal(reference.eager(xin), fastest.eager(xin))

@@ -129,6 +129,23 @@ def test_opset_and_precision_rules(study, tmp_path):
         export_study(study, tmp_path / "d.txt")
 
 
+def test_a_study_that_kept_layers_in_fp16_is_refused(study):
+    """A "fastest" study whose FP8 engine kept selected layers in fp16 did not measure the
+    all-Q/DQ graph the export writes: refused in one line, before anything is rebuilt."""
+    from quantstudy.bridge.export import refuse_stepped_aside
+    from quantstudy.record import LayerKernel, StudyRecord
+
+    record = load_record(study / "study.json")
+    refuse_stepped_aside(record)  # the study as run: nothing stepped aside
+    data = record.model_dump(mode="json")
+    fp8 = next(e for e in data["engines"] if e["name"] == "fp8")
+    layer = fp8["fp8_real"].pop(0)
+    row = LayerKernel(name=layer, kernel="fp16", fused_us=2.0, fp16_us=1.0, batch=1)
+    fp8 |= {"fp8_kernel_choice": [row.model_dump(mode="json")], "fp8_stepped_aside": [layer]}
+    with pytest.raises(UserError, match=f"kept 1 selected layers in fp16 .* first: {layer}"):
+        refuse_stepped_aside(StudyRecord.model_validate(data))
+
+
 def test_missing_data_folder_is_a_clean_error(study, tmp_path, capsys):
     # opset 19 (fp16 scales): a graph every supported onnxruntime runs, so the data is what fails
     args = ["export", str(study), "--check", "--opset", "19", "--out", str(tmp_path / "m.onnx")]

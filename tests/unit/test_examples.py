@@ -30,6 +30,7 @@ NEW_IN_VERSION_6_ENGINE = {"fp8_kernel_choice": None}
 NEW_IN_VERSION_8_ENGINE = {"fp8_residual": {}, "fp8_sum_handoff": {}}
 NEW_IN_VERSION_12_ENGINE = {"fp8_padded_output": {}}
 NEW_IN_VERSION_16_ENGINE = {"fp8_rewrites_skipped": {}}
+NEW_IN_VERSION_17_ENGINE = {"fp8_stepped_aside": []}
 NEW_IN_VERSION_6_CONFIG = {
     "class_list": None,
     "strip_prefix": None,
@@ -93,6 +94,7 @@ def _without_version_3(full: dict) -> dict:
             | NEW_IN_VERSION_8_ENGINE
             | NEW_IN_VERSION_12_ENGINE
             | NEW_IN_VERSION_16_ENGINE
+            | NEW_IN_VERSION_17_ENGINE
         )
         for key, empty in added.items():
             assert engine.pop(key) == empty

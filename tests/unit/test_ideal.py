@@ -214,6 +214,24 @@ def test_report_lists_the_kernel_each_layer_runs():
         LayerKernel(name="b", kernel="fused", why="FP8 hand-off"),
     ]
     text = "\n".join(kernel_choice_lines(choice))
-    assert "scaled_mm runs at batch 1, 0 of 2; at batch 128, 1 of 2 layers" in text
-    assert "| a | scaled_mm | 10.0 | 5.0 | 128 | - |" in text
-    assert "| b | fused | not measured | not measured | - | FP8 hand-off |" in text
+    assert "scaled_mm runs at batch 1, 0 of 2; at batch 128, 1 of 2 FP8 layers." in text
+    assert "| a | scaled_mm | 10.0 | 5.0 | not measured | 128 | - |" in text
+    assert "| b | fused | not measured | not measured | not measured | - | FP8 hand-off |" in text
+    assert "Kept in fp16" not in text
+
+
+def test_report_says_which_layers_stepped_aside_with_their_timings():
+    from quantstudy.record import LayerKernel
+    from quantstudy.report.sections.ideal import kernel_choice_lines
+
+    choice = [
+        LayerKernel(name="c", kernel="fp16", fused_us=10.0, fp16_us=6.0, batch=1),
+        LayerKernel(name="c", kernel="fp16", fused_us=40.0, fp16_us=30.0, batch=128),
+        LayerKernel(name="d", kernel="fused", fused_us=10.0, fp16_us=6.0, batch=1),
+        LayerKernel(name="d", kernel="fused", fused_us=40.0, fp16_us=50.0, batch=128),
+    ]
+    text = "\n".join(kernel_choice_lines(choice, ["c"]))
+    assert "Kept in fp16 (FP8 slower at every timed batch): 1 layer, `c`." in text
+    assert "at batch 128, 0 of 1 FP8 layers" in text
+    assert "| c | fp16 | 40.0 | not measured | 30.0 | 128 | - |" in text
+    assert "| d | fused | 40.0 | not measured | 50.0 | 128 | - |" in text

@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8
-from quantstudy.engines.kernel_choice import ByBatch, Unfused, choose_kernels, nearest_batch
+from quantstudy.engines.kernel_choice import ByBatch, choose_kernels, nearest_batch
+from quantstudy.engines.unfused import Unfused
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
@@ -53,16 +54,17 @@ def test_off_cuda_nothing_is_timed_and_every_layer_stays_fused():
 
 
 def test_faster_scaled_mm_replaces_the_fused_layer_with_its_activation_after(tmp_path):
-    """Stand-in times: per timed layer the shared input quantize, the fused forward, then the
-    unfused one; the quantize is subtracted from both. `pw` (ReLU absorbed) loses to scaled_mm
-    by 50%, `proj` by 1% (inside the margin: stays fused);
-    the MLP pair hands FP8 over, the 3x3 conv has no unfused kernel: neither is timed. The
-    swapped engine computes what the fused one did."""
+    """Stand-in times: per timed layer the shared input quantize, the fused forward, the
+    unfused one (1x1/linear layers only), then the float layer, which loses everywhere here;
+    the quantize is subtracted from both FP8 sides. `pw` (ReLU absorbed) loses to scaled_mm
+    by 50%, `proj` by 1% (inside the margin: stays fused); the 3x3 conv has no unfused kernel
+    (fused against fp16 only); the MLP pair hands FP8 over: not timed. The swapped engine
+    computes what the fused one did."""
     model, x, plan = _setup()
     m = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fused").eager
     with torch.no_grad():
         want = m(x)
-    times = iter([2.0, 12.0, 7.0, 3.0, 13.0, 12.9])
+    times = iter([1.0, 11.0, 100.0, 2.0, 12.0, 7.0, 100.0, 3.0, 13.0, 12.9, 100.0])
     cache = tmp_path / "choice.json"
     got = choose_kernels(m, model, plan, torch.float32, x, CPU, 4, cache, lambda fn: next(times))
     by_name = {c.name: c for c in got}
@@ -70,14 +72,17 @@ def test_faster_scaled_mm_replaces_the_fused_layer_with_its_activation_after(tmp
     assert (by_name["pw"].fused_us, by_name["pw"].scaled_mm_us) == (10.0, 5.0)
     assert by_name["proj"].kernel == "fused"
     assert (by_name["proj"].fused_us, by_name["proj"].scaled_mm_us) == (10.0, 9.9)
-    assert by_name["k3"].why == "no unfused kernel (kxk conv)"
+    k3 = by_name["k3"]
+    assert (k3.kernel, k3.fused_us, k3.scaled_mm_us, k3.fp16_us, k3.why) == (
+        "fused", 10.0, None, 100.0, None
+    )  # fmt: skip
     assert by_name["fc1"].why == by_name["fc2"].why == "FP8 hand-off"
     assert isinstance(m.pw, Unfused) and isinstance(m.pw.layer, FP8Matmul)
     assert isinstance(m.pw.act, nn.ReLU) and m.pw.res_act is None
     assert isinstance(m.proj, FusedFP8Matmul) and isinstance(m.k3, FusedFP8Conv2d)
     with torch.no_grad():
         assert torch.allclose(m(x), want, rtol=1e-5, atol=1e-6)
-    assert len(json.loads(cache.read_text())) == 2
+    assert len(json.loads(cache.read_text())) == 3
     # a rebuilt engine reads the cache: the timer is not called again
     m2 = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fused").eager
     again = choose_kernels(m2, model, plan, torch.float32, x, CPU, 4, cache, lambda fn: 1 / 0)
@@ -85,8 +90,9 @@ def test_faster_scaled_mm_replaces_the_fused_layer_with_its_activation_after(tmp
 
 
 def test_the_choice_is_made_per_batch_and_a_split_layer_runs_both_by_batch(tmp_path):
-    """Stand-in times at batches 1 and 4 (per timed layer: quantize, fused, unfused): `pw`
-    loses to scaled_mm at batch 1 only, `proj` at batch 4 only. Each becomes a `ByBatch` pair
+    """Stand-in times at batches 1 and 4 (per timed layer: quantize, fused, unfused, float;
+    the 3x3 conv has no unfused kernel, the float layers lose): `pw` loses to scaled_mm at
+    batch 1 only, `proj` at batch 4 only. Each becomes a `ByBatch` pair
     that runs scaled_mm at its winning batch, one record per layer and batch; the engine
     computes what the fused one did at both sizes, and an untimed batch takes the nearest."""
     model, x, plan = _setup()
@@ -94,11 +100,17 @@ def test_the_choice_is_made_per_batch_and_a_split_layer_runs_both_by_batch(tmp_p
     x4 = x.repeat(2, 1, 1, 1)
     with torch.no_grad():
         want1, want4 = m(x[:1]), m(x4)
-    times = iter([2.0, 12.0, 7.0, 3.0, 13.0, 12.9, 2.0, 7.0, 12.0, 1.0, 11.0, 4.0])
+    k3, slow = [1.0, 11.0, 100.0], 100.0
+    times = iter([*k3, 2.0, 12.0, 7.0, slow, 3.0, 13.0, 12.9, slow,
+                  *k3, 2.0, 7.0, 12.0, slow, 1.0, 11.0, 4.0, slow])  # fmt: skip
     got = choose_kernels(
         m, model, plan, torch.float32, x, CPU, [4, 1], tmp_path / "c.json", lambda fn: next(times)
     )
-    rows = {(c.name, c.batch): (c.kernel, c.fused_us, c.scaled_mm_us) for c in got if c.batch}
+    rows = {
+        (c.name, c.batch): (c.kernel, c.fused_us, c.scaled_mm_us)
+        for c in got
+        if c.batch and c.name != "k3"
+    }
     assert rows == {
         ("pw", 1): ("scaled_mm", 10.0, 5.0), ("proj", 1): ("fused", 10.0, 9.9),
         ("pw", 4): ("fused", 5.0, 10.0), ("proj", 4): ("scaled_mm", 10.0, 3.0),
@@ -113,10 +125,11 @@ def test_the_choice_is_made_per_batch_and_a_split_layer_runs_both_by_batch(tmp_p
     assert nearest_batch(8, [1, 128]) == 1 and nearest_batch(16, [1, 128]) == 128
 
 
-def test_a_depthwise_layer_without_hand_offs_stays_fused_with_its_reason(tmp_path):
+def test_a_depthwise_layer_without_hand_offs_is_timed_against_its_float_layer(tmp_path):
     """A real FP8 depthwise conv between fp16 layers (no hand-off on either side) has no
-    unfused counterpart and is not timed: it stays fused, with its reason, and the hand-off
-    test that decides that reason does not ask it for a 1x1 layer's attribute."""
+    unfused counterpart: it is timed against its float layer only (equal times: it stays
+    fused), and the hand-off test that lets it be timed does not ask it for a 1x1 layer's
+    attribute."""
     from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise
 
     torch.manual_seed(0)
@@ -132,6 +145,6 @@ def test_a_depthwise_layer_without_hand_offs_stays_fused_with_its_reason(tmp_pat
     got = choose_kernels(
         m, model, plan, torch.float32, x, CPU, 2, tmp_path / "c.json", lambda f: 1.0
     )
-    assert [(c.name, c.kernel, c.why) for c in got] == [
-        ("1", "fused", "not run in the example pass")
+    assert [(c.name, c.kernel, c.batch, c.scaled_mm_us, c.fp16_us) for c in got] == [
+        ("1", "fused", 2, None, 1.0)
     ]

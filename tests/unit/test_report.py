@@ -92,6 +92,7 @@ def _as_version_1(data: dict) -> str:
         "fp8_sum_handoff",
         "fp8_padded_output",  # schema 12
         "fp8_rewrites_skipped",  # schema 16
+        "fp8_stepped_aside",  # schema 17
     )
     out["engines"] = [{k: v for k, v in e.items() if k not in added} for e in data["engines"]]
     assert all(t["channel_mean"] is None for t in out["calibration"]["tensors"])
@@ -556,3 +557,39 @@ def test_an_auto_heldout_is_not_reported_as_a_data_shortfall(record, heldout):
     assert f"| held-out images | {heldout} ({used} used) |" in md
     assert "all the data had" not in md
     assert check_markdown(md, auto) == []
+
+
+def test_a_fastest_engine_says_which_layers_stayed_in_fp16_and_the_report_checks(record):
+    """A "fastest" FP8 engine that kept two selected layers in fp16: the recipe section
+    counts and names them, its layer table says they ran in the engine's dtype because FP8
+    was slower, the speed section lists their timings, and every number still comes from the
+    record (self-check) and the record still agrees with itself."""
+    from quantstudy.record import LayerKernel
+    from quantstudy.report.meaning import check_meaning
+
+    engines = []
+    for e in record.engines:
+        if e.name == "fp8":
+            aside, kept = e.fp8_real[:2], e.fp8_real[2:]
+            rows = [
+                LayerKernel(name=n, kernel="fp16", fused_us=9.5, fp16_us=4.25, batch=b)
+                for n in aside
+                for b in record.config.batches
+            ] + [LayerKernel(name=n, kernel="fused", why="FP8 hand-off") for n in kept]
+            e = e.model_copy(update={"fp8_real": kept})
+            e = e.model_validate(
+                e.model_dump()
+                | {"fp8_kernel": "fastest", "fp8_kernel_choice": rows, "fp8_stepped_aside": aside}
+            )
+        engines.append(e)
+    fastest = StudyRecord.model_validate(
+        record.model_copy(update={"engines": engines}).model_dump(mode="json")
+    )
+    md = render_markdown(fastest)
+    assert "FP8 slower at every timed batch, `engines/step_aside.py`): 2 of " in md
+    assert f"`{aside[0]}`, `{aside[1]}`." in md
+    assert "float16 (FP8 slower)" in md
+    assert f"Kept in fp16 (FP8 slower at every timed batch): 2 layers, `{aside[0]}`" in md
+    assert f"| {aside[0]} | fp16 | 9.5 | not measured | 4.2 |" in md
+    assert check_markdown(md, fastest) == []
+    assert check_meaning(fastest) == []

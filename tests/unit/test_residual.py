@@ -249,7 +249,7 @@ def test_kernel_choice_times_and_swaps_residual_layers_with_their_sum(tmp_path):
         seen.append(fn)
         return next(times)
 
-    times = cycle([1.0, 10.0, 2.0])  # quantize, fused, unfused
+    times = cycle([1.0, 10.0, 2.0, 100.0])  # quantize, fused, unfused, float (loses)
     source = deployed_copy(model, x, fold=True)  # what build_fp8 builds both layers from
     got = choose_kernels(m, source, plan, torch.float32, x, CPU, 2, tmp_path / "c.json", timer)
     handed = {"blocks.2.pw", "blocks.2.pwl"}  # an FP8 hand-off: no unfused counterpart
@@ -261,6 +261,6 @@ def test_kernel_choice_times_and_swaps_residual_layers_with_their_sum(tmp_path):
     assert isinstance(pwl, FusedFP8Matmul) and pwl.fp8_input and pwl.res_act == "none"
     with torch.no_grad():
         assert torch.allclose(m(x), want, rtol=1e-5, atol=1e-6)
-    # three layer shapes timed (equal ones share a cache entry); a residual layer timed
-    # without its residual would have raised
-    assert len(seen) == 3 * 3
+    # three layer shapes timed four ways (equal ones share a cache entry); a residual layer
+    # timed without its residual would have raised
+    assert len(seen) == 3 * 4

@@ -29,6 +29,7 @@ from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_bytes_atomic, write_text_atomic
 from quantstudy.record.load import RECORD_FILE, load_record
+from quantstudy.record.vocab import Engine
 
 DEFAULT_NAME = "model.onnx"
 
@@ -63,6 +64,7 @@ def export_study(
     qdq_path = Path(out) if out is not None else study_dir / "tensorrt" / DEFAULT_NAME
     if qdq_path.suffix != ".onnx":
         raise UserError(f"--out {qdq_path}: give a file name ending in .onnx")
+    refuse_stepped_aside(record)
     rebuilt = rebuild(record, data, calib_data, weights)
     graph = build_qdq(rebuilt, precision, opset)
     float_path = float_path_of(qdq_path)
@@ -80,6 +82,20 @@ def export_study(
     write_text_atomic(script_path, text)
     script_path.chmod(0o755)
     return Exported(qdq_path, float_path, script_path, graph, rebuilt, study_dir)
+
+
+def refuse_stepped_aside(record: StudyRecord) -> None:
+    """Refuse a study whose FP8 engine kept selected layers in fp16 (`engines/step_aside.py`):
+    the export writes Q/DQ on every selected layer, so its graph would not be the engine the
+    study measured."""
+    fp8 = next((e for e in record.engines or [] if e.name == Engine.FP8), None)
+    if fp8 is not None and fp8.fp8_stepped_aside:
+        n = len(fp8.fp8_stepped_aside)
+        raise UserError(
+            f"study {record.name} kept {n} selected layers in fp16 (--fp8-kernel fastest, first: "
+            f"{fp8.fp8_stepped_aside[0]}), which the export would quantize; export a study run "
+            "with --fp8-kernel fused, or with a recipe that excludes those layers"
+        )
 
 
 # The floor measured here against the one the study recorded: equal (to the reductions' noise)

@@ -19,9 +19,11 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine, in_memory_format
-from quantstudy.engines.kernel_choice import choose_kernels
+from quantstudy.engines.kernel_choice import Timer, choose_kernels, replay_kernels
 from quantstudy.engines.size import weight_bytes
+from quantstudy.engines.step_aside import step_aside
 from quantstudy.quant.fitting.bias_correction import correct_biases, set_biases
+from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import bind_scaled_mm, scaled_mm_output_of
 from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8, real_layers
@@ -42,7 +44,7 @@ from quantstudy.quant.rewrites.residual import (
 from quantstudy.quant.rewrites.sum_handoff import can_read_fp8, fuse_sum_handoffs, sum_handoffs
 from quantstudy.record import EngineInfo, LayerKernel
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
-from quantstudy.record.vocab import CompileMode, Fp8Kernel
+from quantstudy.record.vocab import ChosenKernel, CompileMode, Fp8Kernel
 from quantstudy.record.vocab import Engine as EngineName
 
 
@@ -94,6 +96,7 @@ class BuiltEngine(Engine):
     fp8_sum_handoff: dict[str, str] = field(default_factory=dict)
     fp8_padded_output: dict[str, str] = field(default_factory=dict)
     fp8_kernel_choice: list[LayerKernel] | None = None
+    fp8_stepped_aside: list[str] = field(default_factory=list)
     fp8_rewrites_skipped: dict[str, str] = field(default_factory=dict)
 
     def eagerly(self) -> BuiltEngine:
@@ -120,6 +123,7 @@ class BuiltEngine(Engine):
             fp8_padded_output=dict(self.fp8_padded_output),
             fp8_scaled_mm_output=scaled_mm_output_of(self.eager),
             fp8_kernel_choice=self.fp8_kernel_choice,
+            fp8_stepped_aside=list(self.fp8_stepped_aside),
             fp8_rewrites_skipped=dict(self.fp8_rewrites_skipped),
             fp16_layers=self.float_layers,
             weight_bytes=weight_bytes(self.eager),
@@ -251,6 +255,9 @@ def build_fp8(
     residual: bool = True,
     sum_handoff: bool = False,
     pad_outputs: bool = True,
+    replay: list[LayerKernel] | None = None,
+    stepped_aside: Sequence[str] = (),
+    timer: Timer | None = None,
 ) -> BuiltEngine:
     """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules.
 
@@ -267,6 +274,9 @@ def build_fp8(
     `pad_outputs` (default) a fused 1x1 conv whose output only a zero-padding conv reads writes
     it padded, and that conv pads no more (`quant/rewrites/pad_handoff.py`); False keeps the pad
     a pass (benchmarks run both).
+
+    "fastest" also keeps a layer in the engine's dtype where its float layer beat both FP8
+    kernels at every batch (`engines/step_aside.py`); `replay`, `stepped_aside`, `timer`: `_Choice`.
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
@@ -308,26 +318,73 @@ def build_fp8(
         fuse_padded(m, source, padded)
     m = in_memory_format(m.to(device), torch.channels_last)
     bind_scaled_mm(m, device)
-    chosen = None
-    if kernel == Fp8Kernel.FASTEST:
-        chosen = choose_kernels(m, source, plan, dtype, example, device, choice_batches)
+    chosen, when = None, _Choice(choice_batches, replay, stepped_aside, timer)
+    if kernel == Fp8Kernel.FASTEST or stepped_aside:
+        plain = deployed_copy(model, example, fold)  # the fp16 engine's layers, for those aside
+        chosen = _choose(m, source, plain, plan, dtype, example, device, kernel, when)
+    aside = _stepped(chosen) if chosen is not None else list(stepped_aside)
     return _compiled_engine(
         EngineName.FP8,
         m,
         device,
         dtype,
         compile_mode,
-        applied=applied,
-        float_layers=count_float_layers(model) - len(plan.layers),
+        applied=Applied([n for n in applied.real if n not in aside], applied.emulated),
+        float_layers=count_float_layers(model) - len(plan.layers) + len(aside),
         fp8_kernel=kernel,
-        fp8_epilogue=epilogue,
+        fp8_epilogue={k: v for k, v in epilogue.items() if k not in aside},
         fp8_handoff=handoff,
-        fp8_residual={layer: site.act for layer, site in sites.items()},
+        fp8_residual={layer: site.act for layer, site in sites.items() if layer not in aside},
         fp8_sum_handoff={layer: pair.reader for layer, pair in pairs.items()},
         fp8_padded_output=padded,
         fp8_kernel_choice=chosen,
+        fp8_stepped_aside=aside,
         fp8_rewrites_skipped=skipped,
     )
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """`build_fp8`'s arguments for the per-layer choice: the batches a "fastest" engine times
+    at; `replay`, with "fastest": the choice a study recorded, rebuilt without timing;
+    `stepped_aside`, with "fused": the layers a "fastest" engine stepped aside, run here as it
+    ran them (the FP8 engine in float32 beside its emulation); `timer`: as
+    `kernel_choice.choose_kernels` takes it (tests)."""
+
+    batches: Sequence[int]
+    replay: list[LayerKernel] | None
+    stepped_aside: Sequence[str]
+    timer: Timer | None
+
+
+def _choose(
+    m: nn.Module,
+    source: nn.Module,
+    plain: nn.Module,
+    plan: QuantPlan,
+    dtype: torch.dtype,
+    example: torch.Tensor,
+    device: torch.device,
+    kernel: Fp8Kernel,
+    when: _Choice,
+) -> list[LayerKernel] | None:
+    """The per-layer choice made in the built engine `m` (in place): timed, replayed, or the
+    named layers stepped aside; the choice of a "fastest" engine, None otherwise."""
+    if when.stepped_aside:
+        if kernel != Fp8Kernel.FUSED:
+            raise ValueError("layers step aside by name only in a fused engine")
+        step_aside(m, plain, when.stepped_aside, dtype, device)
+        return None
+    if when.replay is not None:
+        return replay_kernels(m, source, plain, plan, dtype, device, when.replay)
+    return choose_kernels(
+        m, source, plan, dtype, example, device, when.batches, timer=when.timer, plain=plain
+    )
+
+
+def _stepped(choice: list[LayerKernel]) -> list[str]:
+    """The layers a kernel choice keeps in the engine's dtype, in its order."""
+    return list(dict.fromkeys(c.name for c in choice if c.kernel == ChosenKernel.FP16))
 
 
 def build_fakequant(
@@ -340,14 +397,23 @@ def build_fakequant(
     weights: bool = True,
     activations: bool = True,
     name: str = EngineName.FAKEQUANT,
+    stepped_aside: Sequence[str] = (),
 ) -> BuiltEngine:
     """The recipe emulated in fp32, eager: same quantization points as the FP8 engine.
 
     Bias correction follows the weights: an activation-only run keeps float weights, so it has
-    no rounding shift to correct.
+    no rounding shift to correct. `stepped_aside`: the layers the FP8 engine this emulates kept
+    in its compute dtype (`engines/step_aside.py`), left here as the fp16 engine's float32
+    layers, as that engine ran them, so the two compare like with like.
     """
     m = deployed_copy(model, example, fold, plan if weights else None)
     applied = apply_fake_quant(m, plan, weights=weights, activations=activations)
+    if stepped_aside:
+        plain = deployed_copy(model, example, fold)
+        for layer in stepped_aside:
+            replace_module(m, layer, plain.get_submodule(layer))
+        kept = set(stepped_aside)
+        applied = Applied(applied.real, [(n, why) for n, why in applied.emulated if n not in kept])
     m = m.to(device)
     return BuiltEngine(
         name,
@@ -359,5 +425,5 @@ def build_fakequant(
         False,
         None,
         applied=applied,
-        float_layers=count_float_layers(model) - len(plan.layers),
+        float_layers=count_float_layers(model) - len(plan.layers) + len(stepped_aside),
     )

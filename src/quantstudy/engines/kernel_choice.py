@@ -1,36 +1,43 @@
-"""Per-layer FP8 kernel choice: the faster of the fused Triton product and torch._scaled_mm,
-timed in place while the engine is built.
+"""Per-layer kernel choice: for each real FP8 layer the fastest of the fused Triton product,
+torch._scaled_mm and, stepped aside, its float layer, timed in place while the engine is built.
 
 Why: the fused product beats cuBLASLt's FP8 GEMM on thin products and loses on large-K ones
 (docs/fp8-kernel.md, "The per-layer kernel choice"), and which a layer is depends on its
 shape and batch, so it is measured, not guessed. Since the fused kernel promotes its
-sums every 128 products as cuBLASLt does, both compute the same bits, so the choice changes
-no number, only time.
+sums every 128 products as cuBLASLt does, both compute the same bits, so that choice changes
+no number, only time. Where neither FP8 kernel beats the float layer, the layer steps aside
+(`engines/step_aside.py`): that choice changes numbers, so it is made for every batch at once.
 
 How: one forward pass of the built fused engine per batch the choice is made for (eager, on
-the GPU, the example tiled to that batch) with a pre-hook on every fused 1x1/linear layer that
-times, on that layer's own input:
+the GPU, the example tiled to that batch) with a pre-hook on every real FP8 layer that times,
+on that layer's own input:
 
 - fused: the layer's forward (input quantize and the fused product with scale, bias and the
   absorbed activation in its epilogue);
-- scaled_mm: the unfused layer of the same plan (`FP8Matmul`: input quantize,
-  torch._scaled_mm, bias, cast), then the absorbed activation as its own op, and where the
-  fused layer sums a residual (`quant/rewrites/residual.py`), that add and its activation too.
+- scaled_mm (1x1/linear layers): the unfused layer of the same plan (`FP8Matmul`: input
+  quantize, torch._scaled_mm, bias, cast), then the absorbed activation as its own op, and where
+  the fused layer sums a residual (`quant/rewrites/residual.py`), that add and its activation too
+  (`engines/unfused.py`);
+- fp16: the float layer in the engine's dtype with the same epilogue ops
+  (`engines/step_aside.py`, which also says which layers may step aside).
 
-Both start with the same input quantize, eager here (float32 divide, clamp, cast: separate
-kernels) but fused into the producing kernel by the compiled engine, so its time, measured
-alone on the same input, is subtracted from both: it can be most of a layer's eager time and
-would hide the difference between the products. Each is replayed from a CUDA graph
-(`triton.testing.do_bench_cudagraph`, median). scaled_mm replaces the fused
-layer only when it is faster by more than `MARGIN` (ties keep the engine's default), at every
-batch it was timed at; a layer that wins at some batches only becomes a `ByBatch` pair that
-runs scaled_mm at those (a batch never timed takes the choice of the nearest timed one, by
-ratio; a compiled engine specializes on its static batch, so the branch costs nothing there,
-while a choice made at one batch can cost time at another). Layers with an FP8 hand-off
-(`quant/rewrites/handoff.py`) and kxk convs have no unfused counterpart and stay fused. Timings
-are cached per GPU, library versions and layer (input shape, the layer's description, bias,
-weight granularity, dtype) in a JSON file in the engines' cache directory, so a rebuilt engine
-reuses them.
+The FP8 sides start with the same input quantize, eager here (float32 divide, clamp, cast:
+separate kernels) but fused into the producing kernel by the compiled engine, so its time,
+measured alone on the same input, is subtracted from both: it can be most of a layer's eager
+time and would hide the difference between the products. The fp16 side has no quantize; its
+epilogue ops run as separate kernels here where the compiled engine may fuse them with their
+neighbours, so the rule errs toward FP8. Each is replayed from a CUDA graph
+(`triton.testing.do_bench_cudagraph`, median). scaled_mm replaces the fused layer only when
+it is faster by more than `MARGIN` (ties keep the engine's default); a layer that wins at
+some batches only becomes a `ByBatch` pair that runs scaled_mm at those (a batch never timed
+takes the choice of the nearest timed one, by ratio; a compiled engine specializes on its
+static batch, so the branch costs nothing there, while a choice made at one batch can cost
+time at another). The float layer replaces the layer only where it beats the better FP8
+kernel by more than `MARGIN` at every timed batch. Layers with a hand-off (`quant/rewrites/
+handoff.py`, `pad_handoff.py`, `sum_handoff.py`) are not timed and stay fused. Timings are
+cached per GPU, library versions and layer (input shape, the layer's description, bias,
+weight granularity, dtype) in a JSON file in the engines' cache directory, so a rebuilt
+engine reuses them; a recorded choice is rebuilt without timing (`replay_kernels`).
 """
 
 from __future__ import annotations
@@ -40,11 +47,14 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from quantstudy.engines.step_aside import MARGIN, float_layer, fp16_blocker, steps_aside
+from quantstudy.engines.unfused import Unfused
 from quantstudy.quant.formats.fp8 import to_fp8
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.graph.trace import PreHook, pre_hooks
@@ -54,21 +64,12 @@ from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import bind_scaled_mm
 from quantstudy.quant.plan.apply import QuantPlan, apply_fp8
 from quantstudy.record import LayerKernel
+from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import Activation, Fp8Kernel
+from quantstudy.record.vocab import ChosenKernel, Fp8Kernel
 
-MARGIN = 0.03
-"""scaled_mm must take less than (1 - MARGIN) of the fused layer's time to replace it."""
-
-# The epilogue's activations (`quant.layers.fused_matmul.ACTIVATIONS`) as modules, for the unfused
-# layer.
-ACT_MODULES: dict[str, Callable[[], nn.Module]] = {
-    Activation.RELU: nn.ReLU,
-    Activation.RELU6: nn.ReLU6,
-    Activation.SILU: nn.SiLU,
-    Activation.HARDSWISH: nn.Hardswish,
-    Activation.GELU: nn.GELU,
-}
+FUSED_LAYERS = (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise)
+Timer = Callable[[Callable[[], object]], float]
 
 
 def cache_path() -> Path:
@@ -83,7 +84,7 @@ def _versions(device: torch.device) -> str:
 
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
     # the last field names how layers are timed, so entries timed another way are not reused
-    return f"{gpu}|torch {torch.__version__}|triton {triton.__version__}|quantize subtracted"
+    return f"{gpu}|torch {torch.__version__}|triton {triton.__version__}|quantize subtracted, fp16"
 
 
 def _time_us(fn: Callable[[], object]) -> float:
@@ -93,39 +94,6 @@ def _time_us(fn: Callable[[], object]) -> float:
     torch.cuda.synchronize()
     median_ms: float = triton.testing.do_bench_cudagraph(fn, rep=10, return_mode="median")
     return 1000 * median_ms
-
-
-def _act_module(act: str) -> nn.Module:
-    return ACT_MODULES[act]() if act != Activation.NONE else nn.Identity()
-
-
-class Unfused(nn.Module):
-    """The unfused layer (`FP8Matmul`) with the fused layer's epilogue as separate ops: the
-    absorbed activation, then, for a residual layer, the sum and the activation after it."""
-
-    def __init__(self, fp8mm: nn.Module, act: str, res_act: str | None) -> None:
-        super().__init__()
-        self.layer, self.act = fp8mm, _act_module(act)
-        self.res_act = _act_module(res_act) if res_act is not None else None
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        if (residual is None) != (self.res_act is None):
-            raise ValueError("a residual layer takes its residual, and no other layer takes one")
-        y = self.act(self.layer(x))
-        return y if self.res_act is None else self.res_act(y + residual)
-
-
-def _unfused(alt: nn.Module, name: str, fused: FusedFP8Matmul) -> Unfused:
-    return Unfused(alt.get_submodule(name), fused.act, fused.res_act)
-
-
-def _hands_off(layer: nn.Module) -> bool:
-    """Whether a fused layer reads or writes an FP8 hand-off or writes a padded output: it has
-    no unfused counterpart. (Only 1x1/linear layers write a sum's FP8 copy, `pair_scale`, or
-    a padded output, `out_pad`.)"""
-    pair = getattr(layer, "pair_scale", None)
-    padded = getattr(layer, "out_pad", None) is not None
-    return layer.fp8_input or layer.out_scale is not None or pair is not None or padded
 
 
 def nearest_batch(batch: int, timed: Sequence[int]) -> int:
@@ -150,6 +118,129 @@ class ByBatch(nn.Module):
         return f"scaled_mm at batches {self.wins} of timed {self.timed}"
 
 
+@dataclass(frozen=True)
+class Timing:
+    """One layer's in-place times at one batch, in us, the shared input quantize subtracted
+    from the FP8 sides; None: that side was not timed (no unfused kernel for a conv)."""
+
+    fused: float
+    scaled_mm: float | None
+    fp16: float | None
+
+    def to_json(self) -> dict[str, float | None]:
+        """The cache's entry: each time under its kernel's name."""
+        return {
+            ChosenKernel.FUSED.value: self.fused,
+            ChosenKernel.SCALED_MM.value: self.scaled_mm,
+            ChosenKernel.FP16.value: self.fp16,
+        }
+
+    @classmethod
+    def of_json(cls, entry: dict[str, float | None]) -> Timing:
+        fused = entry[ChosenKernel.FUSED]
+        if fused is None:
+            raise ValueError("a timed layer has its fused time")
+        return cls(fused, entry[ChosenKernel.SCALED_MM], entry[ChosenKernel.FP16])
+
+    def fp8(self) -> tuple[ChosenKernel, float]:
+        """The faster FP8 kernel and its time: scaled_mm only when faster by `MARGIN`."""
+        if self.scaled_mm is not None and self.scaled_mm < (1 - MARGIN) * self.fused:
+            return ChosenKernel.SCALED_MM, self.scaled_mm
+        return ChosenKernel.FUSED, self.fused
+
+
+def layer_rows(name: str, timings: dict[int, Timing]) -> list[LayerKernel]:
+    """The choice for one timed layer, one row per batch: "fp16" at every batch where it
+    steps aside (`step_aside.steps_aside`), else the faster FP8 kernel at each."""
+    batches = sorted(timings)
+    picks = {b: timings[b].fp8() for b in batches}
+    aside = steps_aside([timings[b].fp16 for b in batches], [picks[b][1] for b in batches])
+    return [
+        LayerKernel(
+            name=name,
+            kernel=ChosenKernel.FP16 if aside else picks[b][0],
+            fused_us=timings[b].fused,
+            scaled_mm_us=timings[b].scaled_mm,
+            fp16_us=timings[b].fp16,
+            batch=b,
+        )
+        for b in batches
+    ]
+
+
+@dataclass
+class Candidates:
+    """The modules that may replace a fused layer of `model`, built once each, so the module
+    timed is the module installed: the unfused scaled_mm layer (from an engine of the same plan
+    built with torch._scaled_mm, made on first use) and the float layer of `plain`."""
+
+    model: nn.Module
+    source: nn.Module
+    plain: nn.Module
+    plan: QuantPlan
+    dtype: torch.dtype
+    device: torch.device
+
+    def __post_init__(self) -> None:
+        self._alt: nn.Module | None = None
+        self._built: dict[tuple[str, ChosenKernel], nn.Module] = {}
+
+    def _scaled_mm_engine(self) -> nn.Module:
+        if self._alt is None:
+            alt = copy.deepcopy(self.source).to(self.dtype)
+            apply_fp8(alt, self.source, self.plan, self.dtype, Fp8Kernel.SCALED_MM)
+            self._alt = alt.to(self.device)
+            bind_scaled_mm(self._alt, self.device)
+        return self._alt
+
+    def get(self, name: str, kernel: ChosenKernel, fused: nn.Module) -> nn.Module:
+        """The module that runs `kernel` in place of the fused layer `fused` named `name`."""
+        key = (name, kernel)
+        if key not in self._built:
+            if kernel == ChosenKernel.SCALED_MM:
+                layer = self._scaled_mm_engine().get_submodule(name)
+                self._built[key] = Unfused.like(layer, fused)
+            else:
+                self._built[key] = float_layer(self.plain, name, fused, self.dtype, self.device)
+        return self._built[key]
+
+
+def apply_choice(candidates: Candidates, choice: list[LayerKernel]) -> None:
+    """Swap in place the layers of `candidates.model` whose rows choose another module than the
+    fused layer: the float layer where every row says "fp16", the unfused layer where every row
+    says "scaled_mm", a `ByBatch` pair where some do."""
+    model = candidates.model
+    rows: dict[str, dict[int, ChosenKernel]] = {}
+    for c in choice:
+        if c.batch is not None:
+            rows.setdefault(c.name, {})[c.batch] = c.kernel
+    for name, kernels in rows.items():
+        fused = model.get_submodule(name)
+        kinds = set(kernels.values())
+        if ChosenKernel.FP16 in kinds:
+            if kinds != {ChosenKernel.FP16}:
+                raise ValueError(f"{name}: a layer steps aside at every timed batch or at none")
+            blocker = fp16_blocker(fused)
+            if blocker is not None:
+                raise UserError(
+                    f"{name} was kept in fp16, but in the engine this quantstudy builds it "
+                    f"cannot be ({blocker}); run the study again"
+                )
+            replace_module(model, name, candidates.get(name, ChosenKernel.FP16, fused))
+            continue
+        wins = {b for b, k in kernels.items() if k == ChosenKernel.SCALED_MM}
+        if wins:
+            unfused = candidates.get(name, ChosenKernel.SCALED_MM, fused)
+            both = wins != set(kernels)
+            new = ByBatch(fused, unfused, wins, sorted(kernels)) if both else unfused
+            replace_module(model, name, new)
+
+
+def _untimed_why(layer: nn.Module) -> str:
+    blocker = fp16_blocker(layer)
+    return blocker if blocker is not None else "not run in the example pass"
+
+
 def choose_kernels(
     model: nn.Module,
     source: nn.Module,
@@ -159,90 +250,97 @@ def choose_kernels(
     device: torch.device,
     batches: int | Sequence[int],
     cache: Path | None = None,
-    timer: Callable[[Callable[[], object]], float] | None = None,
+    timer: Timer | None = None,
+    *,
+    plain: nn.Module | None = None,
 ) -> list[LayerKernel]:
-    """Time and choose every fused 1x1/linear layer of the fused engine `model` (on `device`,
-    channels-last) at each of `batches` (the module docstring), swap in place the layers
-    scaled_mm wins, and return the choice per FP8 layer and timed batch. Off CUDA nothing is
-    timed and every layer stays fused, unless a `timer` (a callable's time in us) is given:
-    tests pass their own."""
+    """Time and choose every real FP8 layer of the fused engine `model` (on `device`,
+    channels-last) at each of `batches` (the module docstring), swap in place the layers another
+    kernel wins, and return the choice per FP8 layer and timed batch. `plain` is the float32
+    model the fp16 engine is built from (default `source`, the same where the plan corrects or
+    fits no bias). Off CUDA nothing is timed and every layer stays fused, unless a `timer` (a
+    callable's time in us) is given: tests pass their own."""
     batches = sorted({batches} if isinstance(batches, int) else set(batches))
-    fused = {n: m for n, m in model.named_modules() if isinstance(m, FusedFP8Matmul)}
-    real = [
-        n
-        for n in plan.layers
-        if isinstance(model.get_submodule(n), (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise))
-    ]
+    fused = {n: m for n, m in model.named_modules() if isinstance(m, FUSED_LAYERS)}
+    real = [n for n in plan.layers if isinstance(model.get_submodule(n), FUSED_LAYERS)]
     if timer is None and device.type != "cuda":
-        return [LayerKernel(name=n, kernel=Fp8Kernel.FUSED, why="not timed off CUDA") for n in real]
-    alt = copy.deepcopy(source).to(dtype)
-    apply_fp8(alt, source, plan, dtype, Fp8Kernel.SCALED_MM)
-    alt = alt.to(device)
-    bind_scaled_mm(alt, device)
-    path = cache or cache_path()
-    stored = json.loads(path.read_text()) if path.is_file() else {}
-    versions = _versions(device)
-    clock = timer or _time_us
-    timed: dict[int, dict[str, tuple[float, float]]] = {b: {} for b in batches}
+        return [
+            LayerKernel(name=n, kernel=ChosenKernel.FUSED, why="not timed off CUDA") for n in real
+        ]
+    options = Candidates(model, source, plain if plain is not None else source, plan, dtype, device)
+    timed = _time_layers(options, fused, example, batches, cache or cache_path(), timer or _time_us)
+    choice = []
+    for name in real:
+        if name in timed:
+            choice += layer_rows(name, timed[name])
+        else:
+            why = _untimed_why(model.get_submodule(name))
+            choice.append(LayerKernel(name=name, kernel=ChosenKernel.FUSED, why=why))
+    apply_choice(options, choice)
+    return choice
 
-    def hook(name: str, layer: FusedFP8Matmul, batch: int) -> PreHook:
+
+def _time_layers(
+    options: Candidates,
+    fused: dict[str, nn.Module],
+    example: torch.Tensor,
+    batches: list[int],
+    path: Path,
+    clock: Timer,
+) -> dict[str, dict[int, Timing]]:
+    """layer -> batch -> its times, from one eager pass of the engine per batch with a
+    pre-hook on each layer that may take another kernel; cached in the JSON file `path`."""
+    stored = json.loads(path.read_text()) if path.is_file() else {}
+    versions = _versions(options.device)
+    timed: dict[str, dict[int, Timing]] = {}
+
+    def hook(name: str, layer: nn.Module, batch: int) -> PreHook:
         def pre(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
             x, rest = args[0], args[1:]  # rest: the residual of a residual layer
-            if _hands_off(layer):
-                return
             key = json.dumps([versions, list(x.shape), layer.extra_repr(), layer.bias is not None,
-                              plan.per_channel, str(dtype)])  # fmt: skip
+                              options.plan.per_channel, str(options.dtype)])  # fmt: skip
             if key not in stored:
-                other = _unfused(alt, name, layer)
                 shared = clock(lambda: to_fp8(x, layer.x_scale))
                 # forward, not __call__: this hook must not run again inside its own timing
-                fused_us = clock(lambda: layer.forward(x, *rest))
-                mm_us = clock(lambda: other(x, *rest))
-                stored[key] = [max(fused_us - shared, 0.0), max(mm_us - shared, 0.0)]
-            timed[batch][name] = tuple(stored[key])
+                fused_us = max(clock(lambda: layer.forward(x, *rest)) - shared, 0.0)
+                mm_us = None
+                if isinstance(layer, FusedFP8Matmul):
+                    other = options.get(name, ChosenKernel.SCALED_MM, layer)
+                    mm_us = max(clock(lambda: other(x, *rest)) - shared, 0.0)
+                half = options.get(name, ChosenKernel.FP16, layer)
+                stored[key] = Timing(fused_us, mm_us, clock(lambda: half(x, *rest))).to_json()
+            timed.setdefault(name, {})[batch] = Timing.of_json(stored[key])
 
         return pre
 
     for batch in batches:
         x = example[:1].repeat(batch, *([1] * (example.dim() - 1)))
-        x = x.to(device, dtype).contiguous(memory_format=torch.channels_last)
-        with pre_hooks(model, [(n, hook(n, m, batch)) for n, m in fused.items()]):
-            with torch.no_grad():
-                model(x)
+        x = x.to(options.device, options.dtype).contiguous(memory_format=torch.channels_last)
+        hooks = [(n, hook(n, m, batch)) for n, m in fused.items() if fp16_blocker(m) is None]
+        with pre_hooks(options.model, hooks), torch.no_grad():
+            options.model(x)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, stored)
-    choices = []
-    for name in real:
-        if name not in timed[batches[0]]:
-            layer = model.get_submodule(name)
-            why = "not run in the example pass"
-            if isinstance(layer, FusedFP8Conv2d):
-                why = "no unfused kernel (kxk conv)"
-            elif getattr(layer, "out_pad", None) is not None:
-                why = "writes the next conv's padded input"
-            elif _hands_off(layer):
-                why = "FP8 hand-off"
-            choices.append(LayerKernel(name=name, kernel=Fp8Kernel.FUSED, why=why))
-            continue
-        wins = set()
-        for batch in batches:
-            fused_us, mm_us = timed[batch][name]
-            win = mm_us < (1 - MARGIN) * fused_us
-            if win:
-                wins.add(batch)
-            choices.append(
-                LayerKernel(
-                    name=name,
-                    kernel=Fp8Kernel.SCALED_MM if win else Fp8Kernel.FUSED,
-                    fused_us=fused_us,
-                    scaled_mm_us=mm_us,
-                    batch=batch,
-                )
-            )
-        if wins:
-            unfused = _unfused(alt, name, fused[name])
-            both = wins != set(batches)
-            replace_module(
-                model, name, ByBatch(fused[name], unfused, wins, batches) if both else unfused
-            )
-    return choices
+    return {n: t for n, t in timed.items() if set(t) == set(batches)}
+
+
+def replay_kernels(
+    model: nn.Module,
+    source: nn.Module,
+    plain: nn.Module,
+    plan: QuantPlan,
+    dtype: torch.dtype,
+    device: torch.device,
+    choice: list[LayerKernel],
+) -> list[LayerKernel]:
+    """The fused engine `model` rebuilt as a recorded `choice` made it (nothing timed), so a
+    study extended later computes what its engine computed; returns `choice`."""
+    real = {n for n in plan.layers if isinstance(model.get_submodule(n), FUSED_LAYERS)}
+    unknown = sorted({c.name for c in choice} - real)
+    if unknown:
+        raise UserError(
+            f"the recorded FP8 kernel choice names layers this engine has no FP8 layer for "
+            f"({unknown[:3]}); run the study again"
+        )
+    apply_choice(Candidates(model, source, plain, plan, dtype, device), choice)
+    return list(choice)

@@ -56,6 +56,9 @@ Schema history:
      multiply-accumulates of the model's conv and linear layers on one image at its input size,
      counted by forward hooks, `model/macs.py`).; EngineInfo.fp8_rewrites_skipped (an engine rewrite
      that could not handle the model, and why: the engine was built without it).
+ 17: LayerKernel.kernel "fp16" and LayerKernel.fp16_us, EngineInfo.fp8_stepped_aside (a
+     "fastest" engine keeps a selected layer in its compute dtype where FP8 was slower at every
+     timed batch, `engines/step_aside.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -65,7 +68,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

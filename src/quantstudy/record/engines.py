@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Self
+
+from pydantic import Field, model_validator
 
 from quantstudy.record.base import Section
-from quantstudy.record.vocab import CompileMode, Fp8Kernel
+from quantstudy.record.vocab import ChosenKernel, CompileMode, Fp8Kernel
 
 
 class LayerKernel(Section):
-    """Which product one real FP8 layer runs, and the in-place timings that chose it
-    (`engines/kernel_choice.py`; schema 6 on)."""
+    """What one real FP8 layer runs at one timed batch, and the in-place timings that chose it
+    (`engines/kernel_choice.py`; schema 6 on, "fp16" and `fp16_us` schema 17 on)."""
 
     name: str
-    kernel: Fp8Kernel  # "fused" or "scaled_mm"
+    kernel: ChosenKernel  # "fused", "scaled_mm" or "fp16" (stepped aside: the float layer)
     fused_us: float | None = None  # None: not timed (see why)
-    scaled_mm_us: float | None = None
+    scaled_mm_us: float | None = None  # None: not timed (no unfused kernel for the layer)
+    # the float layer and its epilogue in the engine's dtype; None: not timed (an FP8 hand-off)
+    fp16_us: float | None = None
     batch: int | None = None  # the batch size the layer was timed at
-    why: str | None = None  # why it was not timed (FP8 hand-off, kxk conv, not on CUDA)
+    why: str | None = None  # why it was not timed (FP8 hand-off, not on CUDA)
 
 
 class EngineInfo(Section):
@@ -47,9 +51,23 @@ class EngineInfo(Section):
     fp8_scaled_mm_output: str | None = None
     # "fastest" engines: the product each real FP8 layer runs and why (schema 6 on)
     fp8_kernel_choice: list[LayerKernel] | None = None
+    # selected layers a "fastest" engine kept in its compute dtype because FP8 was slower at
+    # every timed batch: the rows of `fp8_kernel_choice` with kernel "fp16"; not in `fp8_real`,
+    # counted in `fp16_layers` (schema 17 on)
+    fp8_stepped_aside: list[str] = Field(default_factory=list)
     # rewrite -> why it was not applied to this model: a rewrite that cannot trace the model
     # is skipped, never fatal ("residual": `quant/rewrites/residual.py`; schema 16 on)
     fp8_rewrites_skipped: dict[str, str] = Field(default_factory=dict)
     fp16_layers: int  # conv/linear layers left in the engine's compute dtype
     weight_bytes: int
     numerics: dict[str, str]  # explicit global settings, e.g. {"allow_tf32": "False"}
+
+    @model_validator(mode="after")
+    def _stepped_aside_is_the_choice(self) -> Self:
+        """The stepped-aside list is the kernel choice's "fp16" layers, none of them real FP8."""
+        chosen = [c.name for c in self.fp8_kernel_choice or [] if c.kernel == ChosenKernel.FP16]
+        if list(dict.fromkeys(chosen)) != self.fp8_stepped_aside:
+            raise ValueError("fp8_stepped_aside must list the layers the kernel choice ran fp16")
+        if set(self.fp8_stepped_aside) & set(self.fp8_real):
+            raise ValueError("a layer stepped aside to fp16 runs no real FP8 product")
+        return self

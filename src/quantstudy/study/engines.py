@@ -15,7 +15,9 @@ from torch import nn
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, build_half
 from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.record import LayerKernel
 from quantstudy.record.vocab import Engine as EngineName
+from quantstudy.record.vocab import Fp8Kernel
 from quantstudy.study.config import StudyConfig
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
@@ -33,13 +35,21 @@ def study_builders(
     plan: QuantPlan,
     fold: bool,
     device: torch.device,
+    fp8_choice: list[LayerKernel] | None = None,
 ) -> dict[str, Callable[[], Engine]]:
-    """Every engine of the study, built lazily, in the order they run."""
+    """Every engine of the study, built lazily, in the order they run. `fp8_choice`: the
+    per-layer kernel choice a "fastest" study recorded, rebuilt as it was (`quantstudy
+    extend`), not timed again.
+
+    The emulations are built after the FP8 engine and leave float the layers it stepped aside
+    (`engines/step_aside.py`), so the FP8 engine against its emulation compares like with like;
+    where the FP8 engine is not built (the caller runs other engines only), they emulate every
+    layer of the plan."""
     mode = config.compile_mode
-    return {
-        EngineName.FP32: lambda: build_fp32(model, device),
-        EngineName.FP16: lambda: build_half(model, device, example, fold=fold, compile_mode=mode),
-        EngineName.FP8: lambda: build_fp8(
+    stepped: list[str] = []  # set when the FP8 engine is built
+
+    def fp8() -> Engine:
+        engine = build_fp8(
             model,
             device,
             example,
@@ -48,19 +58,27 @@ def study_builders(
             compile_mode=mode,
             kernel=config.kernel,
             choice_batches=config.batches,
-        ),
-        **{
-            name: functools.partial(
-                build_fakequant,
-                model,
-                device,
-                example,
-                plan,
-                fold=fold,
-                weights=w,
-                activations=a,
-                name=name,
-            )
-            for name, (w, a) in ATTRIBUTION.items()
-        },
+            replay=fp8_choice if config.kernel == Fp8Kernel.FASTEST else None,
+        )
+        stepped[:] = engine.fp8_stepped_aside
+        return engine
+
+    def fakequant(name: str, weights: bool, activations: bool) -> Engine:
+        return build_fakequant(
+            model,
+            device,
+            example,
+            plan,
+            fold=fold,
+            weights=weights,
+            activations=activations,
+            name=name,
+            stepped_aside=list(stepped),
+        )
+
+    return {
+        EngineName.FP32: lambda: build_fp32(model, device),
+        EngineName.FP16: lambda: build_half(model, device, example, fold=fold, compile_mode=mode),
+        EngineName.FP8: fp8,
+        **{name: functools.partial(fakequant, name, w, a) for name, (w, a) in ATTRIBUTION.items()},
     }

@@ -42,6 +42,7 @@ from quantstudy.quality.stress import stress_inputs
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import (
     EngineInfo,
+    LayerKernel,
     LayerSpeedSection,
     QualitySection,
     SearchSection,
@@ -235,12 +236,15 @@ def build_engines(
     cache: StageCache | None,
     device: torch.device,
     timer: StageTimer,
+    fp8_choice: list[LayerKernel] | None = None,
 ) -> Built:
     """Build every engine and run each on the stress inputs (cached per engine); the passes
-    and pairs the held-out images go through (`study/heldout.py`)."""
+    and pairs the held-out images go through (`study/heldout.py`). `fp8_choice`: a recorded
+    "fastest" choice to rebuild (`study_builders`)."""
     stress_x = torch.stack([t for _, t in stress_inputs(inputs.pre)])
+    fold = inputs.recipe.weights.fold_bn
     builders = study_builders(
-        config, inputs.loaded.model, inputs.example, plan, inputs.recipe.weights.fold_bn, device
+        config, inputs.loaded.model, inputs.example, plan, fold, device, fp8_choice
     )
     # the stress inputs in the held-out batches' shape: a compiled engine compiles once for both
     batch = min(config.eval_batch, len(inputs.heldout_items))
@@ -266,7 +270,8 @@ def build_engines(
             ]
     if config.float32_engine:
         with timer.stage("engine fp8 in float32: build"):
-            fp8 = _float32_fp8(config, inputs, plan, device)
+            stepped = next(i.fp8_stepped_aside for i in built.infos if i.name == EngineName.FP8)
+            fp8 = _float32_fp8(config, inputs, plan, device, stepped)
             built.passes.append(EnginePass("fp8_float32", fp8))
     names = [p.name for p in built.passes]
     built.pairs = [(EngineName.FP32, n) for n in built.stress if n != EngineName.FP32]
@@ -333,13 +338,19 @@ def _stage_name(name: str, timed: dict[str, Engine]) -> str:
 
 
 def _float32_fp8(
-    config: StudyConfig, inputs: StudyInputs, plan: QuantPlan, device: torch.device
+    config: StudyConfig,
+    inputs: StudyInputs,
+    plan: QuantPlan,
+    device: torch.device,
+    stepped: list[str],
 ) -> Engine:
     """The study's FP8 engine built in float32 and run eagerly (quality only): the fused
-    kernel where the study's engine chooses per layer, the unfused one where it runs that."""
+    kernel where the study's engine chooses per layer, the unfused one where it runs that,
+    and the float layers where it `stepped` aside (`engines/step_aside.py`)."""
     fp8 = build_fp8(
         inputs.loaded.model, device, inputs.example, plan,
         fold=inputs.recipe.weights.fold_bn, kernel=config.kernel.built, dtype=torch.float32,
+        stepped_aside=stepped,
     )  # fmt: skip
     return fp8.eagerly()
 

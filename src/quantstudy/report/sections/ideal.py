@@ -1,13 +1,15 @@
 """Two speed tables of the report: measured x against the ideal x at the FP8 roofline
-(`speed/ideal.py`), per batch size; and the product each FP8 layer runs in a "fastest" engine
-with the in-place timings that chose it (`engines/kernel_choice.py`). A record without the
-fields renders nothing."""
+(`speed/ideal.py`), per batch size; and what each FP8 layer runs in a "fastest" engine (an
+FP8 kernel, or its float layer where it stepped aside) with the in-place timings that chose it
+(`engines/kernel_choice.py`). A record without the fields renders nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from quantstudy.record import IdealSpeed, LayerKernel
-from quantstudy.record.vocab import Fp8Kernel
-from quantstudy.report.format import NOT_MEASURED, fmt_ms, fmt_pct, fmt_ratio, fmt_us
+from quantstudy.record.vocab import ChosenKernel
+from quantstudy.report.format import NOT_MEASURED, code, fmt_ms, fmt_pct, fmt_ratio, fmt_us
 from quantstudy.report.sections.tables import TableSpec, columns
 
 
@@ -31,7 +33,15 @@ def _us(v: float | None) -> str:
 
 def _choice_row(c: LayerKernel) -> list[str]:
     batch = str(c.batch) if c.batch is not None else "-"
-    return [c.name, str(c.kernel), _us(c.fused_us), _us(c.scaled_mm_us), batch, c.why or "-"]
+    return [
+        c.name,
+        str(c.kernel),
+        _us(c.fused_us),
+        _us(c.scaled_mm_us),
+        _us(c.fp16_us),
+        batch,
+        c.why or "-",
+    ]
 
 
 IDEAL_TABLE = TableSpec(
@@ -51,7 +61,15 @@ IDEAL_TABLE = TableSpec(
 )
 KERNEL_CHOICE_TABLE = TableSpec(
     "FP8 kernel per layer",
-    columns("Layer", "Kernel", "fused us", "scaled_mm us", "Timed at batch", "Not timed because"),
+    columns(
+        "Layer",
+        "Kernel",
+        "fused us",
+        "scaled_mm us",
+        "fp16 us",
+        "Timed at batch",
+        "Not timed because",
+    ),
     _choice_row,
 )
 TABLES = [IDEAL_TABLE, KERNEL_CHOICE_TABLE]
@@ -71,20 +89,31 @@ def ideal_lines(ideal: list[IdealSpeed] | None) -> list[str]:
     return [*lines, *IDEAL_TABLE.render(ideal), ""]
 
 
-def kernel_choice_lines(choice: list[LayerKernel] | None) -> list[str]:
-    """Per FP8 layer: the product it runs, both in-place times and why a layer was not timed;
-    [] for an engine that made no choice."""
+def kernel_choice_lines(
+    choice: list[LayerKernel] | None, stepped_aside: Sequence[str] = ()
+) -> list[str]:
+    """Per FP8 layer: what it runs, the in-place times and why a layer was not timed, and the
+    layers kept in fp16 (`stepped_aside`, the engine's list); [] for an engine that made no
+    choice."""
     if not choice:
         return []
-    layers = len({c.name for c in choice})
+    layers = len({c.name for c in choice} - set(stepped_aside))
     batches = sorted({c.batch for c in choice if c.batch is not None})
-    scaled_mm = [c for c in choice if c.kernel == Fp8Kernel.SCALED_MM]
+    scaled_mm = [c for c in choice if c.kernel == ChosenKernel.SCALED_MM]
     picked = [sum(c.batch == b for c in scaled_mm) for b in batches]
     runs = "; ".join(f"at batch {b}, {n} of {layers}" for b, n in zip(batches, picked, strict=True))
     lines = [
-        f"FP8 kernel per layer: the faster of the fused product and torch._scaled_mm, timed in "
-        f"place at engine build at each timed batch (`engines/kernel_choice.py`); scaled_mm runs "
-        f"{runs or f'0 of {layers}'} layers.",
+        "FP8 kernel per layer: the fastest of the fused product, torch._scaled_mm and the float "
+        "layer in the engine's dtype, timed in place at engine build at each timed batch "
+        "(`engines/kernel_choice.py`); the float layer replaces an FP8 layer only where it is "
+        "faster at every timed batch, so the engine computes the same numbers at every batch "
+        f"(`engines/step_aside.py`). scaled_mm runs {runs or f'0 of {layers}'} FP8 layers.",
         "",
     ]
+    if stepped_aside:
+        names = ", ".join(code(n) for n in stepped_aside)
+        lines[0] += (
+            f" Kept in fp16 (FP8 slower at every timed batch): {len(stepped_aside)} "
+            f"{'layer' if len(stepped_aside) == 1 else 'layers'}, {names}."
+        )
     return [*lines, *KERNEL_CHOICE_TABLE.render(choice), ""]

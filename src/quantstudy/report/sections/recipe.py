@@ -17,11 +17,16 @@ from quantstudy.report.lookups import FP8, engine_info
 
 
 def _layer_rows(
-    layers: list[LayerDecision], real: set[str], emulated: set[str], other: str
+    layers: list[LayerDecision],
+    real: set[str],
+    emulated: set[str],
+    other: str,
+    stepped: frozenset[str] = frozenset(),
 ) -> list[list[str]]:
     rows = []
     for x in layers:
         runs = "FP8" if x.name in real else "emulated" if x.name in emulated else other
+        runs += " (FP8 slower)" if x.name in stepped else ""
         rows.append(
             [
                 code(x.name),
@@ -90,10 +95,12 @@ def render_recipe(r: StudyRecord) -> list[str]:
         lines.append(f"- FP8 engine: {NOT_MEASURED} (no fp8 engine in the study).")
         real: set[str] = set()
         emulated: set[str] = set()
+        stepped: frozenset[str] = frozenset()
         other = "no FP8 engine"
     else:
         other = fp8.compute_dtype
         real, emulated = set(fp8.fp8_real), set(fp8.fp8_emulated)
+        stepped = frozenset(fp8.fp8_stepped_aside)
         lines.append(
             f"- Ran FP8 for real (FP8 matrix products): {len(fp8.fp8_real)} of "
             f"{len(rc.selected)} selected layers."
@@ -105,6 +112,15 @@ def render_recipe(r: StudyRecord) -> list[str]:
         if 0 < len(fp8.fp8_emulated) <= COLLAPSE_ROWS:
             emu += ": " + ", ".join(code(n) for n in fp8.fp8_emulated)
         lines.append(emu + ".")
+        if fp8.fp8_stepped_aside:
+            aside = (
+                f"- Kept in {fp8.compute_dtype} by the per-layer kernel choice (FP8 slower at "
+                f"every timed batch, `engines/step_aside.py`): {len(fp8.fp8_stepped_aside)} of "
+                f"{len(rc.selected)} selected layers"
+            )
+            if len(fp8.fp8_stepped_aside) <= COLLAPSE_ROWS:
+                aside += ": " + ", ".join(code(n) for n in fp8.fp8_stepped_aside)
+            lines.append(aside + ".")
         lines.append(
             f"- Stayed in {fp8.compute_dtype}: {fp8.fp16_layers} conv/linear layers of the FP8 "
             "engine."
@@ -126,7 +142,7 @@ def render_recipe(r: StudyRecord) -> list[str]:
         "Runs as",
         "Reason",
     ]
-    sel = table(header, _layer_rows(rc.selected, real, emulated, other))
+    sel = table(header, _layer_rows(rc.selected, real, emulated, other, stepped))
     lines += [f"Selected layers ({len(rc.selected)}):", ""]
     lines += maybe_collapsed(f"{len(rc.selected)} selected layers", sel, len(rc.selected))
     exc = table(header, _layer_rows(rc.excluded, set(), set(), other))

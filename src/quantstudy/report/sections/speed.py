@@ -74,7 +74,8 @@ def render_speed(r: StudyRecord, plots: set[str]) -> list[str]:
             lines.append("")
         lines += ideal_lines(sp.ideal)
         fp8 = next((e for e in r.engines if e.name == FP8), None)
-        lines += kernel_choice_lines(fp8.fp8_kernel_choice if fp8 is not None else None)
+        if fp8 is not None:
+            lines += kernel_choice_lines(fp8.fp8_kernel_choice, fp8.fp8_stepped_aside)
     if wb:
         lines += WEIGHT_BYTES_TABLE.render(wb.items())
         lines.append("")

@@ -1,0 +1,273 @@
+"""A "fastest" FP8 engine keeps a layer in fp16 where FP8 is slower at every timed batch
+(`engines/step_aside.py`), on CPU with stand-in timers."""
+
+import types
+
+import pytest
+import torch
+from torch import nn
+
+from quantstudy.engines.builders import build_fakequant, build_fp8, build_half
+from quantstudy.engines.unfused import Unfused
+from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.layers.matmul import QDQ
+from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.record import EngineInfo, LayerKernel
+
+CPU = torch.device("cpu")
+SLOW = 100.0
+
+
+@pytest.fixture(autouse=True)
+def _timing_cache(monkeypatch, tmp_path):
+    """The engines' timing cache (`kernel_choice.cache_path`) in the test's folder: each test
+    times afresh, and nothing is written under the user's home."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+
+
+class _Res(nn.Module):
+    """A resnet-like block: a 3x3 stem read twice (no hand-off), a 1x1 conv whose output only a
+    zero pad reads (it writes the padded output, `quant/rewrites/pad_handoff.py`), a 3x3 conv
+    with padding 0 after that pad, a 3x3 conv summed with its input, a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.act0 = nn.ReLU()
+        self.pw = nn.Conv2d(16, 16, 1)
+        self.act1 = nn.ReLU()
+        self.pad = nn.ZeroPad2d(1)
+        self.k3 = nn.Conv2d(16, 16, 3)
+        self.k3b = nn.Conv2d(16, 16, 3, padding=1)
+        self.act2 = nn.ReLU()
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.act0(self.stem(x))
+        y = self.k3(self.pad(self.act1(self.pw(s))))
+        z = self.act2(self.k3b(y) + y + s)
+        return self.head(z.mean((2, 3)))
+
+
+def _setup(layers=("stem", "pw", "k3", "k3b", "head")):
+    torch.manual_seed(0)
+    model = _Res().eval()
+    x = torch.randn(2, 3, 8, 8)
+    return model, x, QuantPlan(list(layers), True, calibrate(model, list(layers), [x]))
+
+
+# the layers timed, in forward order (`pw` writes a padded output: not timed), and whether
+# each has an unfused scaled_mm counterpart (1x1/linear)
+TIMED = [("stem", False), ("k3", False), ("k3b", False), ("head", True)]
+
+
+def _timer(table: dict[int, dict[str, tuple[float, float | None, float]]]):
+    """A stand-in timer fed in the order the pass times: per batch (ascending) and timed layer,
+    the shared quantize (0 here, so the FP8 times are as given), fused, scaled_mm (1x1/linear
+    layers only), fp16."""
+    times = []
+    for batch in sorted(table):
+        for name, matmul in TIMED:
+            fused, mm, fp16 = table[batch][name]
+            times += [0.0, fused, *([mm] if matmul else []), fp16]
+    it = iter(times)
+    return lambda fn: next(it)
+
+
+def _fastest(model, x, plan, table, **kw):
+    return build_fp8(
+        model, CPU, x, plan, dtype=torch.float32, kernel="fastest",
+        choice_batches=sorted(table), timer=_timer(table), **kw,
+    )  # fmt: skip
+
+
+def test_a_layer_steps_aside_only_where_fp16_wins_at_every_timed_batch():
+    """At batches 1 and 4: `stem`'s float conv wins at both (steps aside); `k3`'s wins at batch
+    1 only (stays FP8, its fp16 times recorded); `k3b`'s is faster at both but within the
+    margin at batch 4 (stays); `head`'s beats the fused product at both but not scaled_mm,
+    which is its best FP8 kernel (stays FP8, running scaled_mm). The pad-writing 1x1 conv
+    stays FP8, with its reason."""
+    model, x, plan = _setup()
+    table = {
+        b: {"stem": (10.0, None, 5.0), "k3": (10.0, None, 5.0 if b == 1 else 11.0),
+            "k3b": (10.0, None, 9.0 if b == 1 else 9.8), "head": (10.0, 4.0, 6.0)}
+        for b in (1, 4)
+    }  # fmt: skip
+    engine = _fastest(model, x, plan, table)
+    info = engine.info()
+    rows = {(c.name, c.batch): (str(c.kernel), c.fp16_us) for c in info.fp8_kernel_choice}
+    assert rows == {
+        ("stem", 1): ("fp16", 5.0), ("stem", 4): ("fp16", 5.0),
+        ("pw", None): ("fused", None),
+        ("k3", 1): ("fused", 5.0), ("k3", 4): ("fused", 11.0),
+        ("k3b", 1): ("fused", 9.0), ("k3b", 4): ("fused", 9.8),
+        ("head", 1): ("scaled_mm", 6.0), ("head", 4): ("scaled_mm", 6.0),
+    }  # fmt: skip
+    why = {c.name: c.why for c in info.fp8_kernel_choice}
+    assert why["pw"] == "writes the next conv's padded input"
+    assert info.fp8_padded_output == {"pw": "pad"}
+    assert info.fp8_stepped_aside == ["stem"]
+    assert info.fp8_real == ["pw", "k3", "k3b", "head"]
+    assert "stem" not in info.fp8_epilogue and info.fp8_epilogue["pw"] == "relu"
+    assert info.fp16_layers == 5 - 5 + 1
+    m = engine.eager
+    assert isinstance(m.stem, Unfused) and type(m.stem.layer) is nn.Conv2d
+    assert isinstance(m.stem.act, nn.ReLU) and m.stem.layer.weight.dtype == torch.float32
+    assert isinstance(m.pw, FusedFP8Matmul) and isinstance(m.k3, FusedFP8Conv2d)
+
+
+def test_a_layer_that_beats_scaled_mm_too_steps_aside_and_runs_what_the_float_model_runs():
+    """`head`'s float layer beats its best FP8 kernel (scaled_mm) at both batches: it steps
+    aside. With `stem` stepped aside too, the float32 engine computes, bit for bit, the model
+    with only `pw`, `k3` and `k3b` quantized: its FP8 engine in float32 with those three alone."""
+    model, x, plan = _setup()
+    table = {
+        b: {"stem": (10.0, None, 5.0), "k3": (10.0, None, SLOW), "k3b": (10.0, None, SLOW),
+            "head": (10.0, 6.0, 4.0)}
+        for b in (1, 4)
+    }  # fmt: skip
+    engine = _fastest(model, x, plan, table)
+    assert engine.info().fp8_stepped_aside == ["stem", "head"]
+    assert type(engine.eager.head.layer) is nn.Linear
+    _, _, fewer = _setup(("pw", "k3", "k3b"))
+    fewer = QuantPlan(fewer.layers, True, plan.calibration)  # the same scales
+    want = build_fp8(model, CPU, x, fewer, dtype=torch.float32).eager
+    with torch.no_grad():
+        assert torch.equal(engine.eager(x), want(x))
+
+
+def test_every_layer_stepped_aside_is_the_fp16_engine_bit_for_bit():
+    """Without hand-offs (no 1x1 conv in the plan), every timed layer steps aside: the FP8
+    engine (bf16 on CPU) then runs the fp16 engine's layers in the same dtype, its absorbed
+    activations as the same modules, and its output equals the fp16 engine's exactly."""
+    model, x, plan = _setup(("stem", "k3", "k3b", "head"))
+    table = {1: {"stem": (10.0, None, 1.0), "k3": (10.0, None, 1.0), "k3b": (10.0, None, 1.0),
+                 "head": (10.0, 10.0, 1.0)}}  # fmt: skip
+    engine = build_fp8(
+        model, CPU, x, plan, kernel="fastest", choice_batches=[1], timer=_timer(table)
+    )
+    assert engine.dtype == torch.bfloat16
+    assert engine.info().fp8_stepped_aside == plan.layers and engine.info().fp8_real == []
+    half = build_half(model, CPU, x)
+    with torch.no_grad():
+        assert torch.equal(engine(x), half(x))
+
+
+def test_a_conv_after_a_padded_output_steps_aside_as_the_float_conv_with_padding_0():
+    """`pw` writes the zero padding `pad` would add; `k3` (padding 0 after that pad, in the
+    model as in the engine) steps aside and runs the float conv on the padded buffer: in
+    float32 its output equals, bit for bit, the model's `k3` on the buffer's interior padded
+    by the model's own `pad` (the same zeros, so the same tensor)."""
+    model, x, plan = _setup()
+    table = {1: {"stem": (10.0, None, SLOW), "k3": (10.0, None, 1.0), "k3b": (10.0, None, SLOW),
+                 "head": (10.0, 10.0, SLOW)}}  # fmt: skip
+    engine = _fastest(model, x, plan, table)
+    assert engine.info().fp8_stepped_aside == ["k3"]
+    seen = {}
+    hook = engine.eager.k3.register_forward_hook(lambda m, a, out: seen.update(x=a[0], y=out))
+    with torch.no_grad():
+        engine.eager(x.contiguous(memory_format=torch.channels_last))
+        hook.remove()
+        padded = seen["x"]
+        assert padded.shape[-2:] == (10, 10) and not padded[:, :, 0].any()
+        interior = padded[:, :, 1:-1, 1:-1]
+        assert torch.equal(model.k3(model.pad(interior)), seen["y"])
+
+
+def test_the_emulations_leave_the_stepped_aside_layers_float(monkeypatch):
+    """The study's emulations are built after its FP8 engine and take the layers it stepped
+    aside: each is the float32 layer of the deployed model, not a quantize-dequantize one, and
+    is counted as such; the others stay emulated."""
+    from quantstudy.study import engines as study_engines
+
+    model, x, plan = _setup()
+    table = {1: {"stem": (10.0, None, 1.0), "k3": (10.0, None, SLOW), "k3b": (10.0, None, SLOW),
+                 "head": (10.0, 10.0, 1.0)}}  # fmt: skip
+    timed = _timer(table)
+
+    def fp8(*args, **kw):
+        return build_fp8(*args, **kw, timer=timed)
+
+    monkeypatch.setattr(study_engines, "build_fp8", fp8)
+    config = types.SimpleNamespace(compile_mode="default", kernel="fastest", batches=[1])
+    builders = study_engines.study_builders(config, model, x, plan, True, CPU)
+    assert builders["fp8"]().info().fp8_stepped_aside == ["stem", "head"]
+    for name in ("fakequant", "fakequant_weights", "fakequant_activations"):
+        emulation = builders[name]()
+        m = emulation.eager
+        assert type(m.stem) is nn.Conv2d and type(m.head) is nn.Linear
+        assert all(isinstance(m.get_submodule(n), QDQ) for n in ("pw", "k3", "k3b"))
+        info = emulation.info()
+        assert [n for n in info.fp8_emulated] == ["pw", "k3", "k3b"]
+        assert info.fp16_layers == 2
+    alone = build_fakequant(model, CPU, x, plan)
+    assert isinstance(alone.eager.stem, QDQ)  # an emulation built on its own emulates them all
+
+
+def test_a_recorded_choice_is_rebuilt_without_timing():
+    """`replay` rebuilds a recorded choice: the same layers step aside and run scaled_mm, the
+    same output, and the timer is never called."""
+    model, x, plan = _setup()
+    table = {
+        b: {"stem": (10.0, None, 1.0), "k3": (10.0, None, SLOW), "k3b": (10.0, None, SLOW),
+            "head": (10.0, 4.0, SLOW if b == 1 else 1.0)}
+        for b in (1, 4)
+    }  # fmt: skip
+    first = _fastest(model, x, plan, table)
+    choice = first.info().fp8_kernel_choice
+    again = build_fp8(
+        model, CPU, x, plan, dtype=torch.float32, kernel="fastest", choice_batches=[1, 4],
+        replay=choice, timer=lambda fn: 1 / 0,
+    )  # fmt: skip
+    assert again.info().fp8_kernel_choice == choice
+    assert again.info().fp8_stepped_aside == ["stem"]
+    assert type(again.eager.head).__name__ == "Unfused"  # scaled_mm at both batches
+    with torch.no_grad():
+        assert torch.equal(again.eager(x), first.eager(x))
+
+
+def test_the_record_holds_the_stepped_aside_layers_and_old_records_still_read():
+    rows = [
+        LayerKernel(name="a", kernel="fp16", fused_us=10.0, fp16_us=5.0, batch=1),
+        LayerKernel(name="b", kernel="fused", fused_us=10.0, scaled_mm_us=11.0, batch=1),
+    ]
+    base = dict(
+        name="fp8", compute_dtype="float16", device="cuda", compiled=True, fp8_real=["b"],
+        fp8_emulated=[], fp8_kernel="fastest", fp16_layers=3, weight_bytes=1, numerics={},
+    )  # fmt: skip
+    info = EngineInfo(**base, fp8_kernel_choice=rows, fp8_stepped_aside=["a"])
+    assert EngineInfo.model_validate_json(info.model_dump_json()) == info
+    with pytest.raises(ValueError, match="kernel choice ran fp16"):
+        EngineInfo(**base, fp8_kernel_choice=rows)
+    with pytest.raises(ValueError, match="runs no real FP8"):
+        EngineInfo(**{**base, "fp8_real": ["a", "b"]}, fp8_kernel_choice=rows,
+                   fp8_stepped_aside=["a"])  # fmt: skip
+    old = {
+        **base,
+        "fp8_kernel_choice": [
+            {"name": "b", "kernel": "scaled_mm", "fused_us": 2.0, "scaled_mm_us": 1.0, "batch": 1}
+        ],
+    }
+    assert EngineInfo.model_validate(old).fp8_stepped_aside == []  # schema 16: no such field
+
+
+def test_a_study_rebuilt_from_its_record_replays_the_choice(monkeypatch):
+    """`quantstudy extend` hands the recorded choice to the study's builders: the FP8 engine
+    is rebuilt from it without timing, and the emulations leave the same layers float."""
+    from quantstudy.study import engines as study_engines
+
+    model, x, plan = _setup()
+    table = {1: {"stem": (10.0, None, SLOW), "k3": (10.0, None, SLOW), "k3b": (10.0, None, 1.0),
+                 "head": (10.0, 10.0, SLOW)}}  # fmt: skip
+    choice = _fastest(model, x, plan, table).info().fp8_kernel_choice
+
+    def fp8(*args, **kw):
+        return build_fp8(*args, **kw, timer=lambda fn: 1 / 0)
+
+    monkeypatch.setattr(study_engines, "build_fp8", fp8)
+    config = types.SimpleNamespace(compile_mode="default", kernel="fastest", batches=[1])
+    builders = study_engines.study_builders(config, model, x, plan, True, CPU, choice)
+    assert builders["fp8"]().info().fp8_stepped_aside == ["k3b"]
+    assert type(builders["fakequant"]().eager.k3b) is nn.Conv2d
