@@ -206,6 +206,43 @@ def test_the_emulations_leave_the_stepped_aside_layers_float(monkeypatch):
     assert isinstance(alone.eager.stem, QDQ)  # an emulation built on its own emulates them all
 
 
+def test_a_study_keys_the_outputs_of_its_fp8_engine_by_the_layers_kept_in_fp16(
+    monkeypatch, tmp_path
+):
+    """The layers kept in fp16 are timed, not given by the study's inputs: a study resumed on
+    another machine may keep others. So the stage cache that the FP8 engine and everything
+    built after it (its emulations, the held-out chunks) read and write is keyed by them too,
+    while the fp32 and fp16 engines keep the study's key."""
+    from quantstudy.study import engines as study_engines
+    from quantstudy.study import run as study_run
+    from quantstudy.study.cache import StageCache
+    from quantstudy.study.stage_timer import StageTimer
+
+    model, x, plan = _setup()
+    table = {1: {"stem": (10.0, None, 1.0), "k3": (10.0, None, SLOW), "k3b": (10.0, None, SLOW),
+                 "head": (10.0, 10.0, 1.0)}}  # fmt: skip
+    timed = _timer(table)
+    monkeypatch.setattr(
+        study_engines, "build_fp8", lambda *a, **kw: build_fp8(*a, **kw, timer=timed)
+    )
+    monkeypatch.setattr(study_run, "stress_inputs", lambda pre: [("x", x[0])])
+    config = types.SimpleNamespace(
+        compile_mode="default", kernel="fastest", batches=[1], eval_batch=2,
+        float32_engine=False,
+    )  # fmt: skip
+    inputs = types.SimpleNamespace(
+        pre=None, recipe=types.SimpleNamespace(weights=types.SimpleNamespace(fold_bn=True)),
+        loaded=types.SimpleNamespace(model=model), example=x, heldout_items=[0, 1],
+    )  # fmt: skip
+    cache = StageCache.keyed(tmp_path, ["a study"])
+    built = study_run.build_engines(config, inputs, plan, cache, CPU, StageTimer(echo=None))
+    assert built.cache == cache.refined(["head", "stem"]) != cache
+    keys = {p.stem.split("-")[1]: p.stem.rsplit("-", 1)[1] for p in tmp_path.glob("stress-*")}
+    assert {keys["fp32"], keys["fp16"]} == {cache.key[:16]}
+    refined = {keys[n] for n in ("fp8", "fakequant", "fakequant_weights", "fakequant_activations")}
+    assert refined == {built.cache.key[:16]}
+
+
 def test_a_recorded_choice_is_rebuilt_without_timing():
     """`replay` rebuilds a recorded choice: the same layers step aside and run scaled_mm, the
     same output, and the timer is never called."""

@@ -43,6 +43,12 @@ class StageCache:
         blob = json.dumps(parts, sort_keys=True).encode()
         return cls(folder, hashlib.sha256(blob).hexdigest())
 
+    def refined(self, parts: list[Any]) -> StageCache:
+        """The same folder under a key that also holds `parts`: for what a stage decides that
+        the study's inputs do not (a "fastest" FP8 engine's layers kept in fp16, timed at
+        build), so outputs computed under another decision are never read back."""
+        return StageCache.keyed(self.folder, [self.key, parts])
+
     def path(self, name: str) -> Path:
         return self.folder / f"{name}-{self.key[:16]}.pt"
 

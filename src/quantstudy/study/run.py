@@ -227,6 +227,7 @@ class Built:
     stress: dict[str, torch.Tensor]
     timed: dict[str, Engine]
     infos: list[EngineInfo]
+    cache: StageCache | None  # the engines' outputs' cache, refined by the FP8 engine's choice
 
 
 def build_engines(
@@ -248,12 +249,17 @@ def build_engines(
     )
     # the stress inputs in the held-out batches' shape: a compiled engine compiles once for both
     batch = min(config.eval_batch, len(inputs.heldout_items))
-    built = Built([], [], {}, {}, [])
+    built = Built([], [], {}, {}, [], cache)
     for name, build in builders.items():
         console.print(f"engine [bold]{name}[/bold]: building")
         with timer.stage(f"engine {name}: build"):
             engine = build()
         built.infos.append(engine.info())
+        stepped = built.infos[-1].fp8_stepped_aside
+        if name == EngineName.FP8 and stepped and cache is not None:
+            # the layers kept in fp16 were timed, not given: the FP8 engine and its emulations
+            # resumed on another machine may keep others, so their outputs are keyed by them
+            cache = built.cache = cache.refined(sorted(stepped))
         # a compiled engine compiles on its first call; these passes are not timed, so the FP8
         # kernels tune only at the timed batches (`_untimed_tiles`)
         with timer.stage(f"engine {name}: stress"), _untimed_tiles(device):
@@ -290,6 +296,7 @@ def _run_engines(
     """Build every engine, then stream the held-out images through all of them at once."""
     built = build_engines(config, inputs, plan, cache, device, timer)
     passes, pairs, stress, timed = built.passes, built.pairs, built.stress, built.timed
+    cache = built.cache or cache
     infos = built.infos
     rounds = Rounds(inputs.policy) if config.sequential else None
     start = time.perf_counter()
