@@ -58,19 +58,21 @@ def _setup(layers=("stem", "pw", "k3", "k3b", "head")):
     return model, x, QuantPlan(list(layers), True, calibrate(model, list(layers), [x]))
 
 
-# the layers timed, in forward order (`pw` writes a padded output: not timed), and whether
-# each has an unfused scaled_mm counterpart (1x1/linear)
-TIMED = [("stem", False), ("k3", False), ("k3b", False), ("head", True)]
+# the layers timed, in forward order, and whether each has an unfused scaled_mm counterpart
+# (1x1/linear): all of them, `pw` too, which writes a padded output in the engine but is timed
+# where no layer hands off (`engines/fp8_model.py`)
+TIMED = [("stem", False), ("pw", True), ("k3", False), ("k3b", False), ("head", True)]
 
 
-def _timer(table: dict[int, dict[str, tuple[float, float | None, float]]]):
+def _timer(table: dict[int, dict[str, tuple[float, float | None, float]]], layers=None):
     """A stand-in timer fed in the order the pass times: per batch (ascending) and timed layer,
     the shared quantize (0 here, so the FP8 times are as given), fused, scaled_mm (1x1/linear
-    layers only), fp16."""
+    layers only), fp16; a layer the table leaves out takes the fused product, fp16 slower.
+    `layers`: the plan's, where it leaves some of `TIMED` out."""
     times = []
     for batch in sorted(table):
-        for name, matmul in TIMED:
-            fused, mm, fp16 = table[batch][name]
+        for name, matmul in [(n, mm) for n, mm in TIMED if layers is None or n in layers]:
+            fused, mm, fp16 = table[batch].get(name, (10.0, 10.0 if matmul else None, SLOW))
             times += [0.0, fused, *([mm] if matmul else []), fp16]
     it = iter(times)
     return lambda fn: next(it)
@@ -87,8 +89,9 @@ def test_a_layer_steps_aside_only_where_fp16_wins_at_every_timed_batch():
     """At batches 1 and 4: `stem`'s float conv wins at both (steps aside); `k3`'s wins at batch
     1 only (stays FP8, its fp16 times recorded); `k3b`'s is faster at both but within the
     margin at batch 4 (stays); `head`'s beats the fused product at both but not scaled_mm,
-    which is its best FP8 kernel (stays FP8, running scaled_mm). The pad-writing 1x1 conv
-    stays FP8, with its reason."""
+    which is its best FP8 kernel (stays FP8, running scaled_mm). The pad-writing 1x1 conv,
+    timed alone, stays FP8 and fused in the engine, where it writes the padded output, with its
+    reason."""
     model, x, plan = _setup()
     table = {
         b: {"stem": (10.0, None, 5.0), "k3": (10.0, None, 5.0 if b == 1 else 11.0),
@@ -100,13 +103,13 @@ def test_a_layer_steps_aside_only_where_fp16_wins_at_every_timed_batch():
     rows = {(c.name, c.batch): (str(c.kernel), c.fp16_us) for c in info.fp8_kernel_choice}
     assert rows == {
         ("stem", 1): ("fp16", 5.0), ("stem", 4): ("fp16", 5.0),
-        ("pw", None): ("fused", None),
+        ("pw", 1): ("fused", SLOW), ("pw", 4): ("fused", SLOW),
         ("k3", 1): ("fused", 5.0), ("k3", 4): ("fused", 11.0),
         ("k3b", 1): ("fused", 9.0), ("k3b", 4): ("fused", 9.8),
         ("head", 1): ("scaled_mm", 6.0), ("head", 4): ("scaled_mm", 6.0),
     }  # fmt: skip
     why = {c.name: c.why for c in info.fp8_kernel_choice}
-    assert why["pw"] == "writes the next conv's padded input"
+    assert why["pw"] == "writes the next conv's padded input: runs fused (timed alone, without it)"
     assert info.fp8_padded_output == {"pw": "pad"}
     assert info.fp8_stepped_aside == ["stem"]
     assert info.fp8_real == ["pw", "k3", "k3b", "head"]
@@ -145,9 +148,8 @@ def test_every_layer_stepped_aside_is_the_fp16_engine_bit_for_bit():
     model, x, plan = _setup(("stem", "k3", "k3b", "head"))
     table = {1: {"stem": (10.0, None, 1.0), "k3": (10.0, None, 1.0), "k3b": (10.0, None, 1.0),
                  "head": (10.0, 10.0, 1.0)}}  # fmt: skip
-    engine = build_fp8(
-        model, CPU, x, plan, kernel="fastest", choice_batches=[1], timer=_timer(table)
-    )
+    timer = _timer(table, plan.layers)
+    engine = build_fp8(model, CPU, x, plan, kernel="fastest", choice_batches=[1], timer=timer)
     assert engine.dtype == torch.bfloat16
     assert engine.info().fp8_stepped_aside == plan.layers and engine.info().fp8_real == []
     half = build_half(model, CPU, x)
@@ -174,6 +176,44 @@ def test_a_conv_after_a_padded_output_steps_aside_as_the_float_conv_with_padding
         assert padded.shape[-2:] == (10, 10) and not padded[:, :, 0].any()
         interior = padded[:, :, 1:-1, 1:-1]
         assert torch.equal(model.k3(model.pad(interior)), seen["y"])
+
+
+class _Bottleneck(nn.Module):
+    """A ResNet bottleneck's first two convs: the 1x1 conv's output, after its ReLU, is read by
+    the 3x3 conv alone, so in the fused engine it writes that conv's FP8 input (a hand-off)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.act1 = nn.Conv2d(8, 16, 1), nn.ReLU()
+        self.conv2, self.act2 = nn.Conv2d(16, 16, 3, padding=1), nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act2(self.conv2(self.act1(self.conv1(x)))).mean((2, 3))
+
+
+def test_a_conv_that_reads_a_hand_off_in_the_engine_may_still_step_aside():
+    """The fused engine hands `conv1`'s output to `conv2` in FP8, which would tie both to FP8.
+    The layers are timed where nothing is handed off, so `conv2`, slower in FP8, steps aside;
+    the engine is then assembled without that hand-off, and computes, bit for bit (float32),
+    the FP8 engine of the plan without `conv2`."""
+    torch.manual_seed(0)
+    model, x = _Bottleneck().eval(), torch.randn(2, 8, 6, 6)
+    plan = QuantPlan(["conv1", "conv2"], True, calibrate(model, ["conv1", "conv2"], [x]))
+    fused = build_fp8(model, CPU, x, plan, dtype=torch.float32)
+    assert fused.info().fp8_handoff == {"conv1": "conv2"}
+    # per layer: the shared quantize, fused, scaled_mm (1x1 only), fp16
+    times = iter([0.0, 10.0, 10.0, SLOW, 0.0, 10.0, 1.0])
+    engine = build_fp8(
+        model, CPU, x, plan, dtype=torch.float32, kernel="fastest", choice_batches=[1],
+        timer=lambda fn: next(times),
+    )  # fmt: skip
+    info = engine.info()
+    assert info.fp8_stepped_aside == ["conv2"] and info.fp8_real == ["conv1"]
+    assert info.fp8_handoff == {} and info.fp8_epilogue == {"conv1": "relu"}
+    alone = QuantPlan(["conv1"], True, plan.calibration)
+    want = build_fp8(model, CPU, x, alone, dtype=torch.float32).eager
+    with torch.no_grad():
+        assert torch.equal(engine.eager(x), want(x))
 
 
 def test_the_emulations_leave_the_stepped_aside_layers_float(monkeypatch):

@@ -19,29 +19,15 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine, in_memory_format
-from quantstudy.engines.kernel_choice import Timer, choose_kernels, replay_kernels
+from quantstudy.engines.fp8_model import Fp8Assembler, Fp8Options
+from quantstudy.engines.kernel_choice import Timer, choose_kernels, replay_kernels, settled
 from quantstudy.engines.size import weight_bytes
 from quantstudy.engines.step_aside import step_aside
 from quantstudy.quant.fitting.bias_correction import correct_biases, set_biases
 from quantstudy.quant.graph.edit import replace_module
-from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
-from quantstudy.quant.layers.matmul import bind_scaled_mm, scaled_mm_output_of
-from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fake_quant, apply_fp8, real_layers
-from quantstudy.quant.rewrites.absorb import (
-    absorbable_activations,
-    remove_activations,
-    with_absorbed,
-)
+from quantstudy.quant.layers.matmul import scaled_mm_output_of
+from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fake_quant
 from quantstudy.quant.rewrites.fold import fold_batchnorm
-from quantstudy.quant.rewrites.handoff import fp8_handoffs
-from quantstudy.quant.rewrites.pad_handoff import fuse_padded, padded_outputs
-from quantstudy.quant.rewrites.residual import (
-    RewriteSkipped,
-    float_summed,
-    fuse_residuals,
-    residual_sites,
-)
-from quantstudy.quant.rewrites.sum_handoff import can_read_fp8, fuse_sum_handoffs, sum_handoffs
 from quantstudy.record import EngineInfo, LayerKernel
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.vocab import ChosenKernel, CompileMode, Fp8Kernel
@@ -280,66 +266,44 @@ def build_fp8(
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
-    absorbed, handoff = {}, {}
-    built = Fp8Kernel(kernel).built
-    if built == Fp8Kernel.FUSED:
-        real = real_layers(source, plan.layers, built)
-        absorbed = absorbable_activations(source, real, example)
-        handoff = fp8_handoffs(source, real, example, absorbed)
-        handoff = {
-            p: c for p, c in handoff.items() if plan.static_input(c, source.get_submodule(c))
-        }
-    m = copy.deepcopy(source)
-    remove_activations(m, absorbed)
-    m = m.to(dtype)
-    epilogue = {layer: act for layer, (_, act) in absorbed.items()}
-    applied = apply_fp8(m, source, plan, dtype, built, epilogue, handoff)
-    sites, pairs, skipped = {}, {}, {}
-    if built == Fp8Kernel.FUSED and residual:
-        fused = [n for n in applied.real if isinstance(m.get_submodule(n), FusedFP8Matmul)]
-        base = with_absorbed(source, {layer: act for layer, (act, _) in absorbed.items()})
-        try:
-            sites = residual_sites(base, fused, example)
-        except RewriteSkipped as err:  # the engine without it; the record says why
-            skipped["residual"] = str(err)
-        fuse_residuals(m, sites, fused)
-    if sites and sum_handoff:
-        readers = {
-            n
-            for n in fused
-            if can_read_fp8(m.get_submodule(n)) and plan.static_input(n, source.get_submodule(n))
-        }
-        summed = float_summed(base, sites, fused)
-        pairs = sum_handoffs(summed, sites, fused, readers, example)
-        m = fuse_sum_handoffs(m, pairs, fused)
-    padded = {}
-    if built == Fp8Kernel.FUSED and pad_outputs:
-        padded = padded_outputs(m, source, applied.real, example, absorbed)
-        fuse_padded(m, source, padded)
-    m = in_memory_format(m.to(device), torch.channels_last)
-    bind_scaled_mm(m, device)
-    chosen, when = None, _Choice(choice_batches, replay, stepped_aside, timer)
+    options = Fp8Options(residual, sum_handoff, pad_outputs)
+    parts = Fp8Assembler(source, plan, dtype, device, example, Fp8Kernel(kernel).built, options)
+    when = _Choice(choice_batches, replay, stepped_aside, timer)
+    chosen, plain = None, None
     if kernel == Fp8Kernel.FASTEST or stepped_aside:
         plain = deployed_copy(model, example, fold)  # the fp16 engine's layers, for those aside
+    aside = set(stepped_aside) | set(_stepped(replay or []))
+    if kernel == Fp8Kernel.FASTEST and replay is None:
+        # timed where no layer hands off, so any may step aside (`engines/fp8_model.py`)
+        screen = parts.assemble(handoffs=False).model
+        screened = choose_kernels(
+            screen, source, plan, dtype, example, device, when.batches, timer=timer, plain=plain
+        )
+        aside |= set(_stepped(screened))
+    fp8 = parts.assemble(aside=aside)
+    m = fp8.model
+    if kernel == Fp8Kernel.FASTEST and replay is None:
+        when = dataclasses.replace(when, replay=settled(screened, m))
+    if plain is not None:
         chosen = _choose(m, source, plain, plan, dtype, example, device, kernel, when)
-    aside = _stepped(chosen) if chosen is not None else list(stepped_aside)
+    aside_list = _stepped(chosen) if chosen is not None else list(stepped_aside)
     return _compiled_engine(
         EngineName.FP8,
         m,
         device,
         dtype,
         compile_mode,
-        applied=Applied([n for n in applied.real if n not in aside], applied.emulated),
-        float_layers=count_float_layers(model) - len(plan.layers) + len(aside),
+        applied=Applied([n for n in fp8.applied.real if n not in aside], fp8.applied.emulated),
+        float_layers=count_float_layers(model) - len(plan.layers) + len(aside_list),
         fp8_kernel=kernel,
-        fp8_epilogue={k: v for k, v in epilogue.items() if k not in aside},
-        fp8_handoff=handoff,
-        fp8_residual={layer: site.act for layer, site in sites.items() if layer not in aside},
-        fp8_sum_handoff={layer: pair.reader for layer, pair in pairs.items()},
-        fp8_padded_output=padded,
+        fp8_epilogue={k: v for k, v in fp8.epilogue.items() if k not in aside},
+        fp8_handoff=fp8.handoff,
+        fp8_residual={layer: site.act for layer, site in fp8.sites.items() if layer not in aside},
+        fp8_sum_handoff={layer: pair.reader for layer, pair in fp8.sum_handoff.items()},
+        fp8_padded_output=fp8.padded,
         fp8_kernel_choice=chosen,
-        fp8_stepped_aside=aside,
-        fp8_rewrites_skipped=skipped,
+        fp8_stepped_aside=aside_list,
+        fp8_rewrites_skipped=fp8.skipped,
     )
 
 

@@ -33,8 +33,10 @@ some batches only becomes a `ByBatch` pair that runs scaled_mm at those (a batch
 takes the choice of the nearest timed one, by ratio; a compiled engine specializes on its
 static batch, so the branch costs nothing there, while a choice made at one batch can cost
 time at another). The float layer replaces the layer only where it beats the better FP8
-kernel by more than `MARGIN` at every timed batch. Layers with a hand-off (`quant/rewrites/
-handoff.py`, `pad_handoff.py`, `sum_handoff.py`) are not timed and stay fused. Timings are
+kernel by more than `MARGIN` at every timed batch. A "fastest" engine is timed in an assembly
+where no layer hands off (`engines/fp8_model.py`), then assembled with the hand-offs among the
+layers that stay FP8 (`quant/rewrites/handoff.py`, `pad_handoff.py`, `sum_handoff.py`); a layer
+that hands off there has no other kernel and runs fused (`settled`). Timings are
 cached per GPU, library versions and layer (input shape, the layer's description, bias,
 weight granularity, dtype) in a JSON file in the engines' cache directory, so a rebuilt
 engine reuses them; a recorded choice is rebuilt without timing (`replay_kernels`).
@@ -322,6 +324,22 @@ def _time_layers(
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, stored)
     return {n: t for n, t in timed.items() if set(t) == set(batches)}
+
+
+def settled(choice: list[LayerKernel], model: nn.Module) -> list[LayerKernel]:
+    """A choice timed where no layer hands off (`engines/fp8_model.py`), as the engine `model`
+    assembled after it runs it: a layer that hands off there runs fused (it has no other
+    kernel) and keeps its timings, with why; the others, and rows not timed, stay as they are."""
+    out = []
+    for c in choice:
+        layer = model.get_submodule(c.name)
+        blocker = fp16_blocker(layer) if isinstance(layer, FUSED_LAYERS) else None
+        if blocker is None or c.batch is None:
+            out.append(c)
+        else:
+            why = f"{blocker}: runs fused (timed alone, without it)"
+            out.append(c.model_copy(update={"kernel": ChosenKernel.FUSED, "why": why}))
+    return out
 
 
 def replay_kernels(

@@ -19,10 +19,11 @@ padding 0 on the padded buffer computes what the model computes on the unpadded 
 
 Which layers may step aside: those whose input and output are plain tensors in the engine's
 dtype. A layer that writes a hand-off (the next layer's FP8 input, an FP8 copy of its residual
-sum, a padded output) stays FP8: its reader depends on that buffer. A layer that reads an FP8
-hand-off stays FP8 too: as a float layer it would read an input its producer still quantizes,
-which no emulation of the recipe computes, so "the FP8 engine against its emulation" would no
-longer compare like with like.
+sum, a padded output) cannot: its reader depends on that buffer. Nor can a layer that reads an
+FP8 hand-off: as a float layer it would read an input its producer still quantizes, which no
+emulation of the recipe computes. So a "fastest" engine is timed where no layer hands off, and
+assembled after the choice with hand-offs among the layers that stay FP8 only
+(`engines/fp8_model.py`); `fp16_blocker` refuses a layer named or replayed that is tied anyway.
 
 The rule: a layer steps aside only where its float layer is faster than its best FP8 kernel by
 more than `MARGIN` at EVERY timed batch. A layer that loses at some batches only stays FP8 (the

@@ -1,0 +1,150 @@
+"""The FP8 engine's module: the plan's layers as FP8 modules, and the rewrites that move work
+into their epilogues, assembled for a given set of layers that may hand nothing off.
+
+Why a module of its own: a "fastest" engine (`engines/kernel_choice.py`) is assembled twice.
+Hand-offs tie two layers together (a producer writes its reader's FP8 input, its padded input,
+or an FP8 copy of its residual sum), and a layer tied so cannot run as its float layer
+(`engines/step_aside.py: fp16_blocker`). In a ResNet every 3x3 conv reads its 1x1 producer's
+FP8 hand-off, so a choice made in the finished engine could never keep one in fp16. So the
+layers are first timed in an assembly without hand-offs (`handoffs=False`: every layer stands
+alone, as in the fp16 engine), and the engine is then assembled with the hand-offs found among
+the layers that stay FP8 only (`aside`: the layers kept in fp16, which hand nothing off and read
+no hand-off). The analyses that do not depend on the hand-offs (the activations absorbed, the
+residual sums) are made once and shared by both assemblies.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Set
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from quantstudy.engines.base import in_memory_format
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.layers.matmul import bind_scaled_mm
+from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fp8, real_layers
+from quantstudy.quant.rewrites.absorb import (
+    absorbable_activations,
+    remove_activations,
+    with_absorbed,
+)
+from quantstudy.quant.rewrites.handoff import fp8_handoffs
+from quantstudy.quant.rewrites.pad_handoff import fuse_padded, padded_outputs
+from quantstudy.quant.rewrites.residual import (
+    RewriteSkipped,
+    Site,
+    float_summed,
+    fuse_residuals,
+    residual_sites,
+)
+from quantstudy.quant.rewrites.sum_handoff import (
+    SumHandoff,
+    can_read_fp8,
+    fuse_sum_handoffs,
+    sum_handoffs,
+)
+from quantstudy.record.vocab import Fp8Kernel
+
+
+@dataclass(frozen=True)
+class Fp8Options:
+    """Which rewrites an assembly makes (`builders.build_fp8` documents each)."""
+
+    residual: bool = True
+    sum_handoff: bool = False
+    pad_outputs: bool = True
+
+
+@dataclass
+class Fp8Model:
+    """One assembly: the module (on the device, channels-last) and what each rewrite did."""
+
+    model: nn.Module
+    applied: Applied
+    epilogue: dict[str, str]  # layer -> the activation its epilogue computes
+    handoff: dict[str, str]  # producer -> the reader whose FP8 input it writes
+    sites: dict[str, Site]  # layer -> its residual sum
+    sum_handoff: dict[str, SumHandoff]
+    padded: dict[str, str]  # producer -> the conv whose padded input it writes
+    skipped: dict[str, str] = field(default_factory=dict)  # rewrite -> why not applied
+
+
+@dataclass
+class Fp8Assembler:
+    """What every assembly of one plan shares: the deployed float `source`, its real layers,
+    the activations absorbed into them and (after the first assembly) the residual sums."""
+
+    source: nn.Module
+    plan: QuantPlan
+    dtype: torch.dtype
+    device: torch.device
+    example: torch.Tensor
+    kernel: Fp8Kernel  # the product built: "fused" or "scaled_mm"
+    options: Fp8Options = Fp8Options()
+
+    def __post_init__(self) -> None:
+        fused = self.kernel == Fp8Kernel.FUSED
+        self.real = real_layers(self.source, self.plan.layers, self.kernel) if fused else []
+        self.absorbed = {}
+        if fused:
+            self.absorbed = absorbable_activations(self.source, self.real, self.example)
+        self._sites: tuple[dict[str, Site], dict[str, str]] | None = None
+
+    def assemble(self, *, handoffs: bool = True, aside: Set[str] = frozenset()) -> Fp8Model:
+        """The FP8 module with every rewrite the options allow; with `handoffs` False no layer
+        hands anything off, else none of the `aside` layers does (module docstring)."""
+        source, plan, example = self.source, self.plan, self.example
+        fused_kernel = self.kernel == Fp8Kernel.FUSED
+        linked = handoffs and fused_kernel
+        tied = [n for n in self.real if n not in aside]
+        handoff = fp8_handoffs(source, tied, example, self.absorbed) if linked else {}
+        handoff = {
+            p: c for p, c in handoff.items() if plan.static_input(c, source.get_submodule(c))
+        }
+        m = copy.deepcopy(source)
+        remove_activations(m, self.absorbed)
+        m = m.to(self.dtype)
+        epilogue = {layer: act for layer, (_, act) in self.absorbed.items()}
+        applied = apply_fp8(m, source, plan, self.dtype, self.kernel, epilogue, handoff)
+        fused = [n for n in applied.real if isinstance(m.get_submodule(n), FusedFP8Matmul)]
+        sites, skipped = self._residual_sites(fused) if fused_kernel else ({}, {})
+        fuse_residuals(m, sites, fused)
+        pairs: dict[str, SumHandoff] = {}
+        if sites and linked and self.options.sum_handoff:
+            readers = {
+                n
+                for n in fused
+                if n not in aside
+                and can_read_fp8(m.get_submodule(n))
+                and plan.static_input(n, source.get_submodule(n))
+            }
+            summed = float_summed(self._absorbed_base(), sites, fused)
+            writers = {n: s for n, s in sites.items() if n not in aside}
+            pairs = sum_handoffs(summed, writers, fused, readers, example)
+            m = fuse_sum_handoffs(m, pairs, fused)
+        padded: dict[str, str] = {}
+        if linked and self.options.pad_outputs:
+            writers_ = [n for n in applied.real if n not in aside]
+            padded = padded_outputs(m, source, writers_, example, self.absorbed)
+            fuse_padded(m, source, padded)
+        m = in_memory_format(m.to(self.device), torch.channels_last)
+        bind_scaled_mm(m, self.device)
+        return Fp8Model(m, applied, epilogue, handoff, sites, pairs, padded, dict(skipped))
+
+    def _absorbed_base(self) -> nn.Module:
+        return with_absorbed(self.source, {k: act for k, (act, _) in self.absorbed.items()})
+
+    def _residual_sites(self, fused: list[str]) -> tuple[dict[str, Site], dict[str, str]]:
+        """The residual sums of the fused 1x1/linear layers, found once (every assembly has the
+        same fused layers: the hand-offs change how they are fed, not which they are)."""
+        if not self.options.residual:
+            return {}, {}
+        if self._sites is None:
+            try:
+                self._sites = residual_sites(self._absorbed_base(), fused, self.example), {}
+            except RewriteSkipped as err:  # the engine without it; the record says why
+                self._sites = {}, {"residual": str(err)}
+        return self._sites
