@@ -5,6 +5,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+# The tests run on WORKERS pytest-xdist processes, one per core of the 2-core CI machine (each
+# sets torch to its share of the cores: tests/conftest.py); WORKERS=0 runs them in this process.
+# loadfile keeps each test file on one worker, so a module-scoped fixture (a built engine, a
+# finished study, a Ray cluster) is built once, as in one process; the conformance tier is one
+# file of independent tests, spread test by test.
+WORKERS ?= 2
+XDIST := -n $(WORKERS) --dist loadfile
 
 .PHONY: demo test test-conformance test-suites test-slow test-full test-evidence test-oldest test-image lint clean
 
@@ -30,23 +37,23 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m ruff check src tests
 	$(PY) -m mypy
-	$(PY) -m pytest -q -rs -m "not slow and not suite and not evidence and not conformance"
+	$(PY) -m pytest -q -rs $(XDIST) -m "not slow and not suite and not evidence and not conformance"
 
 test-conformance: $(VENV)/.installed
-	$(PY) -m pytest -q -rs -m "conformance and not slow and not evidence" tests/conformance
+	$(PY) -m pytest -q -rs -n $(WORKERS) --dist load -m "conformance and not slow and not evidence" tests/conformance
 
 test-suites: $(VENV)/.installed
-	$(PY) -m pytest -q -rs -m "suite and not slow and not evidence"
+	$(PY) -m pytest -q -rs $(XDIST) -m "suite and not slow and not evidence"
 
 test-slow: $(VENV)/.installed
-	$(PY) -m pytest -q -rs -m "slow and not evidence"
+	$(PY) -m pytest -q -rs $(XDIST) -m "slow and not evidence"
 
 test-evidence: $(VENV)/.installed
 	$(PY) -m pytest -q -rs -s -m "evidence"
 
 test-full: $(VENV)/.installed
 	$(PY) -m ruff check src tests
-	$(PY) -m pytest -q -rs -m "not evidence"
+	$(PY) -m pytest -q -rs $(XDIST) -m "not evidence"
 
 # test-oldest: the oldest supported combination (ci/oldest.txt, docs/VERSIONS.md) in its own venv:
 # the fast tier, then a per-row study and a default study through `export --check`
@@ -63,7 +70,7 @@ $(OLDEST_VENV)/.installed: pyproject.toml ci/oldest.txt
 	touch $@
 
 test-oldest: $(OLDEST_VENV)/.installed
-	$(OLDEST_PY) -m pytest -q -rs -m "not slow and not suite and not evidence and not conformance" tests/unit
+	$(OLDEST_PY) -m pytest -q -rs $(XDIST) -m "not slow and not suite and not evidence and not conformance" tests/unit
 	ci/oldest-smoke.sh $(OLDEST_PY) $(SMOKE_DATA)
 
 # test-image: the GPU machine's image (ci/image.txt, docs/VERSIONS.md) in its own venv: its
@@ -82,7 +89,7 @@ $(IMAGE_VENV)/.installed: pyproject.toml ci/image.txt
 	touch $@
 
 test-image: $(IMAGE_VENV)/.installed
-	$(IMAGE_PY) -m pytest -q -rs -m "not slow and not suite and not evidence and not conformance"
+	$(IMAGE_PY) -m pytest -q -rs $(XDIST) -m "not slow and not suite and not evidence and not conformance"
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests

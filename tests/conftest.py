@@ -1,5 +1,6 @@
-"""Shared test set-up: few threads (2-core CI machine), the skips for data and GPU tests, and
-small stand-ins for inputs a test must not fetch (a foolbox-shaped wheel).
+"""Shared test set-up: few threads (the 2-core CI machine's cores shared by the pytest-xdist
+workers), the skips for data and GPU tests, and small stand-ins for inputs a test must not fetch
+(a foolbox-shaped wheel).
 
 The real data is found as the product finds it (`quantstudy.data.demo`): `$QUANTSTUDY_SHARED_DATA`
 when set (the GPU machine carries it inside the repository, under .carry/data/imagenet), else the
@@ -15,7 +16,18 @@ import pytest
 import torch
 from PIL import Image
 
-torch.set_num_threads(2)
+CORES = 2  # the CI machine's
+
+
+def worker_threads() -> int:
+    """Torch threads for this process: its share of the CI machine's cores, so that the pytest-xdist
+    workers together use each core once (one thread each with two workers, 2 without xdist). A
+    test module or test that sets its own count at import or in its body overrides it."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, CORES // workers)
+
+
+torch.set_num_threads(worker_threads())
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(
