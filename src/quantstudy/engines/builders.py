@@ -262,30 +262,35 @@ def build_fp8(
     a pass (benchmarks run both).
 
     "fastest" also keeps a layer in the engine's dtype where its float layer beat both FP8
-    kernels at every batch (`engines/step_aside.py`); `replay`, `stepped_aside`, `timer`: `_Choice`.
+    kernels at every batch (`engines/step_aside.py`): its layers are timed (by `timer`, tests
+    pass their own) in an assembly where none hands off, then the engine is assembled and the
+    choice applied. `replay`, with "fastest": a choice a study recorded, rebuilt without timing;
+    `stepped_aside`, with "fused": the layers a "fastest" engine kept in fp16, run here as it ran
+    them (the FP8 engine in float32 beside its emulation).
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
     options = Fp8Options(residual, sum_handoff, pad_outputs)
     parts = Fp8Assembler(source, plan, dtype, device, example, Fp8Kernel(kernel).built, options)
-    when = _Choice(choice_batches, replay, stepped_aside, timer)
-    chosen, plain = None, None
+    plain = None
     if kernel == Fp8Kernel.FASTEST or stepped_aside:
         plain = deployed_copy(model, example, fold)  # the fp16 engine's layers, for those aside
-    aside = set(stepped_aside) | set(_stepped(replay or []))
     if kernel == Fp8Kernel.FASTEST and replay is None:
         # timed where no layer hands off, so any may step aside (`engines/fp8_model.py`)
         screen = parts.assemble(handoffs=False).model
-        screened = choose_kernels(
-            screen, source, plan, dtype, example, device, when.batches, timer=timer, plain=plain
+        replay = choose_kernels(
+            screen, source, plan, dtype, example, device, choice_batches, timer=timer, plain=plain
         )
-        aside |= set(_stepped(screened))
+    aside = set(stepped_aside) | set(_stepped(replay or []))
     fp8 = parts.assemble(aside=aside)
     m = fp8.model
-    if kernel == Fp8Kernel.FASTEST and replay is None:
-        when = dataclasses.replace(when, replay=settled(screened, m))
-    if plain is not None:
-        chosen = _choose(m, source, plain, plan, dtype, example, device, kernel, when)
+    chosen = None
+    if stepped_aside:
+        if kernel != Fp8Kernel.FUSED:
+            raise ValueError("layers step aside by name only in a fused engine")
+        step_aside(m, plain, stepped_aside, dtype, device)
+    elif kernel == Fp8Kernel.FASTEST and replay is not None:
+        chosen = replay_kernels(m, source, plain, plan, dtype, device, settled(replay, m))
     aside_list = _stepped(chosen) if chosen is not None else list(stepped_aside)
     return _compiled_engine(
         EngineName.FP8,
@@ -304,45 +309,6 @@ def build_fp8(
         fp8_kernel_choice=chosen,
         fp8_stepped_aside=aside_list,
         fp8_rewrites_skipped=fp8.skipped,
-    )
-
-
-@dataclass(frozen=True)
-class _Choice:
-    """`build_fp8`'s arguments for the per-layer choice: the batches a "fastest" engine times
-    at; `replay`, with "fastest": the choice a study recorded, rebuilt without timing;
-    `stepped_aside`, with "fused": the layers a "fastest" engine stepped aside, run here as it
-    ran them (the FP8 engine in float32 beside its emulation); `timer`: as
-    `kernel_choice.choose_kernels` takes it (tests)."""
-
-    batches: Sequence[int]
-    replay: list[LayerKernel] | None
-    stepped_aside: Sequence[str]
-    timer: Timer | None
-
-
-def _choose(
-    m: nn.Module,
-    source: nn.Module,
-    plain: nn.Module,
-    plan: QuantPlan,
-    dtype: torch.dtype,
-    example: torch.Tensor,
-    device: torch.device,
-    kernel: Fp8Kernel,
-    when: _Choice,
-) -> list[LayerKernel] | None:
-    """The per-layer choice made in the built engine `m` (in place): timed, replayed, or the
-    named layers stepped aside; the choice of a "fastest" engine, None otherwise."""
-    if when.stepped_aside:
-        if kernel != Fp8Kernel.FUSED:
-            raise ValueError("layers step aside by name only in a fused engine")
-        step_aside(m, plain, when.stepped_aside, dtype, device)
-        return None
-    if when.replay is not None:
-        return replay_kernels(m, source, plain, plan, dtype, device, when.replay)
-    return choose_kernels(
-        m, source, plan, dtype, example, device, when.batches, timer=when.timer, plain=plain
     )
 
 

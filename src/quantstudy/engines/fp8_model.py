@@ -16,6 +16,7 @@ residual sums) are made once and shared by both assemblies.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Set
 from dataclasses import dataclass, field
 
@@ -86,10 +87,10 @@ class Fp8Assembler:
     options: Fp8Options = Fp8Options()
 
     def __post_init__(self) -> None:
-        fused = self.kernel == Fp8Kernel.FUSED
-        self.real = real_layers(self.source, self.plan.layers, self.kernel) if fused else []
-        self.absorbed = {}
-        if fused:
+        self.real: list[str] = []
+        self.absorbed: dict[str, tuple[str, str]] = {}
+        if self.kernel == Fp8Kernel.FUSED:
+            self.real = real_layers(self.source, self.plan.layers, self.kernel)
             self.absorbed = absorbable_activations(self.source, self.real, self.example)
         self._sites: tuple[dict[str, Site], dict[str, str]] | None = None
 
@@ -121,20 +122,23 @@ class Fp8Assembler:
                 and can_read_fp8(m.get_submodule(n))
                 and plan.static_input(n, source.get_submodule(n))
             }
-            summed = float_summed(self._absorbed_base(), sites, fused)
+            summed = float_summed(self.absorbed_base, sites, fused)
             writers = {n: s for n, s in sites.items() if n not in aside}
             pairs = sum_handoffs(summed, writers, fused, readers, example)
             m = fuse_sum_handoffs(m, pairs, fused)
         padded: dict[str, str] = {}
         if linked and self.options.pad_outputs:
-            writers_ = [n for n in applied.real if n not in aside]
-            padded = padded_outputs(m, source, writers_, example, self.absorbed)
+            pad_writers = [n for n in applied.real if n not in aside]
+            padded = padded_outputs(m, source, pad_writers, example, self.absorbed)
             fuse_padded(m, source, padded)
         m = in_memory_format(m.to(self.device), torch.channels_last)
         bind_scaled_mm(m, self.device)
         return Fp8Model(m, applied, epilogue, handoff, sites, pairs, padded, dict(skipped))
 
-    def _absorbed_base(self) -> nn.Module:
+    @functools.cached_property
+    def absorbed_base(self) -> nn.Module:
+        """The float `source` with the absorbed activations moved into their layers: what the
+        residual rewrite and the sum hand-off are found and checked on, made once."""
         return with_absorbed(self.source, {k: act for k, (act, _) in self.absorbed.items()})
 
     def _residual_sites(self, fused: list[str]) -> tuple[dict[str, Site], dict[str, str]]:
@@ -144,7 +148,7 @@ class Fp8Assembler:
             return {}, {}
         if self._sites is None:
             try:
-                self._sites = residual_sites(self._absorbed_base(), fused, self.example), {}
+                self._sites = residual_sites(self.absorbed_base, fused, self.example), {}
             except RewriteSkipped as err:  # the engine without it; the record says why
                 self._sites = {}, {"residual": str(err)}
         return self._sites
