@@ -88,7 +88,7 @@ def refuse_stepped_aside(record: StudyRecord) -> None:
     """Refuse a study whose FP8 engine kept selected layers in fp16 (`engines/step_aside.py`):
     the export writes Q/DQ on every selected layer, so its graph would not be the engine the
     study measured."""
-    fp8 = next((e for e in record.engines or [] if e.name == Engine.FP8), None)
+    fp8 = record.engine(Engine.FP8)
     if fp8 is not None and fp8.fp8_stepped_aside:
         n = len(fp8.fp8_stepped_aside)
         raise UserError(

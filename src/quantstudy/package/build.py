@@ -69,7 +69,7 @@ class PackageOptions:
 
 def fp8_engine_info(record: StudyRecord) -> EngineInfo:
     """The record's FP8 engine; a study without one is refused."""
-    info = next((e for e in record.engines if e.name == Engine.FP8), None)
+    info = record.engine(Engine.FP8)
     if info is None or (not info.fp8_real and not info.fp8_emulated):
         raise UserError(
             f"study {record.name} has no FP8 engine to package (status {record.status}); "

@@ -81,6 +81,10 @@ class StudyRecord(Section):
     )  # plain statements of what this study did not measure
     digest: str | None = None  # `record_digest` of this record as written; None: not sealed
 
+    def engine(self, name: str) -> EngineInfo | None:
+        """The engine `name` ("fp8", ...) as built, or None where the study built none."""
+        return next((e for e in self.engines if e.name == name), None)
+
 
 UNSEALED = frozenset({"digest", "decision"})
 

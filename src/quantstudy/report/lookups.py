@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quantstudy.record import EngineInfo, EngineQuality, StudyRecord
+from quantstudy.record import EngineQuality, StudyRecord
 from quantstudy.record.vocab import Engine
 
 FP32, FP16, FP8 = Engine.FP32, Engine.FP16, Engine.FP8
@@ -26,10 +26,6 @@ def label(engine: str) -> str:
 
 def shipped(r: StudyRecord) -> bool:
     return r.decision is not None and r.decision.ship
-
-
-def engine_info(r: StudyRecord, name: str) -> EngineInfo | None:
-    return next((e for e in r.engines if e.name == name), None)
 
 
 def engine_quality(r: StudyRecord, name: str) -> EngineQuality | None:

@@ -83,7 +83,7 @@ def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[
     device = study_device(config.device)
     # a "fastest" FP8 engine is rebuilt as recorded, not timed again: a layer stepped aside to
     # fp16 computes other numbers, and the new images must meet the engine the study scored
-    fp8 = next((e for e in record.engines or [] if e.name == Engine.FP8), None)
+    fp8 = record.engine(Engine.FP8)
     choice = fp8.fp8_kernel_choice if fp8 is not None else None
     built = build_engines(config, prepared.inputs, prepared.plan, None, device, timer, choice)
     rounds = Rounds(policy, list(record.sequential.looks) if record.sequential else [])

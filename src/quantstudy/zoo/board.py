@@ -146,7 +146,7 @@ def _measured(record: StudyRecord) -> dict[str, object]:
     if record.recipe is not None:
         found["recipe"] = record.recipe.name
         found["conv_linear_layers"] = len(record.recipe.selected) + len(record.recipe.excluded)
-    fp8 = next((e for e in record.engines or [] if e.name == Engine.FP8), None)
+    fp8 = record.engine(Engine.FP8)
     if fp8 is not None:
         found["fp8_layers"] = len(fp8.fp8_real)
     if record.speed is not None:

@@ -13,7 +13,7 @@ from quantstudy.report.format import (
     maybe_collapsed,
     table,
 )
-from quantstudy.report.lookups import FP8, engine_info
+from quantstudy.report.lookups import FP8
 
 
 def _layer_rows(
@@ -90,7 +90,7 @@ def render_recipe(r: StudyRecord) -> list[str]:
         f"{', scale migration ' + rc.migration if rc.migration != 'none' else ''}"
         f"{f', headroom x{fmt_plain(rc.headroom)}' if rc.headroom != 1.0 else ''}.",
     ]
-    fp8 = engine_info(r, FP8)
+    fp8 = r.engine(FP8)
     if fp8 is None:
         lines.append(f"- FP8 engine: {NOT_MEASURED} (no fp8 engine in the study).")
         real: set[str] = set()
