@@ -47,7 +47,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +66,7 @@ from quantstudy.quant.layers.matmul import bind_scaled_mm
 from quantstudy.quant.plan.apply import QuantPlan, apply_fp8
 from quantstudy.record import LayerKernel
 from quantstudy.record.errors import UserError
-from quantstudy.record.io import write_json_atomic
+from quantstudy.record.io import beside_inductor_cache, write_json_atomic
 from quantstudy.record.vocab import ChosenKernel, Fp8Kernel
 
 FUSED_LAYERS = (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise)
@@ -76,9 +75,7 @@ Timer = Callable[[Callable[[], object]], float]
 
 def cache_path() -> Path:
     """Beside Inductor's cache (`engines.builders._compile` sets its directory)."""
-    root = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    base = Path(root).parent if root else Path.home() / ".cache" / "quantstudy"
-    return base / "fp8_kernel_choice.json"
+    return beside_inductor_cache() / "fp8_kernel_choice.json"
 
 
 def _versions(device: torch.device) -> str:

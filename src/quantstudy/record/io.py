@@ -47,6 +47,14 @@ CACHE_SETTINGS = (
 )
 
 
+def beside_inductor_cache() -> Path:
+    """The folder that holds Inductor's cache (`$TORCHINDUCTOR_CACHE_DIR`'s parent, by default
+    `~/.cache/quantstudy`): the kernels' stored tuning choices and the engines' per-layer timings
+    are kept there, so they move, and are emptied, with the compiled kernels they describe."""
+    root = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    return Path(root).parent if root else Path.home() / ".cache" / "quantstudy"
+
+
 class FilesystemError(UserError):
     """A write the filesystem refused; the message names the path and the fix."""
 

@@ -15,12 +15,13 @@ import functools
 import hashlib
 import inspect
 import json
-import os
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 import triton
+
+from quantstudy.record.io import beside_inductor_cache, write_json_atomic
 
 FORMAT = 2  # 1: the fused product's alone, keyed by its own launch fields (fp8_gemm_tuning.json)
 FILE = "triton_tuning.json"
@@ -45,9 +46,7 @@ class Tunable(Protocol):
 
 def store_path() -> Path:
     """Beside Inductor's cache, as the per-layer kernel choice is."""
-    root = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    base = Path(root).parent if root else Path.home() / ".cache" / "quantstudy"
-    return base / FILE
+    return beside_inductor_cache() / FILE
 
 
 def forget() -> None:
@@ -109,8 +108,6 @@ def lookup(key: str, n_configs: int) -> int | None:
 def store(key: str, index: int) -> None:
     """Keep the choice in memory and on disk, merged with what other processes stored since;
     written atomically. Where the file cannot be written the next process tunes again."""
-    from quantstudy.record.io import write_json_atomic
-
     choices = _memory()
     choices[key] = {"config": index}
     path = store_path()
