@@ -34,6 +34,15 @@ def _run(tmp_path: Path, jobs: list[dict], *options: str) -> tuple[int, dict]:
     return status, json.loads((out / "batch.json").read_text())
 
 
+def _start(tmp_path: Path, jobs: list[dict], *options: str) -> subprocess.Popen:
+    """The runner on `jobs` in a process of its own (a test that kills or signals it), on one
+    GPU, as `_run` lays out its folders."""
+    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(jobs))
+    command = [sys.executable, str(TOOLS / "device" / "batch.py"), str(tmp_path / "jobs.yaml")]
+    command += ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--gpus", "1"]
+    return subprocess.Popen([*command, *options], stdout=subprocess.DEVNULL)
+
+
 def _jobs(record: dict) -> dict[str, dict]:
     return {j["name"]: j for j in record["jobs"]}
 
@@ -133,10 +142,7 @@ def test_batch_json_holds_the_jobs_that_ended_when_the_runner_dies(tmp_path):
         {"name": "quick", "run": "echo done > $OUT/result", "minutes": 0.01},
         {"name": "slow", "run": "echo $$ > $OUT/pid; exec sleep 30", "minutes": 0.02},
     ]
-    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(jobs))
-    command = [sys.executable, str(TOOLS / "device" / "batch.py"), str(tmp_path / "jobs.yaml")]
-    command += ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--gpus", "1"]
-    runner = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    runner = _start(tmp_path, jobs)
     record_path, record, pid = tmp_path / "out" / "batch.json", {}, tmp_path / "work/jobs/slow/pid"
     try:
         for _ in range(200):
@@ -160,10 +166,7 @@ def test_a_runner_stopped_by_sigterm_stops_its_jobs_records_and_packs(tmp_path):
         {"name": "running", "run": "echo started > $OUT/log; exec sleep 30", "minutes": 0.01},
         {"name": "waiting", "run": "true", "minutes": 0.01},
     ]
-    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(jobs))
-    command = [sys.executable, str(TOOLS / "device" / "batch.py"), str(tmp_path / "jobs.yaml")]
-    command += ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--gpus", "1"]
-    runner = subprocess.Popen([*command, "--grace", "0.5"], stdout=subprocess.DEVNULL)
+    runner = _start(tmp_path, jobs, "--grace", "0.5")
     started = tmp_path / "work" / "jobs" / "running" / "log"
     for _ in range(200):
         if started.is_file():
