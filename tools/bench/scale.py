@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from study_time import CACHE_FOLDERS  # this folder's: a script's own folder is on its path
+# this folder's: a script's own folder is on its path
+from study_time import CACHE_FOLDERS, parse_with_run_args
 
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.load import RECORD_FILE, load_record_data
@@ -102,10 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.add_argument("--cold", action="store_true", help="empty compile caches for every size")
     p.epilog = "after --: the `quantstudy run` options of the study (not --heldout, --out)"
-    argv = sys.argv[1:] if argv is None else argv
-    cut = argv.index("--") if "--" in argv else len(argv)
-    a = p.parse_args(argv[:cut])
-    run_args = argv[cut + 1 :]
+    a, run_args = parse_with_run_args(p, argv)
     try:
         sizes = [int(s) for s in a.sizes.split(",")]
     except ValueError:

@@ -38,6 +38,15 @@ CACHE_FOLDERS = {
 }
 
 
+def parse_with_run_args(
+    p: argparse.ArgumentParser, argv: list[str] | None
+) -> tuple[argparse.Namespace, list[str]]:
+    """The tool's own options (before `--`) and the `quantstudy run` options after it."""
+    argv = sys.argv[1:] if argv is None else argv
+    cut = argv.index("--") if "--" in argv else len(argv)
+    return p.parse_args(argv[:cut]), argv[cut + 1 :]
+
+
 def _env(cache: Path, tune_log: Path) -> dict[str, str]:
     """This process's environment with the host caches of `sweep/caches.py` all under `cache`."""
     env = {**os.environ, "QUANTSTUDY_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
@@ -118,10 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cache", type=Path, help="cache folder (default: a fresh one under --out)")
     p.add_argument("--phases", default="cold,warm", help="cold,warm (default) or one of them")
     p.epilog = "after --: the `quantstudy run` options of the study"
-    argv = sys.argv[1:] if argv is None else argv
-    cut = argv.index("--") if "--" in argv else len(argv)
-    a = p.parse_args(argv[:cut])
-    run_args = argv[cut + 1 :]
+    a, run_args = parse_with_run_args(p, argv)
     a.out.mkdir(parents=True, exist_ok=True)
     cache = a.cache or Path(tempfile.mkdtemp(prefix="cache-", dir=a.out))
     phases: dict[str, dict] = {}
