@@ -43,6 +43,15 @@ def _start(tmp_path: Path, jobs: list[dict], *options: str) -> subprocess.Popen:
     return subprocess.Popen([*command, *options], stdout=subprocess.DEVNULL)
 
 
+def _wait_until(ready, what: str, seconds: float = 60.0) -> None:
+    """Poll `ready` until it holds; fail naming `what` after `seconds`. Generous: the runner is
+    a fresh Python process, and on a loaded 2-core CI machine its start took over 10 s."""
+    end = time.monotonic() + seconds
+    while not ready():
+        assert time.monotonic() < end, f"{what} not within {seconds:.0f} s"
+        time.sleep(0.05)
+
+
 def _jobs(record: dict) -> dict[str, dict]:
     return {j["name"]: j for j in record["jobs"]}
 
@@ -145,12 +154,15 @@ def test_batch_json_holds_the_jobs_that_ended_when_the_runner_dies(tmp_path):
     runner = _start(tmp_path, jobs)
     record_path, record, pid = tmp_path / "out" / "batch.json", {}, tmp_path / "work/jobs/slow/pid"
     try:
-        for _ in range(200):
-            if record_path.is_file() and pid.is_file():
-                record = json.loads(record_path.read_text())
-                if _jobs(record)["slow"]["status"] == "running":
-                    break
-            time.sleep(0.05)
+
+        def slow_is_running() -> bool:
+            nonlocal record
+            if not (record_path.is_file() and pid.is_file()):
+                return False
+            record = json.loads(record_path.read_text())
+            return _jobs(record)["slow"]["status"] == "running"
+
+        _wait_until(slow_is_running, "the slow job recorded as running")
         runner.kill()  # a crash: no chance to record or pack anything more
         runner.wait()
     finally:
@@ -168,10 +180,7 @@ def test_a_runner_stopped_by_sigterm_stops_its_jobs_records_and_packs(tmp_path):
     ]
     runner = _start(tmp_path, jobs, "--grace", "0.5")
     started = tmp_path / "work" / "jobs" / "running" / "log"
-    for _ in range(200):
-        if started.is_file():
-            break
-        time.sleep(0.05)
+    _wait_until(started.is_file, "the running job's start")
     runner.send_signal(signal.SIGTERM)
     assert runner.wait(timeout=20) == 130
     record = json.loads((tmp_path / "out" / "batch.json").read_text())
