@@ -36,7 +36,8 @@ def test_triton_kernel_under_the_interpreter_matches_torch():
             for act in ["none", "relu", "relu6", "silu", "hardswish", "gelu"]:
                 xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
                 w8 = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn)
-                ws, xs, b = torch.rand(n, generator=g) + 0.5, torch.tensor(0.7), torch.randn(n)
+                ws, xs = torch.rand(n, generator=g) + 0.5, torch.tensor(0.7)
+                b = torch.randn(n, generator=g)  # seeded: the script runs in a process of its own
                 ref = _act_reference((xq.float() @ w8.float().t()) * (ws * xs) + b, act)
                 for loads, store in itertools.product(["pointer", "tma"], repeat=2):
                     can_load, can_store = ok[(k, n)]
@@ -152,7 +153,8 @@ def test_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
         m, k, n = 96, 48, 40
         xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
         w8 = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn)
-        ws, xs, b = torch.rand(n, generator=g) / 7 + 0.01, torch.tensor(0.37), torch.randn(n)
+        ws, xs = torch.rand(n, generator=g) / 7 + 0.01, torch.tensor(0.37)
+        b = torch.randn(n, generator=g)  # seeded: the script runs in a process of its own
         same, worst, moved = 1.0, 0.0, 0
         for act in ["none", "relu6", "silu", "gelu"]:
             args = (xq, w8, ws, xs, b, act, torch.float16)
@@ -186,7 +188,8 @@ def test_streaming_programs_under_the_interpreter_match_torch():
             for act in ["none", "relu6", "gelu"]:
                 xq = (torch.randn(m, k, generator=g) * 3).to(torch.float8_e4m3fn)
                 w8 = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn)
-                ws, xs, b = torch.rand(n, generator=g) + 0.5, torch.tensor(0.7), torch.randn(n)
+                ws, xs = torch.rand(n, generator=g) + 0.5, torch.tensor(0.7)
+                b = torch.randn(n, generator=g)  # seeded: the script runs in a process of its own
                 ref = _act_reference((xq.float() @ w8.float().t()) * (ws * xs) + b, act)
                 for store in ("pointer", "tma"):
                     y = fp8_gemm_triton(
