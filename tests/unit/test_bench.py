@@ -118,6 +118,7 @@ def test_speed_on_cpu_is_a_check_marked_not_meaningful(tiny_imagenet, tmp_path):
     (result,) = record.results
     assert [e.fp8_kernel for e in result.engines] == ["fused", "scaled_mm"]
     assert all(e.speed.batches[0].batch == 1 and not e.speed.meaningful for e in result.engines)
+    assert all(e.fp8_stepped_aside == 0 for e in result.engines)  # fused/scaled_mm keep none
     assert result.fused_vs_unfused.n_images == 4
     report = render_folder(tmp_path)
     assert "measured on a CPU" in report and "test_efficientnet" in report
@@ -181,3 +182,22 @@ def test_a_cut_depthwise_run_keeps_the_rows_it_finished(tmp_path, monkeypatch):
     partial = read_record(out)
     assert len(partial.results) == 2 and partial.unfinished == "10 of 12 convs not timed yet"
     assert "**unfinished** (the run was cut): 10 of 12" in render_folder(tmp_path)
+
+
+def test_layers_kept_in_fp16_are_counted_beside_the_fp8_layers(tmp_path):
+    """A `fastest` engine that kept layers in fp16 says how many beside its real/emulated count,
+    so a speed-up is never read as the whole recipe's when part of it ran fp16."""
+    from quantstudy.bench.schema import write_record
+    from quantstudy.record.vocab import Fp8Kernel
+
+    record = read_record(RESULTS / "speed-tf_efficientnet_lite0-fused.json")
+    assert isinstance(record, SpeedBench)
+    result = record.results[0]
+    update = {"fp8_kernel": Fp8Kernel.FASTEST, "fp8_stepped_aside": 3}
+    engine = result.engines[0].model_copy(update=update)
+    kept = result.model_copy(update={"engines": [engine]})
+    write_record(tmp_path / "speed.json", record.model_copy(update={"results": [kept]}))
+    assert f"{engine.fp8_real}/{engine.fp8_emulated} +3 fp16" in render_folder(tmp_path)
+    plain = result.engines[0]
+    assert plain.fp8_stepped_aside is None  # an older record: nothing counted, nothing shown
+    assert f"{plain.fp8_real}/{plain.fp8_emulated} |" in render_folder(RESULTS)

@@ -35,7 +35,9 @@ TIMED_REGION = (
     "Speed records time CUDA-graph replays of one engine call on a device-resident, pre-cast "
     "input of real images; fp16 and FP8 rounds interleaved; x = fp16 ms / FP8 ms per round pair "
     "(`src/quantstudy/speed/harness.py`). FP8 layers (real/emulated): layers running a real FP8 "
-    "product with the named kernel / layers quantize-dequantized around an fp16 op. `fused` is one "
+    "product with the named kernel / layers quantize-dequantized around an fp16 op; '+N fp16': "
+    "recipe layers the `fastest` choice kept in fp16, where FP8 was slower at every timed batch "
+    "(`engines/step_aside.py`). `fused` is one "
     "Triton kernel per FP8 layer with scale, bias and the absorbed activation in its epilogue "
     "(`quant/kernels/gemm.py`); `scaled_mm` is torch._scaled_mm followed by its cast, bias and "
     "activation. Acts/hand-offs: activations computed in fused epilogues / FP8 layers writing the "
@@ -249,7 +251,8 @@ def _speed_rows(r: SpeedResult, e: EngineSpeed) -> list[list[str]]:
         r.model,
         str(e.fp8_kernel),
         r.recipe.removeprefix("builtin:"),
-        f"{_opt(e.fp8_real)}/{_opt(e.fp8_emulated)}",
+        f"{_opt(e.fp8_real)}/{_opt(e.fp8_emulated)}"
+        + (f" +{e.fp8_stepped_aside} fp16" if e.fp8_stepped_aside else ""),
         f"{_opt(e.epilogue_activations)}/{_opt(e.fp8_handoffs)}",
     ]
     rows = []

@@ -78,6 +78,7 @@ class EngineSpeed(Section):
     fp8_kernel: Fp8Kernel
     fp8_real: int | None = None  # layers running a real FP8 product (None: not recorded)
     fp8_emulated: int | None = None  # layers quantize-dequantized around an fp16 op
+    fp8_stepped_aside: int | None = None  # recipe layers the fastest choice kept in fp16
     epilogue_activations: int | None = None  # activations computed in fused epilogues
     fp8_handoffs: int | None = None  # FP8 layers writing the next FP8 layer's input
     fp8_residual_sums: int | None = None  # fused layers summing a residual in their epilogue

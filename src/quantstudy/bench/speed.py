@@ -103,6 +103,7 @@ def _time_model(
                 fp8_kernel=kernel,
                 fp8_real=len(info.fp8_real),
                 fp8_emulated=len(info.fp8_emulated),
+                fp8_stepped_aside=len(info.fp8_stepped_aside),
                 epilogue_activations=len(info.fp8_epilogue),
                 fp8_handoffs=len(info.fp8_handoff),
                 fp8_residual_sums=len(info.fp8_residual),
