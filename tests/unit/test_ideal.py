@@ -166,6 +166,24 @@ def test_emulated_layers_take_their_roofline_share_of_the_remaining_dense_time()
     assert got.fp16_products_us == pytest.approx(150.0)
 
 
+def test_layers_kept_in_fp16_take_their_share_of_the_fp8_engines_dense_time_like_emulated_ones():
+    """A layer the fastest choice kept in fp16 still runs its fp16 product inside the FP8
+    engine's dense group, so the fp16 time the recipe could save includes its share there."""
+    from quantstudy.record import LayerKernel
+
+    k3 = _layer("k3", cin=64, cout=64, hw=(56, 56), kernel=(3, 3))
+    stem = _layer("stem", cin=64, cout=64, hw=(56, 56), kernel=(3, 3), selected=False)
+    kept = _engine().model_copy(update={
+        "fp8_kernel_choice": [LayerKernel(name="k3", kernel="fp16", fused_us=9.0, fp16_us=5.0)],
+        "fp8_stepped_aside": ["k3"],
+    })  # fmt: skip
+    got = ideal_for_batch(
+        _batch(), _profile("fp16", mm=300, other=0), _profile("fp8", mm=300),
+        _recipe([k3], [stem]), kept, H200, "NVIDIA H200",
+    )  # fmt: skip
+    assert got.fp16_products_us == pytest.approx(150.0)
+
+
 def _speed(device="cuda:0 (NVIDIA H200)", meaningful=True, kernels=True) -> SpeedSection:
     profiles = [_profile("fp16", mm=100, other=500), _profile("fp8", mm=40)] if kernels else []
     return SpeedSection(

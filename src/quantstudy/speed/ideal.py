@@ -16,8 +16,10 @@ all from the study's own record:
   engine's dense product group minus the FP8 engine's (the layers left in fp16 run in both
   engines; the real FP8 layers' products moved to the FP8 group), both from one profiled call
   per engine (`speed/kernels.py`). Emulated layers (no FP8 kernel: quantize-dequantize around
-  an fp16 op) stay in the FP8 engine's dense group; their share of it is apportioned by fp16
-  roofline time among them and the unselected dense layers of the recipe's table.
+  an fp16 op) and layers a `fastest` engine kept in fp16 (`engines/step_aside.py`) stay in the
+  FP8 engine's dense group; their share of it is apportioned by fp16 roofline time among them
+  and the unselected dense layers of the recipe's table. The ideal stays the recipe's: every
+  selected layer at its FP8 roofline, whatever the engine chose for it.
 - elementwise16, the bias/activation pass each selected layer's output goes through in the
   fp16 engine (Inductor keeps the bias off cuDNN's convolutions; cuBLAS applies a linear's
   bias itself, so a linear pays a pass only for an activation the fused engine absorbed):
@@ -207,7 +209,9 @@ def ideal_for_batch(
     mm16 = _group(fp16, KernelGroup.FP16_MATMUL_CONV)
     mm8 = _group(fp8, KernelGroup.FP16_MATMUL_CONV)
     products = max(0.0, mm16 - mm8)
-    emulated = [priced[n] for n in engine.fp8_emulated if n in priced]
+    # layers run in fp16 in the FP8 engine (emulated, or kept in fp16 by the fastest choice)
+    in_fp16 = [*engine.fp8_emulated, *engine.fp8_stepped_aside]
+    emulated = [priced[n] for n in in_fp16 if n in priced]
     if emulated:
         rest = [layer_cost(d, batch) for d in recipe.excluded]
         emu16 = sum(c.fp16_us(peaks) for c in emulated)
