@@ -73,7 +73,7 @@ def render_speed(r: StudyRecord, plots: set[str]) -> list[str]:
         if warn:
             lines.append("")
         lines += ideal_lines(sp.ideal)
-        fp8 = next((e for e in r.engines if e.name == FP8), None)
+        fp8 = r.engine(FP8)
         if fp8 is not None:
             lines += kernel_choice_lines(fp8.fp8_kernel_choice, fp8.fp8_stepped_aside)
     if wb:
