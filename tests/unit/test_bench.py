@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from quantstudy.bench.report import REPORT_NAME, render_folder
-from quantstudy.bench.schema import GemmBench, SpeedBench, read_folder, read_record
+from quantstudy.bench.schema import GemmBench, SpeedBench, read_folder, read_record, write_record
 from quantstudy.bench.shapes import fp8_products
 from quantstudy.cli import main
 from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import Fp8Kernel
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
@@ -187,9 +188,6 @@ def test_a_cut_depthwise_run_keeps_the_rows_it_finished(tmp_path, monkeypatch):
 def test_layers_kept_in_fp16_are_counted_beside_the_fp8_layers(tmp_path):
     """A `fastest` engine that kept layers in fp16 says how many beside its real/emulated count,
     so a speed-up is never read as the whole recipe's when part of it ran fp16."""
-    from quantstudy.bench.schema import write_record
-    from quantstudy.record.vocab import Fp8Kernel
-
     record = read_record(RESULTS / "speed-tf_efficientnet_lite0-fused.json")
     assert isinstance(record, SpeedBench)
     result = record.results[0]

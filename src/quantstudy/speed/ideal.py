@@ -209,14 +209,15 @@ def ideal_for_batch(
     mm16 = _group(fp16, KernelGroup.FP16_MATMUL_CONV)
     mm8 = _group(fp8, KernelGroup.FP16_MATMUL_CONV)
     products = max(0.0, mm16 - mm8)
-    # layers run in fp16 in the FP8 engine (emulated, or kept in fp16 by the fastest choice)
+    # selected layers whose fp16 product stays in the FP8 engine's dense group: emulated, or
+    # kept in fp16 by the fastest choice
     in_fp16 = [*engine.fp8_emulated, *engine.fp8_stepped_aside]
-    emulated = [priced[n] for n in in_fp16 if n in priced]
-    if emulated:
+    still16 = [priced[n] for n in in_fp16 if n in priced]
+    if still16:
         rest = [layer_cost(d, batch) for d in recipe.excluded]
-        emu16 = sum(c.fp16_us(peaks) for c in emulated)
+        still16_us = sum(c.fp16_us(peaks) for c in still16)
         rest16 = sum(c.fp16_us(peaks) for c in rest if c is not None)
-        products += mm8 * emu16 / (emu16 + rest16)
+        products += mm8 * still16_us / (still16_us + rest16)
     passes = sum(
         c.pass_us(peaks) for c in priced.values() if c.is_conv or c.name in engine.fp8_epilogue
     )
