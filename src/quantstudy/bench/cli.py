@@ -170,6 +170,36 @@ def _run_gemm(args: argparse.Namespace, context: Context) -> None:
     _write(args.record, record)
 
 
+def _products_arguments(p: argparse.ArgumentParser, _: AddConfigArgs) -> None:
+    from quantstudy.bench.products import PEER_ROWS
+
+    p.add_argument(
+        "rows", nargs="*", default=list(PEER_ROWS),
+        help="model[:recipe] (default: the peers rows: " + " ".join(PEER_ROWS) + ")",
+    )  # fmt: skip
+    p.add_argument("--batches", default="1,128", help="comma-separated (default 1,128)")
+    p.add_argument("--sweep", action="store_true", help="also every tile on every I/O path")
+    p.add_argument(
+        "--no-fast-accum", action="store_true", help="skip our fast-accumulation variants"
+    )
+    p.add_argument("--resume", type=Path, help="keep the timed rows of this earlier record")
+    p.add_argument("--budget", type=float, help="start no product after this many seconds")
+    _out(p, "record")
+
+
+def _run_products(args: argparse.Namespace, context: Context) -> None:
+    from quantstudy.bench.products import bench_products
+
+    batches = [int(b) for b in args.batches.split(",") if b.strip()]
+    if not batches or min(batches) < 1:
+        raise UserError(f"--batches: positive integers, got {args.batches!r}")
+    record = bench_products(
+        args.rows, batches, sweep=args.sweep, fast_accum=not args.no_fast_accum,
+        resume=args.resume, budget_s=args.budget, argv=context.argv, out=args.record,
+    )  # fmt: skip
+    _write(args.record, record)
+
+
 def _run_depthwise(args: argparse.Namespace, context: Context) -> None:
     from quantstudy.bench.depthwise import bench_depthwise
 
@@ -320,6 +350,11 @@ BENCHES: dict[str, Bench] = {
         "each FP8 product of a recipe alone, every way it runs (GPU)",
         lambda p, _: _product_arguments(p, recipe=True),
         _run_gemm,
+    ),
+    "products": Bench(
+        "every FP8 product of several models and batches: ours beside cuBLASLt and cuBLAS (GPU)",
+        _products_arguments,
+        _run_products,
     ),
     "depthwise": Bench(
         "each depthwise conv alone: cuDNN fp16 against the Triton kernel (GPU)",

@@ -153,6 +153,8 @@ def fp8_gemm_triton(
     x_inv_divisor: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     out_base: torch.Tensor | None = None,
+    persistent: bool = False,
+    subtile: bool = False,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
@@ -176,6 +178,8 @@ def fp8_gemm_triton(
     the output itself stays in `out_dtype`. `out` (B, H, W, N) in `out_dtype`, B x H x W = M,
     any strides (the interior of a zero-padded buffer, `quant/rewrites/pad_handoff.py`) receives the
     output pixel by pixel; with `out_base` (the buffer `out` views) through it (`_checked_base`).
+    With a fixed `tile` and "tma" loads, `persistent` runs one wave of programs that walk the
+    tiles (`_persistent` in `kernels/gemm_kernel.py`), `subtile` finishing each in two halves.
 
     Each launch notes its tile in the launch record; within `launches.replaying` it takes the
     tile recorded for it, through pointers and torch's `wrap_triton` (`kernels/launches.py`)."""
@@ -224,11 +228,15 @@ def fp8_gemm_triton(
         tiles_m = triton.cdiv(m, meta["BLOCK_M"])
         if meta["STREAM"]:
             return (min(tiles_m, _sm_count(xq.device) * meta["PER_SM"]),)
-        return (tiles_m * triton.cdiv(n, meta["BLOCK_N"]),)
+        tiles = tiles_m * triton.cdiv(n, meta["BLOCK_N"])
+        return (min(tiles, _sm_count(xq.device)) if meta["PERSISTENT"] else tiles,)
 
     if tile is None:
         launches.note(key, launches.Tile.of(tuned_launch(FP8_GEMM, grid, args, meta)))
         return out
+    if (persistent or subtile) and not (use_loads and persistent):
+        raise ValueError("persistent programs load through descriptors; subtile needs them")
+    meta |= {"PERSISTENT": persistent, "SUBTILE": subtile}
     _fixed_launch(grid, args, descs, meta, tile, stream, (n, k))
     launches.note(key, launches.Tile.given(BLOCKS, tile, stream, use_loads or use_store))
     return out
@@ -302,6 +310,8 @@ def _fixed_launch(
     meta = {**meta, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
     meta |= {"STREAM": stream > 0, "PER_SM": stream}
     meta |= {"TMA_LOADS": use_loads, "TMA_STORE": descs["c_desc"] is not None}
+    meta.setdefault("PERSISTENT", False)
+    meta.setdefault("SUBTILE", False)
     if launch:
         meta |= {"num_warps": launch[0], "num_stages": launch[1]}
     _set_block_shapes({**descs, **meta})

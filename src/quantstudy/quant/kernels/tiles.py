@@ -63,6 +63,19 @@ STREAM_TILES = [
     for per_sm in (2, 4)
 ]
 
+# Persistent programs (`_persistent` in `kernels/gemm_kernel.py`), loads through descriptors:
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, subtiled epilogue). BLOCK_K 128 is one promotion
+# (`PROMOTE`), so the tensor cores sum a whole K tile before float32 takes over, as cuBLASLt does.
+# 128x128 fills the last wave of 132 SMs better where N is 768; 128x256 and 256x128 halve the
+# loads per product where the grid is many waves deep.
+PERSISTENT_TILES = [
+    (128, 128, 128, 8, 4, False),
+    (128, 256, 128, 8, 3, True),
+    (256, 128, 128, 8, 3, True),
+    (128, 128, 128, 4, 4, False),
+    (64, 128, 128, 4, 4, False),
+]
+
 # How the kernel reads its operands and writes its output: through pointers (any layout), or
 # through tensor descriptors (Hopper's copy engine; needs 16-byte aligned rows, see `tma_ok`).
 IO_PATHS = ("pointer", "tma")
@@ -178,7 +191,8 @@ def _bench(fn: Callable[[], object], quantiles: Sequence[float] | None = None) -
 def _set_block_shapes(nargs: dict[str, Any]) -> None:
     """Give the descriptors the tile of the config about to run (a descriptor carries it)."""
     bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
-    for name, shape in (("a_desc", [bm, bk]), ("b_desc", [bn, bk]), ("c_desc", [bm, bn])):
+    cn = bn // 2 if nargs.get("SUBTILE") else bn  # a subtiled epilogue stores half a tile
+    for name, shape in (("a_desc", [bm, bk]), ("b_desc", [bn, bk]), ("c_desc", [bm, cn])):
         if nargs[name] is not None:
             nargs[name].block_shape = shape
 
@@ -192,8 +206,11 @@ def _config(
     loads: bool = False,
     store: bool = False,
     per_sm: int = 0,
+    persistent: bool = False,
+    subtile: bool = False,
 ) -> Config:
     meta: dict[str, int | bool] = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
     meta |= {"TMA_LOADS": loads, "TMA_STORE": store}
     meta |= {"STREAM": per_sm > 0, "PER_SM": per_sm}
+    meta |= {"PERSISTENT": persistent, "SUBTILE": subtile}
     return triton.Config(meta, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
