@@ -10,8 +10,10 @@ timed from CUDA-graph replays (`gemm.time_us`) with random N(0, 1) operands and 
   K and N padded to 16, promoting to float32 every K tile or never (`use_fast_accum`); for a conv,
   on its implicit GEMM's shape with no im2col: the rate our conv should reach, not a conv;
 - "ours": the fused Triton kernel autotuned as an engine runs it (promoting every `PROMOTE`);
-- "ours persistent ..." (matmuls): each tile of `tiles.PERSISTENT_TILES`, fixed; with
-  `fast_accum`, also each of them summing all of K in the tensor cores ("... fast-accum");
+  "ours fast-accum" the same summing all of K in the tensor cores; "ours gelu fp8-out" with the
+  epilogue of a transformer's fc1 in the engine (GELU, the next layer's FP8 input written);
+- "ours persistent ..." (matmuls): each tile of `tiles.PERSISTENT_TILES`, fixed, with and
+  without warp specialization ("ws"); with `fast_accum`, also fast-accumulating;
 - with `sweep`: every tile of `tiles.TILES` on every I/O path (`gemm._variants`).
 
 TFLOP/s is 2MNK over the time; the fraction of peak is against the GPU's dense FP8 rate for FP8
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from itertools import product
 from pathlib import Path
 
 import torch
@@ -150,6 +153,7 @@ def _untimed(p: Product | ConvProduct, batch: int, model: str) -> ProductRow:
 
 
 def _timed(row: ProductRow, sweep: bool, fast_accum: bool, peaks: object) -> ProductRow:
+    from triton.compiler.errors import CompilationError
     from triton.runtime.errors import OutOfResources
 
     calls, ref = _calls(row, sweep, fast_accum)  # each call returns a tensor
@@ -158,11 +162,12 @@ def _timed(row: ProductRow, sweep: bool, fast_accum: bool, peaks: object) -> Pro
     refused: dict[str, str] = {}
     for label, call in calls.items():
         try:
-            if label.startswith("ours"):
+            if label.startswith("ours") and "gelu" not in label:  # the plain epilogue's
                 y = torch.as_tensor(call()).float().reshape(ref.shape)
                 errors[label] = float(((y - ref).abs() / (ref.abs() + 1)).max())
             us[label] = time_us(call)
-        except (OutOfResources, ValueError) as exc:  # a tile that does not fit this GPU or shape
+        except (OutOfResources, CompilationError, RuntimeError, ValueError) as exc:
+            # a tile or option this GPU, compiler or shape refuses: recorded as refused
             us[label] = float("nan")
             refused[label] = str(exc).splitlines()[0][:200]
     tflops = {key: row.flop / (t * 1e-6) / 1e12 for key, t in us.items() if t == t}
@@ -171,8 +176,11 @@ def _timed(row: ProductRow, sweep: bool, fast_accum: bool, peaks: object) -> Pro
         for key, rate in tflops.items():
             peak = peaks.fp16_tflops if key in FP16 else peaks.fp8_tflops  # type: ignore[attr-defined]
             fraction[key] = rate / peak
+    plain = ("fast-accum", "gelu")  # other numerics or another epilogue: not in the best
     ours = {
-        k: t for k, t in us.items() if k.startswith("ours") and "fast-accum" not in k and t == t
+        k: t
+        for k, t in us.items()
+        if k.startswith("ours") and t == t and not any(p in k for p in plain)
     }
     best = min(ours, key=ours.__getitem__) if ours else None
     ratio = (
@@ -247,14 +255,21 @@ def _calls(
             )
 
         calls["ours"] = ours()
+        if fast_accum:
+            calls["ours fast-accum"] = ours(promote=0)
+        # the epilogue of a ViT's fc1 in the engine: GELU, then the next layer's FP8 input
+        calls["ours gelu fp8-out"] = lambda: fp8_gemm_triton(
+            a8, w8, w_scale, x_scale, bias, Activation.GELU, torch.float8_e4m3fn,
+            out_scale=x_scale, round_to=torch.float16,
+        )  # fmt: skip
         for bm, bn, bk, warps, stages, sub in PERSISTENT_TILES:
             name = f"{bm}x{bn}x{bk} w{warps} s{stages}" + (" sub" if sub else "")
             tile = (bm, bn, bk, warps, stages)
-            for promote in (128, 0) if fast_accum else (128,):
-                label = f"ours persistent {name}" + ("" if promote else " fast-accum")
-                calls[label] = ours(
+            for promote, ws in product((128, 0) if fast_accum else (128,), (False, True)):
+                label = f"ours persistent {name}" + (" ws" if ws else "")
+                calls[label + ("" if promote else " fast-accum")] = ours(
                     tile=tile, loads="tma", store="tma", persistent=True, subtile=sub,
-                    promote=promote,
+                    promote=promote, warp_spec=ws,
                 )  # fmt: skip
         if sweep:
             from quantstudy.bench.gemm import _variants

@@ -155,6 +155,7 @@ def fp8_gemm_triton(
     out_base: torch.Tensor | None = None,
     persistent: bool = False,
     subtile: bool = False,
+    warp_spec: bool = False,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
@@ -179,7 +180,8 @@ def fp8_gemm_triton(
     any strides (the interior of a zero-padded buffer, `quant/rewrites/pad_handoff.py`) receives the
     output pixel by pixel; with `out_base` (the buffer `out` views) through it (`_checked_base`).
     With a fixed `tile` and "tma" loads, `persistent` runs one wave of programs that walk the
-    tiles (`_persistent` in `kernels/gemm_kernel.py`), `subtile` finishing each in two halves.
+    tiles (`_persistent` in `kernels/gemm_kernel.py`), `subtile` finishing each in two halves,
+    `warp_spec` warp-specializing its loop (Triton's `tl.range(warp_specialize=True)`).
 
     Each launch notes its tile in the launch record; within `launches.replaying` it takes the
     tile recorded for it, through pointers and torch's `wrap_triton` (`kernels/launches.py`)."""
@@ -234,9 +236,9 @@ def fp8_gemm_triton(
     if tile is None:
         launches.note(key, launches.Tile.of(tuned_launch(FP8_GEMM, grid, args, meta)))
         return out
-    if (persistent or subtile) and not (use_loads and persistent):
+    if (persistent or subtile or warp_spec) and not (use_loads and persistent):
         raise ValueError("persistent programs load through descriptors; subtile needs them")
-    meta |= {"PERSISTENT": persistent, "SUBTILE": subtile}
+    meta |= {"PERSISTENT": persistent, "SUBTILE": subtile, "WARP_SPEC": warp_spec}
     _fixed_launch(grid, args, descs, meta, tile, stream, (n, k))
     launches.note(key, launches.Tile.given(BLOCKS, tile, stream, use_loads or use_store))
     return out
@@ -312,6 +314,7 @@ def _fixed_launch(
     meta |= {"TMA_LOADS": use_loads, "TMA_STORE": descs["c_desc"] is not None}
     meta.setdefault("PERSISTENT", False)
     meta.setdefault("SUBTILE", False)
+    meta.setdefault("WARP_SPEC", False)
     if launch:
         meta |= {"num_warps": launch[0], "num_stages": launch[1]}
     _set_block_shapes({**descs, **meta})

@@ -190,7 +190,7 @@ def _persistent(
     ROUND: tl.constexpr, PROMOTE: tl.constexpr, ROW_SCALE: tl.constexpr, HAS_RES: tl.constexpr,
     RES_ACT: tl.constexpr, PAIR: tl.constexpr, MAP_OUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SUBTILE: tl.constexpr,
+    SUBTILE: tl.constexpr, WARP_SPEC: tl.constexpr,
 ):  # fmt: skip
     """Persistent programs (a grid of at most one wave): each walks the output tiles in grouped
     order, its loads through tensor descriptors, so that one launch's programs stay resident and
@@ -198,7 +198,8 @@ def _persistent(
     the tile in two halves along N (half the registers live at once, the first half's store in
     flight while the second is computed). Same sums per tile as the one-tile-per-program path."""
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    for t in range(_count(tl.program_id(0)), _count(tiles), _count(tl.num_programs(0))):
+    first, step = _count(tl.program_id(0)), _count(tl.num_programs(0))
+    for t in tl.range(first, _count(tiles), step, warp_specialize=WARP_SPEC):
         pid_m, pid_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc, part = _tma_sums(
@@ -274,6 +275,7 @@ def _fp8_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
     PERSISTENT: tl.constexpr, SUBTILE: tl.constexpr,  # persistent tile loop (`_persistent`)
+    WARP_SPEC: tl.constexpr,  # its loop warp-specialized (loads and MMAs in their own warps)
 ):  # fmt: skip
     if PERSISTENT:
         _persistent(
@@ -281,7 +283,7 @@ def _fp8_gemm_kernel(
             res_ptr, q_ptr, M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
             out_w, out_hw, stride_cb, stride_ch, out_origin,
             ACT, HAS_BIAS, TMA_STORE, OUT_FP8, ROUND, PROMOTE, ROW_SCALE, HAS_RES, RES_ACT, PAIR,
-            MAP_OUT, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SUBTILE,
+            MAP_OUT, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SUBTILE, WARP_SPEC,
         )  # fmt: skip
     elif STREAM:
         # Thin products (K <= BLOCK_K, N <= BLOCK_N, see `_prune`): each program keeps the whole

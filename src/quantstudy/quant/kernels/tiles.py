@@ -212,5 +212,5 @@ def _config(
     meta: dict[str, int | bool] = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
     meta |= {"TMA_LOADS": loads, "TMA_STORE": store}
     meta |= {"STREAM": per_sm > 0, "PER_SM": per_sm}
-    meta |= {"PERSISTENT": persistent, "SUBTILE": subtile}
+    meta |= {"PERSISTENT": persistent, "SUBTILE": subtile, "WARP_SPEC": False}
     return triton.Config(meta, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
