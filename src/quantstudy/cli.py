@@ -424,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not at exit after the last print
     except UserError as e:
         print(f"quantstudy: error: {e}", file=sys.stderr)
-        return EXIT_USER
+        return e.exit_status
     except KeyboardInterrupt:
         print("\nquantstudy: interrupted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED

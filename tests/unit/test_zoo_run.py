@@ -77,7 +77,7 @@ def test_shards_fill_one_leaderboard_and_a_rerun_resumes(zoo_dir, capsys):
 
     board = json.loads((out / "zoo.json").read_text())
     assert board["counts"] == {"complete": 2, "failed": 1, "interrupted": 0, "partial": 0,
-                               "pending": 0}  # fmt: skip
+                               "pending": 0, "no_layer": 0}  # fmt: skip
     assert board["provenance"]["environments"][0]["torch"] == torch.__version__
     md = (out / "zoo.md").read_text()
     assert "## Models that failed" in md and "speed only" in md and (out / "zoo.png").is_file()

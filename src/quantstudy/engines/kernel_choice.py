@@ -67,6 +67,7 @@ from quantstudy.quant.plan.apply import QuantPlan, apply_fp8
 from quantstudy.record import LayerKernel
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import beside_inductor_cache, write_json_atomic
+from quantstudy.record.timing_lock import timing
 from quantstudy.record.vocab import ChosenKernel, Fp8Kernel
 
 FUSED_LAYERS = (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise)
@@ -91,7 +92,8 @@ def _time_us(fn: Callable[[], object]) -> float:
 
     fn()  # compiles and autotunes outside the graph
     torch.cuda.synchronize()
-    median_ms: float = triton.testing.do_bench_cudagraph(fn, rep=10, return_mode="median")
+    with timing():  # the GPU held alone where studies share it (record/timing_lock.py)
+        median_ms: float = triton.testing.do_bench_cudagraph(fn, rep=10, return_mode="median")
     return 1000 * median_ms
 
 

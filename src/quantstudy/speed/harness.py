@@ -52,6 +52,7 @@ from quantstudy.engines.base import Engine
 from quantstudy.engines.size import package_bytes, weight_bytes
 from quantstudy.record import BatchSpeed, KernelBreakdown, SpeedSection
 from quantstudy.record.errors import UserError
+from quantstudy.record.timing_lock import timing
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.speed.clocks import gpu_clocks
 from quantstudy.speed.kernels import profile_kernels
@@ -177,7 +178,8 @@ def time_interleaved(
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise UserError("CUDA timing was asked for but no CUDA GPU is available")
-        with torch.cuda.device(device):
+        # warm-up, capture and rounds with the GPU held alone where studies share it
+        with torch.cuda.device(device), timing():
             runners = {name: _GraphRunner(fns, warmup, device) for name, fns in variants.items()}
             return _run_rounds(runners, rounds, iters)
     runners = {name: _EagerRunner(fns, warmup) for name, fns in variants.items()}
@@ -382,8 +384,9 @@ def measure_speed(
         results.append(summarize_batch(batch, times[EngineName.FP16], times[EngineName.FP8]))
         if on_gpu and kernel_profile:
             first = tile_images(images, batch)
-            kernels.append(profile_kernels(fp16, first, batch))
-            kernels.append(profile_kernels(fp8, first, batch))
+            with timing():  # kernel durations, too, with the GPU held alone
+                kernels.append(profile_kernels(fp16, first, batch))
+                kernels.append(profile_kernels(fp8, first, batch))
     clocks_end = gpu_clocks(device) if on_gpu else {}
 
     packages: dict[str, int] | None = None

@@ -21,6 +21,7 @@ import triton
 
 from quantstudy.quant.kernels import choices
 from quantstudy.quant.kernels.tiles import Config, _bench
+from quantstudy.record import timing_lock
 
 Args = tuple[Any, ...]  # a kernel's positional arguments (tensors, descriptors, sizes)
 Grid = Callable[[dict[str, Any]], tuple[Any, ...]]  # launch grid from a config's meta
@@ -173,7 +174,8 @@ def tuned_launch(tuned: Tuned, grid: Grid, args: Args, meta: dict[str, Any]) -> 
     pruned = tuned.prune(configs, named, **meta)
     threads = _precompile(tuned, args, meta, pruned)
     compiled = time.perf_counter()
-    tuned.autotuner[grid](*args, **meta)
+    with timing_lock.timing():  # configs are timed with the GPU held alone (zoo --jobs)
+        tuned.autotuner[grid](*args, **meta)
     best = tuned.autotuner.best_config
     row = {"kernel": tuned.name, **{k: named.get(k, meta.get(k)) for k in tuned.keys}}
     row |= {"configs": len(pruned), "threads": threads}
