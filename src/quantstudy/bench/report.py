@@ -12,12 +12,14 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from quantstudy.bench.peers.table import peers_section
+from quantstudy.bench.products_table import products_section
 from quantstudy.bench.schema import (
     DepthwiseBench,
     EngineSpeed,
     GemmBench,
     KernelsBench,
     PeersBench,
+    ProductsBench,
     PublishedBench,
     Record,
     SpeedBench,
@@ -72,6 +74,7 @@ def render_folder(folder: Path) -> str:
         for name, rec in speed:
             out += _speed_section(name, rec)
     sections = {
+        ProductsBench: ("## Every FP8 product of the peers rows, beside cuBLASLt", _products),
         GemmBench: ("## FP8 products alone", _gemm_section),
         DepthwiseBench: ("## Depthwise convolutions alone", _depthwise_section),
         KernelsBench: ("## Every kernel of one engine call", _kernels_section),
@@ -387,6 +390,10 @@ def _kernels_section(name: str, rec: KernelsBench) -> list[str]:
                 + [top]
             )
     return [*out, *table(head, rows), ""]
+
+
+def _products(name: str, rec: ProductsBench) -> list[str]:
+    return products_section(name, rec, _provenance(rec))
 
 
 def _peers_section(name: str, rec: PeersBench) -> list[str]:
