@@ -182,6 +182,47 @@ def _tma_sums(a_desc, b_desc, first_m, first_n, K, acc, part, BLOCK_K: tl.conste
 
 
 @triton.jit
+def _pointer_sums(
+    a_ptr, b_ptr, d_ptr, x_scale_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak,
+    stride_bn, stride_bk, acc, part, QUANT_A: tl.constexpr, HAS_DIV: tl.constexpr,
+    ROW_SCALE: tl.constexpr, PROMOTE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The K loop of one tile through pointers (masked at every edge); with QUANT_A a first pass
+    over K finds each row's scale and the loop quantizes the input's tiles in registers.
+    Returns the sums and the rows' activation scales."""
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    if QUANT_A:
+        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
+            k_mask = offs_k < K - k0 * BLOCK_K
+            a_mask = (offs_m[:, None] < M) & k_mask[None, :]
+            ptrs = a_ptrs + k0 * BLOCK_K * stride_ak
+            d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
+            amax = _row_amax(_a_tile(ptrs, a_mask, d_ptrs, k_mask, HAS_DIV), amax)
+        x_rows = _row_scales(amax)
+        inv_rows = tl.math.div_rn(1.0, x_rows)  # torch.reciprocal: IEEE, once per row
+    else:
+        x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
+    for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
+        k_left = K - k0 * BLOCK_K
+        a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
+        b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
+        if QUANT_A:
+            d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
+            a = _a_tile(a_ptrs, a_mask, d_ptrs, offs_k < k_left, HAS_DIV)
+            a = _to_e4m3(a, inv_rows)
+        else:
+            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+        b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+        acc, part = _mma(a, b, acc, part, k0, BLOCK_K, PROMOTE)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc, part, x_rows
+
+
+@triton.jit
 def _persistent(
     a_desc, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
     res_ptr, q_ptr, M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
@@ -331,35 +372,11 @@ def _fp8_gemm_kernel(
                 a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, K, acc, part, BLOCK_K, PROMOTE
             )
         else:
-            offs_k = tl.arange(0, BLOCK_K)
-            a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-            b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
-            if QUANT_A:
-                amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-                for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
-                    k_mask = offs_k < K - k0 * BLOCK_K
-                    a_mask = (offs_m[:, None] < M) & k_mask[None, :]
-                    ptrs = a_ptrs + k0 * BLOCK_K * stride_ak
-                    d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
-                    amax = _row_amax(_a_tile(ptrs, a_mask, d_ptrs, k_mask, HAS_DIV), amax)
-                x_rows = _row_scales(amax)
-                inv_rows = tl.math.div_rn(1.0, x_rows)  # torch.reciprocal: IEEE, once per row
-            else:
-                x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
-            for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
-                k_left = K - k0 * BLOCK_K
-                a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
-                b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
-                if QUANT_A:
-                    d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
-                    a = _a_tile(a_ptrs, a_mask, d_ptrs, offs_k < k_left, HAS_DIV)
-                    a = _to_e4m3(a, inv_rows)
-                else:
-                    a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-                b = tl.load(b_ptrs, mask=b_mask, other=0.0)
-                acc, part = _mma(a, b, acc, part, k0, BLOCK_K, PROMOTE)
-                a_ptrs += BLOCK_K * stride_ak
-                b_ptrs += BLOCK_K * stride_bk
+            acc, part, x_rows = _pointer_sums(
+                a_ptr, b_ptr, d_ptr, x_scale_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak,
+                stride_bn, stride_bk, acc, part, QUANT_A, HAS_DIV, ROW_SCALE, PROMOTE, BLOCK_M,
+                BLOCK_K,
+            )  # fmt: skip
         acc += part
         _finish_cols(
             acc, pid_m * BLOCK_M, pid_n * BLOCK_N, x_rows, M, N, c_ptr, c_desc, w_scale_ptr,
