@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from itertools import product
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +52,14 @@ PEER_ROWS = (
 )
 FP16 = ("fp16 cuBLAS", "fp16 cuDNN")
 CUBLASLT = "cuBLASLt"
+# (label, activation, FP8 output) of the engine epilogues timed beside the plain one, all
+# rounding to fp16 where the unfused engine stores
+EPILOGUES = (
+    ("fp16-rounds", Activation.NONE, False),
+    ("gelu", Activation.GELU, False),
+    ("fp8-out", Activation.NONE, True),
+    ("gelu fp8-out", Activation.GELU, True),
+)
 
 
 def bench_products(
@@ -162,7 +171,7 @@ def _timed(row: ProductRow, sweep: bool, fast_accum: bool, peaks: object) -> Pro
     refused: dict[str, str] = {}
     for label, call in calls.items():
         try:
-            if label.startswith("ours") and "gelu" not in label:  # the plain epilogue's
+            if label.startswith("ours") and not any(e[0] in label for e in EPILOGUES):
                 y = torch.as_tensor(call()).float().reshape(ref.shape)
                 errors[label] = float(((y - ref).abs() / (ref.abs() + 1)).max())
             us[label] = time_us(call)
@@ -176,7 +185,7 @@ def _timed(row: ProductRow, sweep: bool, fast_accum: bool, peaks: object) -> Pro
         for key, rate in tflops.items():
             peak = peaks.fp16_tflops if key in FP16 else peaks.fp8_tflops  # type: ignore[attr-defined]
             fraction[key] = rate / peak
-    plain = ("fast-accum", "gelu")  # other numerics or another epilogue: not in the best
+    plain = ("fast-accum", *(e[0] for e in EPILOGUES))  # other numerics or epilogues
     ours = {
         k: t
         for k, t in us.items()
@@ -242,26 +251,20 @@ def _calls(
         a8 = a16.to(torch.float8_e4m3fn)
         calls["fp16 cuBLAS"] = lambda: F.linear(a16, w16, bias.half())
 
-        def ours(**kw: object) -> Callable[[], object]:
-            return lambda: fp8_gemm_triton(
-                a8,
-                w8,
-                w_scale,
-                x_scale,
-                bias,
-                Activation.NONE,
-                torch.float16,
-                **kw,  # type: ignore[arg-type]
-            )
+        def ours(**kw: Any) -> Callable[[], object]:
+            kw = {"act": Activation.NONE, "out_dtype": torch.float16, **kw}
+            return lambda: fp8_gemm_triton(a8, w8, w_scale, x_scale, bias, **kw)
 
         calls["ours"] = ours()
         if fast_accum:
             calls["ours fast-accum"] = ours(promote=0)
-        # the epilogue of a ViT's fc1 in the engine: GELU, then the next layer's FP8 input
-        calls["ours gelu fp8-out"] = lambda: fp8_gemm_triton(
-            a8, w8, w_scale, x_scale, bias, Activation.GELU, torch.float8_e4m3fn,
-            out_scale=x_scale, round_to=torch.float16,
-        )  # fmt: skip
+        # the engine's epilogues, part by part: rounding where the unfused engine stores, GELU,
+        # the next layer's FP8 input (a ViT's fc1 has all three)
+        for label, act, fp8_out in EPILOGUES:
+            calls[f"ours {label}"] = ours(
+                act=act, out_dtype=torch.float8_e4m3fn if fp8_out else torch.float16,
+                out_scale=x_scale if fp8_out else None, round_to=torch.float16,
+            )  # fmt: skip
         for bm, bn, bk, warps, stages, sub in PERSISTENT_TILES:
             name = f"{bm}x{bn}x{bk} w{warps} s{stages}" + (" sub" if sub else "")
             tile = (bm, bn, bk, warps, stages)
