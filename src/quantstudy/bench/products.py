@@ -10,8 +10,9 @@ timed from CUDA-graph replays (`gemm.time_us`) with random N(0, 1) operands and 
   K and N padded to 16, promoting to float32 every K tile or never (`use_fast_accum`); for a conv,
   on its implicit GEMM's shape with no im2col: the rate our conv should reach, not a conv;
 - "ours": the fused Triton kernel autotuned as an engine runs it (promoting every `PROMOTE`);
-  "ours fast-accum" the same summing all of K in the tensor cores; "ours gelu fp8-out" with the
-  epilogue of a transformer's fc1 in the engine (GELU, the next layer's FP8 input written);
+  "ours fast-accum" the same summing all of K in the tensor cores; "ours fp16-rounds",
+  "ours with-gelu", "ours fp8-out" and "ours with-gelu fp8-out" with the engine's epilogues
+  part by part (a transformer's fc1 has all: GELU, then the next layer's FP8 input written);
 - "ours persistent ..." (matmuls): each tile of `tiles.PERSISTENT_TILES`, fixed, with and
   without warp specialization ("ws"); with `fast_accum`, also fast-accumulating;
 - with `sweep`: every tile of `tiles.TILES` on every I/O path (`gemm._variants`).
@@ -56,9 +57,9 @@ CUBLASLT = "cuBLASLt"
 # rounding to fp16 where the unfused engine stores
 EPILOGUES = (
     ("fp16-rounds", Activation.NONE, False),
-    ("gelu", Activation.GELU, False),
+    ("with-gelu", Activation.GELU, False),
     ("fp8-out", Activation.NONE, True),
-    ("gelu fp8-out", Activation.GELU, True),
+    ("with-gelu fp8-out", Activation.GELU, True),
 )
 
 

@@ -68,15 +68,23 @@ def products_section(name: str, rec: ProductsBench, provenance: list[str]) -> li
     if rec.unfinished:
         out[-1:-1] = [f"- unfinished: {rec.unfinished}"]
     out += [*_sums(rec), ""]
+    # our variants beside the engine's ("ours"): other accumulation, other epilogues
+    extra = [
+        k
+        for k in dict.fromkeys(k for r in rec.results for k in r.us)
+        if k.startswith("ours ")
+        and not k.startswith(("ours persistent", "ours pointer", "ours tma"))
+    ]
     head = ["kind", "batch", "M", "K", "N", "models", "layers", "fp16 us", "cuBLASLt us"]
-    head += ["fast-accum us", "ours us", "best ours", "best us", "best % of peak"]
-    head += ["cuBLASLt % of peak", "cuBLASLt / best"]
+    head += ["fast-accum us", "ours us", *(f"{k} us" for k in extra), "best ours", "best us"]
+    head += ["best % of peak", "cuBLASLt % of peak", "cuBLASLt / best"]
     rows = []
     for r in rec.results:
         best = r.us.get(r.best_ours) if r.best_ours else None
         ratio = "-" if r.best_over_cublaslt is None else f"{r.best_over_cublaslt:.2f}"
         shape = [r.kind, str(r.batch), str(r.m), str(r.k), str(r.n), " ".join(r.models)]
         times = [_us(_fp16(r)), _us(r.us.get(LT)), _us(r.us.get(LT_FAST)), _us(r.us.get("ours"))]
+        times += [_us(r.us.get(k)) for k in extra]
         peaks = [_pct(r.peak_fraction.get(r.best_ours or "")), _pct(r.peak_fraction.get(LT))]
         rows.append([*shape, str(r.layers), *times, r.best_ours or "-", _us(best), *peaks, ratio])
     return [*out, *table(head, rows), ""]

@@ -239,8 +239,10 @@ def _persistent(
     the tile in two halves along N (half the registers live at once, the first half's store in
     flight while the second is computed). Same sums per tile as the one-tile-per-program path."""
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    first, step = _count(tl.program_id(0)), _count(tl.num_programs(0))
-    for t in tl.range(first, _count(tiles), step, warp_specialize=WARP_SPEC):
+    for t in tl.range(
+        _count(tl.program_id(0)), _count(tiles), _count(tl.num_programs(0)),
+        warp_specialize=WARP_SPEC,
+    ):  # fmt: skip
         pid_m, pid_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc, part = _tma_sums(
