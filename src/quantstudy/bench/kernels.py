@@ -52,7 +52,7 @@ def bench_kernels(
             Engine.FP16: build_half(model, device, example, fold=fold),
             Engine.FP8: build_fp8(model, device, example, prepared.plan, fold=fold, kernel=kernel),
         }
-        entry = {}
+        entry: dict[str, list[KernelTime]] = {}
         for name, engine in engines.items():
             by_name: dict[str, float] = {}
             for k, us in kernel_events(engine, x, batch):

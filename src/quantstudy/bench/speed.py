@@ -21,6 +21,7 @@ from quantstudy.engines.builders import build_fp8, build_half, set_numerics
 from quantstudy.engines.run import run_engine
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
+from quantstudy.record.speed import SpeedSection
 from quantstudy.record.vocab import CompileMode, Fp8Kernel
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
@@ -134,7 +135,7 @@ def _time_model(
     )
 
 
-def fp16_autotune(prepared: Prepared, batch: int, rounds: int, iters: int):
+def fp16_autotune(prepared: Prepared, batch: int, rounds: int, iters: int) -> SpeedSection:
     """The fp16 engine in default mode (the harness's fp16 slot) against itself under
     max-autotune (its FP8 slot): x above 1 means max-autotune made fp16 faster."""
     model, device, example = prepared.model, prepared.device, prepared.example
