@@ -38,7 +38,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--no-options",
         action="store_true",
         help="search the layer subset only, under the recipe's own FP8 quality options (skips "
-        "trying compensating rounding, per-layer calibrators, migration and the sequential fit "
+        "trying compensating rounding, per-layer calibrators, migration and the propagated fit "
         "first)",
     )
     p.add_argument(
