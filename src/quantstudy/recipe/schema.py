@@ -138,8 +138,9 @@ class WeightSpec(Strict):
     `propagated` (`sequential` in older recipes, still read): fit both, layer by layer in
     execution order, to the fp32 network's output of that layer from the input the partly
     quantized network gives it (earlier FP8 layers and this layer's own activation quantization
-    included), instead of from the fp32 network's input alone (`quant/fitting/propagated.py`: the fit, its cost). Changes what `rounding` and
-    `bias_correction` are fitted to, not whether they apply.
+    included), instead of from the fp32 network's input alone (`quant/fitting/propagated.py`:
+    the fit, its cost). Changes what `rounding` and `bias_correction` are fitted to, not whether
+    they apply.
 
     `tune`: after all of the above, train every selected layer's bias (`bias`), and each output
     channel's gain folded into its weight scale (`scale_bias`, per-channel weights only),
