@@ -1,15 +1,9 @@
 """Artifact size: the bytes an engine's weights take, and optionally its compiled package.
 
-`weight_bytes` counts what a checkpoint of the module would hold: every parameter and buffer
-storage once, at its own element size (FP8: 1 byte per element, fp16: 2, fp32: 4). Tied or
-aliased tensors (one storage seen through several names, or a buffer that is a view of a
-parameter) count once; a tensor that views part of a larger storage counts the whole storage, as
-`torch.save` would store it. Tensor subclasses that wrap inner tensors (`__tensor_flatten__`, e.g.
-an FP8 weight carrying its scale) are counted through their inner tensors.
-
-`package_bytes` builds the deployable artifact, a torch.export + AOTInductor package (`.pt2`), and
-returns its size on disk. It compiles C++/CUDA code, which takes minutes, so the study calls it only
-when asked to and only on CUDA.
+`weight_bytes` counts what `torch.save` of the module would hold: each parameter and buffer
+storage once (aliases and views count their whole storage once), tensor subclasses through their
+inner tensors (`__tensor_flatten__`). `package_bytes` compiles an AOTInductor package (minutes:
+the study asks for it only on CUDA, with `--package`) and returns its size on disk.
 """
 
 from __future__ import annotations
