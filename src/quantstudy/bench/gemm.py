@@ -151,7 +151,7 @@ def time_product(p: Product, sweep: bool) -> dict[str, Any]:
 
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
     from quantstudy.quant.kernels.tiles import PROMOTE
-    from quantstudy.quant.layers.fused_matmul import _act_reference
+    from quantstudy.quant.layers.fused_matmul import act_reference
 
     m, k, n = p.m, p.k, p.n
     dev = torch.device("cuda")
@@ -162,9 +162,7 @@ def time_product(p: Product, sweep: bool) -> dict[str, Any]:
     w_scale = torch.full((n,), 1 / 64, device=dev)
     x_scale = torch.tensor(1.0, device=dev)
     bias = torch.zeros(n, device=dev)
-    ref = _act_reference(
-        (a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias, Activation.NONE
-    )
+    ref = act_reference((a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias, Activation.NONE)
     us: dict[str, float] = {"fp16 mm": time_us(lambda: a16 @ w16.t())}
     if p.conv_map is not None:
         b, c, h, w = p.conv_map

@@ -12,12 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from quantstudy.quant.private_api import aoti_compile_and_package, is_wrapper_subclass
 
 
 def _storages(t: torch.Tensor) -> Iterator[tuple[object, int]]:
     """(identity key, bytes) of each plain storage behind `t`."""
-    if is_traceable_wrapper_subclass(t):
+    if is_wrapper_subclass(t):
         inner_names, _ = t.__tensor_flatten__()
         for inner in inner_names:
             yield from _storages(getattr(t, inner))
@@ -51,8 +52,6 @@ def package_bytes(module: torch.nn.Module, example: torch.Tensor, package_path: 
     `torch.compile`d module is exported through its original module. Export or compilation errors
     propagate: a model that cannot be packaged has no package size.
     """
-    from torch._inductor import aoti_compile_and_package  # heavy import, only when packaging
-
     original = getattr(module, "_orig_mod", module)
     package_path = Path(package_path)
     package_path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ import triton
 
 from quantstudy.quant.kernels import choices
 from quantstudy.quant.kernels.tiles import Config, _bench
+from quantstudy.quant.private_api import async_compile_mode
 
 Args = tuple[Any, ...]  # a kernel's positional arguments (tensors, descriptors, sizes)
 Grid = Callable[[dict[str, Any]], tuple[Any, ...]]  # launch grid from a config's meta
@@ -129,9 +130,8 @@ def _precompile(tuned: Tuned, args: Args, meta: dict[str, Any], configs: list[Co
     """Compile `configs` for this launch in parallel threads, where Triton can
     (`AsyncCompileMode`); the autotuner then finds them compiled. Returns the threads used
     (1: the autotuner compiles them one by one)."""
-    try:
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:  # older Triton
+    AsyncCompileMode = async_compile_mode()
+    if AsyncCompileMode is None:
         return 1
     workers = int(os.environ.get("QUANTSTUDY_TRITON_COMPILE_THREADS", os.cpu_count() or 1))
     threads = min(workers, len(configs))
