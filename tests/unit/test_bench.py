@@ -140,7 +140,7 @@ def test_report_command_prints_the_tables(capsys):
 
 def test_every_bench_subcommand_comes_from_the_one_table(capsys):
     """`quantstudy bench` lists exactly `BENCHES`, each with its own `--help`; the lab tools of
-    `tools/bench/` are no subcommands."""
+    `tools/lab/bench/` are no subcommands."""
     from quantstudy.bench.cli import BENCHES
     from quantstudy.cli import main
 

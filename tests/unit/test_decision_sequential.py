@@ -27,7 +27,7 @@ from quantstudy.report.sequential_plot import SEQUENTIAL_PNG
 POLICY = Policy()
 STUDIES = 10_000
 # 30,000 images (60 looks of 500) keep the nine cases near 10 s on the CI machine; the
-# committed figures (`tools/sequential_sim.py`) go to 50,000.
+# committed figures (`tools/lab/sequential_sim.py`) go to 50,000.
 MAX_IMAGES = 30_000
 
 

@@ -241,13 +241,13 @@ def test_variants_are_listed_with_their_base():
 
 def test_builtin_sha256_is_of_the_packaged_file():
     recipe, source = load_recipe("builtin:ghostnet_pointwise")
-    raw = resources.files("quantstudy.recipe").joinpath("builtin/ghostnet_pointwise.yaml")
+    raw = resources.files("quantstudy.recipe").joinpath("builtin", "ghostnet_pointwise.yaml")
     assert recipe.sha256 == hashlib.sha256(raw.read_bytes()).hexdigest()
     assert source == "builtin:ghostnet_pointwise"
 
 
 def test_user_recipe_file_works_like_the_builtin(zoo, tmp_path: Path):
-    packaged = resources.files("quantstudy.recipe").joinpath("builtin/res2net_no_layer1.yaml")
+    packaged = resources.files("quantstudy.recipe").joinpath("builtin", "res2net_no_layer1.yaml")
     mine = tmp_path / "my_recipe.yaml"
     with resources.as_file(packaged) as src:
         shutil.copyfile(src, mine)

@@ -5,7 +5,7 @@ parser imports no torch) and a function that runs it, importing its sibling modu
 `bench` is one `Command` of the CLI's registry (`BENCH`); a bench takes the study options of
 `study/cli_options.py`, with the same flags, help and checks as `quantstudy run`. Lab tools for
 the GPU machine (probes of one kernel, stage times of whole studies) are scripts of the
-repository's `tools/bench/`.
+repository's `tools/lab/bench/`.
 """
 
 from __future__ import annotations

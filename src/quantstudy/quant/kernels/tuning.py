@@ -50,7 +50,7 @@ Prune = Callable[..., list[Config]]  # Triton's early_config_prune: (configs, na
 #
 # `TUNE_LOG` lists each launch the autotuner timed in this process (its kernel, key, how many
 # configs it compiled and timed, with how many threads, and the seconds of each), also appended
-# as JSON lines to `$QUANTSTUDY_TUNE_LOG` where set (`tools/bench/study_time.py`); `summary`
+# as JSON lines to `$QUANTSTUDY_TUNE_LOG` where set (`tools/lab/bench/study_time.py`); `summary`
 # adds them up per kernel.
 
 TUNE_LOG: list[dict[str, Any]] = []

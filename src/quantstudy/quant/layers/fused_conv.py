@@ -123,7 +123,7 @@ class FusedFP8Conv2d(DropIn):
         w8, w_scale = quantize_weight(layer.weight.detach().float(), per_channel)
         # Channels padded to 16 (weights once, the input inside its quantize): FP8 pixel rows of
         # 26 or 52 bytes (res2net) take byte loads, and those convs ran several times slower
-        # than on rows padded to 32 or 64 (`tools/bench/conv.py`, docs/fp8-kernel.md).
+        # than on rows padded to 32 or 64 (`tools/lab/bench/conv.py`, docs/fp8-kernel.md).
         self.c_pad = -w8.shape[1] % 16
         if fp8_input and self.c_pad:
             raise ValueError("an FP8 input cannot be padded here: its producer writes C channels")

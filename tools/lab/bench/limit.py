@@ -1,7 +1,7 @@
 """How close each FP8 engine comes to its limit: fused, scaled_mm and per-layer choice side by
 side, with the ideal x at the FP8 roofline and measured x as a fraction of it.
 
-    python tools/bench/limit.py --images DIR --out limit.json \
+    python tools/lab/bench/limit.py --images DIR --out limit.json \
         [--models a,b] [--kernels fused,scaled_mm,fastest] [--batches 1,128] [--agreement] \
         [--recipe NAME] [--residual on|off|both] [--sum-handoff] [--pad-apart]
 
@@ -307,7 +307,7 @@ def render(paths: list[Path]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="tools/bench/limit.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="tools/lab/bench/limit.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--render", type=Path, nargs="+", help="print the Markdown table of results")
     p.add_argument(
         "--ideal-of", type=Path, nargs="+", help="the ideal x of `quantstudy bench speed` records"
@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> None:
     args.batches = [int(b) for b in args.batches.split(",")]
     args.device = torch.device(args.device)
     if args.device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("tools/bench/limit.py needs a CUDA GPU (or --device cpu)")
+        raise SystemExit("tools/lab/bench/limit.py needs a CUDA GPU (or --device cpu)")
     set_numerics()
     env = environment(args.device)
     result = {"environment": env, "command": " ".join(sys.argv), "models": []}
