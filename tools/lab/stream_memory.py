@@ -1,6 +1,7 @@
 """Peak host memory of the streamed held-out pass at two sizes, on the CPU, in minutes.
 
-    python tools/lab/stream_memory.py VARIANTS --sizes 1000,10000 --out docs/results/scale/<name>.json
+    python tools/lab/stream_memory.py VARIANTS --sizes 1000,10000 \\
+        --out docs/results/scale/<name>.json
 
 Each size runs in its own process (one torch thread): timm's `test_efficientnet` with random
 weights as two eager engines ("fp32" and "fp8", different seeds) over the first N images of

@@ -105,7 +105,9 @@ def _one(layer: nn.Conv2d, d, batch: int, peaks, device: str = "cuda") -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="tools/lab/bench/conv.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="tools/lab/bench/conv.py", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--model", default="res2net50_26w_4s")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--out", type=Path, required=True)

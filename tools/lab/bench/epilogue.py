@@ -82,7 +82,9 @@ def bench(m: int, n: int, k: int, device: torch.device) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="tools/lab/bench/epilogue.py", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="tools/lab/bench/epilogue.py", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     device = need_cuda("tools/lab/bench/epilogue.py")

@@ -17,8 +17,8 @@ against itself run channels-last (its fp32 sums reordered): the reassociation fl
 table and writes JSON after every engine, so a run cut short keeps what it finished. `--residual
 off` builds the fused engines with residual sums as separate passes (`quant/rewrites/residual.py`),
 `both` times each fused engine both ways (the second as "<kernel>/residual-apart").
-`--sum-handoff` adds, for each fused engine with the sums, one whose sums also write the next
-FP8 layer's input (`quant/rewrites/sum_handoff.py`), as "<kernel>/sum-handoff". `--pad-apart` adds, for
+`--sum-handoff` adds, for each fused engine with the sums, one whose sums also write the next FP8
+layer's input (`quant/rewrites/sum_handoff.py`), as "<kernel>/sum-handoff". `--pad-apart` adds, for
 each fused engine with the sums, one whose 1x1 convs do not write the next conv's zero padding
 (`quant/rewrites/pad_handoff.py`; the pad is then a pass of its own), as "<kernel>/pad-apart".
 """
@@ -215,8 +215,8 @@ def ideal_of_records(paths: list[Path]) -> str:
     the recipe's layer shapes are resolved again here (CPU, random weights: only shapes
     matter), the engine's emulated layers are the selected ones the kernel could not run
     (kxk convs for scaled_mm and, before the kxk kernel, for fused) when the record counts
-    any, and the activations `quant/rewrites/absorb.py` finds on the folded model are the bias/activation
-    passes the ideal removes, whichever FP8 kernel the record timed."""
+    any, and the activations `quant/rewrites/absorb.py` finds on the folded model are the
+    bias/activation passes the ideal removes, whichever FP8 kernel the record timed."""
     import copy
 
     from quantstudy.bench.schema import SpeedBench, read_record
@@ -307,7 +307,9 @@ def render(paths: list[Path]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="tools/lab/bench/limit.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="tools/lab/bench/limit.py", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--render", type=Path, nargs="+", help="print the Markdown table of results")
     p.add_argument(
         "--ideal-of", type=Path, nargs="+", help="the ideal x of `quantstudy bench speed` records"

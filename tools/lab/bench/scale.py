@@ -1,7 +1,7 @@
 """One study at several held-out sizes, wall per stage and peak memory (a lab tool).
 
-    python tools/lab/bench/scale.py test_efficientnet --sizes 1000,10000 --out DIR --record FILE.json \\
-        -- --weights random --device cpu --data VARIANTS --calib 64 --no-speed
+    python tools/lab/bench/scale.py test_efficientnet --sizes 1000,10000 --out DIR \\
+        --record FILE.json -- --weights random --device cpu --data VARIANTS --calib 64 --no-speed
 
 Runs `quantstudy run MODEL ARGS --heldout N` once per size, each in its own process, and reads
 back the process's peak resident memory (`os.wait4`: the largest of the study's process and

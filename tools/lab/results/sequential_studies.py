@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     summaries = [summarize(load_record(Path(d) / RECORD_FILE)) for d in args.studies]
     for s in summaries:
         print("\n".join(table(s)))
-    command = " ".join(["PYTHONPATH=src python tools/lab/results/sequential_studies.py", *sys.argv[1:]])
+    command = " ".join(
+        ["PYTHONPATH=src python tools/lab/results/sequential_studies.py", *sys.argv[1:]]
+    )
     write_json_atomic(args.out, {"command": command, "studies": summaries})
     print(f"wrote {args.out}")
     return 0
