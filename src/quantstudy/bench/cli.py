@@ -22,23 +22,19 @@ from quantstudy.record.command import Command, command_line
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
 from quantstudy.record.vocab import Fp8Kernel, choices
-from quantstudy.study.cli_options import add_config_args, model_config
+from quantstudy.study.cli_options import (
+    MODEL_DATA_OPTIONS,
+    STUDY_OPTIONS,
+    add_config_args,
+    model_config,
+)
 
-# The study options a speed or kernels bench takes (fields of `StudyConfig`).
-BENCH_STUDY_OPTIONS = (
-    "data",
-    "calib_data",
-    "class_list",
-    "weights",
-    "strip_prefix",
-    "recipe",
-    "calib",
-    "heldout",
-    "seed",
-    "device",
-    "batches",
-    "compile_mode",
-    "test_settings",
+# The study options a speed or kernels bench takes: the study's, but those that shape a whole
+# study (its FP8 kernel, float32 engine, policy, passes, package and folder).
+BENCH_STUDY_OPTIONS = MODEL_DATA_OPTIONS + tuple(
+    o
+    for o in STUDY_OPTIONS
+    if o not in ("fp8_kernel", "float32_engine", "policy", "speed", "quality", "package", "out")
 )
 TIMED = (Fp8Kernel.FUSED, Fp8Kernel.SCALED_MM)
 # The study options of `bench peers`: a speed bench's, and the FP8 kernel of our engine.
