@@ -21,7 +21,7 @@ from quantstudy.bench.peers.configs import Peer
 from quantstudy.record.command import Command, command_line
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
-from quantstudy.record.vocab import Fp8Kernel, choices
+from quantstudy.record.vocab import FP8Kernel, choices
 from quantstudy.study.cli_options import (
     MODEL_DATA_OPTIONS,
     STUDY_OPTIONS,
@@ -36,7 +36,7 @@ BENCH_STUDY_OPTIONS = MODEL_DATA_OPTIONS + tuple(
     for o in STUDY_OPTIONS
     if o not in ("fp8_kernel", "float32_engine", "policy", "speed", "quality", "package", "out")
 )
-TIMED = (Fp8Kernel.FUSED, Fp8Kernel.SCALED_MM)
+TIMED = (FP8Kernel.FUSED, FP8Kernel.SCALED_MM)
 # The study options of `bench peers`: a speed bench's, and the FP8 kernel of our engine.
 PEERS_STUDY_OPTIONS = (*BENCH_STUDY_OPTIONS, "fp8_kernel")
 # Compute dtypes of `bench options --engine-dtypes`; the half ones are its storage dtypes
@@ -66,8 +66,8 @@ def _distinct(text: str, vocab: type[E], flag: str, none_ok: bool = False) -> tu
     return tuple(vocab(n) for n in names)
 
 
-def _kernels(text: str) -> tuple[Fp8Kernel, ...]:
-    return _distinct(text, Fp8Kernel, "--kernels")
+def _kernels(text: str) -> tuple[FP8Kernel, ...]:
+    return _distinct(text, FP8Kernel, "--kernels")
 
 
 def _out(p: argparse.ArgumentParser, what: str) -> None:
@@ -180,7 +180,7 @@ def _kernels_arguments(p: argparse.ArgumentParser) -> None:
     add_config_args(p, BENCH_STUDY_OPTIONS)
     p.add_argument(
         "--fp8-kernel",
-        choices=choices(Fp8Kernel),
+        choices=choices(FP8Kernel),
         default=DEFAULT_FP8_KERNEL,
         help="the FP8 engine's",
     )
@@ -197,7 +197,7 @@ def _run_kernels(args: argparse.Namespace, context: Context) -> None:
 
     _at_least_one(args, "batch", "compiles")
     record = bench_kernels(
-        context.study_config(), Fp8Kernel(args.fp8_kernel), args.batch, args.record.parent,
+        context.study_config(), FP8Kernel(args.fp8_kernel), args.batch, args.record.parent,
         compiles=args.compiles, sources=args.sources, argv=context.argv,
     )  # fmt: skip
     _write(args.record, record)

@@ -14,7 +14,7 @@ with padding 0 on the padded buffer computes what the model computes.
 
 Assumes the layer neither writes nor reads a hand-off (docs/DESIGN.md, glossary): its reader
 or producer depends on that buffer, so `fp16_blocker` refuses it, and a choice is timed where
-no layer hands off (`engines/fp8_model.py`).
+no layer hands off (`engines/fp8_assembly.py`).
 
 The rule (`steps_aside`): faster by more than `MARGIN` at EVERY timed batch. The float layer
 computes other numbers than FP8, so a choice that changed with the batch would make quality

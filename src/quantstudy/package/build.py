@@ -39,7 +39,7 @@ from quantstudy.record.engines import EngineInfo
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.load import RECORD_FILE, load_record
-from quantstudy.record.vocab import CompileMode, Device, Engine, Fp8Kernel
+from quantstudy.record.vocab import CompileMode, Device, Engine, FP8Kernel
 from quantstudy.study.per_image import set_ids
 
 SAMPLE_IMAGES = 4  # recorded images whose outputs the manifest fingerprints
@@ -108,7 +108,7 @@ def check_device(record: StudyRecord, device: Device) -> torch.device:
 
 
 def _refuse_options(record: StudyRecord) -> None:
-    if record.config.kernel == Fp8Kernel.FASTEST:
+    if record.config.kernel == FP8Kernel.FASTEST:
         raise UserError(
             f"study {record.name} chose each layer's FP8 kernel by timing it (--fp8-kernel "
             "fastest); package supports the fused and scaled_mm engines, whose layers are "
