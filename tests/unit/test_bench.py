@@ -14,7 +14,7 @@ from quantstudy.bench.schema import GemmBench, SpeedBench, read_folder, read_rec
 from quantstudy.bench.shapes import fp8_products
 from quantstudy.cli import main
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import Fp8Kernel
+from quantstudy.record.vocab import FP8Kernel
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
@@ -140,7 +140,7 @@ def test_report_command_prints_the_tables(capsys):
 
 def test_every_bench_subcommand_comes_from_the_one_table(capsys):
     """`quantstudy bench` lists exactly `BENCHES`, each with its own `--help`; the lab tools of
-    `tools/bench/` are no subcommands."""
+    `tools/lab/bench/` are no subcommands."""
     from quantstudy.bench.cli import BENCHES
     from quantstudy.cli import main
 
@@ -191,7 +191,7 @@ def test_layers_kept_in_fp16_are_counted_beside_the_fp8_layers(tmp_path):
     record = read_record(RESULTS / "speed-tf_efficientnet_lite0-fused.json")
     assert isinstance(record, SpeedBench)
     result = record.results[0]
-    update = {"fp8_kernel": Fp8Kernel.FASTEST, "fp8_stepped_aside": 3}
+    update = {"fp8_kernel": FP8Kernel.FASTEST, "fp8_stepped_aside": 3}
     engine = result.engines[0].model_copy(update=update)
     kept = result.model_copy(update={"engines": [engine]})
     write_record(tmp_path / "speed.json", record.model_copy(update={"results": [kept]}))

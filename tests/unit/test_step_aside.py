@@ -60,7 +60,7 @@ def _setup(layers=("stem", "pw", "k3", "k3b", "head")):
 
 # the layers timed, in forward order, and whether each has an unfused scaled_mm counterpart
 # (1x1/linear): all of them, `pw` too, which writes a padded output in the engine but is timed
-# where no layer hands off (`engines/fp8_model.py`)
+# where no layer hands off (`engines/fp8_assembly.py`)
 TIMED = [("stem", False), ("pw", True), ("k3", False), ("k3b", False), ("head", True)]
 
 

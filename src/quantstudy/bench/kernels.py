@@ -20,14 +20,14 @@ from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import KernelsBench, KernelTime
 from quantstudy.engines.builders import build_fp8, build_half, set_numerics
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import Engine, Fp8Kernel
+from quantstudy.record.vocab import Engine, FP8Kernel
 from quantstudy.speed.kernels import group_kernel, kernel_events
 from quantstudy.study.prepare import prepare_study
 
 
 def bench_kernels(
     config: StudyConfig,
-    kernel: Fp8Kernel,
+    kernel: FP8Kernel,
     batch: int,
     out_dir: Path,
     *,
@@ -52,7 +52,7 @@ def bench_kernels(
             Engine.FP16: build_half(model, device, example, fold=fold),
             Engine.FP8: build_fp8(model, device, example, prepared.plan, fold=fold, kernel=kernel),
         }
-        entry = {}
+        entry: dict[str, list[KernelTime]] = {}
         for name, engine in engines.items():
             by_name: dict[str, float] = {}
             for k, us in kernel_events(engine, x, batch):

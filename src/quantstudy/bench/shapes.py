@@ -99,7 +99,7 @@ def fp8_products(model_name: str, recipe_name: str | None, batch: int) -> list[P
     model, example, chosen = _recipe_layers(model_name, recipe_name)
     real = [n for n in chosen if real_fp8_blocker(model.get_submodule(n)) is None]
     shapes = input_shapes(model, example, real)
-    out: dict[tuple, Product] = {}
+    out: dict[tuple[int, int, int, bool], Product] = {}
     for name in real:
         layer = model.get_submodule(name)
         shape = shapes[name]
@@ -181,7 +181,7 @@ def depthwise_convs(model_name: str, batch: int) -> tuple[list[DepthwiseConv], l
     model, example = traced_model(model_name)
     names = [n for n, m in model.named_modules() if is_depthwise(m)]
     shapes = input_shapes(model, example, names)
-    rows: dict[tuple, DepthwiseConv] = {}
+    rows: dict[tuple[int, ...], DepthwiseConv] = {}
     skipped = []
     for name in names:
         conv = model.get_submodule(name)

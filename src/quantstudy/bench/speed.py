@@ -21,7 +21,8 @@ from quantstudy.engines.builders import build_fp8, build_half, set_numerics
 from quantstudy.engines.run import run_engine
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import CompileMode, Fp8Kernel
+from quantstudy.record.speed import SpeedSection
+from quantstudy.record.vocab import CompileMode, FP8Kernel
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
@@ -29,7 +30,7 @@ from quantstudy.study.prepare import Prepared, prepare_study
 
 def bench_speed(
     config: StudyConfig,
-    kernels: Sequence[Fp8Kernel],
+    kernels: Sequence[FP8Kernel],
     *,
     rounds: int = 30,
     iters: int = 20,
@@ -38,7 +39,7 @@ def bench_speed(
     argv: list[str] | None = None,
 ) -> SpeedBench:
     """Prepare `config`'s study and time its fp16 engine against one FP8 engine per kernel."""
-    if agreement and set(kernels) != {Fp8Kernel.FUSED, Fp8Kernel.SCALED_MM}:
+    if agreement and set(kernels) != {FP8Kernel.FUSED, FP8Kernel.SCALED_MM}:
         raise UserError("--agreement compares the fused and scaled_mm engines: time both")
     if autotune_batch is not None and config.device != "cuda":
         raise UserError("--fp16-autotune-batch needs a CUDA GPU (max-autotune tunes GPU kernels)")
@@ -65,7 +66,7 @@ def bench_speed(
 
 def _time_model(
     prepared: Prepared,
-    kernels: Sequence[Fp8Kernel],
+    kernels: Sequence[FP8Kernel],
     rounds: int,
     iters: int,
     agreement: bool,
@@ -117,7 +118,7 @@ def _time_model(
             top = {k: run_engine(e, x, config.eval_batch).argmax(1) for k, e in built.items()}
         same = Agreement(
             n_images=int(x.shape[0]),
-            same_top1=int((top[Fp8Kernel.FUSED] == top[Fp8Kernel.SCALED_MM]).sum()),
+            same_top1=int((top[FP8Kernel.FUSED] == top[FP8Kernel.SCALED_MM]).sum()),
         )
     tuned = None
     if autotune_batch is not None:
@@ -134,7 +135,7 @@ def _time_model(
     )
 
 
-def fp16_autotune(prepared: Prepared, batch: int, rounds: int, iters: int):
+def fp16_autotune(prepared: Prepared, batch: int, rounds: int, iters: int) -> SpeedSection:
     """The fp16 engine in default mode (the harness's fp16 slot) against itself under
     max-autotune (its FP8 slot): x above 1 means max-autotune made fp16 faster."""
     model, device, example = prepared.model, prepared.device, prepared.example

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine, in_memory_format
-from quantstudy.engines.fp8_model import Fp8Assembler, Fp8Options
+from quantstudy.engines.fp8_assembly import FP8Assembler, FP8Options
 from quantstudy.engines.kernel_choice import Timer, choose_kernels, replay_kernels, settled
 from quantstudy.engines.size import weight_bytes
 from quantstudy.engines.step_aside import step_aside
@@ -30,7 +30,7 @@ from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fake_quant
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record import EngineInfo, LayerKernel
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
-from quantstudy.record.vocab import ChosenKernel, CompileMode, Fp8Kernel
+from quantstudy.record.vocab import ChosenKernel, CompileMode, FP8Kernel
 from quantstudy.record.vocab import Engine as EngineName
 
 
@@ -75,7 +75,7 @@ class BuiltEngine(Engine):
     compile_mode: str | None
     applied: Applied = field(default_factory=lambda: Applied([], []))
     float_layers: int = 0
-    fp8_kernel: Fp8Kernel | None = None
+    fp8_kernel: FP8Kernel | None = None
     fp8_epilogue: dict[str, str] = field(default_factory=dict)
     fp8_handoff: dict[str, str] = field(default_factory=dict)
     fp8_residual: dict[str, str] = field(default_factory=dict)
@@ -236,7 +236,7 @@ def build_fp8(
     fold: bool = True,
     compile_mode: str = "default",
     dtype: torch.dtype | None = None,
-    kernel: Fp8Kernel = DEFAULT_FP8_KERNEL,
+    kernel: FP8Kernel = DEFAULT_FP8_KERNEL,
     choice_batches: Sequence[int] = (128,),
     residual: bool = True,
     sum_handoff: bool = False,
@@ -270,13 +270,13 @@ def build_fp8(
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
-    options = Fp8Options(residual, sum_handoff, pad_outputs)
-    parts = Fp8Assembler(source, plan, dtype, device, example, Fp8Kernel(kernel).built, options)
+    options = FP8Options(residual, sum_handoff, pad_outputs)
+    parts = FP8Assembler(source, plan, dtype, device, example, FP8Kernel(kernel).built, options)
     plain = None
-    if kernel == Fp8Kernel.FASTEST or stepped_aside:
+    if kernel == FP8Kernel.FASTEST or stepped_aside:
         plain = deployed_copy(model, example, fold)  # the fp16 engine's layers, for those aside
-    if kernel == Fp8Kernel.FASTEST and replay is None:
-        # timed where no layer hands off, so any may step aside (`engines/fp8_model.py`)
+    if kernel == FP8Kernel.FASTEST and replay is None:
+        # timed where no layer hands off, so any may step aside (`engines/fp8_assembly.py`)
         screen = parts.assemble(handoffs=False).model
         replay = choose_kernels(
             screen, source, plan, dtype, example, device, choice_batches, timer=timer, plain=plain
@@ -286,10 +286,10 @@ def build_fp8(
     m = fp8.model
     chosen = None
     if stepped_aside:
-        if kernel != Fp8Kernel.FUSED:
+        if kernel != FP8Kernel.FUSED:
             raise ValueError("layers step aside by name only in a fused engine")
         step_aside(m, plain, stepped_aside, dtype, device)
-    elif kernel == Fp8Kernel.FASTEST and replay is not None:
+    elif kernel == FP8Kernel.FASTEST and replay is not None:
         chosen = replay_kernels(m, source, plain, plan, dtype, device, settled(replay, m))
     aside_list = _stepped(chosen) if chosen is not None else list(stepped_aside)
     return _compiled_engine(

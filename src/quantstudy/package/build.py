@@ -33,12 +33,13 @@ from quantstudy.model.preprocess import build_transform
 from quantstudy.package import manifest as mf
 from quantstudy.package.graph import export_engine, retarget
 from quantstudy.quant.kernels import launches
+from quantstudy.quant.private_api import aoti_compile_and_package
 from quantstudy.record import StudyRecord
 from quantstudy.record.engines import EngineInfo
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.load import RECORD_FILE, load_record
-from quantstudy.record.vocab import CompileMode, Device, Engine, Fp8Kernel
+from quantstudy.record.vocab import CompileMode, Device, Engine, FP8Kernel
 from quantstudy.study.per_image import set_ids
 
 SAMPLE_IMAGES = 4  # recorded images whose outputs the manifest fingerprints
@@ -107,7 +108,7 @@ def check_device(record: StudyRecord, device: Device) -> torch.device:
 
 
 def _refuse_options(record: StudyRecord) -> None:
-    if record.config.kernel == Fp8Kernel.FASTEST:
+    if record.config.kernel == FP8Kernel.FASTEST:
         raise UserError(
             f"study {record.name} chose each layer's FP8 kernel by timing it (--fp8-kernel "
             "fastest); package supports the fused and scaled_mm engines, whose layers are "
@@ -205,8 +206,6 @@ def compile_package(
 ) -> dict[str, int]:
     """Export `module` (an engine's eager module) for `example` (prepared), retarget its FP8
     ops, compile it to `path`; returns the FP8 ops retargeted, by name."""
-    from torch._inductor import aoti_compile_and_package  # heavy: only when packaging
-
     program = export_engine(module, example, dynamic)
     counts = retarget(program)
     with torch.no_grad():

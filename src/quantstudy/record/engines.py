@@ -7,7 +7,7 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from quantstudy.record.base import Section
-from quantstudy.record.vocab import ChosenKernel, CompileMode, Fp8Kernel
+from quantstudy.record.vocab import ChosenKernel, CompileMode, FP8Kernel
 
 
 class LayerKernel(Section):
@@ -36,7 +36,7 @@ class EngineInfo(Section):
     fp8_emulated: list[str]  # layers quantized but computed by quantize-dequantize
     # Which FP8 product ran the real layers: "fused" (Triton on CUDA, torch on CPU) or
     # "scaled_mm" (torch._scaled_mm plus a separate cast/bias pass); None: no real FP8 layer.
-    fp8_kernel: Fp8Kernel | None = None
+    fp8_kernel: FP8Kernel | None = None
     fp8_epilogue: dict[str, str] = Field(default_factory=dict)  # layer -> absorbed activation
     # producer -> consumer: the producer writes the consumer's FP8 input (schema 4 on)
     fp8_handoff: dict[str, str] = Field(default_factory=dict)

@@ -11,7 +11,7 @@ from pydantic import BeforeValidator, Field, PositiveInt, ValidationError, model
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import read_json
-from quantstudy.record.vocab import CompileMode, Device, Fp8Kernel
+from quantstudy.record.vocab import CompileMode, Device, FP8Kernel
 
 
 class Environment(Section):
@@ -129,7 +129,7 @@ def _heldout_size(value: Any) -> Any:
 HeldoutSize = Annotated[int | str, BeforeValidator(_heldout_size)]
 """Held-out images: a count (fixed N), or `auto[:MAX]` (rounds until the quality gates settle)."""
 
-DEFAULT_FP8_KERNEL = Fp8Kernel.FUSED
+DEFAULT_FP8_KERNEL = FP8Kernel.FUSED
 
 
 # Bounds of the numeric study options, checked when the config is built (before any file is
@@ -181,7 +181,7 @@ class StudyConfig(Section):
         (1, 32, 128), min_length=1, description="timed batch sizes, comma-separated"
     )
     compile_mode: CompileMode = Field(CompileMode.DEFAULT, description="Inductor compile mode")
-    fp8_kernel: Fp8Kernel | None = Field(
+    fp8_kernel: FP8Kernel | None = Field(
         None,
         description="FP8 layer kernel: fused (one Triton kernel with scale, bias and "
         "activation) or scaled_mm (torch._scaled_mm, then a separate pass); default fused",
@@ -254,7 +254,7 @@ class StudyConfig(Section):
         return int(bound) if bound else None
 
     @property
-    def kernel(self) -> Fp8Kernel:
+    def kernel(self) -> FP8Kernel:
         """The FP8 kernel a study of this config runs."""
         return self.fp8_kernel or DEFAULT_FP8_KERNEL
 

@@ -31,7 +31,7 @@ class CompileMode(StrEnum):
         return {"default": None, "max-autotune": "max-autotune-no-cudagraphs"}[self.value]
 
 
-class Fp8Kernel(StrEnum):
+class FP8Kernel(StrEnum):
     """The product a real FP8 layer runs (`--fp8-kernel`)."""
 
     FUSED = "fused"  # one Triton kernel: FP8 product, scale, bias, absorbed activation
@@ -41,10 +41,10 @@ class Fp8Kernel(StrEnum):
     FASTEST = "fastest"
 
     @property
-    def built(self) -> Fp8Kernel:
+    def built(self) -> FP8Kernel:
         """The product an engine of this kernel is built with: "fastest" builds the fused
         engine, then swaps in the unfused product per layer where that times faster."""
-        return Fp8Kernel.FUSED if self == Fp8Kernel.FASTEST else self
+        return FP8Kernel.FUSED if self == FP8Kernel.FASTEST else self
 
 
 class ChosenKernel(StrEnum):
@@ -53,8 +53,8 @@ class ChosenKernel(StrEnum):
     in the engine's dtype (`engines/step_aside.py`). A per-layer outcome, not an engine-wide
     `--fp8-kernel` choice: "fp16" is no FP8 kernel a user could ask every layer to run."""
 
-    FUSED = Fp8Kernel.FUSED.value
-    SCALED_MM = Fp8Kernel.SCALED_MM.value
+    FUSED = FP8Kernel.FUSED.value
+    SCALED_MM = FP8Kernel.SCALED_MM.value
     FP16 = (
         "fp16"  # the float layer, in the engine's dtype (bf16 on CPU), as the fp16 engine runs it
     )
@@ -83,7 +83,7 @@ class Engine(StrEnum):
     FAKEQUANT_ACTIVATIONS = "fakequant_activations"  # activations only
 
 
-class Fp8Path(StrEnum):
+class FP8Path(StrEnum):
     """How a selected layer's FP8 arithmetic is carried out."""
 
     REAL = "real"  # a real FP8 matrix product

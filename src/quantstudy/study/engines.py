@@ -17,7 +17,7 @@ from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, 
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import LayerKernel
 from quantstudy.record.vocab import Engine as EngineName
-from quantstudy.record.vocab import Fp8Kernel
+from quantstudy.record.vocab import FP8Kernel
 from quantstudy.study.config import StudyConfig
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
@@ -58,7 +58,7 @@ def study_builders(
             compile_mode=mode,
             kernel=config.kernel,
             choice_batches=config.batches,
-            replay=fp8_choice if config.kernel == Fp8Kernel.FASTEST else None,
+            replay=fp8_choice if config.kernel == FP8Kernel.FASTEST else None,
         )
         stepped[:] = engine.fp8_stepped_aside
         return engine

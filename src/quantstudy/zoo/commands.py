@@ -6,21 +6,14 @@ import argparse
 from pathlib import Path
 from typing import get_args
 
-from quantstudy.record.errors import UserError
+from quantstudy.record.command import Command, batches, command_line
 from quantstudy.record.vocab import Device, choices
 from quantstudy.sweep.events import ExecutorKind, Transfer
 from quantstudy.zoo.catalogue import WeightsMode, parse_shard
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _arguments(zoo: argparse.ArgumentParser) -> None:
     """`quantstudy zoo --data DIR`: one speed study per model of a list, and the leaderboard."""
-    zoo = sub.add_parser(
-        "zoo",
-        help="time fp16 against FP8 for every model of a list (default: the committed timm "
-        "zoo), in shards, resumable, and write the leaderboard (CSV, JSON, Markdown, plot)",
-        epilog="exit status: 0 every model of the shard finished, 1 one or more failed (see "
-        "zoo.md), 130 stopped (rerun to resume); docs/zoo.md",
-    )
     zoo.add_argument(
         "--data",
         type=Path,
@@ -44,7 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "speed only for the others",
     )
     zoo.add_argument("--device", choices=choices(Device), help="default: cuda when available")
-    zoo.add_argument("--batches", default="1,128", help="timed batch sizes (default 1,128)")
+    zoo.add_argument(
+        "--batches", type=batches, default=(1, 128), help="timed batch sizes (default 1,128)"
+    )
     zoo.add_argument("--calib", type=int, default=64, help="calibration images (default 64)")
     zoo.add_argument(
         "--heldout",
@@ -93,15 +88,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
 
 
-def _batches(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(b) for b in text.split(","))
-    except ValueError:
-        raise UserError(f"--batches must look like 1,128, not '{text}'") from None
-
-
-def run_command(args: argparse.Namespace, command: tuple[str, ...]) -> int:
-    """Run `quantstudy zoo` with the parsed `args`; `command` is recorded as its provenance."""
+def _run(args: argparse.Namespace) -> int:
+    """Run `quantstudy zoo` with the parsed `args`; its command line is recorded as provenance."""
     from quantstudy.zoo.points import ZooOptions
     from quantstudy.zoo.run import run_zoo, write_board
 
@@ -117,7 +105,7 @@ def run_command(args: argparse.Namespace, command: tuple[str, ...]) -> int:
         shard=parse_shard(args.shard),
         weights=args.weights,
         device=args.device,
-        batches=_batches(args.batches),
+        batches=args.batches,
         calib=args.calib,
         heldout=args.heldout,
         executor=args.executor,
@@ -130,6 +118,16 @@ def run_command(args: argparse.Namespace, command: tuple[str, ...]) -> int:
         check_alone=tuple(args.check_alone),
         dry_run=args.dry_run,
         run=not args.leaderboard_only,
-        command=command,
+        command=("quantstudy", *command_line(args)),
     )
     return write_board(options) if args.data is None else run_zoo(options)
+
+
+ZOO = Command(
+    "time fp16 against FP8 for every model of a list (default: the committed timm "
+    "zoo), in shards, resumable, and write the leaderboard (CSV, JSON, Markdown, plot)",
+    _arguments,
+    _run,
+    "exit status: 0 every model of the shard finished, 1 one or more failed (see "
+    "zoo.md), 130 stopped (rerun to resume); docs/zoo.md",
+)

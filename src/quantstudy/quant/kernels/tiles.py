@@ -9,6 +9,7 @@ docs/fp8-kernel.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -134,9 +135,26 @@ def _prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> 
 # costs").
 CONV_CONFIGS = 4
 
-# Streaming multiprocessors of an H100 SXM or H200 (132): a grid of fewer programs leaves some
-# idle, so `bounded` ranks the tiles that give more programs first, up to this many.
-FILL_PROGRAMS = 132
+# A grid of fewer programs than the GPU has streaming multiprocessors leaves some idle, so
+# `bounded` ranks the tiles that give more programs first, up to that many (`fill_programs`);
+# off CUDA (Triton's interpreter) an H100 SXM's or H200's count.
+CPU_FILL_PROGRAMS = 132
+
+
+@functools.cache
+def _sm_count(device: int) -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def fill_programs() -> int:
+    """The current CUDA device's streaming multiprocessors, else `CPU_FILL_PROGRAMS`."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return CPU_FILL_PROGRAMS
+    return _sm_count(torch.cuda.current_device())
 
 
 def bounded(
@@ -150,7 +168,7 @@ def bounded(
 
     A tile fits when each block (`sizes`: block name -> the dimension it tiles) is no wider than
     the dimension's power of two, or than its floor. Fitting tiles rank by, in turn: programs in
-    the grid (the blocks named in `grid`), counted up to `FILL_PROGRAMS`, more first (a batch-1
+    the grid (the blocks named in `grid`), counted up to `fill_programs()`, more first (a batch-1
     layer wants small tiles that fill the GPU); the share of the tile's work that is real rather
     than padding past a dimension's end, to a tenth (a few percent of padding does not outrank
     the table), more first; the table's order (its best-measured tiles first). Where none fits,
@@ -162,11 +180,13 @@ def bounded(
             for b, n in sizes.items()
         )
 
+    fill = fill_programs()
+
     def rank(i: int) -> tuple[int, float, int]:
         kw = configs[i].kwargs
         programs = math.prod(triton.cdiv(sizes[b], kw[b]) for b in grid)
         real = math.prod(n / (triton.cdiv(n, kw[b]) * kw[b]) for b, n in sizes.items())
-        return (-min(programs, FILL_PROGRAMS), -round(real, 1), i)
+        return (-min(programs, fill), -round(real, 1), i)
 
     keep = sorted((i for i, c in enumerate(configs) if fits(c)), key=rank)
     if not keep:

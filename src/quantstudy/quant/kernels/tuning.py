@@ -21,6 +21,7 @@ import triton
 
 from quantstudy.quant.kernels import choices
 from quantstudy.quant.kernels.tiles import Config, _bench
+from quantstudy.quant.private_api import async_compile_mode
 from quantstudy.record import timing_lock
 
 Args = tuple[Any, ...]  # a kernel's positional arguments (tensors, descriptors, sizes)
@@ -50,7 +51,7 @@ Prune = Callable[..., list[Config]]  # Triton's early_config_prune: (configs, na
 #
 # `TUNE_LOG` lists each launch the autotuner timed in this process (its kernel, key, how many
 # configs it compiled and timed, with how many threads, and the seconds of each), also appended
-# as JSON lines to `$QUANTSTUDY_TUNE_LOG` where set (`tools/bench/study_time.py`); `summary`
+# as JSON lines to `$QUANTSTUDY_TUNE_LOG` where set (`tools/lab/bench/study_time.py`); `summary`
 # adds them up per kernel.
 
 TUNE_LOG: list[dict[str, Any]] = []
@@ -130,9 +131,8 @@ def _precompile(tuned: Tuned, args: Args, meta: dict[str, Any], configs: list[Co
     """Compile `configs` for this launch in parallel threads, where Triton can
     (`AsyncCompileMode`); the autotuner then finds them compiled. Returns the threads used
     (1: the autotuner compiles them one by one)."""
-    try:
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:  # older Triton
+    AsyncCompileMode = async_compile_mode()
+    if AsyncCompileMode is None:
         return 1
     workers = int(os.environ.get("QUANTSTUDY_TRITON_COMPILE_THREADS", os.cpu_count() or 1))
     threads = min(workers, len(configs))

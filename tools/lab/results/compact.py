@@ -2,7 +2,7 @@
 limit records with per-round timings, whole study records) kept as small JSON with the path and
 commit of the file they came from, so the bulky files can live in git history only.
 
-    python tools/results/compact.py --git COMMIT --out docs/results/figures
+    python tools/lab/results/compact.py --git COMMIT --out docs/results/figures
 
 reads the source files named below from the working tree and writes one compact JSON per group.
 The sources left the tree once compacted; to redo a group, restore them first (`git checkout
@@ -63,7 +63,7 @@ GROUPS: dict[str, tuple[str, str, list[str]]] = {
     "limit-per-layer-choice": (
         "limit",
         "fp16 against the fused, per-layer-choice and scaled_mm FP8 engines of the six models, "
-        "with the ideal x (`tools/bench/limit.py`), before residual sums in the epilogue",
+        "with the ideal x (`tools/lab/bench/limit.py`), before residual sums in the epilogue",
         [
             "docs/results/limit/limit-lite0-mnv4-ghostnet-b1-b128.json",
             "docs/results/limit/limit-xception-crossvit-b1-b128.json",
@@ -127,7 +127,7 @@ GROUPS: dict[str, tuple[str, str, list[str]]] = {
     ),
     "study-time-lite0": (
         "study_time",
-        "one Lite0 study's stage times from cold caches and warm (`tools/bench/study_time.py`)",
+        "one Lite0 study's stage times from cold caches and warm (`tools/lab/bench/study_time.py`)",
         ["docs/results/study-time/lite0-h200-d46a9f6.json"],
     ),
 }

@@ -1,14 +1,15 @@
 """Peak host memory of the streamed held-out pass at two sizes, on the CPU, in minutes.
 
-    python tools/stream_memory.py VARIANTS --sizes 1000,10000 --out docs/results/scale/<name>.json
+    python tools/lab/stream_memory.py VARIANTS --sizes 1000,10000 \\
+        --out docs/results/scale/<name>.json
 
 Each size runs in its own process (one torch thread): timm's `test_efficientnet` with random
 weights as two eager engines ("fp32" and "fp8", different seeds) over the first N images of
-VARIANTS (`tools/make_variants.py`), streamed through `study/heldout.py: run_heldout` exactly
+VARIANTS (`tools/lab/make_variants.py`), streamed through `study/heldout.py: run_heldout` exactly
 as a study streams them (decode workers, uint8 chunks, per-image rows), at a 64x64 input so
 the pass is short on a small CPU. Peak resident memory comes from `os.wait4` (the process and
 its decode workers). What grows with the number of images is what the pass keeps per image;
-the full study at scale is `tools/bench/scale.py` (it builds all engines; hours on 2 cores).
+the full study at scale is `tools/lab/bench/scale.py` (it builds all engines; hours on 2 cores).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def measure(folder: Path, size: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folder", type=Path, help="held-out images (tools/make_variants.py)")
+    p.add_argument("folder", type=Path, help="held-out images (tools/lab/make_variants.py)")
     p.add_argument("--sizes", default="1000,10000")
     p.add_argument("--out", type=Path, required=True, help="JSON to write")
     a = p.parse_args()

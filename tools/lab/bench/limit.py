@@ -1,7 +1,7 @@
 """How close each FP8 engine comes to its limit: fused, scaled_mm and per-layer choice side by
 side, with the ideal x at the FP8 roofline and measured x as a fraction of it.
 
-    python tools/bench/limit.py --images DIR --out limit.json \
+    python tools/lab/bench/limit.py --images DIR --out limit.json \
         [--models a,b] [--kernels fused,scaled_mm,fastest] [--batches 1,128] [--agreement] \
         [--recipe NAME] [--residual on|off|both] [--sum-handoff] [--pad-apart]
 
@@ -17,8 +17,8 @@ against itself run channels-last (its fp32 sums reordered): the reassociation fl
 table and writes JSON after every engine, so a run cut short keeps what it finished. `--residual
 off` builds the fused engines with residual sums as separate passes (`quant/rewrites/residual.py`),
 `both` times each fused engine both ways (the second as "<kernel>/residual-apart").
-`--sum-handoff` adds, for each fused engine with the sums, one whose sums also write the next
-FP8 layer's input (`quant/rewrites/sum_handoff.py`), as "<kernel>/sum-handoff". `--pad-apart` adds, for
+`--sum-handoff` adds, for each fused engine with the sums, one whose sums also write the next FP8
+layer's input (`quant/rewrites/sum_handoff.py`), as "<kernel>/sum-handoff". `--pad-apart` adds, for
 each fused engine with the sums, one whose 1x1 convs do not write the next conv's zero padding
 (`quant/rewrites/pad_handoff.py`; the pad is then a pass of its own), as "<kernel>/pad-apart".
 """
@@ -42,7 +42,7 @@ from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import Engine, Fp8Kernel, KernelGroup
+from quantstudy.record.vocab import Engine, FP8Kernel, KernelGroup
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
@@ -56,7 +56,7 @@ MODELS = {
     "ghostnet_100": "random",
     "tf_efficientnet_lite0": "efficientnet-lite0",
 }
-KERNELS = (Fp8Kernel.FUSED, Fp8Kernel.FASTEST, Fp8Kernel.SCALED_MM)
+KERNELS = (FP8Kernel.FUSED, FP8Kernel.FASTEST, FP8Kernel.SCALED_MM)
 HEADER = (
     "model | kernel | FP8 real/emulated | scaled_mm layers | batch | fp16 ms | FP8 ms | "
     "x [q1-q3] | ideal x | of ideal | FP8 products us | top-1 vs emulation"
@@ -142,7 +142,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
     if args.pad_apart and "sums" in variants:
         variants.insert(variants.index("sums") + 1, "padapart")
     for kernel, variant in ((k, v) for k in args.kernels for v in variants):
-        if variant != "sums" and kernel == Fp8Kernel.SCALED_MM:
+        if variant != "sums" and kernel == FP8Kernel.SCALED_MM:
             continue  # the unfused engine never sums in its epilogue
         fp8 = build_fp8(
             model, device, x[:1], plan, fold=fold, kernel=kernel, choice_batches=args.batches,
@@ -191,7 +191,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
 def print_rows(name: str, kernel: str, row: dict) -> None:
     ideal = {i["batch"]: i for i in row["ideal"]}
     groups = {(k["engine"], k["batch"]): k for k in row["speed"]["kernels"]}
-    chosen = sum(c["kernel"] == Fp8Kernel.SCALED_MM for c in row["kernel_choice"])
+    chosen = sum(c["kernel"] == FP8Kernel.SCALED_MM for c in row["kernel_choice"])
     for b in row["speed"]["batches"]:
         i = ideal.get(b["batch"])
         fp8mm = next(
@@ -200,7 +200,7 @@ def print_rows(name: str, kernel: str, row: dict) -> None:
         )  # fmt: skip
         print(
             f"{name} | {kernel} | {row['fp8_real']}/{row['fp8_emulated']} | "
-            f"{chosen if kernel == Fp8Kernel.FASTEST else '-'} | {b['batch']} | "
+            f"{chosen if kernel == FP8Kernel.FASTEST else '-'} | {b['batch']} | "
             f"{b['fp16_ms']['median']:.3f} | {b['fp8_ms']['median']:.3f} | "
             f"{b['ratio']['median']:.2f} [{b['ratio']['q1']:.2f}-{b['ratio']['q3']:.2f}] | "
             f"{i['ideal_x'] if i else float('nan'):.2f} | "
@@ -215,8 +215,8 @@ def ideal_of_records(paths: list[Path]) -> str:
     the recipe's layer shapes are resolved again here (CPU, random weights: only shapes
     matter), the engine's emulated layers are the selected ones the kernel could not run
     (kxk convs for scaled_mm and, before the kxk kernel, for fused) when the record counts
-    any, and the activations `quant/rewrites/absorb.py` finds on the folded model are the bias/activation
-    passes the ideal removes, whichever FP8 kernel the record timed."""
+    any, and the activations `quant/rewrites/absorb.py` finds on the folded model are the
+    bias/activation passes the ideal removes, whichever FP8 kernel the record timed."""
     import copy
 
     from quantstudy.bench.schema import SpeedBench, read_record
@@ -240,7 +240,7 @@ def ideal_of_records(paths: list[Path]) -> str:
             folded = copy.deepcopy(loaded.model).eval()
             if recipe.weights.fold_bn:
                 fold_batchnorm(folded, example)
-            pointwise = real_layers(folded, names, Fp8Kernel.SCALED_MM)
+            pointwise = real_layers(folded, names, FP8Kernel.SCALED_MM)
             absorbed = absorbable_activations(folded, pointwise, example)
             for e in res.engines:
                 if e.speed is None:
@@ -278,7 +278,7 @@ def render(paths: list[Path]) -> str:
                 row = m["kernels"][kernel]
                 ideal = {i["batch"]: i for i in row["ideal"]}
                 prof = {(k["engine"], k["batch"]): k for k in row["speed"]["kernels"]}
-                picked = sum(c["kernel"] == Fp8Kernel.SCALED_MM for c in row["kernel_choice"])
+                picked = sum(c["kernel"] == FP8Kernel.SCALED_MM for c in row["kernel_choice"])
                 for b in row["speed"]["batches"]:
                     i, r = ideal.get(b["batch"]), b["ratio"]
 
@@ -292,7 +292,7 @@ def render(paths: list[Path]) -> str:
                         kernel,
                         str(b["batch"]),
                         f"{row['fp8_real']}/{row['fp8_emulated']}",
-                        str(picked) if kernel.startswith(Fp8Kernel.FASTEST) else "-",
+                        str(picked) if kernel.startswith(FP8Kernel.FASTEST) else "-",
                         f"{b['fp16_ms']['median']:.3f}",
                         f"{b['fp8_ms']['median']:.3f}",
                         f"{r['median']:.2f} [{r['q1']:.2f}-{r['q3']:.2f}]",
@@ -307,7 +307,9 @@ def render(paths: list[Path]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="tools/bench/limit.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="tools/lab/bench/limit.py", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--render", type=Path, nargs="+", help="print the Markdown table of results")
     p.add_argument(
         "--ideal-of", type=Path, nargs="+", help="the ideal x of `quantstudy bench speed` records"
@@ -352,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     args.batches = [int(b) for b in args.batches.split(",")]
     args.device = torch.device(args.device)
     if args.device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("tools/bench/limit.py needs a CUDA GPU (or --device cpu)")
+        raise SystemExit("tools/lab/bench/limit.py needs a CUDA GPU (or --device cpu)")
     set_numerics()
     env = environment(args.device)
     result = {"environment": env, "command": " ".join(sys.argv), "models": []}

@@ -16,7 +16,7 @@ The shapes are res2net50_26w_4s's block-ending products at batch 128 (its conv3 
 where the engine with sum hand-offs measured slower than the one without (docs/fp8-kernel.md,
 "The rewrites around the kernel"). Prints a table and writes JSON:
 
-    python tools/bench/epilogue.py --out epilogue.json
+    python tools/lab/bench/epilogue.py --out epilogue.json
 """
 
 from __future__ import annotations
@@ -82,11 +82,13 @@ def bench(m: int, n: int, k: int, device: torch.device) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="tools/bench/epilogue.py", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="tools/lab/bench/epilogue.py", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    device = need_cuda("tools/bench/epilogue.py")
-    provenance = collect_provenance(device, argv, program="python tools/bench/epilogue.py")
+    device = need_cuda("tools/lab/bench/epilogue.py")
+    provenance = collect_provenance(device, argv, program="python tools/lab/bench/epilogue.py")
     rows = []
     names = ["residual", "residual + quantize", "residual + pair"]
     names += ["residual pointer", "residual + pair pointer"]

@@ -1,14 +1,14 @@
 """One study at several held-out sizes, wall per stage and peak memory (a lab tool).
 
-    python tools/bench/scale.py test_efficientnet --sizes 1000,10000 --out DIR --record FILE.json \\
-        -- --weights random --device cpu --data VARIANTS --calib 64 --no-speed
+    python tools/lab/bench/scale.py test_efficientnet --sizes 1000,10000 --out DIR \\
+        --record FILE.json -- --weights random --device cpu --data VARIANTS --calib 64 --no-speed
 
 Runs `quantstudy run MODEL ARGS --heldout N` once per size, each in its own process, and reads
 back the process's peak resident memory (`os.wait4`: the largest of the study's process and
 of its decode workers), its wall time, and the study's stage table (`StudyRecord.timings`).
 Prints one table (stage x size) and writes it with provenance to `--record`: whether memory
 grows with the number of held-out images is the difference between the columns. The held-out
-images are meant to come from `tools/make_variants.py`: crops and flips of one photo measure
+images are meant to come from `tools/lab/make_variants.py`: crops and flips of one photo measure
 throughput, not quality.
 """
 
@@ -95,7 +95,7 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="tools/bench/scale.py", description=__doc__)
+    p = argparse.ArgumentParser(prog="tools/lab/bench/scale.py", description=__doc__)
     p.add_argument("model", help="timm name")
     p.add_argument("--sizes", required=True, help="held-out sizes, comma-separated")
     p.add_argument("--out", type=Path, required=True, help="folder for the studies and logs")
@@ -129,7 +129,7 @@ def _write(a: argparse.Namespace, argv: list[str], run_args: list[str], results:
     doc = {
         "kind": "scale",
         "provenance": collect_provenance(
-            device, argv, program="python tools/bench/scale.py"
+            device, argv, program="python tools/lab/bench/scale.py"
         ).model_dump(),
         "run_args": run_args,
         "threads": a.threads,

@@ -1,5 +1,5 @@
 """Device check of the FP8 product's tuning paths (`quant/kernels/tuning.py`), worth running before
-`tools/bench/study_time.py` (README.md here): for a few Lite0-like products, a cold tune with
+`tools/lab/bench/study_time.py` (README.md here): for a few Lite0-like products, a cold tune with
 serial and with parallel compilation (seconds each), the stored-choice launch and the untimed-
 tile launch, each compared bit for bit with the tuned launch. Prints one JSON line per product
 and exits 1 when any output differs."""

@@ -18,7 +18,7 @@ $OUT/package-diagnose.json after each batch; prints a table.
 
 Run from the repository root with quantstudy importable (PYTHONPATH=src) and torch's libstdc++
 preloaded (packages load in this process: `package/loader.py: loader_env`), e.g.:
-  LD_PRELOAD=... python tools/device/package_diagnose.py --model lite0 --data D/val-1300 \
+  LD_PRELOAD=... python tools/lab/gpu/package_diagnose.py --model lite0 --data D/val-1300 \
       --class-list D/classes.txt --calib 100 --heldout 200 --batches 128,1
 """
 

@@ -3,7 +3,7 @@ distinct dense kxk and depthwise conv shapes at each batch, launched as the FP8 
 them, first cold (an empty tuning store and Triton cache) and then warm (what the cold process
 left), each phase in a process of its own:
 
-    python tools/device/conv_tuning_check.py --out $OUT/conv-tuning.json \\
+    python tools/lab/gpu/conv_tuning_check.py --out $OUT/conv-tuning.json \\
         [--models resnet50,tf_efficientnet_lite0] [--batches 1,128] [--sweep]
 
 Cold, per model and batch: the untimed pass (what a study's quality passes pay: the first pruned
@@ -227,7 +227,7 @@ def _provenance(args: argparse.Namespace) -> dict:
     import triton
 
     return {
-        "command": "python tools/device/conv_tuning_check.py " + " ".join(sys.argv[1:]),
+        "command": "python tools/lab/gpu/conv_tuning_check.py " + " ".join(sys.argv[1:]),
         "commit": os.environ.get("QUANTSTUDY_GIT_COMMIT"),
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__, "triton": triton.__version__, "timm": timm.__version__,

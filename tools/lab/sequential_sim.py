@@ -1,6 +1,6 @@
 """Simulate the sequential decision under every built-in policy; print a table and write JSON.
 
-    PYTHONPATH=src python tools/sequential_sim.py [--out FILE.json] [--studies N]
+    PYTHONPATH=src python tools/lab/sequential_sim.py [--out FILE.json] [--studies N]
 
 For each preset and each interval gate, 10,000 simulated studies per truth (below, on and above
 the threshold; `decision/simulate.py: cases`) look after every round of 500 images up to

@@ -1,6 +1,6 @@
 """Deterministic crop/flip variants of an ImageNet-style folder, for throughput and memory only.
 
-    python tools/make_variants.py ../shared/data/imagenet/val-1300 /tmp/variants --count 50000
+    python tools/lab/make_variants.py ../shared/data/imagenet/val-1300 /tmp/variants --count 50000
 
 Writes `<wnid>/<stem>_v<k>.jpg` under the output folder, cycling over the source images and,
 for each pass, the next variant (a crop at one of three sizes and nine positions, mirrored or
@@ -8,7 +8,7 @@ not: 54 per photo), until `--count` images exist; labels are kept by the class f
 same arguments give the same files, byte for byte (fixed JPEG quality, sorted sources).
 
 Variants of one photo are not independent evidence: these folders measure how a study scales
-(`tools/bench/scale.py`), never whether FP8 pays for a model.
+(`tools/lab/bench/scale.py`), never whether FP8 pays for a model.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One study's wall time per stage, from cold caches and warm (a lab tool for the GPU machine).
 
-    python tools/bench/study_time.py tf_efficientnet_lite0 --out DIR --record FILE.json -- \\
+    python tools/lab/bench/study_time.py tf_efficientnet_lite0 --out DIR --record FILE.json -- \\
         --weights efficientnet-lite0 --data VAL --calib-data CALIB --calib 300 --heldout 1000
 
 Runs `quantstudy run MODEL ARGS` twice, each in its own process, with the host caches a sweep
@@ -29,7 +29,7 @@ from quantstudy.record.io import write_json_atomic
 from quantstudy.record.load import RECORD_FILE, load_record_data
 from quantstudy.study.calib_stats import STATS_ENV
 
-PROGRAM = "python tools/bench/study_time.py"
+PROGRAM = "python tools/lab/bench/study_time.py"
 PHASES = ("cold", "warm")
 CACHE_FOLDERS = {
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
@@ -120,7 +120,7 @@ def stage_table(phases: dict[str, dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="tools/bench/study_time.py", description=__doc__)
+    p = argparse.ArgumentParser(prog="tools/lab/bench/study_time.py", description=__doc__)
     p.add_argument("model", help="timm name")
     p.add_argument("--out", type=Path, required=True, help="folder for the studies and logs")
     p.add_argument("--record", type=Path, required=True, help="JSON record to write")

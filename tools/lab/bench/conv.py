@@ -1,7 +1,7 @@
 """Every dense kxk conv a model's recipe selects, alone: cuDNN in fp16 against the FP8
 implicit-GEMM kernel (`quant/kernels/conv.py`), with the roofline of each.
 
-    python tools/bench/conv.py --model res2net50_26w_4s --batch 128 --out conv.json
+    python tools/lab/bench/conv.py --model res2net50_26w_4s --batch 128 --out conv.json
 
 Per distinct conv shape at `batch` (random weights and inputs: only shapes matter; bias, no
 activation, as res2net's 3x3 convs run): the eager fp16 conv on a channels-last map (cuDNN,
@@ -105,7 +105,9 @@ def _one(layer: nn.Conv2d, d, batch: int, peaks, device: str = "cuda") -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="tools/bench/conv.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="tools/lab/bench/conv.py", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--model", default="res2net50_26w_4s")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--out", type=Path, required=True)

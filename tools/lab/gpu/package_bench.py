@@ -10,7 +10,7 @@ the study's x beside the packaged x per batch, load time, package sizes, compile
 tiles moved off the TMA path. Prints a short table.
 
 Run from the repository root with quantstudy importable (PYTHONPATH=src), e.g.:
-  python tools/device/package_bench.py --model lite0 --data D/val-1300 \
+  python tools/lab/gpu/package_bench.py --model lite0 --data D/val-1300 \
       --calib-data D/calib-500 --class-list D/classes.txt
 """
 

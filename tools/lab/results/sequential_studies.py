@@ -1,6 +1,6 @@
 """The looks of `--heldout auto` studies (and their `extend`), as a small results JSON and a table.
 
-    PYTHONPATH=src python tools/results/sequential_studies.py STUDY_DIR [STUDY_DIR ...] \
+    PYTHONPATH=src python tools/lab/results/sequential_studies.py STUDY_DIR [STUDY_DIR ...] \
         --out docs/results/sequential/<file>.json
 
 For each study folder: its model, recipe, images, and per quality gate the estimate, the
@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     summaries = [summarize(load_record(Path(d) / RECORD_FILE)) for d in args.studies]
     for s in summaries:
         print("\n".join(table(s)))
-    command = " ".join(["PYTHONPATH=src python tools/results/sequential_studies.py", *sys.argv[1:]])
+    command = " ".join(
+        ["PYTHONPATH=src python tools/lab/results/sequential_studies.py", *sys.argv[1:]]
+    )
     write_json_atomic(args.out, {"command": command, "studies": summaries})
     print(f"wrote {args.out}")
     return 0

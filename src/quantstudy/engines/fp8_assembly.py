@@ -1,16 +1,12 @@
-"""The FP8 engine's module: the plan's layers as FP8 modules, and the rewrites that move work
-into their epilogues, assembled for a given set of layers that may hand nothing off.
+"""The FP8 engine's module: the plan's layers as FP8 modules and the rewrites that move work
+into their epilogues, assembled with or without hand-offs.
 
-Why a module of its own: a "fastest" engine (`engines/kernel_choice.py`) is assembled twice.
-Hand-offs tie two layers together (a producer writes its reader's FP8 input, its padded input,
-or an FP8 copy of its residual sum), and a layer tied so cannot run as its float layer
-(`engines/step_aside.py: fp16_blocker`). In a ResNet every 3x3 conv reads its 1x1 producer's
-FP8 hand-off, so a choice made in the finished engine could never keep one in fp16. So the
-layers are first timed in an assembly without hand-offs (`handoffs=False`: every layer stands
-alone, as in the fp16 engine), and the engine is then assembled with the hand-offs found among
-the layers that stay FP8 only (`aside`: the layers kept in fp16, which hand nothing off and read
-no hand-off). The analyses that do not depend on the hand-offs (the activations absorbed, the
-residual sums) are made once and shared by both assemblies.
+Why twice: a layer tied by a hand-off cannot step aside (`engines/step_aside.py`), and in a
+ResNet every 3x3 conv reads its 1x1 producer's hand-off. So a "fastest" engine is timed in an
+assembly without hand-offs (`handoffs=False`, the screen of docs/DESIGN.md's kernel-choice
+loop), then assembled with the hand-offs among the layers that stay FP8 (`aside`: those kept
+in fp16). `FP8Assembler` makes the analyses both share (absorbed activations, residual sums)
+once.
 """
 
 from __future__ import annotations
@@ -47,11 +43,11 @@ from quantstudy.quant.rewrites.sum_handoff import (
     fuse_sum_handoffs,
     sum_handoffs,
 )
-from quantstudy.record.vocab import Fp8Kernel
+from quantstudy.record.vocab import FP8Kernel
 
 
 @dataclass(frozen=True)
-class Fp8Options:
+class FP8Options:
     """Which rewrites an assembly makes (`builders.build_fp8` documents each)."""
 
     residual: bool = True
@@ -60,7 +56,7 @@ class Fp8Options:
 
 
 @dataclass
-class Fp8Model:
+class FP8Assembly:
     """One assembly: the module (on the device, channels-last) and what each rewrite did."""
 
     model: nn.Module
@@ -74,7 +70,7 @@ class Fp8Model:
 
 
 @dataclass
-class Fp8Assembler:
+class FP8Assembler:
     """What every assembly of one plan shares: the deployed float `source`, its real layers,
     the activations absorbed into them and (after the first assembly) the residual sums."""
 
@@ -83,22 +79,22 @@ class Fp8Assembler:
     dtype: torch.dtype
     device: torch.device
     example: torch.Tensor
-    kernel: Fp8Kernel  # the product built: "fused" or "scaled_mm"
-    options: Fp8Options = Fp8Options()
+    kernel: FP8Kernel  # the product built: "fused" or "scaled_mm"
+    options: FP8Options = FP8Options()
 
     def __post_init__(self) -> None:
         self.real: list[str] = []
         self.absorbed: dict[str, tuple[str, str]] = {}
-        if self.kernel == Fp8Kernel.FUSED:
+        if self.kernel == FP8Kernel.FUSED:
             self.real = real_layers(self.source, self.plan.layers, self.kernel)
             self.absorbed = absorbable_activations(self.source, self.real, self.example)
         self._sites: tuple[dict[str, Site], dict[str, str]] | None = None
 
-    def assemble(self, *, handoffs: bool = True, aside: Set[str] = frozenset()) -> Fp8Model:
+    def assemble(self, *, handoffs: bool = True, aside: Set[str] = frozenset()) -> FP8Assembly:
         """The FP8 module with every rewrite the options allow; with `handoffs` False no layer
         hands anything off, else none of the `aside` layers does (module docstring)."""
         source, plan, example = self.source, self.plan, self.example
-        fused_kernel = self.kernel == Fp8Kernel.FUSED
+        fused_kernel = self.kernel == FP8Kernel.FUSED
         linked = handoffs and fused_kernel
         tied = [n for n in self.real if n not in aside]
         handoff = fp8_handoffs(source, tied, example, self.absorbed) if linked else {}
@@ -133,7 +129,7 @@ class Fp8Assembler:
             fuse_padded(m, source, padded)
         m = in_memory_format(m.to(self.device), torch.channels_last)
         bind_scaled_mm(m, self.device)
-        return Fp8Model(m, applied, epilogue, handoff, sites, pairs, padded, dict(skipped))
+        return FP8Assembly(m, applied, epilogue, handoff, sites, pairs, padded, dict(skipped))
 
     @functools.cached_property
     def absorbed_base(self) -> nn.Module:
