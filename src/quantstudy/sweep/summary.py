@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from quantstudy.record import StudyRecord
-from quantstudy.record.vocab import Engine, Fp8Kernel, Outcome
+from quantstudy.record.vocab import Engine, FP8Kernel, Outcome
 from quantstudy.sweep.events import Job
 from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
 
@@ -32,7 +32,7 @@ class SweepRow(StudyRow):
     recipe: str  # the recipe the study ran (a sweep-derived one is named <recipe>-<calibrator>)
     calibrator: str | None  # the one the study used; None when it did not get that far
     seed: int
-    fp8_kernel: Fp8Kernel
+    fp8_kernel: FP8Kernel
     x: list[BatchX] = Field(default_factory=list)
     n_images: int | None = None
     differ_count: int | None = None
