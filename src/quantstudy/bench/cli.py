@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from quantstudy.bench.peers.configs import Peer
-from quantstudy.record.command import Command, command_line
+from quantstudy.record.command import Command, batches, command_line
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
 from quantstudy.record.vocab import FP8Kernel, choices
@@ -165,14 +165,14 @@ def _run_gemm(args: argparse.Namespace, context: Context) -> None:
     _write(args.record, record)
 
 
-def _products_arguments(p: argparse.ArgumentParser, _: AddConfigArgs) -> None:
+def _products_arguments(p: argparse.ArgumentParser) -> None:
     from quantstudy.bench.products import PEER_ROWS
 
     p.add_argument(
         "rows", nargs="*", default=list(PEER_ROWS),
         help="model[:recipe] (default: the peers rows: " + " ".join(PEER_ROWS) + ")",
     )  # fmt: skip
-    p.add_argument("--batches", default="1,128", help="comma-separated (default 1,128)")
+    p.add_argument("--batches", type=batches, default=(1, 128), help="default 1,128")
     p.add_argument("--sweep", action="store_true", help="also every tile on every I/O path")
     p.add_argument(
         "--no-fast-accum", action="store_true", help="skip our fast-accumulation variants"
@@ -185,11 +185,10 @@ def _products_arguments(p: argparse.ArgumentParser, _: AddConfigArgs) -> None:
 def _run_products(args: argparse.Namespace, context: Context) -> None:
     from quantstudy.bench.products import bench_products
 
-    batches = [int(b) for b in args.batches.split(",") if b.strip()]
-    if not batches or min(batches) < 1:
-        raise UserError(f"--batches: positive integers, got {args.batches!r}")
+    if min(args.batches) < 1:
+        raise UserError(f"--batches must be at least 1, got {args.batches}")
     record = bench_products(
-        args.rows, batches, sweep=args.sweep, fast_accum=not args.no_fast_accum,
+        args.rows, args.batches, sweep=args.sweep, fast_accum=not args.no_fast_accum,
         resume=args.resume, budget_s=args.budget, argv=context.argv, out=args.record,
     )  # fmt: skip
     _write(args.record, record)

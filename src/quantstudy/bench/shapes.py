@@ -159,7 +159,7 @@ def kxk_products(model_name: str, recipe_name: str | None, batch: int) -> list[C
 
     names = [n for n in chosen if runs(n)]
     shapes = input_shapes(model, example, names)
-    out: dict[tuple, ConvProduct] = {}
+    out: dict[tuple[int, ...], ConvProduct] = {}
     for name in names:
         conv = model.get_submodule(name)
         _, c, h, w = shapes[name]

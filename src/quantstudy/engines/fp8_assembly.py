@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import in_memory_format
+from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import bind_scaled_mm
 from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fp8, real_layers
@@ -103,7 +104,7 @@ class FP8Assembler:
         }
         m = copy.deepcopy(source)
         remove_activations(m, self.absorbed)
-        m = m.to(self.dtype)
+        m = drop_eval_caches(m.to(self.dtype))
         epilogue = {layer: act for layer, (_, act) in self.absorbed.items()}
         applied = apply_fp8(m, source, plan, self.dtype, self.kernel, epilogue, handoff)
         fused = [n for n in applied.real if isinstance(m.get_submodule(n), FusedFP8Matmul)]

@@ -56,6 +56,7 @@ from torch import nn
 
 from quantstudy.engines.step_aside import MARGIN, float_layer, fp16_blocker, steps_aside
 from quantstudy.engines.unfused import Unfused
+from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant.formats.fp8 import to_fp8
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.graph.trace import PreHook, pre_hooks
@@ -188,7 +189,7 @@ class Candidates:
 
     def _scaled_mm_engine(self) -> nn.Module:
         if self._alt is None:
-            alt = copy.deepcopy(self.source).to(self.dtype)
+            alt = drop_eval_caches(copy.deepcopy(self.source).to(self.dtype))
             apply_fp8(alt, self.source, self.plan, self.dtype, FP8Kernel.SCALED_MM)
             self._alt = alt.to(self.device)
             bind_scaled_mm(self._alt, self.device)

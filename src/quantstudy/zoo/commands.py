@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import get_args
 
 from quantstudy.record.command import Command, batches, command_line
+from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Device, choices
 from quantstudy.sweep.events import ExecutorKind, Transfer
 from quantstudy.zoo.catalogue import WeightsMode, parse_shard
