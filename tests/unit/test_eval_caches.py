@@ -19,7 +19,8 @@ def test_cast_engines_do_not_keep_the_float32_attention_bias_cache():
     """LeViT caches its attention biases at its first eval forward (calibration is one); the
     bf16 engines built after it must not hold the float32 copy (torch 2.11's CPU matmul then
     refuses float32 @ bfloat16 in the attention). Measured: with torch 2.11 (the GPU image's,
-    `make test-image`) this fails without `drop_eval_caches`; with torch 2.14 the cast itself
+    `make test-image`, timm 1.0.29) this fails without `drop_eval_caches`; with torch 2.14 and
+    timm 1.0.31 (the default venv) the cast itself
     leaves the cache empty, so it passes either way there."""
     torch.manual_seed(0)
     model = timm.create_model("levit_128s", num_classes=10).eval()

@@ -4,7 +4,8 @@ LeViT, EfficientFormer and EfficientViT (among others) keep their attention bias
 `attention_bias_cache`, filled by the first eval forward (calibration, tracing) and emptied only
 by `train()`. `Module.to(dtype)` does not convert them, so a copy cast to an engine's dtype after
 such a forward keeps a float32 bias: the attention turns float32 and its next product mixes
-dtypes (torch 2.11 refuses that on the CPU). Every copy cast to an engine's dtype drops them.
+dtypes (torch 2.11 refuses that on the CPU; seen with timm 1.0.29). Every copy cast to an
+engine's dtype drops them.
 """
 
 from __future__ import annotations
