@@ -67,6 +67,20 @@ class ZooRow(StudyRow):
         return next((b for b in self.batches if b.batch == batch), None)
 
 
+class Throughput(Strict):
+    """What one `quantstudy zoo` run measured and how fast: rows it measured (answers of the
+    shard, not those kept from committed rows or finished before), its studies' wall time from
+    the first start to the last end, and the studies it ran at a time."""
+
+    rows: int
+    wall_s: float
+    jobs: int
+
+    @property
+    def rows_per_minute(self) -> float:
+        return self.rows / (self.wall_s / 60) if self.wall_s > 0 else 0.0
+
+
 class Provenance(Strict):
     command: list[str]
     created_utc: str
@@ -77,6 +91,7 @@ class Provenance(Strict):
     device: str
     driver: dict[str, str | None]  # the zoo command's own environment (commit, versions)
     environments: list[dict[str, str | None]]  # each distinct environment the studies recorded
+    throughput: Throughput | None = None  # None: nothing measured (a page from committed rows)
 
 
 class Leaderboard(Strict):

@@ -62,6 +62,12 @@ def _provenance(board: Leaderboard) -> list[str]:
     for env in p.environments:
         keys = ("gpu_name", "gpu_driver", "cuda", "torch", "triton", "timm", "git_commit")
         lines.append("Studies ran on: " + ", ".join(f"{k} {env.get(k) or '-'}" for k in keys) + ".")
+    if p.throughput is not None:
+        t = p.throughput
+        lines.append(
+            f"This run measured {t.rows} rows in {t.wall_s / 60:.1f} min of studies, {t.jobs} at "
+            f"a time: {t.rows_per_minute:.2f} rows a minute."
+        )
     driver = p.driver
     if not driver:  # rendered from committed rows (`zoo/run.py: write_board`)
         lines.append(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.metadata
 import shutil
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,7 +37,14 @@ from quantstudy.sweep.run import (
 )
 from quantstudy.zoo.alone import check_alone
 from quantstudy.zoo.answers import answered, chain, next_refused, refused
-from quantstudy.zoo.board import Leaderboard, Provenance, ZooRow, collect_row, is_answer
+from quantstudy.zoo.board import (
+    Leaderboard,
+    Provenance,
+    Throughput,
+    ZooRow,
+    collect_row,
+    is_answer,
+)
 from quantstudy.zoo.catalogue import Catalogue, ZooEntry, load_catalogue
 from quantstudy.zoo.markdown import render_markdown
 from quantstudy.zoo.points import ZooOptions, row_settings, zoo_point
@@ -70,15 +78,26 @@ def run_zoo(options: ZooOptions, console: Console | None = None) -> int:
     )
     if options.dry_run:
         return 0
-    interrupted = False
+    interrupted, throughput = False, None
     if options.run:
         jobs = options.jobs or default_jobs(device)
         executor, _ = make_executor(
             options.executor, device, options.address, options.transfer, options.workers,
             jobs=jobs, lock_dir=out,
         )  # fmt: skip
+        start = time.monotonic()
         interrupted = _run_with_answers(mine, todo, out, executor, console, current)
-    board = write_leaderboard(options, catalogue, listed, out, device, kept)
+        wall = time.monotonic() - start
+        ran = {j.folder for j in todo}
+        triton = _version("triton")
+        answered = sum(is_answer(_row(e, j, out, triton)) for e, j in listed if j.folder in ran)
+        throughput = Throughput(rows=answered, wall_s=round(wall, 1), jobs=jobs)
+        if todo:
+            console.print(
+                f"zoo: {answered} rows measured in {wall / 60:.1f} min with {jobs} at a time, "
+                f"{throughput.rows_per_minute:.2f} rows a minute"
+            )
+    board = write_leaderboard(options, catalogue, listed, out, device, kept, throughput)
     if options.rows is not None:
         for row in board.rows:
             if row.model not in kept and is_answer(row) and _fresh(row, current):
@@ -224,6 +243,7 @@ def write_leaderboard(
     out: Path,
     device: str,
     kept: dict[str, ZooRow] | None = None,
+    throughput: Throughput | None = None,
 ) -> Leaderboard:
     """zoo.json, zoo.csv, zoo.png and zoo.md in `out` (and the page at `options.page`), over
     every model of the list: its `kept` row, else the row of its studies in `out`."""
@@ -246,6 +266,7 @@ def write_leaderboard(
             device=device,
             driver=_driver(),
             environments=environments,
+            throughput=throughput,
         ),
         batches=list(options.batches),
         counts={s: sum(r.status == s for r in rows) for s in choices(RowStatus)},
