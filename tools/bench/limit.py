@@ -154,9 +154,9 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
         label = kernel if args.residual == "off" and variant == "apart" else kernel + suffix
         print(f"  {time.perf_counter() - t0:6.1f} s  {name}: timing fp16 vs {label}", flush=True)
         speed = measure_speed(
-            fp16, fp8, x, args.batches, rounds=args.rounds, iters=args.iters,
+            {"fp16": fp16, "fp8": fp8}, x, args.batches, rounds=args.rounds, iters=args.iters,
             compile_mode="default",
-        )  # fmt: skip
+        )["fp8"]  # fmt: skip
         einfo = fp8.info()
         gpu = torch.cuda.get_device_name() if device.type == "cuda" else None
         ideal, why = ideal_speed(speed, info, [einfo], gpu)

@@ -3,10 +3,11 @@
 The study's own harness (`speed.harness.measure_speed`: CUDA-graph replay, fp16 and FP8 rounds
 interleaved, median and quartiles over rounds, x per round pair, kernel time per group) on the
 study's own preparation (`study.prepare.prepare_study`: model, split, recipe, calibrated plan),
-once per FP8 kernel, so a fused and an unfused engine of the same plan are timed against the same
-fp16 engine. Optionally the two FP8 engines' top-1 agreement on every held-out image, and the
-fp16 engine under Inductor's max-autotune against default mode (is the fp16 baseline as fast as
-Inductor can make it?). On a CPU the harness runs a short eager check, marked not meaningful.
+one FP8 engine per kernel, all in one set of rounds, so a fused and an unfused engine of the same
+plan are each paired with the same fp16 rounds. Optionally the two FP8 engines' top-1 agreement
+on every held-out image, and the fp16 engine under Inductor's max-autotune against default mode
+(is the fp16 baseline as fast as Inductor can make it?). On a CPU the harness runs a short eager
+check, marked not meaningful.
 """
 
 from __future__ import annotations
@@ -88,12 +89,14 @@ def _time_model(
         )
         for k in kernels
     }
+    print(f"timing fp16 against FP8 {', '.join(built)}", flush=True)
+    sections = measure_speed(
+        {"fp16": fp16, **built}, x, list(config.batches), rounds=rounds, iters=iters,
+        compile_mode=mode,
+    )  # fmt: skip
     engines = []
     for kernel, fp8 in built.items():
-        print(f"timing fp16 against FP8 {kernel}", flush=True)
-        speed = measure_speed(
-            fp16, fp8, x, list(config.batches), rounds=rounds, iters=iters, compile_mode=mode
-        )
+        speed = sections[kernel]
         info = fp8.info()
         gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
         ideal, _ = ideal_speed(speed, prepared.inputs.recipe_info, [info], gpu)
@@ -143,11 +146,10 @@ def fp16_autotune(prepared: Prepared, batch: int, rounds: int, iters: int):
     tuned = build_half(model, device, example, fold=fold, compile_mode=CompileMode.MAX_AUTOTUNE)
     tuned.name = "fp16-max-autotune"
     return measure_speed(
-        default,
-        tuned,
+        {"default": default, "max-autotune": tuned},
         prepared.heldout_x,
         [batch],
         rounds=rounds,
         iters=iters,
         compile_mode=CompileMode.MAX_AUTOTUNE,
-    )
+    )["max-autotune"]

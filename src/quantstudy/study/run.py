@@ -406,13 +406,12 @@ def _time(
     images = images if images is not None else timing_images(config, inputs)
     console.print("speed: timing fp16 and fp8 engines")
     speed = measure_speed(
-        timed[EngineName.FP16],
-        timed[EngineName.FP8],
+        {EngineName.FP16: timed[EngineName.FP16], EngineName.FP8: timed[EngineName.FP8]},
         images,
         list(config.batches),
         compile_mode=config.compile_mode,  # our name; COMPILE_MODES maps it to torch's
         package_dir=out_dir / "packages" if config.package else None,
-    )
+    )[EngineName.FP8]
     ideal, why_not = ideal_speed(speed, record.recipe, record.engines, record.environment.gpu_name)
     speed = speed.model_copy(update={"ideal": ideal})
     missing = [*speed_not_run(speed), *([why_not] if why_not and speed.meaningful else [])]

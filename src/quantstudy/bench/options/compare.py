@@ -189,6 +189,7 @@ def _speed(fp16: Engine, fp8: Engine, images: torch.Tensor, sizes: list[int]) ->
     from quantstudy.speed.harness import measure_speed
 
     section = measure_speed(
-        fp16, fp8, images, sizes, rounds=20, compile_mode="default", kernel_profile=False
-    )
+        {"fp16": fp16, "fp8": fp8}, images, sizes, rounds=20, compile_mode="default",
+        kernel_profile=False,
+    )["fp8"]  # fmt: skip
     return [b.model_dump(mode="json") for b in section.batches]
