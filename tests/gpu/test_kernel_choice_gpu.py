@@ -47,13 +47,13 @@ def test_fastest_engine_times_every_layer_and_matches_the_fused_one(tmp_path, mo
     model, plan, fused, xin, example = _engines(tmp_path, monkeypatch)
     cuda = torch.device("cuda")
     fastest = build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])
-    choice = fastest.info().fp8_kernel_choice
+    choice = fastest.info().layout.kernel_choice
     assert [c.name for c in choice] == ["pw", "fc"]
     # timed (the shared input quantize subtracted, so a tiny product may read 0)
     assert all(c.fused_us >= 0 and c.scaled_mm_us >= 0 and c.batch == 64 for c in choice)
     assert all(c.fp16_us > 0 for c in choice)  # the float layer, which has no quantize to subtract
     assert (tmp_path / "fp8_kernel_choice.json").is_file()
-    stepped = fastest.info().fp8_stepped_aside
+    stepped = fastest.info().layout.stepped_aside
     if stepped:  # layers kept in fp16 compute other numbers: the fused engine keeps them too
         fused = build_fp8(model, cuda, example, plan, kernel="fused", stepped_aside=stepped)
     with torch.no_grad():
@@ -83,7 +83,7 @@ def test_a_mixed_choice_runs_both_kernels_and_changes_no_number(tmp_path, monkey
         stored[key] = {"fused": fused_us, "scaled_mm": mm_us, "fp16": 1000.0}  # fp16 loses
     cache.write_text(json.dumps(stored))
     mixed = build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])
-    kernels = {c.name: str(c.kernel) for c in mixed.info().fp8_kernel_choice}
+    kernels = {c.name: str(c.kernel) for c in mixed.info().layout.kernel_choice}
     assert kernels == {"pw": "fused", "fc": "scaled_mm"}
     layers = dict(mixed.eager.named_modules())
     assert isinstance(layers["fc"], Unfused) and not isinstance(layers["pw"], Unfused)
@@ -107,7 +107,7 @@ def test_a_layer_whose_float_layer_wins_steps_aside_on_cuda(tmp_path, monkeypatc
     cache.write_text(json.dumps(stored))
     fastest = build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])
     info = fastest.info()
-    assert info.fp8_stepped_aside == ["fc"] and info.fp8_real == ["pw"]
+    assert info.layout.stepped_aside == ["fc"] and info.fp8_real == ["pw"]
     fc = fastest.eager.fc
     assert isinstance(fc, Unfused) and type(fc.layer) is nn.Linear
     assert fc.layer.weight.dtype == torch.float16

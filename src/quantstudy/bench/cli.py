@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from quantstudy.bench.peers.configs import Peer
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
-from quantstudy.record.vocab import Fp8Kernel, choices
+from quantstudy.record.vocab import Fp8Kernel, KernelOption, choices
 
 # The study options a speed or kernels bench takes (fields of `StudyConfig`).
 BENCH_STUDY_OPTIONS = (
@@ -68,8 +68,8 @@ def _distinct(text: str, vocab: type[E], flag: str, none_ok: bool = False) -> tu
     return tuple(vocab(n) for n in names)
 
 
-def _kernels(text: str) -> tuple[Fp8Kernel, ...]:
-    return _distinct(text, Fp8Kernel, "--kernels")
+def _kernels(text: str) -> tuple[KernelOption, ...]:
+    return _distinct(text, KernelOption, "--kernels")
 
 
 def _out(p: argparse.ArgumentParser, what: str) -> None:
@@ -185,7 +185,7 @@ def _kernels_arguments(p: argparse.ArgumentParser, add_config_args: AddConfigArg
     add_config_args(p, BENCH_STUDY_OPTIONS)
     p.add_argument(
         "--fp8-kernel",
-        choices=choices(Fp8Kernel),
+        choices=choices(KernelOption),
         default=DEFAULT_FP8_KERNEL,
         help="the FP8 engine's",
     )
@@ -202,7 +202,7 @@ def _run_kernels(args: argparse.Namespace, context: Context) -> None:
 
     _at_least_one(args, "batch", "compiles")
     record = bench_kernels(
-        context.study_config(), Fp8Kernel(args.fp8_kernel), args.batch, args.record.parent,
+        context.study_config(), KernelOption(args.fp8_kernel), args.batch, args.record.parent,
         compiles=args.compiles, sources=args.sources, argv=context.argv,
     )  # fmt: skip
     _write(args.record, record)

@@ -26,7 +26,7 @@ from quantstudy.bench.schema import (
 )
 from quantstudy.record import TimingStats
 from quantstudy.record.io import write_text_atomic
-from quantstudy.record.vocab import Engine, Fp8Kernel, KernelGroup
+from quantstudy.record.vocab import Engine, KernelGroup, KernelOption
 from quantstudy.report.format import code, table
 
 REPORT_NAME = "README.md"
@@ -156,7 +156,7 @@ def _speed_summary(speed: list[tuple[str, SpeedBench]]) -> list[str]:
                 for batch, x in _fused_ratios(r, e):
                     key = (r.model, batch, str(e.fp8_kernel))
                     rows.setdefault(key, []).insert(0, (x, name))
-    ordered = sorted(rows, key=lambda k: (k[0], k[1], list(Fp8Kernel).index(k[2])))
+    ordered = sorted(rows, key=lambda k: (k[0], k[1], list(KernelOption).index(k[2])))
     body = [
         [model, str(batch), kernel, x, name]
         for model, batch, kernel in ordered

@@ -20,9 +20,10 @@ from quantstudy.bench.provenance import CPU_REASON, collect_provenance
 from quantstudy.bench.schema import Agreement, EngineSpeed, SpeedBench, SpeedResult
 from quantstudy.engines.builders import build_fp8, build_half, set_numerics
 from quantstudy.engines.run import run_engine
+from quantstudy.record.engines import fp8_build
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import CompileMode, Fp8Kernel
+from quantstudy.record.vocab import CompileMode, Engine, Fp8Kernel, KernelOption
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
@@ -30,7 +31,7 @@ from quantstudy.study.prepare import Prepared, prepare_study
 
 def bench_speed(
     config: StudyConfig,
-    kernels: Sequence[Fp8Kernel],
+    kernels: Sequence[KernelOption],
     *,
     rounds: int = 30,
     iters: int = 20,
@@ -66,7 +67,7 @@ def bench_speed(
 
 def _time_model(
     prepared: Prepared,
-    kernels: Sequence[Fp8Kernel],
+    kernels: Sequence[KernelOption],
     rounds: int,
     iters: int,
     agreement: bool,
@@ -84,14 +85,13 @@ def _time_model(
             prepared.plan,
             fold=fold,
             compile_mode=mode,
-            kernel=k,
-            choice_batches=config.batches,
+            kernel=fp8_build(k, config.batches),
         )
         for k in kernels
     }
     print(f"timing fp16 against FP8 {', '.join(built)}", flush=True)
     sections = measure_speed(
-        {"fp16": fp16, **built}, x, list(config.batches), rounds=rounds, iters=iters,
+        {Engine.FP16: fp16, **built}, x, list(config.batches), rounds=rounds, iters=iters,
         compile_mode=mode,
     )  # fmt: skip
     engines = []
@@ -106,11 +106,11 @@ def _time_model(
                 fp8_kernel=kernel,
                 fp8_real=len(info.fp8_real),
                 fp8_emulated=len(info.fp8_emulated),
-                fp8_stepped_aside=len(info.fp8_stepped_aside),
-                epilogue_activations=len(info.fp8_epilogue),
-                fp8_handoffs=len(info.fp8_handoff),
-                fp8_residual_sums=len(info.fp8_residual),
-                scaled_mm_output=info.fp8_scaled_mm_output,
+                fp8_stepped_aside=len(info.layout.stepped_aside),
+                epilogue_activations=len(info.layout.epilogue),
+                fp8_handoffs=len(info.layout.handoff),
+                fp8_residual_sums=len(info.layout.residual),
+                scaled_mm_output=info.layout.scaled_mm_output,
                 speed=speed,
             )
         )

@@ -353,15 +353,12 @@ def measure_speed(
     package_dir: Path | None = None,
 ) -> dict[str, SpeedSection]:
     """Time the first engine of `engines` (fp16) against each other at each batch size, all in
-    one set of interleaved rounds; one speed section per other engine, by its key.
-
-    Each section pairs that engine's rounds with the same fp16 rounds, so every engine saw the
-    same clocks (a study times two: `{"fp16": ..., "fp8": ...}`). `images` are real
-    preprocessed images, float32 NCHW on the CPU. On CUDA: CUDA-graph interleaved timing (module
-    docstring), a kernel profile of one call of fp16 and of each engine per batch when
-    `kernel_profile`, and, when `package_dir` is given, the AOTInductor package size of each
-    engine at the first batch size (minutes of compilation). On CPU: a short eager run, marked
-    not meaningful, with no kernel profile and no package.
+    one set of interleaved rounds; one speed section per other engine, by its key, pairing its
+    rounds with the same fp16 rounds (a study times two: `{"fp16": ..., "fp8": ...}`). `images`: real preprocessed images, float32 NCHW on the CPU.
+    On CUDA: CUDA-graph interleaved timing (module docstring), a kernel profile of one call of
+    fp16 and of each engine per batch when `kernel_profile`, and, when `package_dir` is given,
+    the AOTInductor package size of each engine at the first batch size (minutes). On CPU: a
+    short eager run, marked not meaningful, with no kernel profile and no package.
     """
     _check_inputs(engines, images, batches)
     _check_counts(rounds, iters, warmup)

@@ -94,7 +94,7 @@ def collect_row(job: Job, out: Path) -> SweepRow:
         "recipe": Path(p.recipe).stem if "/" in p.recipe else p.recipe,
         "calibrator": p.calibrator,
         "seed": c.seed,
-        "fp8_kernel": str(c.kernel),
+        "fp8_kernel": str(c.fp8_kernel),
         "status": status.status if status else "pending",
         "error": status.error if status else None,
         "wall_s": status.wall_s if status else None,

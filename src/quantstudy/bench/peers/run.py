@@ -182,8 +182,8 @@ def _engines(
     mode, fold, example = config.compile_mode, prepared.recipe.weights.fold_bn, prepared.example
     kernel = config.fp8_kernel or DEFAULT_FP8_KERNEL
     ours = build_fp8(
-        model, device, example, prepared.plan, fold=fold, compile_mode=mode, kernel=kernel,
-        choice_batches=config.batches,
+        model, device, example, prepared.plan, fold=fold, compile_mode=mode,
+        kernel=config.fp8_build(),
     )  # fmt: skip
     built = {FP16: build_half(model, device, example, fold=fold, compile_mode=mode)}
     built[f"quantstudy {kernel}"] = ours
@@ -274,7 +274,7 @@ def _built_text(name: str, engine: BuiltEngine) -> str:
         return f"engines.builders.build_half: BatchNorm folded, channels-last, {compiled}"
     if name.startswith("quantstudy"):
         return (
-            f"engines.builders.build_fp8 ({engine.fp8_kernel} kernel) on the recipe's "
+            f"engines.builders.build_fp8 ({engine.layout.kernel_option} kernel) on the recipe's "
             f"calibrated plan, channels-last, {compiled}"
         )
     peer = next(p for p in Peer if p.label == name)
