@@ -28,7 +28,7 @@ from quantstudy.quant.layers.matmul import scaled_mm_output_of
 from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fake_quant
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record import EngineInfo, Fp8Layout, KernelChoice, LayerKernel
-from quantstudy.record.engines import stepped_aside
+from quantstudy.record.engines import built_kernel, stepped_aside
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.vocab import CompileMode, Fp8Kernel
 from quantstudy.record.vocab import Engine as EngineName
@@ -246,7 +246,7 @@ def build_fp8(
     source = deployed_copy(model, example, fold, plan)
     options = Fp8Options(residual, sum_handoff, pad_outputs)
     chosen = kernel if isinstance(kernel, KernelChoice) else None
-    built = Fp8Kernel.FUSED if chosen is not None else Fp8Kernel(kernel)
+    built = built_kernel(kernel)
     parts = Fp8Assembler(source, plan, dtype, device, example, built, options)
     rows: list[LayerKernel] | None = None
     if chosen is None:

@@ -63,6 +63,12 @@ def fp8_build(
     return Fp8Kernel(option)
 
 
+def built_kernel(spec: Fp8Kernel | KernelChoice) -> Fp8Kernel:
+    """The product an engine of `spec` is built with: its kernel, or, for a choice per layer,
+    the fused one (the choice swaps in another module where it wins)."""
+    return Fp8Kernel.FUSED if isinstance(spec, KernelChoice) else Fp8Kernel(spec)
+
+
 class Fp8Layout(Section):
     """How an FP8 engine's real layers were assembled (`engines/builders.py: build_fp8`): one
     section, written by the build and read unchanged by the emulations, `quantstudy extend`, the

@@ -354,11 +354,12 @@ def measure_speed(
 ) -> dict[str, SpeedSection]:
     """Time the first engine of `engines` (fp16) against each other at each batch size, all in
     one set of interleaved rounds; one speed section per other engine, by its key, pairing its
-    rounds with the same fp16 rounds (a study times two: `{"fp16": ..., "fp8": ...}`). `images`: real preprocessed images, float32 NCHW on the CPU.
-    On CUDA: CUDA-graph interleaved timing (module docstring), a kernel profile of one call of
-    fp16 and of each engine per batch when `kernel_profile`, and, when `package_dir` is given,
-    the AOTInductor package size of each engine at the first batch size (minutes). On CPU: a
-    short eager run, marked not meaningful, with no kernel profile and no package.
+    rounds with the same fp16 rounds (a study times two: `{"fp16": ..., "fp8": ...}`).
+    `images`: real preprocessed images, float32 NCHW on the CPU. On CUDA: CUDA-graph
+    interleaved timing (module docstring), a kernel profile of one call of fp16 and of each
+    engine per batch when `kernel_profile`, and, when `package_dir` is given, the AOTInductor
+    package size of each engine at the first batch size (minutes). On CPU: a short eager run,
+    marked not meaningful, with no kernel profile and no package.
     """
     _check_inputs(engines, images, batches)
     _check_counts(rounds, iters, warmup)
