@@ -33,7 +33,7 @@ def stepped_aside(choice: list[LayerKernel]) -> list[str]:
 class KernelChoice(Section):
     """How a fused FP8 engine picks each real layer's kernel (`--fp8-kernel fastest`): timed in
     place at `batches` (`engines/kernel_choice.py`), or `replay` of a recorded choice, nothing
-    timed (`quantstudy extend`, the float32 engine, a package). Exactly one of the two."""
+    timed (`quantstudy extend`, the float32 engine). Exactly one of the two."""
 
     batches: tuple[int, ...] = ()
     replay: tuple[LayerKernel, ...] | None = None
