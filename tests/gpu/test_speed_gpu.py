@@ -27,7 +27,7 @@ def has_fp8() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
 
 
-class Fp8Pointwise(nn.Module):
+class FP8Pointwise(nn.Module):
     """A 1x1 convolution as an FP8 matrix product over channels-last pixels."""
 
     def __init__(self, conv: nn.Conv2d, act_amax: float):
@@ -94,7 +94,7 @@ def engines(images: torch.Tensor) -> tuple[CompiledEngine, CompiledEngine]:
         x = images.cuda().half().contiguous(memory_format=torch.channels_last)
         act_amax = float(fp16[1](fp16[0](x)).abs().amax())
     fp8 = nn.Sequential(*fp16_net().cuda().half().eval().to(memory_format=torch.channels_last))
-    fp8[2] = Fp8Pointwise(fp8[2], act_amax)
+    fp8[2] = FP8Pointwise(fp8[2], act_amax)
     return CompiledEngine("fp16", fp16), CompiledEngine("fp8", fp8)
 
 

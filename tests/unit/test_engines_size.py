@@ -6,7 +6,7 @@ from torch import nn
 from quantstudy.engines.size import weight_bytes
 
 
-class ScaledFp8(torch.Tensor):
+class ScaledFP8(torch.Tensor):
     """A minimal wrapper subclass in the style of FP8 weight tensors: fp8 data plus a scale."""
 
     @staticmethod
@@ -24,11 +24,11 @@ class ScaledFp8(torch.Tensor):
 
     @staticmethod
     def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
-        return ScaledFp8(inner["qdata"], inner["scale"])
+        return ScaledFP8(inner["qdata"], inner["scale"])
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        raise NotImplementedError(f"ScaledFp8 test tensor does not run {func}")
+        raise NotImplementedError(f"ScaledFP8 test tensor does not run {func}")
 
 
 def test_plain_module_counts_every_parameter():
@@ -73,6 +73,6 @@ def test_shared_parameters_fp8_buffer_together():
 
 def test_wrapper_subclass_is_counted_through_inner_tensors():
     m = nn.Module()
-    w = ScaledFp8(torch.zeros(4, 2, dtype=torch.float8_e4m3fn), torch.ones(()))
+    w = ScaledFP8(torch.zeros(4, 2, dtype=torch.float8_e4m3fn), torch.ones(()))
     m.register_buffer("w", w)
     assert weight_bytes(m) == 8 * 1 + 4

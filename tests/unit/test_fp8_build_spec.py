@@ -1,15 +1,15 @@
 """The FP8 build spec (`KernelChoice`, `StudyConfig.fp8_build`) and the engine's layout section
-(`Fp8Layout`), as read from records written before schema 18."""
+(`FP8Layout`), as read from records written before schema 18."""
 
 import json
 
 import pytest
 from pydantic import ValidationError
 
-from quantstudy.record import EngineInfo, Fp8Layout, KernelChoice, LayerKernel
+from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel
 from quantstudy.record.engines import built_kernel, fp8_build
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import Fp8Kernel, KernelOption
+from quantstudy.record.vocab import FP8Kernel, KernelOption
 
 ROWS = [
     LayerKernel(name="a", kernel="fp16", fused_us=10.0, fp16_us=5.0, batch=1),
@@ -35,21 +35,21 @@ def test_a_choice_is_timed_or_replayed_never_both():
 
 def test_the_option_fastest_builds_the_fused_engine_with_a_choice_per_layer():
     assert fp8_build(KernelOption.FASTEST, [32, 1]) == KernelChoice.timed([1, 32])
-    assert fp8_build("scaled_mm", [1]) == Fp8Kernel.SCALED_MM
-    assert built_kernel(KernelChoice.timed([1])) == Fp8Kernel.FUSED
-    assert built_kernel(Fp8Kernel.SCALED_MM) == Fp8Kernel.SCALED_MM
+    assert fp8_build("scaled_mm", [1]) == FP8Kernel.SCALED_MM
+    assert built_kernel(KernelChoice.timed([1])) == FP8Kernel.FUSED
+    assert built_kernel(FP8Kernel.SCALED_MM) == FP8Kernel.SCALED_MM
     fastest = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=(1, 32))
     assert fastest.fp8_build() == KernelChoice.timed([1, 32])
     recorded = KernelChoice.replayed(ROWS)
     assert fastest.fp8_build(recorded) == recorded  # a recorded choice is rebuilt, not timed
     plain = StudyConfig(model="m", data="d")
-    assert plain.fp8_kernel is None and plain.fp8_build(recorded) == Fp8Kernel.FUSED
+    assert plain.fp8_kernel is None and plain.fp8_build(recorded) == FP8Kernel.FUSED
 
 
 def test_a_schema_17_engine_reads_as_its_layout_and_writes_flat():
     info = EngineInfo.model_validate(SCHEMA_17)
     layout = info.layout
-    assert layout.kernel == Fp8Kernel.FUSED and layout.kernel_option == KernelOption.FASTEST
+    assert layout.kernel == FP8Kernel.FUSED and layout.kernel_option == KernelOption.FASTEST
     assert layout.stepped_aside == ["a"] and layout.epilogue == {"b": "relu"}
     assert layout.replay() == KernelChoice.replayed(ROWS)
     written = json.loads(info.model_dump_json())
@@ -70,11 +70,11 @@ def test_an_engine_without_fp8_has_an_empty_layout_and_updates_name_fields_flat(
         fp8_emulated=[], fp16_layers=3, weight_bytes=1, numerics={},
     )  # fmt: skip
     assert (
-        fp16.layout == Fp8Layout()
+        fp16.layout == FP8Layout()
         and fp16.layout.kernel_option is None
         and not fp16.layout.replay()
     )
-    copied = fp16.model_copy(update={"fp8_kernel": Fp8Kernel.SCALED_MM, "name": "fp8"})
-    assert copied.layout.kernel == Fp8Kernel.SCALED_MM and copied.name == "fp8"
+    copied = fp16.model_copy(update={"fp8_kernel": FP8Kernel.SCALED_MM, "name": "fp8"})
+    assert copied.layout.kernel == FP8Kernel.SCALED_MM and copied.name == "fp8"
     with pytest.raises(ValidationError, match="kernel choice ran fp16"):
         EngineInfo.model_validate({**SCHEMA_17, "fp8_stepped_aside": []})

@@ -167,7 +167,7 @@ def test_a_fabricated_missing_path_is_caught(text, stale):
 @pytest.mark.parametrize(
     "text",
     [
-        "`quant/fitting/rounding.py` and `record/vocab.py: Fp8Kernel`",
+        "`quant/fitting/rounding.py` and `record/vocab.py: FP8Kernel`",
         "[the design](DESIGN.md#layers), `docs/results/*.json`, `studies/<model>/study.json`",
         "https://github.com/pytorch/pytorch/blob/main/quant/gone.py and ../shared/data/x.json",
         "`quantstudy.record.StudyRecord`, `quantstudy.quant.kernels.gemm.fp8_gemm_triton`",

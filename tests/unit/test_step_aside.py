@@ -16,7 +16,7 @@ from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.record import EngineInfo, Fp8Layout, KernelChoice, LayerKernel
+from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel
 from quantstudy.record.inputs import StudyConfig
 
 CPU = torch.device("cpu")
@@ -63,7 +63,7 @@ def _setup(layers=("stem", "pw", "k3", "k3b", "head")):
 
 # the layers timed, in forward order, and whether each has an unfused scaled_mm counterpart
 # (1x1/linear): all of them, `pw` too, which writes a padded output in the engine but is timed
-# where no layer hands off (`engines/fp8_model.py`)
+# where no layer hands off (`engines/fp8_assembly.py`)
 TIMED = [("stem", False), ("pw", True), ("k3", False), ("k3b", False), ("head", True)]
 
 
@@ -236,7 +236,7 @@ def test_the_emulations_leave_the_stepped_aside_layers_float(monkeypatch):
     monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _timer(table))
     config = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=[1])
     builders = study_engines.study_builders(config, model, x, plan, True, CPU)
-    layout = builders["fp8"](Fp8Layout()).info().layout
+    layout = builders["fp8"](FP8Layout()).info().layout
     assert layout.stepped_aside == ["stem", "head"]
     for name in ("fakequant", "fakequant_weights", "fakequant_activations"):
         emulation = builders[name](layout)
@@ -340,6 +340,6 @@ def test_a_study_rebuilt_from_its_record_replays_the_choice(monkeypatch):
     monkeypatch.setattr(kernel_choice, "clock_for", lambda device: lambda fn: 1 / 0)
     config = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=[1])
     builders = study_engines.study_builders(config, model, x, plan, True, CPU, choice)
-    layout = builders["fp8"](Fp8Layout()).info().layout
+    layout = builders["fp8"](FP8Layout()).info().layout
     assert layout.stepped_aside == ["k3b"]
     assert type(builders["fakequant"](layout).eager.k3b) is nn.Conv2d

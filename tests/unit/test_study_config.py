@@ -8,7 +8,7 @@ import pytest
 from quantstudy.cli import MODEL_DATA_OPTIONS, STUDY_OPTIONS, _parser, main
 from quantstudy.record import StudyConfig, StudyRecord
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import CompileMode, Fp8Kernel, KernelOption, choices
+from quantstudy.record.vocab import CompileMode, FP8Kernel, KernelOption, choices
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -53,7 +53,7 @@ def test_parsed_options_build_the_config():
     config = _model_config(args)
     assert config.data == "d"  # a Path, as the CLI parses it, stored as its text
     assert (config.calib, config.batches, config.speed) == (7, (2, 4), False)
-    assert config.fp8_kernel == Fp8Kernel.SCALED_MM and config.heldout == 1500
+    assert config.fp8_kernel == FP8Kernel.SCALED_MM and config.heldout == 1500
 
 
 def test_bad_values_are_one_line_user_errors():
@@ -69,7 +69,7 @@ def test_resolved_config_names_what_the_study_read():
     config = StudyConfig(model="m", data=Path("d"), policy=Path("p.yaml"))
     assert config.policy == "p.yaml" and config.fp8_kernel is None
     resolved = config.resolved("builtin:generic_all", "p.yaml")
-    assert resolved.recipe == "builtin:generic_all" and resolved.fp8_kernel == Fp8Kernel.FUSED
+    assert resolved.recipe == "builtin:generic_all" and resolved.fp8_kernel == FP8Kernel.FUSED
     dumped = resolved.model_dump(mode="json")
     assert dumped["batches"] == [1, 32, 128] and dumped["fp8_kernel"] == "fused"
 

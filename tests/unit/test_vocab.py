@@ -5,7 +5,7 @@ docstrings and the literal text of f-strings (prose may name an engine), and fai
 is a value of a checked vocabulary, outside `record/vocab.py` and the allow-list below.
 
 Checked: the vocabularies whose values are not ordinary words, so a hit is almost surely the
-vocabulary: Engine (and Baseline, whose values are engine names), KernelGroup, Fp8Kernel,
+vocabulary: Engine (and Baseline, whose values are engine names), KernelGroup, FP8Kernel,
 Calibrator and Activation. Activation's "none" is left out: "none" is also what the report prints
 for an empty list, and Tuning and Migration spell their off state with it. Not checked:
 Device ("cpu", "cuda" are torch's device strings too), GateKind ("speed", "quality" are section
@@ -22,7 +22,7 @@ from quantstudy.record.vocab import (
     Baseline,
     Calibrator,
     Engine,
-    Fp8Kernel,
+    FP8Kernel,
     KernelGroup,
 )
 
@@ -30,7 +30,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "quantstudy"
 VOCAB_FILE = "record/vocab.py"
 CHECKED = {
     m.value: e.__name__
-    for e in (Baseline, Engine, KernelGroup, Fp8Kernel, Calibrator, Activation)
+    for e in (Baseline, Engine, KernelGroup, FP8Kernel, Calibrator, Activation)
     for m in e
     if m is not Activation.NONE
 }

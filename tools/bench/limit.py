@@ -43,7 +43,7 @@ from quantstudy.recipe.resolve import resolve
 from quantstudy.record.engines import fp8_build
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import Engine, Fp8Kernel, KernelGroup, KernelOption
+from quantstudy.record.vocab import Engine, FP8Kernel, KernelGroup, KernelOption
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
@@ -143,7 +143,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
     if args.pad_apart and "sums" in variants:
         variants.insert(variants.index("sums") + 1, "padapart")
     for kernel, variant in ((k, v) for k in args.kernels for v in variants):
-        if variant != "sums" and kernel == Fp8Kernel.SCALED_MM:
+        if variant != "sums" and kernel == FP8Kernel.SCALED_MM:
             continue  # the unfused engine never sums in its epilogue
         fp8 = build_fp8(
             model, device, x[:1], plan, fold=fold, kernel=fp8_build(kernel, args.batches),
@@ -192,7 +192,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
 def print_rows(name: str, kernel: str, row: dict) -> None:
     ideal = {i["batch"]: i for i in row["ideal"]}
     groups = {(k["engine"], k["batch"]): k for k in row["speed"]["kernels"]}
-    chosen = sum(c["kernel"] == Fp8Kernel.SCALED_MM for c in row["kernel_choice"])
+    chosen = sum(c["kernel"] == FP8Kernel.SCALED_MM for c in row["kernel_choice"])
     for b in row["speed"]["batches"]:
         i = ideal.get(b["batch"])
         fp8mm = next(
@@ -241,7 +241,7 @@ def ideal_of_records(paths: list[Path]) -> str:
             folded = copy.deepcopy(loaded.model).eval()
             if recipe.weights.fold_bn:
                 fold_batchnorm(folded, example)
-            pointwise = real_layers(folded, names, Fp8Kernel.SCALED_MM)
+            pointwise = real_layers(folded, names, FP8Kernel.SCALED_MM)
             absorbed = absorbable_activations(folded, pointwise, example)
             for e in res.engines:
                 if e.speed is None:
@@ -279,7 +279,7 @@ def render(paths: list[Path]) -> str:
                 row = m["kernels"][kernel]
                 ideal = {i["batch"]: i for i in row["ideal"]}
                 prof = {(k["engine"], k["batch"]): k for k in row["speed"]["kernels"]}
-                picked = sum(c["kernel"] == Fp8Kernel.SCALED_MM for c in row["kernel_choice"])
+                picked = sum(c["kernel"] == FP8Kernel.SCALED_MM for c in row["kernel_choice"])
                 for b in row["speed"]["batches"]:
                     i, r = ideal.get(b["batch"]), b["ratio"]
 

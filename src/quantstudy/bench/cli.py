@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from quantstudy.bench.peers.configs import Peer
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
-from quantstudy.record.vocab import Fp8Kernel, KernelOption, choices
+from quantstudy.record.vocab import FP8Kernel, KernelOption, choices
 
 # The study options a speed or kernels bench takes (fields of `StudyConfig`).
 BENCH_STUDY_OPTIONS = (
@@ -38,7 +38,7 @@ BENCH_STUDY_OPTIONS = (
     "compile_mode",
     "test_settings",
 )
-TIMED = (Fp8Kernel.FUSED, Fp8Kernel.SCALED_MM)
+TIMED = (FP8Kernel.FUSED, FP8Kernel.SCALED_MM)
 # The study options of `bench peers`: a speed bench's, and the FP8 kernel of our engine.
 PEERS_STUDY_OPTIONS = (*BENCH_STUDY_OPTIONS, "fp8_kernel")
 # Compute dtypes of `bench options --engine-dtypes`; the half ones are its storage dtypes

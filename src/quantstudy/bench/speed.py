@@ -23,7 +23,7 @@ from quantstudy.engines.run import run_engine
 from quantstudy.record.engines import fp8_build
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import CompileMode, Engine, Fp8Kernel, KernelOption
+from quantstudy.record.vocab import CompileMode, Engine, FP8Kernel, KernelOption
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
@@ -40,7 +40,7 @@ def bench_speed(
     argv: list[str] | None = None,
 ) -> SpeedBench:
     """Prepare `config`'s study and time its fp16 engine against one FP8 engine per kernel."""
-    if agreement and set(kernels) != {Fp8Kernel.FUSED, Fp8Kernel.SCALED_MM}:
+    if agreement and set(kernels) != {FP8Kernel.FUSED, FP8Kernel.SCALED_MM}:
         raise UserError("--agreement compares the fused and scaled_mm engines: time both")
     if autotune_batch is not None and config.device != "cuda":
         raise UserError("--fp16-autotune-batch needs a CUDA GPU (max-autotune tunes GPU kernels)")
@@ -120,7 +120,7 @@ def _time_model(
             top = {k: run_engine(e, x, config.eval_batch).argmax(1) for k, e in built.items()}
         same = Agreement(
             n_images=int(x.shape[0]),
-            same_top1=int((top[Fp8Kernel.FUSED] == top[Fp8Kernel.SCALED_MM]).sum()),
+            same_top1=int((top[FP8Kernel.FUSED] == top[FP8Kernel.SCALED_MM]).sum()),
         )
     tuned = None
     if autotune_batch is not None:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine, in_memory_format
-from quantstudy.engines.fp8_model import Fp8Assembler, Fp8Model, Fp8Options
+from quantstudy.engines.fp8_assembly import FP8Assembler, FP8Assembly, FP8Options
 from quantstudy.engines.kernel_choice import choose_kernels, replay_kernels, settled
 from quantstudy.engines.size import weight_bytes
 from quantstudy.quant.fitting.bias_correction import correct_biases, set_biases
@@ -27,10 +27,10 @@ from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.layers.matmul import scaled_mm_output_of
 from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fake_quant
 from quantstudy.quant.rewrites.fold import fold_batchnorm
-from quantstudy.record import EngineInfo, Fp8Layout, KernelChoice, LayerKernel
+from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel
 from quantstudy.record.engines import built_kernel, stepped_aside
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
-from quantstudy.record.vocab import CompileMode, Fp8Kernel
+from quantstudy.record.vocab import CompileMode, FP8Kernel
 from quantstudy.record.vocab import Engine as EngineName
 
 
@@ -75,7 +75,7 @@ class BuiltEngine(Engine):
     compile_mode: str | None
     applied: Applied = field(default_factory=lambda: Applied([], []))
     float_layers: int = 0
-    layout: Fp8Layout = field(default_factory=Fp8Layout)  # how `build_fp8` built it
+    layout: FP8Layout = field(default_factory=FP8Layout)  # how `build_fp8` built it
 
     def eagerly(self) -> BuiltEngine:
         """This engine run through its eager module: a quality pass that needs no compile."""
@@ -219,13 +219,13 @@ def build_fp8(
     fold: bool = True,
     compile_mode: str = "default",
     dtype: torch.dtype | None = None,
-    kernel: Fp8Kernel | KernelChoice = DEFAULT_FP8_KERNEL,
+    kernel: FP8Kernel | KernelChoice = DEFAULT_FP8_KERNEL,
     residual: bool = True,
     sum_handoff: bool = False,
     pad_outputs: bool = True,
 ) -> BuiltEngine:
     """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules; its
-    `layout` says how (`record/engines.py: Fp8Layout`).
+    `layout` says how (`record/engines.py: FP8Layout`).
 
     `kernel` "fused" (default): each real FP8 layer is one fused product that also applies the
     activation that consumes it (`quant/rewrites/absorb.py` finds and checks those); "scaled_mm":
@@ -244,10 +244,10 @@ def build_fp8(
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
-    options = Fp8Options(residual, sum_handoff, pad_outputs)
+    options = FP8Options(residual, sum_handoff, pad_outputs)
     chosen = kernel if isinstance(kernel, KernelChoice) else None
     built = built_kernel(kernel)
-    parts = Fp8Assembler(source, plan, dtype, device, example, built, options)
+    parts = FP8Assembler(source, plan, dtype, device, example, built, options)
     rows: list[LayerKernel] | None = None
     if chosen is None:
         fp8 = parts.assemble()
@@ -256,7 +256,7 @@ def build_fp8(
     aside = set(stepped_aside(rows or []))
     m = fp8.model
     real = [n for n in fp8.applied.real if n not in aside]
-    layout = Fp8Layout(
+    layout = FP8Layout(
         kernel=built if real else None,
         epilogue={k: v for k, v in fp8.epilogue.items() if k not in aside},
         handoff=fp8.handoff,
@@ -281,10 +281,10 @@ def build_fp8(
 
 
 def _assemble_chosen(
-    parts: Fp8Assembler, choice: KernelChoice, plain: nn.Module
-) -> tuple[Fp8Model, list[LayerKernel]]:
+    parts: FP8Assembler, choice: KernelChoice, plain: nn.Module
+) -> tuple[FP8Assembly, list[LayerKernel]]:
     """The fused engine with `choice` applied, and the choice as it runs there. A timed choice
-    is timed where no layer hands off, so any may step aside (`engines/fp8_model.py`); the
+    is timed where no layer hands off, so any may step aside (`engines/fp8_assembly.py`); the
     engine is then assembled with hand-offs among the layers that stay FP8 only."""
     p = parts
     if choice.replay is not None:
@@ -309,7 +309,7 @@ def build_fakequant(
     weights: bool = True,
     activations: bool = True,
     name: str = EngineName.FAKEQUANT,
-    like: Fp8Layout | None = None,
+    like: FP8Layout | None = None,
 ) -> BuiltEngine:
     """The recipe emulated in fp32, eager: same quantization points as the FP8 engine.
 

@@ -34,7 +34,7 @@ takes the choice of the nearest timed one, by ratio; a compiled engine specializ
 static batch, so the branch costs nothing there, while a choice made at one batch can cost
 time at another). The float layer replaces the layer only where it beats the better FP8
 kernel by more than `MARGIN` at every timed batch. A "fastest" engine is timed in an assembly
-where no layer hands off (`engines/fp8_model.py`), then assembled with the hand-offs among the
+where no layer hands off (`engines/fp8_assembly.py`), then assembled with the hand-offs among the
 layers that stay FP8 (`quant/rewrites/handoff.py`, `pad_handoff.py`, `sum_handoff.py`); a layer
 that hands off there has no other kernel and runs fused (`settled`). Timings are
 cached per GPU, library versions and layer (input shape, the layer's description, bias,
@@ -67,7 +67,7 @@ from quantstudy.quant.plan.apply import QuantPlan, apply_fp8
 from quantstudy.record import LayerKernel
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import beside_inductor_cache, write_json_atomic
-from quantstudy.record.vocab import ChosenKernel, Fp8Kernel
+from quantstudy.record.vocab import ChosenKernel, FP8Kernel
 
 FUSED_LAYERS = (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise)
 Timer = Callable[[Callable[[], object]], float]
@@ -193,7 +193,7 @@ class Candidates:
     def _scaled_mm_engine(self) -> nn.Module:
         if self._alt is None:
             alt = copy.deepcopy(self.source).to(self.dtype)
-            apply_fp8(alt, self.source, self.plan, self.dtype, Fp8Kernel.SCALED_MM)
+            apply_fp8(alt, self.source, self.plan, self.dtype, FP8Kernel.SCALED_MM)
             self._alt = alt.to(self.device)
             bind_scaled_mm(self._alt, self.device)
         return self._alt
@@ -331,7 +331,7 @@ def _time_layers(
 
 
 def settled(choice: list[LayerKernel], model: nn.Module) -> list[LayerKernel]:
-    """A choice timed where no layer hands off (`engines/fp8_model.py`), as the engine `model`
+    """A choice timed where no layer hands off (`engines/fp8_assembly.py`), as the engine `model`
     assembled after it runs it: a layer that hands off there runs fused (it has no other
     kernel) and keeps its timings, with why; the others, and rows not timed, stay as they are."""
     out = []

@@ -23,7 +23,7 @@ sum, a padded output) cannot: its reader depends on that buffer. Nor can a layer
 FP8 hand-off: as a float layer it would read an input its producer still quantizes, which no
 emulation of the recipe computes. So a "fastest" engine is timed where no layer hands off, and
 assembled after the choice with hand-offs among the layers that stay FP8 only
-(`engines/fp8_model.py`); `fp16_blocker` refuses a layer named or replayed that is tied anyway.
+(`engines/fp8_assembly.py`); `fp16_blocker` refuses a layer named or replayed that is tied anyway.
 
 The rule: a layer steps aside only where its float layer is faster than its best FP8 kernel by
 more than `MARGIN` at EVERY timed batch. A layer that loses at some batches only stays FP8 (the

@@ -12,7 +12,7 @@ Schema history:
   5: EngineInfo.fp8_scaled_mm_output (what torch._scaled_mm wrote in an unfused engine).
   6: SpeedSection.ideal (the ideal x per batch size at the FP8 roofline, `speed/ideal.py`).
      SpeedSection.engine/engine_version/layer_precision (TensorRT timings, `import-trt`).
-     EngineInfo.fp8_kernel_choice and Fp8Kernel "fastest" (per-layer kernel choice).
+     EngineInfo.fp8_kernel_choice and FP8Kernel "fastest" (per-layer kernel choice).
      StudyConfig (was StudyConfigRecord) holds the whole config: class_list, strip_prefix,
      eval_batch, speed, package, out.
      StudyRecord.timings (wall time per stage of the run, `study/stage_timer.py`).
@@ -62,7 +62,7 @@ Schema history:
  18: EngineInfo.fp8_kernel is "fused" or "scaled_mm" only: an engine whose kernels were chosen
      per layer is "fused" with its fp8_kernel_choice (older records' "fastest" converts on
      load, `EngineInfo._nested`); StudyConfig.fp8_kernel keeps "fastest", the option
-     (`KernelOption`). The engine's fp8_* fields are one section in code (`Fp8Layout`), written
+     (`KernelOption`). The engine's fp8_* fields are one section in code (`FP8Layout`), written
      flat as before.
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`

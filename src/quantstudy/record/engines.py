@@ -8,7 +8,7 @@ from typing import Any, Self
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from quantstudy.record.base import Section
-from quantstudy.record.vocab import FASTEST, ChosenKernel, CompileMode, Fp8Kernel, KernelOption
+from quantstudy.record.vocab import FASTEST, ChosenKernel, CompileMode, FP8Kernel, KernelOption
 
 
 class LayerKernel(Section):
@@ -55,21 +55,21 @@ class KernelChoice(Section):
 
 def fp8_build(
     option: KernelOption | str, batches: tuple[int, ...] | list[int]
-) -> Fp8Kernel | KernelChoice:
+) -> FP8Kernel | KernelChoice:
     """What `--fp8-kernel option` builds (`engines/builders.py: build_fp8`): the kernel, or for
     "fastest" the fused engine with its choice timed at `batches`."""
     if option == FASTEST:
         return KernelChoice.timed(batches)
-    return Fp8Kernel(option)
+    return FP8Kernel(option)
 
 
-def built_kernel(spec: Fp8Kernel | KernelChoice) -> Fp8Kernel:
+def built_kernel(spec: FP8Kernel | KernelChoice) -> FP8Kernel:
     """The product an engine of `spec` is built with: its kernel, or, for a choice per layer,
     the fused one (the choice swaps in another module where it wins)."""
-    return Fp8Kernel.FUSED if isinstance(spec, KernelChoice) else Fp8Kernel(spec)
+    return FP8Kernel.FUSED if isinstance(spec, KernelChoice) else FP8Kernel(spec)
 
 
-class Fp8Layout(Section):
+class FP8Layout(Section):
     """How an FP8 engine's real layers were assembled (`engines/builders.py: build_fp8`): one
     section, written by the build and read unchanged by the emulations, `quantstudy extend`, the
     package and the report; empty for an engine that is not an FP8 one. `EngineInfo.layout` in
@@ -77,7 +77,7 @@ class Fp8Layout(Section):
 
     # Which FP8 product ran the real layers: "fused" (Triton on CUDA, torch on CPU) or
     # "scaled_mm" (torch._scaled_mm plus a separate cast/bias pass); None: no real FP8 layer.
-    kernel: Fp8Kernel | None = None
+    kernel: FP8Kernel | None = None
     epilogue: dict[str, str] = Field(default_factory=dict)  # layer -> absorbed activation
     # producer -> consumer: the producer writes the consumer's FP8 input (schema 4 on)
     handoff: dict[str, str] = Field(default_factory=dict)
@@ -120,7 +120,7 @@ class Fp8Layout(Section):
 
 
 # The layout's fields as study.json holds them: flat in `EngineInfo`, each `fp8_<field>`.
-_FLAT = tuple(f"fp8_{name}" for name in Fp8Layout.model_fields)
+_FLAT = tuple(f"fp8_{name}" for name in FP8Layout.model_fields)
 
 
 class EngineInfo(Section):
@@ -133,7 +133,7 @@ class EngineInfo(Section):
     channels_last: bool = False
     fp8_real: list[str]  # layers running a real FP8 matrix product
     fp8_emulated: list[str]  # layers quantized but computed by quantize-dequantize
-    layout: Fp8Layout = Field(default_factory=Fp8Layout)  # how the real FP8 layers were built
+    layout: FP8Layout = Field(default_factory=FP8Layout)  # how the real FP8 layers were built
     fp16_layers: int  # conv/linear layers left in the engine's compute dtype
     weight_bytes: int
     numerics: dict[str, str]  # explicit global settings, e.g. {"allow_tf32": "False"}
@@ -147,7 +147,7 @@ class EngineInfo(Section):
             return data
         flat = {k.removeprefix("fp8_"): v for k, v in data.items() if k in _FLAT}
         if flat.get("kernel") == FASTEST:
-            flat["kernel"] = Fp8Kernel.FUSED
+            flat["kernel"] = FP8Kernel.FUSED
         rest = {k: v for k, v in data.items() if k not in _FLAT}
         return rest | {"layout": flat}
 

@@ -12,7 +12,7 @@ from quantstudy.record.base import Section
 from quantstudy.record.engines import KernelChoice, fp8_build
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import read_json
-from quantstudy.record.vocab import FASTEST, CompileMode, Device, Fp8Kernel, KernelOption
+from quantstudy.record.vocab import FASTEST, CompileMode, Device, FP8Kernel, KernelOption
 
 
 class Environment(Section):
@@ -130,7 +130,7 @@ def _heldout_size(value: Any) -> Any:
 HeldoutSize = Annotated[int | str, BeforeValidator(_heldout_size)]
 """Held-out images: a count (fixed N), or `auto[:MAX]` (rounds until the quality gates settle)."""
 
-DEFAULT_FP8_KERNEL = Fp8Kernel.FUSED
+DEFAULT_FP8_KERNEL = FP8Kernel.FUSED
 
 
 # Bounds of the numeric study options, checked when the config is built (before any file is
@@ -256,7 +256,7 @@ class StudyConfig(Section):
         _, _, bound = self.heldout.partition(":")
         return int(bound) if bound else None
 
-    def fp8_build(self, replay: KernelChoice | None = None) -> Fp8Kernel | KernelChoice:
+    def fp8_build(self, replay: KernelChoice | None = None) -> FP8Kernel | KernelChoice:
         """What the study's FP8 engine is built with (`engines/builders.py: build_fp8`): its
         kernel, or for "fastest" the choice per layer, timed at the study's batches unless
         `replay` gives the choice a study recorded."""

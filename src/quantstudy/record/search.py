@@ -8,7 +8,7 @@ from pydantic import Field
 
 from quantstudy.record.base import Section
 from quantstudy.record.speed import TimingStats
-from quantstudy.record.vocab import CompileMode, Fp8Path
+from quantstudy.record.vocab import CompileMode, FP8Path
 
 Mode = Literal["only", "all_but"]
 
@@ -47,7 +47,7 @@ class LayerSpeed(Section):
     kind: str | None = None  # None when the gains come from a plain gains file
     batch: int
     input_shape: list[int] | None = None
-    fp8_path: Fp8Path | None = None  # emulated: no FP8 kernel, Q/DQ in fp16
+    fp8_path: FP8Path | None = None  # emulated: no FP8 kernel, Q/DQ in fp16
     rank: int  # 1: the largest saving
     saved_ms: float  # fp16 median - FP8 median; negative when FP8 is slower
     fp16_ms: TimingStats | None = None  # None when the gains come from a plain gains file

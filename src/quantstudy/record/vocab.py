@@ -31,7 +31,7 @@ class CompileMode(StrEnum):
         return {"default": None, "max-autotune": "max-autotune-no-cudagraphs"}[self.value]
 
 
-class Fp8Kernel(StrEnum):
+class FP8Kernel(StrEnum):
     """The product a real FP8 layer runs (`--fp8-kernel`)."""
 
     FUSED = "fused"  # one Triton kernel: FP8 product, scale, bias, absorbed activation
@@ -39,13 +39,13 @@ class Fp8Kernel(StrEnum):
 
 
 class KernelOption(StrEnum):
-    """What `--fp8-kernel` takes: a kernel of `Fp8Kernel`, or "fastest", no kernel but a choice
+    """What `--fp8-kernel` takes: a kernel of `FP8Kernel`, or "fastest", no kernel but a choice
     per layer (kept as an alias, and read in records before schema 18): the fused engine with
     each real layer's kernel timed in place, the faster of the two kept, or its float layer where
     both are slower (`record/engines.py: KernelChoice`)."""
 
-    FUSED = Fp8Kernel.FUSED.value
-    SCALED_MM = Fp8Kernel.SCALED_MM.value
+    FUSED = FP8Kernel.FUSED.value
+    SCALED_MM = FP8Kernel.SCALED_MM.value
     FASTEST = "fastest"
 
 
@@ -58,8 +58,8 @@ class ChosenKernel(StrEnum):
     in the engine's dtype (`engines/step_aside.py`). A per-layer outcome, not an engine-wide
     `--fp8-kernel` choice: "fp16" is no FP8 kernel a user could ask every layer to run."""
 
-    FUSED = Fp8Kernel.FUSED.value
-    SCALED_MM = Fp8Kernel.SCALED_MM.value
+    FUSED = FP8Kernel.FUSED.value
+    SCALED_MM = FP8Kernel.SCALED_MM.value
     FP16 = (
         "fp16"  # the float layer, in the engine's dtype (bf16 on CPU), as the fp16 engine runs it
     )
@@ -88,7 +88,7 @@ class Engine(StrEnum):
     FAKEQUANT_ACTIVATIONS = "fakequant_activations"  # activations only
 
 
-class Fp8Path(StrEnum):
+class FP8Path(StrEnum):
     """How a selected layer's FP8 arithmetic is carried out."""
 
     REAL = "real"  # a real FP8 matrix product

@@ -46,7 +46,7 @@ from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.readers import read_json
-from quantstudy.record.vocab import Activation, CompileMode, Engine, Fp8Kernel, choices
+from quantstudy.record.vocab import Activation, CompileMode, Engine, FP8Kernel, choices
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
 from quantstudy.speed.harness import time_interleaved
@@ -109,16 +109,16 @@ def measure_layer_speed(
         raise UserError(f"per-layer speed batch must be positive, got {batch}")
     if compile_mode not in choices(CompileMode):
         raise UserError(f"compile mode must be one of {', '.join(choices(CompileMode))}")
-    if kernel not in choices(Fp8Kernel):
-        raise UserError(f"FP8 kernel must be one of {', '.join(choices(Fp8Kernel))}")
-    fp8_kernel = Fp8Kernel(kernel)
+    if kernel not in choices(FP8Kernel):
+        raise UserError(f"FP8 kernel must be one of {', '.join(choices(FP8Kernel))}")
+    fp8_kernel = FP8Kernel(kernel)
     allow_recompiles()
     source = copy.deepcopy(model).eval()
     if fold:
         fold_batchnorm(source, example)
     shapes = layer_input_shapes(source, example, layers)
     real = real_layers(source, layers, fp8_kernel)
-    absorbed = absorbable_activations(source, real, example) if kernel == Fp8Kernel.FUSED else {}
+    absorbed = absorbable_activations(source, real, example) if kernel == FP8Kernel.FUSED else {}
     gen = torch.Generator(device="cpu").manual_seed(0)
     rows: list[LayerSpeed] = []
     for name in layers:

@@ -15,7 +15,7 @@ from torch import nn
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, build_half
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.record import Fp8Layout, KernelChoice
+from quantstudy.record import FP8Layout, KernelChoice
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.study.config import StudyConfig
 
@@ -26,7 +26,7 @@ ATTRIBUTION = {
     EngineName.FAKEQUANT_ACTIVATIONS: (False, True),
 }
 
-Builder = Callable[[Fp8Layout], Engine]
+Builder = Callable[[FP8Layout], Engine]
 """Builds one engine of the study, given the layout of the study's FP8 engine (empty where none
 is built yet): the emulations leave float the layers it kept in fp16."""
 
@@ -45,11 +45,11 @@ def study_builders(
     recorded, rebuilt as it was (`quantstudy extend`), not timed again."""
     mode = config.compile_mode
 
-    def fp8(_: Fp8Layout) -> Engine:
+    def fp8(_: FP8Layout) -> Engine:
         kernel = config.fp8_build(replay)
         return build_fp8(model, device, example, plan, fold=fold, compile_mode=mode, kernel=kernel)
 
-    def fakequant(name: str, weights: bool, activations: bool, like: Fp8Layout) -> Engine:
+    def fakequant(name: str, weights: bool, activations: bool, like: FP8Layout) -> Engine:
         return build_fakequant(
             model,
             device,

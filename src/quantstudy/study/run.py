@@ -42,7 +42,7 @@ from quantstudy.quality.stress import stress_inputs
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import (
     EngineInfo,
-    Fp8Layout,
+    FP8Layout,
     KernelChoice,
     LayerSpeedSection,
     QualitySection,
@@ -253,7 +253,7 @@ def build_engines(
     # the stress inputs in the held-out batches' shape: a compiled engine compiles once for both
     batch = min(config.eval_batch, len(inputs.heldout_items))
     built = Built([], [], {}, {}, [], cache)
-    layout = Fp8Layout()  # the FP8 engine's, once built
+    layout = FP8Layout()  # the FP8 engine's, once built
     for name, build in builders.items():
         console.print(f"engine [bold]{name}[/bold]: building")
         with timer.stage(f"engine {name}: build"):
@@ -354,7 +354,7 @@ def _float32_fp8(
     inputs: StudyInputs,
     plan: QuantPlan,
     device: torch.device,
-    layout: Fp8Layout,
+    layout: FP8Layout,
 ) -> Engine:
     """The study's FP8 engine, of `layout`, built in float32 and run eagerly (quality only):
     its kernel, fused where it chose per layer, and the float layers it kept in fp16

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from quantstudy.model.loading import has_cached_weights
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import Device, Fp8Kernel
+from quantstudy.record.vocab import Device, FP8Kernel
 from quantstudy.sweep.events import ExecutorKind, Transfer
 from quantstudy.sweep.grid import GridPoint, recipe_file_sha256
 from quantstudy.zoo.catalogue import ALL, Shard, WeightsMode, ZooEntry
@@ -73,7 +73,7 @@ def zoo_point(entry: ZooEntry, options: ZooOptions, device: str) -> GridPoint:
         heldout=options.heldout,
         batches=options.batches,
         device=device,
-        fp8_kernel=Fp8Kernel.FUSED,
+        fp8_kernel=FP8Kernel.FUSED,
         speed=True,
         quality=weights != "random",
     )

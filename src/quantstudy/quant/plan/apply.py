@@ -18,7 +18,7 @@ from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, depthwise
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import QDQ, FP8Matmul, FP8Weight, real_fp8_blocker
 from quantstudy.quant.layers.spec import FP8LayerSpec
-from quantstudy.record.vocab import Activation, Fp8Kernel, choices
+from quantstudy.record.vocab import Activation, FP8Kernel, choices
 
 if TYPE_CHECKING:  # fitting/propagated.py builds on this module
     from quantstudy.quant.fitting.propagated import Fitted
@@ -123,24 +123,24 @@ class Applied:
     emulated: list[tuple[str, str]]
 
 
-def fp8_blocker(layer: nn.Module, kernel: Fp8Kernel) -> str | None:
+def fp8_blocker(layer: nn.Module, kernel: FP8Kernel) -> str | None:
     """Why `layer` cannot run real FP8 with `kernel`; None when it can. The fused kernel also
     runs dense kxk convs (`quant/layers/fused_conv.py`) and depthwise convs on FP8 storage
     (`quant/layers/fused_depthwise.py`); torch._scaled_mm has no conv."""
     blocker = real_fp8_blocker(layer)
-    if blocker is not None and kernel == Fp8Kernel.FUSED and isinstance(layer, nn.Conv2d):
+    if blocker is not None and kernel == FP8Kernel.FUSED and isinstance(layer, nn.Conv2d):
         if kxk_fp8_blocker(layer) is None or depthwise_fp8_blocker(layer) is None:
             return None
     return blocker
 
 
-def real_layers(model: nn.Module, layers: list[str], kernel: Fp8Kernel) -> list[str]:
+def real_layers(model: nn.Module, layers: list[str], kernel: FP8Kernel) -> list[str]:
     """The layers of `layers` that can run a real FP8 product with `kernel`."""
     return [n for n in layers if fp8_blocker(model.get_submodule(n), kernel) is None]
 
 
 def fp8_module(
-    layer: nn.Module, spec: FP8LayerSpec, kernel: Fp8Kernel
+    layer: nn.Module, spec: FP8LayerSpec, kernel: FP8Kernel
 ) -> tuple[nn.Module, str | None]:
     """The module an FP8 engine puts in `layer`'s place, and why it is emulated (None: it runs a
     real FP8 product). The one place that chooses it: engines and per-layer timing alike.
@@ -157,7 +157,7 @@ def fp8_module(
     blocker = fp8_blocker(layer, kernel)
     if blocker is not None:
         return QDQ(layer, unfused), blocker
-    if kernel != Fp8Kernel.FUSED:
+    if kernel != FP8Kernel.FUSED:
         return FP8Matmul(layer, unfused), None
     if depthwise_fp8_blocker(layer) is None:
         return FusedFP8Depthwise(layer, replace(spec, row_scales=False, x_divisor=None)), None
@@ -172,7 +172,7 @@ def apply_fp8(
     source: nn.Module,
     plan: QuantPlan,
     dtype: torch.dtype,
-    kernel: Fp8Kernel,
+    kernel: FP8Kernel,
     epilogue: dict[str, str] | None = None,
     handoff: dict[str, str] | None = None,
 ) -> Applied:
@@ -185,11 +185,11 @@ def apply_fp8(
     (producer -> consumer, `quant/rewrites/handoff.py`) makes each producer write its consumer's FP8
     input and the consumer read it as is.
     """
-    if kernel not in choices(Fp8Kernel):
-        raise ValueError(f"FP8 kernel must be one of {choices(Fp8Kernel)}, not {kernel!r}")
+    if kernel not in choices(FP8Kernel):
+        raise ValueError(f"FP8 kernel must be one of {choices(FP8Kernel)}, not {kernel!r}")
     epilogue = epilogue or {}
     handoff = handoff or {}
-    if handoff and kernel != Fp8Kernel.FUSED:
+    if handoff and kernel != FP8Kernel.FUSED:
         raise ValueError("FP8 hand-offs need the fused kernel")
     consumers = set(handoff.values())
     weights = plan.stored_weights(source)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from quantstudy.record import StudyRecord
-from quantstudy.record.vocab import FASTEST, Fp8Kernel
+from quantstudy.record.vocab import FASTEST, FP8Kernel
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
@@ -118,10 +118,10 @@ def _method_model(r: StudyRecord) -> list[str]:
 
 
 KERNELS = {
-    Fp8Kernel.FUSED: "one fused kernel per real FP8 layer (Triton on CUDA, the same arithmetic "
+    FP8Kernel.FUSED: "one fused kernel per real FP8 layer (Triton on CUDA, the same arithmetic "
     "in torch elsewhere): FP8 operands, float32 sums, per-channel scale, folded-BatchNorm bias "
     "and any absorbed activation applied before one write",
-    Fp8Kernel.SCALED_MM: "torch._scaled_mm (cuBLASLt on CUDA) per real FP8 layer, writing the "
+    FP8Kernel.SCALED_MM: "torch._scaled_mm (cuBLASLt on CUDA) per real FP8 layer, writing the "
     "engine's dtype with the bias in its epilogue where the device's torch._scaled_mm supports "
     "that (bf16, biased after, where it does not), activated by the engine's other kernels",
     FASTEST: "per layer the faster of the fused kernel and torch._scaled_mm, timed in "

@@ -47,11 +47,11 @@ from quantstudy.quant.rewrites.sum_handoff import (
     fuse_sum_handoffs,
     sum_handoffs,
 )
-from quantstudy.record.vocab import Fp8Kernel
+from quantstudy.record.vocab import FP8Kernel
 
 
 @dataclass(frozen=True)
-class Fp8Options:
+class FP8Options:
     """Which rewrites an assembly makes (`builders.build_fp8` documents each)."""
 
     residual: bool = True
@@ -60,7 +60,7 @@ class Fp8Options:
 
 
 @dataclass
-class Fp8Model:
+class FP8Assembly:
     """One assembly: the module (on the device, channels-last) and what each rewrite did."""
 
     model: nn.Module
@@ -74,7 +74,7 @@ class Fp8Model:
 
 
 @dataclass
-class Fp8Assembler:
+class FP8Assembler:
     """What every assembly of one plan shares: the deployed float `source`, its real layers,
     the activations absorbed into them and (after the first assembly) the residual sums."""
 
@@ -83,22 +83,22 @@ class Fp8Assembler:
     dtype: torch.dtype
     device: torch.device
     example: torch.Tensor
-    kernel: Fp8Kernel  # the product built: "fused" or "scaled_mm"
-    options: Fp8Options = Fp8Options()
+    kernel: FP8Kernel  # the product built: "fused" or "scaled_mm"
+    options: FP8Options = FP8Options()
 
     def __post_init__(self) -> None:
         self.real: list[str] = []
         self.absorbed: dict[str, tuple[str, str]] = {}
-        if self.kernel == Fp8Kernel.FUSED:
+        if self.kernel == FP8Kernel.FUSED:
             self.real = real_layers(self.source, self.plan.layers, self.kernel)
             self.absorbed = absorbable_activations(self.source, self.real, self.example)
         self._sites: tuple[dict[str, Site], dict[str, str]] | None = None
 
-    def assemble(self, *, handoffs: bool = True, aside: Set[str] = frozenset()) -> Fp8Model:
+    def assemble(self, *, handoffs: bool = True, aside: Set[str] = frozenset()) -> FP8Assembly:
         """The FP8 module with every rewrite the options allow; with `handoffs` False no layer
         hands anything off, else none of the `aside` layers does (module docstring)."""
         source, plan, example = self.source, self.plan, self.example
-        fused_kernel = self.kernel == Fp8Kernel.FUSED
+        fused_kernel = self.kernel == FP8Kernel.FUSED
         linked = handoffs and fused_kernel
         tied = [n for n in self.real if n not in aside]
         handoff = fp8_handoffs(source, tied, example, self.absorbed) if linked else {}
@@ -133,7 +133,7 @@ class Fp8Assembler:
             fuse_padded(m, source, padded)
         m = in_memory_format(m.to(self.device), torch.channels_last)
         bind_scaled_mm(m, self.device)
-        return Fp8Model(m, applied, epilogue, handoff, sites, pairs, padded, dict(skipped))
+        return FP8Assembly(m, applied, epilogue, handoff, sites, pairs, padded, dict(skipped))
 
     @functools.cached_property
     def absorbed_base(self) -> nn.Module:
