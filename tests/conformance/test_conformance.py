@@ -47,7 +47,7 @@ from quantstudy.recipe.builtin import default_choice, load_recipe
 from quantstudy.recipe.choose import alternatives
 from quantstudy.recipe.options import quant_options
 from quantstudy.recipe.resolve import Resolution, resolve
-from quantstudy.record.errors import UserError
+from quantstudy.record.errors import EXIT_NOTHING_SELECTED, UserError
 from quantstudy.study.checks import require_selection
 from tests.unit._tiny_data import write_tiny_imagenet
 
@@ -168,7 +168,7 @@ def test_whole_study_through_the_cli(name: str, tiny_data: Path, tmp_path: Path)
 
 
 def test_refusal_through_the_cli_names_a_recipe(tiny_data: Path, tmp_path: Path, capsys) -> None:
-    assert _run("resnet18", tiny_data, tmp_path / "resnet18") == 1
+    assert _run("resnet18", tiny_data, tmp_path / "resnet18") == EXIT_NOTHING_SELECTED
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(errors) == 1 and errors[0].startswith("quantstudy: error: recipe builtin:generic_")
     assert "generic_dense_convs (19 layers)" in errors[0]

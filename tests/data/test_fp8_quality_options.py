@@ -9,12 +9,12 @@ subset (in CI).
 
 Targets (issue 18): agreement with fp32 >= 97.5% (at most 32 of 1300 images differ) and KL mean
 <= 0.010, for the fp32 emulation and the FP8 engine alike. The built-in recipe's options
-(`generic_pointwise_sequential`: the sequential fit, compensating rounding with 16 scale
+(`generic_pointwise_sequential`: the propagated fit, compensating rounding with 16 scale
 candidates and 4 refinement sweeps, headroom 4; no migration) as measured on a 2-core CPU and on
-the GPU are in docs/results/fp8-options.json (rendered in docs/fp8-options.md): on the CPU the
-emulation met both targets with its count at the line, and the CPU FP8 engine, which computes
-in bf16 where the GPU engine computes in fp16, missed both. So the emulation tests assert the
-targets, and the CPU engine's test is a strict expected failure that names what it measured.
+the GPU are in docs/results/figures/fp8-options-lite0.json (rendered in docs/fp8-options.md): on the
+CPU the emulation met both targets with its count at the line, and the CPU FP8 engine, which
+computes in bf16 where the GPU engine computes in fp16, missed both. So the emulation tests assert
+the targets, and the CPU engine's test is a strict expected failure that names what it measured.
 Those figures were measured with calibration images taken as the first 500 of calib-1000; the
 table now takes the study's class-balanced split (`quantstudy bench options`, which prepares
 as a study does), so a count at the line may move by an image or two until re-measured.

@@ -7,7 +7,7 @@ from torch import nn
 
 from quantstudy.quant.formats.fp8 import E4M3, to_fp8
 from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
-from quantstudy.quant.layers.fused_matmul import _act_reference
+from quantstudy.quant.layers.fused_matmul import act_reference
 from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.layers.spec import FP8LayerSpec
 
@@ -33,7 +33,7 @@ def _case(c: int, hw: int, stride: int, act: str):
     x = (torch.randn(8, c, hw, hw) * 2).half().float()  # both paths see the same fp16 input
     emu = QDQ(conv, FP8LayerSpec(0.02, True, torch.float32))
     with torch.no_grad():
-        ref = _act_reference(emu(x), act)
+        ref = act_reference(emu(x), act)
     layer = FusedFP8Conv2d(conv, FP8LayerSpec(0.02, True, torch.float16, act)).cuda()
     x_cl = x.cuda().half().contiguous(memory_format=torch.channels_last)
     return layer, x_cl, ref, conv
@@ -106,7 +106,7 @@ def test_autotuned_kernel_runs_under_compile_and_cuda_graph():
             out = fn(x)
         graph.replay()
         # independent of the kernel: the fp32 emulation of the same FP8 conv on the CPU
-        ref = _act_reference(
+        ref = act_reference(
             QDQ(conv, FP8LayerSpec(0.02, True, torch.float32), quant_weights=True)(
                 F.relu(x.float().cpu())
             ),

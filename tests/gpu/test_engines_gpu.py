@@ -36,8 +36,8 @@ def test_fp8_engine_on_cuda_runs_fp8_kernels_and_matches_emulation(kernel):
     cuda = torch.device("cuda")
     fp8 = build_fp8(m, cuda, x[:1], plan, kernel=kernel)
     assert fp8.info().layout.kernel == kernel
-    # the fused kernel runs the depthwise conv as a real FP8 kernel (`quant/fused_dw.py`);
-    # torch._scaled_mm has no conv, so there it stays emulated
+    # the fused kernel runs the depthwise conv as a real FP8 kernel
+    # (`quant/layers/fused_depthwise.py`); torch._scaled_mm has no conv, so there it stays emulated
     if kernel == "fused":
         assert sorted(fp8.applied.real) == ["dw", "fc", "pw1", "pw2"]
         assert fp8.applied.emulated == []

@@ -8,7 +8,7 @@ from torch import nn
 
 from quantstudy.quant.formats.fp8 import E4M3, to_fp8
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise
-from quantstudy.quant.layers.fused_matmul import _act_reference
+from quantstudy.quant.layers.fused_matmul import act_reference
 from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.layers.spec import FP8LayerSpec
 
@@ -29,7 +29,7 @@ def test_layer_matches_the_emulation(c, hw, conv, act):
     torch.manual_seed(c)
     x = (torch.randn(8, c, hw, hw) * 2).half().float()
     with torch.no_grad():
-        ref = _act_reference(QDQ(conv, FP8LayerSpec(0.02, True, torch.float32))(x), act)
+        ref = act_reference(QDQ(conv, FP8LayerSpec(0.02, True, torch.float32))(x), act)
         layer = FusedFP8Depthwise(conv, FP8LayerSpec(0.02, True, torch.float16, act)).cuda()
         y = layer(x.cuda().half().contiguous(memory_format=torch.channels_last))
     assert y.is_contiguous(memory_format=torch.channels_last)
@@ -80,7 +80,7 @@ def test_layer_runs_under_compile_and_cuda_graph():
         graph.replay()
         # independent of the kernel: the fp32 emulation of the same FP8 conv on the CPU
         emulation = QDQ(conv, FP8LayerSpec(0.02, True, torch.float32), quant_weights=True)
-        ref = _act_reference(emulation(F.relu(x.float().cpu())), "relu6")
+        ref = act_reference(emulation(F.relu(x.float().cpu())), "relu6")
     torch.cuda.synchronize()
     assert torch.equal(out, want)  # the replay is the compiled call
     y = out.float().cpu()  # and both are the emulation, at the eager layer's tolerance above

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from quantstudy.quant.layers.fused_matmul import _act_reference
+from quantstudy.quant.layers.fused_matmul import act_reference
 from quantstudy.quant.layers.spec import FP8LayerSpec
 
 SHAPES = [(1, 16, 16), (49, 1152, 192), (6272, 24, 144), (200_704, 16, 96), (197, 384, 1536)]
@@ -65,7 +65,7 @@ def test_fused_kernel_matches_torch(m, k, n, act, paths):
     cuda = [t.cuda() for t in (xq, w8, w_scale, x_scale, bias)]
     io = {"loads": "pointer", "store": "pointer"} if paths == "pointer" else {}
     out = fp8_gemm_triton(*cuda, act, torch.float16, **io).float().cpu()
-    _assert_rounds_like(out, _act_reference(product + bias, act), act)
+    _assert_rounds_like(out, act_reference(product + bias, act), act)
 
 
 @pytest.mark.parametrize("k", [40, 728])
@@ -98,7 +98,7 @@ def test_streaming_programs_match_torch(store):
     xq, w8, w_scale, x_scale, _, product = _integer_operands(m, k, n, 7, bias=False)
     cuda = [t.cuda() for t in (xq, w8, w_scale, x_scale)]
     out = fp8_gemm_triton(*cuda, None, "relu6", torch.float16, (128, 128, 32), None, store, 4)
-    _assert_rounds_like(out.float().cpu(), _act_reference(product, "relu6"), "relu6")
+    _assert_rounds_like(out.float().cpu(), act_reference(product, "relu6"), "relu6")
 
 
 @pytest.mark.parametrize("store", ["pointer", "tma"])
@@ -121,7 +121,7 @@ def test_fp8_output_is_the_next_layers_quantized_input(store):
     got = fp8_gemm_triton(
         *cuda, "gelu", E4M3, tile, None, store, out_scale=out_scale.cuda(), promote=32
     ).cpu()
-    y = _act_reference((xq.float() @ w8.float().t()) * (w_scale * x_scale) + bias, "gelu")
+    y = act_reference((xq.float() @ w8.float().t()) * (w_scale * x_scale) + bias, "gelu")
     want = to_fp8(y, out_scale)
     got, want = got.float(), want.float()
     differ = got != want

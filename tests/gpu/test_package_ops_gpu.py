@@ -127,7 +127,7 @@ def test_a_tma_tile_packaged_through_pointers_computes_the_same_bits(tmp_path):
     m, k, n = 2 * 28 * 28, 96, 144
     xq, w8, ws, xs, bias = _operands(m, k, n)
     assert tma_ok(xq) and tma_ok(w8), "these operands can take the descriptor path"
-    block = (128, 64, 128)  # one of the autotuner's descriptor tiles (`kernels/tiles.py`)
+    block = (128, 64, 128)  # one of the autotuner's descriptor tiles (`quant/kernels/tiles.py`)
     want = fp8_gemm_triton(
         xq, w8, ws, xs, bias, "relu6", F16, tile=(*block, 4, 3), loads="tma", store="tma",
         round_to=F16,

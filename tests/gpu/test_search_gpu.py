@@ -21,8 +21,8 @@ class Net(nn.Module):
 
 
 # The fused kernel runs every layer here as real FP8: the stem through the kxk conv kernel
-# (`quant/fused_conv.py`), the depthwise conv through `quant/fused_dw.py`; torch._scaled_mm has
-# no conv kernel, so with it both convs stay emulated.
+# (`quant/layers/fused_conv.py`), the depthwise conv through `quant/layers/fused_depthwise.py`;
+# torch._scaled_mm has no conv kernel, so with it both convs stay emulated.
 EMULATED = {"fused": set(), "scaled_mm": {"stem", "dw"}}
 
 

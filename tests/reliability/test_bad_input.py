@@ -195,6 +195,7 @@ CASES: dict[str, Case] = {
     "recipe-selects-no-layer": Case(
         lambda f, _: _run(f, "--recipe", _recipe(f, kernel=7)),  # no 7x7 conv in this model
         ("selects no layer", "recipes show"),
+        code=6,  # its own exit status (record/errors.py: EXIT_NOTHING_SELECTED), for the zoo
     ),
     "class-list-of-another-length": Case(
         lambda f, _: _run(f, "--class-list", _file(f, "ten.txt", TEN_CLASSES)),

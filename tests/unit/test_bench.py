@@ -140,7 +140,7 @@ def test_report_command_prints_the_tables(capsys):
 
 def test_every_bench_subcommand_comes_from_the_one_table(capsys):
     """`quantstudy bench` lists exactly `BENCHES`, each with its own `--help`; the lab tools of
-    `tools/bench/` are no subcommands."""
+    `tools/lab/bench/` are no subcommands."""
     from quantstudy.bench.cli import BENCHES
     from quantstudy.cli import main
 
@@ -199,3 +199,45 @@ def test_layers_kept_in_fp16_are_counted_beside_the_fp8_layers(tmp_path):
     plain = result.engines[0]
     assert plain.fp8_stepped_aside is None  # an older record: nothing counted, nothing shown
     assert f"{plain.fp8_real}/{plain.fp8_emulated} |" in render_folder(RESULTS)
+
+
+def test_products_are_distinct_across_models_and_kept_per_batch():
+    """`bench products` times each product once per batch, naming every model that has it and
+    counting its layers across them; kxk convs come as their implicit GEMM."""
+    from quantstudy.bench.products import _distinct
+
+    rows = _distinct(["test_vit:generic_linears", "test_vit:generic_linears"], [1, 4])
+    assert rows and {r.batch for r in rows} == {1, 4}
+    one = [r for r in rows if r.batch == 1]
+    assert [r.m * 4 for r in one] == [r.m for r in rows if r.batch == 4]
+    found = fp8_products("test_vit", "generic_linears", 1)
+    assert [(r.m, r.k, r.n, r.layers) for r in one] == [
+        (p.m, p.k, p.n, 2 * len(p.layers)) for p in found
+    ]  # the model named twice: the same products, their layers counted twice, one model named
+    assert all(r.models == ["test_vit"] and r.flop == 2.0 * r.m * r.k * r.n for r in rows)
+    convs = _distinct(["resnet18:generic_dense_convs"], [2])
+    kxk = [r for r in convs if r.kind == "conv"]
+    assert kxk and all(r.k == r.conv[0] * r.conv[3] * r.conv[4] for r in kxk)
+
+
+@NO_CUDA
+def test_products_without_cuda_is_a_user_error(tmp_path, capsys):
+    assert main(["bench", "products", "--out", str(tmp_path / "p.json")]) == 1
+    assert "bench products needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.committed("docs/results")
+def test_products_sums_count_each_layer_of_the_committed_record():
+    """The per-model sums of the products table weight each product by its layers."""
+    from quantstudy.bench.products_table import products_section
+    from quantstudy.bench.schema import ProductsBench
+
+    rec = read_record(RESULTS / "products-h100-59c0b6d.json")
+    assert isinstance(rec, ProductsBench)
+    vit = [r for r in rec.results if r.models == ["vit_base_patch16_224"] and r.batch == 128]
+    assert sum(r.layers for r in vit) == 48
+    ms = sum(r.us["cuBLASLt"] * r.layers for r in vit) / 1e3
+    line = next(
+        x for x in products_section("p", rec, []) if x.startswith("| vit_base_patch16_224 | 128")
+    )
+    assert f"| {ms:.2f} |" in line

@@ -27,7 +27,7 @@ from quantstudy.report.sequential_plot import SEQUENTIAL_PNG
 POLICY = Policy()
 STUDIES = 10_000
 # 30,000 images (60 looks of 500) keep the nine cases near 10 s on the CI machine; the
-# committed figures (`tools/sequential_sim.py`) go to 50,000.
+# committed figures (`tools/lab/sequential_sim.py`) go to 50,000.
 MAX_IMAGES = 30_000
 
 
@@ -277,7 +277,8 @@ def test_per_image_arrays_must_line_up():
 
 def test_a_look_becomes_the_decisions_quality_gates():
     per = _per_image(20_000, change=0.02)
-    gates = sequential_gates.gates_from_look(seq.look(per, POLICY), POLICY)
+    section = seq.make_section(POLICY, 20_000, None, [seq.look(per, POLICY)])
+    gates = list(sequential_gates.decision_gates(section, POLICY).values())
     assert [g.name for g in gates] == [TOP1, AGREEMENT, KL_MEAN]
     assert [g.status for g in gates] == [GateStatus.FAIL, GateStatus.PASS, GateStatus.PASS]
     top1 = gates[0]

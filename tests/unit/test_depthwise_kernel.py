@@ -24,7 +24,7 @@ def test_depthwise_kernel_under_the_interpreter_matches_torch():
     runs, worst = run_interpreted(
         """
         import torch, torch.nn.functional as F
-        from quantstudy.quant.layers.fused_matmul import _act_reference
+        from quantstudy.quant.layers.fused_matmul import act_reference
         from quantstudy.quant.kernels.depthwise import depthwise_conv
         from quantstudy.quant.kernels.layout import same_padding
         g = torch.Generator().manual_seed(0)
@@ -46,7 +46,7 @@ def test_depthwise_kernel_under_the_interpreter_matches_torch():
                 xin = (x / xs).clamp(-448, 448).to(torch.float8_e4m3fn) if fp8 else x
                 deq = xin.float() * xs if fp8 else x
                 ref = F.conv2d(F.pad(deq, [max(v, 0) for v in pads]), wt, bias, stride=s, groups=c)
-                ref = _act_reference(ref, "relu6")
+                ref = act_reference(ref, "relu6")
                 y = depthwise_conv(
                     xin.contiguous(memory_format=torch.channels_last), wt, bias, s, (pt, pl),
                     (ho, wo), "relu6", x_scale=xs, out_dtype=torch.float32, tile=(16, 32, 4),

@@ -22,7 +22,7 @@ def test_triton_kernel_under_the_interpreter_matches_torch():
     pointer, tma, refused, worst = run_interpreted(
         """
         import torch
-        from quantstudy.quant.layers.fused_matmul import _act_reference
+        from quantstudy.quant.layers.fused_matmul import act_reference
         import itertools
         from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(0)
@@ -38,7 +38,7 @@ def test_triton_kernel_under_the_interpreter_matches_torch():
                 w8 = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn)
                 ws, xs = torch.rand(n, generator=g) + 0.5, torch.tensor(0.7)
                 b = torch.randn(n, generator=g)  # seeded: the script runs in a process of its own
-                ref = _act_reference((xq.float() @ w8.float().t()) * (ws * xs) + b, act)
+                ref = act_reference((xq.float() @ w8.float().t()) * (ws * xs) + b, act)
                 for loads, store in itertools.product(["pointer", "tma"], repeat=2):
                     can_load, can_store = ok[(k, n)]
                     if (loads == "tma" and not can_load) or (store == "tma" and not can_store):
@@ -179,7 +179,7 @@ def test_streaming_programs_under_the_interpreter_match_torch():
     runs, worst = run_interpreted(
         """
         import torch
-        from quantstudy.quant.layers.fused_matmul import _act_reference
+        from quantstudy.quant.layers.fused_matmul import act_reference
         from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         g = torch.Generator().manual_seed(1)
         worst, runs = 0.0, 0
@@ -190,7 +190,7 @@ def test_streaming_programs_under_the_interpreter_match_torch():
                 w8 = (torch.randn(n, k, generator=g) * 3).to(torch.float8_e4m3fn)
                 ws, xs = torch.rand(n, generator=g) + 0.5, torch.tensor(0.7)
                 b = torch.randn(n, generator=g)  # seeded: the script runs in a process of its own
-                ref = _act_reference((xq.float() @ w8.float().t()) * (ws * xs) + b, act)
+                ref = act_reference((xq.float() @ w8.float().t()) * (ws * xs) + b, act)
                 for store in ("pointer", "tma"):
                     y = fp8_gemm_triton(
                         xq, w8, ws, xs, b, act, torch.float16, (64, bn, bk), None, store, 2

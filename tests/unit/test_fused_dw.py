@@ -12,7 +12,7 @@ from torch import nn
 
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, depthwise_fp8_blocker
-from quantstudy.quant.layers.fused_matmul import _act_reference
+from quantstudy.quant.layers.fused_matmul import act_reference
 from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import QuantPlan, apply_fp8, real_layers
@@ -42,7 +42,7 @@ def test_layer_equals_the_emulation_in_fp32(c, hw, k, s, p, act):
     emu = QDQ(conv, FP8LayerSpec(0.02, True, torch.float32))
     layer = FusedFP8Depthwise(conv, FP8LayerSpec(0.02, True, torch.float32, act))
     with torch.no_grad():
-        want = _act_reference(emu(x), act)
+        want = act_reference(emu(x), act)
         got = layer(x)
     assert got.shape == want.shape and got.is_contiguous(memory_format=torch.channels_last)
     assert ((got - want).abs().max() / want.abs().max()).item() < 1e-5

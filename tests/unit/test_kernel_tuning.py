@@ -91,6 +91,27 @@ def test_bounded_falls_back_to_the_smallest_tile_where_none_fits():
     assert _blocks(kept) == [(64, 32)]
 
 
+def test_tiles_rank_by_programs_up_to_the_gpus_multiprocessors(monkeypatch):
+    """A tile that gives more programs ranks first only up to the device's SM count: on a GPU
+    of 4 SMs, 4 and 8 programs tie and the table's order decides; off CUDA the count is 132."""
+    import torch
+
+    assert tiles.fill_programs() == tiles.CPU_FILL_PROGRAMS == 132
+    configs = [triton.Config({"BLOCK_M": m}) for m in (64, 32)]  # 4 and 8 programs of M 256
+    assert _blocks(tiles.bounded(configs, {"BLOCK_M": 256}, {}, grid=("BLOCK_M",))) == [
+        (32,),
+        (64,),
+    ]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(tiles, "_sm_count", lambda device: 4)
+    assert tiles.fill_programs() == 4
+    assert _blocks(tiles.bounded(configs, {"BLOCK_M": 256}, {}, grid=("BLOCK_M",))) == [
+        (64,),
+        (32,),
+    ]
+
+
 # --- The tuning path with a fake kernel and autotuner: what is stored, read and compiled ----
 
 

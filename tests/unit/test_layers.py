@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"study"},
     {"search", "bench", "sweep", "bridge"},
     {"package", "zoo"},
-    {"cli_parsers", "cli_crash"},
+    {"cli_crash"},
     {"cli", "__main__"},
 ]
 ROOT = Path(quantstudy.__file__).parent

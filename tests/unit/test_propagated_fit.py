@@ -1,4 +1,4 @@
-"""Propagated FP8 weight fitting (`quant/fitting/propagated.py`, a recipe's `sequential`) on CPU:
+"""Propagated FP8 weight fitting (`quant/fitting/propagated.py`, a recipe's `propagated`) on CPU:
 the bias fit through an activation, what stays unchanged without bias correction, the in-sample
 mean match it promises, the engines storing the fitted values alike, and a bad option value."""
 
@@ -11,6 +11,7 @@ from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, 
 from quantstudy.engines.run import run_engine
 from quantstudy.quant.fitting.propagated import bias_shift, execution_order
 from quantstudy.quant.plan.build import build_plan
+from quantstudy.recipe.options import quant_options
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.record.errors import UserError
 from quantstudy.record.quant_options import QuantOptions
@@ -58,7 +59,7 @@ def test_execution_order_follows_the_forward_pass():
 
 def test_without_bias_correction_nearest_weights_and_biases_are_unchanged():
     net, x = _net(), _data()
-    plain, fitted = _plan(), _plan(sequential=True)
+    plain, fitted = _plan(), _plan(propagated=True)
     folded = deployed_copy(net, x[:1], True)
     ref, got = plain.stored_weights(folded), fitted.stored_weights(folded)
     for name in LAYERS:
@@ -72,7 +73,7 @@ def test_fitted_biases_match_the_reference_means_on_the_calibration_images(round
     """In sample, each layer's mean output where the next layer reads it (after its activation,
     or the output itself) equals the fp32 network's: what the bias fit promises."""
     net, x = _net(), _data()
-    plan = _plan(sequential=True, bias_correction=True, rounding=rounding)
+    plan = _plan(propagated=True, bias_correction=True, rounding=rounding)
     ref = deployed_copy(net, x[:1], True)
     emulation = build_fakequant(net, CPU, x[:1], plan).module
     # where the next layer reads each fitted layer's output
@@ -106,7 +107,7 @@ def test_fitted_biases_match_the_reference_means_on_the_calibration_images(round
 
 def test_every_engine_stores_the_fitted_weights_and_biases():
     net, x = _net(), _data()
-    plan = _plan(sequential=True, bias_correction=True, rounding="compensating")
+    plan = _plan(propagated=True, bias_correction=True, rounding="compensating")
     fq = run_engine(build_fakequant(net, CPU, x[:1], plan), x)
     for kernel in ("fused", "scaled_mm"):
         out = run_engine(build_fp8(net, CPU, x[:1], plan, dtype=torch.float32, kernel=kernel), x)
@@ -114,7 +115,7 @@ def test_every_engine_stores_the_fitted_weights_and_biases():
 
 
 def test_a_fit_of_another_model_is_refused():
-    plan = _plan(sequential=True, bias_correction=True)
+    plan = _plan(propagated=True, bias_correction=True)
     other = _net()
     with torch.no_grad():
         other[3].weight.mul_(2)
@@ -130,6 +131,20 @@ def test_a_bad_sequential_value_is_one_clear_line():
     assert "\n" not in message and message.startswith("r.yaml line") and "sequential" in message
 
 
+def test_an_old_recipe_with_sequential_still_loads():
+    """Recipes written before the fit was named `propagated` say `sequential`: the same fit,
+    the same plan options; a recipe giving both names is refused (one key, two spellings)."""
+    rules = "rules:\n  - include: {op: conv2d}\n"
+    old = parse_recipe(f"name: t\nweights: {{sequential: true}}\n{rules}".encode(), "old.yaml")
+    new = parse_recipe(f"name: t\nweights: {{propagated: true}}\n{rules}".encode(), "new.yaml")
+    assert old.weights.propagated and old.weights == new.weights
+    assert quant_options(old).propagated and quant_options(old) == quant_options(new)
+    assert not parse_recipe(f"name: t\n{rules}".encode(), "r.yaml").weights.propagated
+    both = f"name: t\nweights: {{propagated: true, sequential: true}}\n{rules}"
+    with pytest.raises(UserError, match="unknown key 'sequential'"):
+        parse_recipe(both.encode(), "both.yaml")
+
+
 def test_sensitivity_scores_the_fitted_weights_and_biases():
     """The search's sensitivity table quantizes with what engines deploy: with a sequential plan
     its all-layers score is the fp32 emulation's (fitted biases, not re-corrected ones)."""
@@ -138,7 +153,7 @@ def test_sensitivity_scores_the_fitted_weights_and_biases():
     from quantstudy.search.sensitivity import measure_sensitivity
 
     net, x = _net(), _data()
-    plan = _plan(rounding="compensating", bias_correction=True, sequential=True)
+    plan = _plan(rounding="compensating", bias_correction=True, propagated=True)
     table = measure_sensitivity(net, x[:1], plan, x, fold=True, batch=8, device="cpu")
     ref = run_engine(build_fp32(net, CPU), x, 8)
     emu = run_engine(build_fakequant(net, CPU, x[:1], plan), x, 8)

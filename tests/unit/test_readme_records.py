@@ -1,7 +1,7 @@
 """The README's GPU suite and package figures quote their committed records, not typed numbers.
 
 tests/gpu/records/gpu-suite.json is what tools/gpu_suite.py wrote on the GPU machine;
-docs/results/package/diagnose-lite0.json is what tools/device/package_diagnose.py wrote there.
+docs/results/package/diagnose-lite0.json is what tools/lab/gpu/package_diagnose.py wrote there.
 Each figure the README gives about them is formatted here from those files and must appear in
 the README as written, so a new record with other numbers fails until the prose follows it.
 """

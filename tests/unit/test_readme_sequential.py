@@ -1,7 +1,7 @@
 """The README's `--heldout auto` examples quote their results JSON, not typed numbers.
 
 docs/results/sequential/lite0-cpu-{generic_pointwise,generic_pointwise_sequential}.json are
-written from the studies' sealed records by tools/results/sequential_studies.py; each figure the
+written from the studies' sealed records by tools/lab/results/sequential_studies.py; each figure the
 README gives is formatted here from those files and must appear in the README as written.
 """
 

@@ -52,7 +52,7 @@ def test_kept_options_reach_the_recipe_and_stay_valid():
         layer_calibrators={"3": "mse", "6": "percentile"},
         migration="smooth",
         headroom=4.0,
-        sequential=True,
+        propagated=True,
     )
     recipe = for_layers(with_quant_options(base, options), ["3"])
     again = parse_recipe(yaml.safe_dump(recipe.model_dump(mode="json")).encode(), "again")
@@ -60,7 +60,7 @@ def test_kept_options_reach_the_recipe_and_stay_valid():
     assert (again.weights.scale_candidates, again.weights.refine_sweeps) == (16, 4)
     assert again.activations.layer_calibrators == {"3": "mse"}
     assert again.activations.migration == "smooth" and again.activations.headroom == 4.0
-    assert again.weights.sequential
+    assert again.weights.propagated
 
 
 def test_options_the_recipe_has_are_not_tried_again():
@@ -100,7 +100,7 @@ def test_a_kept_sequential_fit_is_the_plan_returned():
     )
     (step,) = [s for s in steps if s.option == "sequential fit"]
     assert steps[-1] is step or steps[-1].option == "sequential fit"
-    assert options.sequential == step.kept
+    assert options.propagated == step.kept
     assert (plan.fitted is not None) == step.kept
     if step.kept:
         assert options.bias_correction

@@ -1,4 +1,4 @@
-"""`tools/bench/epilogue.py` on a machine without CUDA: one clear error, no file."""
+"""`tools/lab/bench/epilogue.py` on a machine without CUDA: one clear error, no file."""
 
 import itertools
 
@@ -8,7 +8,7 @@ from _tools import load_tool
 
 from quantstudy.record.errors import UserError
 
-_epilogue = load_tool("bench/epilogue.py")
+_epilogue = load_tool("lab/bench/epilogue.py")
 SHAPES, main = _epilogue.SHAPES, _epilogue.main
 
 NO_GPU = "checks the refusal on a machine without CUDA"

@@ -1,4 +1,4 @@
-"""`tools/bench/limit.py` end to end on the CPU (plumbing only: nothing is timed
+"""`tools/lab/bench/limit.py` end to end on the CPU (plumbing only: nothing is timed
 meaningfully there, so no ideal x), and its Markdown table."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 from _tools import load_tool
 
-_limit = load_tool("bench/limit.py")
+_limit = load_tool("lab/bench/limit.py")
 main, render = _limit.main, _limit.render
 
 

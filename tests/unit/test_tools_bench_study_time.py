@@ -1,4 +1,4 @@
-"""`tools/bench/study_time.py`: the stage table of a cold and a warm study, and its caches."""
+"""`tools/lab/bench/study_time.py`: the stage table of a cold and a warm study, and its caches."""
 
 from pathlib import Path
 
@@ -6,7 +6,7 @@ from _tools import load_tool
 
 from quantstudy.study.calib_stats import STATS_ENV
 
-_study_time = load_tool("bench/study_time.py")
+_study_time = load_tool("lab/bench/study_time.py")
 CACHE_FOLDERS, _env, stage_table = (
     _study_time.CACHE_FOLDERS,
     _study_time._env,

@@ -1,4 +1,4 @@
-"""tools/device/conv_tuning_check.py on CPU: the conv shapes it launches are the ones the engine
+"""tools/lab/gpu/conv_tuning_check.py on CPU: the conv shapes it launches are the ones the engine
 runs (resnet50's dense kxk convs, Lite0's depthwise convs with TensorFlow "same" padding), and a
 warm run whose bits differ from the cold one, or a failed cold check, fails the check. Its
 launches need a GPU (tools/device/README.md)."""
@@ -8,11 +8,11 @@ import copy
 import pytest
 from _tools import load_tool
 
-pytestmark = pytest.mark.committed("tools/device/conv_tuning_check.py")
+pytestmark = pytest.mark.committed("tools/lab/gpu/conv_tuning_check.py")
 
 
 def test_it_finds_each_distinct_conv_the_engine_runs():
-    tool = load_tool("device/conv_tuning_check.py")
+    tool = load_tool("lab/gpu/conv_tuning_check.py")
     resnet = tool.model_convs("resnet50")
     assert [c.kernel for c in resnet] == [(7, 7)] + [(3, 3)] * 7
     assert not any(c.depthwise for c in resnet)
@@ -34,7 +34,7 @@ def _run(digest: str) -> dict:
 
 
 def test_a_warm_run_of_other_bits_or_a_failed_cold_check_fails_it(capsys):
-    tool = load_tool("device/conv_tuning_check.py")
+    tool = load_tool("lab/gpu/conv_tuning_check.py")
     checks = {"untimed_equal": True, "every_kept_tile_equal": True, "stored_equal": True}
     cold = {"resnet50 batch 1": {**_run("a"), "untimed_pass_s": 0.5, **checks}}
     phases = {"cold": {"runs": cold}, "warm": {"runs": {"resnet50 batch 1": _run("a")}}}

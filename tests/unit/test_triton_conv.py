@@ -29,7 +29,7 @@ def test_conv_kernel_under_the_interpreter_matches_the_emulation():
         import torch
         from torch import nn
         from quantstudy.quant.formats.fp8 import to_fp8
-        from quantstudy.quant.layers.fused_matmul import _act_reference
+        from quantstudy.quant.layers.fused_matmul import act_reference
         from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
         from quantstudy.quant.layers.matmul import QDQ
         from quantstudy.quant.kernels.conv import fp8_conv2d_triton, tap_major
@@ -49,7 +49,7 @@ def test_conv_kernel_under_the_interpreter_matches_the_emulation():
                 x = x.contiguous(memory_format=torch.channels_last)
             xs = 0.02
             emu = QDQ(conv, FP8LayerSpec(xs, True, torch.float32))
-            ref = _act_reference(emu(x), act)
+            ref = act_reference(emu(x), act)
             layer = FusedFP8Conv2d(conv, FP8LayerSpec(xs, True, torch.float32, act))
             pad = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, layer.c_pad))  # as the layer does
             xq = to_fp8(pad, layer.x_scale).contiguous(memory_format=torch.channels_last)

@@ -59,6 +59,9 @@ def test_shards_fill_one_leaderboard_and_a_rerun_resumes(zoo_dir, capsys):
     assert rows["test_vit"]["status"] == "pending"  # the other shard's: listed, not run
 
     assert _zoo(zoo_dir, "2/2") == 0
+    shard2 = json.loads((zoo_dir / "out" / "zoo.json").read_text())["provenance"]["throughput"]
+    assert shard2["rows"] == 1 and shard2["wall_s"] > 0 and shard2["jobs"] >= 1  # test_vit alone
+    assert "rows a minute" in (zoo_dir / "out" / "zoo.md").read_text()
     rows = _rows(zoo_dir)
     assert [rows[m]["status"] for m in ("test_efficientnet", "test_vit")] == ["complete"] * 2
     vit = rows["test_vit"]
@@ -77,8 +80,9 @@ def test_shards_fill_one_leaderboard_and_a_rerun_resumes(zoo_dir, capsys):
 
     board = json.loads((out / "zoo.json").read_text())
     assert board["counts"] == {"complete": 2, "failed": 1, "interrupted": 0, "partial": 0,
-                               "pending": 0}  # fmt: skip
+                               "pending": 0, "no_layer": 0}  # fmt: skip
     assert board["provenance"]["environments"][0]["torch"] == torch.__version__
+    assert board["provenance"]["throughput"]["rows"] == 0  # test_resnet failed again: no answer
     md = (out / "zoo.md").read_text()
     assert "## Models that failed" in md and "speed only" in md and (out / "zoo.png").is_file()
 

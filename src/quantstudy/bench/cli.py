@@ -2,10 +2,10 @@
 
 A `Bench` is a help line, a function that adds its arguments (argparse only, so building the
 parser imports no torch) and a function that runs it, importing its sibling module only then.
-`cli.py` hands in its own helpers (`add_config_args`: one option per `StudyConfig` field;
-`study_config`: the config of the parsed options), so a bench takes the same study options,
-with the same flags, help and checks, as `quantstudy run`. Lab tools for the GPU machine (probes
-of one kernel, stage times of whole studies) are scripts of the repository's `tools/bench/`.
+`bench` is one `Command` of the CLI's registry (`BENCH`); a bench takes the study options of
+`study/cli_options.py`, with the same flags, help and checks as `quantstudy run`. Lab tools for
+the GPU machine (probes of one kernel, stage times of whole studies) are scripts of the
+repository's `tools/lab/bench/`.
 """
 
 from __future__ import annotations
@@ -18,25 +18,23 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from quantstudy.bench.peers.configs import Peer
+from quantstudy.record.command import Command, batches, command_line
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
 from quantstudy.record.vocab import FP8Kernel, KernelOption, choices
+from quantstudy.study.cli_options import (
+    MODEL_DATA_OPTIONS,
+    STUDY_OPTIONS,
+    add_config_args,
+    model_config,
+)
 
-# The study options a speed or kernels bench takes (fields of `StudyConfig`).
-BENCH_STUDY_OPTIONS = (
-    "data",
-    "calib_data",
-    "class_list",
-    "weights",
-    "strip_prefix",
-    "recipe",
-    "calib",
-    "heldout",
-    "seed",
-    "device",
-    "batches",
-    "compile_mode",
-    "test_settings",
+# The study options a speed or kernels bench takes: the study's, but those that shape a whole
+# study (its FP8 kernel, float32 engine, policy, passes, package and folder).
+BENCH_STUDY_OPTIONS = MODEL_DATA_OPTIONS + tuple(
+    o
+    for o in STUDY_OPTIONS
+    if o not in ("fp8_kernel", "float32_engine", "policy", "speed", "quality", "package", "out")
 )
 TIMED = (FP8Kernel.FUSED, FP8Kernel.SCALED_MM)
 # The study options of `bench peers`: a speed bench's, and the FP8 kernel of our engine.
@@ -76,9 +74,6 @@ def _out(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--out", dest="record", type=Path, required=True, help=f"{what} JSON to write")
 
 
-AddConfigArgs = Callable[[argparse.ArgumentParser, tuple[str, ...]], None]
-
-
 @dataclass(frozen=True)
 class Context:
     """What a bench takes from the command beside its parsed arguments."""
@@ -92,7 +87,7 @@ class Bench:
     """One `quantstudy bench NAME` subcommand."""
 
     help: str
-    arguments: Callable[[argparse.ArgumentParser, AddConfigArgs], None]
+    arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, Context], None]
 
 
@@ -109,7 +104,7 @@ def _write(path: Path, record: Any) -> None:
     print(f"record: {path}")
 
 
-def _speed_arguments(p: argparse.ArgumentParser, add_config_args: AddConfigArgs) -> None:
+def _speed_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="timm name, optionally with tag")
     add_config_args(p, BENCH_STUDY_OPTIONS)
     p.add_argument(
@@ -170,6 +165,35 @@ def _run_gemm(args: argparse.Namespace, context: Context) -> None:
     _write(args.record, record)
 
 
+def _products_arguments(p: argparse.ArgumentParser) -> None:
+    from quantstudy.bench.products import PEER_ROWS
+
+    p.add_argument(
+        "rows", nargs="*", default=list(PEER_ROWS),
+        help="model[:recipe] (default: the peers rows: " + " ".join(PEER_ROWS) + ")",
+    )  # fmt: skip
+    p.add_argument("--batches", type=batches, default=(1, 128), help="default 1,128")
+    p.add_argument("--sweep", action="store_true", help="also every tile on every I/O path")
+    p.add_argument(
+        "--no-fast-accum", action="store_true", help="skip our fast-accumulation variants"
+    )
+    p.add_argument("--resume", type=Path, help="keep the timed rows of this earlier record")
+    p.add_argument("--budget", type=float, help="start no product after this many seconds")
+    _out(p, "record")
+
+
+def _run_products(args: argparse.Namespace, context: Context) -> None:
+    from quantstudy.bench.products import bench_products
+
+    if min(args.batches) < 1:
+        raise UserError(f"--batches must be at least 1, got {args.batches}")
+    record = bench_products(
+        args.rows, args.batches, sweep=args.sweep, fast_accum=not args.no_fast_accum,
+        resume=args.resume, budget_s=args.budget, argv=context.argv, out=args.record,
+    )  # fmt: skip
+    _write(args.record, record)
+
+
 def _run_depthwise(args: argparse.Namespace, context: Context) -> None:
     from quantstudy.bench.depthwise import bench_depthwise
 
@@ -180,7 +204,7 @@ def _run_depthwise(args: argparse.Namespace, context: Context) -> None:
     _write(args.record, record)
 
 
-def _kernels_arguments(p: argparse.ArgumentParser, add_config_args: AddConfigArgs) -> None:
+def _kernels_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="timm name, optionally with tag")
     add_config_args(p, BENCH_STUDY_OPTIONS)
     p.add_argument(
@@ -208,7 +232,7 @@ def _run_kernels(args: argparse.Namespace, context: Context) -> None:
     _write(args.record, record)
 
 
-def _options_arguments(p: argparse.ArgumentParser, add_config_args: AddConfigArgs) -> None:
+def _options_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="timm name, optionally with tag")
     add_config_args(p, OPTIONS_STUDY_OPTIONS)
     # Variant names are checked by `compare_options` (listing them here would import torch).
@@ -254,7 +278,7 @@ def _peers(text: str) -> tuple[Peer, ...]:
     return _distinct(text, Peer, "--torchao", none_ok=True)
 
 
-def _peers_arguments(p: argparse.ArgumentParser, add_config_args: AddConfigArgs) -> None:
+def _peers_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", help="timm name, optionally with tag (or --rows)")
     add_config_args(p, PEERS_STUDY_OPTIONS)
     p.add_argument(
@@ -285,7 +309,7 @@ def _run_peers(args: argparse.Namespace, context: Context) -> None:
     _write(args.record, run_peers(args, context.study_config, context.argv))
 
 
-def _peers_merge_arguments(p: argparse.ArgumentParser, _: AddConfigArgs) -> None:
+def _peers_merge_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("records", type=Path, nargs="+", metavar="RECORD", help="peers records")
     _out(p, "merged record")
 
@@ -296,7 +320,7 @@ def _run_peers_merge(args: argparse.Namespace, _: Context) -> None:
     _write(args.record, merge_records(args.records))
 
 
-def _report_arguments(p: argparse.ArgumentParser, _: AddConfigArgs) -> None:
+def _report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", type=Path)
     p.add_argument("--write", action="store_true", help="also write it to FOLDER/README.md")
 
@@ -318,12 +342,17 @@ BENCHES: dict[str, Bench] = {
     ),
     "gemm": Bench(
         "each FP8 product of a recipe alone, every way it runs (GPU)",
-        lambda p, _: _product_arguments(p, recipe=True),
+        lambda p: _product_arguments(p, recipe=True),
         _run_gemm,
+    ),
+    "products": Bench(
+        "every FP8 product of several models and batches: ours beside cuBLASLt and cuBLAS (GPU)",
+        _products_arguments,
+        _run_products,
     ),
     "depthwise": Bench(
         "each depthwise conv alone: cuDNN fp16 against the Triton kernel (GPU)",
-        lambda p, _: _product_arguments(p, recipe=False),
+        lambda p: _product_arguments(p, recipe=False),
         _run_depthwise,
     ),
     "kernels": Bench("every kernel of one engine call (GPU)", _kernels_arguments, _run_kernels),
@@ -346,16 +375,15 @@ BENCHES: dict[str, Bench] = {
 }
 
 
-def add_bench_parser(sub: argparse._SubParsersAction, add_config_args: AddConfigArgs) -> None:
-    bench = sub.add_parser("bench", help="benchmarks: " + ", ".join(BENCHES))
-    kinds = bench.add_subparsers(dest="bench_command", required=True)
+def _bench_arguments(p: argparse.ArgumentParser) -> None:
+    kinds = p.add_subparsers(dest="bench_command", required=True)
     for name, entry in BENCHES.items():
-        entry.arguments(kinds.add_parser(name, help=entry.help), add_config_args)
+        entry.arguments(kinds.add_parser(name, help=entry.help))
 
 
-def run_bench(
-    args: argparse.Namespace, study_config: Callable[[], StudyConfig], argv: list[str]
-) -> None:
-    """Run the parsed `bench` subcommand; `study_config()` gives the config of its options,
-    `argv` the command line its record names."""
-    BENCHES[args.bench_command].run(args, Context(study_config, argv))
+def _run_bench(args: argparse.Namespace) -> None:
+    """Run the parsed `bench` subcommand."""
+    BENCHES[args.bench_command].run(args, Context(lambda: model_config(args), command_line(args)))
+
+
+BENCH = Command("benchmarks: " + ", ".join(BENCHES), _bench_arguments, _run_bench)

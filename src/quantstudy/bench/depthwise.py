@@ -19,7 +19,9 @@ carries the bytes every variant moves and their roofline. On a machine without C
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -96,7 +98,7 @@ def _row(model: str, conv: DepthwiseConv, bandwidth: float) -> DepthwiseRow:
     )
 
 
-def time_conv(row: DepthwiseConv) -> dict:
+def time_conv(row: DepthwiseConv) -> dict[str, Any]:
     """The DepthwiseRow fields `us`, `best_tile` and `max_rel_error` of one conv."""
     from quantstudy.quant.kernels.depthwise import TILES, depthwise_taps
     from quantstudy.quant.kernels.layout import taps_of
@@ -125,13 +127,15 @@ def time_conv(row: DepthwiseConv) -> dict:
     errors: dict[str, float] = {}
     for label, (x, xs, os_, dtype) in variants.items():
 
-        def call(tile, x=x, xs=xs, os_=os_, dtype=dtype):
+        def call(
+            tile: tuple[int, int, int], x: Any = x, xs: Any = xs, os_: Any = os_, dtype: Any = dtype
+        ) -> torch.Tensor:
             return depthwise_taps(
                 x, taps, (kh, kw), bias, s, pad, hw, Activation.NONE, xs, os_, dtype, tile
             )
 
-        times = {tile: time_us(lambda tile=tile: call(tile)) for tile in TILES}
-        tile = min(times, key=times.get)
+        times = {tile: time_us(functools.partial(call, tile)) for tile in TILES}
+        tile = min(times, key=lambda t: times[t])
         us[label], best_tile[label] = times[tile], list(tile)
         y = call(tile).float() * (os_ if os_ is not None else 1.0)
         errors[label] = float(((y - ref).abs() / (ref.abs() + 1)).max())

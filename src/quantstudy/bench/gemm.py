@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -74,10 +75,11 @@ def bench_gemm(
         if not shapes_only:
             row = row.model_copy(update=time_product(product, sweep))
             best = row.best_triton
+            best_us = row.us[best] if best is not None else float("nan")  # every tile refused
             print(
                 f"M {product.m:>8} K {product.k:>5} N {product.n:>5}: fp16 mm "
                 f"{row.us['fp16 mm']:.1f} us, scaled_mm {row.us['scaled_mm']:.1f} us, best "
-                f"Triton {row.us[best]:.1f} us ({best}), roofline {row.roofline_us:.1f} us",
+                f"Triton {best_us:.1f} us ({best}), roofline {row.roofline_us:.1f} us",
                 flush=True,
             )
         rows.append(row)
@@ -108,12 +110,16 @@ def time_us(fn: Callable[[], object]) -> float:
     return float(do_bench_cudagraph(fn, rep=20)) * 1e3
 
 
-def _variants(a8: torch.Tensor, w8: torch.Tensor, sweep: bool) -> list[tuple]:
+# (label, tile, loads, store, programs per SM, fast accumulation) of one Triton launch
+Variant = tuple[str, tuple[int, ...] | None, str | None, str | None, int, bool]
+
+
+def _variants(a8: torch.Tensor, w8: torch.Tensor, sweep: bool) -> list[Variant]:
     """(label, tile, loads, store, programs per SM, fast accumulation) of every Triton launch."""
     from quantstudy.quant.kernels.gemm import tma_ok
     from quantstudy.quant.kernels.tiles import STREAM_TILES, TILES
 
-    out: list[tuple] = [
+    out: list[Variant] = [
         ("autotuned", None, None, None, 0, False),
         ("autotuned fast-accum", None, None, None, 0, True),
         ("autotuned pointer", None, "pointer", "pointer", 0, False),
@@ -130,22 +136,22 @@ def _variants(a8: torch.Tensor, w8: torch.Tensor, sweep: bool) -> list[tuple]:
                     (f"{load}/{store} " + "x".join(map(str, cfg)), cfg, load, store, 0, False)
                 )
     for store in stores:
-        for *cfg, per_sm in STREAM_TILES:
-            bn, bk = cfg[1], cfg[2]
+        for *tile, per_sm in STREAM_TILES:
+            bn, bk = tile[1], tile[2]
             if n <= bn <= max(16, 2 * n) and k <= bk <= max(32, 2 * k):
-                label = f"stream{per_sm}/{store} " + "x".join(map(str, cfg))
-                out.append((label, tuple(cfg), "pointer", store, per_sm, False))
+                label = f"stream{per_sm}/{store} " + "x".join(map(str, tile))
+                out.append((label, tuple(tile), "pointer", store, per_sm, False))
     return out
 
 
-def time_product(p: Product, sweep: bool) -> dict:
+def time_product(p: Product, sweep: bool) -> dict[str, Any]:
     """Every way of running one product: the GemmRow fields `us`, `max_rel_error`,
     `best_triton` and `refused` (tiles the compiler refuses for lack of shared memory)."""
     from triton.runtime.errors import OutOfResources
 
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
     from quantstudy.quant.kernels.tiles import PROMOTE
-    from quantstudy.quant.layers.fused_matmul import _act_reference
+    from quantstudy.quant.layers.fused_matmul import act_reference
 
     m, k, n = p.m, p.k, p.n
     dev = torch.device("cuda")
@@ -156,9 +162,7 @@ def time_product(p: Product, sweep: bool) -> dict:
     w_scale = torch.full((n,), 1 / 64, device=dev)
     x_scale = torch.tensor(1.0, device=dev)
     bias = torch.zeros(n, device=dev)
-    ref = _act_reference(
-        (a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias, Activation.NONE
-    )
+    ref = act_reference((a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias, Activation.NONE)
     us: dict[str, float] = {"fp16 mm": time_us(lambda: a16 @ w16.t())}
     if p.conv_map is not None:
         b, c, h, w = p.conv_map
@@ -176,7 +180,10 @@ def time_product(p: Product, sweep: bool) -> dict:
     refused: dict[str, str] = {}
     for label, cfg, loads, store, per_sm, fast in _variants(a8, w8, sweep):
 
-        def call(cfg=cfg, loads=loads, store=store, per_sm=per_sm, fast=fast):
+        def call(
+            cfg: tuple[int, ...] | None = cfg, loads: str | None = loads,
+            store: str | None = store, per_sm: int = per_sm, fast: bool = fast,
+        ) -> torch.Tensor:  # fmt: skip
             return fp8_gemm_triton(
                 a8, w8, w_scale, x_scale, bias, Activation.NONE, torch.float16, tile=cfg,
                 loads=loads, store=store, stream=per_sm, promote=0 if fast else PROMOTE,
@@ -190,5 +197,5 @@ def time_product(p: Product, sweep: bool) -> dict:
             us[label] = float("nan")
             refused[label] = str(exc).splitlines()[0][:200]
     triton = {key: v for key, v in us.items() if key not in REFERENCES and v == v}
-    best = min(triton, key=triton.get) if triton else None
+    best = min(triton, key=lambda label: triton[label]) if triton else None
     return {"us": us, "max_rel_error": errors, "best_triton": best, "refused": refused}

@@ -55,7 +55,7 @@ def bench_kernels(
                 model, device, example, prepared.plan, fold=fold, kernel=fp8_build(kernel, [batch])
             ),
         }
-        entry = {}
+        entry: dict[str, list[KernelTime]] = {}
         for name, engine in engines.items():
             by_name: dict[str, float] = {}
             for k, us in kernel_events(engine, x, batch):

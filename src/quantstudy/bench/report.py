@@ -8,16 +8,21 @@ newest first, so a change in the code under test reads as a change down a column
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
 
 from quantstudy.bench.peers.table import peers_section
+from quantstudy.bench.products_table import products_section
 from quantstudy.bench.schema import (
     DepthwiseBench,
     EngineSpeed,
     GemmBench,
     KernelsBench,
     PeersBench,
+    ProductsBench,
     PublishedBench,
     Record,
     SpeedBench,
@@ -45,7 +50,7 @@ TIMED_REGION = (
 )
 
 
-def natural_key(name: str) -> list:
+def natural_key(name: str) -> list[int | str]:
     """Names in natural order: a2 before a10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
@@ -71,7 +76,8 @@ def render_folder(folder: Path) -> str:
         out += _agreement_lines(speed) + _autotune_lines(speed)
         for name, rec in speed:
             out += _speed_section(name, rec)
-    sections = {
+    sections: dict[type[BaseModel], tuple[str, Callable[[str, Any], list[str]]]] = {
+        ProductsBench: ("## Every FP8 product of the peers rows, beside cuBLASLt", _products),
         GemmBench: ("## FP8 products alone", _gemm_section),
         DepthwiseBench: ("## Depthwise convolutions alone", _depthwise_section),
         KernelsBench: ("## Every kernel of one engine call", _kernels_section),
@@ -82,8 +88,8 @@ def render_folder(folder: Path) -> str:
         chosen = [(n, r) for n, r in records if isinstance(r, kind)]
         if chosen:
             out += [title, ""]
-            for name, rec in chosen:
-                out += render(name, rec)
+            for name, one in chosen:
+                out += render(name, one)
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -149,12 +155,12 @@ def _fused_ratios(r: SpeedResult, e: EngineSpeed) -> Iterable[tuple[int, str]]:
 
 def _speed_summary(speed: list[tuple[str, SpeedBench]]) -> list[str]:
     """Every measured x per model, batch and FP8 kernel, newest record first."""
-    rows: dict[tuple[str, int, str], list[tuple[str, str]]] = {}
+    rows: dict[tuple[str, int, KernelOption], list[tuple[str, str]]] = {}
     for name, rec in speed:
         for r in rec.results:
             for e in r.engines:
                 for batch, x in _fused_ratios(r, e):
-                    key = (r.model, batch, str(e.fp8_kernel))
+                    key = (r.model, batch, e.fp8_kernel)
                     rows.setdefault(key, []).insert(0, (x, name))
     ordered = sorted(rows, key=lambda k: (k[0], k[1], list(KernelOption).index(k[2])))
     body = [
@@ -270,15 +276,15 @@ def _speed_rows(r: SpeedResult, e: EngineSpeed) -> list[list[str]]:
                     f"{_opt(k16)}/{_opt(k8)}",
                 ]
             )
-    for b in e.logged or []:
+    for logged in e.logged or []:
         rows.append(
             [
                 *lead,
-                str(b.batch),
-                f"{b.fp16_ms:.3f}",
-                f"{b.fp8_ms:.3f}",
-                f"{b.ratio_median:.2f} [{b.ratio_q1:.2f}-{b.ratio_q3:.2f}]",
-                f"{b.fp16_kernels}/{b.fp8_kernels}",
+                str(logged.batch),
+                f"{logged.fp16_ms:.3f}",
+                f"{logged.fp8_ms:.3f}",
+                f"{logged.ratio_median:.2f} [{logged.ratio_q1:.2f}-{logged.ratio_q3:.2f}]",
+                f"{logged.fp16_kernels}/{logged.fp8_kernels}",
             ]
         )
     return rows
@@ -298,7 +304,7 @@ def _kernel_rows(rec: SpeedBench) -> list[list[str]]:
                 if k.engine == Engine.FP16:
                     if fp16_done:
                         continue
-                    engine = Engine.FP16
+                    engine = str(Engine.FP16)
                 else:
                     engine = f"{k.engine} ({e.fp8_kernel})"
                 by = {g.group: g.time_us for g in k.groups}
@@ -387,6 +393,10 @@ def _kernels_section(name: str, rec: KernelsBench) -> list[str]:
                 + [top]
             )
     return [*out, *table(head, rows), ""]
+
+
+def _products(name: str, rec: ProductsBench) -> list[str]:
+    return products_section(name, rec, _provenance(rec))
 
 
 def _peers_section(name: str, rec: PeersBench) -> list[str]:

@@ -4,7 +4,8 @@ on read, each carrying the provenance that makes its figures comparable (or not)
 Schema history:
   1: first version (speed, gemm, depthwise, kernels and published records).
      Later additions, each optional or a new kind, so every older record still loads: the
-     peers record (`peers`: our engines beside torchao's) and Provenance.torchao.
+     peers record (`peers`: our engines beside torchao's) and Provenance.torchao; the product
+     record (`products`: every FP8 product of several models and batches, beside cuBLASLt).
 """
 
 from __future__ import annotations
@@ -148,6 +149,39 @@ class GemmBench(Record):
     results: list[GemmRow]
 
 
+class ProductRow(Section):
+    """One distinct FP8 product (a linear or 1x1 conv as M x K x N, or a kxk conv as its implicit
+    GEMM) at one batch, every way it was run: microseconds, TFLOP/s and fraction of the GPU's
+    dense peak (FP8's for FP8 variants, fp16's for fp16 ones)."""
+
+    kind: Literal["matmul", "conv"]
+    batch: int
+    m: int
+    k: int  # a conv's C x KH x KW
+    n: int
+    conv: list[int] | None = None  # [C, H, W, KH, KW, stride, pad] of a kxk conv
+    models: list[str]  # the models with this product
+    layers: int  # how many layers of those models run it
+    flop: float  # 2 M N K
+    us: dict[str, float] = Field(default_factory=dict)  # variant -> us per call (NaN: refused)
+    tflops: dict[str, float] = Field(default_factory=dict)
+    peak_fraction: dict[str, float] = Field(default_factory=dict)
+    max_rel_error: dict[str, float] = Field(default_factory=dict)  # ours against float32 sums
+    refused: dict[str, str] = Field(default_factory=dict)
+    best_ours: str | None = None  # the fastest of our variants an engine can run
+    best_over_cublaslt: float | None = None  # cuBLASLt's time / best_ours' time (>1: ours wins)
+
+
+class ProductsBench(Record):
+    kind: Literal["products"] = "products"
+    models: list[str]  # "model:recipe" of each row
+    batches: list[int]
+    peak_fp8_tflops: float | None = None  # the GPU's dense peaks (`speed.ideal.PEAKS`)
+    peak_fp16_tflops: float | None = None
+    timed: str
+    results: list[ProductRow]
+
+
 # --- depthwise -----------------------------------------------------------------------------
 
 
@@ -278,7 +312,13 @@ class PeersBench(Record):
 
 
 BenchRecord = Annotated[
-    SpeedBench | GemmBench | DepthwiseBench | KernelsBench | PublishedBench | PeersBench,
+    SpeedBench
+    | GemmBench
+    | DepthwiseBench
+    | KernelsBench
+    | PublishedBench
+    | PeersBench
+    | ProductsBench,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[BenchRecord] = TypeAdapter(BenchRecord)

@@ -85,14 +85,21 @@ def traced_model(model_name: str) -> tuple[nn.Module, torch.Tensor]:
     return model, torch.zeros(1, *resolve_preprocessing(model).input_size)
 
 
-def fp8_products(model_name: str, recipe_name: str | None, batch: int) -> list[Product]:
-    """The unique products of the recipe's layers that run a real FP8 product, at `batch`."""
+def _recipe_layers(
+    model_name: str, recipe_name: str | None
+) -> tuple[nn.Module, torch.Tensor, list[str]]:
+    """The model (random weights), its example input and the recipe's selected layers."""
     model, example = traced_model(model_name)
     recipe, _ = load_recipe(recipe_name or default_recipe_for(model_name))
-    chosen = [d.name for d in resolve(recipe, model, example).selected]
+    return model, example, [d.name for d in resolve(recipe, model, example).selected]
+
+
+def fp8_products(model_name: str, recipe_name: str | None, batch: int) -> list[Product]:
+    """The unique products of the recipe's layers that run a real FP8 product, at `batch`."""
+    model, example, chosen = _recipe_layers(model_name, recipe_name)
     real = [n for n in chosen if real_fp8_blocker(model.get_submodule(n)) is None]
     shapes = input_shapes(model, example, real)
-    out: dict[tuple, Product] = {}
+    out: dict[tuple[int, int, int, bool], Product] = {}
     for name in real:
         layer = model.get_submodule(name)
         shape = shapes[name]
@@ -109,6 +116,59 @@ def fp8_products(model_name: str, recipe_name: str | None, batch: int) -> list[P
     return list(out.values())
 
 
+@dataclass
+class ConvProduct:
+    """One unique kxk FP8 conv of a recipe (the implicit-GEMM kernel's launch) and its layers."""
+
+    batch: int
+    c: int
+    n: int
+    h: int
+    w: int
+    kh: int
+    kw: int
+    stride: int
+    pad: int
+    layers: list[str] = field(default_factory=list)
+
+    @property
+    def gemm(self) -> tuple[int, int, int]:
+        """Its implicit GEMM's M, K, N."""
+        ho = (self.h + 2 * self.pad - self.kh) // self.stride + 1
+        wo = (self.w + 2 * self.pad - self.kw) // self.stride + 1
+        return self.batch * ho * wo, self.c * self.kh * self.kw, self.n
+
+
+def kxk_products(model_name: str, recipe_name: str | None, batch: int) -> list[ConvProduct]:
+    """The unique kxk convs of the recipe's layers that the fused FP8 conv runs (one stride and
+    one padding for both axes), at `batch`."""
+    from quantstudy.quant.layers.fused_conv import kxk_fp8_blocker
+
+    model, example, chosen = _recipe_layers(model_name, recipe_name)
+
+    def runs(name: str) -> bool:
+        layer = model.get_submodule(name)
+        return (
+            isinstance(layer, nn.Conv2d)
+            and layer.kernel_size != (1, 1)
+            and kxk_fp8_blocker(layer) is None
+            and len(set(layer.stride)) == 1
+            and len(set(layer.padding)) == 1
+            and layer.dilation == (1, 1)
+        )
+
+    names = [n for n in chosen if runs(n)]
+    shapes = input_shapes(model, example, names)
+    out: dict[tuple[int, ...], ConvProduct] = {}
+    for name in names:
+        conv = model.get_submodule(name)
+        _, c, h, w = shapes[name]
+        (kh, kw), s, p = conv.kernel_size, conv.stride[0], int(conv.padding[0])
+        key = (c, conv.out_channels, h, w, kh, kw, s, p)
+        out.setdefault(key, ConvProduct(batch, *key)).layers.append(name)
+    return list(out.values())
+
+
 def is_depthwise(m: nn.Module) -> bool:
     return isinstance(m, nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels == m.out_channels
 
@@ -121,7 +181,7 @@ def depthwise_convs(model_name: str, batch: int) -> tuple[list[DepthwiseConv], l
     model, example = traced_model(model_name)
     names = [n for n, m in model.named_modules() if is_depthwise(m)]
     shapes = input_shapes(model, example, names)
-    rows: dict[tuple, DepthwiseConv] = {}
+    rows: dict[tuple[int, ...], DepthwiseConv] = {}
     skipped = []
     for name in names:
         conv = model.get_submodule(name)

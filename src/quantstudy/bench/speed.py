@@ -23,7 +23,8 @@ from quantstudy.engines.run import run_engine
 from quantstudy.record.engines import fp8_build
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import CompileMode, Engine, FP8Kernel, KernelOption
+from quantstudy.record.speed import SpeedSection
+from quantstudy.record.vocab import CompileMode, Engine, KernelOption
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
@@ -40,7 +41,7 @@ def bench_speed(
     argv: list[str] | None = None,
 ) -> SpeedBench:
     """Prepare `config`'s study and time its fp16 engine against one FP8 engine per kernel."""
-    if agreement and set(kernels) != {FP8Kernel.FUSED, FP8Kernel.SCALED_MM}:
+    if agreement and set(kernels) != {KernelOption.FUSED, KernelOption.SCALED_MM}:
         raise UserError("--agreement compares the fused and scaled_mm engines: time both")
     if autotune_batch is not None and config.device != "cuda":
         raise UserError("--fp16-autotune-batch needs a CUDA GPU (max-autotune tunes GPU kernels)")
@@ -90,10 +91,10 @@ def _time_model(
         for k in kernels
     }
     print(f"timing fp16 against FP8 {', '.join(built)}", flush=True)
+    timed = {Engine.FP16: fp16, **{str(k): e for k, e in built.items()}}
     sections = measure_speed(
-        {Engine.FP16: fp16, **built}, x, list(config.batches), rounds=rounds, iters=iters,
-        compile_mode=mode,
-    )  # fmt: skip
+        timed, x, list(config.batches), rounds=rounds, iters=iters, compile_mode=mode
+    )
     engines = []
     for kernel, fp8 in built.items():
         speed = sections[kernel]
@@ -120,7 +121,7 @@ def _time_model(
             top = {k: run_engine(e, x, config.eval_batch).argmax(1) for k, e in built.items()}
         same = Agreement(
             n_images=int(x.shape[0]),
-            same_top1=int((top[FP8Kernel.FUSED] == top[FP8Kernel.SCALED_MM]).sum()),
+            same_top1=int((top[KernelOption.FUSED] == top[KernelOption.SCALED_MM]).sum()),
         )
     tuned = None
     if autotune_batch is not None:
@@ -137,7 +138,7 @@ def _time_model(
     )
 
 
-def fp16_autotune(prepared: Prepared, batch: int, rounds: int, iters: int):
+def fp16_autotune(prepared: Prepared, batch: int, rounds: int, iters: int) -> SpeedSection:
     """The fp16 engine in default mode (the harness's fp16 slot) against itself under
     max-autotune (its FP8 slot): x above 1 means max-autotune made fp16 faster."""
     model, device, example = prepared.model, prepared.device, prepared.example

@@ -5,20 +5,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from quantstudy.record.command import Command
 from quantstudy.record.errors import EXIT_COMMON, UserError
 
-if TYPE_CHECKING:
-    from quantstudy.record import StudyRecord
 
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    export = sub.add_parser(
-        "export",
-        help="write the study's FP8 recipe as a Q/DQ ONNX, its float twin and trtexec.sh",
-        epilog=f"exit status: 0 written (and --check passed), 3 --check failed, {EXIT_COMMON}",
-    )
+def _export_arguments(export: argparse.ArgumentParser) -> None:
     export.add_argument("study_dir", type=Path)
     export.add_argument(
         "--out", type=Path, help="Q/DQ ONNX file (default STUDY_DIR/tensorrt/model.onnx)"
@@ -51,10 +43,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "the sha256 the study recorded)",
     )
 
-    imp = sub.add_parser(
-        "import-trt",
-        help="turn trtexec's JSON exports into a TensorRT copy of the study, decided and rendered",
-    )
+
+def _import_arguments(imp: argparse.ArgumentParser) -> None:
     imp.add_argument("study_dir", type=Path)
     imp.add_argument("--fp16", type=Path, required=True, help="folder of the fp16 engine's exports")
     imp.add_argument("--fp8", type=Path, required=True, help="folder of the FP8 engine's exports")
@@ -107,7 +97,14 @@ def _exportable(study_dir: Path) -> None:
         )
 
 
-def run_export(args: argparse.Namespace) -> int:
+def _export(args: argparse.Namespace) -> int:
+    from quantstudy.study.guard import holding
+
+    with holding(args.study_dir):
+        return _run_export(args)
+
+
+def _run_export(args: argparse.Namespace) -> int:
     if args.images is not None and args.images < 1:
         raise UserError("--images must be at least 1")
     require_modules(EXPORT_NEEDS | (CHECK_NEEDS if args.check else {}), "export")
@@ -147,8 +144,9 @@ def run_export(args: argparse.Namespace) -> int:
     return 0 if result else 3
 
 
-def run_import(args: argparse.Namespace) -> tuple[StudyRecord, Path]:
+def _import(args: argparse.Namespace) -> int:
     from quantstudy.bridge.trt_import import import_trt
+    from quantstudy.study.commands import print_outcome
 
     record, report = import_trt(
         args.study_dir, args.fp16, args.fp8, args.onnx, args.out, args.policy
@@ -162,4 +160,17 @@ def run_import(args: argparse.Namespace) -> tuple[StudyRecord, Path]:
     for p in layers:
         if p.precision != "fp8":
             print(f"  not FP8: {p.layer} ({p.precision})")
-    return record, report
+    return print_outcome(record, report)
+
+
+EXPORT = Command(
+    "write the study's FP8 recipe as a Q/DQ ONNX, its float twin and trtexec.sh",
+    _export_arguments,
+    _export,
+    f"exit status: 0 written (and --check passed), 3 --check failed, {EXIT_COMMON}",
+)
+IMPORT_TRT = Command(
+    "turn trtexec's JSON exports into a TensorRT copy of the study, decided and rendered",
+    _import_arguments,
+    _import,
+)

@@ -36,6 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from quantstudy.bridge.rebuild import Rebuilt, recipe_and_calibration
+from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant.formats.fp8 import E4M3_MAX, quantize_weight
 from quantstudy.record.errors import UserError
 
@@ -74,7 +75,7 @@ def export_float(
     """`model` as an ONNX graph at `precision`, batch dimension dynamic, Identity copies of
     shared initializers inlined (so each layer's weight keeps its parameter name)."""
     dtype, _ = PRECISIONS[precision]
-    m = model.to(dtype).eval()
+    m = drop_eval_caches(model.to(dtype).eval())
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice

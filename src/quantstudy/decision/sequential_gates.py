@@ -13,7 +13,7 @@ import math
 from quantstudy.decision.gates import AGREEMENT, KL_MEAN, TOP1, status_of
 from quantstudy.decision.schema import Policy
 from quantstudy.decision.sequential import gate_rule
-from quantstudy.record import Gate, GateLook, Look, SequentialSection
+from quantstudy.record import Gate, GateLook, SequentialSection
 from quantstudy.record.vocab import Baseline, GateKind, GateMetric, GateStatus, Missing
 
 
@@ -74,16 +74,6 @@ def _decision_gate(g: GateLook, policy: Policy, confidence: float) -> Gate:
     if status == GateStatus.PASS and g.above_cap:
         return _unevaluated(gate, Missing.NOT_MEASURED, g.skipped_reason or "KL above the cap")
     return gate.model_copy(update={"status": status, "skipped_reason": g.skipped_reason})
-
-
-def gates_from_look(look: Look, policy: Policy) -> list[Gate]:
-    """The decision's interval gates (top-1 change, agreement, KL mean) from a look taken under
-    `policy`; the NaN/Inf gate stays `gates.finite_gate`'s, which also counts stress inputs."""
-    return [
-        _decision_gate(g, policy, policy.confidence)
-        for g in look.gates
-        if g.metric != GateMetric.NONFINITE
-    ]
 
 
 def decision_gates(section: SequentialSection | None, policy: Policy) -> dict[str, Gate]:

@@ -22,6 +22,7 @@ from quantstudy.engines.base import Engine, in_memory_format
 from quantstudy.engines.fp8_assembly import FP8Assembler, FP8Assembly, FP8Options
 from quantstudy.engines.kernel_choice import choose_kernels, replay_kernels, settled
 from quantstudy.engines.size import weight_bytes
+from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant.fitting.bias_correction import correct_biases, set_biases
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.layers.matmul import scaled_mm_output_of
@@ -203,7 +204,7 @@ def build_half(
     It keeps the name "fp16" whatever `dtype` is; `EngineInfo.compute_dtype` says what ran.
     """
     dtype = dtype or half_dtype(device)
-    m = deployed_copy(model, example, fold).to(device, dtype)
+    m = drop_eval_caches(deployed_copy(model, example, fold).to(device, dtype))
     m = in_memory_format(m, torch.channels_last)
     return _compiled_engine(
         EngineName.FP16, m, device, dtype, compile_mode, float_layers=count_float_layers(m)

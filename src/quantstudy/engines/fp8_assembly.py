@@ -1,16 +1,12 @@
-"""The FP8 engine's module: the plan's layers as FP8 modules, and the rewrites that move work
-into their epilogues, assembled for a given set of layers that may hand nothing off.
+"""The FP8 engine's module: the plan's layers as FP8 modules and the rewrites that move work
+into their epilogues, assembled with or without hand-offs.
 
-Why a module of its own: a "fastest" engine (`engines/kernel_choice.py`) is assembled twice.
-Hand-offs tie two layers together (a producer writes its reader's FP8 input, its padded input,
-or an FP8 copy of its residual sum), and a layer tied so cannot run as its float layer
-(`engines/step_aside.py: fp16_blocker`). In a ResNet every 3x3 conv reads its 1x1 producer's
-FP8 hand-off, so a choice made in the finished engine could never keep one in fp16. So the
-layers are first timed in an assembly without hand-offs (`handoffs=False`: every layer stands
-alone, as in the fp16 engine), and the engine is then assembled with the hand-offs found among
-the layers that stay FP8 only (`aside`: the layers kept in fp16, which hand nothing off and read
-no hand-off). The analyses that do not depend on the hand-offs (the activations absorbed, the
-residual sums) are made once and shared by both assemblies.
+Why twice: a layer tied by a hand-off cannot step aside (`engines/step_aside.py`), and in a
+ResNet every 3x3 conv reads its 1x1 producer's hand-off. So a "fastest" engine is timed in an
+assembly without hand-offs (`handoffs=False`, the screen of docs/DESIGN.md's kernel-choice
+loop), then assembled with the hand-offs among the layers that stay FP8 (`aside`: those kept
+in fp16). `FP8Assembler` makes the analyses both share (absorbed activations, residual sums)
+once.
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import in_memory_format
+from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import bind_scaled_mm
 from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fp8, real_layers
@@ -107,7 +104,7 @@ class FP8Assembler:
         }
         m = copy.deepcopy(source)
         remove_activations(m, self.absorbed)
-        m = m.to(self.dtype)
+        m = drop_eval_caches(m.to(self.dtype))
         epilogue = {layer: act for layer, (_, act) in self.absorbed.items()}
         applied = apply_fp8(m, source, plan, self.dtype, self.kernel, epilogue, handoff)
         fused = [n for n in applied.real if isinstance(m.get_submodule(n), FusedFP8Matmul)]

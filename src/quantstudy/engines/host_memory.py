@@ -1,16 +1,10 @@
 """Keep freed host memory in the process: the CPU passes' large tensors stop costing page faults.
 
-glibc serves every allocation above its mmap threshold (at most 32 MiB) with a fresh `mmap` and
-hands it back with `munmap` when freed. An EfficientNet-Lite0 activation at the quality batch of
-64 is 51 MiB, so on the CPU every layer of every batch mapped new pages and the kernel zeroed them
-on first touch: a forward pass spent more time in the kernel than in the convolutions (the
-measurement: docs/results.md, "Host memory on the CPU"). Allocation does not touch any value, so
-every number of a study is unchanged.
-
-The cost: memory a pass frees stays with the process (up to `TRIM_BYTES` at the top of the heap)
-instead of going back to the system between batches, so a process's resident size stays near its
-peak. PyTorch's CPU performance guide recommends jemalloc or tcmalloc for the same reason; this
-needs no preload and no extra dependency.
+glibc maps every allocation above its mmap threshold (at most 32 MiB by default) afresh and
+unmaps it when freed; a Lite0 activation at batch 64 is 51 MiB, so every CPU layer faulted in
+zeroed pages and a pass spent more time in the kernel than in its convolutions (docs/results.md,
+"Host memory on the CPU"). No value changes. The cost: a process stays near its peak resident
+size. jemalloc or tcmalloc would do the same, with a preload and a dependency.
 """
 
 from __future__ import annotations

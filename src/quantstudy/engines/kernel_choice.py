@@ -56,6 +56,7 @@ from torch import nn
 
 from quantstudy.engines.step_aside import MARGIN, float_layer, fp16_blocker, steps_aside
 from quantstudy.engines.unfused import Unfused
+from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant.formats.fp8 import to_fp8
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.graph.trace import PreHook, pre_hooks
@@ -67,6 +68,7 @@ from quantstudy.quant.plan.apply import QuantPlan, apply_fp8
 from quantstudy.record import LayerKernel
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import beside_inductor_cache, write_json_atomic
+from quantstudy.record.timing_lock import timing
 from quantstudy.record.vocab import ChosenKernel, FP8Kernel
 
 FUSED_LAYERS = (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise)
@@ -97,7 +99,8 @@ def _time_us(fn: Callable[[], object]) -> float:
 
     fn()  # compiles and autotunes outside the graph
     torch.cuda.synchronize()
-    median_ms: float = triton.testing.do_bench_cudagraph(fn, rep=10, return_mode="median")
+    with timing():  # the GPU held alone where studies share it (record/timing_lock.py)
+        median_ms: float = triton.testing.do_bench_cudagraph(fn, rep=10, return_mode="median")
     return 1000 * median_ms
 
 
@@ -192,7 +195,7 @@ class Candidates:
 
     def _scaled_mm_engine(self) -> nn.Module:
         if self._alt is None:
-            alt = copy.deepcopy(self.source).to(self.dtype)
+            alt = drop_eval_caches(copy.deepcopy(self.source).to(self.dtype))
             apply_fp8(alt, self.source, self.plan, self.dtype, FP8Kernel.SCALED_MM)
             self._alt = alt.to(self.device)
             bind_scaled_mm(self._alt, self.device)

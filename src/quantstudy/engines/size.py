@@ -1,15 +1,9 @@
 """Artifact size: the bytes an engine's weights take, and optionally its compiled package.
 
-`weight_bytes` counts what a checkpoint of the module would hold: every parameter and buffer
-storage once, at its own element size (FP8: 1 byte per element, fp16: 2, fp32: 4). Tied or
-aliased tensors (one storage seen through several names, or a buffer that is a view of a
-parameter) count once; a tensor that views part of a larger storage counts the whole storage, as
-`torch.save` would store it. Tensor subclasses that wrap inner tensors (`__tensor_flatten__`, e.g.
-an FP8 weight carrying its scale) are counted through their inner tensors.
-
-`package_bytes` builds the deployable artifact, a torch.export + AOTInductor package (`.pt2`), and
-returns its size on disk. It compiles C++/CUDA code, which takes minutes, so the study calls it only
-when asked to and only on CUDA.
+`weight_bytes` counts what `torch.save` of the module would hold: each parameter and buffer
+storage once (aliases and views count their whole storage once), tensor subclasses through their
+inner tensors (`__tensor_flatten__`). `package_bytes` compiles an AOTInductor package (minutes:
+the study asks for it only on CUDA, with `--package`) and returns its size on disk.
 """
 
 from __future__ import annotations
@@ -18,12 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from quantstudy.quant.private_api import aoti_compile_and_package, is_wrapper_subclass
 
 
 def _storages(t: torch.Tensor) -> Iterator[tuple[object, int]]:
     """(identity key, bytes) of each plain storage behind `t`."""
-    if is_traceable_wrapper_subclass(t):
+    if is_wrapper_subclass(t):
         inner_names, _ = t.__tensor_flatten__()
         for inner in inner_names:
             yield from _storages(getattr(t, inner))
@@ -57,8 +52,6 @@ def package_bytes(module: torch.nn.Module, example: torch.Tensor, package_path: 
     `torch.compile`d module is exported through its original module. Export or compilation errors
     propagate: a model that cannot be packaged has no package size.
     """
-    from torch._inductor import aoti_compile_and_package  # heavy import, only when packaging
-
     original = getattr(module, "_orig_mod", module)
     package_path = Path(package_path)
     package_path.parent.mkdir(parents=True, exist_ok=True)

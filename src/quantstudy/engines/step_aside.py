@@ -1,35 +1,24 @@
-"""A real FP8 layer that steps aside: kept in the engine's dtype where FP8 cannot win.
+"""A real FP8 layer that steps aside: replaced by its float layer where FP8 cannot win.
 
-Why: FP8 pays only where its product saves more than its quantize and scales cost, and on some
-layers it does not: the FP8 implicit-GEMM kxk conv loses to cuDNN's fp16 convs on ResNet-50,
-and the transformer linears of a batch-1 ViT lose to cuBLAS fp16 (docs/fp8-kernel.md, "The
-per-layer kernel choice"). Under `--fp8-kernel fastest` each such layer is timed in place
-against its float layer (`engines/kernel_choice.py`) and, where the float layer wins, the
-engine runs it instead, so the compiled engine calls cuDNN/cuBLAS there.
+FP8 pays only where the product saves more than its quantize and scales cost; on some layers
+it does not (the kxk convs of ResNet-50 against cuDNN fp16, a batch-1 ViT's linears against
+cuBLAS fp16: docs/fp8-kernel.md, "The per-layer kernel choice"). `engines/kernel_choice.py`
+times each layer against its float layer; where the float layer wins, the engine runs it.
 
-What the fp16 side is: the layer as the fp16 engine holds it (`builders.deployed_copy` of the
-model, BatchNorm folded when the recipe folds, no bias correction or fitting: those answer
-an FP8 weight rounding this layer no longer does), in the engine's dtype, channels-last,
-followed by what the FP8 layer computes in its epilogue (`engines/unfused.py`). Its padding is
-the float layer's own: the FP8 layer was built from the same layer with the same padding, and
-where a producer writes the zero padding around its output (`quant/rewrites/pad_handoff.py`) the
-padding was a module of its own (`nn.ZeroPad2d`, or a `Conv2dSame`, which is never an FP8 layer
-here), so a conv after it has padding 0 in the model as in the engine, and the float conv with
-padding 0 on the padded buffer computes what the model computes on the unpadded one.
+The float layer is the fp16 engine's (`builders.deployed_copy`: BatchNorm folded as the recipe
+folds, no FP8 bias correction or fitting, which answer a rounding it no longer does) in the
+engine's dtype, channels-last, followed by the FP8 layer's epilogue as separate ops
+(`engines/unfused.py`). Its padding is the model's own: a padding a producer writes
+(`quant/rewrites/pad_handoff.py`) was a module of its own in the model, so the float conv
+with padding 0 on the padded buffer computes what the model computes.
 
-Which layers may step aside: those whose input and output are plain tensors in the engine's
-dtype. A layer that writes a hand-off (the next layer's FP8 input, an FP8 copy of its residual
-sum, a padded output) cannot: its reader depends on that buffer. Nor can a layer that reads an
-FP8 hand-off: as a float layer it would read an input its producer still quantizes, which no
-emulation of the recipe computes. So a "fastest" engine is timed where no layer hands off, and
-assembled after the choice with hand-offs among the layers that stay FP8 only
-(`engines/fp8_assembly.py`); `fp16_blocker` refuses a layer named or replayed that is tied anyway.
+Assumes the layer neither writes nor reads a hand-off (docs/DESIGN.md, glossary): its reader
+or producer depends on that buffer, so `fp16_blocker` refuses it, and a choice is timed where
+no layer hands off (`engines/fp8_assembly.py`).
 
-The rule: a layer steps aside only where its float layer is faster than its best FP8 kernel by
-more than `MARGIN` at EVERY timed batch. A layer that loses at some batches only stays FP8 (the
-record shows its timings): unlike the two FP8 products, the float layer computes other numbers,
-and a layer that switched between them by batch would make the engine's quality depend on the
-batch the held-out images pass through, which is not the batch that was timed.
+The rule (`steps_aside`): faster by more than `MARGIN` at EVERY timed batch. The float layer
+computes other numbers than FP8, so a choice that changed with the batch would make quality
+depend on the batch the held-out images pass through, which is not the one timed.
 """
 
 from __future__ import annotations

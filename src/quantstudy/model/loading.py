@@ -24,6 +24,7 @@ import timm
 import torch
 from torch import nn
 
+from quantstudy.model.random_fill import fill_zero_layers
 from quantstudy.record import ModelInfo
 from quantstudy.record.errors import UserError
 
@@ -82,6 +83,9 @@ def load_model(
     if weights == "random":
         model = _create(name, seed)
         kind, detail, sha = "random", f"random init, seed {seed}", None
+        filled = fill_zero_layers(model, seed)
+        if filled:  # else the fp32 model answers alike for every image (`random_fill.py`)
+            detail += f"; zero-initialized layers filled with random values: {', '.join(filled)}"
     elif weights == "cache":
         model, detail, sha = _from_cache(name, seed)
         kind = "cache"

@@ -33,6 +33,7 @@ from quantstudy.model.preprocess import build_transform
 from quantstudy.package import manifest as mf
 from quantstudy.package.graph import export_engine, retarget
 from quantstudy.quant.kernels import launches
+from quantstudy.quant.private_api import aoti_compile_and_package
 from quantstudy.record import StudyRecord
 from quantstudy.record.engines import EngineInfo
 from quantstudy.record.errors import UserError
@@ -205,8 +206,6 @@ def compile_package(
 ) -> dict[str, int]:
     """Export `module` (an engine's eager module) for `example` (prepared), retarget its FP8
     ops, compile it to `path`; returns the FP8 ops retargeted, by name."""
-    from torch._inductor import aoti_compile_and_package  # heavy: only when packaging
-
     program = export_engine(module, example, dynamic)
     counts = retarget(program)
     with torch.no_grad():

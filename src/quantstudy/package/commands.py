@@ -6,15 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+from quantstudy.record.command import Command, batches
 from quantstudy.record.errors import EXIT_COMMON, UserError
 from quantstudy.record.vocab import Device
-
-
-def _batches(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(b) for b in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"batches must look like 1,128, not '{text}'") from None
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -27,17 +21,12 @@ def _range(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"a batch range looks like 1:128, not '{text}'") from None
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "package",
-        help="compile the study's FP8 and fp16 engines into AOTInductor packages (.pt2)",
-        epilog=f"exit status: 0 written (and --check passed), 3 --check failed, {EXIT_COMMON}",
-    )
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("study_dir", type=Path)
     p.add_argument("--out", type=Path, help="folder to write (default STUDY_DIR/package)")
     shapes = p.add_mutually_exclusive_group()
     shapes.add_argument(
-        "--batches", type=_batches, help="one static package per batch (default: the study's)"
+        "--batches", type=batches, help="one static package per batch (default: the study's)"
     )
     shapes.add_argument(
         "--dynamic-batch", type=_range, metavar="MIN:MAX", help="one package for any batch in it"
@@ -61,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--images", type=int, help="--check on the first N held-out images only")
 
 
-def run_package(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     from quantstudy.package import manifest as mf
     from quantstudy.package.build import PackageOptions, package_study
 
@@ -90,3 +79,11 @@ def run_package(args: argparse.Namespace) -> int:
     print("\n".join(checked.lines))
     print("check passed" if checked.result else "check FAILED")
     return 0 if checked.result else 3
+
+
+PACKAGE = Command(
+    "compile the study's FP8 and fp16 engines into AOTInductor packages (.pt2)",
+    _arguments,
+    _run,
+    f"exit status: 0 written (and --check passed), 3 --check failed, {EXIT_COMMON}",
+)

@@ -82,16 +82,6 @@ def _load_builtin(name: str) -> Recipe:
     return parse_recipe(raw, f"{BUILTIN_PREFIX}{name}")
 
 
-def list_builtin() -> list[tuple[str, str]]:
-    """(name, description) of every built-in recipe, sorted by name."""
-    return [(name, _load_builtin(name).description) for name in builtin_names()]
-
-
-def variants_of(name: str) -> list[str]:
-    """Built-in recipes that declare `variant_of: <name>`, sorted."""
-    return [n for n in builtin_names() if _load_builtin(n).variant_of == name]
-
-
 def architecture_of(model_name: str) -> str:
     """`timm/mobilenetv4_conv_large.e500_r256_in1k` -> `mobilenetv4_conv_large`."""
     return model_name.rsplit("/", 1)[-1].split(".", 1)[0]

@@ -30,7 +30,7 @@ def quant_options(recipe: Recipe) -> QuantOptions:
         migration=a.migration,
         migration_alpha=a.migration_alpha,
         headroom=a.headroom,
-        sequential=w.sequential,
+        propagated=w.propagated,
         tune=w.tune,
         tune_epochs=w.tune_epochs,
     )
@@ -46,7 +46,7 @@ def with_quant_options(recipe: Recipe, options: QuantOptions) -> Recipe:
             "scale_candidates": options.scale_candidates,
             "refine_sweeps": options.refine_sweeps,
             "bias_correction": options.bias_correction,
-            "sequential": options.sequential,
+            "propagated": options.propagated,
             "tune": options.tune,
             "tune_epochs": options.tune_epochs,
         }

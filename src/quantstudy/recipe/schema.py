@@ -13,7 +13,7 @@ A recipe (YAML) says which layers to quantize and how::
       rounding: nearest                   # or compensating (quant/fitting/rounding.py)
       scale_candidates: 1                 # compensating: scales tried per channel (one octave)
       refine_sweeps: 0                    # compensating: coordinate-descent sweeps after it
-      sequential: false                   # fit rounding and bias to the partly quantized net
+      propagated: false                   # fit rounding and bias to the partly quantized net
       tune: none                          # or bias / scale_bias: trained against fp32 logits
       tune_epochs: 10                     # passes over the calibration images when tuning
     activations:
@@ -46,6 +46,7 @@ from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -134,11 +135,12 @@ class WeightSpec(Strict):
     lower the error further (`quant/fitting/rounding.py`). The stored weights and scales change; the
     engines and their speed do not.
 
-    `sequential`: fit both, layer by layer in execution order, to the fp32 network's output of
-    that layer from the input the partly quantized network gives it (earlier FP8 layers and
-    this layer's own activation quantization included), instead of from the fp32 network's
-    input alone (`quant/fitting/propagated.py`: the fit, its cost). Changes what `rounding` and
-    `bias_correction` are fitted to, not whether they apply.
+    `propagated` (`sequential` in older recipes, still read): fit both, layer by layer in
+    execution order, to the fp32 network's output of that layer from the input the partly
+    quantized network gives it (earlier FP8 layers and this layer's own activation quantization
+    included), instead of from the fp32 network's input alone (`quant/fitting/propagated.py`:
+    the fit, its cost). Changes what `rounding` and `bias_correction` are fitted to, not whether
+    they apply.
 
     `tune`: after all of the above, train every selected layer's bias (`bias`), and each output
     channel's gain folded into its weight scale (`scale_bias`, per-channel weights only),
@@ -152,7 +154,9 @@ class WeightSpec(Strict):
     rounding: Rounding = Rounding.NEAREST
     scale_candidates: int = Field(default=1, ge=1, le=64)
     refine_sweeps: int = Field(default=0, ge=0, le=100)
-    sequential: bool = False
+    propagated: bool = Field(
+        default=False, validation_alias=AliasChoices("propagated", "sequential")
+    )
     tune: Tuning = Tuning.NONE
     tune_epochs: int = Field(default=10, ge=1, le=1000)
 

@@ -209,7 +209,3 @@ PATTERNS: dict[str, Callable[[str, Candidate], bool]] = {
     "stage": lambda p, c: _stage_match(p, c.name),
     "module_class": lambda p, c: c.module_class == p,
 }
-
-
-def known_selectors() -> list[str]:
-    return list(Selector.model_fields)

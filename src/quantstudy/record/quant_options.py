@@ -31,7 +31,7 @@ class QuantOptions:
     migration: Migration = Migration.NONE
     migration_alpha: float = 0.5
     headroom: float = 1.0  # static scales: the calibrator's amax x this / 448
-    sequential: bool = False
+    propagated: bool = False  # the propagated fit (`quant/fitting/propagated.py`)
     tune: Tuning = Tuning.NONE
     tune_epochs: int = 10
 

@@ -113,6 +113,19 @@ class Outcome(StrEnum):
     INCONCLUSIVE = "inconclusive"  # no gate fails, but one cannot yet say pass
 
 
+class RowStatus(StrEnum):
+    """Where one study of a sweep or the zoo stands (`sweep/row.py`), in counting order."""
+
+    COMPLETE = "complete"
+    FAILED = "failed"  # the study stopped on an error (its one line is the row's error)
+    INTERRUPTED = "interrupted"  # stopped by the sweep; a rerun resumes it
+    PARTIAL = "partial"  # the process finished but the record is not complete
+    PENDING = "pending"  # not run yet
+    # zoo only: the model's recipe selects no layer, so FP8 has nothing to speed up; the row
+    # shows the x of a recipe that does select layers (`zoo/answers.py`)
+    NO_LAYER = "no_layer"
+
+
 class GateStatus(StrEnum):
     """One gate's verdict: where its interval lies against its threshold."""
 

@@ -6,7 +6,7 @@ kept: compensating weight rounding (`quant/fitting/rounding.py`), its scale cand
 refinement sweeps (when compensating rounding is kept), per-layer calibrators chosen by their
 readers' output error (`quant/calibration/choice.py`), scale migration (`quant/fitting/migrate.py`),
 headroom above the calibrated amax (the recipe schema's `activations.headroom`), and last
-the sequential fit of weights and biases to the partly quantized network
+the propagated fit of weights and biases to the partly quantized network
 (`quant/fitting/propagated.py`, with bias correction, which it needs to fit the biases). Each try
 rebuilds the plan from the calibration images and scores the fp32 emulation of every candidate
 layer against fp32 on the sensitivity subset of the held-out images; an option is kept when the
@@ -19,7 +19,7 @@ recipe already has are not tried again.
 The share of each kept option is its KL decrease over the total decrease (the steps are
 sequential, so a share is "what this option added given those before it", not its effect
 alone). Cost: one calibration (two with migration, five with the calibrator choice, about one
-per selected layer for the sequential fit) and one emulation run per option. The sequential
+per selected layer for the propagated fit) and one emulation run per option. The propagated
 fit is tried last because it fits to whatever rounding, calibrators and migration are kept
 before it.
 """
@@ -57,7 +57,7 @@ TRIED: dict[str, dict[str, Any]] = {
     "layer_calibrators: chosen": {"layer_calibrators": "choose"},
     "migration: smooth": {"migration": "smooth"},
     f"headroom: {HEADROOM_TRIED:g}": {"headroom": HEADROOM_TRIED},
-    "sequential fit": {"sequential": True, "bias_correction": True},
+    "sequential fit": {"propagated": True, "bias_correction": True},
 }
 
 

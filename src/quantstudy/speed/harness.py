@@ -9,12 +9,10 @@ What is timed (on CUDA), exactly:
   and replayed; replay removes the host's launch cost, as a deployed graph-captured engine would.
 - A round is `iters` replays between two CUDA events; ms per call = elapsed / iters. One
   synchronisation follows each round, outside the events.
-- Rounds of the engines alternate, in ABBA order: fp16 first in even rounds, FP8 first in odd
-  rounds. Round i of fp16 and round i of FP8 are neighbours in time and form a pair for the ratio
-  (see `stats.py`); swapping the order every round cancels a linear drift (clocks, temperature)
-  that would otherwise bias every pair in the same direction.
-  `measure_speed` times any number of engines so, in the order given and reversed (a
-  benchmark's engines side by side, each paired with the same fp16 rounds).
+- Rounds of the engines alternate, ABBA: in the order given in even rounds, reversed in odd
+  rounds (any number of engines, each paired with the same fp16 rounds). Round i of fp16 and of
+  an FP8 engine are neighbours in time and form a pair for the ratio (`stats.py`); swapping the
+  order every round cancels a linear drift (clocks, temperature) that would bias every pair.
 - Inputs are real preprocessed images (tiled when there are fewer than the batch). Replays rotate
   over up to `max_buffers` input buffers holding different images, one graph captured per buffer,
   all graphs of an engine sharing one memory pool (so intermediate activations reuse the same
@@ -52,6 +50,7 @@ from quantstudy.engines.base import Engine
 from quantstudy.engines.size import package_bytes, weight_bytes
 from quantstudy.record import BatchSpeed, KernelBreakdown, SpeedSection
 from quantstudy.record.errors import UserError
+from quantstudy.record.timing_lock import timing
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.speed.clocks import gpu_clocks
 from quantstudy.speed.kernels import profile_kernels
@@ -160,8 +159,7 @@ def time_interleaved(
     (max(warmup, CAPTURE_WARMUP_MIN) calls), captured in a CUDA graph (the variants of one name
     share a memory pool), replayed `warmup` more times untimed, and then each round replays
     `iters` times between two CUDA events, with one synchronisation after the round. On a CPU
-    `device` the calls run eagerly, timed with `time.perf_counter`. The rounds of the names
-    alternate in ABBA order: the given order in even rounds, reversed in odd rounds.
+    `device` the calls run eagerly (`time.perf_counter`). Rounds alternate ABBA (given, reversed).
     """
     _check_counts(rounds, iters, warmup)
     if not callables:
@@ -177,7 +175,8 @@ def time_interleaved(
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise UserError("CUDA timing was asked for but no CUDA GPU is available")
-        with torch.cuda.device(device):
+        # warm-up, capture and rounds with the GPU held alone where studies share it
+        with torch.cuda.device(device), timing():
             runners = {name: _GraphRunner(fns, warmup, device) for name, fns in variants.items()}
             return _run_rounds(runners, rounds, iters)
     runners = {name: _EagerRunner(fns, warmup) for name, fns in variants.items()}
@@ -388,9 +387,10 @@ def measure_speed(
             results[name].append(summarize_batch(batch, times[names[0]], times[name]))
         if on_gpu and kernel_profile:
             first = tile_images(images, batch)
-            fp16 = profile_kernels(base, first, batch)
-            for name in others:
-                kernels[name] += [fp16, profile_kernels(engines[name], first, batch)]
+            with timing():  # kernel durations, too, with the GPU held alone
+                fp16 = profile_kernels(base, first, batch)
+                for name in others:
+                    kernels[name] += [fp16, profile_kernels(engines[name], first, batch)]
     clocks_end = gpu_clocks(device) if on_gpu else {}
     packages = _packages(engines, images, batches[0], package_dir) if on_gpu else None
     region = timed_region_text(

@@ -27,7 +27,7 @@ console = Console(stderr=True)
 
 # What torch.load raises on a damaged file: a broken zip archive (RuntimeError from its reader,
 # zipfile.BadZipFile), a cut-off pickle (EOFError, UnpicklingError), a disk error (OSError).
-_UNREADABLE = (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError)
+UNREADABLE = (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError)
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def _read(path: Path, kind: type = torch.Tensor) -> Any:
     it cannot be trusted."""
     try:
         value = torch.load(path, weights_only=True)
-    except _UNREADABLE as e:
+    except UNREADABLE as e:
         reason = str(e).split("\n")[0][:120] or type(e).__name__
         _discard(path, f"unreadable ({type(e).__name__}: {reason})")
         return None

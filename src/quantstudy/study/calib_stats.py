@@ -40,9 +40,9 @@ import torch
 from torch import nn
 
 from quantstudy.quant.calibration.calibrate import InputStats, observe
-from quantstudy.quant.calibration.calibrators import _BINS
+from quantstudy.quant.calibration.calibrators import BINS
 from quantstudy.record.io import write_bytes_atomic
-from quantstudy.study.cache import _UNREADABLE, console
+from quantstudy.study.cache import UNREADABLE, console
 
 STATS_ENV = "QUANTSTUDY_CALIB_STATS_DIR"
 FORMAT = 1  # bump when InputStats or the observation changes meaning
@@ -135,7 +135,7 @@ class SharedStats:
             return None
         try:
             entry = torch.load(path, weights_only=True)
-        except _UNREADABLE as e:
+        except UNREADABLE as e:
             reason = str(e).split("\n")[0][:120] or type(e).__name__
             _discard(path, f"unreadable ({type(e).__name__}: {reason})")
             return None
@@ -196,7 +196,7 @@ def _invalid(entry: Any, key: str, layer: str) -> str | None:
     if not _scalar(entry, "amax", floating=True) or int(entry["n_images"]) == 0:
         return "missing its amax or image count"
     hist, csum, camax = (entry.get(n) for n in ("hist", "channel_sum", "channel_amax"))
-    if not (isinstance(hist, torch.Tensor) and hist.shape == (_BINS,)):
+    if not (isinstance(hist, torch.Tensor) and hist.shape == (BINS,)):
         return "missing its histogram"
     if hist.dtype != torch.float64 or not bool(torch.isfinite(hist).all()):
         return "holding a damaged histogram"

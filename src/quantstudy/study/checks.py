@@ -12,7 +12,7 @@ import torch
 from quantstudy.data.folders import FolderScan
 from quantstudy.recipe.choose import nothing_selected
 from quantstudy.recipe.resolve import Resolution
-from quantstudy.record.errors import UserError
+from quantstudy.record.errors import NothingSelected, UserError
 from quantstudy.study.cache import console
 
 
@@ -25,7 +25,7 @@ def require_selection(resolution: Resolution, recipe_source: str, model: str) ->
         return
     candidates = len(resolution.excluded)
     name = recipe_source.removeprefix("builtin:")
-    raise UserError(
+    raise NothingSelected(
         f"recipe {recipe_source} selects no layer of {model} ({candidates} candidate layers, "
         f"none included), so there is no FP8 engine to study; "
         f"{nothing_selected(resolution, name)} (why each layer is left out: `quantstudy "

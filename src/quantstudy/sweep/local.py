@@ -4,6 +4,11 @@ On a GPU host there is one worker per visible GPU, each study pinned to its GPU 
 `CUDA_VISIBLE_DEVICES` (studies time their engines: two on one GPU would time each other). On a
 CPU host there are N workers and the cores are divided between them (`OMP_NUM_THREADS`, which
 torch reads at start-up), so N studies do not oversubscribe the cores.
+
+`jobs` > 1 on a GPU host puts that many workers on each GPU, so one study's compiles and tile
+tuning overlap another's: the cores are divided between them (torch, Inductor's and Triton's
+compile threads), and every timing takes the GPU's lock file (`record/timing_lock.py`), so no
+two timings share the GPU.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantstudy.record.errors import UserError
+from quantstudy.record.timing_lock import LOCK_ENV
 from quantstudy.sweep.caches import host_cache_env
 from quantstudy.sweep.events import Job, SweepEvents
 from quantstudy.sweep.point import run_point
@@ -47,8 +53,31 @@ def cpu_threads(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
-def local_slots(device: str, workers: int | None) -> list[Slot]:
-    """The workers of this host for `device`; `workers` None: one per GPU, or one per core."""
+def default_jobs(device: str) -> int:
+    """Studies per GPU by default: a core or four each for compiles, at most four (GPU memory
+    for four studies' engines at batch 128 fits an 80 GB card with room); 1 on the CPU."""
+    return max(1, min(4, (os.cpu_count() or 1) // 4)) if device == "cuda" else 1
+
+
+def shared_gpu_env(gpu: str, jobs: int, gpus: int, lock_dir: Path) -> dict[str, str]:
+    """A worker's environment when `jobs` studies share GPU `gpu` (module docstring)."""
+    threads = cpu_threads(jobs * gpus)
+    return {
+        "CUDA_VISIBLE_DEVICES": gpu,
+        LOCK_ENV: str(lock_dir / f".timing-gpu{gpu}.lock"),
+        "TORCHINDUCTOR_COMPILE_THREADS": str(threads),
+        "QUANTSTUDY_TRITON_COMPILE_THREADS": str(threads),
+        **threads_env(threads),
+    }
+
+
+def local_slots(
+    device: str, workers: int | None, jobs: int = 1, lock_dir: Path | None = None
+) -> list[Slot]:
+    """The workers of this host for `device`; `workers` None: one per GPU, or one per core;
+    `jobs` studies per GPU, timing behind a lock file in `lock_dir` (module docstring)."""
+    if jobs < 1:
+        raise UserError(f"--jobs {jobs}: give at least 1 study per GPU")
     if device == "cuda":
         gpus = visible_gpus()
         if not gpus:
@@ -61,7 +90,13 @@ def local_slots(device: str, workers: int | None) -> list[Slot]:
                 "so each needs a GPU of its own; give at most one worker per GPU"
             )
         chosen = gpus[: workers or len(gpus)]
-        return [Slot(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g}) for g in chosen]
+        if jobs == 1 or lock_dir is None:
+            return [Slot(f"gpu{g}", {"CUDA_VISIBLE_DEVICES": g}) for g in chosen]
+        return [
+            Slot(f"gpu{g}.{j}", shared_gpu_env(g, jobs, len(chosen), lock_dir))
+            for j in range(jobs)
+            for g in chosen
+        ]
     count = workers or (os.cpu_count() or 1)
     threads = cpu_threads(count)
     return [

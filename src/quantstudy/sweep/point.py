@@ -31,16 +31,13 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic, write_text_atomic
 from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.record.readers import read_json
+from quantstudy.study.commands import STOP_ON_SIGINT
 from quantstudy.sweep.grid import GridPoint
 
 POINT_FILE = "point.json"
 LOG_FILE = "run.log"
 CONFIG_FILE = "study-config.json"
 STOP_GRACE_S = 20.0  # after SIGINT, time a study gets to finish writing before SIGKILL
-# Set in a study's environment (`quantstudy run` reads it): the study stops on SIGINT even where
-# it inherited SIGINT ignored (a sweep started as a script's background job passes that on), so
-# the stop request is heard.
-STOP_ON_SIGINT = "QUANTSTUDY_STOP_ON_SIGINT"
 ERROR_PREFIX = "quantstudy: error: "  # how the CLI prints a user mistake (cli.py)
 
 Status = Literal["running", "complete", "failed", "interrupted"]

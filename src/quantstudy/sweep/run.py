@@ -88,11 +88,14 @@ def make_executor(
     address: str | None = None,
     transfer: Transfer = "auto",
     workers: int | None = None,
+    jobs: int = 1,
+    lock_dir: Path | None = None,
 ) -> tuple[Executor, int]:
-    """The executor of `kind` for `device`, and how many studies it runs at once."""
+    """The executor of `kind` for `device`, and how many studies it runs at once (`jobs` per
+    GPU on the local executor, timing behind a lock file in `lock_dir`: `sweep/local.py`)."""
     if kind == "ray":
         return RayExecutor(device, address, transfer, workers), workers or 1
-    local = LocalExecutor(local_slots(device, workers))
+    local = LocalExecutor(local_slots(device, workers, jobs, lock_dir))
     return local, len(local.slots)
 
 

@@ -10,18 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
 from quantstudy.record import StudyRecord
-from quantstudy.record.errors import UserError
-from quantstudy.record.load import RECORD_FILE, load_record
-from quantstudy.record.vocab import Engine
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
+from quantstudy.record.vocab import Engine, KernelOption, Outcome
 from quantstudy.sweep.events import Job
-from quantstudy.sweep.point import read_status
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
 
 
 class BatchX(Strict):
@@ -33,30 +28,20 @@ class BatchX(Strict):
     q3: float
 
 
-class SweepRow(Strict):
-    folder: str
-    model: str
+class SweepRow(StudyRow):
     weights: str
     recipe: str  # the recipe the study ran (a sweep-derived one is named <recipe>-<calibrator>)
     calibrator: str | None  # the one the study used; None when it did not get that far
     seed: int
-    fp8_kernel: str
-    status: str  # complete | failed | interrupted | partial | pending
-    error: str | None = None
-    wall_s: float | None = None  # the point's subprocess, start to end
-    study_s: float | None = None  # the study's own total from its stage timings
-    speed_meaningful: bool | None = None  # False: CPU timings
-    x: list[BatchX] = []
+    fp8_kernel: KernelOption
+    x: list[BatchX] = Field(default_factory=list)
     n_images: int | None = None
-    agreement: float | None = None  # FP8 top-1 agreement with fp32
     differ_count: int | None = None
-    kl_mean: float | None = None  # mean KL(fp32 || FP8)
     top1_change: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
     quality_meaningful: bool | None = None  # False: random weights
-    decision: str | None = None  # ship | not_ship | inconclusive
-    failed_gates: list[str] = []
+    failed_gates: list[str] = Field(default_factory=list)
 
     @property
     def x_last(self) -> BatchX | None:
@@ -84,43 +69,24 @@ class SweepSummary(Strict):
 
 def collect_row(job: Job, out: Path) -> SweepRow:
     """The row of one grid point from its folder (whatever stage it reached)."""
-    folder = out / job.folder
     p, c = job.point, job.point.config
-    status = read_status(folder)
     base = {
-        "folder": job.folder,
         "model": c.model,
         "weights": c.weights,
         "recipe": Path(p.recipe).stem if "/" in p.recipe else p.recipe,
         "calibrator": p.calibrator,
         "seed": c.seed,
-        "fp8_kernel": str(c.fp8_kernel),
-        "status": status.status if status else "pending",
-        "error": status.error if status else None,
-        "wall_s": status.wall_s if status else None,
+        "fp8_kernel": KernelOption(c.fp8_kernel or DEFAULT_FP8_KERNEL),
     }
-    study = folder / RECORD_FILE
-    if not study.is_file():
-        return SweepRow(**base)
-    try:
-        record = load_record(study)
-    except UserError as err:  # e.g. written by a newer version: the row says so
-        return SweepRow(**(base | {"status": "failed", "error": str(err)}))
-    if record.status != "complete" and base["status"] == "complete":
-        base["status"] = "partial"
-    return SweepRow(**(base | _measured(record)))
+    return read_row(out / job.folder, SweepRow, base, _measured)
 
 
 def _measured(record: StudyRecord) -> dict[str, Any]:
-    """The row's figures from a study record."""
-    found: dict[str, Any] = {}
+    """The sweep's own figures from a study record, beyond `sweep/row.py`'s."""
+    found: dict[str, Any] = fp8_quality(record)
     if record.recipe is not None:
-        found["recipe"] = record.recipe.name
         found["calibrator"] = record.recipe.calibrator
-    if record.timings is not None:
-        found["study_s"] = record.timings.total_s
     if record.speed is not None:
-        found["speed_meaningful"] = record.speed.meaningful
         found["x"] = [
             BatchX(batch=b.batch, median=b.ratio.median, q1=b.ratio.q1, q3=b.ratio.q3)
             for b in record.speed.batches
@@ -131,18 +97,12 @@ def _measured(record: StudyRecord) -> dict[str, Any]:
         if fp8 is not None:
             found |= {
                 "n_images": fp8.n_images,
-                "agreement": fp8.agreement,
                 "differ_count": fp8.differ_count,
-                "kl_mean": fp8.kl_mean,
                 "top1_change": fp8.top1_change,
                 "ci_low": fp8.ci_low,
                 "ci_high": fp8.ci_high,
             }
     if record.decision is not None:
-        decision = record.decision.model_dump(mode="json")
-        found["decision"] = decision.get("outcome") or (
-            "ship" if decision.get("ship") else "not_ship"
-        )
         found["failed_gates"] = list(record.decision.failed)
     return found
 
@@ -152,7 +112,7 @@ def best_per_model(rows: list[SweepRow]) -> list[ModelBest]:
     best = []
     for model in dict.fromkeys(r.model for r in rows):
         mine = [r for r in rows if r.model == model and r.status == "complete"]
-        ships = [r for r in mine if r.decision == "ship" and r.x_last is not None]
+        ships = [r for r in mine if r.decision == Outcome.SHIP and r.x_last is not None]
         if not ships:
             why = (
                 f"none of {len(mine)} complete studies ships under the policy"

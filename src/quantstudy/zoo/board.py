@@ -7,22 +7,17 @@ studies that measured quality on real weights; a speed-only row says so instead.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import Field
 
 from quantstudy.record import StudyRecord
-from quantstudy.record.vocab import Engine
-from quantstudy.sweep.events import Job
-from quantstudy.sweep.point import read_status
+from quantstudy.record.vocab import Engine, RowStatus
+from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
 from quantstudy.zoo.catalogue import ZooEntry
 
-LEADERBOARD_VERSION = 1
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+LEADERBOARD_VERSION = 2  # 2: rows carry where and with which sources they were measured
 
 
 class ZooBatch(Strict):
@@ -39,32 +34,51 @@ class ZooBatch(Strict):
     ideal_fraction: float | None = None  # x / ideal_x
 
 
-class ZooRow(Strict):
-    model: str
+class Measured(Strict):
+    """Where a row was measured: what decides whether a later run may keep it (`zoo/rows.py`)."""
+
+    commit: str | None  # the git commit the study ran at
+    created_utc: str  # when the row was written from its study
+    # `zoo/sources.py`: the hash of the code that built and timed its engines (None: its study
+    # was not started by a zoo that records it, so the row is stale to any run)
+    engine_sources: str | None
+    settings: dict[str, Any]  # what the study was asked (`zoo/points.py: row_settings`)
+    environment: dict[str, str | None]  # `ENVIRONMENT_KEYS` of the study's record
+
+
+class ZooRow(StudyRow):
     family: str
-    folder: str  # the study's folder inside --out
-    status: str  # complete | failed | interrupted | partial | pending
-    error: str | None = None
-    weights: str | None = None  # random | cache | named | file (the record's ModelInfo.weights)
     params_m: float | None = None  # parameters, millions
     gmacs: float | None = None  # conv and linear multiply-accumulates per image, billions
     img_size: int | None = None
     fp8_layers: int | None = None  # layers the FP8 engine ran as real FP8 products
     conv_linear_layers: int | None = None  # conv and linear layers the recipe looked at
-    recipe: str | None = None
-    speed_meaningful: bool | None = None  # False: CPU timings
-    batches: list[ZooBatch] = []
+    batches: list[ZooBatch] = Field(default_factory=list)
     quality_measured: bool = False  # real weights and a quality pass
-    agreement: float | None = None  # FP8 top-1 agreement with fp32 (quality rows only)
-    kl_mean: float | None = None
-    decision: str | None = None  # ship | not_ship | inconclusive (quality rows only)
-    wall_s: float | None = None  # the study's process, start to end (imports included)
-    study_s: float | None = None  # the study's run, start to end
     build_s: float | None = None  # engine builds, compilation and kernel tuning
-    stages: dict[str, float] = {}  # every stage of the run, seconds
+    stages: dict[str, float] = Field(default_factory=dict)  # every stage of the run, seconds
+    # status no_layer: why FP8 has nothing to speed up, and the recipe whose study gave the
+    # figures above (one that does select layers of the model); `recipe` stays the refused one
+    answer: str | None = None
+    x_recipe: str | None = None
+    measured: Measured | None = None  # None: not measured yet (or not by a finished study)
 
     def at(self, batch: int) -> ZooBatch | None:
         return next((b for b in self.batches if b.batch == batch), None)
+
+
+class Throughput(Strict):
+    """What one `quantstudy zoo` run measured and how fast: rows it measured (answers of the
+    shard, not those kept from committed rows or finished before), its studies' wall time from
+    the first start to the last end, and the studies it ran at a time."""
+
+    rows: int
+    wall_s: float
+    jobs: int
+
+    @property
+    def rows_per_minute(self) -> float:
+        return self.rows / (self.wall_s / 60) if self.wall_s > 0 else 0.0
 
 
 class Provenance(Strict):
@@ -77,6 +91,7 @@ class Provenance(Strict):
     device: str
     driver: dict[str, str | None]  # the zoo command's own environment (commit, versions)
     environments: list[dict[str, str | None]]  # each distinct environment the studies recorded
+    throughput: Throughput | None = None  # None: nothing measured (a page from committed rows)
 
 
 class Leaderboard(Strict):
@@ -100,43 +115,35 @@ ENVIRONMENT_KEYS = (
 )
 
 
-def recorded_environment(folder: Path) -> dict[str, str | None] | None:
-    """The environment a study recorded (`ENVIRONMENT_KEYS`), None without a readable record."""
-    try:
-        env = json.loads((folder / "study.json").read_text(encoding="utf-8"))["environment"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def recorded_environment(record: StudyRecord) -> dict[str, str | None]:
+    """The environment a study recorded (`ENVIRONMENT_KEYS`)."""
+    env = record.environment.model_dump(mode="json")
     return {k: None if env.get(k) is None else str(env[k]) for k in ENVIRONMENT_KEYS}
 
 
-def collect_row(entry: ZooEntry, job: Job, out: Path) -> ZooRow:
-    """The row of one model from its folder, whatever stage its study reached."""
-    folder = out / job.folder
-    status = read_status(folder)
-    base = ZooRow(
-        model=entry.name,
-        family=entry.family,
-        folder=job.folder,
-        status=status.status if status else "pending",
-        error=status.error if status else None,
-        wall_s=status.wall_s if status else None,
-    )
-    study = folder / "study.json"
-    if not study.is_file():
-        return base
-    try:
-        record = StudyRecord.model_validate_json(study.read_text(encoding="utf-8"))
-    except ValidationError as err:  # e.g. written by another version: the row says so
-        problem = f"study.json does not load: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}"
-        return base.model_copy(update={"status": "failed", "error": problem})
-    found = _measured(record)
-    if record.status != "complete" and base.status == "complete":
-        found["status"] = "partial"
-    return ZooRow.model_validate(base.model_dump() | found)
+def collect_row(entry: ZooEntry, folder: Path, stamp: dict[str, Any] | None = None) -> ZooRow:
+    """The row of one model from its study's folder, whatever stage its study reached; with
+    `stamp` (`Measured`'s engine_sources, settings and the driver's triton), a complete
+    record's row says where and with what it was measured."""
+
+    def measure(record: StudyRecord) -> dict[str, object]:
+        found = _measured(record)
+        if stamp is not None and record.status == "complete":
+            env = recorded_environment(record) | {"triton": stamp["triton"]}
+            found["measured"] = Measured(
+                commit=env["git_commit"],
+                created_utc=record.environment.created_utc,
+                engine_sources=stamp["engine_sources"],
+                settings=stamp["settings"],
+                environment=env,
+            )
+        return found
+
+    return read_row(folder, ZooRow, {"model": entry.name, "family": entry.family}, measure)
 
 
 def _measured(record: StudyRecord) -> dict[str, object]:
-    """The row's figures from a study record."""
+    """The zoo's own figures from a study record, beyond `sweep/row.py`'s."""
     found: dict[str, object] = {
         "weights": record.model.weights,
         "params_m": record.model.num_params / 1e6,
@@ -144,13 +151,11 @@ def _measured(record: StudyRecord) -> dict[str, object]:
         "img_size": record.preprocessing.input_size[1],
     }
     if record.recipe is not None:
-        found["recipe"] = record.recipe.name
         found["conv_linear_layers"] = len(record.recipe.selected) + len(record.recipe.excluded)
     fp8 = record.engine(Engine.FP8)
     if fp8 is not None:
         found["fp8_layers"] = len(fp8.fp8_real)
     if record.speed is not None:
-        found["speed_meaningful"] = record.speed.meaningful
         ideal = {i.batch: i for i in record.speed.ideal or []}
         found["batches"] = [
             ZooBatch(
@@ -169,7 +174,6 @@ def _measured(record: StudyRecord) -> dict[str, object]:
     if record.timings is not None:
         stages = {s.stage: s.seconds for s in record.timings.stages}
         found["stages"] = stages
-        found["study_s"] = record.timings.total_s
         found["build_s"] = round(sum(v for k, v in stages.items() if _is_build(k)), 3)
     return found
 
@@ -184,10 +188,9 @@ def _quality(record: StudyRecord) -> dict[str, object]:
     q = record.quality
     if q is None or not q.meaningful or record.model.random_weights:
         return {}
-    fp8 = next((e for e in q.engines if e.engine == Engine.FP8), None)
-    found: dict[str, object] = {"quality_measured": True}
-    if fp8 is not None:
-        found |= {"agreement": fp8.agreement, "kl_mean": fp8.kl_mean}
-    if record.decision is not None:
-        found["decision"] = str(record.decision.outcome)
-    return found
+    return {"quality_measured": True, **fp8_quality(record)}
+
+
+def is_answer(row: ZooRow) -> bool:
+    """A row that answers the leaderboard's question: timed, or no layer for FP8."""
+    return row.status in (RowStatus.COMPLETE, RowStatus.NO_LAYER)

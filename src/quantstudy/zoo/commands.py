@@ -6,22 +6,20 @@ import argparse
 from pathlib import Path
 from typing import get_args
 
+from quantstudy.record.command import Command, batches, command_line
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Device, choices
 from quantstudy.sweep.events import ExecutorKind, Transfer
 from quantstudy.zoo.catalogue import WeightsMode, parse_shard
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _arguments(zoo: argparse.ArgumentParser) -> None:
     """`quantstudy zoo --data DIR`: one speed study per model of a list, and the leaderboard."""
-    zoo = sub.add_parser(
-        "zoo",
-        help="time fp16 against FP8 for every model of a list (default: the committed timm "
-        "zoo), in shards, resumable, and write the leaderboard (CSV, JSON, Markdown, plot)",
-        epilog="exit status: 0 every model of the shard finished, 1 one or more failed (see "
-        "zoo.md), 130 stopped (rerun to resume); docs/zoo.md",
+    zoo.add_argument(
+        "--data",
+        type=Path,
+        help="images to calibrate and time on (required, except to write the page from --rows)",
     )
-    zoo.add_argument("--data", type=Path, required=True, help="images to calibrate and time on")
     zoo.add_argument("--calib-data", type=Path, help="calibration images from another folder")
     zoo.add_argument("--class-list", type=Path, help="wnids in label order, one a line")
     zoo.add_argument("--models", type=Path, help="zoo list YAML (default: the committed list)")
@@ -40,7 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "speed only for the others",
     )
     zoo.add_argument("--device", choices=choices(Device), help="default: cuda when available")
-    zoo.add_argument("--batches", default="1,128", help="timed batch sizes (default 1,128)")
+    zoo.add_argument(
+        "--batches", type=batches, default=(1, 128), help="timed batch sizes (default 1,128)"
+    )
     zoo.add_argument("--calib", type=int, default=64, help="calibration images (default 64)")
     zoo.add_argument(
         "--heldout",
@@ -52,7 +52,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     zoo.add_argument("--out", type=Path, default=Path("zoo"), help="zoo folder (default zoo/)")
     zoo.add_argument("--executor", choices=get_args(ExecutorKind), default="local")
     zoo.add_argument("--address", help="Ray cluster address (default: start a local one)")
-    zoo.add_argument("--workers", type=int, help="parallel studies (default: one per GPU)")
+    zoo.add_argument("--workers", type=int, help="GPUs to use (default: every visible one)")
+    zoo.add_argument(
+        "--jobs",
+        type=int,
+        help="studies sharing each GPU: their compiles and tile tuning overlap, every timing "
+        "holds the GPU alone behind a lock file in --out (default: a study per 4 cores, at "
+        "most 4, on a GPU; 1 on the CPU)",
+    )
+    zoo.add_argument(
+        "--rows",
+        type=Path,
+        help="the committed rows, one JSON per model (e.g. docs/results/zoo): fresh ones are "
+        "kept, missing and stale ones measured and written there (docs/zoo.md)",
+    )
+    zoo.add_argument(
+        "--page",
+        type=Path,
+        help="also write the leaderboard page here, its plot beside it; without --data: "
+        "render it from --rows alone, running nothing",
+    )
+    zoo.add_argument(
+        "--check-alone",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="after the run, time MODEL again with no other study on the GPU and say whether "
+        "its x agrees with its row's (repeatable; writes alone-check.json in --out)",
+    )
     zoo.add_argument("--transfer", choices=get_args(Transfer), default="auto")
     zoo.add_argument("--dry-run", action="store_true", help="print the shard and stop")
     zoo.add_argument(
@@ -62,20 +89,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
 
 
-def _batches(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(b) for b in text.split(","))
-    except ValueError:
-        raise UserError(f"--batches must look like 1,128, not '{text}'") from None
-
-
-def run_command(args: argparse.Namespace, command: tuple[str, ...]) -> int:
-    """Run `quantstudy zoo` with the parsed `args`; `command` is recorded as its provenance."""
+def _run(args: argparse.Namespace) -> int:
+    """Run `quantstudy zoo` with the parsed `args`; its command line is recorded as provenance."""
     from quantstudy.zoo.points import ZooOptions
-    from quantstudy.zoo.run import run_zoo
+    from quantstudy.zoo.run import run_zoo, write_board
 
+    if args.data is None and (args.rows is None or args.page is None):
+        raise UserError("zoo needs --data DIR to run studies, or --rows DIR and --page FILE "
+                        "to write the leaderboard page from the committed rows")  # fmt: skip
     options = ZooOptions(
-        data=args.data,
+        data=args.data or Path("."),
         out=args.out,
         calib_data=args.calib_data,
         class_list=args.class_list,
@@ -83,15 +106,29 @@ def run_command(args: argparse.Namespace, command: tuple[str, ...]) -> int:
         shard=parse_shard(args.shard),
         weights=args.weights,
         device=args.device,
-        batches=_batches(args.batches),
+        batches=args.batches,
         calib=args.calib,
         heldout=args.heldout,
         executor=args.executor,
         address=args.address,
         transfer=args.transfer,
         workers=args.workers,
+        jobs=args.jobs,
+        rows=args.rows,
+        page=args.page,
+        check_alone=tuple(args.check_alone),
         dry_run=args.dry_run,
         run=not args.leaderboard_only,
-        command=command,
+        command=("quantstudy", *command_line(args)),
     )
-    return run_zoo(options)
+    return write_board(options) if args.data is None else run_zoo(options)
+
+
+ZOO = Command(
+    "time fp16 against FP8 for every model of a list (default: the committed timm "
+    "zoo), in shards, resumable, and write the leaderboard (CSV, JSON, Markdown, plot)",
+    _arguments,
+    _run,
+    "exit status: 0 every model of the shard finished, 1 one or more failed (see "
+    "zoo.md), 130 stopped (rerun to resume); docs/zoo.md",
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from quantstudy.record.vocab import RowStatus
 from quantstudy.zoo.board import Leaderboard, ZooRow
 from quantstudy.zoo.render import family_medians, ranked
 
@@ -30,11 +31,23 @@ def _ideal(row: ZooRow, batch: int) -> str:
 
 
 def _decision(row: ZooRow) -> str:
-    if row.status != "complete":
+    if row.status == RowStatus.NO_LAYER:
+        return f"no layer for FP8 (x of {row.x_recipe})"
+    if row.status != RowStatus.COMPLETE:
         return row.status
     if not row.quality_measured:
         return "speed only"
-    return (row.decision or "-").replace("_", " ")
+    said = (row.decision or "-").replace("_", " ")
+    return said if row.agreement is None else f"{said} (top-1 agreement {row.agreement:.2%})"
+
+
+def _where(row: ZooRow) -> str:
+    """The commit that measured the row, and on what."""
+    m = row.measured
+    if m is None:
+        return "-"
+    gpu = (m.environment.get("gpu_name") or "CPU").removeprefix("NVIDIA ")
+    return f"{(m.commit or '-')[:7]}, {gpu}"
 
 
 def _layers(row: ZooRow) -> str:
@@ -47,9 +60,21 @@ def _provenance(board: Leaderboard) -> list[str]:
     p = board.provenance
     lines = [f"Command: `{' '.join(p.command)}` (shard {p.shard}, weights {p.weights})."]
     for env in p.environments:
-        keys = ("gpu_name", "gpu_driver", "cuda", "torch", "timm", "quantstudy", "git_commit")
+        keys = ("gpu_name", "gpu_driver", "cuda", "torch", "triton", "timm", "git_commit")
         lines.append("Studies ran on: " + ", ".join(f"{k} {env.get(k) or '-'}" for k in keys) + ".")
+    if p.throughput is not None:
+        t = p.throughput
+        lines.append(
+            f"This run measured {t.rows} rows in {t.wall_s / 60:.1f} min of studies, {t.jobs} at "
+            f"a time: {t.rows_per_minute:.2f} rows a minute."
+        )
     driver = p.driver
+    if not driver:  # rendered from committed rows (`zoo/run.py: write_board`)
+        lines.append(
+            f"Rendered from the committed rows (last measured {p.created_utc}) over "
+            f"{p.models_file} (sha256 {p.models_sha256[:12]}); each row names its commit."
+        )
+        return lines
     lines.append(
         f"Leaderboard written {p.created_utc} from {p.models_file} (sha256 "
         f"{p.models_sha256[:12]}) at commit {driver.get('git_commit') or '-'}, triton "
@@ -93,7 +118,7 @@ def render_markdown(board: Leaderboard) -> str:
     head = ["model", "family", "params (M)", "GMACs", "img", "FP8 / conv+linear", "recipe"]
     for b in batches:
         head += [f"fp16 ms @{b}", f"FP8 ms @{b}", f"x @{b} [q1, q3]"]
-    head += [f"of ideal x @{last}", "decision", "s: process / study / build"]
+    head += [f"of ideal x @{last}", "decision", "s: process / study / build", "measured at"]
     lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in ranked(board.rows, last):
         cells = [r.model, r.family, _num(r.params_m, ".1f"), _num(r.gmacs, ".2f")]
@@ -101,9 +126,13 @@ def render_markdown(board: Leaderboard) -> str:
         for b in batches:
             cells += [*_ms(r, b), _x(r, b)]
         timing = " / ".join(_num(v, ".0f") for v in (r.wall_s, r.study_s, r.build_s))
-        cells += [_ideal(r, last), _decision(r), timing]
+        cells += [_ideal(r, last), _decision(r), timing, _where(r)]
         lines.append("| " + " | ".join(cells) + " |")
-    failed = [r for r in board.rows if r.status == "failed"]
+    answers = [r for r in board.rows if r.status == RowStatus.NO_LAYER]
+    if answers:
+        lines += ["", "## Models with no layer where FP8 pays", ""]
+        lines += [f"- {r.model}: {r.answer}" for r in answers]
+    failed = [r for r in board.rows if r.status == RowStatus.FAILED]
     if failed:
         lines += ["", "## Models that failed", ""]
         lines += [f"- {r.model}: {r.error} (log: `{r.folder}/run.log`)" for r in failed]

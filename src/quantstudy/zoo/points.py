@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantstudy.model.loading import has_cached_weights
-from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import Device, FP8Kernel
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
+from quantstudy.record.vocab import Device, KernelOption
 from quantstudy.sweep.events import ExecutorKind, Transfer
 from quantstudy.sweep.grid import GridPoint, recipe_file_sha256
 from quantstudy.zoo.catalogue import ALL, Shard, WeightsMode, ZooEntry
@@ -45,6 +45,10 @@ class ZooOptions:
     address: str | None = None
     transfer: Transfer = "auto"
     workers: int | None = None
+    jobs: int | None = None  # studies sharing each GPU (`sweep/local.py`); None: the default
+    rows: Path | None = None  # the committed rows (`zoo/rows.py`): kept where fresh, updated
+    page: Path | None = None  # also write the leaderboard page here (its plot beside it)
+    check_alone: tuple[str, ...] = ()  # models timed again alone after the run, to compare
     dry_run: bool = False
     run: bool = True  # False: write the leaderboard from what --out holds, run nothing
     command: tuple[str, ...] = field(default_factory=tuple)  # for the provenance
@@ -73,9 +77,23 @@ def zoo_point(entry: ZooEntry, options: ZooOptions, device: str) -> GridPoint:
         heldout=options.heldout,
         batches=options.batches,
         device=device,
-        fp8_kernel=FP8Kernel.FUSED,
+        fp8_kernel=KernelOption.FUSED,
         speed=True,
         quality=weights != "random",
     )
     sha = recipe_file_sha256(entry.recipe) if entry.recipe else None
     return GridPoint(config=config, recipe_sha256=sha)
+
+
+def row_settings(point: GridPoint) -> dict[str, object]:
+    """What a row's study was asked, without this host's paths: a kept row must match it."""
+    c = point.config
+    weights = c.weights if c.weights in ("random", "cache") else Path(c.weights).name
+    return {
+        "weights": weights,
+        "recipe": point.recipe if "/" not in point.recipe else Path(point.recipe).name,
+        "batches": list(c.batches),
+        "calib": c.calib,
+        "heldout": c.heldout,
+        "fp8_kernel": str(c.fp8_kernel or DEFAULT_FP8_KERNEL),
+    }

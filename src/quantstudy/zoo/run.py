@@ -13,35 +13,44 @@ folder and in the leaderboard), 130 when stopped (finished models are kept; reru
 from __future__ import annotations
 
 import importlib.metadata
+import shutil
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
 
 from quantstudy.record.io import write_json_atomic, write_text_atomic
-from quantstudy.sweep.events import Job
+from quantstudy.record.vocab import RowStatus, choices
+from quantstudy.sweep.events import Executor, Job
+from quantstudy.sweep.local import default_jobs
 from quantstudy.sweep.point import is_finished
 from quantstudy.sweep.run import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
-    STATUSES,
     grid_table,
     make_executor,
     resolve_device,
     run_jobs,
     sweep_console,
 )
+from quantstudy.zoo.alone import check_alone
+from quantstudy.zoo.answers import answered, chain, next_refused, refused
 from quantstudy.zoo.board import (
     Leaderboard,
     Provenance,
+    Throughput,
+    ZooRow,
     collect_row,
-    recorded_environment,
+    is_answer,
 )
 from quantstudy.zoo.catalogue import Catalogue, ZooEntry, load_catalogue
 from quantstudy.zoo.markdown import render_markdown
-from quantstudy.zoo.points import ZooOptions, zoo_point
+from quantstudy.zoo.points import ZooOptions, row_settings, zoo_point
 from quantstudy.zoo.render import render_csv, write_plot
+from quantstudy.zoo.rows import Current, read_rows, stale_reasons, write_row
+from quantstudy.zoo.sources import engine_sources_sha256, read_marker, write_marker
 
 Listed = list[tuple[ZooEntry, Job]]
 
@@ -57,39 +66,193 @@ def run_zoo(options: ZooOptions, console: Console | None = None) -> int:
         listed.append((entry, Job(point, point.folder_name)))
     out = options.out.resolve()  # studies run in their own folders
     out.mkdir(parents=True, exist_ok=True)
-    mine = [job for _, job in options.shard.take(listed)]
-    todo = [j for j in mine if not is_finished(out / j.folder)]
+    current = current_state(device)
+    kept = _fresh_rows(options, listed, current, console)
+    mine = [job for e, job in options.shard.take(listed) if e.name not in kept]
+    todo = [j for j in mine if not _done_here(out / j.folder, current.engine_sources)]
     console.print(grid_table(mine, out))
     console.print(
-        f"zoo: {len(listed)} models in {catalogue.source}, shard {options.shard}: {len(mine)}, "
+        f"zoo: {len(listed)} models in {catalogue.source}, shard {options.shard}: "
+        f"{len(mine) + len(kept)}, {len(kept)} kept from {options.rows}, "
         f"{len(mine) - len(todo)} finished before, {len(todo)} to run on {device}; out: {out}"
     )
     if options.dry_run:
         return 0
-    interrupted = False
-    if options.run and todo:
+    interrupted, throughput = False, None
+    if options.run:
+        jobs = options.jobs or default_jobs(device)
         executor, _ = make_executor(
-            options.executor, device, options.address, options.transfer, options.workers
-        )
-        interrupted = run_jobs(todo, out, executor, console)
-    board = write_leaderboard(options, catalogue, listed, out, device)
+            options.executor, device, options.address, options.transfer, options.workers,
+            jobs=jobs, lock_dir=out,
+        )  # fmt: skip
+        start = time.monotonic()
+        interrupted = _run_with_answers(mine, todo, out, executor, console, current)
+        wall = time.monotonic() - start
+        ran = {j.folder for j in todo}
+        triton = _version("triton")
+        answered = sum(is_answer(_row(e, j, out, triton)) for e, j in listed if j.folder in ran)
+        throughput = Throughput(rows=answered, wall_s=round(wall, 1), jobs=jobs)
+        if todo:
+            console.print(
+                f"zoo: {answered} rows measured in {wall / 60:.1f} min with {jobs} at a time, "
+                f"{throughput.rows_per_minute:.2f} rows a minute"
+            )
+    board = write_leaderboard(options, catalogue, listed, out, device, kept, throughput)
+    if options.rows is not None:
+        for row in board.rows:
+            if row.model not in kept and is_answer(row) and _fresh(row, current):
+                write_row(options.rows, row)
     console.print("zoo: " + ", ".join(f"{n} {s}" for s, n in board.counts.items() if n))
     console.print(f"leaderboard: {out / 'zoo.md'}, {out / 'zoo.csv'}")
     if interrupted:
         return EXIT_INTERRUPTED
-    shard = {j.folder for j in mine}
-    unfinished = [r for r in board.rows if r.folder in shard and r.status != "complete"]
-    return EXIT_FAILED if options.run and unfinished else 0
+    shard = {j.point.config.model for j in mine}
+    unfinished = [r for r in board.rows if r.model in shard and not is_answer(r)]
+    agree = not options.check_alone or check_alone(
+        options.check_alone, listed, out, device, console
+    )
+    return EXIT_FAILED if (options.run and unfinished) or not agree else 0
+
+
+def current_state(device: str) -> Current:
+    """The engine sources and environment this run would measure a row with."""
+    import torch
+
+    gpu = torch.cuda.get_device_name() if device == "cuda" else None
+    env = {"gpu_name": gpu, "torch": torch.__version__, "triton": _version("triton")}
+    return Current(engine_sources_sha256(), env)
+
+
+def _fresh_rows(
+    options: ZooOptions, listed: Listed, current: Current, console: Console
+) -> dict[str, ZooRow]:
+    """The committed rows this run keeps (`zoo/rows.py`), by model; each stale one is said."""
+    if options.rows is None:
+        return {}
+    committed = read_rows(options.rows)
+    kept = {}
+    for entry, job in listed:
+        row = committed.get(entry.name)
+        if row is None:
+            continue
+        reasons = stale_reasons(row, row_settings(job.point), current)
+        if reasons:
+            console.print(f"zoo: {entry.name}: stale row, measured again ({'; '.join(reasons)})")
+        else:
+            kept[entry.name] = row
+    return kept
+
+
+def _done_here(folder: Path, sources: str) -> bool:
+    """`folder` holds the model's answer under `sources`; a finished study of other sources is
+    moved aside (`<folder>.stale`) so its study runs again from the start."""
+    finished = is_finished(folder) or refused(folder)
+    if finished and read_marker(folder) == sources:
+        return True
+    if finished:
+        aside = folder.with_name(folder.name + ".stale")
+        shutil.rmtree(aside, ignore_errors=True)
+        folder.rename(aside)
+    return False
+
+
+def _run_with_answers(
+    mine: list[Job],
+    todo: list[Job],
+    out: Path,
+    executor: Executor,
+    console: Console,
+    current: Current,
+) -> bool:
+    """Run `todo`, then the fallback studies of the models of `mine` whose recipe selects no
+    layer (`zoo/answers.py`), one round per fallback; True when stopped."""
+    sources = current.engine_sources
+    jobs = todo
+    while True:
+        for job in jobs:
+            write_marker(out / job.folder, sources)
+        if run_jobs(jobs, out, executor, console):
+            return True
+        jobs = [f for j in mine if (f := next_refused(j, out)) is not None]
+        jobs = [j for j in jobs if not _done_here(out / j.folder, sources)]
+        if not jobs:
+            return False
+
+
+def _fresh(row: ZooRow, current: Current) -> bool:
+    """`row` was measured here and now: it may go into the committed rows."""
+    return row.measured is not None and not stale_reasons(row, row.measured.settings, current)
+
+
+def _row(entry: ZooEntry, job: Job, out: Path, triton: str | None) -> ZooRow:
+    """The model's row from the folders of its chain (its own study, then any fallbacks)."""
+    rows = []
+    for step in chain(job):
+        folder = out / step.folder
+        stamp = {"engine_sources": read_marker(folder), "settings": row_settings(job.point)}
+        rows.append((step, collect_row(entry, folder, stamp | {"triton": triton})))
+    return answered(out, rows)
+
+
+def write_board(options: ZooOptions) -> int:
+    """The leaderboard page at `options.page` from the rows in `options.rows` alone, nothing
+    run (`quantstudy zoo --rows DIR --page FILE` without --data); its provenance is the rows'
+    own, so the same rows give the same page."""
+    assert options.rows is not None and options.page is not None  # commands.py checks
+    catalogue = load_catalogue(options.models)
+    committed = read_rows(options.rows)
+    rows = [committed.get(e.name) or ZooRow(model=e.name, family=e.family, folder="-")
+            for e in catalogue.entries]  # fmt: skip
+    stamps = [r.measured for r in rows if r.measured is not None]
+    environments: list[dict[str, str | None]] = []
+    for m in stamps:
+        if m.environment not in environments:
+            environments.append(m.environment)
+    batches = sorted({b.batch for r in rows for b in r.batches}) or list(options.batches)
+    board = Leaderboard(
+        provenance=Provenance(
+            command=list(options.command),
+            created_utc=max((m.created_utc for m in stamps), default="-"),
+            models_file=Path(catalogue.source).name,
+            models_sha256=catalogue.sha256,
+            shard=str(options.shard),
+            weights=options.weights,
+            device="cuda" if any(e.get("gpu_name") for e in environments) else "cpu",
+            driver={},
+            environments=environments,
+        ),
+        batches=batches,
+        counts={s: sum(r.status == s for r in rows) for s in choices(RowStatus)},
+        rows=rows,
+    )
+    page = options.page
+    page.parent.mkdir(parents=True, exist_ok=True)
+    board = board.model_copy(update={"plot": write_plot(board, page.parent)})
+    plot = page.with_suffix(".png")
+    if board.plot is not None and plot.name != board.plot:
+        (page.parent / board.plot).replace(plot)
+        board = board.model_copy(update={"plot": plot.name})
+    write_text_atomic(page, render_markdown(board))
+    return 0
 
 
 def write_leaderboard(
-    options: ZooOptions, catalogue: Catalogue, listed: Listed, out: Path, device: str
+    options: ZooOptions,
+    catalogue: Catalogue,
+    listed: Listed,
+    out: Path,
+    device: str,
+    kept: dict[str, ZooRow] | None = None,
+    throughput: Throughput | None = None,
 ) -> Leaderboard:
-    """zoo.json, zoo.csv, zoo.png and zoo.md in `out`, over every model of the list."""
-    rows = [collect_row(entry, job, out) for entry, job in listed]
+    """zoo.json, zoo.csv, zoo.png and zoo.md in `out` (and the page at `options.page`), over
+    every model of the list: its `kept` row, else the row of its studies in `out`."""
+    kept = kept or {}
+    triton = _version("triton")
+    rows = [kept.get(e.name) or _row(e, j, out, triton) for e, j in listed]
     environments: list[dict[str, str | None]] = []
-    for _, job in listed:
-        env = recorded_environment(out / job.folder)
+    for row in rows:
+        env = row.measured.environment if row.measured is not None else None
         if env is not None and env not in environments:
             environments.append(env)
     board = Leaderboard(
@@ -103,16 +266,36 @@ def write_leaderboard(
             device=device,
             driver=_driver(),
             environments=environments,
+            throughput=throughput,
         ),
         batches=list(options.batches),
-        counts={s: sum(r.status == s for r in rows) for s in STATUSES},
+        counts={s: sum(r.status == s for r in rows) for s in choices(RowStatus)},
         rows=rows,
     )
     board = board.model_copy(update={"plot": write_plot(board, out)})
     write_json_atomic(out / "zoo.json", board.model_dump(mode="json"))
     write_text_atomic(out / "zoo.csv", render_csv(board))
     write_text_atomic(out / "zoo.md", render_markdown(board))
+    if options.page is not None:
+        write_page(board, out, options.page)
     return board
+
+
+def write_page(board: Leaderboard, out: Path, page: Path) -> None:
+    """The leaderboard page at `page`, its plot beside it (for docs/: `zoo board`)."""
+    page.parent.mkdir(parents=True, exist_ok=True)
+    plot = None
+    if board.plot is not None:
+        plot = page.with_suffix(".png").name
+        shutil.copyfile(out / board.plot, page.parent / plot)
+    write_text_atomic(page, render_markdown(board.model_copy(update={"plot": plot})))
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _driver() -> dict[str, str | None]:
@@ -130,8 +313,5 @@ def _driver() -> dict[str, str | None]:
         "torch": env.torch,
         "timm": env.timm,
     }
-    try:
-        found["triton"] = importlib.metadata.version("triton")
-    except importlib.metadata.PackageNotFoundError:
-        found["triton"] = None
+    found["triton"] = _version("triton")
     return found

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One row of tools/bench/peers-rows.yaml (the N-th, from 1) as a job of tools/device/batch.py:
+# One row of tools/lab/bench/peers-rows.yaml (the N-th, from 1) as a job of tools/device/batch.py:
 #     bash tools/device/jobs/peers-row.sh N
 # The row is written as a record of its own, $OUT/peers-row.json: rows run side by side on the
 # GPUs of one host, or one after another on one GPU, and the `peers-merge` job makes the table
@@ -13,7 +13,7 @@ import sys
 
 import yaml
 
-rows = yaml.safe_load(open("tools/bench/peers-rows.yaml"))["rows"]
+rows = yaml.safe_load(open("tools/lab/bench/peers-rows.yaml"))["rows"]
 yaml.safe_dump({"rows": [rows[int(sys.argv[1]) - 1]]}, open(sys.argv[2], "w"))
 PY
 TIMEOUT=$((JOB_BUDGET_S - 30)) bash tools/device/quantstudy.sh peers bench peers \

@@ -184,7 +184,9 @@ def _calibration_batches(prepared: Prepared) -> Callable[[], Iterator[torch.Tens
     return lambda: batches(x, size, dev)
 
 
-def _speed(fp16: Engine, fp8: Engine, images: torch.Tensor, sizes: list[int]) -> list[dict]:
+def _speed(
+    fp16: Engine, fp8: Engine, images: torch.Tensor, sizes: list[int]
+) -> list[dict[str, Any]]:
     """x = fp16 ms / FP8 ms per batch size, from the study's timing harness (no profile)."""
     from quantstudy.speed.harness import measure_speed
 

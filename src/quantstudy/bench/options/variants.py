@@ -40,63 +40,63 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "sequential nearest + bias correction": {
         "rounding": Rounding.NEAREST,
         "bias_correction": True,
-        "sequential": True,
+        "propagated": True,
     },
     "sequential compensating + bias correction": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
-        "sequential": True,
+        "propagated": True,
     },
     "sequential nearest + bc + per-row scales": {
         "rounding": Rounding.NEAREST,
         "bias_correction": True,
         "row_scales": True,
-        "sequential": True,
+        "propagated": True,
     },
     "sequential compensating + bc + per-row scales": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "row_scales": True,
-        "sequential": True,
+        "propagated": True,
     },
     "sequential compensating + bc + smooth migration": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
-        "sequential": True,
+        "propagated": True,
     },
     "sequential compensating + bc + per-layer calibrators": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "layer_calibrators": "choose",
-        "sequential": True,
+        "propagated": True,
     },
     "sequential compensating + bc + mse calibrator": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "calibrator": Calibrator.MSE,
-        "sequential": True,
+        "propagated": True,
     },
     "sequential compensating + bc + percentile calibrator": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "calibrator": Calibrator.PERCENTILE,
         "params": {"percentile": 99.99},
-        "sequential": True,
+        "propagated": True,
     },
     "sequential compensating + bc + smooth migration + mse calibrator": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
         "calibrator": Calibrator.MSE,
-        "sequential": True,
+        "propagated": True,
     },
     "sequential compensating + bc + smooth migration + per-layer calibrators": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
         "layer_calibrators": "choose",
-        "sequential": True,
+        "propagated": True,
     },
     "nearest + bc + tuned biases": {
         "rounding": Rounding.NEAREST,
@@ -112,14 +112,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
-        "sequential": True,
+        "propagated": True,
         "tune": Tuning.BIAS,
     },
     "sequential compensating + bc + smooth migration + tuned biases, 30 epochs": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
-        "sequential": True,
+        "propagated": True,
         "tune": Tuning.BIAS,
         "tune_epochs": 30,
     },
@@ -127,7 +127,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
-        "sequential": True,
+        "propagated": True,
         "tune": Tuning.SCALE_BIAS,
     },
     "compensating + bc + per-layer calibrators": {
@@ -142,7 +142,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
 }
 
-# The sequential fit with migration, the base of the searches and per-row variants below;
+# The propagated fit ("sequential" in the variant names, which name measured rows of
+# docs/results) with migration, the base of the searches and per-row variants below;
 # `generic_pointwise_sequential` itself is `f"{_NO_MIGRATION} + scale search + refinement +
 # headroom 4"` (its recipe file says why migration is left out).
 _BUILT_IN = "sequential compensating + bc + smooth migration"

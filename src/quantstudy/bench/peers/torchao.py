@@ -28,6 +28,7 @@ from quantstudy.engines.builders import (
     deployed_copy,
     half_dtype,
 )
+from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant.plan.apply import Applied
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.study.prepare import Prepared, batches
@@ -105,7 +106,7 @@ def build_torchao(prepared: Prepared, peer: Peer, layers: Sequence[str]) -> Buil
     device, config = prepared.device, prepared.config
     dtype = peer_dtype(peer, device)
     fold = prepared.recipe.weights.fold_bn
-    m = deployed_copy(prepared.model, prepared.example, fold).to(device, dtype)
+    m = drop_eval_caches(deployed_copy(prepared.model, prepared.example, fold).to(device, dtype))
     m = m.to(memory_format=torch.channels_last)
     calibration = (
         x.to(dtype).contiguous(memory_format=torch.channels_last)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from quantstudy.quant.calibration.calibrators import _BINS, Calibrator, make_calibrator
+from quantstudy.quant.calibration.calibrators import BINS, Calibrator, make_calibrator
 from quantstudy.quant.formats.fp8 import E4M3_MAX
 from quantstudy.quant.graph.trace import PreHook, pre_hooks
 from quantstudy.record import CalibrationInfo, TensorScale
@@ -216,7 +216,7 @@ class InputStats:
 
     Every registered calibrator's amax is a function of (`amax`, `hist`, `nonfinite`) alone:
     `max` reads `amax`, `percentile`, `mse` and `entropy` search the histogram of |x|, whose
-    log-spaced bins are fixed (`calibrators._BINS`), not chosen per calibrator or parameter.
+    log-spaced bins are fixed (`calibrators.BINS`), not chosen per calibrator or parameter.
     So one observation serves every calibrator and parameter of a layer, and the per-channel
     statistics (means and max |x| for bias correction and migration, the second moment for
     compensating rounding) come from the same pass. What is not shareable: inputs divided by a
@@ -226,7 +226,7 @@ class InputStats:
 
     amax: float
     nonfinite: int
-    hist: torch.Tensor  # float64 counts per log2 bin of |x| (`calibrators._BINS`)
+    hist: torch.Tensor  # float64 counts per log2 bin of |x| (`calibrators.BINS`)
     channel_sum: torch.Tensor  # float64 per input channel
     channel_amax: torch.Tensor  # float32 max |x| per input channel
     count: int  # values per channel summed in channel_sum
@@ -280,7 +280,7 @@ def observe(
         if moment is not None:
             assert moment.total is not None  # the same pass collected it (the layer ran)
             second_sum = moment.total.cpu()
-        hist = cal.hist if cal.hist is not None else torch.zeros(_BINS, dtype=torch.float64)
+        hist = cal.hist if cal.hist is not None else torch.zeros(BINS, dtype=torch.float64)
         stats[name] = InputStats(
             amax=cal.amax,
             nonfinite=cal.nonfinite,

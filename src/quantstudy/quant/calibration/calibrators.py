@@ -37,7 +37,7 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Calibrator as CalibratorName
 
 _LOG2_LO, _LOG2_HI, _PER_OCTAVE = -24, 24, 64
-_BINS = (_LOG2_HI - _LOG2_LO) * _PER_OCTAVE
+BINS = (_LOG2_HI - _LOG2_LO) * _PER_OCTAVE
 
 
 class Calibrator:
@@ -62,7 +62,7 @@ class Calibrator:
         if self.uses_histogram:
             idx = ((torch.log2(a.clamp_min(2.0**_LOG2_LO)) - _LOG2_LO) * _PER_OCTAVE).long()
             # kept on the CPU, where the clip searches run over the bins
-            counts = torch.bincount(idx.clamp(0, _BINS - 1), minlength=_BINS).double().cpu()
+            counts = torch.bincount(idx.clamp(0, BINS - 1), minlength=BINS).double().cpu()
             self.hist = counts if self.hist is None else self.hist + counts
 
     def compute_amax(self) -> float:
@@ -70,7 +70,7 @@ class Calibrator:
 
     @staticmethod
     def _edges() -> torch.Tensor:
-        return 2.0 ** (_LOG2_LO + torch.arange(_BINS + 1, dtype=torch.float64) / _PER_OCTAVE)
+        return 2.0 ** (_LOG2_LO + torch.arange(BINS + 1, dtype=torch.float64) / _PER_OCTAVE)
 
     def _centres(self) -> torch.Tensor:
         """Geometric bin centres, capped at the observed max."""
@@ -115,7 +115,7 @@ class PercentileCalibrator(Calibrator):
         cdf = torch.cumsum(self.hist, 0) / self.hist.sum()
         target = torch.tensor(self.percentile / 100, dtype=torch.float64)
         idx = int(torch.searchsorted(cdf, target))
-        upper = float(self._edges()[min(idx, _BINS - 1) + 1])
+        upper = float(self._edges()[min(idx, BINS - 1) + 1])
         return min(self.amax, upper)
 
 
@@ -173,7 +173,7 @@ class EntropyCalibrator(_SearchCalibrator):
         p = counts.clone()
         over = centres > clip
         clip_bin = int(torch.searchsorted(self._edges(), torch.tensor(clip, dtype=torch.float64)))
-        clip_bin = min(max(clip_bin - 1, 0), _BINS - 1)
+        clip_bin = min(max(clip_bin - 1, 0), BINS - 1)
         p[clip_bin] += p[over].sum()
         p[over] = 0
         codes = self._quantized(clip, centres.clamp(max=clip))

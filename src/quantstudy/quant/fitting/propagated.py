@@ -1,4 +1,4 @@
-"""Propagated FP8 weight fitting (a recipe's `weights.sequential`): each layer's stored weights and
+"""Propagated FP8 weight fitting (a recipe's `weights.propagated`): each layer's stored weights and
 bias fitted, in execution order, to what the fp32 network computes there, from the input the
 partly quantized network gives it, so the error of every earlier FP8 layer propagates into the fit.
 
@@ -29,7 +29,7 @@ reaches them:
    the activation: the shift s per output channel solves mean(act(Q x~ + b - s)) =
    mean(act(W x + b)) over a seeded sample of `SAMPLE_ROWS` positions per batch, paired across
    the two networks (`bias_shift`). Matching before the activation instead moves channels that
-   the activation cuts off, and made Lite0's KL mean worse than no sequential fit at all.
+   the activation cuts off, and made Lite0's KL mean worse than no propagated fit at all.
    Elsewhere the mean output itself: b - (Q E[x~] - W E[x]) over every position (for a kxk or
    depthwise conv, from the paired sample of both outputs).
 

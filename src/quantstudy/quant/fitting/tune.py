@@ -1,6 +1,6 @@
 """End-to-end tuning of the FP8 layers' output scales and biases against the fp32 logits.
 
-Rounding, bias correction and the sequential fit (`quant/fitting/rounding.py`, `bias_correction.py`,
+Rounding, bias correction and the propagated fit (`quant/fitting/rounding.py`, `bias_correction.py`,
 `propagated.py`) each fix one layer's own output, from its mean or second moment; none looks at what
 the network finally computes. What they leave on a small network is mostly the activations' FP8
 rounding noise, which no per-layer statistic removes, and its effect on the logits depends on the
@@ -25,7 +25,7 @@ emulated network's logits match the fp32 network's on the calibration images:
 
 Cost: `epochs` forward and backward passes of the training images through the emulation, plus
 one forward pass of all calibration images through the fp32 model and one of the held-out ones
-per epoch. Like the sequential fit, the values depend on the calibration images beyond the
+per epoch. Like the propagated fit, the values depend on the calibration images beyond the
 recorded scales, so a record alone cannot rebuild them.
 """
 

@@ -153,29 +153,29 @@ def fp8_gemm_triton(
     x_inv_divisor: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     out_base: torch.Tensor | None = None,
+    persistent: bool = False,
+    subtile: bool = False,
+    warp_spec: bool = False,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
-    float32, x_scale a float32 scalar tensor or one scale per row ((M, 1), contiguous: dynamic
-    per-row activation scales); returns (M, N) in `out_dtype`. An `xq` in another dtype (the
-    engine's) is quantized in the kernel with dynamic per-row scales
-    (`quant.formats.fp8.quantize_rows` arithmetic; `x_scale` is then not read), after the product
-    with `x_inv_divisor` ((K,) float32) where given; w8 may then be wider than K (its padding is not
-    read).
+    float32, x_scale a float32 scalar tensor or one scale per row ((M, 1)); returns (M, N) in
+    `out_dtype`. An `xq` in the engine's dtype is quantized here with dynamic per-row scales
+    (`quant.formats.fp8.quantize_rows`), divided first by `x_inv_divisor` ((K,)) where given; w8
+    may then be wider than K.
 
-    By default the autotuner picks the tile, the streaming programs for thin products and,
-    where `tma_ok` allows, the I/O paths; `loads` or `store` "pointer" keeps it off the
-    descriptor path for that side. `tile` (BLOCK_M, BLOCK_N, BLOCK_K[, warps, stages]) fixes the
-    tile, with pointers unless "tma" is asked, and `stream` > 0 runs it as that many streaming
-    programs per SM (the tile must hold all of K and N). `out_scale` (a float32 scalar tensor)
-    writes the output quantized to FP8 with that scale (`out_dtype` must then be E4M3).
-    `round_to` (the engine's dtype; None: float32) is where the epilogue rounds (`_finish`);
-    `promote` is how many products the tensor cores sum before float32 takes over (`_mma`;
-    0: all of K); where K is larger, a multiple of the tile's BLOCK_K. `residual` ((M, N), any
-    strides) is added after the activation and `res_act` applied to the sum (`_finish`).
-    `pair` ((M, N) FP8, contiguous) also receives the output quantized with `out_scale`, while
-    the output itself stays in `out_dtype`. `out` (B, H, W, N) in `out_dtype`, B x H x W = M,
-    any strides (the interior of a zero-padded buffer, `quant/rewrites/pad_handoff.py`) receives the
-    output pixel by pixel; with `out_base` (the buffer `out` views) through it (`_checked_base`).
+    By default the autotuner picks the tile, the streaming programs for thin products and, where
+    `tma_ok` allows, the I/O paths ("pointer" `loads` or `store` keeps that side off
+    descriptors). `tile` (BLOCK_M, BLOCK_N, BLOCK_K[, warps, stages]) fixes it, with pointers
+    unless "tma" is asked; `stream` > 0 runs it as that many streaming programs per SM; with
+    "tma" loads, `persistent` runs one wave of programs that walk the tiles, `subtile` finishing
+    each in two halves, `warp_spec` warp-specializing their loop (`_persistent`).
+    `out_scale` writes the output as FP8 with that scale (`out_dtype` E4M3), or with `pair`
+    ((M, N) FP8) a copy beside the `out_dtype` output. `round_to` is where the epilogue rounds
+    (`_finish`); `promote` how many products the tensor cores sum before float32 takes over
+    (`_mma`; 0: all of K). `residual` ((M, N), any strides) is added after the activation, then
+    `res_act`. `out` (B, H, W, N), B x H x W = M, any strides (a padded buffer's interior,
+    `quant/rewrites/pad_handoff.py`) receives the output pixel by pixel, through `out_base` (the
+    buffer it views) where given (`_checked_base`).
 
     Each launch notes its tile in the launch record; within `launches.replaying` it takes the
     tile recorded for it, through pointers and torch's `wrap_triton` (`kernels/launches.py`)."""
@@ -220,18 +220,24 @@ def fp8_gemm_triton(
         int(use_loads), int(use_store),
     )  # fmt: skip
 
-    def grid(meta: dict[str, Any]) -> tuple[int]:
-        tiles_m = triton.cdiv(m, meta["BLOCK_M"])
-        if meta["STREAM"]:
-            return (min(tiles_m, _sm_count(xq.device) * meta["PER_SM"]),)
-        return (tiles_m * triton.cdiv(n, meta["BLOCK_N"]),)
-
+    grid = functools.partial(_grid, m, n, _sm_count(xq.device))
     if tile is None:
         launches.note(key, launches.Tile.of(tuned_launch(FP8_GEMM, grid, args, meta)))
         return out
-    _fixed_launch(grid, args, descs, meta, tile, stream, (n, k))
+    loop = {"PERSISTENT": persistent, "SUBTILE": subtile, "WARP_SPEC": warp_spec}
+    _fixed_launch(grid, args, descs, meta | loop, tile, stream, (n, k))
     launches.note(key, launches.Tile.given(BLOCKS, tile, stream, use_loads or use_store))
     return out
+
+
+def _grid(m: int, n: int, sms: int, meta: dict[str, Any]) -> tuple[int]:
+    """Programs of a launch: a tile each, or at most `sms` x PER_SM streaming programs, or one
+    wave of persistent ones."""
+    tiles_m = triton.cdiv(m, meta["BLOCK_M"])
+    if meta["STREAM"]:
+        return (min(tiles_m, sms * meta["PER_SM"]),)
+    tiles = tiles_m * triton.cdiv(n, meta["BLOCK_N"])
+    return (min(tiles, sms) if meta["PERSISTENT"] else tiles,)
 
 
 def _replayed(
@@ -292,6 +298,10 @@ def _fixed_launch(
     the benchmarks), checking the tile fits the launch: no autotuner here to prune it."""
     promote, use_loads = meta["PROMOTE"], descs["a_desc"] is not None
     n, k = nk
+    if not meta["PERSISTENT"] and (meta["SUBTILE"] or meta["WARP_SPEC"]):
+        raise ValueError("a subtiled epilogue and warp specialization are persistent programs'")
+    if meta["PERSISTENT"] and (not use_loads or stream):
+        raise ValueError("persistent programs load through tensor descriptors, one tile at a time")
     bm, bn, bk, *launch = tile
     if promote and bk > promote:
         raise ValueError(f"BLOCK_K {bk} is more than the {promote} products per promotion")

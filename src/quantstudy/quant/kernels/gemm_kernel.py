@@ -168,6 +168,137 @@ def _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE: tl.constexpr, BLOCK_M: tl.conste
     return tl.zeros((BLOCK_M,), dtype=tl.float32)
 
 
+@triton.jit
+def _tma_sums(a_desc, b_desc, first_m, first_n, K, acc, part, BLOCK_K: tl.constexpr,
+              PROMOTE: tl.constexpr):  # fmt: skip
+    """The K loop of one tile through tensor descriptors: no address arithmetic or masks, tiles
+    past an edge arrive zero-filled and add nothing. The weight is K-major (N, K), so its tile is
+    transposed in shared memory (`b.T`), the operand order FP8 wgmma takes."""
+    for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
+        a = a_desc.load([first_m, k0 * BLOCK_K])
+        b = b_desc.load([first_n, k0 * BLOCK_K])
+        acc, part = _mma(a, b.T, acc, part, k0, BLOCK_K, PROMOTE)
+    return acc, part
+
+
+@triton.jit
+def _pointer_sums(
+    a_ptr, b_ptr, d_ptr, x_scale_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak,
+    stride_bn, stride_bk, acc, part, QUANT_A: tl.constexpr, HAS_DIV: tl.constexpr,
+    ROW_SCALE: tl.constexpr, PROMOTE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The K loop of one tile through pointers (masked at every edge); with QUANT_A a first pass
+    over K finds each row's scale and the loop quantizes the input's tiles in registers.
+    Returns the sums and the rows' activation scales."""
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    if QUANT_A:
+        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
+            k_mask = offs_k < K - k0 * BLOCK_K
+            a_mask = (offs_m[:, None] < M) & k_mask[None, :]
+            ptrs = a_ptrs + k0 * BLOCK_K * stride_ak
+            d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
+            amax = _row_amax(_a_tile(ptrs, a_mask, d_ptrs, k_mask, HAS_DIV), amax)
+        x_rows = _row_scales(amax)
+        inv_rows = tl.math.div_rn(1.0, x_rows)  # torch.reciprocal: IEEE, once per row
+    else:
+        x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
+    for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
+        k_left = K - k0 * BLOCK_K
+        a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
+        b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
+        if QUANT_A:
+            d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
+            a = _a_tile(a_ptrs, a_mask, d_ptrs, offs_k < k_left, HAS_DIV)
+            a = _to_e4m3(a, inv_rows)
+        else:
+            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+        b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+        acc, part = _mma(a, b, acc, part, k0, BLOCK_K, PROMOTE)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc, part, x_rows
+
+
+@triton.jit
+def _persistent(
+    a_desc, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
+    res_ptr, q_ptr, M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
+    out_w, out_hw, stride_cb, stride_ch, out_origin,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr,
+    ROUND: tl.constexpr, PROMOTE: tl.constexpr, ROW_SCALE: tl.constexpr, HAS_RES: tl.constexpr,
+    RES_ACT: tl.constexpr, PAIR: tl.constexpr, MAP_OUT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SUBTILE: tl.constexpr, WARP_SPEC: tl.constexpr,
+):  # fmt: skip
+    """Persistent programs (a grid of at most one wave): each walks the output tiles in grouped
+    order, its loads through tensor descriptors, so that one launch's programs stay resident and
+    a tile's epilogue overlaps the next tile's first loads. With SUBTILE the epilogue finishes
+    the tile in two halves along N (half the registers live at once, the first half's store in
+    flight while the second is computed). Same sums per tile as the one-tile-per-program path."""
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for t in tl.range(
+        _count(tl.program_id(0)), _count(tiles), _count(tl.num_programs(0)),
+        warp_specialize=WARP_SPEC,
+    ):  # fmt: skip
+        pid_m, pid_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc, part = _tma_sums(
+            a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, K, acc, tl.zeros_like(acc),
+            BLOCK_K, PROMOTE,
+        )  # fmt: skip
+        acc += part
+        first_m = pid_m * BLOCK_M
+        x_rows = _rows_of(x_scale_ptr, first_m + tl.arange(0, BLOCK_M), M, ROW_SCALE, BLOCK_M)
+        if SUBTILE:
+            HALF: tl.constexpr = BLOCK_N // 2
+            left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, HALF)), (0, 2, 1)))
+            _finish_cols(
+                left, first_m, pid_n * BLOCK_N, x_rows, M, N, c_ptr, c_desc, w_scale_ptr,
+                x_scale_ptr, bias_ptr, out_scale_ptr, res_ptr, q_ptr, stride_cm, stride_cn,
+                stride_rm, stride_rn, out_w, out_hw, stride_cb, stride_ch, out_origin, ACT,
+                HAS_BIAS, TMA_STORE, OUT_FP8, ROUND, ROW_SCALE, HAS_RES, RES_ACT, PAIR, MAP_OUT,
+                BLOCK_M, HALF,
+            )  # fmt: skip
+            _finish_cols(
+                right, first_m, pid_n * BLOCK_N + HALF, x_rows, M, N, c_ptr, c_desc, w_scale_ptr,
+                x_scale_ptr, bias_ptr, out_scale_ptr, res_ptr, q_ptr, stride_cm, stride_cn,
+                stride_rm, stride_rn, out_w, out_hw, stride_cb, stride_ch, out_origin, ACT,
+                HAS_BIAS, TMA_STORE, OUT_FP8, ROUND, ROW_SCALE, HAS_RES, RES_ACT, PAIR, MAP_OUT,
+                BLOCK_M, HALF,
+            )  # fmt: skip
+        else:
+            _finish_cols(
+                acc, first_m, pid_n * BLOCK_N, x_rows, M, N, c_ptr, c_desc, w_scale_ptr,
+                x_scale_ptr, bias_ptr, out_scale_ptr, res_ptr, q_ptr, stride_cm, stride_cn,
+                stride_rm, stride_rn, out_w, out_hw, stride_cb, stride_ch, out_origin, ACT,
+                HAS_BIAS, TMA_STORE, OUT_FP8, ROUND, ROW_SCALE, HAS_RES, RES_ACT, PAIR, MAP_OUT,
+                BLOCK_M, BLOCK_N,
+            )  # fmt: skip
+
+
+@triton.jit
+def _finish_cols(
+    acc, first_m, first_n, x_rows, M, N, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr,
+    out_scale_ptr, res_ptr, q_ptr, stride_cm, stride_cn, stride_rm, stride_rn,
+    out_w, out_hw, stride_cb, stride_ch, out_origin,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr,
+    ROUND: tl.constexpr, ROW_SCALE: tl.constexpr, HAS_RES: tl.constexpr, RES_ACT: tl.constexpr,
+    PAIR: tl.constexpr, MAP_OUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """`_finish` of the BLOCK_N columns from `first_n` of a tile, with their channels' terms."""
+    offs_n = first_n + tl.arange(0, BLOCK_N)
+    scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS, ROW_SCALE)
+    _finish(
+        acc, scale, bias, first_m, first_n, M, N, c_ptr, c_desc, stride_cm, stride_cn,
+        out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N, x_rows, ROW_SCALE,
+        res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT, q_ptr, PAIR, out_w, out_hw, stride_cb,
+        stride_ch, out_origin, MAP_OUT,
+    )  # fmt: skip
+
+
 # QUANT_A: `a` is the unquantized input in the engine's dtype (pointer loads only); each row's
 # scale is its max |x| x float32(1/448) (a first pass over K), its tiles quantized in registers
 # in the main loop (a second pass, from L2 where K spans several tiles), and the epilogue
@@ -186,8 +317,18 @@ def _fp8_gemm_kernel(
     MAP_OUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
+    PERSISTENT: tl.constexpr, SUBTILE: tl.constexpr,  # persistent tile loop (`_persistent`)
+    WARP_SPEC: tl.constexpr,  # its loop warp-specialized (loads and MMAs in their own warps)
 ):  # fmt: skip
-    if STREAM:
+    if PERSISTENT:
+        _persistent(
+            a_desc, b_desc, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
+            res_ptr, q_ptr, M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
+            out_w, out_hw, stride_cb, stride_ch, out_origin,
+            ACT, HAS_BIAS, TMA_STORE, OUT_FP8, ROUND, PROMOTE, ROW_SCALE, HAS_RES, RES_ACT, PAIR,
+            MAP_OUT, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SUBTILE, WARP_SPEC,
+        )  # fmt: skip
+    elif STREAM:
         # Thin products (K <= BLOCK_K, N <= BLOCK_N, see `_prune`): each program keeps the whole
         # weight, its scales and bias in registers and walks over row tiles, so the loads of the
         # next tile are in flight (software-pipelined loop) while this one is finished and stored.
@@ -229,49 +370,22 @@ def _fp8_gemm_kernel(
             # No address arithmetic or masks in the loop: tiles past an edge arrive
             # zero-filled, so they add nothing to the sums.
             x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
-            for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
-                a = a_desc.load([pid_m * BLOCK_M, k0 * BLOCK_K])
-                b = b_desc.load([pid_n * BLOCK_N, k0 * BLOCK_K])
-                acc, part = _mma(a, b.T, acc, part, k0, BLOCK_K, PROMOTE)
+            acc, part = _tma_sums(
+                a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, K, acc, part, BLOCK_K, PROMOTE
+            )
         else:
-            offs_k = tl.arange(0, BLOCK_K)
-            a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-            b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
-            if QUANT_A:
-                amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-                for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
-                    k_mask = offs_k < K - k0 * BLOCK_K
-                    a_mask = (offs_m[:, None] < M) & k_mask[None, :]
-                    ptrs = a_ptrs + k0 * BLOCK_K * stride_ak
-                    d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
-                    amax = _row_amax(_a_tile(ptrs, a_mask, d_ptrs, k_mask, HAS_DIV), amax)
-                x_rows = _row_scales(amax)
-                inv_rows = tl.math.div_rn(1.0, x_rows)  # torch.reciprocal: IEEE, once per row
-            else:
-                x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
-            for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
-                k_left = K - k0 * BLOCK_K
-                a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
-                b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
-                if QUANT_A:
-                    d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
-                    a = _a_tile(a_ptrs, a_mask, d_ptrs, offs_k < k_left, HAS_DIV)
-                    a = _to_e4m3(a, inv_rows)
-                else:
-                    a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-                b = tl.load(b_ptrs, mask=b_mask, other=0.0)
-                acc, part = _mma(a, b, acc, part, k0, BLOCK_K, PROMOTE)
-                a_ptrs += BLOCK_K * stride_ak
-                b_ptrs += BLOCK_K * stride_bk
+            acc, part, x_rows = _pointer_sums(
+                a_ptr, b_ptr, d_ptr, x_scale_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak,
+                stride_bn, stride_bk, acc, part, QUANT_A, HAS_DIV, ROW_SCALE, PROMOTE, BLOCK_M,
+                BLOCK_K,
+            )  # fmt: skip
         acc += part
-        scale, bias = _channel_terms(
-            offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS, ROW_SCALE
-        )
-        _finish(
-            acc, scale, bias, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, c_desc,
-            stride_cm, stride_cn, out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
-            x_rows, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT, q_ptr, PAIR,
-            out_w, out_hw, stride_cb, stride_ch, out_origin, MAP_OUT,
+        _finish_cols(
+            acc, pid_m * BLOCK_M, pid_n * BLOCK_N, x_rows, M, N, c_ptr, c_desc, w_scale_ptr,
+            x_scale_ptr, bias_ptr, out_scale_ptr, res_ptr, q_ptr, stride_cm, stride_cn,
+            stride_rm, stride_rn, out_w, out_hw, stride_cb, stride_ch, out_origin, ACT,
+            HAS_BIAS, TMA_STORE, OUT_FP8, ROUND, ROW_SCALE, HAS_RES, RES_ACT, PAIR, MAP_OUT,
+            BLOCK_M, BLOCK_N,
         )  # fmt: skip
 
 

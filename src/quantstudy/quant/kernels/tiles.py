@@ -9,6 +9,7 @@ docs/fp8-kernel.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -61,6 +62,19 @@ STREAM_TILES = [
     for bn in (16, 32, 64, 128, 256)
     for bk in (32, 64)
     for per_sm in (2, 4)
+]
+
+# Persistent programs (`_persistent` in `kernels/gemm_kernel.py`), loads through descriptors:
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, subtiled epilogue). BLOCK_K 128 is one promotion
+# (`PROMOTE`), so the tensor cores sum a whole K tile before float32 takes over, as cuBLASLt does.
+# 128x128 fills the last wave of 132 SMs better where N is 768; 128x256 and 256x128 halve the
+# loads per product where the grid is many waves deep.
+PERSISTENT_TILES = [
+    (128, 128, 128, 8, 4, False),
+    (128, 256, 128, 8, 3, True),
+    (256, 128, 128, 8, 3, True),
+    (128, 128, 128, 4, 4, False),
+    (64, 128, 128, 4, 4, False),
 ]
 
 # How the kernel reads its operands and writes its output: through pointers (any layout), or
@@ -121,9 +135,26 @@ def _prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> 
 # costs").
 CONV_CONFIGS = 4
 
-# Streaming multiprocessors of an H100 SXM or H200 (132): a grid of fewer programs leaves some
-# idle, so `bounded` ranks the tiles that give more programs first, up to this many.
-FILL_PROGRAMS = 132
+# A grid of fewer programs than the GPU has streaming multiprocessors leaves some idle, so
+# `bounded` ranks the tiles that give more programs first, up to that many (`fill_programs`);
+# off CUDA (Triton's interpreter) an H100 SXM's or H200's count.
+CPU_FILL_PROGRAMS = 132
+
+
+@functools.cache
+def _sm_count(device: int) -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def fill_programs() -> int:
+    """The current CUDA device's streaming multiprocessors, else `CPU_FILL_PROGRAMS`."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return CPU_FILL_PROGRAMS
+    return _sm_count(torch.cuda.current_device())
 
 
 def bounded(
@@ -137,7 +168,7 @@ def bounded(
 
     A tile fits when each block (`sizes`: block name -> the dimension it tiles) is no wider than
     the dimension's power of two, or than its floor. Fitting tiles rank by, in turn: programs in
-    the grid (the blocks named in `grid`), counted up to `FILL_PROGRAMS`, more first (a batch-1
+    the grid (the blocks named in `grid`), counted up to `fill_programs()`, more first (a batch-1
     layer wants small tiles that fill the GPU); the share of the tile's work that is real rather
     than padding past a dimension's end, to a tenth (a few percent of padding does not outrank
     the table), more first; the table's order (its best-measured tiles first). Where none fits,
@@ -149,11 +180,13 @@ def bounded(
             for b, n in sizes.items()
         )
 
+    fill = fill_programs()
+
     def rank(i: int) -> tuple[int, float, int]:
         kw = configs[i].kwargs
         programs = math.prod(triton.cdiv(sizes[b], kw[b]) for b in grid)
         real = math.prod(n / (triton.cdiv(n, kw[b]) * kw[b]) for b, n in sizes.items())
-        return (-min(programs, FILL_PROGRAMS), -round(real, 1), i)
+        return (-min(programs, fill), -round(real, 1), i)
 
     keep = sorted((i for i, c in enumerate(configs) if fits(c)), key=rank)
     if not keep:
@@ -178,7 +211,8 @@ def _bench(fn: Callable[[], object], quantiles: Sequence[float] | None = None) -
 def _set_block_shapes(nargs: dict[str, Any]) -> None:
     """Give the descriptors the tile of the config about to run (a descriptor carries it)."""
     bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
-    for name, shape in (("a_desc", [bm, bk]), ("b_desc", [bn, bk]), ("c_desc", [bm, bn])):
+    cn = bn // 2 if nargs.get("SUBTILE") else bn  # a subtiled epilogue stores half a tile
+    for name, shape in (("a_desc", [bm, bk]), ("b_desc", [bn, bk]), ("c_desc", [bm, cn])):
         if nargs[name] is not None:
             nargs[name].block_shape = shape
 
@@ -192,8 +226,11 @@ def _config(
     loads: bool = False,
     store: bool = False,
     per_sm: int = 0,
+    persistent: bool = False,
+    subtile: bool = False,
 ) -> Config:
     meta: dict[str, int | bool] = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
     meta |= {"TMA_LOADS": loads, "TMA_STORE": store}
     meta |= {"STREAM": per_sm > 0, "PER_SM": per_sm}
+    meta |= {"PERSISTENT": persistent, "SUBTILE": subtile, "WARP_SPEC": False}
     return triton.Config(meta, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)

@@ -21,6 +21,8 @@ import triton
 
 from quantstudy.quant.kernels import choices
 from quantstudy.quant.kernels.tiles import Config, _bench
+from quantstudy.quant.private_api import async_compile_mode
+from quantstudy.record import timing_lock
 
 Args = tuple[Any, ...]  # a kernel's positional arguments (tensors, descriptors, sizes)
 Grid = Callable[[dict[str, Any]], tuple[Any, ...]]  # launch grid from a config's meta
@@ -49,7 +51,7 @@ Prune = Callable[..., list[Config]]  # Triton's early_config_prune: (configs, na
 #
 # `TUNE_LOG` lists each launch the autotuner timed in this process (its kernel, key, how many
 # configs it compiled and timed, with how many threads, and the seconds of each), also appended
-# as JSON lines to `$QUANTSTUDY_TUNE_LOG` where set (`tools/bench/study_time.py`); `summary`
+# as JSON lines to `$QUANTSTUDY_TUNE_LOG` where set (`tools/lab/bench/study_time.py`); `summary`
 # adds them up per kernel.
 
 TUNE_LOG: list[dict[str, Any]] = []
@@ -129,9 +131,8 @@ def _precompile(tuned: Tuned, args: Args, meta: dict[str, Any], configs: list[Co
     """Compile `configs` for this launch in parallel threads, where Triton can
     (`AsyncCompileMode`); the autotuner then finds them compiled. Returns the threads used
     (1: the autotuner compiles them one by one)."""
-    try:
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:  # older Triton
+    AsyncCompileMode = async_compile_mode()
+    if AsyncCompileMode is None:
         return 1
     workers = int(os.environ.get("QUANTSTUDY_TRITON_COMPILE_THREADS", os.cpu_count() or 1))
     threads = min(workers, len(configs))
@@ -173,7 +174,8 @@ def tuned_launch(tuned: Tuned, grid: Grid, args: Args, meta: dict[str, Any]) -> 
     pruned = tuned.prune(configs, named, **meta)
     threads = _precompile(tuned, args, meta, pruned)
     compiled = time.perf_counter()
-    tuned.autotuner[grid](*args, **meta)
+    with timing_lock.timing():  # configs are timed with the GPU held alone (zoo --jobs)
+        tuned.autotuner[grid](*args, **meta)
     best = tuned.autotuner.best_config
     row = {"kernel": tuned.name, **{k: named.get(k, meta.get(k)) for k in tuned.keys}}
     row |= {"configs": len(pruned), "threads": threads}

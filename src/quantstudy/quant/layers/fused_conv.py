@@ -21,7 +21,7 @@ from torch import nn
 from quantstudy.quant.formats.fp8 import E4M3, quantize_weight, to_fp8
 from quantstudy.quant.layers.dropin import DropIn
 from quantstudy.quant.layers.fused_matmul import (
-    _act_reference,
+    act_reference,
     handed_input,
     io_repr,
     take_epilogue,
@@ -102,7 +102,7 @@ def fp8_conv2d(
     y = y * (w_scale * x_scale)[None, :, None, None]
     if bias is not None:
         y = y + bias[None, :, None, None]
-    y = _act_reference(rounded(y), act)
+    y = act_reference(rounded(y), act)
     y = to_fp8(rounded(y), out_scale) if out_scale is not None else y.to(out_dtype)
     return y.contiguous(memory_format=torch.channels_last)
 
@@ -123,7 +123,7 @@ class FusedFP8Conv2d(DropIn):
         w8, w_scale = quantize_weight(layer.weight.detach().float(), per_channel)
         # Channels padded to 16 (weights once, the input inside its quantize): FP8 pixel rows of
         # 26 or 52 bytes (res2net) take byte loads, and those convs ran several times slower
-        # than on rows padded to 32 or 64 (`tools/bench/conv.py`, docs/fp8-kernel.md).
+        # than on rows padded to 32 or 64 (`tools/lab/bench/conv.py`, docs/fp8-kernel.md).
         self.c_pad = -w8.shape[1] % 16
         if fp8_input and self.c_pad:
             raise ValueError("an FP8 input cannot be padded here: its producer writes C channels")

@@ -30,7 +30,7 @@ from quantstudy.quant.formats.fp8 import E4M3, quantize_weight, to_fp8
 from quantstudy.quant.kernels.layout import same_padding, taps_of
 from quantstudy.quant.layers.dropin import DropIn
 from quantstudy.quant.layers.fused_matmul import (
-    _act_reference,
+    act_reference,
     handed_input,
     io_repr,
     take_epilogue,
@@ -103,7 +103,7 @@ def fp8_depthwise(
     y = F.conv2d(x, w, stride=stride, groups=c) * (w_scale * x_scale)[None, :, None, None]
     if bias is not None:
         y = y + bias[None, :, None, None]
-    y = _act_reference(y, act)
+    y = act_reference(y, act)
     y = to_fp8(y, out_scale) if out_scale is not None else y.to(out_dtype)
     return y.contiguous(memory_format=torch.channels_last)
 

@@ -50,7 +50,7 @@ def activation_name(module: nn.Module) -> Activation | None:
     return Activation.GELU if type(module) is GELU else None
 
 
-def _act_reference(y: torch.Tensor, act: str) -> torch.Tensor:
+def act_reference(y: torch.Tensor, act: str) -> torch.Tensor:
     if act == Activation.RELU:
         return y.clamp_min(0.0)
     if act == Activation.RELU6:
@@ -137,9 +137,9 @@ def _torch_epilogue(
     y = (xq.float() @ w8.float().t()) * (w_scale * x_scale)
     if bias is not None:
         y = y + bias
-    y = _act_reference(_rounded(y, round_to), act)
+    y = act_reference(_rounded(y, round_to), act)
     if residual is not None:
-        y = _act_reference(_rounded(_rounded(y, round_to) + residual.float(), round_to), res_act)
+        y = act_reference(_rounded(_rounded(y, round_to) + residual.float(), round_to), res_act)
     return y
 
 

@@ -12,7 +12,7 @@ searches and the quality data tests build the same plan:
    calibrated again, divided, so their scales fit what the layers quantize.
 3. The engines then store the weights migrated, rounded (`quant/fitting/rounding.py`) and, with
    bias correction, correct the bias for the shift of those stored weights
-   (`QuantPlan.stored_weights`, `engines/builders.py`); or, with the sequential fit
+   (`QuantPlan.stored_weights`, `engines/builders.py`); or, with the propagated fit
    (`quant/fitting/propagated.py`), as fitted layer by layer.
 4. Output tuning (`quant/fitting/tune.py`), last: the gains and biases of all layers at once, from
    the stored weights and biases of step 3, against the fp32 logits.
@@ -50,7 +50,7 @@ def build_plan(
     """Calibrate the fp32 `model` over `batches()` (called once, twice with migration) and
     return the plan for `layers` under `options` (see the module docstring for the order)."""
     moments = None
-    if options.rounding is Rounding.COMPENSATING and not options.sequential:
+    if options.rounding is Rounding.COMPENSATING and not options.propagated:
         moments = [n for n in layers if compensable(model.get_submodule(n))]
     calibration = calibrate(
         model,
@@ -65,7 +65,7 @@ def build_plan(
     folded = None
     tuned = options.tune is not Tuning.NONE
     if (
-        options.migration is Migration.SMOOTH or options.sequential or tuned
+        options.migration is Migration.SMOOTH or options.propagated or tuned
     ):  # read deployed weights
         folded = copy.deepcopy(model).cpu().eval()
         if options.fold_bn:
@@ -97,11 +97,11 @@ def build_plan(
         scale_candidates=options.scale_candidates,
         refine_sweeps=options.refine_sweeps,
     )
-    if folded is None or not (options.sequential or tuned):
+    if folded is None or not (options.propagated or tuned):
         return plan
     digest = plan.weights_digest(folded)
     device = next(model.parameters()).device  # where the batches are
-    if options.sequential:
+    if options.propagated:
         fitted = fit_propagated(
             folded.to(device),
             layers,

@@ -7,7 +7,7 @@ also write the FP8 copy with the reader's scale (`fp8_gemm_pair`), and that quan
 its fp16 read disappear. Off by default all the same: the second output slows the products
 that write it (autotuned to narrower tiles) by more than the quantize passes it saves cost
 (docs/fp8-kernel.md, "Residual sums in the epilogue", has the measurement;
-`tools/bench/epilogue.py` times it one product at a time).
+`tools/lab/bench/epilogue.py` times it one product at a time).
 
 The reader sits in the next block, so the smallest module holding both calls (a stage, or the
 model itself) is traced with the residual rewrite's tracer and rewritten: the sum's layer

@@ -1,0 +1,320 @@
+"""`quantstudy bench products`: every distinct FP8 product of several models, at several batches,
+every way it can run, beside cuBLASLt and cuBLAS: the yardstick of every kernel change.
+
+A product is a linear or 1x1 conv as M x K x N (`shapes.fp8_products`) or a kxk conv as its
+implicit GEMM (`shapes.kxk_products`), deduplicated across the models and kept per batch. Each is
+timed from CUDA-graph replays (`gemm.time_us`) with random N(0, 1) operands and a bias, fp16 out:
+
+- "fp16 cuBLAS" (a linear's matmul) or "fp16 cuDNN" (a kxk conv, channels-last): the fp16 engine;
+- "cuBLASLt" and "cuBLASLt fast-accum": `torch._scaled_mm` with per-tensor scales and the bias,
+  K and N padded to 16, promoting to float32 every K tile or never (`use_fast_accum`); for a conv,
+  on its implicit GEMM's shape with no im2col: the rate our conv should reach, not a conv;
+- "ours": the fused Triton kernel autotuned as an engine runs it (promoting every `PROMOTE`);
+  "ours fast-accum" the same summing all of K in the tensor cores; "ours fp16-rounds",
+  "ours with-gelu", "ours fp8-out" and "ours with-gelu fp8-out" with the engine's epilogues
+  part by part (a transformer's fc1 has all: GELU, then the next layer's FP8 input written);
+- "ours persistent ..." (matmuls): each tile of `tiles.PERSISTENT_TILES`, fixed, with and
+  without warp specialization ("ws"); with `fast_accum`, also fast-accumulating;
+- with `sweep`: every tile of `tiles.TILES` on every I/O path (`gemm._variants`).
+
+TFLOP/s is 2MNK over the time; the fraction of peak is against the GPU's dense FP8 rate for FP8
+variants and its fp16 rate for fp16 ones (`speed.ideal.PEAKS`). Every one of our variants is
+checked against float32 sums of the same FP8 operands (`max_rel_error`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from quantstudy.bench.gemm import time_us
+from quantstudy.bench.provenance import collect_provenance, need_cuda
+from quantstudy.bench.schema import ProductRow, ProductsBench, read_record, write_record
+from quantstudy.bench.shapes import ConvProduct, Product, fp8_products, kxk_products
+from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import Activation
+
+TIMED = (
+    "us per call, mean of CUDA-graph replays (triton.testing.do_bench_cudagraph, rep 20 ms) after "
+    "one eager call; random N(0,1) operands, bias, fp16 out; no input quantize"
+)
+# The models of the peers rows (docs/peers.md) and the recipes they are studied with.
+PEER_ROWS = (
+    "vit_base_patch16_224:generic_linears",
+    "convnext_tiny:generic_linears",
+    "crossvit_9_240",
+    "resnet50:generic_dense_convs",
+)
+FP16 = ("fp16 cuBLAS", "fp16 cuDNN")
+CUBLASLT = "cuBLASLt"
+# (label, activation, FP8 output) of the engine epilogues timed beside the plain one, all
+# rounding to fp16 where the unfused engine stores
+EPILOGUES = (
+    ("fp16-rounds", Activation.NONE, False),
+    ("with-gelu", Activation.GELU, False),
+    ("fp8-out", Activation.NONE, True),
+    ("with-gelu fp8-out", Activation.GELU, True),
+)
+
+
+def bench_products(
+    rows: Sequence[str],
+    batches: Sequence[int],
+    *,
+    sweep: bool = False,
+    fast_accum: bool = True,
+    resume: Path | None = None,
+    budget_s: float | None = None,
+    argv: list[str] | None = None,
+    out: Path | None = None,
+) -> ProductsBench:
+    """Time every distinct product of `rows` ("model[:recipe]") at `batches`; rows of `resume`
+    (an earlier record of the same command) are kept and not timed again. With `budget_s`, no
+    product starts after that many seconds: the record is then marked unfinished."""
+    device = need_cuda("bench products", " (kernel timings need a GPU)")
+    from quantstudy.speed.ideal import peaks_for
+
+    provenance = collect_provenance(device, argv)
+    peaks = peaks_for(provenance.gpu_name or "")
+    todo = _distinct(rows, batches)
+    done = {_key(r): r for r in _resumed(resume)}
+    results: list[ProductRow] = []
+    start = time.monotonic()
+
+    def record(unfinished: str | None = None) -> ProductsBench:
+        return ProductsBench(
+            provenance=provenance, meaningful=True, models=list(rows), batches=list(batches),
+            peak_fp8_tflops=peaks.fp8_tflops if peaks else None,
+            peak_fp16_tflops=peaks.fp16_tflops if peaks else None,
+            timed=TIMED, results=results, unfinished=unfinished,
+        )  # fmt: skip
+
+    for i, row in enumerate(todo):
+        if _key(row) in done:
+            results.append(done[_key(row)])
+            continue
+        if budget_s is not None and time.monotonic() - start > budget_s:
+            left = f"{len(todo) - i} of {len(todo)} products not timed (budget {budget_s:.0f} s)"
+            final = record(left)
+            if out is not None:
+                write_record(out, final)
+            return final
+        results.append(_timed(row, sweep, fast_accum, peaks))
+        print(_line(results[-1]), flush=True)
+        if out is not None:
+            write_record(out, record(f"{len(todo) - i - 1} of {len(todo)} products not timed yet"))
+    return record()
+
+
+Key = tuple[object, ...]  # what makes a product distinct: kind, batch, M, K, N, conv
+
+
+def _key(row: ProductRow) -> Key:
+    return (row.kind, row.batch, row.m, row.k, row.n, tuple(row.conv or ()))
+
+
+def _resumed(path: Path | None) -> list[ProductRow]:
+    if path is None or not path.exists():
+        return []
+    old = read_record(path)
+    if not isinstance(old, ProductsBench):
+        raise UserError(f"{path} is a {old.kind} record, not a products record")
+    return old.results
+
+
+def _distinct(rows: Sequence[str], batches: Sequence[int]) -> list[ProductRow]:
+    """The untimed rows: each distinct product of the models' recipes at each batch."""
+    found: dict[Key, ProductRow] = {}
+    for spec in rows:
+        model, _, recipe = spec.partition(":")
+        for batch in batches:
+            shapes: list[Product | ConvProduct] = [
+                *fp8_products(model, recipe or None, batch),
+                *kxk_products(model, recipe or None, batch),
+            ]
+            for p in shapes:
+                row = _untimed(p, batch, model)
+                kept = found.setdefault(_key(row), row)
+                if kept is not row:  # the same product in another model
+                    models = kept.models + [model] * (model not in kept.models)
+                    update = {"models": models, "layers": kept.layers + row.layers}
+                    found[_key(row)] = kept.model_copy(update=update)
+    return list(found.values())
+
+
+def _untimed(p: Product | ConvProduct, batch: int, model: str) -> ProductRow:
+    if isinstance(p, ConvProduct):
+        m, k, n = p.gemm
+        conv = [p.c, p.h, p.w, p.kh, p.kw, p.stride, p.pad]
+        return ProductRow(
+            kind="conv", batch=batch, m=m, k=k, n=n, conv=conv, models=[model],
+            layers=len(p.layers), flop=2.0 * m * k * n,
+        )  # fmt: skip
+    return ProductRow(
+        kind="matmul", batch=batch, m=p.m, k=p.k, n=p.n, models=[model], layers=len(p.layers),
+        flop=2.0 * p.m * p.k * p.n,
+    )  # fmt: skip
+
+
+def _timed(row: ProductRow, sweep: bool, fast_accum: bool, peaks: object) -> ProductRow:
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources
+
+    calls, ref = _calls(row, sweep, fast_accum)  # each call returns a tensor
+    us: dict[str, float] = {}
+    errors: dict[str, float] = {}
+    refused: dict[str, str] = {}
+    for label, call in calls.items():
+        try:
+            if label.startswith("ours") and not any(e[0] in label for e in EPILOGUES):
+                y = torch.as_tensor(call()).float().reshape(ref.shape)
+                errors[label] = float(((y - ref).abs() / (ref.abs() + 1)).max())
+            us[label] = time_us(call)
+        except (OutOfResources, CompilationError, RuntimeError, ValueError) as exc:
+            # a tile or option this GPU, compiler or shape refuses: recorded as refused
+            us[label] = float("nan")
+            refused[label] = str(exc).splitlines()[0][:200]
+    tflops = {key: row.flop / (t * 1e-6) / 1e12 for key, t in us.items() if t == t}
+    fraction = {}
+    if peaks is not None:
+        for key, rate in tflops.items():
+            peak = peaks.fp16_tflops if key in FP16 else peaks.fp8_tflops  # type: ignore[attr-defined]
+            fraction[key] = rate / peak
+    plain = ("fast-accum", *(e[0] for e in EPILOGUES))  # other numerics or epilogues
+    ours = {
+        k: t
+        for k, t in us.items()
+        if k.startswith("ours") and t == t and not any(p in k for p in plain)
+    }
+    best = min(ours, key=ours.__getitem__) if ours else None
+    ratio = (
+        us[CUBLASLT] / us[best]
+        if best and us.get(CUBLASLT, float("nan")) == us.get(CUBLASLT)
+        else None
+    )
+    return row.model_copy(
+        update={
+            "us": us, "tflops": tflops, "peak_fraction": fraction, "max_rel_error": errors,
+            "refused": refused, "best_ours": best, "best_over_cublaslt": ratio,
+        }
+    )  # fmt: skip
+
+
+def _calls(
+    row: ProductRow, sweep: bool, fast_accum: bool
+) -> tuple[dict[str, Callable[[], object]], torch.Tensor]:
+    """Every variant of one product as a call, and the float32 reference of our variants."""
+    from quantstudy.quant.kernels.conv import fp8_conv2d_triton, tap_major
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
+    from quantstudy.quant.kernels.tiles import PERSISTENT_TILES
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    m, k, n = row.m, row.k, row.n
+    w16 = torch.randn(n, k, device=dev, generator=g, dtype=torch.float16) / k**0.5
+    w8, w_scale = w16.mul(64).to(torch.float8_e4m3fn), torch.full((n,), 1 / 64, device=dev)
+    x_scale, bias = torch.tensor(1.0, device=dev), torch.randn(n, device=dev, generator=g)
+    calls: dict[str, Callable[[], object]] = {}
+    if row.conv is not None:
+        c, h, w, kh, kw, s, p = row.conv
+        x16 = torch.randn(row.batch, c, h, w, device=dev, generator=g, dtype=torch.float16)
+        x16 = x16.contiguous(memory_format=torch.channels_last)
+        x8 = x16.to(torch.float8_e4m3fn)
+        w4 = w16.reshape(n, kh, kw, c).permute(0, 3, 1, 2)  # (N, C, KH, KW), tap-major storage
+        w4_16 = w4.contiguous(memory_format=torch.channels_last)
+        w_taps = tap_major(w4.mul(64).to(torch.float8_e4m3fn))
+        calls["fp16 cuDNN"] = lambda: F.conv2d(x16, w4_16, bias.half(), s, p)
+        calls["ours"] = lambda: fp8_conv2d_triton(
+            x8,
+            w_taps,
+            (kh, kw),
+            w_scale,
+            x_scale,
+            bias,
+            Activation.NONE,
+            torch.float16,
+            (s, s),
+            (p, p),
+        )
+        w32 = w_taps.float().reshape(n, kh, kw, c).permute(0, 3, 1, 2)
+        with torch.backends.cudnn.flags(allow_tf32=False):  # float32 sums, not TF32's
+            ref = F.conv2d(x8.float(), w32, None, s, p)
+        ref = ref * w_scale[None, :, None, None] + bias[None, :, None, None]
+        a16 = torch.randn(m, k, device=dev, generator=g, dtype=torch.float16)
+    else:
+        a16 = torch.randn(m, k, device=dev, generator=g, dtype=torch.float16)
+        a8 = a16.to(torch.float8_e4m3fn)
+        calls["fp16 cuBLAS"] = lambda: F.linear(a16, w16, bias.half())
+
+        def ours(**kw: Any) -> Callable[[], object]:
+            kw = {"act": Activation.NONE, "out_dtype": torch.float16, **kw}
+            return lambda: fp8_gemm_triton(a8, w8, w_scale, x_scale, bias, **kw)
+
+        calls["ours"] = ours()
+        if fast_accum:
+            calls["ours fast-accum"] = ours(promote=0)
+        # the engine's epilogues, part by part: rounding where the unfused engine stores, GELU,
+        # the next layer's FP8 input (a ViT's fc1 has all three)
+        for label, act, fp8_out in EPILOGUES:
+            calls[f"ours {label}"] = ours(
+                act=act, out_dtype=torch.float8_e4m3fn if fp8_out else torch.float16,
+                out_scale=x_scale if fp8_out else None, round_to=torch.float16,
+            )  # fmt: skip
+        for bm, bn, bk, warps, stages, sub in PERSISTENT_TILES:
+            name = f"{bm}x{bn}x{bk} w{warps} s{stages}" + (" sub" if sub else "")
+            tile = (bm, bn, bk, warps, stages)
+            for promote, ws in product((128, 0) if fast_accum else (128,), (False, True)):
+                label = f"ours persistent {name}" + (" ws" if ws else "")
+                calls[label + ("" if promote else " fast-accum")] = ours(
+                    tile=tile, loads="tma", store="tma", persistent=True, subtile=sub,
+                    promote=promote, warp_spec=ws,
+                )  # fmt: skip
+        if sweep:
+            from quantstudy.bench.gemm import _variants
+
+            for label, cfg, loads, store, per_sm, _ in _variants(a8, w8, True)[3:]:
+                calls[f"ours {label}"] = ours(tile=cfg, loads=loads, store=store, stream=per_sm)
+        ref = (a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias
+    calls.update(_cublaslt(a16, w16, bias))
+    return calls, ref
+
+
+def _cublaslt(
+    a16: torch.Tensor, w16: torch.Tensor, bias: torch.Tensor
+) -> dict[str, Callable[[], object]]:
+    """`torch._scaled_mm` on the product's shape, per-tensor scales, K and N padded to 16."""
+    k, n = a16.shape[1], w16.shape[0]
+    kp, np_ = -(-k // 16) * 16, -(-n // 16) * 16
+    a8 = F.pad(a16, (0, kp - k)).to(torch.float8_e4m3fn)
+    w8 = F.pad(w16.mul(64), (0, kp - k, 0, np_ - n)).to(torch.float8_e4m3fn)
+    one = torch.tensor(1.0, device=a16.device)
+    w_scale = torch.tensor(1 / 64, device=a16.device)
+    b16 = F.pad(bias, (0, np_ - n)).half()
+
+    def call(fast: bool) -> Callable[[], object]:
+        return lambda: torch._scaled_mm(
+            a8, w8.t(), scale_a=one, scale_b=w_scale, bias=b16, out_dtype=torch.float16,
+            use_fast_accum=fast,
+        )  # fmt: skip
+
+    return {CUBLASLT: call(False), f"{CUBLASLT} fast-accum": call(True)}
+
+
+def _line(r: ProductRow) -> str:
+    nan = float("nan")
+    fp16 = r.us.get("fp16 cuBLAS", r.us.get("fp16 cuDNN", nan))
+    lt, fast = r.us.get(CUBLASLT, nan), r.us.get(CUBLASLT + " fast-accum", nan)
+    best = r.us.get(r.best_ours or "", nan)
+    frac = r.peak_fraction.get(r.best_ours or "", nan)
+    return (
+        f"{r.kind:6} b{r.batch:<4} M {r.m:>7} K {r.k:>5} N {r.n:>5}: fp16 {fp16:8.1f} us, "
+        f"cuBLASLt {lt:8.1f} / fast {fast:8.1f} us, ours {r.us.get('ours', nan):8.1f} us, "
+        f"best {best:8.1f} us ({r.best_ours}, {frac:.0%} of peak), "
+        f"x cuBLASLt {r.best_over_cublaslt or nan:.2f}  [{', '.join(r.models)}]"
+    )

@@ -1,0 +1,41 @@
+"""One `quantstudy` subcommand as the registry in `cli.py: COMMANDS` holds it.
+
+Each package's `commands.py` declares its `Command`s (help, arguments, run); `cli.py` lists
+them, builds one parser from them and runs the chosen one. Here, beside `option` and `choices`,
+because every layer that owns a command imports it and it imports nothing but argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Command:
+    """One `quantstudy NAME` subcommand. `arguments` only adds argparse arguments (building the
+    parser imports no torch); `run` imports what it runs and returns the exit status (None: 0);
+    `check` names a usage mistake argparse cannot see (`run` without MODEL), or None."""
+
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int | None]
+    epilog: str | None = None
+    check: Callable[[argparse.Namespace], str | None] | None = None
+
+
+def command_line(args: argparse.Namespace) -> list[str]:
+    """The command line (after `quantstudy`) a command's records name: `main`'s argv, else this
+    process's."""
+    argv: list[str] | None = args.argv
+    return sys.argv[1:] if argv is None else argv
+
+
+def batches(text: str) -> tuple[int, ...]:
+    """The argparse type of every `--batches`: comma-separated batch sizes."""
+    try:
+        return tuple(int(b) for b in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"batches must look like 1,32,128, not '{text}'") from None

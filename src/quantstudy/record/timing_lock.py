@@ -1,0 +1,47 @@
+"""The GPU held alone while something is timed, when several studies share one GPU.
+
+The zoo's `--jobs N` runs N studies on one GPU so their compiles overlap; every code path that
+times (the speed harness's rounds, the autotuner's config timing, the per-layer kernel choice)
+runs inside `timing()`, which takes an exclusive `fcntl.flock` on the file `$QUANTSTUDY_TIMING_LOCK`
+names, so no two timings share the GPU. Unset (one study, a plain `quantstudy run`): a no-op.
+Re-entrant within a process (a harness round may launch a kernel that tunes), and only the
+outermost block holds the file. Here at the ground floor because the kernels (`quant/`) and the
+harness (`speed/`) both take it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+LOCK_ENV = "QUANTSTUDY_TIMING_LOCK"
+_held = threading.local()
+
+
+@contextmanager
+def timing() -> Iterator[None]:
+    """Hold the GPU alone for the block (module docstring); a no-op without `LOCK_ENV`."""
+    path = os.environ.get(LOCK_ENV)
+    depth = getattr(_held, "depth", 0)
+    if not path or depth:
+        _held.depth = depth + 1
+        try:
+            yield
+        finally:
+            _held.depth = depth
+        return
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _held.depth = 1
+        try:
+            yield
+        finally:
+            _held.depth = 0
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

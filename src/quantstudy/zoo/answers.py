@@ -1,0 +1,86 @@
+"""A model whose recipe selects no layer still gets an answer: "no layer where FP8 pays", with
+the x of a recipe that does select layers of it, never a failure.
+
+Its study exits with `EXIT_NOTHING_SELECTED` (`study/checks.py`), so the zoo runs the model again
+with the next of `FALLBACKS`: `generic_dense_convs` puts the dense kxk convs that the defaults
+keep in fp16 into FP8, `generic_all` every conv and linear layer. The row keeps the refused
+recipe's name, and says which recipe its figures are of (`x_recipe`) and which layers that
+recipe ran in FP8 (from the fallback study's own record).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from quantstudy.recipe.builtin import default_recipe_for
+from quantstudy.record.errors import EXIT_NOTHING_SELECTED, UserError
+from quantstudy.record.load import RECORD_FILE, load_record
+from quantstudy.record.vocab import RowStatus
+from quantstudy.sweep.events import Job
+from quantstudy.sweep.grid import GridPoint
+from quantstudy.sweep.point import read_status
+from quantstudy.zoo.board import ZooRow
+
+FALLBACKS = ("generic_dense_convs", "generic_all")
+
+
+def refused(folder: Path) -> bool:
+    """The study in `folder` ended because its recipe selects no layer (a finished answer)."""
+    status = read_status(folder)
+    return status is not None and status.returncode == EXIT_NOTHING_SELECTED
+
+
+def fallback_job(job: Job, recipe: str) -> Job:
+    """`job`'s model under the built-in `recipe`."""
+    point = GridPoint(config=job.point.config.replace(recipe=recipe))
+    return Job(point, point.folder_name)
+
+
+def chain(job: Job) -> list[Job]:
+    """`job`, then its model under each of `FALLBACKS` it does not already run."""
+    own = job.point.config.recipe
+    return [job, *(fallback_job(job, r) for r in FALLBACKS if r != own)]
+
+
+def next_refused(job: Job, out: Path) -> Job | None:
+    """The fallback to run next for `job`: the first of its chain not yet run, after a chain
+    of refusals; None when its answer is in (or it failed for another reason)."""
+    for step, after in zip(chain(job), chain(job)[1:], strict=False):
+        if not refused(out / step.folder):
+            return None
+        if read_status(out / after.folder) is None:
+            return after
+    return None
+
+
+def _kinds(folder: Path) -> str:
+    """The layers the fallback's FP8 engine ran, by kind, from its record's recipe counts."""
+    try:
+        recipe = load_record(folder / RECORD_FILE).recipe
+    except UserError:
+        return "its layers"
+    counts = recipe.counts if recipe is not None else {}
+    kinds = [f"{n} {k.removeprefix('selected.').replace('.', ' ')}" for k, n in counts.items()]
+    return ", ".join(k for k in kinds if not k[0] == "0" and "excluded" not in k) or "its layers"
+
+
+def answered(out: Path, rows: list[tuple[Job, ZooRow]]) -> ZooRow:
+    """The model's row from its chain's rows (`chain` order, each read from its folder in
+    `out`): the first study's, unless its recipe was refused and a fallback answered."""
+    first_job, first = rows[0]
+    own = first_job.point.config.recipe or default_recipe_for(first_job.point.config.model)
+    for (job, row), (before_job, _) in zip(rows[1:], rows, strict=False):
+        if not refused(out / before_job.folder):
+            break
+        recipe = job.point.config.recipe
+        if row.status == RowStatus.COMPLETE:
+            answer = (
+                f"no layer where FP8 pays under {own}: it keeps every conv and linear layer in "
+                f"fp16; x of {recipe}, which runs {_kinds(out / job.folder)} in FP8"
+            )
+            update = {"status": RowStatus.NO_LAYER, "recipe": own, "x_recipe": recipe}
+            return row.model_copy(update=update | {"answer": answer})
+        if not refused(out / job.folder):
+            why = row.error or str(row.status)
+            return first.model_copy(update={"error": f"{own} selects no layer; {recipe}: {why}"})
+    return first

@@ -1,0 +1,179 @@
+"""The zoo's throughput, committed rows, answers and page, on the CPU in seconds: the timing lock
+serialises two processes' timed sections, studies share a GPU with it, a committed row is kept
+only while its engine sources, settings and environment hold, a recipe that selects nothing gets
+an answer from a fallback study, random weights never leave a zero layer, and the committed page
+is the one the committed rows render."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from quantstudy.model.random_fill import fill_zero_layers
+from quantstudy.record import StudyRecord
+from quantstudy.record.errors import EXIT_NOTHING_SELECTED
+from quantstudy.record.timing_lock import LOCK_ENV, timing
+from quantstudy.record.vocab import RowStatus
+from quantstudy.sweep.events import Job
+from quantstudy.sweep.local import local_slots
+from quantstudy.sweep.point import POINT_FILE, PointStatus
+from quantstudy.zoo.answers import FALLBACKS, answered, chain, next_refused
+from quantstudy.zoo.board import collect_row
+from quantstudy.zoo.catalogue import ZooEntry
+from quantstudy.zoo.points import ZooOptions, row_settings, zoo_point
+from quantstudy.zoo.rows import Current, read_rows, stale_reasons, write_row
+from quantstudy.zoo.run import write_board
+from quantstudy.zoo.sources import engine_sources_sha256
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tests" / "fixtures" / "study_example.json"
+ROWS = REPO / "docs" / "results" / "zoo"
+PAGE = REPO / "docs" / "results" / "zoo.md"
+BOARD_ARGV = ("quantstudy", "zoo", "--rows", "docs/results/zoo", "--page", "docs/results/zoo.md")
+
+HOLDER = """
+import json, os, sys, time
+from quantstudy.record.timing_lock import timing
+spans = []
+for _ in range(4):
+    with timing():
+        with timing():  # re-entrant: a harness round whose kernel tunes
+            start = time.monotonic()
+            time.sleep(0.05)
+            spans.append((start, time.monotonic()))
+    time.sleep(0.01)
+json.dump(spans, open(sys.argv[1], "w"))
+"""
+
+
+def test_the_lock_keeps_two_processes_timed_sections_apart(tmp_path, monkeypatch):
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu.lock"))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / f"{i}.json")])
+        for i in range(2)
+    ]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    a, b = (json.loads((tmp_path / f"{i}.json").read_text()) for i in range(2))
+    assert len(a) == len(b) == 4
+    overlaps = [(s, t) for s in a for t in b if s[0] < t[1] and t[0] < s[1]]
+    assert not overlaps, overlaps
+
+
+def test_without_the_variable_timing_is_a_no_op(monkeypatch):
+    monkeypatch.delenv(LOCK_ENV, raising=False)
+    with timing(), timing():
+        pass
+
+
+def test_jobs_share_one_gpu_behind_one_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    slots = local_slots("cuda", None, jobs=3, lock_dir=tmp_path)
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in slots] == ["0"] * 3
+    assert {s.env[LOCK_ENV] for s in slots} == {str(tmp_path / ".timing-gpu0.lock")}
+    assert LOCK_ENV not in local_slots("cuda", None)[0].env  # one study: no lock
+
+
+def test_engine_sources_hash_follows_the_covered_files_only(tmp_path):
+    for sub in ("quant", "study"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "a.py").write_text("x = 1\n")
+    before = engine_sources_sha256(tmp_path)
+    (tmp_path / "study" / "a.py").write_text("x = 2\n")  # orders stages: not covered
+    assert engine_sources_sha256(tmp_path) == before
+    (tmp_path / "quant" / "a.py").write_text("x = 2\n")  # builds engines
+    assert engine_sources_sha256(tmp_path) != before
+
+
+def _folder(out: Path, job: Job, code: int, record: StudyRecord | None = None) -> None:
+    folder = out / job.folder
+    folder.mkdir(parents=True)
+    status = "complete" if record is not None else "failed"
+    point = PointStatus(
+        folder=job.folder, settings=job.point, argv=["q"], status=status, attempts=1,
+        returncode=code, error=None if record else "recipe selects no layer", host="h",
+        started_utc="t",
+    )  # fmt: skip
+    (folder / POINT_FILE).write_text(point.model_dump_json())
+    if record is not None:
+        (folder / "study.json").write_text(record.model_dump_json())
+
+
+def _speed_record() -> StudyRecord:
+    full = StudyRecord.model_validate_json(FIXTURE.read_text())
+    return full.model_copy(
+        update={
+            "model": full.model.model_copy(update={"weights": "random", "random_weights": True})
+        }
+    )
+
+
+def test_a_recipe_that_selects_nothing_gets_an_answer_with_a_fallbacks_x(tmp_path):
+    entry = ZooEntry(name="resnet18", family="resnet")
+    point = zoo_point(entry, ZooOptions(data=tmp_path, out=tmp_path), "cuda")
+    job = Job(point, point.folder_name)
+    steps = chain(job)
+    assert [s.point.config.recipe for s in steps] == [None, *FALLBACKS]
+    _folder(tmp_path, job, EXIT_NOTHING_SELECTED)
+    assert next_refused(job, tmp_path) == steps[1]  # the first fallback runs next
+    _folder(tmp_path, steps[1], 0, _speed_record())
+    assert next_refused(job, tmp_path) is None
+    stamp = {"engine_sources": "abc", "settings": row_settings(point), "triton": "3.6.0"}
+    rows = [(s, collect_row(entry, tmp_path / s.folder, stamp)) for s in steps]
+    row = answered(tmp_path, rows)
+    assert row.status == RowStatus.NO_LAYER and row.x_recipe == FALLBACKS[0]
+    assert row.recipe == "generic_default" and row.batches  # the refused recipe, the fallback's x
+    assert row.answer is not None and "no layer where FP8 pays under generic_default" in row.answer
+    assert row.measured is not None and row.measured.engine_sources == "abc"
+
+
+def test_a_committed_row_is_kept_only_while_what_measured_it_holds(tmp_path):
+    rows = read_rows(ROWS)
+    row = rows["resnet50"]
+    assert row.measured is not None and row.measured.commit.startswith("76ba6a5")  # type: ignore[union-attr]
+    then = Current(row.measured.engine_sources or "", dict(row.measured.environment))
+    settings = dict(row.measured.settings)
+    assert stale_reasons(row, settings, then) == []
+    assert (
+        "engine sources changed"
+        in stale_reasons(row, settings, Current("other", then.environment))[0]
+    )
+    h200 = Current(then.engine_sources, then.environment | {"gpu_name": "NVIDIA H200"})
+    assert stale_reasons(row, settings, h200) == [
+        "gpu_name NVIDIA H100 80GB HBM3 measured, NVIDIA H200 here"
+    ]
+    assert stale_reasons(row, settings | {"batches": [1, 32]}, then) == [
+        "settings changed: batches"
+    ]
+    failed = row.model_copy(update={"status": RowStatus.FAILED})
+    assert stale_reasons(failed, settings, then) == ["status failed"]
+    write_row(tmp_path, row)
+    assert read_rows(tmp_path) == {"resnet50": row}
+
+
+def test_random_weights_fill_a_head_timm_zeroes():
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.Flatten(), nn.Linear(4 * 4 * 4, 10))
+    nn.init.zeros_(model[2].weight)
+    conv = model[0].weight.clone()
+    assert fill_zero_layers(model, seed=0) == ["2"]
+    assert bool(model[2].weight.any()) and torch.equal(model[0].weight, conv)
+    x = torch.randn(2, 3, 4, 4)
+    logits = model(x)
+    assert not torch.allclose(logits[0], logits[1])  # the images are told apart again
+
+
+@pytest.mark.parametrize("page", [PAGE])
+def test_the_committed_page_is_the_one_the_committed_rows_render(page, tmp_path):
+    out = tmp_path / "zoo.md"
+    options = ZooOptions(data=Path("."), out=tmp_path, rows=ROWS, page=out, command=BOARD_ARGV)
+    assert write_board(options) == 0
+    assert out.read_text() == page.read_text(), "rerun: " + " ".join(BOARD_ARGV)
+    assert (tmp_path / "zoo.png").stat().st_size > 0
+    text = out.read_text()
+    best = max(read_rows(ROWS).values(), key=lambda r: r.at(128).x if r.at(128) else 0)
+    assert f"most {best.family} (" in text  # named from the rows, not typed
