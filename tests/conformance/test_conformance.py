@@ -138,7 +138,7 @@ def test_default_recipe_completes_or_names_one_that_does(name: str, refusal: str
     assert info.fp8_real, f"{name}: no real FP8 layer ({info.fp8_emulated})"
     _check_face(engine.eager, model, res)
     if name == "dla34":  # skipped and said why, never a crash
-        assert "TypeError" in info.fp8_rewrites_skipped["residual"]
+        assert "TypeError" in info.layout.rewrites_skipped["residual"]
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ def test_fp8_engine_on_cuda_runs_fp8_kernels_and_matches_emulation(kernel):
     plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
     cuda = torch.device("cuda")
     fp8 = build_fp8(m, cuda, x[:1], plan, kernel=kernel)
-    assert fp8.info().fp8_kernel == kernel
+    assert fp8.info().layout.kernel == kernel
     # the fused kernel runs the depthwise conv as a real FP8 kernel
     # (`quant/layers/fused_depthwise.py`); torch._scaled_mm has no conv, so there it stays emulated
     if kernel == "fused":
@@ -100,7 +100,7 @@ def test_fp8_handoff_on_cuda_matches_the_emulation(net, shape, layers, handoff):
     x = torch.randn(shape)
     plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
     fp8 = build_fp8(m, torch.device("cuda"), x[:1], plan, kernel="fused")
-    assert fp8.info().fp8_handoff == handoff
+    assert fp8.info().layout.handoff == handoff
     out = fp8(x)
     ref = build_fakequant(m, torch.device("cpu"), x[:1], plan)(x)
     assert torch.linalg.norm(out - ref) / torch.linalg.norm(ref) < 2e-2

@@ -12,6 +12,7 @@ from quantstudy.engines.builders import build_fp8
 from quantstudy.engines.unfused import Unfused
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.record import KernelChoice
 
 pytestmark = pytest.mark.gpu
 
@@ -46,16 +47,17 @@ def _engines(tmp_path, monkeypatch):
 def test_fastest_engine_times_every_layer_and_matches_the_fused_one(tmp_path, monkeypatch):
     model, plan, fused, xin, example = _engines(tmp_path, monkeypatch)
     cuda = torch.device("cuda")
-    fastest = build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])
-    choice = fastest.info().fp8_kernel_choice
+    fastest = build_fp8(model, cuda, example, plan, kernel=KernelChoice.timed([64]))
+    choice = fastest.info().layout.kernel_choice
     assert [c.name for c in choice] == ["pw", "fc"]
     # timed (the shared input quantize subtracted, so a tiny product may read 0)
     assert all(c.fused_us >= 0 and c.scaled_mm_us >= 0 and c.batch == 64 for c in choice)
     assert all(c.fp16_us > 0 for c in choice)  # the float layer, which has no quantize to subtract
     assert (tmp_path / "fp8_kernel_choice.json").is_file()
-    stepped = fastest.info().fp8_stepped_aside
+    stepped = fastest.info().layout.stepped_aside
     if stepped:  # layers kept in fp16 compute other numbers: the fused engine keeps them too
-        fused = build_fp8(model, cuda, example, plan, kernel="fused", stepped_aside=stepped)
+        kept = [c for c in choice if c.kernel == "fp16"]
+        fused = build_fp8(model, cuda, example, plan, kernel=KernelChoice.replayed(kept))
     with torch.no_grad():
         a, b = fused.eager(xin).float(), fastest.eager(xin).float()
     assert torch.equal(a, b), (a - b).abs().max()  # whatever FP8 kernel was chosen
@@ -73,7 +75,7 @@ def test_a_mixed_choice_runs_both_kernels_and_changes_no_number(tmp_path, monkey
     hold both kinds of layer and write exactly the fused engine's numbers."""
     model, plan, fused, xin, example = _engines(tmp_path, monkeypatch)
     cuda = torch.device("cuda")
-    build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])  # stores timings
+    build_fp8(model, cuda, example, plan, kernel=KernelChoice.timed([64]))  # stores timings
     cache = tmp_path / "fp8_kernel_choice.json"
     stored = json.loads(cache.read_text())
     assert stored, "no timings stored"
@@ -82,8 +84,8 @@ def test_a_mixed_choice_runs_both_kernels_and_changes_no_number(tmp_path, monkey
         fused_us, mm_us = (1.0, 100.0) if conv else (100.0, 1.0)
         stored[key] = {"fused": fused_us, "scaled_mm": mm_us, "fp16": 1000.0}  # fp16 loses
     cache.write_text(json.dumps(stored))
-    mixed = build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])
-    kernels = {c.name: str(c.kernel) for c in mixed.info().fp8_kernel_choice}
+    mixed = build_fp8(model, cuda, example, plan, kernel=KernelChoice.timed([64]))
+    kernels = {c.name: str(c.kernel) for c in mixed.info().layout.kernel_choice}
     assert kernels == {"pw": "fused", "fc": "scaled_mm"}
     layers = dict(mixed.eager.named_modules())
     assert isinstance(layers["fc"], Unfused) and not isinstance(layers["pw"], Unfused)
@@ -98,19 +100,20 @@ def test_a_layer_whose_float_layer_wins_steps_aside_on_cuda(tmp_path, monkeypatc
     computes what the fused engine with that layer stepped aside computes, bit for bit."""
     model, plan, _, xin, example = _engines(tmp_path, monkeypatch)
     cuda = torch.device("cuda")
-    build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])  # stores timings
+    build_fp8(model, cuda, example, plan, kernel=KernelChoice.timed([64]))  # stores timings
     cache = tmp_path / "fp8_kernel_choice.json"
     stored = json.loads(cache.read_text())
     for key in stored:
         conv = len(json.loads(key)[1]) == 4
         stored[key] = {"fused": 10.0, "scaled_mm": 20.0, "fp16": 100.0 if conv else 1.0}
     cache.write_text(json.dumps(stored))
-    fastest = build_fp8(model, cuda, example, plan, kernel="fastest", choice_batches=[64])
+    fastest = build_fp8(model, cuda, example, plan, kernel=KernelChoice.timed([64]))
     info = fastest.info()
-    assert info.fp8_stepped_aside == ["fc"] and info.fp8_real == ["pw"]
+    assert info.layout.stepped_aside == ["fc"] and info.fp8_real == ["pw"]
     fc = fastest.eager.fc
     assert isinstance(fc, Unfused) and type(fc.layer) is nn.Linear
     assert fc.layer.weight.dtype == torch.float16
-    reference = build_fp8(model, cuda, example, plan, kernel="fused", stepped_aside=["fc"])
+    kept = [c for c in info.layout.kernel_choice if c.kernel == "fp16"]  # fc's, alone
+    reference = build_fp8(model, cuda, example, plan, kernel=KernelChoice.replayed(kept))
     with torch.no_grad():
         assert torch.equal(reference.eager(xin), fastest.eager(xin))

@@ -38,7 +38,7 @@ def test_padded_engine_equals_the_engine_with_padding_passes(compiled):
     cuda = torch.device("cuda")
     on = build_fp8(model, cuda, x, plan)
     off = build_fp8(model, cuda, x, plan, pad_outputs=False)
-    assert on.info().fp8_padded_output == {"pw": "dw", "pwl": "pad"}
+    assert on.info().layout.padded_output == {"pw": "dw", "pwl": "pad"}
     xs = torch.randn(8, 16, 16, 16, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         if compiled:  # Inductor fuses the two graphs' passes differently: fp16 tolerance
@@ -63,7 +63,7 @@ def test_float32_engine_computes_its_emulation_up_to_summation_order():
     cuda = torch.device("cuda")
     fp8 = build_fp8(model, cuda, x, plan, dtype=torch.float32)
     emu, ref = build_fakequant(model, cuda, x, plan), build_fp32(model, cuda)
-    assert fp8.info().compute_dtype == "float32" and fp8.info().fp8_padded_output
+    assert fp8.info().compute_dtype == "float32" and fp8.info().layout.padded_output
     xs = torch.randn(8, 16, 16, 16, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         a, b, r = fp8.eager(fp8.prepare(xs)).float().cpu(), emu(xs), ref(xs)

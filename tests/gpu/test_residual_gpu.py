@@ -40,7 +40,7 @@ def test_residual_engine_equals_the_separate_add_engine_eagerly():
     cuda = torch.device("cuda")
     on = build_fp8(model, cuda, x, plan)
     off = build_fp8(model, cuda, x, plan, residual=False)
-    assert len(on.info().fp8_residual) == 3 and off.info().fp8_residual == {}
+    assert len(on.info().layout.residual) == 3 and off.info().layout.residual == {}
     xs = torch.randn(8, 3, 8, 8, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         a, b = on.eager(on.prepare(xs)), off.eager(off.prepare(xs))
@@ -78,7 +78,7 @@ def test_sum_handoff_engine_equals_the_separate_passes_eagerly():
     cuda = torch.device("cuda")
     on = build_fp8(model, cuda, x, plan, sum_handoff=True)
     off = build_fp8(model, cuda, x, plan, residual=False)
-    assert len(on.info().fp8_sum_handoff) == 2
+    assert len(on.info().layout.sum_handoff) == 2
     xs = torch.randn(8, 3, 8, 8, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert torch.equal(on.eager(on.prepare(xs)), off.eager(off.prepare(xs)))

@@ -23,7 +23,6 @@ from quantstudy.bench.peers.configs import (
 )
 from quantstudy.bench.peers.rows import PeersRow, read_rows, row_config
 from quantstudy.bench.peers.table import peers_table
-from quantstudy.bench.peers.timing import time_engines
 from quantstudy.bench.report import render_folder
 from quantstudy.bench.schema import (
     PeerEngine,
@@ -40,6 +39,7 @@ from quantstudy.quality.metrics import score_engine
 from quantstudy.record import BatchSpeed, IdealSpeed, LayerDecision, SpeedSection, TimingStats
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
+from quantstudy.speed.harness import measure_speed
 
 
 def _layer(name, op, cin, cout, kernel=(1, 1), groups=1) -> LayerDecision:
@@ -310,7 +310,7 @@ def test_every_engine_is_paired_with_the_same_fp16_rounds():
     engines = {"fp16": _Engine("fp16", nn.Conv2d(3, 4, 1))}
     engines |= {n: _Engine("fp8", nn.Conv2d(3, 4, 3)) for n in ("ours", "theirs")}
     images = torch.rand(2, 3, 8, 8)
-    sections = time_engines(engines, images, [1, 2], rounds=3, iters=2, compile_mode="default")
+    sections = measure_speed(engines, images, [1, 2], rounds=3, iters=2, compile_mode="default")
     assert list(sections) == ["ours", "theirs"]
     ours, theirs = sections["ours"], sections["theirs"]
     assert [b.batch for b in ours.batches] == [1, 2] and not ours.meaningful

@@ -293,11 +293,11 @@ def test_fused_engine_equals_unfused_in_fp32():
     layers = ["pw1", "pw2", "pw3", "pw4", "fc1", "fc2"]
     fused, unfused = _both_engines(m, x, layers)
     # BN folded into pw1 leaves act1 consuming pw1's output: absorbed, as is the GELU
-    assert fused.fp8_epilogue == {"pw1": "relu6", "fc1": "gelu"}
-    assert fused.info().fp8_kernel == "fused" and unfused.info().fp8_epilogue == {}
+    assert fused.layout.epilogue == {"pw1": "relu6", "fc1": "gelu"}
+    assert fused.info().layout.kernel == "fused" and unfused.info().layout.epilogue == {}
     # what torch._scaled_mm wrote is recorded for the unfused engine only
-    assert fused.info().fp8_scaled_mm_output is None
-    assert unfused.info().fp8_scaled_mm_output.startswith("float32, bias ")
+    assert fused.info().layout.scaled_mm_output is None
+    assert unfused.info().layout.scaled_mm_output.startswith("float32, bias ")
     assert isinstance(fused.eager.pw1, FusedFP8Matmul) and isinstance(fused.eager.act1, nn.Identity)
     _assert_same_output(fused, unfused, x)
 
@@ -423,8 +423,8 @@ def test_fp8_engine_with_handoff_matches_the_engine_without():
     x = torch.randn(4, 16, 3, 3)
     layers = ["fc1", "fc2", "fc3", "fc4"]
     fused, unfused = _both_engines(m, x, layers)
-    assert fused.info().fp8_handoff == {"fc1": "fc2", "fc2": "fc3"}
-    assert unfused.info().fp8_handoff == {}
+    assert fused.info().layout.handoff == {"fc1": "fc2", "fc2": "fc3"}
+    assert unfused.info().layout.handoff == {}
     assert fused.eager.fc1.out_scale is not None and fused.eager.fc2.fp8_input
     _assert_same_output(fused, unfused, x)
 
@@ -489,8 +489,8 @@ def test_conv_to_conv_handoff_runs_channels_last_fp8_between_them():
     x = torch.randn(4, 16, 6, 6)
     layers = ["pw_exp", "pw_proj", "head"]
     fused, unfused = _both_engines(m, x, layers)
-    assert fused.info().fp8_handoff == {"pw_exp": "pw_proj"}
-    assert fused.info().fp8_epilogue == {"pw_exp": "relu"}
+    assert fused.info().layout.handoff == {"pw_exp": "pw_proj"}
+    assert fused.info().layout.epilogue == {"pw_exp": "relu"}
     _assert_same_output(fused, unfused, x)
 
 

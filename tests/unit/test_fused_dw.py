@@ -124,8 +124,8 @@ def test_fused_engine_runs_the_depthwise_conv_real_with_fp8_on_both_sides():
     engine = build_fp8(model, cpu, x[:1], plan, kernel="fused", dtype=torch.float32)
     info = engine.info()
     assert info.fp8_real == layers and not info.fp8_emulated
-    assert info.fp8_epilogue.get("dw") == "relu6"
-    assert info.fp8_handoff == {"expand": "dw", "dw": "project"}
+    assert info.layout.epilogue.get("dw") == "relu6"
+    assert info.layout.handoff == {"expand": "dw", "dw": "project"}
     dw = engine.eager.get_submodule("dw")
     assert isinstance(dw, FusedFP8Depthwise) and dw.fp8_input and dw.out_scale is not None
     emu = build_fakequant(model, cpu, x[:1], plan)

@@ -13,6 +13,7 @@ from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import FP8Matmul
 from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.record import KernelChoice
 
 CPU = torch.device("cpu")
 
@@ -45,10 +46,10 @@ def _setup():
 
 def test_off_cuda_nothing_is_timed_and_every_layer_stays_fused():
     model, x, plan = _setup()
-    engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fastest")
+    engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.timed([128]))
     info = engine.info()
-    assert info.fp8_kernel == "fastest"
-    assert [(c.name, c.kernel, c.why) for c in info.fp8_kernel_choice] == [
+    assert info.layout.kernel_option == "fastest"
+    assert [(c.name, c.kernel, c.why) for c in info.layout.kernel_choice] == [
         (n, "fused", "not timed off CUDA") for n in plan.layers
     ]
 

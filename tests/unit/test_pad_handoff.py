@@ -69,8 +69,8 @@ def test_padded_outputs_leave_the_engine_bit_identical(dtype, h, w):
     model, x, plan = _setup(h, w)
     padded = build_fp8(model, CPU, x, plan, dtype=dtype)
     apart = build_fp8(model, CPU, x, plan, dtype=dtype, pad_outputs=False)
-    assert padded.info().fp8_padded_output == {"pw": "dw", "pwl": "pad"}
-    assert apart.info().fp8_padded_output == {}
+    assert padded.info().layout.padded_output == {"pw": "dw", "pwl": "pad"}
+    assert apart.info().layout.padded_output == {}
     m = padded.eager
     assert m.pw.out_pad == OutputPad(kernel=(3, 3), stride=(2, 2), dilation=(1, 1))
     assert m.pwl.out_pad == OutputPad(fixed=(1, 2, 0, 1)) and m.side.out_pad is None
@@ -195,7 +195,7 @@ def test_a_reader_the_plan_quantizes_keeps_its_own_padding():
     layers = ["pw", "dw", "pwl", "side"]
     plan = QuantPlan(layers, True, calibrate(model, layers, [x]))
     built = build_fp8(model, CPU, x, plan, dtype=torch.float32)
-    assert built.info().fp8_padded_output == {"pwl": "pad"}
+    assert built.info().layout.padded_output == {"pwl": "pad"}
     assert built.eager.pw.out_pad is None and type(built.eager.dw) is not nn.Conv2d
     with torch.no_grad():
         assert torch.isfinite(built.eager(built.prepare(x))).all()

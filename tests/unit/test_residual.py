@@ -164,10 +164,10 @@ def test_residual_sums_move_into_the_layer_and_change_no_number(dtype):
     model, x, plan = _setup()
     fused = build_fp8(model, CPU, x, plan, dtype=dtype)
     apart = build_fp8(model, CPU, x, plan, dtype=dtype, residual=False)
-    assert fused.info().fp8_residual == {
+    assert fused.info().layout.residual == {
         "blocks.0.conv3": "relu", "blocks.1.conv3": "relu", "blocks.2.pwl": "none",
     }  # fmt: skip
-    assert apart.info().fp8_residual == {}
+    assert apart.info().layout.residual == {}
     conv3 = fused.eager.get_submodule("blocks.0.conv3")
     assert isinstance(conv3, FusedFP8Matmul) and conv3.res_act == "relu"
     assert "residual" in repr(conv3)

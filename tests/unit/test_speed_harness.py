@@ -116,7 +116,11 @@ def test_tile_images_wraps_around():
 def test_measure_speed_on_cpu_is_marked_not_meaningful():
     fp16, fp8 = TinyEngine("fp16", 4), TinyEngine("fp8", 6)
     images = torch.rand(3, 3, 8, 8)
-    section = measure_speed(fp16, fp8, images, [1, 4], rounds=30, compile_mode="default")
+    sections = measure_speed(
+        {"fp16": fp16, "fp8": fp8}, images, [1, 4], rounds=30, compile_mode="default"
+    )
+    assert list(sections) == ["fp8"]
+    section = sections["fp8"]
 
     assert section.meaningful is False
     assert section.meaningless_reason == CPU_MEANINGLESS_REASON
@@ -157,10 +161,12 @@ def test_measure_speed_checks_its_inputs():
     fp16, fp8 = TinyEngine("fp16", 4), TinyEngine("fp8", 4)
     images = torch.rand(2, 3, 8, 8)
     with pytest.raises(UserError):
-        measure_speed(fp16, fp8, images, [0], compile_mode="none")
+        measure_speed({"fp16": fp16, "fp8": fp8}, images, [0], compile_mode="none")
     with pytest.raises(UserError):
-        measure_speed(fp16, fp8, images, [], compile_mode="none")
+        measure_speed({"fp16": fp16, "fp8": fp8}, images, [], compile_mode="none")
     with pytest.raises(ValueError):
-        measure_speed(fp16, TinyEngine("fp16", 4), images, [1], compile_mode="none")
+        measure_speed(
+            {"fp16": fp16, "fp8": TinyEngine("fp16", 4)}, images, [1], compile_mode="none"
+        )
     with pytest.raises(ValueError):
-        measure_speed(fp16, fp8, images.half(), [1], compile_mode="none")
+        measure_speed({"fp16": fp16, "fp8": fp8}, images.half(), [1], compile_mode="none")

@@ -2,11 +2,13 @@
 (`engines/step_aside.py`), on CPU with stand-in timers."""
 
 import types
+from unittest import mock
 
 import pytest
 import torch
 from torch import nn
 
+from quantstudy.engines import kernel_choice
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_half
 from quantstudy.engines.unfused import Unfused
 from quantstudy.quant.calibration.calibrate import calibrate
@@ -14,7 +16,8 @@ from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.record import EngineInfo, LayerKernel
+from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel
+from quantstudy.record.inputs import StudyConfig
 
 CPU = torch.device("cpu")
 SLOW = 100.0
@@ -78,11 +81,17 @@ def _timer(table: dict[int, dict[str, tuple[float, float | None, float]]], layer
     return lambda fn: next(it)
 
 
+def _timed_by(timer):
+    """`kernel_choice.clock_for` standing in `timer` for the GPU's clock, on the CPU too."""
+    return mock.patch.object(kernel_choice, "clock_for", lambda device: timer)
+
+
 def _fastest(model, x, plan, table, **kw):
-    return build_fp8(
-        model, CPU, x, plan, dtype=torch.float32, kernel="fastest",
-        choice_batches=sorted(table), timer=_timer(table), **kw,
-    )  # fmt: skip
+    with _timed_by(_timer(table)):
+        return build_fp8(
+            model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.timed(sorted(table)),
+            **kw,
+        )  # fmt: skip
 
 
 def test_a_layer_steps_aside_only_where_fp16_wins_at_every_timed_batch():
@@ -100,7 +109,7 @@ def test_a_layer_steps_aside_only_where_fp16_wins_at_every_timed_batch():
     }  # fmt: skip
     engine = _fastest(model, x, plan, table)
     info = engine.info()
-    rows = {(c.name, c.batch): (str(c.kernel), c.fp16_us) for c in info.fp8_kernel_choice}
+    rows = {(c.name, c.batch): (str(c.kernel), c.fp16_us) for c in info.layout.kernel_choice}
     assert rows == {
         ("stem", 1): ("fp16", 5.0), ("stem", 4): ("fp16", 5.0),
         ("pw", 1): ("fused", SLOW), ("pw", 4): ("fused", SLOW),
@@ -108,12 +117,12 @@ def test_a_layer_steps_aside_only_where_fp16_wins_at_every_timed_batch():
         ("k3b", 1): ("fused", 9.0), ("k3b", 4): ("fused", 9.8),
         ("head", 1): ("scaled_mm", 6.0), ("head", 4): ("scaled_mm", 6.0),
     }  # fmt: skip
-    why = {c.name: c.why for c in info.fp8_kernel_choice}
+    why = {c.name: c.why for c in info.layout.kernel_choice}
     assert why["pw"] == "writes the next conv's padded input: runs fused (timed alone, without it)"
-    assert info.fp8_padded_output == {"pw": "pad"}
-    assert info.fp8_stepped_aside == ["stem"]
+    assert info.layout.padded_output == {"pw": "pad"}
+    assert info.layout.stepped_aside == ["stem"]
     assert info.fp8_real == ["pw", "k3", "k3b", "head"]
-    assert "stem" not in info.fp8_epilogue and info.fp8_epilogue["pw"] == "relu"
+    assert "stem" not in info.layout.epilogue and info.layout.epilogue["pw"] == "relu"
     assert info.fp16_layers == 5 - 5 + 1
     m = engine.eager
     assert isinstance(m.stem, Unfused) and type(m.stem.layer) is nn.Conv2d
@@ -132,7 +141,7 @@ def test_a_layer_that_beats_scaled_mm_too_steps_aside_and_runs_what_the_float_mo
         for b in (1, 4)
     }  # fmt: skip
     engine = _fastest(model, x, plan, table)
-    assert engine.info().fp8_stepped_aside == ["stem", "head"]
+    assert engine.info().layout.stepped_aside == ["stem", "head"]
     assert type(engine.eager.head.layer) is nn.Linear
     _, _, fewer = _setup(("pw", "k3", "k3b"))
     fewer = QuantPlan(fewer.layers, True, plan.calibration)  # the same scales
@@ -149,9 +158,10 @@ def test_every_layer_stepped_aside_is_the_fp16_engine_bit_for_bit():
     table = {1: {"stem": (10.0, None, 1.0), "k3": (10.0, None, 1.0), "k3b": (10.0, None, 1.0),
                  "head": (10.0, 10.0, 1.0)}}  # fmt: skip
     timer = _timer(table, plan.layers)
-    engine = build_fp8(model, CPU, x, plan, kernel="fastest", choice_batches=[1], timer=timer)
+    with _timed_by(timer):
+        engine = build_fp8(model, CPU, x, plan, kernel=KernelChoice.timed([1]))
     assert engine.dtype == torch.bfloat16
-    assert engine.info().fp8_stepped_aside == plan.layers and engine.info().fp8_real == []
+    assert engine.info().layout.stepped_aside == plan.layers and engine.info().fp8_real == []
     half = build_half(model, CPU, x)
     with torch.no_grad():
         assert torch.equal(engine(x), half(x))
@@ -166,7 +176,7 @@ def test_a_conv_after_a_padded_output_steps_aside_as_the_float_conv_with_padding
     table = {1: {"stem": (10.0, None, SLOW), "k3": (10.0, None, 1.0), "k3b": (10.0, None, SLOW),
                  "head": (10.0, 10.0, SLOW)}}  # fmt: skip
     engine = _fastest(model, x, plan, table)
-    assert engine.info().fp8_stepped_aside == ["k3"]
+    assert engine.info().layout.stepped_aside == ["k3"]
     seen = {}
     hook = engine.eager.k3.register_forward_hook(lambda m, a, out: seen.update(x=a[0], y=out))
     with torch.no_grad():
@@ -200,16 +210,14 @@ def test_a_conv_that_reads_a_hand_off_in_the_engine_may_still_step_aside():
     model, x = _Bottleneck().eval(), torch.randn(2, 8, 6, 6)
     plan = QuantPlan(["conv1", "conv2"], True, calibrate(model, ["conv1", "conv2"], [x]))
     fused = build_fp8(model, CPU, x, plan, dtype=torch.float32)
-    assert fused.info().fp8_handoff == {"conv1": "conv2"}
+    assert fused.info().layout.handoff == {"conv1": "conv2"}
     # per layer: the shared quantize, fused, scaled_mm (1x1 only), fp16
     times = iter([0.0, 10.0, 10.0, SLOW, 0.0, 10.0, 1.0])
-    engine = build_fp8(
-        model, CPU, x, plan, dtype=torch.float32, kernel="fastest", choice_batches=[1],
-        timer=lambda fn: next(times),
-    )  # fmt: skip
+    with _timed_by(lambda fn: next(times)):
+        engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.timed([1]))
     info = engine.info()
-    assert info.fp8_stepped_aside == ["conv2"] and info.fp8_real == ["conv1"]
-    assert info.fp8_handoff == {} and info.fp8_epilogue == {"conv1": "relu"}
+    assert info.layout.stepped_aside == ["conv2"] and info.fp8_real == ["conv1"]
+    assert info.layout.handoff == {} and info.layout.epilogue == {"conv1": "relu"}
     alone = QuantPlan(["conv1"], True, plan.calibration)
     want = build_fp8(model, CPU, x, alone, dtype=torch.float32).eager
     with torch.no_grad():
@@ -225,17 +233,13 @@ def test_the_emulations_leave_the_stepped_aside_layers_float(monkeypatch):
     model, x, plan = _setup()
     table = {1: {"stem": (10.0, None, 1.0), "k3": (10.0, None, SLOW), "k3b": (10.0, None, SLOW),
                  "head": (10.0, 10.0, 1.0)}}  # fmt: skip
-    timed = _timer(table)
-
-    def fp8(*args, **kw):
-        return build_fp8(*args, **kw, timer=timed)
-
-    monkeypatch.setattr(study_engines, "build_fp8", fp8)
-    config = types.SimpleNamespace(compile_mode="default", kernel="fastest", batches=[1])
+    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _timer(table))
+    config = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=[1])
     builders = study_engines.study_builders(config, model, x, plan, True, CPU)
-    assert builders["fp8"]().info().fp8_stepped_aside == ["stem", "head"]
+    layout = builders["fp8"](FP8Layout()).info().layout
+    assert layout.stepped_aside == ["stem", "head"]
     for name in ("fakequant", "fakequant_weights", "fakequant_activations"):
-        emulation = builders[name]()
+        emulation = builders[name](layout)
         m = emulation.eager
         assert type(m.stem) is nn.Conv2d and type(m.head) is nn.Linear
         assert all(isinstance(m.get_submodule(n), QDQ) for n in ("pw", "k3", "k3b"))
@@ -253,7 +257,6 @@ def test_a_study_keys_the_outputs_of_its_fp8_engine_by_the_layers_kept_in_fp16(
     another machine may keep others. So the stage cache that the FP8 engine and everything
     built after it (its emulations, the held-out chunks) read and write is keyed by them too,
     while the fp32 and fp16 engines keep the study's key."""
-    from quantstudy.study import engines as study_engines
     from quantstudy.study import run as study_run
     from quantstudy.study.cache import StageCache
     from quantstudy.study.stage_timer import StageTimer
@@ -261,15 +264,9 @@ def test_a_study_keys_the_outputs_of_its_fp8_engine_by_the_layers_kept_in_fp16(
     model, x, plan = _setup()
     table = {1: {"stem": (10.0, None, 1.0), "k3": (10.0, None, SLOW), "k3b": (10.0, None, SLOW),
                  "head": (10.0, 10.0, 1.0)}}  # fmt: skip
-    timed = _timer(table)
-    monkeypatch.setattr(
-        study_engines, "build_fp8", lambda *a, **kw: build_fp8(*a, **kw, timer=timed)
-    )
+    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _timer(table))
     monkeypatch.setattr(study_run, "stress_inputs", lambda pre: [("x", x[0])])
-    config = types.SimpleNamespace(
-        compile_mode="default", kernel="fastest", batches=[1], eval_batch=2,
-        float32_engine=False,
-    )  # fmt: skip
+    config = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=[1], eval_batch=2)
     inputs = types.SimpleNamespace(
         pre=None, recipe=types.SimpleNamespace(weights=types.SimpleNamespace(fold_bn=True)),
         loaded=types.SimpleNamespace(model=model), example=x, heldout_items=[0, 1],
@@ -293,13 +290,13 @@ def test_a_recorded_choice_is_rebuilt_without_timing():
         for b in (1, 4)
     }  # fmt: skip
     first = _fastest(model, x, plan, table)
-    choice = first.info().fp8_kernel_choice
-    again = build_fp8(
-        model, CPU, x, plan, dtype=torch.float32, kernel="fastest", choice_batches=[1, 4],
-        replay=choice, timer=lambda fn: 1 / 0,
-    )  # fmt: skip
-    assert again.info().fp8_kernel_choice == choice
-    assert again.info().fp8_stepped_aside == ["stem"]
+    choice = first.info().layout.kernel_choice
+    with _timed_by(lambda fn: 1 / 0):
+        again = build_fp8(
+            model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.replayed(choice)
+        )
+    assert again.info().layout.kernel_choice == choice
+    assert again.info().layout.stepped_aside == ["stem"]
     assert type(again.eager.head).__name__ == "Unfused"  # scaled_mm at both batches
     with torch.no_grad():
         assert torch.equal(again.eager(x), first.eager(x))
@@ -327,7 +324,7 @@ def test_the_record_holds_the_stepped_aside_layers_and_old_records_still_read():
             {"name": "b", "kernel": "scaled_mm", "fused_us": 2.0, "scaled_mm_us": 1.0, "batch": 1}
         ],
     }
-    assert EngineInfo.model_validate(old).fp8_stepped_aside == []  # schema 16: no such field
+    assert EngineInfo.model_validate(old).layout.stepped_aside == []  # schema 16: no such field
 
 
 def test_a_study_rebuilt_from_its_record_replays_the_choice(monkeypatch):
@@ -338,13 +335,11 @@ def test_a_study_rebuilt_from_its_record_replays_the_choice(monkeypatch):
     model, x, plan = _setup()
     table = {1: {"stem": (10.0, None, SLOW), "k3": (10.0, None, SLOW), "k3b": (10.0, None, 1.0),
                  "head": (10.0, 10.0, SLOW)}}  # fmt: skip
-    choice = _fastest(model, x, plan, table).info().fp8_kernel_choice
+    choice = _fastest(model, x, plan, table).info().layout.replay()
 
-    def fp8(*args, **kw):
-        return build_fp8(*args, **kw, timer=lambda fn: 1 / 0)
-
-    monkeypatch.setattr(study_engines, "build_fp8", fp8)
-    config = types.SimpleNamespace(compile_mode="default", kernel="fastest", batches=[1])
+    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: lambda fn: 1 / 0)
+    config = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=[1])
     builders = study_engines.study_builders(config, model, x, plan, True, CPU, choice)
-    assert builders["fp8"]().info().fp8_stepped_aside == ["k3b"]
-    assert type(builders["fakequant"]().eager.k3b) is nn.Conv2d
+    layout = builders["fp8"](FP8Layout()).info().layout
+    assert layout.stepped_aside == ["k3b"]
+    assert type(builders["fakequant"](layout).eager.k3b) is nn.Conv2d

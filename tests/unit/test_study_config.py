@@ -8,7 +8,7 @@ import pytest
 from quantstudy.cli import MODEL_DATA_OPTIONS, STUDY_OPTIONS, _parser, main
 from quantstudy.record import StudyConfig, StudyRecord
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import CompileMode, FP8Kernel, choices
+from quantstudy.record.vocab import CompileMode, FP8Kernel, KernelOption, choices
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -24,7 +24,7 @@ def test_every_cli_option_is_a_config_field():
 
 def test_cli_choices_and_defaults_come_from_the_model():
     assert _run_action("compile_mode").choices == choices(CompileMode)
-    assert _run_action("fp8_kernel").choices == choices(FP8Kernel)
+    assert _run_action("fp8_kernel").choices == choices(KernelOption)
     for name in ("calib", "heldout", "seed", "batches", "weights"):
         assert _run_action(name).default == StudyConfig.model_fields[name].default
     assert _run_action("speed").option_strings == ["--no-speed"]
@@ -53,7 +53,7 @@ def test_parsed_options_build_the_config():
     config = _model_config(args)
     assert config.data == "d"  # a Path, as the CLI parses it, stored as its text
     assert (config.calib, config.batches, config.speed) == (7, (2, 4), False)
-    assert config.kernel == FP8Kernel.SCALED_MM and config.heldout == 1500
+    assert config.fp8_kernel == FP8Kernel.SCALED_MM and config.heldout == 1500
 
 
 def test_bad_values_are_one_line_user_errors():

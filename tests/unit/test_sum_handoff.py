@@ -22,10 +22,10 @@ def test_a_sum_read_by_the_next_fp8_layer_is_also_written_as_its_input(dtype):
     to the engine that adds and quantizes in separate passes. pwl's sum leaves the model: none.
     (Off by default, it made res2net slower on the H200: the default engine has sums, no copies.)"""
     model, x, plan = _setup()
-    assert build_fp8(model, CPU, x, plan, dtype=dtype).info().fp8_sum_handoff == {}
+    assert build_fp8(model, CPU, x, plan, dtype=dtype).info().layout.sum_handoff == {}
     fused = build_fp8(model, CPU, x, plan, dtype=dtype, sum_handoff=True)
     apart = build_fp8(model, CPU, x, plan, dtype=dtype, residual=False)
-    assert fused.info().fp8_sum_handoff == {
+    assert fused.info().layout.sum_handoff == {
         "blocks.0.conv3": "blocks.1.conv1", "blocks.1.conv3": "blocks.2.pw",
     }  # fmt: skip
     conv3, conv1 = (fused.eager.get_submodule(n) for n in ("blocks.0.conv3", "blocks.1.conv1"))
@@ -43,8 +43,8 @@ def test_no_hand_off_to_a_reader_in_fp16_or_one_that_cannot_read_fp8():
     kept = [n for n in plan.layers if n not in ("blocks.1.conv1", "blocks.2.pw")]
     fewer = QuantPlan(kept, True, plan.calibration)
     info = build_fp8(model, CPU, x, fewer, dtype=torch.float32, sum_handoff=True).info()
-    assert set(info.fp8_residual) == {"blocks.0.conv3", "blocks.1.conv3", "blocks.2.pwl"}
-    assert info.fp8_sum_handoff == {}
+    assert set(info.layout.residual) == {"blocks.0.conv3", "blocks.1.conv3", "blocks.2.pwl"}
+    assert info.layout.sum_handoff == {}
 
 
 def test_kernel_pair_under_the_interpreter_writes_the_fp8_copy_of_its_output():

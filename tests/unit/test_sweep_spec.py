@@ -163,7 +163,7 @@ def test_each_study_gets_its_config_as_json_not_as_flags(tmp_path, capsys):
     config = point.study_config(folder)
     assert config.out == "." and config.recipe == point.recipe  # run in the point's folder
     assert config.model == "test_efficientnet" and config.batches == (1, 2)
-    assert not config.speed and config.kernel == "fused"
+    assert not config.speed and config.fp8_kernel == "fused"
     path = folder / CONFIG_FILE
     path.write_text(config.model_dump_json())
     assert read_config(path) == config  # the record's own model writes and reads it

@@ -97,7 +97,7 @@ def test_points_are_speed_only_with_random_weights_and_full_with_real_ones(tmp_p
     random_point = zoo_point(entry, options, "cuda").config
     assert random_point.weights == "random" and not random_point.quality and random_point.speed
     assert random_point.recipe is None  # the study picks the model's default
-    assert random_point.batches == (1, 128) and random_point.kernel == "fused"
+    assert random_point.batches == (1, 128) and random_point.fp8_kernel == "fused"
     real = zoo_point(entry, ZooOptions(data=tmp_path, out=tmp_path, weights="cache"), "cuda")
     assert real.config.weights == "w" and real.config.quality
 

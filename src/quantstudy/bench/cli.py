@@ -21,7 +21,7 @@ from quantstudy.bench.peers.configs import Peer
 from quantstudy.record.command import Command, batches, command_line
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
-from quantstudy.record.vocab import FP8Kernel, choices
+from quantstudy.record.vocab import FP8Kernel, KernelOption, choices
 from quantstudy.study.cli_options import (
     MODEL_DATA_OPTIONS,
     STUDY_OPTIONS,
@@ -66,8 +66,8 @@ def _distinct(text: str, vocab: type[E], flag: str, none_ok: bool = False) -> tu
     return tuple(vocab(n) for n in names)
 
 
-def _kernels(text: str) -> tuple[FP8Kernel, ...]:
-    return _distinct(text, FP8Kernel, "--kernels")
+def _kernels(text: str) -> tuple[KernelOption, ...]:
+    return _distinct(text, KernelOption, "--kernels")
 
 
 def _out(p: argparse.ArgumentParser, what: str) -> None:
@@ -209,7 +209,7 @@ def _kernels_arguments(p: argparse.ArgumentParser) -> None:
     add_config_args(p, BENCH_STUDY_OPTIONS)
     p.add_argument(
         "--fp8-kernel",
-        choices=choices(FP8Kernel),
+        choices=choices(KernelOption),
         default=DEFAULT_FP8_KERNEL,
         help="the FP8 engine's",
     )
@@ -226,7 +226,7 @@ def _run_kernels(args: argparse.Namespace, context: Context) -> None:
 
     _at_least_one(args, "batch", "compiles")
     record = bench_kernels(
-        context.study_config(), FP8Kernel(args.fp8_kernel), args.batch, args.record.parent,
+        context.study_config(), KernelOption(args.fp8_kernel), args.batch, args.record.parent,
         compiles=args.compiles, sources=args.sources, argv=context.argv,
     )  # fmt: skip
     _write(args.record, record)

@@ -19,15 +19,16 @@ import torch
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import KernelsBench, KernelTime
 from quantstudy.engines.builders import build_fp8, build_half, set_numerics
+from quantstudy.record.engines import fp8_build
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import Engine, FP8Kernel
+from quantstudy.record.vocab import Engine, KernelOption
 from quantstudy.speed.kernels import group_kernel, kernel_events
 from quantstudy.study.prepare import prepare_study
 
 
 def bench_kernels(
     config: StudyConfig,
-    kernel: FP8Kernel,
+    kernel: KernelOption,
     batch: int,
     out_dir: Path,
     *,
@@ -50,7 +51,9 @@ def bench_kernels(
         torch._dynamo.reset()
         engines = {
             Engine.FP16: build_half(model, device, example, fold=fold),
-            Engine.FP8: build_fp8(model, device, example, prepared.plan, fold=fold, kernel=kernel),
+            Engine.FP8: build_fp8(
+                model, device, example, prepared.plan, fold=fold, kernel=fp8_build(kernel, [batch])
+            ),
         }
         entry: dict[str, list[KernelTime]] = {}
         for name, engine in engines.items():

@@ -31,7 +31,7 @@ from quantstudy.bench.schema import (
 )
 from quantstudy.record import TimingStats
 from quantstudy.record.io import write_text_atomic
-from quantstudy.record.vocab import Engine, FP8Kernel, KernelGroup
+from quantstudy.record.vocab import Engine, KernelGroup, KernelOption
 from quantstudy.report.format import code, table
 
 REPORT_NAME = "README.md"
@@ -155,14 +155,14 @@ def _fused_ratios(r: SpeedResult, e: EngineSpeed) -> Iterable[tuple[int, str]]:
 
 def _speed_summary(speed: list[tuple[str, SpeedBench]]) -> list[str]:
     """Every measured x per model, batch and FP8 kernel, newest record first."""
-    rows: dict[tuple[str, int, FP8Kernel], list[tuple[str, str]]] = {}
+    rows: dict[tuple[str, int, KernelOption], list[tuple[str, str]]] = {}
     for name, rec in speed:
         for r in rec.results:
             for e in r.engines:
                 for batch, x in _fused_ratios(r, e):
                     key = (r.model, batch, e.fp8_kernel)
                     rows.setdefault(key, []).insert(0, (x, name))
-    ordered = sorted(rows, key=lambda k: (k[0], k[1], list(FP8Kernel).index(k[2])))
+    ordered = sorted(rows, key=lambda k: (k[0], k[1], list(KernelOption).index(k[2])))
     body = [
         [model, str(batch), kernel, x, name]
         for model, batch, kernel in ordered

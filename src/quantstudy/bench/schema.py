@@ -19,7 +19,7 @@ from quantstudy.record import EngineQuality, SpeedSection
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import CompileMode, FP8Kernel, KernelGroup, PeerFamily
+from quantstudy.record.vocab import CompileMode, KernelGroup, KernelOption, PeerFamily
 
 BENCH_SCHEMA_VERSION = 1
 
@@ -76,7 +76,7 @@ class LoggedBatch(Section):
 class EngineSpeed(Section):
     """One FP8 engine of a model timed against the fp16 engine."""
 
-    fp8_kernel: FP8Kernel
+    fp8_kernel: KernelOption
     fp8_real: int | None = None  # layers running a real FP8 product (None: not recorded)
     fp8_emulated: int | None = None  # layers quantize-dequantized around an fp16 op
     fp8_stepped_aside: int | None = None  # recipe layers the fastest choice kept in fp16
@@ -222,7 +222,7 @@ class KernelsBench(Record):
     model: str
     recipe: str
     batch: int
-    fp8_kernel: FP8Kernel
+    fp8_kernel: KernelOption
     # per fresh compile: engine ("fp16", "fp8") -> every kernel of one call, slowest first
     compiles: list[dict[str, list[KernelTime]]]
     # files of generated kernel source written beside the record

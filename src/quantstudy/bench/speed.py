@@ -3,10 +3,11 @@
 The study's own harness (`speed.harness.measure_speed`: CUDA-graph replay, fp16 and FP8 rounds
 interleaved, median and quartiles over rounds, x per round pair, kernel time per group) on the
 study's own preparation (`study.prepare.prepare_study`: model, split, recipe, calibrated plan),
-once per FP8 kernel, so a fused and an unfused engine of the same plan are timed against the same
-fp16 engine. Optionally the two FP8 engines' top-1 agreement on every held-out image, and the
-fp16 engine under Inductor's max-autotune against default mode (is the fp16 baseline as fast as
-Inductor can make it?). On a CPU the harness runs a short eager check, marked not meaningful.
+one FP8 engine per kernel, all in one set of rounds, so a fused and an unfused engine of the same
+plan are each paired with the same fp16 rounds. Optionally the two FP8 engines' top-1 agreement
+on every held-out image, and the fp16 engine under Inductor's max-autotune against default mode
+(is the fp16 baseline as fast as Inductor can make it?). On a CPU the harness runs a short eager
+check, marked not meaningful.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from quantstudy.bench.provenance import CPU_REASON, collect_provenance
 from quantstudy.bench.schema import Agreement, EngineSpeed, SpeedBench, SpeedResult
 from quantstudy.engines.builders import build_fp8, build_half, set_numerics
 from quantstudy.engines.run import run_engine
+from quantstudy.record.engines import fp8_build
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.speed import SpeedSection
-from quantstudy.record.vocab import CompileMode, FP8Kernel
+from quantstudy.record.vocab import CompileMode, Engine, KernelOption
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
@@ -30,7 +32,7 @@ from quantstudy.study.prepare import Prepared, prepare_study
 
 def bench_speed(
     config: StudyConfig,
-    kernels: Sequence[FP8Kernel],
+    kernels: Sequence[KernelOption],
     *,
     rounds: int = 30,
     iters: int = 20,
@@ -39,7 +41,7 @@ def bench_speed(
     argv: list[str] | None = None,
 ) -> SpeedBench:
     """Prepare `config`'s study and time its fp16 engine against one FP8 engine per kernel."""
-    if agreement and set(kernels) != {FP8Kernel.FUSED, FP8Kernel.SCALED_MM}:
+    if agreement and set(kernels) != {KernelOption.FUSED, KernelOption.SCALED_MM}:
         raise UserError("--agreement compares the fused and scaled_mm engines: time both")
     if autotune_batch is not None and config.device != "cuda":
         raise UserError("--fp16-autotune-batch needs a CUDA GPU (max-autotune tunes GPU kernels)")
@@ -66,7 +68,7 @@ def bench_speed(
 
 def _time_model(
     prepared: Prepared,
-    kernels: Sequence[FP8Kernel],
+    kernels: Sequence[KernelOption],
     rounds: int,
     iters: int,
     agreement: bool,
@@ -84,17 +86,18 @@ def _time_model(
             prepared.plan,
             fold=fold,
             compile_mode=mode,
-            kernel=k,
-            choice_batches=config.batches,
+            kernel=fp8_build(k, config.batches),
         )
         for k in kernels
     }
+    print(f"timing fp16 against FP8 {', '.join(built)}", flush=True)
+    timed = {Engine.FP16: fp16, **{str(k): e for k, e in built.items()}}
+    sections = measure_speed(
+        timed, x, list(config.batches), rounds=rounds, iters=iters, compile_mode=mode
+    )
     engines = []
     for kernel, fp8 in built.items():
-        print(f"timing fp16 against FP8 {kernel}", flush=True)
-        speed = measure_speed(
-            fp16, fp8, x, list(config.batches), rounds=rounds, iters=iters, compile_mode=mode
-        )
+        speed = sections[kernel]
         info = fp8.info()
         gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
         ideal, _ = ideal_speed(speed, prepared.inputs.recipe_info, [info], gpu)
@@ -104,11 +107,11 @@ def _time_model(
                 fp8_kernel=kernel,
                 fp8_real=len(info.fp8_real),
                 fp8_emulated=len(info.fp8_emulated),
-                fp8_stepped_aside=len(info.fp8_stepped_aside),
-                epilogue_activations=len(info.fp8_epilogue),
-                fp8_handoffs=len(info.fp8_handoff),
-                fp8_residual_sums=len(info.fp8_residual),
-                scaled_mm_output=info.fp8_scaled_mm_output,
+                fp8_stepped_aside=len(info.layout.stepped_aside),
+                epilogue_activations=len(info.layout.epilogue),
+                fp8_handoffs=len(info.layout.handoff),
+                fp8_residual_sums=len(info.layout.residual),
+                scaled_mm_output=info.layout.scaled_mm_output,
                 speed=speed,
             )
         )
@@ -118,7 +121,7 @@ def _time_model(
             top = {k: run_engine(e, x, config.eval_batch).argmax(1) for k, e in built.items()}
         same = Agreement(
             n_images=int(x.shape[0]),
-            same_top1=int((top[FP8Kernel.FUSED] == top[FP8Kernel.SCALED_MM]).sum()),
+            same_top1=int((top[KernelOption.FUSED] == top[KernelOption.SCALED_MM]).sum()),
         )
     tuned = None
     if autotune_batch is not None:
@@ -144,11 +147,10 @@ def fp16_autotune(prepared: Prepared, batch: int, rounds: int, iters: int) -> Sp
     tuned = build_half(model, device, example, fold=fold, compile_mode=CompileMode.MAX_AUTOTUNE)
     tuned.name = "fp16-max-autotune"
     return measure_speed(
-        default,
-        tuned,
+        {"default": default, "max-autotune": tuned},
         prepared.heldout_x,
         [batch],
         rounds=rounds,
         iters=iters,
         compile_mode=CompileMode.MAX_AUTOTUNE,
-    )
+    )["max-autotune"]

@@ -89,11 +89,11 @@ def refuse_stepped_aside(record: StudyRecord) -> None:
     the export writes Q/DQ on every selected layer, so its graph would not be the engine the
     study measured."""
     fp8 = record.engine(Engine.FP8)
-    if fp8 is not None and fp8.fp8_stepped_aside:
-        n = len(fp8.fp8_stepped_aside)
+    if fp8 is not None and fp8.layout.stepped_aside:
+        n = len(fp8.layout.stepped_aside)
         raise UserError(
             f"study {record.name} kept {n} selected layers in fp16 (--fp8-kernel fastest, first: "
-            f"{fp8.fp8_stepped_aside[0]}), which the export would quantize; export a study run "
+            f"{fp8.layout.stepped_aside[0]}), which the export would quantize; export a study run "
             "with --fp8-kernel fused, or with a recipe that excludes those layers"
         )
 

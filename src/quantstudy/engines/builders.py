@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,19 +19,19 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine, in_memory_format
-from quantstudy.engines.fp8_assembly import FP8Assembler, FP8Options
-from quantstudy.engines.kernel_choice import Timer, choose_kernels, replay_kernels, settled
+from quantstudy.engines.fp8_assembly import FP8Assembler, FP8Assembly, FP8Options
+from quantstudy.engines.kernel_choice import choose_kernels, replay_kernels, settled
 from quantstudy.engines.size import weight_bytes
-from quantstudy.engines.step_aside import step_aside
 from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant.fitting.bias_correction import correct_biases, set_biases
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.layers.matmul import scaled_mm_output_of
 from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fake_quant
 from quantstudy.quant.rewrites.fold import fold_batchnorm
-from quantstudy.record import EngineInfo, LayerKernel
+from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel
+from quantstudy.record.engines import built_kernel, stepped_aside
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
-from quantstudy.record.vocab import ChosenKernel, CompileMode, FP8Kernel
+from quantstudy.record.vocab import CompileMode, FP8Kernel
 from quantstudy.record.vocab import Engine as EngineName
 
 
@@ -76,15 +76,7 @@ class BuiltEngine(Engine):
     compile_mode: str | None
     applied: Applied = field(default_factory=lambda: Applied([], []))
     float_layers: int = 0
-    fp8_kernel: FP8Kernel | None = None
-    fp8_epilogue: dict[str, str] = field(default_factory=dict)
-    fp8_handoff: dict[str, str] = field(default_factory=dict)
-    fp8_residual: dict[str, str] = field(default_factory=dict)
-    fp8_sum_handoff: dict[str, str] = field(default_factory=dict)
-    fp8_padded_output: dict[str, str] = field(default_factory=dict)
-    fp8_kernel_choice: list[LayerKernel] | None = None
-    fp8_stepped_aside: list[str] = field(default_factory=list)
-    fp8_rewrites_skipped: dict[str, str] = field(default_factory=dict)
+    layout: FP8Layout = field(default_factory=FP8Layout)  # how `build_fp8` built it
 
     def eagerly(self) -> BuiltEngine:
         """This engine run through its eager module: a quality pass that needs no compile."""
@@ -102,16 +94,7 @@ class BuiltEngine(Engine):
             channels_last=self.channels_last,
             fp8_real=list(self.applied.real),
             fp8_emulated=[name for name, _ in self.applied.emulated],
-            fp8_kernel=self.fp8_kernel if self.applied.real else None,
-            fp8_epilogue=dict(self.fp8_epilogue),
-            fp8_handoff=dict(self.fp8_handoff),
-            fp8_residual=dict(self.fp8_residual),
-            fp8_sum_handoff=dict(self.fp8_sum_handoff),
-            fp8_padded_output=dict(self.fp8_padded_output),
-            fp8_scaled_mm_output=scaled_mm_output_of(self.eager),
-            fp8_kernel_choice=self.fp8_kernel_choice,
-            fp8_stepped_aside=list(self.fp8_stepped_aside),
-            fp8_rewrites_skipped=dict(self.fp8_rewrites_skipped),
+            layout=self.layout,
             fp16_layers=self.float_layers,
             weight_bytes=weight_bytes(self.eager),
             numerics=numerics(),
@@ -237,85 +220,84 @@ def build_fp8(
     fold: bool = True,
     compile_mode: str = "default",
     dtype: torch.dtype | None = None,
-    kernel: FP8Kernel = DEFAULT_FP8_KERNEL,
-    choice_batches: Sequence[int] = (128,),
+    kernel: FP8Kernel | KernelChoice = DEFAULT_FP8_KERNEL,
     residual: bool = True,
     sum_handoff: bool = False,
     pad_outputs: bool = True,
-    replay: list[LayerKernel] | None = None,
-    stepped_aside: Sequence[str] = (),
-    timer: Timer | None = None,
 ) -> BuiltEngine:
-    """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules.
+    """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules; its
+    `layout` says how (`record/engines.py: FP8Layout`).
 
     `kernel` "fused" (default): each real FP8 layer is one fused product that also applies the
     activation that consumes it (`quant/rewrites/absorb.py` finds and checks those); "scaled_mm":
-    the unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both); "fastest": the
-    fused engine with each layer timed in place at each of `choice_batches` (the batches the
-    engine will run) against the unfused one, and the faster kept per batch
-    (`engines/kernel_choice.py`). With `residual` (default) fused 1x1/linear layers that feed a
-    residual sum also compute it (`quant/rewrites/residual.py`); False keeps the add a separate
-    pass (benchmarks run both). With `sum_handoff` too, where the next fused layer reads such a
-    sum, the epilogue also writes that layer's FP8 input (`quant/rewrites/sum_handoff.py`): off
-    by default, the second output costs the product its tile shape (docs/fp8-kernel.md). With
-    `pad_outputs` (default) a fused 1x1 conv whose output only a zero-padding conv reads writes
-    it padded, and that conv pads no more (`quant/rewrites/pad_handoff.py`); False keeps the pad
-    a pass (benchmarks run both).
-
-    "fastest" also keeps a layer in the engine's dtype where its float layer beat both FP8
-    kernels at every batch (`engines/step_aside.py`): its layers are timed (by `timer`, tests
-    pass their own) in an assembly where none hands off, then the engine is assembled and the
-    choice applied. `replay`, with "fastest": a choice a study recorded, rebuilt without timing;
-    `stepped_aside`, with "fused": the layers a "fastest" engine kept in fp16, run here as it ran
-    them (the FP8 engine in float32 beside its emulation).
+    the unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both); a
+    `KernelChoice`: the fused engine with each layer timed in place at the choice's batches (the
+    batches the engine will run) against the unfused one and its float layer, or replayed from
+    a recorded choice (`engines/kernel_choice.py`), the faster FP8 kernel kept per batch and the
+    float layer where it beat both at every batch (`engines/step_aside.py`). With `residual`
+    (default) fused 1x1/linear layers that feed a residual sum also compute it
+    (`quant/rewrites/residual.py`); False keeps the add a separate pass (benchmarks run both).
+    With `sum_handoff` too, where the next fused layer reads such a sum, the epilogue also writes
+    that layer's FP8 input (`quant/rewrites/sum_handoff.py`): off by default, the second output
+    costs the product its tile shape (docs/fp8-kernel.md). With `pad_outputs` (default) a fused
+    1x1 conv whose output only a zero-padding conv reads writes it padded, and that conv pads no
+    more (`quant/rewrites/pad_handoff.py`); False keeps the pad a pass (benchmarks run both).
     """
     dtype = dtype or half_dtype(device)
     source = deployed_copy(model, example, fold, plan)
     options = FP8Options(residual, sum_handoff, pad_outputs)
-    parts = FP8Assembler(source, plan, dtype, device, example, FP8Kernel(kernel).built, options)
-    plain = None
-    if kernel == FP8Kernel.FASTEST or stepped_aside:
-        plain = deployed_copy(model, example, fold)  # the fp16 engine's layers, for those aside
-    if kernel == FP8Kernel.FASTEST and replay is None:
-        # timed where no layer hands off, so any may step aside (`engines/fp8_assembly.py`)
-        screen = parts.assemble(handoffs=False).model
-        replay = choose_kernels(
-            screen, source, plan, dtype, example, device, choice_batches, timer=timer, plain=plain
-        )
-    aside = set(stepped_aside) | set(_stepped(replay or []))
-    fp8 = parts.assemble(aside=aside)
+    chosen = kernel if isinstance(kernel, KernelChoice) else None
+    built = built_kernel(kernel)
+    parts = FP8Assembler(source, plan, dtype, device, example, built, options)
+    rows: list[LayerKernel] | None = None
+    if chosen is None:
+        fp8 = parts.assemble()
+    else:  # the fp16 engine's layers, for those kept in fp16
+        fp8, rows = _assemble_chosen(parts, chosen, deployed_copy(model, example, fold))
+    aside = set(stepped_aside(rows or []))
     m = fp8.model
-    chosen = None
-    if stepped_aside:
-        if kernel != FP8Kernel.FUSED:
-            raise ValueError("layers step aside by name only in a fused engine")
-        step_aside(m, plain, stepped_aside, dtype, device)
-    elif kernel == FP8Kernel.FASTEST and replay is not None:
-        chosen = replay_kernels(m, source, plain, plan, dtype, device, settled(replay, m))
-    aside_list = _stepped(chosen) if chosen is not None else list(stepped_aside)
+    real = [n for n in fp8.applied.real if n not in aside]
+    layout = FP8Layout(
+        kernel=built if real else None,
+        epilogue={k: v for k, v in fp8.epilogue.items() if k not in aside},
+        handoff=fp8.handoff,
+        residual={layer: site.act for layer, site in fp8.sites.items() if layer not in aside},
+        sum_handoff={layer: pair.reader for layer, pair in fp8.sum_handoff.items()},
+        padded_output=fp8.padded,
+        scaled_mm_output=scaled_mm_output_of(m),
+        kernel_choice=rows,
+        stepped_aside=stepped_aside(rows or []),
+        rewrites_skipped=fp8.skipped,
+    )
     return _compiled_engine(
         EngineName.FP8,
         m,
         device,
         dtype,
         compile_mode,
-        applied=Applied([n for n in fp8.applied.real if n not in aside], fp8.applied.emulated),
-        float_layers=count_float_layers(model) - len(plan.layers) + len(aside_list),
-        fp8_kernel=kernel,
-        fp8_epilogue={k: v for k, v in fp8.epilogue.items() if k not in aside},
-        fp8_handoff=fp8.handoff,
-        fp8_residual={layer: site.act for layer, site in fp8.sites.items() if layer not in aside},
-        fp8_sum_handoff={layer: pair.reader for layer, pair in fp8.sum_handoff.items()},
-        fp8_padded_output=fp8.padded,
-        fp8_kernel_choice=chosen,
-        fp8_stepped_aside=aside_list,
-        fp8_rewrites_skipped=fp8.skipped,
+        applied=Applied(real, fp8.applied.emulated),
+        float_layers=count_float_layers(model) - len(plan.layers) + len(layout.stepped_aside),
+        layout=layout,
     )
 
 
-def _stepped(choice: list[LayerKernel]) -> list[str]:
-    """The layers a kernel choice keeps in the engine's dtype, in its order."""
-    return list(dict.fromkeys(c.name for c in choice if c.kernel == ChosenKernel.FP16))
+def _assemble_chosen(
+    parts: FP8Assembler, choice: KernelChoice, plain: nn.Module
+) -> tuple[FP8Assembly, list[LayerKernel]]:
+    """The fused engine with `choice` applied, and the choice as it runs there. A timed choice
+    is timed where no layer hands off, so any may step aside (`engines/fp8_assembly.py`); the
+    engine is then assembled with hand-offs among the layers that stay FP8 only."""
+    p = parts
+    if choice.replay is not None:
+        rows = list(choice.replay)
+    else:
+        screen = p.assemble(handoffs=False).model
+        rows = choose_kernels(
+            screen, p.source, p.plan, p.dtype, p.example, p.device, choice.batches, plain=plain
+        )
+    fp8 = p.assemble(aside=set(stepped_aside(rows)))
+    m = fp8.model
+    return fp8, replay_kernels(m, p.source, plain, p.plan, p.dtype, p.device, settled(rows, m))
 
 
 def build_fakequant(
@@ -328,22 +310,23 @@ def build_fakequant(
     weights: bool = True,
     activations: bool = True,
     name: str = EngineName.FAKEQUANT,
-    stepped_aside: Sequence[str] = (),
+    like: FP8Layout | None = None,
 ) -> BuiltEngine:
     """The recipe emulated in fp32, eager: same quantization points as the FP8 engine.
 
     Bias correction follows the weights: an activation-only run keeps float weights, so it has
-    no rounding shift to correct. `stepped_aside`: the layers the FP8 engine this emulates kept
-    in its compute dtype (`engines/step_aside.py`), left here as the fp16 engine's float32
-    layers, as that engine ran them, so the two compare like with like.
+    no rounding shift to correct. `like`: the layout of the FP8 engine this emulates; the layers
+    it kept in its compute dtype (`engines/step_aside.py`) are left here as the fp16 engine's
+    float32 layers, as that engine ran them, so the two compare like with like.
     """
+    aside = like.stepped_aside if like is not None else []
     m = deployed_copy(model, example, fold, plan if weights else None)
     applied = apply_fake_quant(m, plan, weights=weights, activations=activations)
-    if stepped_aside:
+    if aside:
         plain = deployed_copy(model, example, fold)
-        for layer in stepped_aside:
+        for layer in aside:
             replace_module(m, layer, plain.get_submodule(layer))
-        kept = set(stepped_aside)
+        kept = set(aside)
         applied = Applied(applied.real, [(n, why) for n, why in applied.emulated if n not in kept])
     m = m.to(device)
     return BuiltEngine(
@@ -356,5 +339,5 @@ def build_fakequant(
         False,
         None,
         applied=applied,
-        float_layers=count_float_layers(model) - len(plan.layers) + len(stepped_aside),
+        float_layers=count_float_layers(model) - len(plan.layers) + len(aside),
     )

@@ -88,6 +88,12 @@ def _versions(device: torch.device) -> str:
     return f"{gpu}|torch {torch.__version__}|triton {triton.__version__}|quantize subtracted, fp16"
 
 
+def clock_for(device: torch.device) -> Timer | None:
+    """How a layer's candidates are timed on `device`, in us: CUDA-graph replay on CUDA; None
+    elsewhere, where nothing is timed (tests stand in a clock of their own here)."""
+    return _time_us if device.type == "cuda" else None
+
+
 def _time_us(fn: Callable[[], object]) -> float:
     import triton.testing
 
@@ -260,17 +266,18 @@ def choose_kernels(
     channels-last) at each of `batches` (the module docstring), swap in place the layers another
     kernel wins, and return the choice per FP8 layer and timed batch. `plain` is the float32
     model the fp16 engine is built from (default `source`, the same where the plan corrects or
-    fits no bias). Off CUDA nothing is timed and every layer stays fused, unless a `timer` (a
-    callable's time in us) is given: tests pass their own."""
+    fits no bias). `timer`: a callable's time in us, default `clock_for(device)`; off CUDA that
+    is None: nothing is timed and every layer stays fused."""
     batches = sorted({batches} if isinstance(batches, int) else set(batches))
     fused = {n: m for n, m in model.named_modules() if isinstance(m, FUSED_LAYERS)}
     real = [n for n in plan.layers if isinstance(model.get_submodule(n), FUSED_LAYERS)]
-    if timer is None and device.type != "cuda":
+    clock = timer or clock_for(device)
+    if clock is None:
         return [
             LayerKernel(name=n, kernel=ChosenKernel.FUSED, why="not timed off CUDA") for n in real
         ]
     options = Candidates(model, source, plain if plain is not None else source, plan, dtype, device)
-    timed = _time_layers(options, fused, example, batches, cache or cache_path(), timer or _time_us)
+    timed = _time_layers(options, fused, example, batches, cache or cache_path(), clock)
     choice = []
     for name in real:
         if name in timed:

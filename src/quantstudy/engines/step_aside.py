@@ -31,7 +31,6 @@ from torch import nn
 
 from quantstudy.engines.base import in_memory_format
 from quantstudy.engines.unfused import Unfused
-from quantstudy.quant.graph.edit import replace_module
 
 MARGIN = 0.03
 """A kernel must take less than (1 - MARGIN) of the other's time to replace it."""
@@ -62,20 +61,3 @@ def steps_aside(fp16_us: Sequence[float | None], fp8_us: Sequence[float]) -> boo
     each timed batch: faster by more than `MARGIN` at every one (module docstring)."""
     pairs = list(zip(fp16_us, fp8_us, strict=True))
     return bool(pairs) and all(h is not None and h < (1 - MARGIN) * t for h, t in pairs)
-
-
-def step_aside(
-    model: nn.Module,
-    plain: nn.Module,
-    names: Sequence[str],
-    dtype: torch.dtype,
-    device: torch.device,
-) -> None:
-    """Replace in place each real FP8 layer `names` of the engine `model` by its float layer of
-    `plain`; refused for a layer that cannot step aside."""
-    for name in names:
-        fused = model.get_submodule(name)
-        blocker = fp16_blocker(fused)
-        if blocker is not None:
-            raise ValueError(f"{name} cannot run in the engine's dtype: {blocker}")
-        replace_module(model, name, float_layer(plain, name, fused, dtype, device))

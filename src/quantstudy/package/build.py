@@ -39,7 +39,7 @@ from quantstudy.record.engines import EngineInfo
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.load import RECORD_FILE, load_record
-from quantstudy.record.vocab import CompileMode, Device, Engine, FP8Kernel
+from quantstudy.record.vocab import FASTEST, CompileMode, Device, Engine
 from quantstudy.study.per_image import set_ids
 
 SAMPLE_IMAGES = 4  # recorded images whose outputs the manifest fingerprints
@@ -108,7 +108,7 @@ def check_device(record: StudyRecord, device: Device) -> torch.device:
 
 
 def _refuse_options(record: StudyRecord) -> None:
-    if record.config.kernel == FP8Kernel.FASTEST:
+    if record.config.fp8_kernel == FASTEST:
         raise UserError(
             f"study {record.name} chose each layer's FP8 kernel by timing it (--fp8-kernel "
             "fastest); package supports the fused and scaled_mm engines, whose layers are "
@@ -177,7 +177,7 @@ def build_engines(rebuilt: Rebuilt, device: torch.device) -> Engines:
     fp16 = build_half(rebuilt.model, device, example, fold=rebuilt.fold_bn, compile_mode=mode)
     fp8 = build_fp8(
         rebuilt.model, device, example, rebuilt.plan, fold=rebuilt.fold_bn, compile_mode=mode,
-        kernel=record.config.kernel, choice_batches=record.config.batches,
+        kernel=record.config.fp8_build(),
     )  # fmt: skip
     return Engines(fp16, fp8)
 

@@ -6,7 +6,7 @@ imports its sections from here (`from quantstudy.record import StudyRecord`).
 
 from quantstudy.record.base import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, Section
 from quantstudy.record.decision import Decision, Gate, Redecision
-from quantstudy.record.engines import EngineInfo, LayerKernel
+from quantstudy.record.engines import EngineInfo, FP8Layout, KernelChoice, LayerKernel
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import (
     DataInfo,
@@ -61,11 +61,13 @@ __all__ = [
     "EngineInfo",
     "EngineQuality",
     "Environment",
+    "FP8Layout",
     "Gate",
     "GateLook",
     "IdealSpeed",
     "ImageSet",
     "KernelBreakdown",
+    "KernelChoice",
     "KernelGroupTime",
     "LayerChoice",
     "LayerDecision",

@@ -59,6 +59,11 @@ Schema history:
  17: LayerKernel.kernel "fp16" and LayerKernel.fp16_us, EngineInfo.fp8_stepped_aside (a
      "fastest" engine keeps a selected layer in its compute dtype where FP8 was slower at every
      timed batch, `engines/step_aside.py`).
+ 18: EngineInfo.fp8_kernel is "fused" or "scaled_mm" only: an engine whose kernels were chosen
+     per layer is "fused" with its fp8_kernel_choice (older records' "fastest" converts on
+     load, `EngineInfo._nested`); StudyConfig.fp8_kernel keeps "fastest", the option
+     (`KernelOption`). The engine's fp8_* fields are one section in code (`FP8Layout`), written
+     flat as before.
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -68,7 +73,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -9,9 +9,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PositiveInt, ValidationError, model_validator
 
 from quantstudy.record.base import Section
+from quantstudy.record.engines import KernelChoice, fp8_build
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import read_json
-from quantstudy.record.vocab import CompileMode, Device, FP8Kernel
+from quantstudy.record.vocab import FASTEST, CompileMode, Device, FP8Kernel, KernelOption
 
 
 class Environment(Section):
@@ -181,10 +182,12 @@ class StudyConfig(Section):
         (1, 32, 128), min_length=1, description="timed batch sizes, comma-separated"
     )
     compile_mode: CompileMode = Field(CompileMode.DEFAULT, description="Inductor compile mode")
-    fp8_kernel: FP8Kernel | None = Field(
+    fp8_kernel: KernelOption | None = Field(
         None,
         description="FP8 layer kernel: fused (one Triton kernel with scale, bias and "
-        "activation) or scaled_mm (torch._scaled_mm, then a separate pass); default fused",
+        "activation) or scaled_mm (torch._scaled_mm, then a separate pass); fastest: the fused "
+        "engine with each layer timed in place at the timed batches and the faster kernel "
+        "kept, or its float layer where both are slower; default fused",
     )  # None: DEFAULT_FP8_KERNEL. Records before version 3 leave it out: they ran scaled_mm.
     test_settings: bool = Field(
         False, description="use the checkpoint's test-time input size and crop"
@@ -253,10 +256,14 @@ class StudyConfig(Section):
         _, _, bound = self.heldout.partition(":")
         return int(bound) if bound else None
 
-    @property
-    def kernel(self) -> FP8Kernel:
-        """The FP8 kernel a study of this config runs."""
-        return self.fp8_kernel or DEFAULT_FP8_KERNEL
+    def fp8_build(self, replay: KernelChoice | None = None) -> FP8Kernel | KernelChoice:
+        """What the study's FP8 engine is built with (`engines/builders.py: build_fp8`): its
+        kernel, or for "fastest" the choice per layer, timed at the study's batches unless
+        `replay` gives the choice a study recorded."""
+        option = self.fp8_kernel or DEFAULT_FP8_KERNEL
+        if option == FASTEST and replay is not None:
+            return replay
+        return fp8_build(option, self.batches)
 
     def replace(self, **changes: Any) -> StudyConfig:
         """A copy with `changes`, validated again (`model_copy` does not validate)."""
@@ -265,7 +272,8 @@ class StudyConfig(Section):
     def resolved(self, recipe: str, policy: str) -> StudyConfig:
         """This config as a study records it: the recipe source and policy label it read, and the
         FP8 kernel it ran."""
-        return self.replace(recipe=recipe, policy=policy, fp8_kernel=self.kernel)
+        kernel = self.fp8_kernel or KernelOption(DEFAULT_FP8_KERNEL)
+        return self.replace(recipe=recipe, policy=policy, fp8_kernel=kernel)
 
     def study_name(self, recipe: str) -> str:
         return f"{recipe}-seed{self.seed}-{self.device}"

@@ -36,19 +36,24 @@ class FP8Kernel(StrEnum):
 
     FUSED = "fused"  # one Triton kernel: FP8 product, scale, bias, absorbed activation
     SCALED_MM = "scaled_mm"  # torch._scaled_mm, then a separate cast/bias pass
-    # per layer the faster of the two, timed in place at build (`engines/kernel_choice.py`), or
-    # the float layer where both are slower at every timed batch (`engines/step_aside.py`)
+
+
+class KernelOption(StrEnum):
+    """What `--fp8-kernel` takes: a kernel of `FP8Kernel`, or "fastest", no kernel but a choice
+    per layer (kept as an alias, and read in records before schema 18): the fused engine with
+    each real layer's kernel timed in place, the faster of the two kept, or its float layer where
+    both are slower (`record/engines.py: KernelChoice`)."""
+
+    FUSED = FP8Kernel.FUSED.value
+    SCALED_MM = FP8Kernel.SCALED_MM.value
     FASTEST = "fastest"
 
-    @property
-    def built(self) -> FP8Kernel:
-        """The product an engine of this kernel is built with: "fastest" builds the fused
-        engine, then swaps in the unfused product per layer where that times faster."""
-        return FP8Kernel.FUSED if self == FP8Kernel.FASTEST else self
+
+FASTEST = KernelOption.FASTEST
 
 
 class ChosenKernel(StrEnum):
-    """What one real FP8 layer of a "fastest" engine runs, chosen per layer by in-place timing
+    """What one real FP8 layer of a `KernelChoice` engine runs, chosen per layer by timing
     (`engines/kernel_choice.py`): one of the two FP8 products, or, stepped aside, the float layer
     in the engine's dtype (`engines/step_aside.py`). A per-layer outcome, not an engine-wide
     `--fp8-kernel` choice: "fp16" is no FP8 kernel a user could ask every layer to run."""

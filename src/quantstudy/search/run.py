@@ -36,6 +36,7 @@ from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.recipe.options import quant_options, with_quant_options
 from quantstudy.recipe.schema import Recipe
 from quantstudy.record import OptionStep, StudyRecord, Variant
+from quantstudy.record.engines import built_kernel
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.vocab import Engine
@@ -283,7 +284,7 @@ def _measure_gains(
         calibration=plan.calibration,
         fold=base.weights.fold_bn,
         compile_mode=study.compile_mode,
-        kernel=study.kernel,
+        kernel=built_kernel(study.fp8_build()),  # "fastest" is chosen over the fused engine
     )
 
 

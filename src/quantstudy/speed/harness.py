@@ -1,4 +1,4 @@
-"""The timing harness: fp16 against FP8, one engine call at a time, rounds interleaved.
+"""The timing harness: fp16 against FP8 engines, one engine call at a time, rounds interleaved.
 
 What is timed (on CUDA), exactly:
 - The timed unit is one engine call: `engine.module(x)` on an input `x` that already lives on the
@@ -9,12 +9,10 @@ What is timed (on CUDA), exactly:
   and replayed; replay removes the host's launch cost, as a deployed graph-captured engine would.
 - A round is `iters` replays between two CUDA events; ms per call = elapsed / iters. One
   synchronisation follows each round, outside the events.
-- Rounds of the engines alternate, in ABBA order: fp16 first in even rounds, FP8 first in odd
-  rounds. Round i of fp16 and round i of FP8 are neighbours in time and form a pair for the ratio
-  (see `stats.py`); swapping the order every round cancels a linear drift (clocks, temperature)
-  that would otherwise bias every pair in the same direction.
-  `time_batch` times any number of engines so, in the order given and reversed (a benchmark's
-  engines side by side, each paired with the same fp16 rounds).
+- Rounds of the engines alternate, ABBA: in the order given in even rounds, reversed in odd
+  rounds (any number of engines, each paired with the same fp16 rounds). Round i of fp16 and of
+  an FP8 engine are neighbours in time and form a pair for the ratio (`stats.py`); swapping the
+  order every round cancels a linear drift (clocks, temperature) that would bias every pair.
 - Inputs are real preprocessed images (tiled when there are fewer than the batch). Replays rotate
   over up to `max_buffers` input buffers holding different images, one graph captured per buffer,
   all graphs of an engine sharing one memory pool (so intermediate activations reuse the same
@@ -161,8 +159,7 @@ def time_interleaved(
     (max(warmup, CAPTURE_WARMUP_MIN) calls), captured in a CUDA graph (the variants of one name
     share a memory pool), replayed `warmup` more times untimed, and then each round replays
     `iters` times between two CUDA events, with one synchronisation after the round. On a CPU
-    `device` the calls run eagerly, timed with `time.perf_counter`. The rounds of the names
-    alternate in ABBA order: the given order in even rounds, reversed in odd rounds.
+    `device` the calls run eagerly (`time.perf_counter`). Rounds alternate ABBA (given, reversed).
     """
     _check_counts(rounds, iters, warmup)
     if not callables:
@@ -297,7 +294,7 @@ def time_batch(
         return time_interleaved(calls, rounds, iters, warmup, device=device), n_buffers
 
 
-def _check_inputs(fp16: Engine, fp8: Engine, images: torch.Tensor, batches: list[int]) -> None:
+def _check_inputs(engines: Mapping[str, Engine], images: torch.Tensor, batches: list[int]) -> None:
     if images.ndim != 4 or images.shape[0] < 1 or images.dtype != torch.float32:
         raise ValueError(
             f"images must be a non-empty float32 NCHW batch, got {tuple(images.shape)} "
@@ -307,10 +304,14 @@ def _check_inputs(fp16: Engine, fp8: Engine, images: torch.Tensor, batches: list
         raise ValueError(f"images must be on the CPU, got {images.device}")
     if not batches or any(b < 1 for b in batches) or len(set(batches)) != len(batches):
         raise UserError(f"batch sizes must be distinct positive integers, got {batches}")
-    if fp16.device != fp8.device:
-        raise ValueError(f"engines on different devices: {fp16.device} and {fp8.device}")
-    if fp16.name == fp8.name:
-        raise ValueError(f"the two engines have the same name {fp16.name!r}")
+    if len(engines) < 2:
+        raise ValueError("timing needs the fp16 engine and at least one other")
+    base, *others = engines.values()
+    for other in others:
+        if other.device != base.device:
+            raise ValueError(f"engines on different devices: {base.device} and {other.device}")
+        if other.name == base.name:
+            raise ValueError(f"an engine has the fp16 engine's name {base.name!r}")
 
 
 def _round_order(engines: Sequence[str]) -> str:
@@ -338,8 +339,7 @@ def clock_snapshot(start: dict[str, str], end: dict[str, str]) -> dict[str, str]
 
 
 def measure_speed(
-    fp16: Engine,
-    fp8: Engine,
+    engines: Mapping[str, Engine],
     images: torch.Tensor,
     batches: list[int],
     *,
@@ -350,18 +350,21 @@ def measure_speed(
     kernel_profile: bool = True,
     max_buffers: int = MAX_INPUT_BUFFERS,
     package_dir: Path | None = None,
-) -> SpeedSection:
-    """Time fp16 against FP8 at each batch size; the speed section of the study record.
-
-    `images` are real preprocessed images, float32 NCHW on the CPU. On CUDA: CUDA-graph
-    interleaved timing (module docstring), a kernel profile of one call of each engine per batch
-    when `kernel_profile`, and, when `package_dir` is given, the AOTInductor package size of each
-    engine at the first batch size (minutes of compilation). On CPU: a short eager run, marked
-    not meaningful, with no kernel profile and no package.
+) -> dict[str, SpeedSection]:
+    """Time the first engine of `engines` (fp16) against each other at each batch size, all in
+    one set of interleaved rounds; one speed section per other engine, by its key, pairing its
+    rounds with the same fp16 rounds (a study times two: `{"fp16": ..., "fp8": ...}`).
+    `images`: real preprocessed images, float32 NCHW on the CPU. On CUDA: CUDA-graph
+    interleaved timing (module docstring), a kernel profile of one call of fp16 and of each
+    engine per batch when `kernel_profile`, and, when `package_dir` is given, the AOTInductor
+    package size of each engine at the first batch size (minutes). On CPU: a short eager run,
+    marked not meaningful, with no kernel profile and no package.
     """
-    _check_inputs(fp16, fp8, images, batches)
+    _check_inputs(engines, images, batches)
     _check_counts(rounds, iters, warmup)
-    device = fp16.device
+    names = list(engines)
+    base, others = engines[names[0]], names[1:]
+    device = base.device
     on_gpu = device.type == "cuda"
     l2_bytes: int | None = None
     if on_gpu:
@@ -372,57 +375,64 @@ def measure_speed(
         rounds, iters, warmup = cpu_counts(rounds, iters, warmup)
 
     clocks_start = gpu_clocks(device) if on_gpu else {}
-    results: list[BatchSpeed] = []
-    kernels: list[KernelBreakdown] = []
+    results: dict[str, list[BatchSpeed]] = {n: [] for n in others}
+    kernels: dict[str, list[KernelBreakdown]] = {n: [] for n in others}
     buffers: dict[int, int] = {}
-    engines: dict[str, Engine] = {EngineName.FP16: fp16, EngineName.FP8: fp8}
     for batch in batches:
         times, buffers[batch] = time_batch(
             engines, images, batch, rounds=rounds, iters=iters, warmup=warmup,
             l2_bytes=l2_bytes, max_buffers=max_buffers,
         )  # fmt: skip
-        results.append(summarize_batch(batch, times[EngineName.FP16], times[EngineName.FP8]))
+        for name in others:
+            results[name].append(summarize_batch(batch, times[names[0]], times[name]))
         if on_gpu and kernel_profile:
             first = tile_images(images, batch)
             with timing():  # kernel durations, too, with the GPU held alone
-                kernels.append(profile_kernels(fp16, first, batch))
-                kernels.append(profile_kernels(fp8, first, batch))
+                fp16 = profile_kernels(base, first, batch)
+                for name in others:
+                    kernels[name] += [fp16, profile_kernels(engines[name], first, batch)]
     clocks_end = gpu_clocks(device) if on_gpu else {}
-
-    packages: dict[str, int] | None = None
-    if on_gpu and package_dir is not None:
-        packages = {}
-        example = tile_images(images, batches[0])
-        for engine in (fp16, fp8):
-            if not isinstance(engine.module, torch.nn.Module):
-                raise TypeError(f"{engine.name}: packaging needs an nn.Module, not a callable")
-            path = Path(package_dir) / f"{engine.name}_b{batches[0]}.pt2"
-            packages[engine.name] = package_bytes(engine.module, engine.prepare(example), path)
-
-    return SpeedSection(
-        device=str(device) if not on_gpu else f"{device} ({torch.cuda.get_device_name(device)})",
-        meaningful=on_gpu,
-        meaningless_reason=None if on_gpu else CPU_MEANINGLESS_REASON,
-        compile_mode=compile_mode,
-        timed_region=timed_region_text(
-            on_gpu=on_gpu,
+    packages = _packages(engines, images, batches[0], package_dir) if on_gpu else None
+    region = timed_region_text(
+        on_gpu=on_gpu, compile_mode=compile_mode, rounds=rounds, iters=iters, warmup=warmup,
+        buffers=buffers, n_images=int(images.shape[0]), engines=names,
+    )  # fmt: skip
+    where = f"{device} ({torch.cuda.get_device_name(device)})" if on_gpu else str(device)
+    return {
+        name: SpeedSection(
+            device=where,
+            meaningful=on_gpu,
+            meaningless_reason=None if on_gpu else CPU_MEANINGLESS_REASON,
             compile_mode=compile_mode,
+            timed_region=region,
             rounds=rounds,
-            iters=iters,
+            iters_per_round=iters,
             warmup=warmup,
-            buffers=buffers,
-            n_images=int(images.shape[0]),
-        ),
-        rounds=rounds,
-        iters_per_round=iters,
-        warmup=warmup,
-        input_buffers=max(buffers.values()),
-        clocks=clock_snapshot(clocks_start, clocks_end) if clocks_start else {},
-        batches=results,
-        kernels=kernels,
-        weight_bytes={engine.name: engine_weight_bytes(engine) for engine in (fp16, fp8)},
-        package_bytes=packages,
-    )
+            input_buffers=max(buffers.values()),
+            clocks=clock_snapshot(clocks_start, clocks_end) if clocks_start else {},
+            batches=results[name],
+            kernels=kernels[name],
+            weight_bytes={e.name: engine_weight_bytes(e) for e in (base, engines[name])},
+            package_bytes=packages and {e.name: packages[e.name] for e in (base, engines[name])},
+        )
+        for name in others
+    }
+
+
+def _packages(
+    engines: Mapping[str, Engine], images: torch.Tensor, batch: int, package_dir: Path | None
+) -> dict[str, int] | None:
+    """The AOTInductor package size of each engine at `batch`, by engine name; None: not asked."""
+    if package_dir is None:
+        return None
+    packages = {}
+    example = tile_images(images, batch)
+    for engine in engines.values():
+        if not isinstance(engine.module, torch.nn.Module):
+            raise TypeError(f"{engine.name}: packaging needs an nn.Module, not a callable")
+        path = Path(package_dir) / f"{engine.name}_b{batch}.pt2"
+        packages[engine.name] = package_bytes(engine.module, engine.prepare(example), path)
+    return packages
 
 
 def speed_not_run(section: SpeedSection) -> list[str]:

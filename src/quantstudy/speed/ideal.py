@@ -211,7 +211,7 @@ def ideal_for_batch(
     products = max(0.0, mm16 - mm8)
     # selected layers whose fp16 product stays in the FP8 engine's dense group: emulated, or
     # kept in fp16 by the fastest choice
-    in_fp16 = [*engine.fp8_emulated, *engine.fp8_stepped_aside]
+    in_fp16 = [*engine.fp8_emulated, *engine.layout.stepped_aside]
     still16 = [priced[n] for n in in_fp16 if n in priced]
     if still16:
         rest = [layer_cost(d, batch) for d in recipe.excluded]
@@ -219,7 +219,7 @@ def ideal_for_batch(
         rest16 = sum(c.fp16_us(peaks) for c in rest if c is not None)
         products += mm8 * still16_us / (still16_us + rest16)
     passes = sum(
-        c.pass_us(peaks) for c in priced.values() if c.is_conv or c.name in engine.fp8_epilogue
+        c.pass_us(peaks) for c in priced.values() if c.is_conv or c.name in engine.layout.epilogue
     )
     elementwise = min(passes + dw_passes, _group(fp16, KernelGroup.OTHER))
     products += dw16

@@ -15,9 +15,8 @@ from torch import nn
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, build_half
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.record import LayerKernel
+from quantstudy.record import FP8Layout, KernelChoice
 from quantstudy.record.vocab import Engine as EngineName
-from quantstudy.record.vocab import FP8Kernel
 from quantstudy.study.config import StudyConfig
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
@@ -27,6 +26,10 @@ ATTRIBUTION = {
     EngineName.FAKEQUANT_ACTIVATIONS: (False, True),
 }
 
+Builder = Callable[[FP8Layout], Engine]
+"""Builds one engine of the study, given the layout of the study's FP8 engine (empty where none
+is built yet): the emulations leave float the layers it kept in fp16."""
+
 
 def study_builders(
     config: StudyConfig,
@@ -35,35 +38,18 @@ def study_builders(
     plan: QuantPlan,
     fold: bool,
     device: torch.device,
-    fp8_choice: list[LayerKernel] | None = None,
-) -> dict[str, Callable[[], Engine]]:
-    """Every engine of the study, built lazily, in the order they run. `fp8_choice`: the
-    per-layer kernel choice a "fastest" study recorded, rebuilt as it was (`quantstudy
-    extend`), not timed again.
-
-    The emulations are built after the FP8 engine and leave float the layers it stepped aside
-    (`engines/step_aside.py`), so the FP8 engine against its emulation compares like with like;
-    where the FP8 engine is not built (the caller runs other engines only), they emulate every
-    layer of the plan."""
+    replay: KernelChoice | None = None,
+) -> dict[str, Builder]:
+    """Every engine of the study, built lazily, in the order they run (the FP8 engine before
+    its emulations, which take its layout). `replay`: the per-layer kernel choice a study
+    recorded, rebuilt as it was (`quantstudy extend`), not timed again."""
     mode = config.compile_mode
-    stepped: list[str] = []  # set when the FP8 engine is built
 
-    def fp8() -> Engine:
-        engine = build_fp8(
-            model,
-            device,
-            example,
-            plan,
-            fold=fold,
-            compile_mode=mode,
-            kernel=config.kernel,
-            choice_batches=config.batches,
-            replay=fp8_choice if config.kernel == FP8Kernel.FASTEST else None,
-        )
-        stepped[:] = engine.fp8_stepped_aside
-        return engine
+    def fp8(_: FP8Layout) -> Engine:
+        kernel = config.fp8_build(replay)
+        return build_fp8(model, device, example, plan, fold=fold, compile_mode=mode, kernel=kernel)
 
-    def fakequant(name: str, weights: bool, activations: bool) -> Engine:
+    def fakequant(name: str, weights: bool, activations: bool, like: FP8Layout) -> Engine:
         return build_fakequant(
             model,
             device,
@@ -73,12 +59,12 @@ def study_builders(
             weights=weights,
             activations=activations,
             name=name,
-            stepped_aside=list(stepped),
+            like=like,
         )
 
     return {
-        EngineName.FP32: lambda: build_fp32(model, device),
-        EngineName.FP16: lambda: build_half(model, device, example, fold=fold, compile_mode=mode),
+        EngineName.FP32: lambda _: build_fp32(model, device),
+        EngineName.FP16: lambda _: build_half(model, device, example, fold=fold, compile_mode=mode),
         EngineName.FP8: fp8,
         **{name: functools.partial(fakequant, name, w, a) for name, (w, a) in ATTRIBUTION.items()},
     }

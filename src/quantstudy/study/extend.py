@@ -5,8 +5,8 @@ file (`per_image.py`). The new folder's images must be other images than every i
 study used (held-out, calibration and earlier extensions): the same id (relative path) or the
 same file content is an overlap, refused in one line (`--skip-used` leaves such images out
 instead). The model, calibration and engines are rebuilt from the record's config, so the
-study's data and calibration folders must still be there; a "fastest" FP8 engine takes the
-per-layer kernel choice its record holds, not a new timing.
+study's data and calibration folders must still be there; an FP8 engine that chose its kernels
+per layer (`--fp8-kernel fastest`) takes the choice its record holds, not a new timing.
 
 The new images go through every engine in rounds (in a seeded random order), and the
 quality gates are looked at after each round with the sequential rules
@@ -81,11 +81,11 @@ def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[
     timer = StageTimer()
     prepared = prepare_study(config, timer.stage)
     device = study_device(config.device)
-    # a "fastest" FP8 engine is rebuilt as recorded, not timed again: a layer stepped aside to
-    # fp16 computes other numbers, and the new images must meet the engine the study scored
+    # an FP8 engine that chose its kernels per layer is rebuilt as recorded, not timed again: a
+    # layer kept in fp16 computes other numbers, and the new images must meet the engine scored
     fp8 = record.engine(Engine.FP8)
-    choice = fp8.fp8_kernel_choice if fp8 is not None else None
-    built = build_engines(config, prepared.inputs, prepared.plan, None, device, timer, choice)
+    replay = fp8.layout.replay() if fp8 is not None else None
+    built = build_engines(config, prepared.inputs, prepared.plan, None, device, timer, replay)
     rounds = Rounds(policy, list(record.sequential.looks) if record.sequential else [])
     if not rounds.looks:  # a fixed-N study: its first look is at every image it had
         rounds(previous.rows, previous.labels)

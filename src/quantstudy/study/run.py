@@ -42,7 +42,8 @@ from quantstudy.quality.stress import stress_inputs
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import (
     EngineInfo,
-    LayerKernel,
+    FP8Layout,
+    KernelChoice,
     LayerSpeedSection,
     QualitySection,
     SearchSection,
@@ -51,6 +52,7 @@ from quantstudy.record import (
     Variant,
 )
 from quantstudy.record.io import write_record
+from quantstudy.record.vocab import ChosenKernel
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.report.render import render_study
 from quantstudy.speed.harness import measure_speed, speed_not_run
@@ -237,25 +239,29 @@ def build_engines(
     cache: StageCache | None,
     device: torch.device,
     timer: StageTimer,
-    fp8_choice: list[LayerKernel] | None = None,
+    replay: KernelChoice | None = None,
 ) -> Built:
     """Build every engine and run each on the stress inputs (cached per engine); the passes
-    and pairs the held-out images go through (`study/heldout.py`). `fp8_choice`: a recorded
-    "fastest" choice to rebuild (`study_builders`)."""
+    and pairs the held-out images go through (`study/heldout.py`). `replay`: a recorded
+    per-layer kernel choice to rebuild (`study_builders`). The FP8 engine's layout goes, as
+    built, to the engines after it (its emulations, its float32 twin)."""
     stress_x = torch.stack([t for _, t in stress_inputs(inputs.pre)])
     fold = inputs.recipe.weights.fold_bn
     builders = study_builders(
-        config, inputs.loaded.model, inputs.example, plan, fold, device, fp8_choice
+        config, inputs.loaded.model, inputs.example, plan, fold, device, replay
     )
     # the stress inputs in the held-out batches' shape: a compiled engine compiles once for both
     batch = min(config.eval_batch, len(inputs.heldout_items))
     built = Built([], [], {}, {}, [], cache)
+    layout = FP8Layout()  # the FP8 engine's, once built
     for name, build in builders.items():
         console.print(f"engine [bold]{name}[/bold]: building")
         with timer.stage(f"engine {name}: build"):
-            engine = build()
+            engine = build(layout)
         built.infos.append(engine.info())
-        stepped = built.infos[-1].fp8_stepped_aside
+        if name == EngineName.FP8:
+            layout = built.infos[-1].layout
+        stepped = layout.stepped_aside
         if name == EngineName.FP8 and stepped and cache is not None:
             # the layers kept in fp16 were timed, not given: the FP8 engine and its emulations
             # resumed on another machine may keep others, so their outputs are keyed by them
@@ -276,8 +282,7 @@ def build_engines(
             ]
     if config.float32_engine:
         with timer.stage("engine fp8 in float32: build"):
-            stepped = next(i.fp8_stepped_aside for i in built.infos if i.name == EngineName.FP8)
-            fp8 = _float32_fp8(config, inputs, plan, device, stepped)
+            fp8 = _float32_fp8(config, inputs, plan, device, layout)
             built.passes.append(EnginePass("fp8_float32", fp8))
     names = [p.name for p in built.passes]
     built.pairs = [(EngineName.FP32, n) for n in built.stress if n != EngineName.FP32]
@@ -349,15 +354,18 @@ def _float32_fp8(
     inputs: StudyInputs,
     plan: QuantPlan,
     device: torch.device,
-    stepped: list[str],
+    layout: FP8Layout,
 ) -> Engine:
-    """The study's FP8 engine built in float32 and run eagerly (quality only): the fused
-    kernel where the study's engine chooses per layer, the unfused one where it runs that,
-    and the float layers where it `stepped` aside (`engines/step_aside.py`)."""
+    """The study's FP8 engine, of `layout`, built in float32 and run eagerly (quality only):
+    its kernel, fused where it chose per layer, and the float layers it kept in fp16
+    (`engines/step_aside.py`)."""
+    kernel = config.fp8_build()
+    if layout.kernel_choice is not None:
+        kept = [c for c in layout.kernel_choice if c.kernel == ChosenKernel.FP16]
+        kernel = KernelChoice.replayed(kept)
     fp8 = build_fp8(
         inputs.loaded.model, device, inputs.example, plan,
-        fold=inputs.recipe.weights.fold_bn, kernel=config.kernel.built, dtype=torch.float32,
-        stepped_aside=stepped,
+        fold=inputs.recipe.weights.fold_bn, kernel=kernel, dtype=torch.float32,
     )  # fmt: skip
     return fp8.eagerly()
 
@@ -406,13 +414,12 @@ def _time(
     images = images if images is not None else timing_images(config, inputs)
     console.print("speed: timing fp16 and fp8 engines")
     speed = measure_speed(
-        timed[EngineName.FP16],
-        timed[EngineName.FP8],
+        {EngineName.FP16: timed[EngineName.FP16], EngineName.FP8: timed[EngineName.FP8]},
         images,
         list(config.batches),
         compile_mode=config.compile_mode,  # our name; COMPILE_MODES maps it to torch's
         package_dir=out_dir / "packages" if config.package else None,
-    )
+    )[EngineName.FP8]
     ideal, why_not = ideal_speed(speed, record.recipe, record.engines, record.environment.gpu_name)
     speed = speed.model_copy(update={"ideal": ideal})
     missing = [*speed_not_run(speed), *([why_not] if why_not and speed.meaningful else [])]

@@ -17,7 +17,7 @@ from quantstudy.data.stream import Uint8Transform
 from quantstudy.engines.base import Engine
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.record import EngineInfo
+from quantstudy.record import EngineInfo, FP8Layout
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.speed.harness import MAX_INPUT_BUFFERS, tile_images
 from quantstudy.study.cache import console
@@ -60,7 +60,7 @@ def build_timed(
     for name in TIMED:
         console.print(f"engine [bold]{name}[/bold]: building")
         with timer.stage(f"engine {name}: build"):
-            engine = builders[name]()
+            engine = builders[name](FP8Layout())  # no emulation here takes its layout
         infos.append(engine.info())
         for batch in config.batches:
             with timer.stage(f"engine {name}: compile at batch {batch}"):

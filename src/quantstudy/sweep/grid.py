@@ -56,7 +56,7 @@ class GridPoint(BaseModel):
             _recipe_name(self.recipe),
             self.calibrator or "own",
             f"s{self.config.seed}",
-            self.config.kernel,
+            str(self.config.fp8_kernel),
             self.key[:10],
         ]
         return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))
@@ -66,7 +66,7 @@ class GridPoint(BaseModel):
         """Short name for progress lines: model / recipe / calibrator / seed / kernel."""
         c = self.config
         parts = (c.model, _recipe_name(self.recipe), self.calibrator or "own", f"s{c.seed}")
-        return " / ".join((*parts, c.kernel))
+        return " / ".join((*parts, str(c.fp8_kernel)))
 
     def recipe_arg(self, folder: Path) -> str:
         """The recipe of this point's study; writes the derived recipe when the sweep sets the

@@ -76,7 +76,7 @@ def grid_table(jobs: list[Job], out: Path) -> Table:
             recipe,
             p.calibrator or "recipe's own",
             str(c.seed),
-            str(c.kernel),
+            str(c.fp8_kernel),
             _state(out, job),
         )
     return table

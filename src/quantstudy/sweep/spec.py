@@ -30,9 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from quantstudy.recipe.schema import Loc, compose_yaml, key_lines
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.readers import read_text
-from quantstudy.record.vocab import Calibrator, CompileMode, FP8Kernel
+from quantstudy.record.vocab import Calibrator, CompileMode, KernelOption
 
 DEFAULT_RECIPE = "default"  # the model family's built-in recipe (`quantstudy recipes`)
 CalibratorName = Calibrator
@@ -70,7 +69,7 @@ class SweepSpec(Strict):
     recipes: list[str] = Field(default=[DEFAULT_RECIPE], min_length=1)
     calibrators: list[CalibratorName] | None = Field(default=None, min_length=1)
     seeds: list[int] = Field(default=[0], min_length=1)
-    fp8_kernels: list[FP8Kernel] = Field(default=[DEFAULT_FP8_KERNEL], min_length=1)
+    fp8_kernels: list[KernelOption] = Field(default=[KernelOption.FUSED], min_length=1)
     data: str
     calib_data: str | None = None
     class_list: str | None = None

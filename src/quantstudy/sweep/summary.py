@@ -13,7 +13,8 @@ from typing import Any
 from pydantic import Field
 
 from quantstudy.record import StudyRecord
-from quantstudy.record.vocab import Engine, FP8Kernel, Outcome
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
+from quantstudy.record.vocab import Engine, KernelOption, Outcome
 from quantstudy.sweep.events import Job
 from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
 
@@ -32,7 +33,7 @@ class SweepRow(StudyRow):
     recipe: str  # the recipe the study ran (a sweep-derived one is named <recipe>-<calibrator>)
     calibrator: str | None  # the one the study used; None when it did not get that far
     seed: int
-    fp8_kernel: FP8Kernel
+    fp8_kernel: KernelOption
     x: list[BatchX] = Field(default_factory=list)
     n_images: int | None = None
     differ_count: int | None = None
@@ -75,7 +76,7 @@ def collect_row(job: Job, out: Path) -> SweepRow:
         "recipe": Path(p.recipe).stem if "/" in p.recipe else p.recipe,
         "calibrator": p.calibrator,
         "seed": c.seed,
-        "fp8_kernel": c.kernel,
+        "fp8_kernel": KernelOption(c.fp8_kernel or DEFAULT_FP8_KERNEL),
     }
     return read_row(out / job.folder, SweepRow, base, _measured)
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantstudy.model.loading import has_cached_weights
-from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import Device, FP8Kernel
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
+from quantstudy.record.vocab import Device, KernelOption
 from quantstudy.sweep.events import ExecutorKind, Transfer
 from quantstudy.sweep.grid import GridPoint, recipe_file_sha256
 from quantstudy.zoo.catalogue import ALL, Shard, WeightsMode, ZooEntry
@@ -77,7 +77,7 @@ def zoo_point(entry: ZooEntry, options: ZooOptions, device: str) -> GridPoint:
         heldout=options.heldout,
         batches=options.batches,
         device=device,
-        fp8_kernel=FP8Kernel.FUSED,
+        fp8_kernel=KernelOption.FUSED,
         speed=True,
         quality=weights != "random",
     )
@@ -95,5 +95,5 @@ def row_settings(point: GridPoint) -> dict[str, object]:
         "batches": list(c.batches),
         "calib": c.calib,
         "heldout": c.heldout,
-        "fp8_kernel": str(c.kernel),
+        "fp8_kernel": str(c.fp8_kernel or DEFAULT_FP8_KERNEL),
     }

@@ -40,9 +40,10 @@ from quantstudy.model.preprocess import resolve_preprocessing
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
+from quantstudy.record.engines import fp8_build
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import Engine, FP8Kernel, KernelGroup
+from quantstudy.record.vocab import Engine, FP8Kernel, KernelGroup, KernelOption
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
@@ -56,7 +57,7 @@ MODELS = {
     "ghostnet_100": "random",
     "tf_efficientnet_lite0": "efficientnet-lite0",
 }
-KERNELS = (FP8Kernel.FUSED, FP8Kernel.FASTEST, FP8Kernel.SCALED_MM)
+KERNELS = (KernelOption.FUSED, KernelOption.FASTEST, KernelOption.SCALED_MM)
 HEADER = (
     "model | kernel | FP8 real/emulated | scaled_mm layers | batch | fp16 ms | FP8 ms | "
     "x [q1-q3] | ideal x | of ideal | FP8 products us | top-1 vs emulation"
@@ -145,7 +146,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
         if variant != "sums" and kernel == FP8Kernel.SCALED_MM:
             continue  # the unfused engine never sums in its epilogue
         fp8 = build_fp8(
-            model, device, x[:1], plan, fold=fold, kernel=kernel, choice_batches=args.batches,
+            model, device, x[:1], plan, fold=fold, kernel=fp8_build(kernel, args.batches),
             residual=variant != "apart", sum_handoff=variant == "handoff",
             pad_outputs=variant != "padapart",
         )  # fmt: skip
@@ -154,24 +155,24 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
         label = kernel if args.residual == "off" and variant == "apart" else kernel + suffix
         print(f"  {time.perf_counter() - t0:6.1f} s  {name}: timing fp16 vs {label}", flush=True)
         speed = measure_speed(
-            fp16, fp8, x, args.batches, rounds=args.rounds, iters=args.iters,
+            {"fp16": fp16, "fp8": fp8}, x, args.batches, rounds=args.rounds, iters=args.iters,
             compile_mode="default",
-        )  # fmt: skip
+        )["fp8"]  # fmt: skip
         einfo = fp8.info()
         gpu = torch.cuda.get_device_name() if device.type == "cuda" else None
         ideal, why = ideal_speed(speed, info, [einfo], gpu)
         row = {
             "fp8_real": len(einfo.fp8_real),
             "fp8_emulated": len(einfo.fp8_emulated),
-            "epilogue_activations": len(einfo.fp8_epilogue),
-            "fp8_handoffs": len(einfo.fp8_handoff),
-            "fp8_residual_sums": len(einfo.fp8_residual),
-            "fp8_sum_handoffs": len(einfo.fp8_sum_handoff),
-            "fp8_padded_outputs": len(einfo.fp8_padded_output),
+            "epilogue_activations": len(einfo.layout.epilogue),
+            "fp8_handoffs": len(einfo.layout.handoff),
+            "fp8_residual_sums": len(einfo.layout.residual),
+            "fp8_sum_handoffs": len(einfo.layout.sum_handoff),
+            "fp8_padded_outputs": len(einfo.layout.padded_output),
             "speed": speed.model_dump(mode="json"),
             "ideal": [i.model_dump(mode="json") for i in ideal or []],
             "ideal_not_computed": why,
-            "kernel_choice": [c.model_dump(mode="json") for c in einfo.fp8_kernel_choice or []],
+            "kernel_choice": [c.model_dump(mode="json") for c in einfo.layout.kernel_choice or []],
         }
         if reference is not None:
             with torch.no_grad():
@@ -200,7 +201,7 @@ def print_rows(name: str, kernel: str, row: dict) -> None:
         )  # fmt: skip
         print(
             f"{name} | {kernel} | {row['fp8_real']}/{row['fp8_emulated']} | "
-            f"{chosen if kernel == FP8Kernel.FASTEST else '-'} | {b['batch']} | "
+            f"{chosen if kernel == KernelOption.FASTEST else '-'} | {b['batch']} | "
             f"{b['fp16_ms']['median']:.3f} | {b['fp8_ms']['median']:.3f} | "
             f"{b['ratio']['median']:.2f} [{b['ratio']['q1']:.2f}-{b['ratio']['q3']:.2f}] | "
             f"{i['ideal_x'] if i else float('nan'):.2f} | "
@@ -292,7 +293,7 @@ def render(paths: list[Path]) -> str:
                         kernel,
                         str(b["batch"]),
                         f"{row['fp8_real']}/{row['fp8_emulated']}",
-                        str(picked) if kernel.startswith(FP8Kernel.FASTEST) else "-",
+                        str(picked) if kernel.startswith(KernelOption.FASTEST) else "-",
                         f"{b['fp16_ms']['median']:.3f}",
                         f"{b['fp8_ms']['median']:.3f}",
                         f"{r['median']:.2f} [{r['q1']:.2f}-{r['q3']:.2f}]",

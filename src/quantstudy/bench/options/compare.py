@@ -191,6 +191,7 @@ def _speed(
     from quantstudy.speed.harness import measure_speed
 
     section = measure_speed(
-        fp16, fp8, images, sizes, rounds=20, compile_mode="default", kernel_profile=False
-    )
+        {EngineName.FP16: fp16, EngineName.FP8: fp8}, images, sizes, rounds=20,
+        compile_mode="default", kernel_profile=False,
+    )[EngineName.FP8]  # fmt: skip
     return [b.model_dump(mode="json") for b in section.batches]

@@ -8,7 +8,6 @@ each figure beside the ideal x of the recipe's layers (`speed/ideal.py`).
 - `configs.py`: torchao's configs as peers, which recipe layers each takes, which torchao runs
   (pure: no torch, no torchao).
 - `torchao.py`: a torchao engine built from the study's deployed model.
-- `timing.py`: every engine in one set of interleaved rounds, as speed sections.
 - `rows.py`: the rows file, and adding rows to a record measured in the same environment.
 - `run.py`: one record of rows; `table.py`: its Markdown table.
 """

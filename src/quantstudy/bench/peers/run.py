@@ -5,11 +5,12 @@ recipe resolution, calibrated plan), so every engine takes the layers a study of
 config would select; the fp16 engine and our FP8 engine (`engines/builders.py`), and each
 torchao config that applies (`torchao.py`) on the recipe's layers it takes (`configs.py`),
 each refused in one line where it cannot run; all timed in one set of interleaved rounds
-(`timing.py`), each FP8 engine beside the ideal x of the recipe's layers (`speed/ideal.py`), and
-each scored against the fp32 model on the held-out images (`quality/metrics.score_engine`), at
-the largest timed batch so that scoring reuses the compiled shapes. The record is written after
-each row, marked unfinished while rows of the command remain, so a run cut short (or one that
-measures a row a command, `--max-rows`) keeps its rows and says which are still to come.
+(`speed/harness.py: measure_speed`), each FP8 engine beside the ideal x of the recipe's layers
+(`speed/ideal.py`), and each scored against the fp32 model on the held-out images
+(`quality/metrics.score_engine`), at the largest timed batch so that scoring reuses the compiled
+shapes. The record is written after each row, marked unfinished while rows of the command
+remain, so a run cut short (or one that measures a row a command, `--max-rows`) keeps its rows
+and says which are still to come.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import torch
 from quantstudy.bench.peers.configs import Peer, device_refusal, peer_layers
 from quantstudy.bench.peers.rows import check_alike, existing_record, has_row
 from quantstudy.bench.peers.table import row_lines
-from quantstudy.bench.peers.timing import time_engines
 from quantstudy.bench.peers.torchao import (
     build_torchao,
     config_text,
@@ -47,7 +47,7 @@ from quantstudy.record import EngineInfo, EngineQuality
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.record.vocab import PeerFamily
-from quantstudy.speed.harness import cpu_counts, tile_images
+from quantstudy.speed.harness import cpu_counts, measure_speed, tile_images
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
 
@@ -125,9 +125,11 @@ def peers_row(
     prepared = prepare_study(config)
     built, layers, refused = _engines(prepared, peers, status)
     x = prepared.heldout_x
-    sections = time_engines(
-        built, x, config.batches, rounds=rounds, iters=iters, compile_mode=config.compile_mode
-    )
+    print(f"timing {', '.join(built)} at batches {list(config.batches)}", flush=True)
+    sections = measure_speed(
+        built, x, list(config.batches), rounds=rounds, iters=iters,
+        compile_mode=config.compile_mode,
+    )  # fmt: skip
     quality = _scores(prepared, built, max(config.batches))
     device = prepared.device
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
@@ -180,8 +182,8 @@ def _engines(
     mode, fold, example = config.compile_mode, prepared.recipe.weights.fold_bn, prepared.example
     kernel = config.fp8_kernel or DEFAULT_FP8_KERNEL
     ours = build_fp8(
-        model, device, example, prepared.plan, fold=fold, compile_mode=mode, kernel=kernel,
-        choice_batches=config.batches,
+        model, device, example, prepared.plan, fold=fold, compile_mode=mode,
+        kernel=config.fp8_build(),
     )  # fmt: skip
     built = {FP16: build_half(model, device, example, fold=fold, compile_mode=mode)}
     built[f"quantstudy {kernel}"] = ours
@@ -272,7 +274,7 @@ def _built_text(name: str, engine: BuiltEngine) -> str:
         return f"engines.builders.build_half: BatchNorm folded, channels-last, {compiled}"
     if name.startswith("quantstudy"):
         return (
-            f"engines.builders.build_fp8 ({engine.fp8_kernel} kernel) on the recipe's "
+            f"engines.builders.build_fp8 ({engine.layout.kernel_option} kernel) on the recipe's "
             f"calibrated plan, channels-last, {compiled}"
         )
     peer = next(p for p in Peer if p.label == name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from quantstudy.record import StudyRecord
-from quantstudy.record.vocab import FP8Kernel
+from quantstudy.record.vocab import FASTEST, FP8Kernel
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
@@ -124,7 +124,7 @@ KERNELS = {
     FP8Kernel.SCALED_MM: "torch._scaled_mm (cuBLASLt on CUDA) per real FP8 layer, writing the "
     "engine's dtype with the bias in its epilogue where the device's torch._scaled_mm supports "
     "that (bf16, biased after, where it does not), activated by the engine's other kernels",
-    FP8Kernel.FASTEST: "per layer the faster of the fused kernel and torch._scaled_mm, timed in "
+    FASTEST: "per layer the faster of the fused kernel and torch._scaled_mm, timed in "
     "place when the engine was built; a selected layer whose float layer was faster than both "
     "at every timed batch stayed in the engine's dtype (the speed section lists each layer)",
 }
@@ -134,54 +134,53 @@ def _kernel_lines(r: StudyRecord) -> list[str]:
     """Which FP8 product the engines ran, and the activations it absorbed (schema 3 on)."""
     lines = []
     for e in r.engines or []:
-        if e.fp8_kernel is None:
+        fp8, kernel = e.layout, e.layout.kernel_option
+        if kernel is None:
             continue
-        acts = Counter(e.fp8_epilogue.values())
+        acts = Counter(fp8.epilogue.values())
         absorbed = ", ".join(f"{name} x{n}" for name, n in sorted(acts.items())) or "none"
         lines += [
             "",
-            f"The {label(e.name)} engine's real FP8 layers ran the {code(e.fp8_kernel)} kernel: "
-            f"{KERNELS.get(e.fp8_kernel, 'not described')}. Activations computed in the FP8 "
-            f"layers' epilogue ({len(e.fp8_epilogue)} of {len(e.fp8_real)} layers): {absorbed}.",
+            f"The {label(e.name)} engine's real FP8 layers ran the {code(kernel)} kernel: "
+            f"{KERNELS.get(kernel, 'not described')}. Activations computed in the FP8 "
+            f"layers' epilogue ({len(fp8.epilogue)} of {len(e.fp8_real)} layers): {absorbed}.",
         ]
-        if e.fp8_scaled_mm_output:
-            lines[-1] += f" torch._scaled_mm wrote {e.fp8_scaled_mm_output}."
-        if e.fp8_handoff:
-            pairs = ", ".join(f"{code(p)} -> {code(c)}" for p, c in sorted(e.fp8_handoff.items()))
-            n = len(e.fp8_handoff)
+        if fp8.scaled_mm_output:
+            lines[-1] += f" torch._scaled_mm wrote {fp8.scaled_mm_output}."
+        if fp8.handoff:
+            pairs = ", ".join(f"{code(p)} -> {code(c)}" for p, c in sorted(fp8.handoff.items()))
+            n = len(fp8.handoff)
             lines[-1] += (
                 f" {n} FP8 {'layer' if n == 1 else 'layers'} wrote the next FP8 layer's input "
                 f"already quantized (no fp16 output, no quantize pass between them): {pairs}."
             )
-        if e.fp8_residual:
-            n, acts = len(e.fp8_residual), Counter(e.fp8_residual.values())
+        if fp8.residual:
+            n, acts = len(fp8.residual), Counter(fp8.residual.values())
             after = ", ".join(f"{a} x{k}" for a, k in sorted(acts.items()))
-            names = ", ".join(code(layer) for layer in sorted(e.fp8_residual))
+            names = ", ".join(code(layer) for layer in sorted(fp8.residual))
             lines[-1] += (
                 f" {n} FP8 {'layer' if n == 1 else 'layers'} summed their block's residual in "
                 f"the epilogue (the add and the activation after it, {after}; no fp16 output "
                 f"before the add): {names}."
             )
-        if e.fp8_sum_handoff:
-            pairs = ", ".join(
-                f"{code(p)} -> {code(c)}" for p, c in sorted(e.fp8_sum_handoff.items())
-            )
-            n = len(e.fp8_sum_handoff)
+        if fp8.sum_handoff:
+            pairs = ", ".join(f"{code(p)} -> {code(c)}" for p, c in sorted(fp8.sum_handoff.items()))
+            n = len(fp8.sum_handoff)
             lines[-1] += (
                 f" {n} of those also wrote the next FP8 layer's input, quantized, beside the "
                 f"sum (no quantize pass between them): {pairs}."
             )
-        if e.fp8_padded_output:
+        if fp8.padded_output:
             pairs = ", ".join(
-                f"{code(p)} -> {code(c)}" for p, c in sorted(e.fp8_padded_output.items())
+                f"{code(p)} -> {code(c)}" for p, c in sorted(fp8.padded_output.items())
             )
-            n = len(e.fp8_padded_output)
+            n = len(fp8.padded_output)
             wrote = "layer wrote its" if n == 1 else "layers wrote their"
             lines[-1] += (
                 f" {n} FP8 {wrote} output inside the "
                 f"zero padding of the conv that reads it (no padding pass between them): {pairs}."
             )
-        for rewrite, why in sorted(e.fp8_rewrites_skipped.items()):
+        for rewrite, why in sorted(fp8.rewrites_skipped.items()):
             lines[-1] += f" Rewrite {code(rewrite)} not applied: {why}."
     return lines
 

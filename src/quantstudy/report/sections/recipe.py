@@ -100,7 +100,7 @@ def render_recipe(r: StudyRecord) -> list[str]:
     else:
         other = fp8.compute_dtype
         real, emulated = set(fp8.fp8_real), set(fp8.fp8_emulated)
-        stepped = frozenset(fp8.fp8_stepped_aside)
+        stepped = frozenset(fp8.layout.stepped_aside)
         lines.append(
             f"- Ran FP8 for real (FP8 matrix products): {len(fp8.fp8_real)} of "
             f"{len(rc.selected)} selected layers."
@@ -112,14 +112,14 @@ def render_recipe(r: StudyRecord) -> list[str]:
         if 0 < len(fp8.fp8_emulated) <= COLLAPSE_ROWS:
             emu += ": " + ", ".join(code(n) for n in fp8.fp8_emulated)
         lines.append(emu + ".")
-        if fp8.fp8_stepped_aside:
+        if fp8.layout.stepped_aside:
             aside = (
                 f"- Kept in {fp8.compute_dtype} by the per-layer kernel choice (FP8 slower at "
-                f"every timed batch, `engines/step_aside.py`): {len(fp8.fp8_stepped_aside)} of "
+                f"every timed batch, `engines/step_aside.py`): {len(fp8.layout.stepped_aside)} of "
                 f"{len(rc.selected)} selected layers"
             )
-            if len(fp8.fp8_stepped_aside) <= COLLAPSE_ROWS:
-                aside += ": " + ", ".join(code(n) for n in fp8.fp8_stepped_aside)
+            if len(fp8.layout.stepped_aside) <= COLLAPSE_ROWS:
+                aside += ": " + ", ".join(code(n) for n in fp8.layout.stepped_aside)
             lines.append(aside + ".")
         lines.append(
             f"- Stayed in {fp8.compute_dtype}: {fp8.fp16_layers} conv/linear layers of the FP8 "

@@ -75,7 +75,7 @@ def render_speed(r: StudyRecord, plots: set[str]) -> list[str]:
         lines += ideal_lines(sp.ideal)
         fp8 = r.engine(FP8)
         if fp8 is not None:
-            lines += kernel_choice_lines(fp8.fp8_kernel_choice, fp8.fp8_stepped_aside)
+            lines += kernel_choice_lines(fp8.layout.kernel_choice, fp8.layout.stepped_aside)
     if wb:
         lines += WEIGHT_BYTES_TABLE.render(wb.items())
         lines.append("")
