@@ -398,3 +398,19 @@ def test_a_peer_failing_on_a_model_is_a_one_line_finding(monkeypatch):
     assert built is None and failure == "RuntimeError: no FP8 kernel for this shape"
     engine.module = nn.Identity()
     assert peers_run._built_and_run(prepared, Peer.STATIC_TENSOR, ["a"]) == (engine, None)
+
+
+def test_our_engines_of_several_kernel_options_are_timed_side_by_side(
+    tiny_imagenet, tmp_path, monkeypatch
+):
+    """`--ours` puts one engine per kernel option beside fp16 and torchao, each on the same
+    fp16 rounds (on a GPU the default is the config's kernel and `fastest`; on a CPU the config's
+    alone, since `fastest` times kernels on the GPU)."""
+    _without_torchao(monkeypatch)
+    out = tmp_path / "peers.json"
+    assert _peers(tiny_imagenet, out, "--ours", "fused,scaled_mm", "test_efficientnet") == 0
+    (row,) = read_record(out).results
+    assert [e.name for e in row.engines] == ["fp16", "quantstudy fused", "quantstudy scaled_mm"]
+    assert all(e.fp8_layers == 7 for e in row.engines[1:])
+    report = render_folder(tmp_path)
+    assert "| test_efficientnet | quantstudy scaled_mm | 7/7 |" in report

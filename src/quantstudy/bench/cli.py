@@ -278,6 +278,10 @@ def _peers(text: str) -> tuple[Peer, ...]:
     return _distinct(text, Peer, "--torchao", none_ok=True)
 
 
+def _options(text: str) -> tuple[KernelOption, ...]:
+    return _distinct(text, KernelOption, "--ours")
+
+
 def _peers_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", help="timm name, optionally with tag (or --rows)")
     add_config_args(p, PEERS_STUDY_OPTIONS)
@@ -289,6 +293,10 @@ def _peers_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--torchao", type=_peers, default=tuple(Peer),
         help=f"torchao configs, comma-separated, or none (default {','.join(choices(Peer))})",
+    )  # fmt: skip
+    p.add_argument(
+        "--ours", type=_options, default=(),
+        help="our engines, comma-separated kernel options (default: --fp8-kernel's and fastest)",
     )  # fmt: skip
     p.add_argument("--rounds", type=int, default=30, help="timing rounds (default 30)")
     p.add_argument("--iters", type=int, default=20, help="calls per round (default 20)")

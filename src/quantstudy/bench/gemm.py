@@ -114,7 +114,7 @@ def time_us(fn: Callable[[], object]) -> float:
 Variant = tuple[str, tuple[int, ...] | None, str | None, str | None, int, bool]
 
 
-def _variants(a8: torch.Tensor, w8: torch.Tensor, sweep: bool) -> list[Variant]:
+def launch_variants(a8: torch.Tensor, w8: torch.Tensor, sweep: bool) -> list[Variant]:
     """(label, tile, loads, store, programs per SM, fast accumulation) of every Triton launch."""
     from quantstudy.quant.kernels.gemm import tma_ok
     from quantstudy.quant.kernels.tiles import STREAM_TILES, TILES
@@ -178,7 +178,7 @@ def time_product(p: Product, sweep: bool) -> dict[str, Any]:
     )
     errors: dict[str, float] = {}
     refused: dict[str, str] = {}
-    for label, cfg, loads, store, per_sm, fast in _variants(a8, w8, sweep):
+    for label, cfg, loads, store, per_sm, fast in launch_variants(a8, w8, sweep):
 
         def call(
             cfg: tuple[int, ...] | None = cfg, loads: str | None = loads,

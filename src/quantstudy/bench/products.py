@@ -15,7 +15,7 @@ timed from CUDA-graph replays (`gemm.time_us`) with random N(0, 1) operands and 
   part by part (a transformer's fc1 has all: GELU, then the next layer's FP8 input written);
 - "ours persistent ..." (matmuls): each tile of `tiles.PERSISTENT_TILES`, fixed, with and
   without warp specialization ("ws"); with `fast_accum`, also fast-accumulating;
-- with `sweep`: every tile of `tiles.TILES` on every I/O path (`gemm._variants`).
+- with `sweep`: every tile of `tiles.TILES` on every I/O path (`gemm.launch_variants`).
 
 TFLOP/s is 2MNK over the time; the fraction of peak is against the GPU's dense FP8 rate for FP8
 variants and its fp16 rate for fp16 ones (`speed.ideal.PEAKS`). Every one of our variants is
@@ -177,10 +177,9 @@ def _timed(row: ProductRow, sweep: bool, fast_accum: bool, peaks: object) -> Pro
                 errors[label] = float(((y - ref).abs() / (ref.abs() + 1)).max())
             us[label] = time_us(call)
         except (OutOfResources, CompilationError, RuntimeError, ValueError) as exc:
-            # a tile or option this GPU, compiler or shape refuses: recorded as refused
-            us[label] = float("nan")
+            # a tile or option this GPU, compiler or shape refuses: recorded as refused, untimed
             refused[label] = str(exc).splitlines()[0][:200]
-    tflops = {key: row.flop / (t * 1e-6) / 1e12 for key, t in us.items() if t == t}
+    tflops = {key: row.flop / (t * 1e-6) / 1e12 for key, t in us.items()}
     fraction = {}
     if peaks is not None:
         for key, rate in tflops.items():
@@ -276,9 +275,9 @@ def _calls(
                     promote=promote, warp_spec=ws,
                 )  # fmt: skip
         if sweep:
-            from quantstudy.bench.gemm import _variants
+            from quantstudy.bench.gemm import launch_variants
 
-            for label, cfg, loads, store, per_sm, _ in _variants(a8, w8, True)[3:]:
+            for label, cfg, loads, store, per_sm, _ in launch_variants(a8, w8, True)[3:]:
                 calls[f"ours {label}"] = ours(tile=cfg, loads=loads, store=store, stream=per_sm)
         ref = (a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias
     calls.update(_cublaslt(a16, w16, bias))

@@ -163,7 +163,7 @@ class ProductRow(Section):
     models: list[str]  # the models with this product
     layers: int  # how many layers of those models run it
     flop: float  # 2 M N K
-    us: dict[str, float] = Field(default_factory=dict)  # variant -> us per call (NaN: refused)
+    us: dict[str, float] = Field(default_factory=dict)  # variant -> us per call (not: refused)
     tflops: dict[str, float] = Field(default_factory=dict)
     peak_fraction: dict[str, float] = Field(default_factory=dict)
     max_rel_error: dict[str, float] = Field(default_factory=dict)  # ours against float32 sums

@@ -28,5 +28,5 @@ def run_peers(
         configs = [row_config(base, row) for row in rows]
     return bench_peers(
         configs, args.torchao, rounds=args.rounds, iters=args.iters, out=args.record,
-        append=args.append, max_rows=args.max_rows, argv=argv,
+        append=args.append, max_rows=args.max_rows, argv=argv, ours=args.ours,
     )  # fmt: skip

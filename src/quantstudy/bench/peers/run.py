@@ -46,7 +46,7 @@ from quantstudy.quality.metrics import score_engine
 from quantstudy.record import EngineInfo, EngineQuality
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
 from quantstudy.record.vocab import Engine as EngineName
-from quantstudy.record.vocab import PeerFamily
+from quantstudy.record.vocab import KernelOption, PeerFamily
 from quantstudy.speed.harness import cpu_counts, measure_speed, tile_images
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
@@ -64,10 +64,12 @@ def bench_peers(
     append: bool = False,
     max_rows: int | None = None,
     argv: list[str] | None = None,
+    ours: Sequence[KernelOption] = (),
 ) -> PeersBench:
     """The record of `configs`' rows (one per model; module docstring). With `append`, the
     rows join the record at `out` (measured alike, `rows.check_alike`), skipping its rows;
-    `max_rows`: measure at most that many new rows."""
+    `max_rows`: measure at most that many new rows; `ours`: our engines' kernel options (default:
+    the config's kernel and `fastest`, side by side)."""
     first = configs[0]
     device = study_device(first.device)
     on_gpu = device.type == "cuda"
@@ -98,7 +100,7 @@ def bench_peers(
     todo = todo[:max_rows] if max_rows is not None else todo
     record = _marked(record, configs)
     for config in todo:
-        row = peers_row(config, peers, status, provenance, rounds, iters)
+        row = peers_row(config, peers, status, provenance, rounds, iters, ours)
         record = _marked(record.model_copy(update={"results": [*record.results, row]}), configs)
         print("\n".join(row_lines(record, row)), flush=True)
         write_record(out, record)
@@ -119,11 +121,12 @@ def peers_row(
     provenance: Provenance,
     rounds: int,
     iters: int,
+    ours: Sequence[KernelOption] = (),
 ) -> PeersResult:
     """One model's row (module docstring); `status`: `torchao_status()`."""
     start = time.perf_counter()
     prepared = prepare_study(config)
-    built, layers, refused = _engines(prepared, peers, status)
+    built, layers, refused = _engines(prepared, peers, status, ours)
     x = prepared.heldout_x
     print(f"timing {', '.join(built)} at batches {list(config.batches)}", flush=True)
     sections = measure_speed(
@@ -174,23 +177,26 @@ Layers = tuple[list[str], dict[str, str]]  # FP8 layers; recipe layers left out 
 
 
 def _engines(
-    prepared: Prepared, peers: Sequence[Peer], status: str | None
+    prepared: Prepared, peers: Sequence[Peer], status: str | None, ours: Sequence[KernelOption]
 ) -> tuple[dict[str, BuiltEngine], dict[str, Layers], list[PeerRefused]]:
-    """fp16, ours, and each torchao config that can run here, with the recipe's layers each
-    runs in FP8; the others refused, each with its reason."""
+    """fp16, ours (one engine per kernel option: by default the config's and `fastest`), and
+    each torchao config that can run here, with the recipe's layers each runs in FP8; the others
+    refused, each with its reason."""
     config, device, model = prepared.config, prepared.device, prepared.model
     mode, fold, example = config.compile_mode, prepared.recipe.weights.fold_bn, prepared.example
-    kernel = config.fp8_kernel or DEFAULT_FP8_KERNEL
-    ours = build_fp8(
-        model, device, example, prepared.plan, fold=fold, compile_mode=mode,
-        kernel=config.fp8_build(),
-    )  # fmt: skip
     built = {FP16: build_half(model, device, example, fold=fold, compile_mode=mode)}
-    built[f"quantstudy {kernel}"] = ours
-    layers: dict[str, Layers] = {
-        FP16: ([], {}),
-        f"quantstudy {kernel}": (list(ours.applied.real), dict(ours.applied.emulated)),
-    }
+    layers: dict[str, Layers] = {FP16: ([], {})}
+    default = KernelOption(config.fp8_kernel or DEFAULT_FP8_KERNEL)
+    # `fastest` times each layer's kernels on the GPU: beside the default there only
+    both = (default, KernelOption.FASTEST) if device.type == "cuda" else (default,)
+    for option in dict.fromkeys(ours or both):
+        ours_engine = build_fp8(
+            model, device, example, prepared.plan, fold=fold, compile_mode=mode,
+            kernel=config.replace(fp8_kernel=option).fp8_build(),
+        )  # fmt: skip
+        built[f"quantstudy {option}"] = ours_engine
+        applied = ours_engine.applied
+        layers[f"quantstudy {option}"] = (list(applied.real), dict(applied.emulated))
     refused = []
     if status is not None and peers:  # torchao absent or unusable: one line for all its configs
         print(f"torchao: refused: {status}", flush=True)
