@@ -272,6 +272,16 @@ def test_every_image_mode_is_used_or_skipped_with_its_reason(study):
     assert "float.tif" in report and "no defined 8-bit range" in report
 
 
+def test_skipped_files_are_said_on_the_console(finished):
+    """One line, with the count and the first few: the record and the report list them all."""
+    _, result = finished
+    lines = [line for line in result.err.splitlines() if "files skipped" in line]
+    assert len(lines) == 1, result.err[-3000:]
+    assert lines[0].startswith(f"data: {len(SKIPPED)} files skipped, not usable images: ")
+    named = [name for name in SKIPPED if name in lines[0]]
+    assert len(named) == 3 and f"and {len(SKIPPED) - 3} more" in lines[0]
+
+
 def test_class_list_with_bom_and_names_labels_correctly(study):
     record = json.loads((study / "study.json").read_text())
     heldout = record["data"]["heldout"]
