@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
-from quantstudy.cli_crash import reader_gone, report_crash
+from quantstudy.cli_crash import after_readers, guard_readers, reader_gone, report_crash
 from quantstudy.cli_parsers import add_extend_parser, add_search_parser, add_sweep_parser
 from quantstudy.record.errors import EXIT_COMMON, EXIT_INTERRUPTED, EXIT_USER, UserError
 from quantstudy.record.inputs import PathText, StudyConfig, option, read_config
@@ -419,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run" and args.config is None and (args.model is None or args.data is None):
         parser.error("run needs MODEL and --data DIR (or --config FILE alone)")
     args.argv = argv  # the command line a record names (None: this process's)
+    guard_readers()  # a reader that goes away (`| head`) ends the output, not the work
     try:
         status = COMMANDS[args.command](args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit after the last print
@@ -439,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER
     except Exception as e:  # a bug: its traceback to a log file, one line here (cli_crash.py)
         return report_crash(e, args, sys.argv[1:] if argv is None else argv)
-    return status or 0  # run, decide and sweep: their exit status
+    return after_readers(status or 0)  # run, decide and sweep: their exit status
 
 
 if __name__ == "__main__":
