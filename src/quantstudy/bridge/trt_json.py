@@ -173,7 +173,7 @@ def _batch(data: dict[str, Any], path: Path) -> int:
 
 def _first_dimension(dims: Any, path: Path) -> int:
     """The batch: the first of the input's dimensions, a whole number of at least 1."""
-    first = dims[0] if isinstance(dims, list) and dims else None
+    first: Any = dims[0] if isinstance(dims, list) and dims else None
     if not _number(first) or first != int(first) or first < 1:
         raise UserError(
             f"{path}: the network input's dimensions {dims!r} name no batch (a whole number of "
