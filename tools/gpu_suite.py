@@ -10,9 +10,10 @@ Usage, from the repository root on the device (the coordinator's commands, one c
 Why a script: the product's claims about FP8 kernels live on the GPU, and a green CPU run skips
 every GPU test. This runs unit, gpu, data, slow and suite tests on the device's own image
 (torch, Triton, onnxruntime as installed there), in groups with their own time limits so one hung
-group cannot take the others' results with it. A device call allows 600 s, and the whole suite
-takes longer than that on one machine, so the groups are laid out in `PARTS`, each to end well
-inside one call with its start-up; every test file is in exactly one part
+group cannot take the others' results with it; a limit counts from the end of pytest's start-up
+(`STARTED`), so a loaded machine's slow imports take no test's time. A device call allows 600 s,
+and the whole suite takes longer than that on one machine, so the groups are laid out in `PARTS`,
+each to end well inside one call with its start-up; every test file is in exactly one part
 (tests/unit/test_gpu_suite.py holds it). A part writes `gpu-suite-PART.json` (counts, every
 failure with its message, skips grouped by reason, versions, GPU, driver, commit, wall time, the
 exact commands) and each group's -v log to the output folder as it ends (each group's JUnit XML,
@@ -63,7 +64,8 @@ COUNTS = ("tests", "passed", "failed", "errors", "skipped")
 RAN = (0, 1, 5)
 # The log's line once pytest has started up (imported, collected; with xdist, its workers have):
 # a group's limit counts from there, so a loaded machine's slow start-up takes no test's time.
-# The start-up has STARTUP_S of its own, so a hung import still ends (and the part's --budget).
+# The start-up has its own allowance, the limit or STARTUP_S if more (never less room than a
+# limit counted from the start gave it), so a hung import still ends; and the part's --budget.
 STARTED = re.compile(r"collected \d+ items?|^\d+ workers? \[\d+ items?\]", re.M)
 STARTUP_S = 120
 MACHINE = ("gpu", "gpus", "driver", "cpus", "platform", "versions", "commit")
@@ -239,7 +241,7 @@ def run_stage(stage: list[Group], out: Path, env, marks: str, scale: float, end:
     runs = []
     for group in stage:
         run = start_group(group, out, env, marks)
-        run["deadline"] = min(run["start"] + STARTUP_S * scale, end)
+        run["deadline"] = min(run["start"] + max(STARTUP_S, group.limit) * scale, end)
         runs.append(run | {"limit": group.limit * scale, "end_by": end})
     while any("end" not in run for run in runs):
         time.sleep(1)
