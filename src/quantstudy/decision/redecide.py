@@ -4,8 +4,9 @@ The measurements are not re-run: gates whose numbers the record does not hold (a
 FP8 scored against fp16, in studies before schema 6) are inconclusive and say so. The new
 decision carries `redecided` (the study's own outcome and policy, the version that decided), so
 the report states that the decision was taken later. The study's own decision is the one `run`
-took: a decision taken again carries it on, so any number of re-decisions never lose it. Only the `decision` key of study.json is
-rewritten; every measured value stays as the study wrote it, with its schema version.
+took: a decision taken again carries it on, so any number of re-decisions never lose it. Only
+the `decision` key of study.json is rewritten; every measured value stays as the study wrote it,
+with its schema version.
 """
 
 from __future__ import annotations
