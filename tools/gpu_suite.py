@@ -10,9 +10,10 @@ Usage, from the repository root on the device (the coordinator's commands, one c
 Why a script: the product's claims about FP8 kernels live on the GPU, and a green CPU run skips
 every GPU test. This runs unit, gpu, data, slow and suite tests on the device's own image
 (torch, Triton, onnxruntime as installed there), in groups with their own time limits so one hung
-group cannot take the others' results with it. A device call allows 600 s, and the whole suite
-takes longer than that on one machine, so the groups are laid out in `PARTS`, each to end well
-inside one call with its start-up; every test file is in exactly one part
+group cannot take the others' results with it; a limit counts from the end of pytest's start-up
+(`STARTED`), so a loaded machine's slow imports take no test's time. A device call allows 600 s,
+and the whole suite takes longer than that on one machine, so the groups are laid out in `PARTS`,
+each to end well inside one call with its start-up; every test file is in exactly one part
 (tests/unit/test_gpu_suite.py holds it). A part writes `gpu-suite-PART.json` (counts, every
 failure with its message, skips grouped by reason, versions, GPU, driver, commit, wall time, the
 exact commands) and each group's -v log to the output folder as it ends (each group's JUnit XML,
@@ -61,6 +62,12 @@ COUNTS = ("tests", "passed", "failed", "errors", "skipped")
 # pytest's exit statuses of a run that ended by itself: all passed, some failed, none selected.
 # Stopped at its limit ("timeout"), interrupted (2), an internal or usage error (3, 4): it did not.
 RAN = (0, 1, 5)
+# The log's line once pytest has started up (imported, collected; with xdist, its workers have):
+# a group's limit counts from there, so a loaded machine's slow start-up takes no test's time.
+# The start-up has its own allowance, the limit or STARTUP_S if more (never less room than a
+# limit counted from the start gave it), so a hung import still ends; and the part's --budget.
+STARTED = re.compile(r"collected \d+ items?|^\d+ workers? \[\d+ items?\]", re.M)
+STARTUP_S = 120
 MACHINE = ("gpu", "gpus", "driver", "cpus", "platform", "versions", "commit")
 PART_KEYS = ("part", "marks", *MACHINE, *COUNTS, "wall_s", "complete", "groups")
 
@@ -75,7 +82,7 @@ class Group:
     paths: tuple[str, ...]
     workers: int = 0  # pytest-xdist workers; 0: in process
     dist: str = ""  # xdist mode: loadfile keeps a file's module fixtures on one worker
-    limit: float = 480  # seconds allowed (also stopped at the part's --budget)
+    limit: float = 480  # seconds for its tests, from the end of pytest's start-up (STARTED)
     stage: int = 1
 
 
@@ -194,6 +201,7 @@ def finish_group(run: dict) -> dict:
     run["log"].close()
     result = {k: run[k] for k in ("group", "command", "rc")}
     result["wall_s"] = round(run["end"] - run["start"], 1)
+    result["startup_s"] = round(run.get("started", run["end"]) - run["start"], 1)
     logged = read_log(Path(run["log"].name))
     if run["junit"].is_file():
         written = read_junit(run["junit"])
@@ -228,21 +236,31 @@ def read_log(path: Path) -> dict:
 
 
 def run_stage(stage: list[Group], out: Path, env, marks: str, scale: float, end: float):
-    """Start a stage's groups side by side; each stops at its limit or at `end`."""
+    """Start a stage's groups side by side; each stops at its limit (counted once pytest has
+    started up) or at `end`."""
     runs = []
     for group in stage:
         run = start_group(group, out, env, marks)
-        run["deadline"] = min(run["start"] + group.limit * scale, end)
-        runs.append(run)
+        run["deadline"] = min(run["start"] + max(STARTUP_S, group.limit) * scale, end)
+        runs.append(run | {"limit": group.limit * scale, "end_by": end})
     while any("end" not in run for run in runs):
         time.sleep(1)
         for run in (r for r in runs if "end" not in r):
+            _start_the_limit(run)
             if run["proc"].poll() is not None:
                 run["rc"], run["end"] = run["proc"].returncode, time.monotonic()
             elif time.monotonic() > run["deadline"]:
                 stop_group(run)
                 run["end"] = time.monotonic()
     return [finish_group(run) for run in runs]
+
+
+def _start_the_limit(run: dict) -> None:
+    """Once the group's log shows pytest started up, its limit counts from now."""
+    if "started" in run or not STARTED.search(Path(run["log"].name).read_text(errors="replace")):
+        return
+    run["started"] = time.monotonic()
+    run["deadline"] = min(run["started"] + run["limit"], run["end_by"])
 
 
 def read_junit(path: Path) -> dict:

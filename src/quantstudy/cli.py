@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from quantstudy.bench.cli import BENCH
 from quantstudy.bridge.commands import EXPORT, IMPORT_TRT
-from quantstudy.cli_crash import reader_gone, report_crash
+from quantstudy.cli_crash import after_readers, guard_readers, reader_gone, report_crash
 from quantstudy.package.commands import PACKAGE
 from quantstudy.record.command import Command
 from quantstudy.record.errors import EXIT_INTERRUPTED, EXIT_USER, UserError
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem is not None:
         parser.error(problem)
     args.argv = argv  # the command line a record names (None: this process's)
+    guard_readers()  # a reader that goes away (`| head`) ends the output, not the work
     try:
         status = COMMANDS[args.command](args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit after the last print
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER
     except Exception as e:  # a bug: its traceback to a log file, one line here (cli_crash.py)
         return report_crash(e, args, sys.argv[1:] if argv is None else argv)
-    return status or 0  # run, decide, sweep, ...: their exit status
+    return after_readers(status or 0)  # run, decide, sweep, ...: their exit status
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import tempfile
 import traceback
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TextIO
 
 from quantstudy.record.errors import EXIT_INTERNAL, EXIT_PIPE
 
@@ -117,6 +118,60 @@ def reader_gone() -> int:
     """The reader of stdout went away (`quantstudy recipes show --json | head`): stop quietly,
     with the status a shell gives a process that SIGPIPE ended, and point stdout at devnull so
     that the interpreter's last flush does not fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    _to_devnull(sys.stdout)
     return EXIT_PIPE
+
+
+def _to_devnull(stream: TextIO) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
+class ReaderGuard:
+    """stdout or stderr as a command writes to it: once its reader has gone (`quantstudy run
+    ... | head -1`), what follows goes to devnull and the work goes on. Without it the first
+    write after `head` exits fails: rich's console then exits with status 1 and a print raises,
+    and a study ends partial in the middle of its work. `main` ends a command whose reader went
+    away with `EXIT_PIPE` once its work is done (`readers_gone`)."""
+
+    gone = False  # any guarded stream's reader, for the whole process
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._lost()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._lost()
+            self._stream.flush()  # what the pipe did not take, now to devnull
+
+    def _lost(self) -> None:
+        ReaderGuard.gone = True
+        _to_devnull(self._stream)
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, ...: the stream's
+        return getattr(self._stream, name)
+
+
+def guard_readers() -> None:
+    """Guard stdout and stderr (`ReaderGuard`) for the rest of this process."""
+    ReaderGuard.gone = False
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, ReaderGuard):
+            setattr(sys, name, ReaderGuard(stream))
+
+
+def after_readers(status: int) -> int:
+    """The exit status of a command that ended with `status`: `EXIT_PIPE` where its output lost
+    its reader on the way, as a shell reports a writer SIGPIPE ended."""
+    return EXIT_PIPE if ReaderGuard.gone else status

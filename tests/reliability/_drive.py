@@ -94,6 +94,27 @@ def quantstudy(
     return Result(p.returncode, p.stdout, p.stderr)
 
 
+def quantstudy_into_closed_pipe(*args: str, cwd: Path, stderr_too: bool = False) -> Result:
+    """`quantstudy ARGS | head -1` once head has exited: stdout (and with `stderr_too`, stderr:
+    `2>&1 | head -1`) is a pipe whose reader is gone, so every write to it fails."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        p = subprocess.run(
+            [*quantstudy_command(), *args],
+            cwd=cwd,
+            stdout=write,
+            stderr=write if stderr_too else subprocess.PIPE,
+            text=True,
+            timeout=300,
+            env=_env(),
+            preexec_fn=umask_022,
+        )
+    finally:
+        os.close(write)
+    return Result(p.returncode, "", p.stderr or "")
+
+
 def start(*args: str, cwd: Path) -> subprocess.Popen:
     """Start `quantstudy ARGS` in `cwd` without waiting."""
     return subprocess.Popen(

@@ -10,6 +10,7 @@ study copy its folder, so most of them fail fast, before any heavy work.
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,8 @@ def pillow_reads_raw_ycbcr_tiff() -> bool:
 
 def write_images(folder: Path) -> None:
     """Class 0: one image per colour mode, and two that have no faithful RGB form; class 1:
-    plain RGB images, a truncated PNG and a text file."""
+    plain RGB images, a truncated PNG, a text file, and a named pipe and a broken link named
+    like images (the pipe would block whoever opened it: the scan must not)."""
     a, b = folder / WNIDS[0], folder / WNIDS[1]
     a.mkdir(parents=True)
     b.mkdir(parents=True)
@@ -80,6 +82,8 @@ def write_images(folder: Path) -> None:
     whole = (b / "img0.png").read_bytes()
     (b / "truncated.png").write_bytes(whole[: len(whole) // 2])
     (b / "notes.txt").write_text("not an image\n")
+    os.mkfifo(b / "pipe.png")
+    (b / "gone.jpg").symlink_to("moved-away.jpg")
 
 
 USABLE = 16  # 10 in class 0, 6 in class 1
@@ -88,6 +92,8 @@ SKIPPED = {
     f"{WNIDS[0]}/int32.tif": "no defined 8-bit range",
     f"{WNIDS[1]}/truncated.png": "cannot decode",
     f"{WNIDS[1]}/notes.txt": "not an image",
+    f"{WNIDS[1]}/pipe.png": "not a regular file (a named pipe)",
+    f"{WNIDS[1]}/gone.jpg": "not a regular file (a broken symbolic link)",
 }
 
 

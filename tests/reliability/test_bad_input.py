@@ -87,10 +87,10 @@ def _weights(name: str) -> Callable[[Path, Path], list[str]]:
     return argv
 
 
-def _sweep(data: str, extra: str = "") -> Callable[[Path, Path], list[str]]:
+def _sweep(data: str, extra: str = "", model: str = MODEL) -> Callable[[Path, Path], list[str]]:
     def argv(folder: Path, _: Path) -> list[str]:
         (folder / "images").mkdir()
-        text = SWEEP.format(model=MODEL, data=data, extra=extra)
+        text = SWEEP.format(model=model, data=data, extra=extra)
         return [
             "sweep",
             _file(folder, "sweep.yaml", text),
@@ -98,6 +98,24 @@ def _sweep(data: str, extra: str = "") -> Callable[[Path, Path], list[str]]:
             str(folder / "out"),
             "--dry-run",
         ]
+
+    return argv
+
+
+def _search(gains: str) -> Callable[[Path, Path], list[str]]:
+    """`search` with a gains file: read before the model, so refused in a second or two."""
+
+    def argv(folder: Path, _: Path) -> list[str]:
+        return ["search", *_run(folder)[1:], "--gains", _file(folder, "gains.json", gains)]
+
+    return argv
+
+
+def _zoo_dry_run(listed: str) -> Callable[[Path, Path], list[str]]:
+    def argv(folder: Path, _: Path) -> list[str]:
+        models = _file(folder, "zoo.yaml", f"models:\n  - {{name: {listed}, family: x}}\n")
+        out = str(folder / "out")
+        return ["zoo", "--data", "data", "--models", models, "--out", out, "--dry-run"]
 
     return argv
 
@@ -191,6 +209,27 @@ CASES: dict[str, Case] = {
     "sweep-data-missing": Case(_sweep("missing"), ("line 4: data",)),
     "sweep-key-typo": Case(_sweep("images", "sedes: [0]\n"), ("unknown key 'sedes'",)),
     "sweep-seed-twice": Case(_sweep("images", "seeds: [0, 0]\n"), ("listed twice",)),
+    # numbers a file holds are finite, and a gains file's savings plausible
+    "policy-infinite-speedup": Case(
+        lambda f, _: _run(
+            f, "--policy", _file(f, "p.yaml", "version: 1\nspeed:\n  min_speedup: .inf\n")
+        ),
+        ("line 3", ".inf is not a finite number"),
+    ),
+    "search-gains-nan": Case(
+        _search('{"batch": 128, "saved_ms": {"conv_stem": NaN}}'), ("NaN is not a finite number",)
+    ),
+    "search-gains-absurd": Case(
+        _search('{"batch": 128, "saved_ms": {"conv_stem": -1e30}}'),
+        ("conv_stem saves -1e+30 ms", "at most 10000 ms"),
+    ),
+    # a model timm does not have, in a list: refused as the list is read, --dry-run too
+    "zoo-unknown-model-dry-run": Case(
+        _zoo_dry_run(MODEL[:-1]), ("zoo.yaml line 2: models.0.name", "unknown timm model")
+    ),
+    "sweep-unknown-model-dry-run": Case(
+        _sweep("images", model=MODEL[:-1]), ("line 2: models.0.name", "unknown timm model")
+    ),
     # refused once the model is known, before any image is decoded
     "recipe-selects-no-layer": Case(
         lambda f, _: _run(f, "--recipe", _recipe(f, kernel=7)),  # no 7x7 conv in this model
@@ -271,6 +310,16 @@ def test_every_image_mode_is_used_or_skipped_with_its_reason(study):
     assert modes <= {i.split("/")[1] for i in used}
     report = (study / "report.md").read_text()
     assert "float.tif" in report and "no defined 8-bit range" in report
+
+
+def test_skipped_files_are_said_on_the_console(finished):
+    """One line, with the count and the first few: the record and the report list them all."""
+    _, result = finished
+    lines = [line for line in result.err.splitlines() if "files skipped" in line]
+    assert len(lines) == 1, result.err[-3000:]
+    assert lines[0].startswith(f"data: {len(SKIPPED)} files skipped, not usable images: ")
+    named = [name for name in SKIPPED if name in lines[0]]
+    assert len(named) == 3 and f"and {len(SKIPPED) - 3} more" in lines[0]
 
 
 def test_class_list_with_bom_and_names_labels_correctly(study):

@@ -26,7 +26,7 @@ INTERRUPTED = "quantstudy: interrupted; rerun the same command to resume"
 def test_ctrl_c_is_one_line_and_the_same_command_resumes(workspace, study, tmp_path):
     folder = tmp_path / "study"
     run = start(*study_args(folder), cwd=workspace)
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 600  # a guard against a hang, not a speed bound
     while not list((folder / ".cache").glob("stress-fp8-*.pt")):  # halfway: fp32, fp16, fp8 built
         assert run.poll() is None, run.communicate()
         assert time.monotonic() < deadline, "the study wrote no cache entry in time"

@@ -111,6 +111,26 @@ def test_a_decision_taken_again_keeps_the_record_sealed(study, tmp_path):
     assert again.code == 0, again.err
 
 
+def test_the_studys_own_decision_survives_any_number_of_decisions_taken_again(study, tmp_path):
+    """Each `decide` takes the decision again; the study's own (the one `run` took: its outcome
+    and policy) is carried on, never replaced by the decision the last `decide` took."""
+    own = json.loads((study / "study.json").read_text())["decision"]
+    folder = copy_study(study, tmp_path / "study")
+    for policy in ("strict", "latency-first", "default"):
+        r = quantstudy("decide", str(folder), "--policy", policy, cwd=tmp_path)
+        assert r.code in FINISHED and "Traceback" not in r.text, r.err
+        decision = json.loads((folder / "study.json").read_text())["decision"]
+        assert decision["policy"] == f"builtin:{policy}"
+        again = decision["redecided"]
+        assert (again["previous_outcome"], again["previous_policy"]) == (
+            own["outcome"],
+            own["policy"],
+        )
+    words = {"ship": "shipped", "not_ship": "not shipped", "inconclusive": "inconclusive"}
+    said = f"the study's own decision was {words[own['outcome']]} under builtin:default"
+    assert own["policy"] == "builtin:default" and said in (folder / "report.md").read_text()
+
+
 @pytest.mark.parametrize(
     ("content", "needle"),
     [

@@ -143,3 +143,24 @@ def test_export_option_values_are_refused_before_the_model_loads(study, tmp_path
     r = quantstudy("export", str(folder), *extra, cwd=tmp_path)
     assert_one_line_error(r, needle)
     assert not (folder / "tensorrt").exists()
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity"])
+def test_import_trt_of_a_time_that_is_not_finite_is_bad_input(workspace, study, tmp_path, value):
+    """trtexec's exports (tests/fixtures/trtexec, made for this model and recipe) with a time
+    that is no number: the user's file is wrong, so one line and exit 1, not an internal error;
+    no TensorRT study is written."""
+    import shutil
+
+    folder = copy_study(study, tmp_path / "study")
+    assert quantstudy("export", str(folder), cwd=workspace).code == 0  # its data, relative
+    exports = shutil.copytree(Path(__file__).parents[1] / "fixtures" / "trtexec", tmp_path / "trt")
+    times = exports / "fp16" / "b1.times.json"
+    rows = json.loads(times.read_text())
+    rows[3]["computeMs"] = value  # written below as the bare literal trtexec would write
+    times.write_text(json.dumps(rows).replace(f'"{value}"', value))
+    argv = ["import-trt", str(folder), "--fp16", str(exports / "fp16"), "--fp8"]
+    argv += [str(exports / "fp8"), "--onnx", str(folder / "tensorrt" / "model.onnx")]
+    r = quantstudy(*argv, "--out", str(tmp_path / "trt-study"), cwd=workspace)
+    assert_one_line_error(r, "b1.times.json: entry 3 has no finite numeric computeMs")
+    assert not (tmp_path / "trt-study").exists()

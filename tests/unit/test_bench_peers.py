@@ -212,20 +212,25 @@ def _merge_checks(record: PeersBench, tmp_path, capsys) -> None:
 
 def test_rows_file_and_its_mistakes(tmp_path, capsys):
     rows = tmp_path / "rows.yaml"
-    rows.write_text("rows:\n  - {model: a, recipe: generic_linears}\n  - {model: b, weights: w}\n")
+    rows.write_text(
+        "rows:\n  - {model: test_vit, recipe: generic_linears}\n"
+        "  - {model: test_resnet, weights: w}\n"
+    )
     found = read_rows(rows)
     assert found == [
-        PeersRow(model="a", recipe="generic_linears"),
-        PeersRow(model="b", weights="w"),
+        PeersRow(model="test_vit", recipe="generic_linears"),
+        PeersRow(model="test_resnet", weights="w"),
     ]
     base = StudyConfig(model="x", data=str(tmp_path), weights="random", calib=8, recipe="r")
     a, b = (row_config(base, r) for r in found)
-    assert (a.model, a.recipe, a.weights, a.calib) == ("a", "generic_linears", "random", 8)
-    assert (b.model, b.recipe, b.weights) == ("b", "r", "w")
+    assert (a.model, a.recipe, a.weights, a.calib) == ("test_vit", "generic_linears", "random", 8)
+    assert (b.model, b.recipe, b.weights) == ("test_resnet", "r", "w")
     for text, message in (
         ("rows: []\n", "rows: List should have at least 1 item"),
-        ("rows:\n  - {model: a, recpie: x}\n", "rows.0.recpie: Extra inputs"),
-        ("rows:\n  - {model: a}\n  - {model: a}\n", "a is listed twice alike"),
+        ("rows:\n  - {model: test_vit, recpie: x}\n", "rows.0.recpie: Extra inputs"),
+        ("rows:\n  - {model: test_vit}\n  - {model: test_vit}\n", "test_vit is listed twice"),
+        # a name timm does not have, refused as the file is read, not when its row starts
+        ("rows:\n  - {model: test_vit}\n  - {model: test_vitt}\n", "rows.1.model: unknown timm"),
     ):
         rows.write_text(text)
         with pytest.raises(UserError, match=message):

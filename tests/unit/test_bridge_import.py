@@ -89,6 +89,38 @@ def test_wrong_format_is_refused(study, exports, tmp_path, capsys):
     assert "not trtexec --exportProfile output" in _one_error(capsys)
 
 
+@pytest.mark.parametrize(
+    ("file", "field", "said"),
+    [
+        ("b1.times.json", "computeMs", "entry 0 has no finite numeric computeMs"),
+        ("b1.times.json", "latencyMs", "entry 0 has no finite numeric computeMs/latencyMs"),
+        ("b1.profile.json", "averageMs", "entry 1 has no name and finite averageMs"),
+    ],
+)
+def test_a_time_that_is_not_finite_is_bad_input_not_a_bug(
+    study, exports, tmp_path, capsys, file, field, said
+):
+    path = exports / "fp16" / file
+    rows = json.loads(path.read_text())
+    rows[1 if "profile" in file else 0][field] = float("nan")
+    path.write_text(json.dumps(rows))  # `NaN`, as Python's json writes it
+    assert _import(study, exports, tmp_path / "o") == 1
+    assert said in _one_error(capsys)
+    assert not (tmp_path / "o" / "study.json").exists()
+
+
+def test_an_input_dimension_that_is_no_batch_is_refused(study, exports, tmp_path, capsys):
+    path = exports / "fp16" / "b1.layers.json"
+    layers = json.loads(path.read_text())
+    for layer in layers["Layers"]:
+        for tensor in layer.get("Inputs", []):
+            if tensor["Name"] == "input":
+                tensor["Dimensions"][0] = float("nan")
+    path.write_text(json.dumps(layers))
+    assert _import(study, exports, tmp_path / "o") == 1
+    assert "name no batch" in _one_error(capsys)
+
+
 def test_wrong_batch_is_refused(study, exports, tmp_path, capsys):
     for kind in ("times", "profile", "layers", "log"):
         ext = "log" if kind == "log" else f"{kind}.json"

@@ -106,3 +106,31 @@ def test_a_closed_stdout_ends_quietly_with_141() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == EXIT_PIPE == 141
     assert err == "", err
+
+
+def test_a_reader_that_goes_away_ends_the_output_not_the_work(tmp_path) -> None:
+    """Guarded streams (`ReaderGuard`): writes past the closed pipe, on stdout and on stderr
+    (through print and rich's console alike), go nowhere; the work after them is done; the
+    status is 141. Unguarded, rich's console exits 1 at its first write."""
+    script = (
+        "import sys\n"
+        "from rich.console import Console\n"
+        "from quantstudy.cli_crash import after_readers, guard_readers\n"
+        "guard_readers()\n"
+        "for _ in range(2000):\n"
+        "    print('x' * 80)\n"
+        "    Console(stderr=True).print('y' * 80)\n"
+        f"open({str(tmp_path / 'done')!r}, 'w').write('the work after the writes')\n"
+        "sys.exit(after_readers(0))\n"
+    )
+    read, write = os.pipe()
+    os.close(read)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], stdout=write, stderr=write, env=env, timeout=120
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == EXIT_PIPE
+    assert (tmp_path / "done").read_text() == "the work after the writes"

@@ -105,6 +105,54 @@ def test_bad_files_are_skipped_and_recorded(tmp_path):
     assert "outside the class folders" in reasons["README"]
 
 
+def _special_files(folder: Path) -> dict[str, str]:
+    """A named pipe, a socket, a device file and a broken link, each named like an image (the
+    pipe would block a reader until a writer came), and a folder named like one; what each
+    must be skipped as."""
+    import os
+    import socket
+
+    folder.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(folder / "pipe.png")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(folder / "sock.jpg"))
+    (folder / "zero.jpg").symlink_to("/dev/zero")  # read without end
+    (folder / "gone.jpg").symlink_to(folder / "absent.jpg")
+    (folder / "loop.jpg").symlink_to(folder / "loop.jpg")
+    return {
+        "pipe.png": "a named pipe",
+        "sock.jpg": "a socket",
+        "zero.jpg": "a device file",
+        "gone.jpg": "a broken symbolic link",
+        "loop.jpg": "cannot be examined",
+    }
+
+
+def test_special_files_are_skipped_unopened_with_their_kind(tmp_path):
+    wnid = WNIDS[3]
+    _jpeg(tmp_path / wnid / "good.jpg")
+    kinds = _special_files(tmp_path / wnid)
+    (tmp_path / wnid / "folder.jpg").mkdir()
+    scan = scan_folder(tmp_path)  # ends: no pipe is opened
+    assert [i.id for i in scan.items] == [f"{wnid}/good.jpg"]
+    reasons = {s.id: s.reason for s in scan.skipped}
+    assert "folder inside a class folder" in reasons.pop(f"{wnid}/folder.jpg")
+    assert set(reasons) == {f"{wnid}/{name}" for name in kinds}
+    for name, kind in kinds.items():
+        assert reasons[f"{wnid}/{name}"].startswith(f"not a regular file ({kind}")
+
+
+def test_special_files_in_a_plain_folder_are_skipped_not_dropped(tmp_path):
+    _jpeg(tmp_path / "a.png")
+    kinds = _special_files(tmp_path)
+    scan = scan_folder(tmp_path)
+    assert not scan.labelled and [i.id for i in scan.items] == ["a.png"]
+    reasons = {s.id: s.reason for s in scan.skipped}
+    assert set(reasons) == set(kinds)  # none dropped unsaid
+    for name, kind in kinds.items():
+        assert reasons[name].startswith(f"not a regular file ({kind}"), reasons[name]
+
+
 # --- unlabelled and rejected folders --------------------------------------------------------
 
 

@@ -200,11 +200,14 @@ def test_merge_command_writes_the_record_or_refuses_in_one_line(tmp_path, capsys
 def test_a_part_writes_its_record_as_it_ends(tmp_path, monkeypatch):
     """A real pytest run per group, the second stopped at its limit: the part's record says
     which tests ended (the one the stop interrupted counts in no column: pytest's JUnit XML
-    lists it without a name) and that the part did not end by itself."""
+    lists it without a name) and that the part did not end by itself. The limit counts from
+    the end of pytest's start-up, here made longer than the limit (a loaded machine's), so
+    the first test always ends; the second sleeps past any limit, so only the stop ends it."""
     tool = _tool()
+    (tmp_path / "conftest.py").write_text("import time\ntime.sleep(4)  # a slow start-up\n")
     (tmp_path / "test_quick.py").write_text("def test_ok(): pass\n")
     (tmp_path / "test_long.py").write_text(
-        "import time\ndef test_ok(): pass\ndef test_slow(): time.sleep(60)\n"
+        "import time\ndef test_ok(): pass\ndef test_slow(): time.sleep(600)\n"
     )
     monkeypatch.setattr(tool, "JUNIT", tmp_path / "junit")
     monkeypatch.setattr(tool, "machine", lambda env: {"gpu": None, "commit": "abc1234"})
@@ -221,4 +224,5 @@ def test_a_part_writes_its_record_as_it_ends(tmp_path, monkeypatch):
     by_group = {g["group"]: g for g in written["groups"]}
     assert by_group["quick"]["rc"] == 0 and by_group["quick"]["passed"] == 1
     assert by_group["long"]["rc"] == "timeout" and by_group["long"]["passed"] == 1
+    assert by_group["long"]["startup_s"] >= 4 and by_group["long"]["wall_s"] < 60
     assert not written["complete"] and written["part"] == "demo"

@@ -75,6 +75,22 @@ def test_saved_table_round_trips(tmp_path):
         (json.dumps({"batch": 0, "saved_ms": {"a": 1}}), "expected"),
         (json.dumps({"batch": 4, "saved_ms": {}}), "expected"),
         (json.dumps({"layers": [{"layer": "a"}]}), "per-layer speed table"),
+        # a saving that is no number, or no plausible one, would decide the search alone
+        ('{"batch": 4, "saved_ms": {"a": NaN}}', "NaN is not a finite number"),
+        ('{"batch": 4, "saved_ms": {"a": -Infinity}}', "-Infinity is not a finite number"),
+        (json.dumps({"batch": 4, "saved_ms": {"a": 0.1, "b": -1e30}}), r"layer b saves -1e\+30 ms"),
+        (
+            json.dumps(
+                {
+                    "layers": [{"layer": "a", "batch": 4, "rank": 1, "saved_ms": 2e4}],
+                    "source": "measured",
+                    "source_detail": "d",
+                    "meaningful": True,
+                    "batch": 4,
+                }
+            ),
+            "at most 10000 ms either way",
+        ),
     ],
 )
 def test_bad_gains_files(tmp_path, content, match):

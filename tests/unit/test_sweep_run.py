@@ -70,7 +70,7 @@ def _start_sweep(sweep_dir: Path, out: Path, handling: signal.Handlers) -> subpr
     argv = [sys.executable, "-m", "quantstudy.cli", "sweep", str(sweep_dir / "bad.yaml")]
     proc = subprocess.Popen([*argv, "--out", str(out), "--workers", "1"], stderr=subprocess.PIPE,
                             preexec_fn=_sigint(handling))  # fmt: skip
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a guard against a hang, not a speed bound
     while not list(out.glob("*generic_pointwise*/.cache/stress-fp32-*.pt")):
         assert proc.poll() is None and time.monotonic() < deadline, "the first study never cached"
         time.sleep(0.1)
@@ -183,12 +183,12 @@ def test_a_sweep_started_with_sigint_ignored_still_stops_its_study_cleanly(sweep
 
     out = sweep_dir / "ignored"
     proc = _start_sweep(sweep_dir, out, signal.SIG_IGN)
-    t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGTERM)  # what a background job is stopped with
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60 + STOP_GRACE_S)
     assert proc.returncode == 130, err.decode()[-2000:]
-    assert time.monotonic() - t0 < STOP_GRACE_S  # not the SIGKILL after the grace period
     (good,) = out.glob("*generic_pointwise*")
     assert json.loads((good / "point.json").read_text())["status"] == "interrupted"
+    # the study's own last words: it heard SIGINT and ended itself (one killed after the grace
+    # period writes nothing more), whatever the time a loaded machine took to get there
     assert "interrupted; rerun the same command to resume" in (good / "run.log").read_text()
     assert json.loads((good / "study.json").read_text())["status"] == "partial"

@@ -114,6 +114,13 @@ def test_editing_a_recipe_file_gives_new_folders(tmp_path):
         (GOOD + "calib: 5\n", "line 15: duplicate key 'calib'"),
         (GOOD.replace("seeds: [0, 1]", "seeds: [0, 1"), "line 9: malformed YAML"),
         ("- a list\n", "line 1: a sweep file is a YAML mapping"),
+        # a model timm does not have: refused as the file is read (a dry run too), not when its
+        # points start
+        (
+            GOOD.replace("  - name: test_resnet", "  - name: test_resnt"),
+            "line 3: models.1.name: unknown timm model 'test_resnt'; did you mean test_resnet",
+        ),
+        (GOOD.replace("calib: 4", "calib: .inf"), "line 10: .inf is not a finite number"),
     ],
 )
 def test_bad_sweep_files_are_line_numbered_errors(tmp_path, text, expected):

@@ -89,6 +89,12 @@ def test_bad_list_names_the_line(tmp_path):
     path.write_text("models:\n  - {name: a, family: x}\n  - {name: a, family: y}\n")
     with pytest.raises(UserError, match="'a' is listed twice"):
         load_catalogue(path)
+    # a name timm does not have: refused as the list is read (`zoo --dry-run` too)
+    path.write_text(
+        "models:\n  - {name: resnet18, family: resnet}\n  - {name: resnet81, family: r}\n"
+    )
+    with pytest.raises(UserError, match=r"line 3: models\.1\.name: unknown timm model 'resnet81'"):
+        load_catalogue(path)
 
 
 def test_points_are_speed_only_with_random_weights_and_full_with_real_ones(tmp_path):

@@ -20,6 +20,14 @@ POLL_S = 0.05
 Slot = tuple[str, str | None]  # (CUDA_VISIBLE_DEVICES id, GPU name)
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _hear_stops() -> None:
+    """In a job's process: the stops its runner held back while starting it reach the job."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
 @dataclass
 class Job:
     """One job's state as the batch goes; `record()` is its entry in batch.json."""
@@ -202,17 +210,24 @@ class Batch:
         log = open(
             folder / "batch-job.log", "wb"
         )  # the child writes it; closed here once it holds it
-        job.proc = subprocess.Popen(
-            ["bash", "-c", job.spec.run],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-        log.close()
-        job.status, job.slot = "running", slot
-        job.start, job.start_utc = time.monotonic(), _utc()
+        # A stop (Ctrl-C, SIGTERM) between the job's start and its "running" would leave a job
+        # that runs recorded as never started, and never stopped: held back until it is recorded.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            job.proc = subprocess.Popen(
+                ["bash", "-c", job.spec.run],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_hear_stops,
+            )
+            job.status, job.slot = "running", slot
+            job.start, job.start_utc = time.monotonic(), _utc()
+        finally:
+            log.close()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         print(f"batch: {job.spec.name} started on GPU {slot[0]}", flush=True)
         self.write()
 

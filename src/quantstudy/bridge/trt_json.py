@@ -19,6 +19,7 @@ Formats, from TensorRT's own source (NVIDIA/TensorRT):
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +34,14 @@ def _load(path: Path, what: str) -> Any:
     if not path.is_file():
         raise UserError(f"{path} is missing: run the {what} line of trtexec.sh for it")
     try:
-        return read_json(path, "trtexec export")
+        return read_json(path, "trtexec export", finite=False)  # each number used is checked
     except UserError as e:
         raise UserError(f"{e}; rerun trtexec for it") from None
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite number: a NaN or infinite time (JSON's `NaN`, `Infinity`) is no timing."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def read_times(path: Path) -> list[float]:
@@ -52,7 +54,7 @@ def read_times(path: Path) -> list[float]:
             _number(row.get(k)) for k in ("computeMs", "latencyMs")
         ):
             raise UserError(
-                f"{path}: entry {i} has no numeric computeMs/latencyMs; not trtexec "
+                f"{path}: entry {i} has no finite numeric computeMs/latencyMs; not trtexec "
                 "--exportTimes output"
             )
         if row["computeMs"] <= 0:
@@ -86,7 +88,9 @@ def read_profile(path: Path) -> list[ProfiledLayer]:
             or not isinstance(row.get("name"), str)
             or not _number(row.get("averageMs"))
         ):
-            raise UserError(f"{path}: entry {i} has no name and averageMs; not a trtexec profile")
+            raise UserError(
+                f"{path}: entry {i} has no name and finite averageMs; not a trtexec profile"
+            )
         layers.append(ProfiledLayer(row["name"], float(row["averageMs"])))
     return layers
 
@@ -157,14 +161,25 @@ def _batch(data: dict[str, Any], path: Path) -> int:
     a layer reads the network input."""
     for t in data.get("I/O Tensors") or []:
         if isinstance(t, dict) and t.get("Name") == INPUT and t.get("Dimensions"):
-            return int(t["Dimensions"][0])
+            return _first_dimension(t["Dimensions"], path)
     for row in data["Layers"]:
         for t in row.get("Inputs") or []:
             if isinstance(t, dict) and t.get("Name") == INPUT and t.get("Dimensions"):
-                return int(t["Dimensions"][0])
+                return _first_dimension(t["Dimensions"], path)
     raise UserError(
         f"{path}: no layer reads the network input '{INPUT}'; not an engine of a quantstudy export"
     )
+
+
+def _first_dimension(dims: Any, path: Path) -> int:
+    """The batch: the first of the input's dimensions, a whole number of at least 1."""
+    first: Any = dims[0] if isinstance(dims, list) and dims else None
+    if not _number(first) or first != int(first) or first < 1:
+        raise UserError(
+            f"{path}: the network input's dimensions {dims!r} name no batch (a whole number of "
+            "at least 1 first); not an engine of a quantstudy export"
+        )
+    return int(first)
 
 
 TRTEXEC_VERSION = re.compile(r"TensorRT version: (\S+)")

@@ -8,7 +8,9 @@ study can say how many images it did not use and why.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +53,9 @@ def scan_folder(root: Path, class_list: Path | None = None) -> FolderScan:
     if not root.is_dir():
         raise UserError(f"data path {root} is not a folder; pass a folder of images")
     subfolders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    files = sorted(p for p in root.iterdir() if p.is_file())
+    # every other entry, special files too: each is used or skipped with its reason, never
+    # dropped unsaid
+    files = sorted(p for p in root.iterdir() if not p.is_dir())
     candidates: list[tuple[Path, int | None, str | None]] = []
     skipped: list[SkippedImage] = []
     wnids: list[str] = []
@@ -137,8 +141,11 @@ def _usable(
     threads: each holds one decoded image, which for a large photo is tens of megabytes."""
     images = []
     for path, label, wnid in candidates:
+        special = _not_regular(path)
         if path.is_dir():
             skipped.append(_skip(root, path, "folder inside a class folder (not scanned)"))
+        elif special:
+            skipped.append(_skip(root, path, f"not a regular file ({special}): not opened"))
         elif path.suffix.lower() not in IMAGE_SUFFIXES:
             reason = f"not an image file (suffix {path.suffix or 'none'!r})"
             skipped.append(_skip(root, path, reason))
@@ -153,6 +160,25 @@ def _usable(
         else:
             items.append(ImageItem(_rel(root, path), path, label, wnid))
     return items
+
+
+def _not_regular(path: Path) -> str | None:
+    """What `path` is when it is neither a regular file nor a folder (through symbolic links),
+    else None. Never opened: a named pipe would block its reader (and Ctrl-C with it) until a
+    writer came, a device file could be read without end."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link"
+    except OSError as e:
+        return f"cannot be examined: {e.strerror}"
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
 
 
 def _decode_problem(path: Path) -> str | None:

@@ -2,9 +2,11 @@
 
 The measurements are not re-run: gates whose numbers the record does not hold (a KL interval, or
 FP8 scored against fp16, in studies before schema 6) are inconclusive and say so. The new
-decision carries `redecided` (the previous outcome and policy, the version that decided), so the
-report states that the decision was taken later. Only the `decision` key of study.json is
-rewritten; every measured value stays as the study wrote it, with its schema version.
+decision carries `redecided` (the study's own outcome and policy, the version that decided), so
+the report states that the decision was taken later. The study's own decision is the one `run`
+took: a decision taken again carries it on, so any number of re-decisions never lose it. Only
+the `decision` key of study.json is rewritten; every measured value stays as the study wrote it,
+with its schema version.
 """
 
 from __future__ import annotations
@@ -24,16 +26,17 @@ def redecide(record: StudyRecord, policy_name: str | Path | None) -> Decision:
     policy, label = load_policy(policy_name)
     previous = record.decision
     decision = decide(record, policy, label)
-    return decision.model_copy(
-        update={
-            "redecided": Redecision(
-                previous_outcome=previous.outcome if previous is not None else None,
-                previous_policy=previous.policy if previous is not None else None,
-                tool_version=__version__,
-                schema_version=SCHEMA_VERSION,
-            )
-        }
+    if previous is not None and previous.redecided is not None:  # taken again before
+        own = (previous.redecided.previous_outcome, previous.redecided.previous_policy)
+    else:
+        own = (previous.outcome, previous.policy) if previous is not None else (None, None)
+    again = Redecision(
+        previous_outcome=own[0],
+        previous_policy=own[1],
+        tool_version=__version__,
+        schema_version=SCHEMA_VERSION,
     )
+    return decision.model_copy(update={"redecided": again})
 
 
 def redecide_file(study_dir: Path, policy_name: str | Path | None) -> StudyRecord:

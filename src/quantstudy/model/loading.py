@@ -14,7 +14,7 @@ import importlib.util
 import os
 import pickle
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -79,7 +79,7 @@ def load_model(
     """
     if mapping not in ("auto", "names", "ordered"):
         raise UserError(f"unknown mapping {mapping!r}; use 'auto', 'names' or 'ordered'")
-    architecture, tag = _check_name(name)
+    architecture, tag = check_model_name(name)
     if weights == "random":
         model = _create(name, seed)
         kind, detail, sha = "random", f"random init, seed {seed}", None
@@ -141,7 +141,17 @@ def sha256_file(path: Path) -> str:
 # --- model name --------------------------------------------------------------------------
 
 
-def _check_name(name: str) -> tuple[str, str | None]:
+def check_listed_models(names: Sequence[str], where: Callable[[int], str]) -> None:
+    """Every model a list file names (a sweep's, the zoo's) is one timm has, checked when the
+    list is read (a dry run too), not when its study starts; `where(i)` names entry i's line."""
+    for i, name in enumerate(names):
+        try:
+            check_model_name(name)
+        except UserError as e:
+            raise UserError(f"{where(i)}: {e}") from None
+
+
+def check_model_name(name: str) -> tuple[str, str | None]:
     """Split "arch.tag" and reject unknown architectures or tags with the closest matches."""
     architecture, tag = timm.models.split_model_name_tag(name)
     if not timm.is_model(architecture):

@@ -60,7 +60,8 @@ class Gate(Section):
 
 
 class Redecision(Section):
-    """A decision taken again later, from the recorded measurements, by `quantstudy decide`."""
+    """A decision taken again later, from the recorded measurements, by `quantstudy decide`.
+    `previous_*` is the study's own decision (the one `run` took), kept across re-decisions."""
 
     previous_outcome: Outcome | None  # None: the record held no decision
     previous_policy: str | None

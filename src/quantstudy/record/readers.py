@@ -15,11 +15,18 @@ file; nothing here raises a traceback for a bad file.
 - JSON: the standard parser, with repeated keys refused (the parser keeps the last one
   silently, so an edited record could show one value and be checked on another) and nesting
   too deep for the parser refused in one line.
+- Numbers: a file a user writes (a recipe, policy, sweep or study config, a gains file) holds
+  finite numbers only: YAML's `.nan`/`.inf`, JSON's `NaN`/`Infinity` and a literal too large
+  for a float (`1e999`) are refused naming the value (and the line, in YAML); each would pass
+  a range check (NaN compares false) or turn every sum it enters into NaN. A record may hold
+  NaN (a metric of an engine whose logits were not finite), and a trtexec export is checked
+  field by field (`bridge/trt_json.py`), so those two readers take any number.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -116,10 +123,11 @@ def parse_yaml(text: str, origin: str) -> tuple[yaml.Node | None, Any]:
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
+        _refuse_non_finite(loader, node)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = f" line {mark.line + 1}" if mark is not None else ""
-        what = "" if isinstance(err, RepeatedKeyError) else "malformed YAML: "
+        what = "" if isinstance(err, (RepeatedKeyError, NonFiniteError)) else "malformed YAML: "
         raise UserError(f"{origin}{line}: {what}{err.problem or err}") from None
     except yaml.YAMLError as err:
         raise UserError(f"{origin}: malformed YAML: {str(err).splitlines()[0]}") from None
@@ -128,6 +136,30 @@ def parse_yaml(text: str, origin: str) -> tuple[yaml.Node | None, Any]:
     finally:
         loader.dispose()
     return node, data
+
+
+class NonFiniteError(yaml.constructor.ConstructorError):
+    """A float that is not finite (`.nan`, `.inf`, `1e999`): no setting means one."""
+
+    def __init__(self, node: yaml.ScalarNode) -> None:
+        super().__init__(
+            None, None, f"{node.value} is not a finite number; write one", node.start_mark
+        )
+
+
+def _refuse_non_finite(loader: StrictLoader, root: yaml.Node | None) -> None:
+    """The first float of the document (in file order) that is not finite, as a
+    `yaml.MarkedYAMLError` at its line."""
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:float":
+            if not math.isfinite(loader.construct_yaml_float(node)):
+                raise NonFiniteError(node)
+        elif isinstance(node, yaml.SequenceNode):
+            stack += reversed(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack += [n for pair in reversed(node.value) for n in reversed(pair)]
 
 
 def _no_repeated_keys(origin: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
@@ -142,17 +174,28 @@ def _no_repeated_keys(origin: str) -> Callable[[list[tuple[str, Any]]], dict[str
     return pairs
 
 
-def parse_json(text: str, origin: str) -> Any:
-    """The data of JSON `text`; malformed JSON, a repeated key or nesting too deep for the
-    parser is a `UserError` naming `origin`."""
+def parse_json(text: str, origin: str, *, finite: bool = True) -> Any:
+    """The data of JSON `text`; malformed JSON, a repeated key, nesting too deep for the parser
+    or (`finite`) a number that is not finite is a `UserError` naming `origin`."""
+
+    def number(literal: str) -> float:
+        if not math.isfinite(value := float(literal)):
+            raise UserError(f"{origin}: {literal} is not a finite number; write one")
+        return value
+
+    checks: dict[str, Any] = {"parse_constant": number, "parse_float": number} if finite else {}
     try:
-        return json.loads(text, object_pairs_hook=_no_repeated_keys(origin))
+        return json.loads(text, object_pairs_hook=_no_repeated_keys(origin), **checks)
     except json.JSONDecodeError as e:
         raise UserError(f"{origin} is not valid JSON: {e}") from None
     except RecursionError:
         raise UserError(f"{origin} is not valid JSON: nested too deeply to read") from None
 
 
-def read_json(path: Path | str, what: str, kind: str = "json") -> Any:
-    """`read_text` then `parse_json`: the one way a JSON file is read."""
-    return parse_json(read_text(path, kind, what), f"{what} {path}")
+def read_json(
+    path: Path | str, what: str, kind: str = "json", *, finite: bool | None = None
+) -> Any:
+    """`read_text` then `parse_json`: the one way a JSON file is read. `finite`: refuse a number
+    that is not finite (default: in every kind of file but a record, module docstring)."""
+    finite = kind != "record" if finite is None else finite
+    return parse_json(read_text(path, kind, what), f"{what} {path}", finite=finite)

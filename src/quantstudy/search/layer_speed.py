@@ -218,13 +218,31 @@ class _PlainGains(BaseModel):
     saved_ms: dict[str, float] = Field(min_length=1)
 
 
+# The largest saving, either way, a gains file may give one layer: a single layer's own
+# operation at any batch the tool times runs in milliseconds, so a figure of seconds is a unit
+# or sign error (microseconds written as ms, -1e30), and it would decide the search alone.
+MAX_SAVED_MS = 10_000.0
+
+
 def load_layer_gains(path: Path) -> LayerSpeedSection:
     """Per-layer gains from a JSON file: a saved `LayerSpeedSection` (what a CUDA measurement
-    writes) or the short form `{"batch": B, "saved_ms": {layer: ms}}`."""
+    writes) or the short form `{"batch": B, "saved_ms": {layer: ms}}`. Every number is finite
+    (the reader refuses NaN and Infinity) and every saving within `MAX_SAVED_MS`."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"gains file not found: {path}")
     data = read_json(path, "gains file")
+    table = _gains_table(data, path)
+    for row in table.layers:
+        if abs(row.saved_ms) > MAX_SAVED_MS:
+            raise UserError(
+                f"gains file {path}: layer {row.layer} saves {row.saved_ms:g} ms; a layer's "
+                f"saving is at most {MAX_SAVED_MS:g} ms either way: check the unit (ms) and sign"
+            )
+    return table
+
+
+def _gains_table(data: object, path: Path) -> LayerSpeedSection:
     if isinstance(data, dict) and "layers" in data:
         try:
             table = LayerSpeedSection.model_validate(data)

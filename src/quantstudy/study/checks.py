@@ -42,6 +42,23 @@ def say_shortfall(what: str, option: str, asked: int, used: int, folder: object)
         )
 
 
+def say_skipped(scan: FolderScan, shown: int = 3) -> None:
+    """Files of a scanned folder the study does not use: one line, their count and the first
+    few with their reasons (the record and the report's method section list them all)."""
+    if not scan.skipped:
+        return
+    first = "; ".join(f"{s.id} ({s.reason})" for s in scan.skipped[:shown])
+    more = f"; and {len(scan.skipped) - shown} more" if len(scan.skipped) > shown else ""
+    console.print(
+        f"{scan.root}: {len(scan.skipped)} files skipped, not usable images: {first}{more} "
+        "(the report lists each)",
+        style="yellow",
+        markup=False,  # file names are the user's: a `[` in one is not markup
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def require_class_count(scan: FolderScan, num_classes: int) -> None:
     """A class list of another length than the model's outputs maps folders to wrong labels."""
     if scan.labelled and scan.n_classes != num_classes:

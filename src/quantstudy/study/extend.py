@@ -37,6 +37,7 @@ from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.record.vocab import Engine
 from quantstudy.report.render import render_study
 from quantstudy.study.cache import StageCache
+from quantstudy.study.checks import say_skipped
 from quantstudy.study.guard import claim_study_folder
 from quantstudy.study.heldout import chunk_batches, run_heldout
 from quantstudy.study.per_image import (
@@ -70,6 +71,7 @@ def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[
     config = config.replace(policy=policy_name)
     class_list = Path(config.class_list) if config.class_list else None
     scan = scan_folder(Path(more), class_list)
+    say_skipped(scan)
     if scan.labelled != record.data.labelled:
         kind = "labelled" if record.data.labelled else "unlabelled"
         raise UserError(f"{more} must hold {kind} images, as the study's held-out folder does")

@@ -22,7 +22,12 @@ from quantstudy.recipe.schema import Recipe
 from quantstudy.record import DataInfo, Preprocessing, RecipeInfo
 from quantstudy.record.errors import UserError
 from quantstudy.study.cache import console
-from quantstudy.study.checks import require_class_count, require_selection, say_shortfall
+from quantstudy.study.checks import (
+    require_class_count,
+    require_selection,
+    say_shortfall,
+    say_skipped,
+)
 from quantstudy.study.config import StudyConfig
 
 
@@ -64,6 +69,9 @@ def split_study_data(config: StudyConfig) -> StudySplit:
     class_list = Path(config.class_list) if config.class_list else None
     scan = scan_folder(Path(config.data), class_list)
     calib_scan = scan_folder(Path(config.calib_data), class_list) if config.calib_data else None
+    for scanned in (scan, calib_scan):
+        if scanned is not None:
+            say_skipped(scanned)
     calib_items, heldout_items = split_items(
         scan.items,
         config.calib,

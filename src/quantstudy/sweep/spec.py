@@ -114,6 +114,10 @@ def load_sweep(path: Path) -> SweepSpec:
         raise UserError(_explain(err, lines, origin)) from None
     spec = _resolve_paths(spec, path.parent)
     _check_paths(spec, lines, origin)
+    from quantstudy.model.loading import check_listed_models  # imports torch: once it is valid
+
+    names = [m.name for m in spec.models]
+    check_listed_models(names, lambda i: f"{origin} line {lines[('models', i)]}: models.{i}.name")
     return spec
 
 

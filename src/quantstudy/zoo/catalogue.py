@@ -80,6 +80,10 @@ def load_catalogue(path: Path | None = None) -> Catalogue:
         where = ".".join(str(p) for p in loc) or "top level"
         message = str(first["msg"]).removeprefix("Value error, ")
         raise UserError(f"{origin} line {line}: {where}: {message}") from None
+    from quantstudy.model.loading import check_listed_models  # imports torch: once it is valid
+
+    names = [m.name for m in parsed.models]
+    check_listed_models(names, lambda i: f"{origin} line {lines[('models', i)]}: models.{i}.name")
     entries = [_with_paths(e, path.parent) for e in parsed.models]
     return Catalogue(entries, origin, hashlib.sha256(data_bytes).hexdigest())
 

@@ -66,6 +66,9 @@ def read_rows(path: Path) -> list[PeersRow]:
     repeated = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
     if repeated is not None:
         raise UserError(f"{origin}: {repeated[0]} is listed twice alike; list each row once")
+    from quantstudy.model.loading import check_listed_models  # imports torch: once it is valid
+
+    check_listed_models([r.model for r in rows], lambda i: f"{origin}: rows.{i}.model")
     return rows
 
 
