@@ -13,10 +13,11 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine
+from quantstudy.engines.interleaved import time_interleaved
 from quantstudy.engines.size import package_bytes, weight_bytes
 from quantstudy.record import EngineInfo
 from quantstudy.speed.clocks import gpu_clocks
-from quantstudy.speed.harness import measure_speed, time_interleaved
+from quantstudy.speed.harness import measure_speed
 
 pytestmark = pytest.mark.gpu
 

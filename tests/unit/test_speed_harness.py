@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine
+from quantstudy.engines.interleaved import time_interleaved
 from quantstudy.engines.size import weight_bytes
 from quantstudy.record import EngineInfo, SpeedSection
 from quantstudy.record.errors import UserError
@@ -17,7 +18,6 @@ from quantstudy.speed.harness import (
     measure_speed,
     speed_not_run,
     tile_images,
-    time_interleaved,
 )
 
 torch.set_num_threads(1)

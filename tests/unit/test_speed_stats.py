@@ -2,12 +2,12 @@
 
 import pytest
 
+from quantstudy.engines.interleaved import timing_stats
 from quantstudy.speed.stats import (
     MAX_RELATIVE_SPREAD,
     MIN_ROUNDS,
     paired_ratios,
     summarize_batch,
-    timing_stats,
 )
 
 

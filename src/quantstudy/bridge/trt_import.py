@@ -31,6 +31,7 @@ from quantstudy.bridge.trt_json import (
 )
 from quantstudy.bridge.trtexec import ENGINES, result_file
 from quantstudy.decision.policy import decide, load_policy
+from quantstudy.engines.interleaved import timing_stats
 from quantstudy.record import (
     SCHEMA_VERSION,
     BatchSpeed,
@@ -46,7 +47,6 @@ from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.record.speed import LayerPrecision
 from quantstudy.record.vocab import CompileMode, Engine, KernelGroup
 from quantstudy.report.render import render_study
-from quantstudy.speed.stats import timing_stats
 
 ENGINE = "tensorrt"
 TIMED_REGION = (

@@ -19,26 +19,27 @@ on that layer's own input:
   the fused layer sums a residual (`quant/rewrites/residual.py`), that add and its activation too
   (`engines/unfused.py`);
 - fp16: the float layer in the engine's dtype with the same epilogue ops
-  (`engines/step_aside.py`, which also says which layers may step aside).
+  (`engines/layer_timing.py: fp16_side`; `engines/step_aside.py` says which layers may step
+  aside).
 
 The FP8 sides start with the same input quantize, eager here (float32 divide, clamp, cast:
 separate kernels) but fused into the producing kernel by the compiled engine, so its time,
 measured alone on the same input, is subtracted from both: it can be most of a layer's eager
 time and would hide the difference between the products. The fp16 side has no quantize; its
 epilogue ops run as separate kernels here where the compiled engine may fuse them with their
-neighbours, so the rule errs toward FP8. Each is replayed from a CUDA graph
-(`triton.testing.do_bench_cudagraph`, median). scaled_mm replaces the fused layer only when
-it is faster by more than `MARGIN` (ties keep the engine's default); a layer that wins at
-some batches only becomes a `ByBatch` pair that runs scaled_mm at those (a batch never timed
-takes the choice of the nearest timed one, by ratio; a compiled engine specializes on its
-static batch, so the branch costs nothing there, while a choice made at one batch can cost
-time at another). The float layer replaces the layer only where it beats the better FP8
-kernel by more than `MARGIN` at every timed batch. A "fastest" engine is timed in an assembly
-where no layer hands off (`engines/fp8_assembly.py`), then assembled with the hand-offs among the
-layers that stay FP8 (`quant/rewrites/handoff.py`, `pad_handoff.py`, `sum_handoff.py`); a layer
-that hands off there has no other kernel and runs fused (`settled`). Timings are
-cached per GPU, library versions and layer (input shape, the layer's description, bias,
-weight granularity, dtype) in a JSON file in the engines' cache directory, so a rebuilt
+neighbours, so the rule errs toward FP8. They are timed as the search times a layer
+(`engines/layer_timing.py`: interleaved rounds of CUDA-graph replays, the median). scaled_mm
+replaces the fused layer only when it is faster by more than `MARGIN` (ties keep the engine's
+default); a layer that wins at some batches only becomes a `ByBatch` pair that runs scaled_mm
+at those (a batch never timed takes the choice of the nearest timed one, by ratio; a compiled
+engine specializes on its static batch, so the branch costs nothing there, while a choice made
+at one batch can cost time at another). The float layer replaces the layer only where it beats
+the better FP8 kernel by more than `MARGIN` at every timed batch. A "fastest" engine is timed
+in an assembly where no layer hands off (`engines/fp8_assembly.py`), then assembled with the
+hand-offs among the layers that stay FP8 (`quant/rewrites/handoff.py`, `pad_handoff.py`,
+`sum_handoff.py`); a layer that hands off there has no other kernel and runs fused (`settled`).
+Timings are cached per GPU, library versions and layer (input shape, the layer's description,
+bias, weight granularity, dtype) in a JSON file in the engines' cache directory, so a rebuilt
 engine reuses them; a recorded choice is rebuilt without timing (`replay_kernels`).
 """
 
@@ -54,10 +55,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from quantstudy.engines.step_aside import MARGIN, float_layer, fp16_blocker, steps_aside
+from quantstudy.engines import layer_timing
+from quantstudy.engines.layer_timing import Timer, fp16_side
+from quantstudy.engines.step_aside import MARGIN, fp16_blocker, steps_aside
 from quantstudy.engines.unfused import Unfused
 from quantstudy.model.eval_caches import drop_eval_caches
-from quantstudy.quant.formats.fp8 import to_fp8
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.graph.trace import PreHook, pre_hooks
 from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
@@ -68,11 +70,12 @@ from quantstudy.quant.plan.apply import QuantPlan, apply_fp8
 from quantstudy.record import LayerKernel
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import beside_inductor_cache, write_json_atomic
-from quantstudy.record.timing_lock import timing
 from quantstudy.record.vocab import ChosenKernel, FP8Kernel
 
 FUSED_LAYERS = (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise)
-Timer = Callable[[Callable[[], object]], float]
+ROUNDS, ITERS, WARMUP = 10, 10, 3
+"""Rounds per layer and batch: few, since every layer is timed at every batch while the
+engine is built, and the choice reads the median only."""
 
 
 def cache_path() -> Path:
@@ -85,23 +88,16 @@ def _versions(device: torch.device) -> str:
 
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
     # the last field names how layers are timed, so entries timed another way are not reused
-    return f"{gpu}|torch {torch.__version__}|triton {triton.__version__}|quantize subtracted, fp16"
+    return (
+        f"{gpu}|torch {torch.__version__}|triton {triton.__version__}|"
+        f"layer_timing rounds {ROUNDS}x{ITERS}, quantize subtracted per round, fp16"
+    )
 
 
 def clock_for(device: torch.device) -> Timer | None:
-    """How a layer's candidates are timed on `device`, in us: CUDA-graph replay on CUDA; None
-    elsewhere, where nothing is timed (tests stand in a clock of their own here)."""
-    return _time_us if device.type == "cuda" else None
-
-
-def _time_us(fn: Callable[[], object]) -> float:
-    import triton.testing
-
-    fn()  # compiles and autotunes outside the graph
-    torch.cuda.synchronize()
-    with timing():  # the GPU held alone where studies share it (record/timing_lock.py)
-        median_ms: float = triton.testing.do_bench_cudagraph(fn, rep=10, return_mode="median")
-    return 1000 * median_ms
+    """A stand-in clock for the layers' sides on `device` (tests stand one in here); None: on
+    CUDA the interleaved rounds of `layer_timing.time_layer`, elsewhere nothing is timed."""
+    return None
 
 
 def nearest_batch(batch: int, timed: Sequence[int]) -> int:
@@ -209,7 +205,8 @@ class Candidates:
                 layer = self._scaled_mm_engine().get_submodule(name)
                 self._built[key] = Unfused.like(layer, fused)
             else:
-                self._built[key] = float_layer(self.plain, name, fused, self.dtype, self.device)
+                layer = self.plain.get_submodule(name)
+                self._built[key] = fp16_side(layer, fused, self.dtype, self.device)
         return self._built[key]
 
 
@@ -272,7 +269,7 @@ def choose_kernels(
     fused = {n: m for n, m in model.named_modules() if isinstance(m, FUSED_LAYERS)}
     real = [n for n in plan.layers if isinstance(model.get_submodule(n), FUSED_LAYERS)]
     clock = timer or clock_for(device)
-    if clock is None:
+    if clock is None and device.type != "cuda":
         return [
             LayerKernel(name=n, kernel=ChosenKernel.FUSED, why="not timed off CUDA") for n in real
         ]
@@ -295,7 +292,7 @@ def _time_layers(
     example: torch.Tensor,
     batches: list[int],
     path: Path,
-    clock: Timer,
+    clock: Timer | None,
 ) -> dict[str, dict[int, Timing]]:
     """layer -> batch -> its times, from one eager pass of the engine per batch with a
     pre-hook on each layer that may take another kernel; cached in the JSON file `path`."""
@@ -309,15 +306,20 @@ def _time_layers(
             key = json.dumps([versions, list(x.shape), layer.extra_repr(), layer.bias is not None,
                               options.plan.per_channel, str(options.dtype)])  # fmt: skip
             if key not in stored:
-                shared = clock(lambda: to_fp8(x, layer.x_scale))
                 # forward, not __call__: this hook must not run again inside its own timing
-                fused_us = max(clock(lambda: layer.forward(x, *rest)) - shared, 0.0)
-                mm_us = None
+                fp8: dict[str, Callable[..., object]] = {ChosenKernel.FUSED: layer.forward}
                 if isinstance(layer, FusedFP8Matmul):
-                    other = options.get(name, ChosenKernel.SCALED_MM, layer)
-                    mm_us = max(clock(lambda: other(x, *rest)) - shared, 0.0)
+                    fp8[ChosenKernel.SCALED_MM] = options.get(name, ChosenKernel.SCALED_MM, layer)
                 half = options.get(name, ChosenKernel.FP16, layer)
-                stored[key] = Timing(fused_us, mm_us, clock(lambda: half(x, *rest))).to_json()
+                # the real input, captured in place; the quantize subtracted: in the engine the
+                # producer's epilogue does it (module docstring)
+                t = layer_timing.time_layer(
+                    half, fp8, (x, *rest), quantize_scale=layer.x_scale, rounds=ROUNDS,
+                    iters=ITERS, warmup=WARMUP, device=options.device, timer=clock,
+                )  # fmt: skip
+                fused_us = t.stats(ChosenKernel.FUSED).median
+                mm_us = t.median(ChosenKernel.SCALED_MM)
+                stored[key] = Timing(fused_us, mm_us, t.median(ChosenKernel.FP16)).to_json()
             timed.setdefault(name, {})[batch] = Timing.of_json(stored[key])
 
         return pre

@@ -8,7 +8,7 @@ times each layer against its float layer; where the float layer wins, the engine
 The float layer is the fp16 engine's (`builders.deployed_copy`: BatchNorm folded as the recipe
 folds, no FP8 bias correction or fitting, which answer a rounding it no longer does) in the
 engine's dtype, channels-last, followed by the FP8 layer's epilogue as separate ops
-(`engines/unfused.py`). Its padding is the model's own: a padding a producer writes
+(`engines/layer_timing.py: fp16_side`). Its padding is the model's own: a padding a producer writes
 (`quant/rewrites/pad_handoff.py`) was a module of its own in the model, so the float conv
 with padding 0 on the padded buffer computes what the model computes.
 
@@ -23,14 +23,9 @@ depend on the batch the held-out images pass through, which is not the one timed
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
-import torch
 from torch import nn
-
-from quantstudy.engines.base import in_memory_format
-from quantstudy.engines.unfused import Unfused
 
 MARGIN = 0.03
 """A kernel must take less than (1 - MARGIN) of the other's time to replace it."""
@@ -45,15 +40,6 @@ def fp16_blocker(layer: nn.Module) -> str | None:
     if getattr(layer, "pair_scale", None) is not None:
         return "writes the next layer's FP8 input beside its sum"
     return None
-
-
-def float_layer(
-    plain: nn.Module, name: str, fused: nn.Module, dtype: torch.dtype, device: torch.device
-) -> Unfused:
-    """The float layer `name` of `plain` (the fp16 engine's model, float32) in `dtype` on
-    `device`, channels-last, with the epilogue of the FP8 layer `fused` it replaces."""
-    layer = copy.deepcopy(plain.get_submodule(name)).to(device, dtype)
-    return Unfused.like(in_memory_format(layer, torch.channels_last), fused)
 
 
 def steps_aside(fp16_us: Sequence[float | None], fp8_us: Sequence[float]) -> bool:

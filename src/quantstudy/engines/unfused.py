@@ -43,8 +43,8 @@ class Unfused(nn.Module):
 
     @classmethod
     def like(cls, layer: nn.Module, fused: nn.Module) -> Unfused:
-        """`layer` with the epilogue of the fused FP8 layer `fused`."""
-        return cls(layer, fused.act, getattr(fused, "res_act", None))
+        """`layer` with the epilogue of the FP8 layer `fused` (none for an unfused one)."""
+        return cls(layer, getattr(fused, "act", Activation.NONE), getattr(fused, "res_act", None))
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if (residual is None) != (self.res_act is None):

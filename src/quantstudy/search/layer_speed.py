@@ -1,17 +1,16 @@
 """Per-layer speed: fp16 against FP8 time of each candidate layer's own operation, on CUDA.
 
-For each layer, two modules are timed against each other with the study's harness
-(`speed.harness.time_interleaved`: CUDA graphs, ABBA-interleaved rounds, CUDA events):
+For each layer, two modules are timed against each other as the kernel choice times them
+(`engines/layer_timing.py: time_layer`: CUDA graphs, ABBA-interleaved rounds, CUDA events):
 
-- fp16: the layer (BatchNorm folded, as in the fp16 engine) in fp16, on a channels-last input
-  for convolutions, as the fp16 engine runs it;
 - FP8: what the FP8 engine puts in the layer's place, from the same factory
   (`quant/plan/apply.py: fp8_module`): with the default `kernel` "fused", the fused layer (input
-  quantize, one product with scale, bias and the activation it absorbs), with "scaled_mm" the
-  unfused `FP8Matmul`, where a real FP8 kernel exists; else the fp16 quantize-dequantize
-  stand-in `QDQ` (path "emulated": it can only cost). Where the fused layer absorbs an
-  activation (`quant/rewrites/absorb.py`), the fp16 module is the layer followed by that activation,
-  so both sides compute the same thing.
+  quantize, one product with scale, bias and the activation it absorbs,
+  `quant/rewrites/absorb.py`), with "scaled_mm" the unfused `FP8Matmul`, where a real FP8
+  kernel exists; else the fp16 quantize-dequantize stand-in `QDQ` (path "emulated": it can
+  only cost);
+- fp16: the layer (BatchNorm folded, as in the fp16 engine) in fp16, channels-last, followed by
+  the FP8 module's epilogue (`layer_timing.fp16_side`), so both sides compute the same thing.
 
 Both run at the layer's real input shape (captured by a hook in one forward pass of the model,
 batch dimension set to `batch`), on random normal inputs of that shape (values do not change
@@ -34,7 +33,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
+from quantstudy.engines import layer_timing
 from quantstudy.engines.builders import allow_recompiles
+from quantstudy.engines.layer_timing import fp16_side
 from quantstudy.quant.calibration.calibrate import Calibration
 from quantstudy.quant.formats.fp8 import E4M3_MAX
 from quantstudy.quant.graph.trace import input_shapes
@@ -49,7 +50,6 @@ from quantstudy.record.readers import read_json
 from quantstudy.record.vocab import Activation, CompileMode, Engine, FP8Kernel, choices
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
-from quantstudy.speed.harness import time_interleaved
 from quantstudy.speed.stats import summarize_batch
 
 NEEDS_CUDA = (
@@ -68,6 +68,12 @@ def layer_input_shapes(
     if missing:
         raise UserError(f"layers never ran in a forward pass, so they have no shape: {missing[:5]}")
     return shapes
+
+
+def need_cuda(device: torch.device) -> None:
+    """Refuse a device other than a CUDA GPU: CPU timings of single layers are not evidence."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise UserError(NEEDS_CUDA)
 
 
 def _timed_region(compile_mode: str, rounds: int, iters: int, warmup: int, kernel: str) -> str:
@@ -103,8 +109,7 @@ def measure_layer_speed(
     Raises `UserError` without a CUDA GPU: CPU timings of single layers are not evidence.
     """
     device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        raise UserError(NEEDS_CUDA)
+    need_cuda(device)
     if batch < 1:
         raise UserError(f"per-layer speed batch must be positive, got {batch}")
     if compile_mode not in choices(CompileMode):
@@ -131,24 +136,16 @@ def measure_layer_speed(
             scale = calibration.scale_of(name)
         else:
             scale = float(x.float().abs().amax()) / E4M3_MAX
-        act_name, act = absorbed.get(name, (None, Activation.NONE))
-        after = copy.deepcopy(source.get_submodule(act_name)) if act_name is not None else None
+        _, act = absorbed.get(name, (None, Activation.NONE))
         spec = FP8LayerSpec(scale, per_channel, torch.float16, act=Activation(act))
         fp8, blocker = fp8_module(layer, spec, fp8_kernel)
-        f16, f8 = _compiled_pair(layer, after, fp8, device, compile_mode)
-
-        def call16(f: nn.Module = f16, x: torch.Tensor = x) -> torch.Tensor:
-            with torch.no_grad():
-                return f(x)
-
-        def call8(f: nn.Module = f8, x: torch.Tensor = x) -> torch.Tensor:
-            with torch.no_grad():
-                return f(x)
-
-        times = time_interleaved(
-            {Engine.FP16: call16, Engine.FP8: call8}, rounds, iters, warmup, device=device
-        )
-        bs = summarize_batch(batch, times[Engine.FP16], times[Engine.FP8])
+        f16, f8 = _compiled_pair(layer, fp8, device, compile_mode)
+        # a random input of the layer's shape; the quantize counts: a layer chosen alone pays it
+        t = layer_timing.time_layer(
+            f16, {Engine.FP8: f8}, (x,), quantize_scale=None, rounds=rounds, iters=iters,
+            warmup=warmup, device=device,
+        )  # fmt: skip
+        bs = summarize_batch(batch, t.ms(Engine.FP16), t.ms(Engine.FP8))
         rows.append(
             LayerSpeed(
                 layer=name,
@@ -180,23 +177,15 @@ def measure_layer_speed(
 
 
 def _compiled_pair(
-    layer: nn.Module,
-    after: nn.Module | None,
-    fp8: nn.Module,
-    device: torch.device,
-    compile_mode: str,
+    layer: nn.Module, fp8: nn.Module, device: torch.device, compile_mode: str
 ) -> tuple[nn.Module, nn.Module]:
-    """`layer` in fp16 (followed by `after`, the activation the FP8 layer absorbs) and its FP8
-    module, each compiled alone as an engine would run it."""
-    fp16 = copy.deepcopy(layer).to(device, torch.float16)
+    """`layer`'s fp16 side (`layer_timing.fp16_side`) and its FP8 module, each compiled alone
+    as an engine would run it."""
+    fp16 = fp16_side(layer, fp8, torch.float16, device)
     fp8 = fp8.to(device)
     bind_scaled_mm(fp8, device)
     for m in (fp16, fp8):
         m.eval().requires_grad_(False)
-    if fp16.weight.dim() == 4:
-        fp16 = fp16.to(memory_format=torch.channels_last)
-    if after is not None:
-        fp16 = nn.Sequential(fp16, after)
     torch._dynamo.reset()  # one compilation per layer; never the recompile limit's fallback
     mode = CompileMode(compile_mode).torch_mode
     f16 = torch.compile(fp16, mode=mode, dynamic=False)

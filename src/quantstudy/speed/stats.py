@@ -1,6 +1,7 @@
 """Timing statistics in pyperf's spirit: median and spread over rounds, and plain warnings.
 
-Pure functions over lists of per-round times (milliseconds per engine call); no torch, no GPU.
+Pure functions over lists of per-round times (milliseconds per engine call), no GPU; the
+median and quartiles of one list are `engines/interleaved.py: timing_stats`, beside the rounds.
 
 The speed ratio is x = fp16 time / FP8 time, so x > 1 means FP8 is faster. It is computed per
 round pair (round i of fp16 against round i of FP8, which the harness runs back to back) and then
@@ -13,8 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
+from quantstudy.engines.interleaved import timing_stats
 from quantstudy.record import BatchSpeed, TimingStats
 from quantstudy.record.vocab import Engine
 
@@ -23,24 +23,6 @@ MIN_ROUNDS = 10
 
 MAX_RELATIVE_SPREAD = 0.05
 """An engine whose IQR / median exceeds this (5%) gets a warning: the timings are noisy."""
-
-
-def timing_stats(values: Sequence[float]) -> TimingStats:
-    """Median, quartiles (numpy's default linear percentiles), min, max and count of `values`."""
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"timing_stats needs a non-empty 1-D sequence, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"timing_stats got a non-finite value: {arr.tolist()}")
-    q1, median, q3 = np.percentile(arr, [25.0, 50.0, 75.0])
-    return TimingStats(
-        median=float(median),
-        q1=float(q1),
-        q3=float(q3),
-        min=float(arr.min()),
-        max=float(arr.max()),
-        n=int(arr.size),
-    )
 
 
 def relative_spread(stats: TimingStats) -> float:
