@@ -220,7 +220,7 @@ def fp8_gemm_triton(
         int(use_loads), int(use_store),
     )  # fmt: skip
 
-    grid = functools.partial(_grid, m, n, _sm_count(xq.device))
+    grid = functools.partial(_grid, m, n, xq.device)
     if tile is None:
         launches.note(key, launches.Tile.of(tuned_launch(FP8_GEMM, grid, args, meta)))
         return out
@@ -230,14 +230,15 @@ def fp8_gemm_triton(
     return out
 
 
-def _grid(m: int, n: int, sms: int, meta: dict[str, Any]) -> tuple[int]:
-    """Programs of a launch: a tile each, or at most `sms` x PER_SM streaming programs, or one
-    wave of persistent ones."""
+def _grid(m: int, n: int, device: torch.device, meta: dict[str, Any]) -> tuple[int]:
+    """Programs of a launch: a tile each, or at most SMs x PER_SM streaming programs, or one
+    wave of persistent ones. The SM count is asked for only then: a package traced on a machine
+    without the GPU launches tiles alone."""
     tiles_m = triton.cdiv(m, meta["BLOCK_M"])
     if meta["STREAM"]:
-        return (min(tiles_m, sms * meta["PER_SM"]),)
+        return (min(tiles_m, _sm_count(device) * meta["PER_SM"]),)
     tiles = tiles_m * triton.cdiv(n, meta["BLOCK_N"])
-    return (min(tiles, sms) if meta["PERSISTENT"] else tiles,)
+    return (min(tiles, _sm_count(device)) if meta["PERSISTENT"] else tiles,)
 
 
 def _replayed(
