@@ -45,7 +45,7 @@ def test_prologue_quantize_computes_what_quantizing_first_computes(m, k, n, divi
 def test_autotuned_prologue_quantize_is_within_the_accumulators_bound(m, k, n):
     """Autotuned, the two launches may take different tiles, so the same exact products are
     summed in other chunks. The FP8 tensor cores keep about 14 significant bits of a running
-    sum (`_mma`) and hand it to float32 at least every 128 products (`PROMOTE`): each of at most
+    sum (`mma_step`) and hand it to float32 at least every 128 products (`PROMOTE`): each of at most
     128 additions loses under 2^-14 of the chunk's sum of |terms|, so the two sums differ by
     less than 2 * 128 * 2^-14 = 2^-6 of S = sum |x_q s| |w_q w_s| for the row and channel, plus
     one fp16 rounding of each output (one ulp between them; relu6 only narrows differences)."""

@@ -67,7 +67,7 @@ def test_triton_kernel_under_the_interpreter_matches_torch():
 
 
 def test_every_promotion_interval_counts_each_k_step_once_under_the_interpreter():
-    """The tensor-core and float32 accumulators (`_mma`) hand over at every PROMOTE products:
+    """The tensor-core and float32 accumulators (`mma_step`) hand over at every PROMOTE products:
     across K steps (BLOCK_K < PROMOTE), within one (BLOCK_K == PROMOTE), or never (0). The
     interpreter sums in float32 either way, so each must give the plain product; a K step lost
     or added at a hand-over would not. A tile deeper than PROMOTE is refused."""
@@ -343,13 +343,13 @@ def test_fused_layer_pads_k_to_16_with_exact_zeros():
 def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
     require_triton()
     from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM
-    from quantstudy.quant.kernels.tiles import _prune
+    from quantstudy.quant.kernels.tiles import prune_gemm
 
     configs = FP8_GEMM.configs
 
     def kept(m, n, k, loads, store):
         args = {"M": m, "N": n, "K": k, "tma_loads_ok": loads, "tma_store_ok": store}
-        return _prune(configs, args)
+        return prune_gemm(configs, args)
 
     thin = kept(1_605_632, 16, 32, 0, 0)  # Lite0's first pointwise conv
     tiles = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in thin}
@@ -361,7 +361,7 @@ def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
     }  # fmt: skip
     assert not any(c.kwargs["STREAM"] for c in both)  # K 672: no streaming tile holds it
     assert max(c.kwargs["BLOCK_K"] for c in both) == 128  # the default promotes every 128
-    shallow = _prune(configs, {"M": 25_088, "N": 112, "K": 672, "tma_loads_ok": 1,
+    shallow = prune_gemm(configs, {"M": 25_088, "N": 112, "K": 672, "tma_loads_ok": 1,
                                "tma_store_ok": 1}, PROMOTE=64)  # fmt: skip
     assert shallow and max(c.kwargs["BLOCK_K"] for c in shallow) == 64
     # a thin expansion conv (Lite0, K 16, N 96): streaming tiles that hold all of K and N exactly
@@ -376,7 +376,7 @@ def test_autotuner_prune_keeps_thin_tiles_and_only_allowed_paths():
     ]
     wide = [c for c in configs if c.kwargs["BLOCK_M"] >= 128]  # none fits: the smallest tile
     args = {"M": 1, "N": 8, "K": 8, "tma_loads_ok": 0, "tma_store_ok": 0}
-    fallback = _prune(wide, args)
+    fallback = prune_gemm(wide, args)
     assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in fallback] == [
         (128, 64, 32)
     ]

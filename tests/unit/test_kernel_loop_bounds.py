@@ -5,10 +5,10 @@ Triton 3.6's interpreter (torch 2.11's Triton, the GPU image's) holds every runt
 1-element numpy array, and `range` calls `int()` on its bounds, which numpy 2.5 refuses for a
 1-d array ("only 0-dimensional arrays can be converted to Python scalars"). Compiled kernels and
 Triton 3.8's interpreter take the same bound, so a kernel can pass the default CI and fail only
-on the image. `quant/kernels/epilogue._count` turns such a bound into what the interpreter takes
+on the image. `quant/kernels/epilogue.loop_bound` turns such a bound into what the interpreter takes
 and is the identity when compiled. This test reads the kernels' source (no Triton needed): every
 argument of a `range` or `tl.range` in a `@triton.jit` function is a literal, a `tl.constexpr`
-parameter, or a `_count(...)`. `tl.static_range` unrolls at compile time and takes constexprs
+parameter, or a `loop_bound(...)`. `tl.static_range` unrolls at compile time and takes constexprs
 only, so it is not checked.
 """
 
@@ -54,7 +54,7 @@ def _taken_by_both(bound: ast.expr, constexprs: set[str]) -> bool:
     if isinstance(bound, ast.Name):
         return bound.id in constexprs
     func = bound.func if isinstance(bound, ast.Call) else None
-    return isinstance(func, ast.Name) and func.id == "_count"
+    return isinstance(func, ast.Name) and func.id == "loop_bound"
 
 
 def bad_bounds(source: str) -> list[str]:
@@ -87,7 +87,7 @@ def test_the_check_finds_a_runtime_bound():
         "        pass\n"
         "    for s in tl.range(0, n, BLOCK):\n"
         "        pass\n"
-        "    for s in range(0, _count(head), BLOCK):\n"
+        "    for s in range(0, loop_bound(head), BLOCK):\n"
         "        pass\n"
         "    for s in tl.static_range(BLOCK):\n"
         "        pass\n"

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from quantstudy.quant.kernels import launches
-from quantstudy.quant.kernels.epilogue import _count
+from quantstudy.quant.kernels.epilogue import loop_bound
 
 BLOCK = 1024  # elements per store in a row's loop
 
@@ -35,11 +35,11 @@ def _zero_border_kernel(
     head = tl.where(inside, left * C, row_len)  # zeros in [0, head) and [tail, row_len)
     tail = tl.where(inside, (left + w) * C, row_len)
     zero = tl.zeros((BLOCK,), dtype=buf_ptr.dtype.element_ty)
-    # runtime bounds through `_count`: Triton 3.6's interpreter holds them as 1-element arrays
-    for start in range(0, _count(head), BLOCK):
+    # runtime bounds through `loop_bound`: Triton 3.6's interpreter holds them as 1-element arrays
+    for start in range(0, loop_bound(head), BLOCK):
         offs = start + tl.arange(0, BLOCK)
         tl.store(base + offs, zero, mask=offs < head)
-    for start in range(_count(tail), _count(row_len), BLOCK):
+    for start in range(loop_bound(tail), loop_bound(row_len), BLOCK):
         offs = start + tl.arange(0, BLOCK)
         tl.store(base + offs, zero, mask=offs < row_len)
 

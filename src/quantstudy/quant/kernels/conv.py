@@ -11,7 +11,7 @@ pixels straight from the channels-last FP8 map (pixels outside it read zero, whi
 zero padding). The epilogue is the fused product's (`gemm_kernel._finish`): per-output-channel
 weight scale x the per-tensor input scale, folded-BN bias, activation, one write of the
 channels-last output in the engine's dtype or as the next layer's FP8 input. Sums move to
-float32 every PROMOTE products (`gemm_kernel._mma`), as in the fused 1x1 product.
+float32 every PROMOTE products (`gemm_kernel.mma_step`), as in the fused 1x1 product.
 
 The kernel's name says "conv2d" and "fp8", so the profiler's grouping (`speed/kernels.py`)
 counts it as an FP8 matrix product.
@@ -32,12 +32,12 @@ from quantstudy.quant.kernels import launches, tuning
 from quantstudy.quant.kernels.epilogue import (
     ACT_CODES,
     ROUND_CODES,
-    _count,
-    _round,
     activation,
     fp8_range,
+    loop_bound,
+    rounded,
 )
-from quantstudy.quant.kernels.gemm_kernel import _mma, _tile
+from quantstudy.quant.kernels.gemm_kernel import grouped_tile, mma_step
 from quantstudy.quant.kernels.tiles import PROMOTE, Config, bounded
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): BLOCK_K is channels of one tap per K step. The
@@ -94,7 +94,7 @@ def _fp8_conv2d_kernel(
     PROMOTE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
-    pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -113,7 +113,7 @@ def _fp8_conv2d_kernel(
             inside = m_ok & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
             rows = x_ptr + b * sxb + hi * sxh + wi * sxw  # the tap's input pixel per row
             taps = w_ptr + offs_n * swn + (i * KW + j) * CIN  # the tap's weights per channel
-            for c0 in range(0, _count(chunks)):
+            for c0 in range(0, loop_bound(chunks)):
                 cs = c0 * BLOCK_K + offs_k
                 c_ok = cs < CIN
                 a = tl.load(
@@ -124,7 +124,7 @@ def _fp8_conv2d_kernel(
                 w = tl.load(
                     taps[None, :] + cs[:, None], mask=n_ok[None, :] & c_ok[:, None], other=0.0
                 )
-                acc, part = _mma(a, w, acc, part, (i * KW + j) * chunks + c0, BLOCK_K, PROMOTE)
+                acc, part = mma_step(a, w, acc, part, (i * KW + j) * chunks + c0, BLOCK_K, PROMOTE)
     acc += part
     # The fused product's epilogue (`gemm_kernel._finish`, pointer store): scales and bias on
     # the float32 sums, rounded to the engine's dtype where the unfused engine stores, the
@@ -133,9 +133,9 @@ def _fp8_conv2d_kernel(
     y = acc * scale[None, :]
     if HAS_BIAS:
         y += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
-    y = activation(_round(y, ROUND), ACT)
+    y = activation(rounded(y, ROUND), ACT)
     if OUT_FP8:
-        y = fp8_range(_round(y, ROUND), out_scale_ptr)
+        y = fp8_range(rounded(y, ROUND), out_scale_ptr)
     c_ptrs = c_ptr + offs_m[:, None] * scm + offs_n[None, :] * scn
     y = y.to(c_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
     tl.store(c_ptrs, y, mask=m_ok[:, None] & n_ok[None, :])

@@ -44,12 +44,12 @@ def fp8_range(y, out_scale_ptr):
     return tl.minimum(tl.maximum(y, -448.0), 448.0)
 
 
-# The engine dtype the epilogue rounds through (`_round`): none (float32), fp16, bf16.
+# The engine dtype the epilogue rounds through (`rounded`): none (float32), fp16, bf16.
 ROUND_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 
 @triton.jit
-def _round(y, ROUND: tl.constexpr):
+def rounded(y, ROUND: tl.constexpr):
     """y rounded (to nearest even) to the engine's dtype and back to float32."""
     if ROUND == 1:
         y = y.to(tl.float16, fp_downcast_rounding="rtne").to(tl.float32)
@@ -60,13 +60,13 @@ def _round(y, ROUND: tl.constexpr):
 
 # Triton 3.6's interpreter (torch 2.11's Triton) holds every scalar as a 1-element array, which
 # `range` cannot take as a bound or step (numpy refuses int() of a 1-d array; Triton 3.8 squeezes
-# it). No Triton op yields a 0-d array there, hence the interpreter-only branch of `_count`; its
+# it). No Triton op yields a 0-d array there, hence the interpreter-only branch of `loop_bound`; its
 # result goes straight into `range` (the interpreter turns every assigned value back to a tensor).
 _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 
 @triton.jit
-def _count(n):
+def loop_bound(n):
     """A loop bound or step that `range` takes: `n` itself when compiled (the constexpr branch
     is not generated), a Python int of the interpreter's 1-element array when interpreted."""
     if _INTERPRETED:

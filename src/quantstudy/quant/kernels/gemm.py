@@ -30,8 +30,8 @@ import triton
 
 from quantstudy.quant.kernels import launches
 from quantstudy.quant.kernels.epilogue import ACT_CODES, ROUND_CODES
-from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM, _fp8_gemm_kernel
-from quantstudy.quant.kernels.tiles import IO_PATHS, PROMOTE, _set_block_shapes
+from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM
+from quantstudy.quant.kernels.tiles import IO_PATHS, PROMOTE, set_block_shapes
 from quantstudy.quant.kernels.tuning import Args, Grid, tuned_launch
 from quantstudy.record.vocab import Activation
 
@@ -172,7 +172,7 @@ def fp8_gemm_triton(
     `out_scale` writes the output as FP8 with that scale (`out_dtype` E4M3), or with `pair`
     ((M, N) FP8) a copy beside the `out_dtype` output. `round_to` is where the epilogue rounds
     (`_finish`); `promote` how many products the tensor cores sum before float32 takes over
-    (`_mma`; 0: all of K). `residual` ((M, N), any strides) is added after the activation, then
+    (`mma_step`; 0: all of K). `residual` ((M, N), any strides) is added after the activation, then
     `res_act`. `out` (B, H, W, N), B x H x W = M, any strides (a padded buffer's interior,
     `quant/rewrites/pad_handoff.py`) receives the output pixel by pixel, through `out_base` (the
     buffer it views) where given (`_checked_base`).
@@ -276,7 +276,7 @@ def _options(
 
 def _descriptor(t: torch.Tensor, on: bool) -> Any:
     """A tensor descriptor of `t` where `on`, else None. Its block shape is a placeholder: the
-    autotuner's pre-hook (or the fixed tile) sets the real one (`_set_block_shapes`)."""
+    autotuner's pre-hook (or the fixed tile) sets the real one (`set_block_shapes`)."""
     return TensorDescriptor.from_tensor(t, [16, 16]) if on else None
 
 
@@ -315,5 +315,5 @@ def _fixed_launch(
     meta |= {"TMA_LOADS": use_loads, "TMA_STORE": descs["c_desc"] is not None}
     if launch:
         meta |= {"num_warps": launch[0], "num_stages": launch[1]}
-    _set_block_shapes({**descs, **meta})
-    launches.launchable(_fp8_gemm_kernel)[grid](*args, **meta)
+    set_block_shapes({**descs, **meta})
+    launches.launchable(FP8_GEMM.kernel)[grid](*args, **meta)

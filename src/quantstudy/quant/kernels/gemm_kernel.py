@@ -12,15 +12,15 @@ import triton
 import triton.language as tl
 
 from quantstudy.quant.formats import fp8
-from quantstudy.quant.kernels.epilogue import _count, _round, activation, fp8_range
-from quantstudy.quant.kernels.tiles import PATH_TILES, STREAM_TILES, _config, _prune
+from quantstudy.quant.kernels.epilogue import activation, fp8_range, loop_bound, rounded
+from quantstudy.quant.kernels.tiles import PATH_TILES, STREAM_TILES, gemm_config, prune_gemm
 from quantstudy.quant.kernels.tuning import autotuned
 
 E4M3_INV = tl.constexpr(fp8.E4M3_INV)  # per-row scales are max |x| times it (`_row_scales`)
 
 
 @triton.jit
-def _tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """Grouped tile order: GROUP_M row-tiles share each weight tile while it is in L2."""
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
@@ -65,7 +65,7 @@ def _to_e4m3(a, inv_rows):
 
 
 @triton.jit
-def _mma(a, b, acc, part, step, BLOCK_K: tl.constexpr, PROMOTE: tl.constexpr):
+def mma_step(a, b, acc, part, step, BLOCK_K: tl.constexpr, PROMOTE: tl.constexpr):
     """One K step: `part` += a @ b in the tensor cores, moved into the float32 `acc` after
     every PROMOTE products (K step `step`, from 0); returns (acc, part), the caller adds the
     last `part`.
@@ -75,7 +75,7 @@ def _mma(a, b, acc, part, step, BLOCK_K: tl.constexpr, PROMOTE: tl.constexpr):
     told otherwise; cuBLASLt promotes once per K tile. Only promoting at the same K as
     cuBLASLt (every 128 products, whatever BLOCK_K) makes the kernel write torch._scaled_mm's
     values for every output (tests/gpu/test_fused_gpu.py checks it): both engines must promote
-    at the same K, hence PROMOTE. Tiles have BLOCK_K <= PROMOTE or PROMOTE == 0 (`_prune`).
+    at the same K, hence PROMOTE. Tiles have BLOCK_K <= PROMOTE or PROMOTE == 0 (`prune_gemm`).
     The price, some speed against Triton's default, is measured in docs/fp8-kernel.md."""
     if PROMOTE == 0:
         part = tl.dot(a, b, part)
@@ -136,15 +136,15 @@ def _finish(
         y = acc * (scale[None, :] * x_rows[:, None]) + bias[None, :]
     else:
         y = acc * scale[None, :] + bias[None, :]
-    y = activation(_round(y, ROUND), ACT)
+    y = activation(rounded(y, ROUND), ACT)
     if HAS_RES:
         r_ptrs = res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn
         r = tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
-        y = activation(_round(_round(y, ROUND) + r, ROUND), RES_ACT)
+        y = activation(rounded(rounded(y, ROUND) + r, ROUND), RES_ACT)
     if OUT_FP8:
-        y = fp8_range(_round(y, ROUND), out_scale_ptr)
+        y = fp8_range(rounded(y, ROUND), out_scale_ptr)
     if PAIR:
-        q = fp8_range(_round(y, ROUND), out_scale_ptr)
+        q = fp8_range(rounded(y, ROUND), out_scale_ptr)
         q_ptrs = q_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
         tl.store(q_ptrs, q.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
     if TMA_STORE:  # one bulk copy per tile; rows and columns past the edge are not written
@@ -174,10 +174,10 @@ def _tma_sums(a_desc, b_desc, first_m, first_n, K, acc, part, BLOCK_K: tl.conste
     """The K loop of one tile through tensor descriptors: no address arithmetic or masks, tiles
     past an edge arrive zero-filled and add nothing. The weight is K-major (N, K), so its tile is
     transposed in shared memory (`b.T`), the operand order FP8 wgmma takes."""
-    for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
+    for k0 in range(0, loop_bound(tl.cdiv(K, BLOCK_K))):
         a = a_desc.load([first_m, k0 * BLOCK_K])
         b = b_desc.load([first_n, k0 * BLOCK_K])
-        acc, part = _mma(a, b.T, acc, part, k0, BLOCK_K, PROMOTE)
+        acc, part = mma_step(a, b.T, acc, part, k0, BLOCK_K, PROMOTE)
     return acc, part
 
 
@@ -195,7 +195,7 @@ def _pointer_sums(
     b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
     if QUANT_A:
         amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
+        for k0 in range(0, loop_bound(tl.cdiv(K, BLOCK_K))):
             k_mask = offs_k < K - k0 * BLOCK_K
             a_mask = (offs_m[:, None] < M) & k_mask[None, :]
             ptrs = a_ptrs + k0 * BLOCK_K * stride_ak
@@ -205,7 +205,7 @@ def _pointer_sums(
         inv_rows = tl.math.div_rn(1.0, x_rows)  # torch.reciprocal: IEEE, once per row
     else:
         x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
-    for k0 in range(0, _count(tl.cdiv(K, BLOCK_K))):
+    for k0 in range(0, loop_bound(tl.cdiv(K, BLOCK_K))):
         k_left = K - k0 * BLOCK_K
         a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
         b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
@@ -216,7 +216,7 @@ def _pointer_sums(
         else:
             a = tl.load(a_ptrs, mask=a_mask, other=0.0)
         b = tl.load(b_ptrs, mask=b_mask, other=0.0)
-        acc, part = _mma(a, b, acc, part, k0, BLOCK_K, PROMOTE)
+        acc, part = mma_step(a, b, acc, part, k0, BLOCK_K, PROMOTE)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     return acc, part, x_rows
@@ -240,10 +240,10 @@ def _persistent(
     flight while the second is computed). Same sums per tile as the one-tile-per-program path."""
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for t in tl.range(
-        _count(tl.program_id(0)), _count(tiles), _count(tl.num_programs(0)),
+        loop_bound(tl.program_id(0)), loop_bound(tiles), loop_bound(tl.num_programs(0)),
         warp_specialize=WARP_SPEC,
     ):  # fmt: skip
-        pid_m, pid_n = _tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        pid_m, pid_n = grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc, part = _tma_sums(
             a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, K, acc, tl.zeros_like(acc),
@@ -329,7 +329,7 @@ def _fp8_gemm_kernel(
             MAP_OUT, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SUBTILE, WARP_SPEC,
         )  # fmt: skip
     elif STREAM:
-        # Thin products (K <= BLOCK_K, N <= BLOCK_N, see `_prune`): each program keeps the whole
+        # Thin products (K <= BLOCK_K, N <= BLOCK_N, see `prune_gemm`): each program keeps the whole
         # weight, its scales and bias in registers and walks over row tiles, so the loads of the
         # next tile are in flight (software-pipelined loop) while this one is finished and stored.
         offs_n = tl.arange(0, BLOCK_N)
@@ -340,7 +340,7 @@ def _fp8_gemm_kernel(
             offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS, ROW_SCALE
         )
         first, tiles, step = tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)
-        for tile in tl.range(_count(first), _count(tiles), _count(step)):
+        for tile in tl.range(loop_bound(first), loop_bound(tiles), loop_bound(step)):
             offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
             a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
             a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
@@ -352,7 +352,7 @@ def _fp8_gemm_kernel(
                 a = tl.load(a_ptrs, mask=a_mask, other=0.0)
                 x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            acc, part = _mma(a, b, acc, tl.zeros_like(acc), 0, BLOCK_K, PROMOTE)
+            acc, part = mma_step(a, b, acc, tl.zeros_like(acc), 0, BLOCK_K, PROMOTE)
             acc += part
             _finish(
                 acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
@@ -361,7 +361,7 @@ def _fp8_gemm_kernel(
                 q_ptr, PAIR, out_w, out_hw, stride_cb, stride_ch, out_origin, MAP_OUT,
             )  # fmt: skip
     else:
-        pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -403,10 +403,14 @@ FP8_GEMM = autotuned(
     "fp8_gemm",
     _fp8_gemm_kernel,
     [
-        *(_config(*t, loads, store) for (loads, store), tiles in PATH_TILES.items() for t in tiles),
-        *(_config(*t[:5], False, store, t[5]) for store in (False, True) for t in STREAM_TILES),
+        *(
+            gemm_config(*t, loads, store)
+            for (loads, store), tiles in PATH_TILES.items()
+            for t in tiles
+        ),
+        *(gemm_config(*t[:5], False, store, t[5]) for store in (False, True) for t in STREAM_TILES),
     ],
     AUTOTUNE_KEY,
-    _prune,
+    prune_gemm,
     hooked=("a_desc", "b_desc", "c_desc"),  # a config's pre-hook gives them its block shape
 )

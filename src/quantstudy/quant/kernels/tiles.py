@@ -81,14 +81,14 @@ PERSISTENT_TILES = [
 # through tensor descriptors (Hopper's copy engine; needs 16-byte aligned rows, see `tma_ok`).
 IO_PATHS = ("pointer", "tma")
 
-# Products summed in the tensor cores before the sums move to float32 registers (`_mma` in
+# Products summed in the tensor cores before the sums move to float32 registers (`mma_step` in
 # `kernels/gemm_kernel.py`): 128, one K tile of cuBLASLt's FP8 kernels (torch._scaled_mm,
 # use_fast_accum=False), so that the fused engine rounds where the unfused one does. 0: never
 # (all of K in the tensor cores). Tiles deeper than it are pruned.
 PROMOTE = 128
 
 
-def _prune(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> list[Config]:
+def prune_gemm(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> list[Config]:
     """Drop tiles far wider than the problem (they only waste the autotuner's time), streaming
     tiles that do not hold the whole of K and N, and the descriptor paths this launch cannot
     take.
@@ -199,7 +199,7 @@ def block_volume(c: Config) -> int:
     return math.prod(int(v) for k, v in c.kwargs.items() if k.startswith("BLOCK_"))
 
 
-def _bench(fn: Callable[[], object], quantiles: Sequence[float] | None = None) -> Any:
+def bench_config(fn: Callable[[], object], quantiles: Sequence[float] | None = None) -> Any:
     """Time a config as the engines run it: replayed from a CUDA graph. Timed from the host
     (triton's default), a product of a few microseconds measures its launch, and descriptor
     configs, whose launch encodes the tensor maps, lose to slower pointer tiles
@@ -208,7 +208,7 @@ def _bench(fn: Callable[[], object], quantiles: Sequence[float] | None = None) -
     return triton.testing.do_bench_cudagraph(fn, rep=5, quantiles=quantiles)
 
 
-def _set_block_shapes(nargs: dict[str, Any]) -> None:
+def set_block_shapes(nargs: dict[str, Any]) -> None:
     """Give the descriptors the tile of the config about to run (a descriptor carries it)."""
     bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
     cn = bn // 2 if nargs.get("SUBTILE") else bn  # a subtiled epilogue stores half a tile
@@ -217,7 +217,7 @@ def _set_block_shapes(nargs: dict[str, Any]) -> None:
             nargs[name].block_shape = shape
 
 
-def _config(
+def gemm_config(
     bm: int,
     bn: int,
     bk: int,
@@ -233,4 +233,4 @@ def _config(
     meta |= {"TMA_LOADS": loads, "TMA_STORE": store}
     meta |= {"STREAM": per_sm > 0, "PER_SM": per_sm}
     meta |= {"PERSISTENT": persistent, "SUBTILE": subtile, "WARP_SPEC": False}
-    return triton.Config(meta, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
+    return triton.Config(meta, num_warps=warps, num_stages=stages, pre_hook=set_block_shapes)

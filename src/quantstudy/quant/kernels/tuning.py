@@ -20,7 +20,7 @@ from typing import Any
 import triton
 
 from quantstudy.quant.kernels import choices
-from quantstudy.quant.kernels.tiles import Config, _bench
+from quantstudy.quant.kernels.tiles import Config, bench_config
 from quantstudy.quant.private_api import async_compile_mode
 from quantstudy.record import timing_lock
 
@@ -44,7 +44,7 @@ Prune = Callable[..., list[Config]]  # Triton's early_config_prune: (configs, na
 #    `AsyncCompileMode`, where the installed Triton has it), then timed as before.
 # 3. Within `untimed_tiles()` a launch that was never tuned takes the first pruned config
 #    without timing: for the quality passes, whose outputs do not depend on the tile (each
-#    kernel's prune keeps only tiles that write the same bits: `_mma` promotes the product's
+#    kernel's prune keeps only tiles that write the same bits: `mma_step` promotes the product's
 #    sums at the same K; the kxk conv's kept tiles pad each tap alike; the depthwise conv sums
 #    each output in one order), so only the timed batches tune.
 # 4. The convs' prunes keep at most `tiles.CONV_CONFIGS` configs per launch (`tiles.bounded`).
@@ -93,13 +93,13 @@ def autotuned(
     hooked: tuple[str, ...] = (),
 ) -> Tuned:
     """`kernel` under Triton's autotuner over `configs`, pruned by `prune` and timed from CUDA
-    graphs (`tiles._bench`). `key` must name every compile-time option the launcher passes
+    graphs (`tiles.bench_config`). `key` must name every compile-time option the launcher passes
     (`tuned_launch` checks it): the autotuner shares one choice across launches it keys alike."""
     autotuner = triton.autotune(
         configs=configs,
         key=list(key),
         prune_configs_by={"early_config_prune": prune},
-        do_bench=_bench,
+        do_bench=bench_config,
     )(kernel)
     return Tuned(name, kernel, autotuner, prune, hooked)
 
