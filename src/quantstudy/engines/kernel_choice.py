@@ -1,46 +1,18 @@
 """Per-layer kernel choice: for each real FP8 layer the fastest of the fused Triton product,
-torch._scaled_mm and, stepped aside, its float layer, timed in place while the engine is built.
+torch._scaled_mm and, stepped aside, its float layer, timed in place while the engine is built
+(the loop, step by step: docs/DESIGN.md, "The kernel-choice loop").
 
-Why: the fused product beats cuBLASLt's FP8 GEMM on thin products and loses on large-K ones
-(docs/fp8-kernel.md, "The per-layer kernel choice"), and which a layer is depends on its
-shape and batch, so it is measured, not guessed. Since the fused kernel promotes its
-sums every 128 products as cuBLASLt does, both compute the same bits, so that choice changes
-no number, only time. Where neither FP8 kernel beats the float layer, the layer steps aside
-(`engines/step_aside.py`): that choice changes numbers, so it is made for every batch at once.
+Why measured: the fused product beats cuBLASLt on thin products and loses on large-K ones, and
+which a layer is depends on its shape and batch (docs/fp8-kernel.md). Both FP8 kernels promote
+their sums every 128 products, so choosing between them changes no number; stepping aside does,
+so it is decided for every timed batch at once (`engines/step_aside.py`).
 
-How: one forward pass of the built fused engine per batch the choice is made for (eager, on
-the GPU, the example tiled to that batch) with a pre-hook on every real FP8 layer that times,
-on that layer's own input:
-
-- fused: the layer's forward (input quantize and the fused product with scale, bias and the
-  absorbed activation in its epilogue);
-- scaled_mm (1x1/linear layers): the unfused layer of the same plan (`FP8Matmul`: input
-  quantize, torch._scaled_mm, bias, cast), then the absorbed activation as its own op, and where
-  the fused layer sums a residual (`quant/rewrites/residual.py`), that add and its activation too
-  (`engines/unfused.py`);
-- fp16: the float layer in the engine's dtype with the same epilogue ops
-  (`engines/layer_timing.py: fp16_side`; `engines/step_aside.py` says which layers may step
-  aside).
-
-The FP8 sides start with the same input quantize, eager here (float32 divide, clamp, cast:
-separate kernels) but fused into the producing kernel by the compiled engine, so its time,
-measured alone on the same input, is subtracted from both: it can be most of a layer's eager
-time and would hide the difference between the products. The fp16 side has no quantize; its
-epilogue ops run as separate kernels here where the compiled engine may fuse them with their
-neighbours, so the rule errs toward FP8. They are timed as the search times a layer
-(`engines/layer_timing.py`: interleaved rounds of CUDA-graph replays, the median). scaled_mm
-replaces the fused layer only when it is faster by more than `MARGIN` (ties keep the engine's
-default); a layer that wins at some batches only becomes a `ByBatch` pair that runs scaled_mm
-at those (a batch never timed takes the choice of the nearest timed one, by ratio; a compiled
-engine specializes on its static batch, so the branch costs nothing there, while a choice made
-at one batch can cost time at another). The float layer replaces the layer only where it beats
-the better FP8 kernel by more than `MARGIN` at every timed batch. A "fastest" engine is timed
-in an assembly where no layer hands off (`engines/fp8_assembly.py`), then assembled with the
-hand-offs among the layers that stay FP8 (`quant/rewrites/handoff.py`, `pad_handoff.py`,
-`sum_handoff.py`); a layer that hands off there has no other kernel and runs fused (`settled`).
-Timings are cached per GPU, library versions and layer (input shape, the layer's description,
-bias, weight granularity, dtype) in a JSON file in the engines' cache directory, so a rebuilt
-engine reuses them; a recorded choice is rebuilt without timing (`replay_kernels`).
+How: one eager forward of the fused engine per batch, a pre-hook timing each layer's sides on
+its own input (`engines/layer_timing.py`). The input quantize, which the compiled engine fuses
+into the producer, is timed alone and subtracted from both FP8 sides. A kernel replaces another
+only when faster by more than `MARGIN`; a layer that wins at some batches only runs as a
+`ByBatch` pair. Timings are cached per GPU, versions and layer beside the Inductor cache; a
+recorded choice is rebuilt without timing (`replay_kernels`).
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
-"""A real FP8 layer that steps aside: replaced by its float layer where FP8 cannot win.
+"""A real FP8 layer that steps aside: replaced by its float layer where FP8 cannot win
+(timed by `engines/kernel_choice.py`; why some layers lose: docs/fp8-kernel.md).
 
-FP8 pays only where the product saves more than its quantize and scales cost; on some layers
-it does not (the kxk convs of ResNet-50 against cuDNN fp16, a batch-1 ViT's linears against
-cuBLAS fp16: docs/fp8-kernel.md, "The per-layer kernel choice"). `engines/kernel_choice.py`
-times each layer against its float layer; where the float layer wins, the engine runs it.
+The float layer is the fp16 engine's, in the engine's dtype, with the FP8 layer's epilogue as
+separate ops (`engines/layer_timing.py: fp16_side`). Assumes the layer neither writes nor reads
+a hand-off: its neighbour depends on that buffer, so `fp16_blocker` refuses it.
 
-The float layer is the fp16 engine's (`builders.deployed_copy`: BatchNorm folded as the recipe
-folds, no FP8 bias correction or fitting, which answer a rounding it no longer does) in the
-engine's dtype, channels-last, followed by the FP8 layer's epilogue as separate ops
-(`engines/layer_timing.py: fp16_side`). Its padding is the model's own: a padding a producer writes
-(`quant/rewrites/pad_handoff.py`) was a module of its own in the model, so the float conv
-with padding 0 on the padded buffer computes what the model computes.
-
-Assumes the layer neither writes nor reads a hand-off (docs/DESIGN.md, glossary): its reader
-or producer depends on that buffer, so `fp16_blocker` refuses it, and a choice is timed where
-no layer hands off (`engines/fp8_assembly.py`).
-
-The rule (`steps_aside`): faster by more than `MARGIN` at EVERY timed batch. The float layer
-computes other numbers than FP8, so a choice that changed with the batch would make quality
-depend on the batch the held-out images pass through, which is not the one timed.
+The rule (`steps_aside`): faster by more than `MARGIN` at every timed batch, since the float
+layer computes other numbers and quality must not depend on the batch the images pass through.
 """
 
 from __future__ import annotations
