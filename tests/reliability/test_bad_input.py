@@ -286,7 +286,7 @@ def test_bad_input_is_refused_in_one_line(refused, name):
     if case.code == 2:  # argparse's usage error: usage, then one error line
         assert_usage_error(r, "run", *case.needles)
     else:
-        assert_one_line_error(r, *case.needles)
+        assert_one_line_error(r, *case.needles, code=case.code)
     assert not (folder / "out").exists()  # nothing written: no study of bad input
 
 
