@@ -35,7 +35,15 @@ import torch.nn.functional as F
 
 from quantstudy.bench.gemm import time_us
 from quantstudy.bench.provenance import collect_provenance, need_cuda
-from quantstudy.bench.schema import ProductRow, ProductsBench, read_record, write_record
+from quantstudy.bench.schema import (
+    CUBLASLT,
+    FP16_CONV,
+    FP16_MM,
+    ProductRow,
+    ProductsBench,
+    read_record,
+    write_record,
+)
 from quantstudy.bench.shapes import ConvProduct, Product, fp8_products, kxk_products
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Activation
@@ -51,8 +59,6 @@ PEER_ROWS = (
     "crossvit_9_240",
     "resnet50:generic_dense_convs",
 )
-FP16 = ("fp16 cuBLAS", "fp16 cuDNN")
-CUBLASLT = "cuBLASLt"
 # (label, activation, FP8 output) of the engine epilogues timed beside the plain one, all
 # rounding to fp16 where the unfused engine stores
 EPILOGUES = (
@@ -105,10 +111,11 @@ def bench_products(
             if out is not None:
                 write_record(out, final)
             return final
-        results.append(_timed(row, sweep, fast_accum, peaks))
-        print(_line(results[-1]), flush=True)
+        results.append(_timed(row, sweep, fast_accum))
+        so_far = record(f"{len(todo) - i - 1} of {len(todo)} products not timed yet")
+        print(_line(so_far, results[-1]), flush=True)
         if out is not None:
-            write_record(out, record(f"{len(todo) - i - 1} of {len(todo)} products not timed yet"))
+            write_record(out, so_far)
     return record()
 
 
@@ -162,7 +169,7 @@ def _untimed(p: Product | ConvProduct, batch: int, model: str) -> ProductRow:
     )  # fmt: skip
 
 
-def _timed(row: ProductRow, sweep: bool, fast_accum: bool, peaks: object) -> ProductRow:
+def _timed(row: ProductRow, sweep: bool, fast_accum: bool) -> ProductRow:
     from triton.compiler.errors import CompilationError
     from triton.runtime.errors import OutOfResources
 
@@ -179,30 +186,11 @@ def _timed(row: ProductRow, sweep: bool, fast_accum: bool, peaks: object) -> Pro
         except (OutOfResources, CompilationError, RuntimeError, ValueError) as exc:
             # a tile or option this GPU, compiler or shape refuses: recorded as refused, untimed
             refused[label] = str(exc).splitlines()[0][:200]
-    tflops = {key: row.flop / (t * 1e-6) / 1e12 for key, t in us.items()}
-    fraction = {}
-    if peaks is not None:
-        for key, rate in tflops.items():
-            peak = peaks.fp16_tflops if key in FP16 else peaks.fp8_tflops  # type: ignore[attr-defined]
-            fraction[key] = rate / peak
     plain = ("fast-accum", *(e[0] for e in EPILOGUES))  # other numerics or epilogues
-    ours = {
-        k: t
-        for k, t in us.items()
-        if k.startswith("ours") and t == t and not any(p in k for p in plain)
-    }
+    ours = {k: t for k, t in us.items() if k.startswith("ours") and not any(p in k for p in plain)}
     best = min(ours, key=ours.__getitem__) if ours else None
-    ratio = (
-        us[CUBLASLT] / us[best]
-        if best and us.get(CUBLASLT, float("nan")) == us.get(CUBLASLT)
-        else None
-    )
-    return row.model_copy(
-        update={
-            "us": us, "tflops": tflops, "peak_fraction": fraction, "max_rel_error": errors,
-            "refused": refused, "best_ours": best, "best_over_cublaslt": ratio,
-        }
-    )  # fmt: skip
+    update = {"us": us, "max_rel_error": errors, "refused": refused, "best_ours": best}
+    return row.model_copy(update=update)
 
 
 def _calls(
@@ -228,7 +216,7 @@ def _calls(
         w4 = w16.reshape(n, kh, kw, c).permute(0, 3, 1, 2)  # (N, C, KH, KW), tap-major storage
         w4_16 = w4.contiguous(memory_format=torch.channels_last)
         w_taps = tap_major(w4.mul(64).to(torch.float8_e4m3fn))
-        calls["fp16 cuDNN"] = lambda: F.conv2d(x16, w4_16, bias.half(), s, p)
+        calls[FP16_CONV] = lambda: F.conv2d(x16, w4_16, bias.half(), s, p)
         calls["ours"] = lambda: fp8_conv2d_triton(
             x8,
             w_taps,
@@ -249,7 +237,7 @@ def _calls(
     else:
         a16 = torch.randn(m, k, device=dev, generator=g, dtype=torch.float16)
         a8 = a16.to(torch.float8_e4m3fn)
-        calls["fp16 cuBLAS"] = lambda: F.linear(a16, w16, bias.half())
+        calls[FP16_MM] = lambda: F.linear(a16, w16, bias.half())
 
         def ours(**kw: Any) -> Callable[[], object]:
             kw = {"act": Activation.NONE, "out_dtype": torch.float16, **kw}
@@ -305,15 +293,15 @@ def _cublaslt(
     return {CUBLASLT: call(False), f"{CUBLASLT} fast-accum": call(True)}
 
 
-def _line(r: ProductRow) -> str:
+def _line(rec: ProductsBench, r: ProductRow) -> str:
     nan = float("nan")
-    fp16 = r.us.get("fp16 cuBLAS", r.us.get("fp16 cuDNN", nan))
+    fp16 = r.fp16_us or nan
     lt, fast = r.us.get(CUBLASLT, nan), r.us.get(CUBLASLT + " fast-accum", nan)
     best = r.us.get(r.best_ours or "", nan)
-    frac = r.peak_fraction.get(r.best_ours or "", nan)
+    frac = rec.peak_fraction(r, r.best_ours or "")
     return (
         f"{r.kind:6} b{r.batch:<4} M {r.m:>7} K {r.k:>5} N {r.n:>5}: fp16 {fp16:8.1f} us, "
         f"cuBLASLt {lt:8.1f} / fast {fast:8.1f} us, ours {r.us.get('ours', nan):8.1f} us, "
-        f"best {best:8.1f} us ({r.best_ours}, {frac:.0%} of peak), "
+        f"best {best:8.1f} us ({r.best_ours}, {nan if frac is None else frac:.0%} of peak), "
         f"x cuBLASLt {r.best_over_cublaslt or nan:.2f}  [{', '.join(r.models)}]"
     )

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from quantstudy.bench.schema import ProductRow, ProductsBench
+from quantstudy.bench.schema import CUBLASLT, ProductRow, ProductsBench
 from quantstudy.report.format import table
 
-LT, LT_FAST = "cuBLASLt", "cuBLASLt fast-accum"
+LT, LT_FAST = CUBLASLT, f"{CUBLASLT} fast-accum"
 
 
 def _us(v: float | None) -> str:
@@ -21,10 +21,6 @@ def _us(v: float | None) -> str:
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
-
-
-def _fp16(r: ProductRow) -> float | None:
-    return r.us.get("fp16 cuBLAS", r.us.get("fp16 cuDNN"))
 
 
 def _sums(rec: ProductsBench) -> list[str]:
@@ -49,7 +45,7 @@ def _sums(rec: ProductsBench) -> list[str]:
 
             best = total(lambda r: r.us.get(r.best_ours) if r.best_ours else None)
             lt = total(lambda r: r.us.get(LT))
-            cells = [total(_fp16), lt, total(lambda r: r.us.get(LT_FAST))]
+            cells = [total(lambda r: r.fp16_us), lt, total(lambda r: r.us.get(LT_FAST))]
             cells += [total(lambda r: r.us.get("ours")), best]
             ratio = "-" if lt is None or not best else f"{lt / best:.2f}"
             figures = ["-" if c is None else f"{c:.2f}" for c in cells]
@@ -83,8 +79,8 @@ def products_section(name: str, rec: ProductsBench, provenance: list[str]) -> li
         best = r.us.get(r.best_ours) if r.best_ours else None
         ratio = "-" if r.best_over_cublaslt is None else f"{r.best_over_cublaslt:.2f}"
         shape = [r.kind, str(r.batch), str(r.m), str(r.k), str(r.n), " ".join(r.models)]
-        times = [_us(_fp16(r)), _us(r.us.get(LT)), _us(r.us.get(LT_FAST)), _us(r.us.get("ours"))]
+        times = [_us(r.fp16_us), _us(r.us.get(LT)), _us(r.us.get(LT_FAST)), _us(r.us.get("ours"))]
         times += [_us(r.us.get(k)) for k in extra]
-        peaks = [_pct(r.peak_fraction.get(r.best_ours or "")), _pct(r.peak_fraction.get(LT))]
+        peaks = [_pct(rec.peak_fraction(r, r.best_ours or "")), _pct(rec.peak_fraction(r, LT))]
         rows.append([*shape, str(r.layers), *times, r.best_ours or "-", _us(best), *peaks, ratio])
     return [*out, *table(head, rows), ""]

@@ -149,10 +149,14 @@ class GemmBench(Record):
     results: list[GemmRow]
 
 
+CUBLASLT = "cuBLASLt"  # the variant every product is judged against (`bench/products.py`)
+FP16_MM, FP16_CONV = "fp16 cuBLAS", "fp16 cuDNN"  # the fp16 engine's product, by kind
+
+
 class ProductRow(Section):
     """One distinct FP8 product (a linear or 1x1 conv as M x K x N, or a kxk conv as its implicit
-    GEMM) at one batch, every way it was run: microseconds, TFLOP/s and fraction of the GPU's
-    dense peak (FP8's for FP8 variants, fp16's for fp16 ones)."""
+    GEMM) at one batch, every way it was run (microseconds; TFLOP/s and the fraction of peak are
+    derived from them: `tflops`, `ProductsBench.peak_fraction`)."""
 
     kind: Literal["matmul", "conv"]
     batch: int
@@ -164,12 +168,25 @@ class ProductRow(Section):
     layers: int  # how many layers of those models run it
     flop: float  # 2 M N K
     us: dict[str, float] = Field(default_factory=dict)  # variant -> us per call (not: refused)
-    tflops: dict[str, float] = Field(default_factory=dict)
-    peak_fraction: dict[str, float] = Field(default_factory=dict)
     max_rel_error: dict[str, float] = Field(default_factory=dict)  # ours against float32 sums
     refused: dict[str, str] = Field(default_factory=dict)
     best_ours: str | None = None  # the fastest of our variants an engine can run
-    best_over_cublaslt: float | None = None  # cuBLASLt's time / best_ours' time (>1: ours wins)
+
+    @property
+    def fp16_us(self) -> float | None:
+        """The fp16 engine's time for this product (cuBLAS, or cuDNN for a conv)."""
+        return self.us.get(FP16_MM, self.us.get(FP16_CONV))
+
+    def tflops(self, variant: str) -> float | None:
+        t = self.us.get(variant)
+        return None if t is None else self.flop / (t * 1e-6) / 1e12
+
+    @property
+    def best_over_cublaslt(self) -> float | None:
+        """cuBLASLt's time over our best variant's (above 1: ours is faster)."""
+        if self.best_ours is None or CUBLASLT not in self.us:
+            return None
+        return self.us[CUBLASLT] / self.us[self.best_ours]
 
 
 class ProductsBench(Record):
@@ -180,6 +197,14 @@ class ProductsBench(Record):
     peak_fp16_tflops: float | None = None
     timed: str
     results: list[ProductRow]
+
+    def peak_fraction(self, row: ProductRow, variant: str) -> float | None:
+        """`variant`'s TFLOP/s over the GPU's dense peak: fp16's for the fp16 variants, FP8's
+        for the others."""
+        fp16 = variant in (FP16_MM, FP16_CONV)
+        peak = self.peak_fp16_tflops if fp16 else self.peak_fp8_tflops
+        rate = row.tflops(variant)
+        return None if rate is None or not peak else rate / peak
 
 
 # --- depthwise -----------------------------------------------------------------------------
