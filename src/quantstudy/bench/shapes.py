@@ -3,6 +3,7 @@ only shapes matter): a recipe's FP8 products as M x K x N, a model's depthwise c
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -85,10 +86,13 @@ def traced_model(model_name: str) -> tuple[nn.Module, torch.Tensor]:
     return model, torch.zeros(1, *resolve_preprocessing(model).input_size)
 
 
+@functools.lru_cache(maxsize=1)
 def _recipe_layers(
     model_name: str, recipe_name: str | None
 ) -> tuple[nn.Module, torch.Tensor, list[str]]:
-    """The model (random weights), its example input and the recipe's selected layers."""
+    """The model (random weights), its example input and the recipe's selected layers. Kept for
+    the next call: `bench products` asks for one model's linears and kxk convs at each batch in
+    turn, and its callers only read the model."""
     model, example = traced_model(model_name)
     recipe, _ = load_recipe(recipe_name or default_recipe_for(model_name))
     return model, example, [d.name for d in resolve(recipe, model, example).selected]
