@@ -18,6 +18,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from rich.console import Console
 
@@ -55,6 +56,14 @@ from quantstudy.zoo.sources import engine_sources_sha256, read_marker, write_mar
 Listed = list[tuple[ZooEntry, Job]]
 
 
+class Timed(NamedTuple):
+    """What a run measured: the study folders it ran, their wall seconds, studies at a time."""
+
+    folders: frozenset[str]
+    wall_s: float
+    jobs: int
+
+
 def run_zoo(options: ZooOptions, console: Console | None = None) -> int:
     """Run the shard of `options` and write the leaderboard; returns the exit status."""
     console = console or sweep_console()
@@ -78,7 +87,7 @@ def run_zoo(options: ZooOptions, console: Console | None = None) -> int:
     )
     if options.dry_run:
         return 0
-    interrupted, throughput = False, None
+    interrupted, timed = False, None
     if options.run:
         jobs = options.jobs or default_jobs(device)
         executor, _ = make_executor(
@@ -87,17 +96,14 @@ def run_zoo(options: ZooOptions, console: Console | None = None) -> int:
         )  # fmt: skip
         start = time.monotonic()
         interrupted = _run_with_answers(mine, todo, out, executor, console, current)
-        wall = time.monotonic() - start
-        ran = {j.folder for j in todo}
-        triton = _version("triton")
-        answered = sum(is_answer(_row(e, j, out, triton)) for e, j in listed if j.folder in ran)
-        throughput = Throughput(rows=answered, wall_s=round(wall, 1), jobs=jobs)
-        if todo:
-            console.print(
-                f"zoo: {answered} rows measured in {wall / 60:.1f} min with {jobs} at a time, "
-                f"{throughput.rows_per_minute:.2f} rows a minute"
-            )
-    board = write_leaderboard(options, catalogue, listed, out, device, kept, throughput)
+        timed = Timed(frozenset(j.folder for j in todo), time.monotonic() - start, jobs)
+    board = write_leaderboard(options, catalogue, listed, out, device, kept, timed)
+    throughput = board.provenance.throughput
+    if todo and throughput is not None:
+        console.print(
+            f"zoo: {throughput.rows} rows measured in {throughput.wall_s / 60:.1f} min with "
+            f"{throughput.jobs} at a time, {throughput.rows_per_minute:.2f} rows a minute"
+        )
     if options.rows is not None:
         for row in board.rows:
             if row.model not in kept and is_answer(row) and _fresh(row, current):
@@ -243,13 +249,19 @@ def write_leaderboard(
     out: Path,
     device: str,
     kept: dict[str, ZooRow] | None = None,
-    throughput: Throughput | None = None,
+    timed: Timed | None = None,
 ) -> Leaderboard:
     """zoo.json, zoo.csv, zoo.png and zoo.md in `out` (and the page at `options.page`), over
-    every model of the list: its `kept` row, else the row of its studies in `out`."""
+    every model of the list: its `kept` row, else the row of its studies in `out`; with `timed`,
+    the run's throughput: its answered rows over its studies' wall time."""
     kept = kept or {}
     triton = _version("triton")
     rows = [kept.get(e.name) or _row(e, j, out, triton) for e, j in listed]
+    throughput = None
+    if timed is not None:
+        ran = [r for (_, j), r in zip(listed, rows, strict=True) if j.folder in timed.folders]
+        answered = sum(is_answer(r) for r in ran)
+        throughput = Throughput(rows=answered, wall_s=round(timed.wall_s, 1), jobs=timed.jobs)
     environments: list[dict[str, str | None]] = []
     for row in rows:
         env = row.measured.environment if row.measured is not None else None
