@@ -241,3 +241,15 @@ def test_products_sums_count_each_layer_of_the_committed_record():
         x for x in products_section("p", rec, []) if x.startswith("| vit_base_patch16_224 | 128")
     )
     assert f"| {ms:.2f} |" in line
+
+
+def test_products_bad_input_is_one_line(tmp_path, capsys):
+    """A batch below 1 and a --resume record of another kind are refused before anything runs."""
+    from quantstudy.bench.products import _resumed
+
+    out = tmp_path / "p.json"
+    assert main(["bench", "products", "--batches", "0,128", "--out", str(out)]) == 1
+    assert "--batches must be at least 1" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(UserError, match="is a gemm record, not a products record"):
+        _resumed(RESULTS / "gemm-tf_efficientnet_lite0-sweep.json")
+    assert _resumed(tmp_path / "none-yet.json") == []  # a first run resumes from nothing

@@ -419,3 +419,10 @@ def test_our_engines_of_several_kernel_options_are_timed_side_by_side(
     assert all(e.fp8_layers == 7 for e in row.engines[1:])
     report = render_folder(tmp_path)
     assert "| test_efficientnet | quantstudy scaled_mm | 7/7 |" in report
+
+
+def test_an_unknown_kernel_option_for_ours_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "peers", "test_efficientnet", "--ours", "fused,bogus", "--out",
+              str(tmp_path / "p.json")])  # fmt: skip
+    assert stop.value.code == 2 and "--ours" in capsys.readouterr().err
