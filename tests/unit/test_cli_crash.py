@@ -19,6 +19,14 @@ from quantstudy.record.errors import EXIT_INTERNAL, EXIT_PIPE, UserError
 REPO = Path(__file__).resolve().parents[2]
 
 
+
+def _child_env() -> dict[str, str]:
+    """This checkout's sources first, the rest of PYTHONPATH kept: the GPU machine installs the
+    wheels its image lacks (pydantic) into a folder on PYTHONPATH, and a child without it cannot
+    import quantstudy (it exited 1 there before the pipe was written)."""
+    path = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
 def _boom(_args: argparse.Namespace) -> int:
     raise RuntimeError("an invariant broke\nsecond line of the message")
 
@@ -94,7 +102,7 @@ def test_output_folder_of_each_kind_of_command(argv: list[str], expected: Path |
 def test_a_closed_stdout_ends_quietly_with_141() -> None:
     """The reader is gone before the command writes (`| head` that has read enough): no
     BrokenPipeError traceback, neither from the command nor from the interpreter's last flush."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = _child_env()
     proc = subprocess.Popen(
         [sys.executable, "-m", "quantstudy.cli", "recipes"],
         stdout=subprocess.PIPE,
@@ -125,7 +133,7 @@ def test_a_reader_that_goes_away_ends_the_output_not_the_work(tmp_path) -> None:
     )
     read, write = os.pipe()
     os.close(read)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = _child_env()
     try:
         done = subprocess.run(
             [sys.executable, "-c", script], stdout=write, stderr=write, env=env, timeout=120

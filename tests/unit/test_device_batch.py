@@ -25,6 +25,14 @@ RUNNER = importlib.import_module("batch_runner")
 JOB = 'sleep {s}; echo "$CUDA_VISIBLE_DEVICES" > $OUT/gpu.txt'
 
 
+@pytest.fixture(autouse=True)
+def _no_real_gpus(monkeypatch):
+    """The in-process runs take fake GPUs even where nvidia-smi lists real ones (the GPU
+    machine's one H100 refuses `--gpus 4`, rightly: test_gpus_beyond_the_hosts_are_refused
+    holds that); `_start`'s runner, a process of its own, asks for one GPU only."""
+    monkeypatch.setattr(BATCH, "host_gpus", lambda: [])
+
+
 def _run(tmp_path: Path, jobs: list[dict], *options: str) -> tuple[int, dict]:
     """Run `jobs` (written as the jobs file) in `tmp_path`; the exit status and batch.json."""
     path = tmp_path / "jobs.yaml"
