@@ -19,13 +19,13 @@ from quantstudy.record.errors import EXIT_INTERNAL, EXIT_PIPE, UserError
 REPO = Path(__file__).resolve().parents[2]
 
 
-
 def _child_env() -> dict[str, str]:
     """This checkout's sources first, the rest of PYTHONPATH kept: the GPU machine installs the
     wheels its image lacks (pydantic) into a folder on PYTHONPATH, and a child without it cannot
     import quantstudy (it exited 1 there before the pipe was written)."""
     path = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
     return {**os.environ, "PYTHONPATH": path}
+
 
 def _boom(_args: argparse.Namespace) -> int:
     raise RuntimeError("an invariant broke\nsecond line of the message")
