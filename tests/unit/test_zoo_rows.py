@@ -6,6 +6,7 @@ is the one the committed rows render."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import subprocess
@@ -173,6 +174,8 @@ def test_a_refusal_whose_fallback_has_not_run_is_pending_never_failed(tmp_path):
     board = write_leaderboard(options, load_catalogue(), [(entry, steps[0])], tmp_path, "cuda")
     assert (board.counts["interrupted"], board.counts["failed"]) == (1, 0)
     assert "| interrupted: generic_default selects no layer;" in (tmp_path / "zoo.md").read_text()
+    [said] = csv.DictReader(io.StringIO((tmp_path / "zoo.csv").read_text()))
+    assert (said["status"], said["error"], said["answer"]) == ("interrupted", "", row.answer)
 
 
 def test_a_fallback_that_fails_makes_a_failed_row_with_its_error(tmp_path):

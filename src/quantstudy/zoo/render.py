@@ -45,6 +45,7 @@ TAIL_COLUMNS = (
     "lock_wait_s",
     "status",
     "error",
+    "answer",
     "folder",
 )
 
@@ -90,6 +91,7 @@ def _cells(row: ZooRow, batches: list[int]) -> dict[str, object]:
         "lock_wait_s": _round(row.lock_wait_s, 1),
         "status": row.status,
         "error": row.error,
+        "answer": row.answer,
         "folder": row.folder,
     }
     return cells
