@@ -6,6 +6,8 @@ is the one the committed rows render."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rich.console import Console
 from torch import nn
 
 from quantstudy.model.random_fill import fill_zero_layers
@@ -23,12 +26,12 @@ from quantstudy.record.vocab import RowStatus
 from quantstudy.sweep.events import Job
 from quantstudy.sweep.local import local_slots
 from quantstudy.sweep.point import POINT_FILE, PointStatus
-from quantstudy.zoo.answers import FALLBACKS, answered, chain, next_refused
-from quantstudy.zoo.board import collect_row
-from quantstudy.zoo.catalogue import ZooEntry
+from quantstudy.zoo.answers import FALLBACKS, AnswerProgress, answered, chain, next_refused
+from quantstudy.zoo.board import ZooRow, collect_row
+from quantstudy.zoo.catalogue import ZooEntry, load_catalogue
 from quantstudy.zoo.points import ZooOptions, row_settings, zoo_point
 from quantstudy.zoo.rows import Current, read_rows, stale_reasons, write_row
-from quantstudy.zoo.run import write_board
+from quantstudy.zoo.run import write_board, write_leaderboard
 from quantstudy.zoo.sources import engine_sources_sha256
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,15 +93,26 @@ def test_engine_sources_hash_follows_the_covered_files_only(tmp_path):
     assert engine_sources_sha256(tmp_path) != before
 
 
-def _folder(out: Path, job: Job, code: int, record: StudyRecord | None = None) -> None:
+def _point(job: Job, code: int, status: str, error: str | None) -> PointStatus:
+    return PointStatus(
+        folder=job.folder, settings=job.point, argv=["q"], status=status, attempts=1,  # type: ignore[arg-type]
+        returncode=code, error=error, wall_s=11.5, host="h", started_utc="t",
+    )  # fmt: skip
+
+
+def _folder(
+    out: Path,
+    job: Job,
+    code: int,
+    record: StudyRecord | None = None,
+    status: str = "failed",
+    error: str | None = "recipe selects no layer",
+) -> None:
     folder = out / job.folder
     folder.mkdir(parents=True)
-    status = "complete" if record is not None else "failed"
-    point = PointStatus(
-        folder=job.folder, settings=job.point, argv=["q"], status=status, attempts=1,
-        returncode=code, error=None if record else "recipe selects no layer", host="h",
-        started_utc="t",
-    )  # fmt: skip
+    if record is not None:
+        status, error = "complete", None
+    point = _point(job, code, status, error)
     (folder / POINT_FILE).write_text(point.model_dump_json())
     if record is not None:
         (folder / "study.json").write_text(record.model_dump_json())
@@ -132,10 +146,90 @@ def test_a_recipe_that_selects_nothing_gets_an_answer_with_a_fallbacks_x(tmp_pat
     assert row.measured is not None and row.measured.engine_sources == "abc"
 
 
+def _refused_chain(out: Path) -> tuple[ZooEntry, list[Job]]:
+    """resnet18 with its default recipe refused (exit 6), its fallbacks not run yet."""
+    entry = ZooEntry(name="resnet18", family="resnet")
+    point = zoo_point(entry, ZooOptions(data=out, out=out), "cuda")
+    steps = chain(Job(point, point.folder_name))
+    _folder(out, steps[0], EXIT_NOTHING_SELECTED)
+    return entry, steps
+
+
+def _answer(out: Path, entry: ZooEntry, steps: list[Job]) -> ZooRow:
+    return answered(out, [(s, collect_row(entry, out / s.folder)) for s in steps])
+
+
+def test_a_refusal_whose_fallback_has_not_run_is_pending_never_failed(tmp_path):
+    entry, steps = _refused_chain(tmp_path)
+    row = _answer(tmp_path, entry, steps)
+    assert (row.status, row.error) == (RowStatus.PENDING, None)
+    assert row.answer == (
+        "generic_default selects no layer; its fallback generic_dense_convs runs after the list"
+    )
+    _folder(tmp_path, steps[1], 130, status="interrupted", error=None)  # the run was stopped
+    row = _answer(tmp_path, entry, steps)
+    assert row.status == RowStatus.INTERRUPTED and row.answer is not None
+    assert row.answer.endswith("its fallback generic_dense_convs was stopped")
+    options = ZooOptions(data=tmp_path, out=tmp_path)
+    board = write_leaderboard(options, load_catalogue(), [(entry, steps[0])], tmp_path, "cuda")
+    assert (board.counts["interrupted"], board.counts["failed"]) == (1, 0)
+    assert "| interrupted: generic_default selects no layer;" in (tmp_path / "zoo.md").read_text()
+    [said] = csv.DictReader(io.StringIO((tmp_path / "zoo.csv").read_text()))
+    assert (said["status"], said["error"], said["answer"]) == ("interrupted", "", row.answer)
+
+
+def test_a_fallback_that_fails_makes_a_failed_row_with_its_error(tmp_path):
+    entry, steps = _refused_chain(tmp_path)
+    _folder(tmp_path, steps[1], 1, error="RuntimeError: out of memory")
+    row = _answer(tmp_path, entry, steps)
+    assert row.status == RowStatus.FAILED and row.answer is None
+    assert row.error == (
+        "generic_default selects no layer; generic_dense_convs: RuntimeError: out of memory"
+    )
+
+
+def test_the_console_says_a_refusal_is_an_answer_whose_fallback_runs_next(tmp_path):
+    _, steps = _refused_chain(tmp_path)
+    shown = io.StringIO()
+    progress = AnswerProgress(Console(file=shown, width=400), total=3)
+    progress.counts["running"] = 3
+    progress.finished(steps[0], _point(steps[0], EXIT_NOTHING_SELECTED, "failed", "no layer"))
+    last = steps[-1]  # generic_all refused: no fallback is left, so it failed
+    progress.finished(last, _point(last, EXIT_NOTHING_SELECTED, "failed", "selects no layer"))
+    progress.finished(steps[1], _point(steps[1], 1, "failed", "RuntimeError: boom"))
+    lines = shown.getvalue().splitlines()
+    assert lines[0].startswith("no layer resnet18") and "FAILED" not in lines[0]
+    assert lines[0].endswith(
+        "generic_default selects no layer of resnet18; its fallback generic_dense_convs runs "
+        "after the list"
+    )
+    assert lines[1].startswith("FAILED resnet18") and lines[2].endswith("RuntimeError: boom")
+    assert progress.counts["no layer"] == 1 and progress.counts["failed"] == 2
+
+
+def test_the_page_marks_rows_of_other_engine_sources_stale(tmp_path):
+    rows = read_rows(ROWS)
+    fresh, old = rows["resnet50"], rows["dla34"]
+    assert fresh.measured is not None and old.measured is not None
+    now = fresh.measured.model_copy(update={"engine_sources": engine_sources_sha256()})
+    then = old.measured.model_copy(update={"engine_sources": "0" * 64})
+    write_row(tmp_path / "rows", fresh.model_copy(update={"measured": now}))
+    write_row(tmp_path / "rows", old.model_copy(update={"measured": then}))
+    page = tmp_path / "zoo.md"
+    options = ZooOptions(data=Path("."), out=tmp_path, rows=tmp_path / "rows", page=page)
+    assert write_board(options) == 0
+    text = page.read_text()
+    assert "models (2 complete (1 of them stale), 55 pending)." in text
+    [dla] = [line for line in text.splitlines() if line.startswith("| dla34 |")]
+    [resnet] = [line for line in text.splitlines() if line.startswith("| resnet50 |")]
+    assert dla.endswith("(stale: engine sources changed since) |")
+    assert "stale" not in resnet
+
+
 def test_a_committed_row_is_kept_only_while_what_measured_it_holds(tmp_path):
     rows = read_rows(ROWS)
     row = rows["resnet50"]
-    assert row.measured is not None and row.measured.commit.startswith("76ba6a5")  # type: ignore[union-attr]
+    assert row.measured is not None and row.measured.commit  # each row names its commit
     then = Current(row.measured.engine_sources or "", dict(row.measured.environment))
     settings = dict(row.measured.settings)
     assert stale_reasons(row, settings, then) == []

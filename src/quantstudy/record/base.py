@@ -64,6 +64,8 @@ Schema history:
      load, `EngineInfo._nested`); StudyConfig.fp8_kernel keeps "fastest", the option
      (`KernelOption`). The engine's fp8_* fields are one section in code (`FP8Layout`), written
      flat as before.
+ 19: StageTime.tuning (the Triton tile tuning inside a stage: launches, configs, compile and
+     timing seconds) and StageTime.lock_wait_s (seconds waiting for the GPU lock, zoo --jobs).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -73,7 +75,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -7,17 +7,29 @@ names, so no two timings share the GPU. Unset (one study, a plain `quantstudy ru
 Re-entrant within a process (a harness round may launch a kernel that tunes), and only the
 outermost block holds the file. Here at the ground floor because the kernels (`quant/`) and the
 harness (`speed/`) both take it.
+
+`waited_s()` is how long this process has waited to take the file so far: a study's stage timer
+reads it around each stage (`study/stage_timer.py`), so the record says how much of a stage was
+spent behind another study's timing.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 LOCK_ENV = "QUANTSTUDY_TIMING_LOCK"
 _held = threading.local()
+_waited = [0.0]  # seconds this process has waited for the file, every thread
+_adding = threading.Lock()
+
+
+def waited_s() -> float:
+    """Seconds this process has waited to take the lock so far (0.0 without `LOCK_ENV`)."""
+    return _waited[0]
 
 
 @contextmanager
@@ -36,7 +48,10 @@ def timing() -> Iterator[None]:
 
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
+        start = time.perf_counter()
         fcntl.flock(fd, fcntl.LOCK_EX)
+        with _adding:
+            _waited[0] += time.perf_counter() - start
         _held.depth = 1
         try:
             yield

@@ -4,12 +4,29 @@ from __future__ import annotations
 
 from quantstudy.record.base import Section
 
+SPENT_SINCE = 19  # the schema version whose stages say their tile tuning and lock waits
+
+
+class StageTuning(Section):
+    """The Triton tile tuning inside one stage (`quant/kernels/tuning.py`: `TUNE_LOG`, added up
+    as its `summary` does, over every kernel): each launch tuned compiles its pruned configs,
+    then times them."""
+
+    launches: int
+    configs: int  # compiled and timed, over the launches
+    compile_s: float
+    timing_s: float  # the configs' timing, with its waits for the GPU lock
+
 
 class StageTime(Section):
     """One stage, timed with a monotonic clock around the stage's code."""
 
     stage: str  # e.g. "load", "calibrate", "engine fp16: build", "engine fp16: run", "score"
     seconds: float
+    # Of `seconds` (schema 19): the tile tuning inside the stage (None: nothing tuned), and the
+    # seconds spent waiting for the GPU lock (`record/timing_lock.py`; None: no wait)
+    tuning: StageTuning | None = None
+    lock_wait_s: float | None = None
 
 
 class TimingsSection(Section):

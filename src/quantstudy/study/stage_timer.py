@@ -3,15 +3,20 @@
 Wall time (`time.perf_counter`) around each stage's code, not CPU or GPU time: what a person
 waiting for the study, or a sweep planning its grid, needs. GPU work inside a stage is finished
 by the stage's own synchronising calls (results copied to the host), so it is inside the stage.
+Each stage also says how much of it was Triton tile tuning (the tuning log's rows it added) and
+waiting for the GPU lock (`record/timing_lock.waited_s`), where there was any.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from quantstudy.record.timings import StageTime, TimingsSection
+from quantstudy.record.timing_lock import waited_s
+from quantstudy.record.timings import StageTime, StageTuning, TimingsSection
 from quantstudy.study.cache import console
 
 
@@ -33,12 +38,15 @@ class StageTimer:
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         """Time the body as `name`; a stage that raises is not recorded (the run failed)."""
-        t0 = time.perf_counter()
+        t0, tuned, waited = time.perf_counter(), len(_tune_log()), waited_s()
         yield
         seconds = round(time.perf_counter() - t0, 3)
-        self._stages.append(StageTime(stage=name, seconds=seconds))
+        wait = round(waited_s() - waited, 3)
+        tuning = _tuning(_tune_log()[tuned:])
+        stage = StageTime(stage=name, seconds=seconds, tuning=tuning, lock_wait_s=wait or None)
+        self._stages.append(stage)
         if self._echo is not None:
-            self._echo(f"stage {name}: {seconds:.2f} s")
+            self._echo(f"stage {name}: {seconds:.2f} s{_spent(stage)}")
 
     def add(self, name: str, seconds: float) -> None:
         """Record a stage timed elsewhere (a pass's share of an interleaved loop)."""
@@ -50,6 +58,43 @@ class StageTimer:
     def section(self) -> TimingsSection:
         total = round(time.perf_counter() - self._start, 3)
         return TimingsSection(stages=list(self._stages), total_s=total)
+
+
+def _tune_log() -> list[dict[str, Any]]:
+    """This process's tile tuning log (`quant/kernels/tuning.py: TUNE_LOG`); empty while that
+    module is not loaded, for then nothing was tuned (not importing it keeps Triton out of a
+    CPU study)."""
+    module = sys.modules.get("quantstudy.quant.kernels.tuning")
+    return module.TUNE_LOG if module is not None else []
+
+
+def _tuning(rows: list[dict[str, Any]]) -> StageTuning | None:
+    """The tuning log's `rows` added up over every kernel (the tuning's own `summary`)."""
+    if not rows:
+        return None
+    from quantstudy.quant.kernels.tuning import summary  # loaded: it wrote the rows
+
+    kernels = summary(rows).values()
+    return StageTuning(
+        launches=int(sum(k["launches"] for k in kernels)),
+        configs=int(sum(k["configs"] for k in kernels)),
+        compile_s=round(sum(k["compile_s"] for k in kernels), 3),
+        timing_s=round(sum(k["tune_s"] for k in kernels), 3),
+    )
+
+
+def _spent(stage: StageTime) -> str:
+    """What the stage's echo adds: its tuning and its wait for the GPU lock, where any."""
+    said = []
+    if stage.tuning is not None:
+        t = stage.tuning
+        said.append(
+            f"tile tuning {t.launches} launches, {t.configs} configs: compile "
+            f"{t.compile_s:.2f} s, timing {t.timing_s:.2f} s"
+        )
+    if stage.lock_wait_s is not None:
+        said.append(f"GPU lock wait {stage.lock_wait_s:.2f} s")
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def format_timings(timings: TimingsSection) -> str:

@@ -17,6 +17,8 @@ from rich.progress import (
 from quantstudy.sweep.events import Job
 from quantstudy.sweep.point import PointStatus
 
+_SHOWN = ("complete", "failed", "running")  # always in the state line, in this order
+
 
 class SweepProgress:
     """`SweepEvents` that drive a rich progress bar and print one line per finished point."""
@@ -39,7 +41,8 @@ class SweepProgress:
 
     def _state(self) -> str:
         c = self.counts
-        return f"done {c['complete']} failed {c['failed']} running {c['running']}"
+        more = "".join(f" {k} {n}" for k, n in c.items() if k not in _SHOWN and n)
+        return f"done {c['complete']} failed {c['failed']}{more} running {c['running']}"
 
     def __enter__(self) -> SweepProgress:
         self._progress.start()
@@ -56,13 +59,18 @@ class SweepProgress:
     def finished(self, job: Job, status: PointStatus) -> None:
         with self._lock:
             self.counts["running"] -= 1
-            self.counts[status.status] = self.counts.get(status.status, 0) + 1
+            kind, line = self.said(job, status)
+            self.counts[kind] = self.counts.get(kind, 0) + 1
             done = status.status in ("complete", "failed")
             self._progress.update(self._task, advance=1 if done else 0, state=self._state())
-            wall = f"{status.wall_s:.1f} s" if status.wall_s is not None else "-"
-            if status.status == "complete":
-                self.console.print(f"[green]done[/green] {job.point.label} ({wall})")
-            elif status.status == "failed":
-                self.console.print(f"[red]FAILED[/red] {job.point.label} ({wall}): {status.error}")
-            else:
-                self.console.print(f"[yellow]stopped[/yellow] {job.point.label} ({wall})")
+            self.console.print(line)
+
+    def said(self, job: Job, status: PointStatus) -> tuple[str, str]:
+        """The count a finished point goes under, and the line printed for it (a caller that
+        knows more of an outcome, such as the zoo's refusals, overrides this)."""
+        wall = f"{status.wall_s:.1f} s" if status.wall_s is not None else "-"
+        if status.status == "complete":
+            return "complete", f"[green]done[/green] {job.point.label} ({wall})"
+        if status.status == "failed":
+            return "failed", f"[red]FAILED[/red] {job.point.label} ({wall}): {status.error}"
+        return status.status, f"[yellow]stopped[/yellow] {job.point.label} ({wall})"

@@ -99,16 +99,22 @@ def make_executor(
     return local, len(local.slots)
 
 
-def run_jobs(jobs: list[Job], out: Path, executor: Executor, console: Console) -> bool:
-    """Run `jobs` into `out` on `executor` with a progress bar; True when stopped by Ctrl-C or
-    SIGTERM (the running studies are stopped cleanly, finished ones kept)."""
+def run_jobs(
+    jobs: list[Job],
+    out: Path,
+    executor: Executor,
+    console: Console,
+    progress: type[SweepProgress] = SweepProgress,
+) -> bool:
+    """Run `jobs` into `out` on `executor` with a `progress` bar; True when stopped by Ctrl-C
+    or SIGTERM (the running studies are stopped cleanly, finished ones kept)."""
     stop = threading.Event()
     in_main = threading.current_thread() is threading.main_thread()  # signal() needs it
     previous = signal.signal(signal.SIGTERM, _raise_interrupt) if in_main else None
     try:
         if jobs:
-            with SweepProgress(console, len(jobs)) as progress:
-                executor.run(jobs, out, progress, stop)
+            with progress(console, len(jobs)) as events:
+                executor.run(jobs, out, events, stop)
     except KeyboardInterrupt:
         console.print("[yellow]stopped: finished studies are kept; rerun to resume[/yellow]")
         return True

@@ -5,7 +5,14 @@ Its study exits with `EXIT_NOTHING_SELECTED` (`study/checks.py`), so the zoo run
 with the next of `FALLBACKS`: `generic_dense_convs` puts the dense kxk convs that the defaults
 keep in fp16 into FP8, `generic_all` every conv and linear layer. The row keeps the refused
 recipe's name, and says which recipe its figures are of (`x_recipe`) and which layers that
-recipe ran in FP8 (from the fallback study's own record).
+recipe ran in FP8 (from the fallback study's own record). Until its fallback has run, the row is
+`pending` with a note, never `failed`: the refusal is half an answer.
+
+The fallbacks run in rounds after the whole list (`zoo/run.py: _run_with_answers`), not as soon
+as a refusal is known: an executor takes a fixed list of jobs (the local one's workers end when
+its queue is empty, the Ray one submits every job up front), so queueing a job mid-run would
+change both executors and their protocol. A refusal costs seconds (the study stops before any
+engine is built), so the round after the list holds only the few refused models.
 """
 
 from __future__ import annotations
@@ -18,10 +25,14 @@ from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.record.vocab import RowStatus
 from quantstudy.sweep.events import Job
 from quantstudy.sweep.grid import GridPoint
-from quantstudy.sweep.point import read_status
+from quantstudy.sweep.point import PointStatus, read_status
+from quantstudy.sweep.progress import SweepProgress
 from quantstudy.zoo.board import ZooRow
 
 FALLBACKS = ("generic_dense_convs", "generic_all")
+# A fallback in one of these states has not answered yet: the model's row takes its status
+# (not `failed`), with a note of which fallback is to answer.
+WAITING = (RowStatus.PENDING, RowStatus.INTERRUPTED)
 
 
 def refused(folder: Path) -> bool:
@@ -40,6 +51,31 @@ def chain(job: Job) -> list[Job]:
     """`job`, then its model under each of `FALLBACKS` it does not already run."""
     own = job.point.config.recipe
     return [job, *(fallback_job(job, r) for r in FALLBACKS if r != own)]
+
+
+def next_fallback(job: Job) -> str | None:
+    """The recipe the zoo runs `job`'s model under when `job` is refused: the first of
+    `FALLBACKS` after its own recipe; None when none is left."""
+    own = job.point.config.recipe
+    later = FALLBACKS[FALLBACKS.index(own) + 1 :] if own in FALLBACKS else FALLBACKS
+    return later[0] if later else None
+
+
+class AnswerProgress(SweepProgress):
+    """The sweep's progress lines, with a refusal said as the half answer it is: its fallback
+    runs next (`_run_with_answers`), so it is neither FAILED nor counted as failed."""
+
+    def said(self, job: Job, status: PointStatus) -> tuple[str, str]:
+        after = next_fallback(job)
+        if status.returncode != EXIT_NOTHING_SELECTED or after is None:
+            return super().said(job, status)
+        config = job.point.config
+        own = config.recipe or default_recipe_for(config.model)
+        wall = f"{status.wall_s:.1f} s" if status.wall_s is not None else "-"
+        return "no layer", (
+            f"[cyan]no layer[/cyan] {job.point.label} ({wall}): {own} selects no layer of "
+            f"{config.model}; its fallback {after} runs after the list"
+        )
 
 
 def next_refused(job: Job, out: Path) -> Job | None:
@@ -66,7 +102,9 @@ def _kinds(folder: Path) -> str:
 
 def answered(out: Path, rows: list[tuple[Job, ZooRow]]) -> ZooRow:
     """The model's row from its chain's rows (`chain` order, each read from its folder in
-    `out`): the first study's, unless its recipe was refused and a fallback answered."""
+    `out`): the first study's, unless its recipe was refused: then the fallback's answer, or,
+    while that fallback has not run (or was stopped), the first row as `pending` (`interrupted`)
+    with a note of what is to answer it; `failed` only when the fallback itself failed."""
     first_job, first = rows[0]
     own = first_job.point.config.recipe or default_recipe_for(first_job.point.config.model)
     for (job, row), (before_job, _) in zip(rows[1:], rows, strict=False):
@@ -80,6 +118,10 @@ def answered(out: Path, rows: list[tuple[Job, ZooRow]]) -> ZooRow:
             )
             update = {"status": RowStatus.NO_LAYER, "recipe": own, "x_recipe": recipe}
             return row.model_copy(update=update | {"answer": answer})
+        if row.status in WAITING:  # no answer yet, and no failure either
+            said = "runs after the list" if row.status == RowStatus.PENDING else "was stopped"
+            note = f"{own} selects no layer; its fallback {recipe} {said}"
+            return first.model_copy(update={"status": row.status, "error": None, "answer": note})
         if not refused(out / job.folder):
             why = row.error or str(row.status)
             return first.model_copy(update={"error": f"{own} selects no layer; {recipe}: {why}"})

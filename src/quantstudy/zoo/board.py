@@ -13,11 +13,16 @@ from typing import Any
 from pydantic import Field
 
 from quantstudy.record import StudyRecord
+from quantstudy.record.timings import SPENT_SINCE
 from quantstudy.record.vocab import Engine, RowStatus
 from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
 from quantstudy.zoo.catalogue import ZooEntry
 
-LEADERBOARD_VERSION = 2  # 2: rows carry where and with which sources they were measured
+# 2: rows carry where and with which sources they were measured.
+# 3: rows carry their studies' tile tuning and GPU-lock wait (`tune_s`, `lock_wait_s`); the
+#    provenance names the engine sources the board was made under (rows of others are stale)
+#    and the run's throughput sums its rows' study, tuning and lock-wait seconds.
+LEADERBOARD_VERSION = 3
 
 
 class ZooBatch(Strict):
@@ -57,8 +62,14 @@ class ZooRow(StudyRow):
     quality_measured: bool = False  # real weights and a quality pass
     build_s: float | None = None  # engine builds, compilation and kernel tuning
     stages: dict[str, float] = Field(default_factory=dict)  # every stage of the run, seconds
+    # Of the stages' seconds: Triton tile tuning (its compiles and its config timing, which
+    # includes the timing's own waits for the GPU lock), and every wait for the GPU lock
+    # (`record/timing_lock.py`: with --jobs, another study was timing); None: not recorded
+    tune_s: float | None = None
+    lock_wait_s: float | None = None
     # status no_layer: why FP8 has nothing to speed up, and the recipe whose study gave the
-    # figures above (one that does select layers of the model); `recipe` stays the refused one
+    # figures above (one that does select layers of the model); `recipe` stays the refused one.
+    # Status pending or interrupted after a refusal: which fallback is to answer it.
     answer: str | None = None
     x_recipe: str | None = None
     measured: Measured | None = None  # None: not measured yet (or not by a finished study)
@@ -75,10 +86,30 @@ class Throughput(Strict):
     rows: int
     wall_s: float
     jobs: int
+    # Over the rows above whose studies recorded their tile tuning and waits for the GPU lock
+    # (`ZooRow.tune_s`, `.lock_wait_s`): their studies' seconds, and of those these two
+    study_s: float | None = None
+    tune_s: float | None = None
+    lock_wait_s: float | None = None
 
     @property
     def rows_per_minute(self) -> float:
         return self.rows / (self.wall_s / 60) if self.wall_s > 0 else 0.0
+
+    def line(self) -> str:
+        """Rows a minute, and where the studies' time went (the console and the page)."""
+        said = (
+            f"{self.rows} rows measured in {self.wall_s / 60:.1f} min with {self.jobs} at a "
+            f"time, {self.rows_per_minute:.2f} rows a minute"
+        )
+        study, tune, wait = self.study_s, self.tune_s, self.lock_wait_s
+        if study and tune is not None and wait is not None:
+            said += (
+                f"; of their studies' {study:.0f} s, {tune:.0f} s tile tuning ({tune / study:.0%}) "
+                f"and {wait:.0f} s waiting for the GPU lock ({wait / study:.0%}; the tuning's "
+                "config timing counts its own waits)"
+            )
+        return said
 
 
 class Provenance(Strict):
@@ -92,6 +123,9 @@ class Provenance(Strict):
     driver: dict[str, str | None]  # the zoo command's own environment (commit, versions)
     environments: list[dict[str, str | None]]  # each distinct environment the studies recorded
     throughput: Throughput | None = None  # None: nothing measured (a page from committed rows)
+    # `zoo/sources.py` of the tree that made the board: a row measured under another hash is
+    # stale (its figures are of older engine code); None: not known (a version-2 board)
+    engine_sources: str | None = None
 
 
 class Leaderboard(Strict):
@@ -175,7 +209,19 @@ def _measured(record: StudyRecord) -> dict[str, object]:
         stages = {s.stage: s.seconds for s in record.timings.stages}
         found["stages"] = stages
         found["build_s"] = round(sum(v for k, v in stages.items() if _is_build(k)), 3)
+        found |= _spent(record)
     return found
+
+
+def _spent(record: StudyRecord) -> dict[str, float]:
+    """Of the record's stage seconds, the tile tuning's and the waits for the GPU lock; {} for
+    a record written before its stages held them."""
+    if record.timings is None or record.schema_version < SPENT_SINCE:
+        return {}
+    stages = record.timings.stages
+    tuned = sum(s.tuning.compile_s + s.tuning.timing_s for s in stages if s.tuning is not None)
+    waited = sum(s.lock_wait_s for s in stages if s.lock_wait_s is not None)
+    return {"tune_s": round(tuned, 3), "lock_wait_s": round(waited, 3)}
 
 
 def _is_build(stage: str) -> bool:

@@ -33,21 +33,46 @@ def _ideal(row: ZooRow, batch: int) -> str:
 def _decision(row: ZooRow) -> str:
     if row.status == RowStatus.NO_LAYER:
         return f"no layer for FP8 (x of {row.x_recipe})"
-    if row.status != RowStatus.COMPLETE:
-        return row.status
+    if row.status != RowStatus.COMPLETE:  # pending after a refusal: what is to answer it
+        return row.status if row.answer is None else f"{row.status}: {row.answer}"
     if not row.quality_measured:
         return "speed only"
     said = (row.decision or "-").replace("_", " ")
     return said if row.agreement is None else f"{said} (top-1 agreement {row.agreement:.2%})"
 
 
-def _where(row: ZooRow) -> str:
-    """The commit that measured the row, and on what."""
+def _where(board: Leaderboard, row: ZooRow) -> str:
+    """The commit that measured the row, and on what; whether it is stale."""
     m = row.measured
     if m is None:
         return "-"
     gpu = (m.environment.get("gpu_name") or "CPU").removeprefix("NVIDIA ")
-    return f"{(m.commit or '-')[:7]}, {gpu}"
+    said = f"{(m.commit or '-')[:7]}, {gpu}"
+    return f"{said} (stale: engine sources changed since)" if _stale(board, row) else said
+
+
+def _stale(board: Leaderboard, row: ZooRow) -> bool:
+    """`row` was measured under other engine sources than the board's (`zoo/sources.py`)."""
+    now = board.provenance.engine_sources
+    return now is not None and row.measured is not None and row.measured.engine_sources != now
+
+
+def _counts(board: Leaderboard) -> str:
+    """Models per status, and how many of each were measured under other engine sources."""
+    said = []
+    for status, n in board.counts.items():
+        stale = sum(r.status == status and _stale(board, r) for r in board.rows)
+        if n:
+            said.append(f"{n} {status}" + (f" ({stale} of them stale)" if stale else ""))
+    return ", ".join(said)
+
+
+def _timing(row: ZooRow) -> str:
+    """Process, study and build seconds; of the study, tile tuning and GPU-lock waits."""
+    said = " / ".join(_num(v, ".0f") for v in (row.wall_s, row.study_s, row.build_s))
+    if row.tune_s is None or row.lock_wait_s is None:
+        return said
+    return f"{said} (tuning {row.tune_s:.0f}, lock {row.lock_wait_s:.0f})"
 
 
 def _layers(row: ZooRow) -> str:
@@ -63,11 +88,7 @@ def _provenance(board: Leaderboard) -> list[str]:
         keys = ("gpu_name", "gpu_driver", "cuda", "torch", "triton", "timm", "git_commit")
         lines.append("Studies ran on: " + ", ".join(f"{k} {env.get(k) or '-'}" for k in keys) + ".")
     if p.throughput is not None:
-        t = p.throughput
-        lines.append(
-            f"This run measured {t.rows} rows in {t.wall_s / 60:.1f} min of studies, {t.jobs} at "
-            f"a time: {t.rows_per_minute:.2f} rows a minute."
-        )
+        lines.append(f"This run: {p.throughput.line()}.")
     driver = p.driver
     if not driver:  # rendered from committed rows (`zoo/run.py: write_board`)
         lines.append(
@@ -102,9 +123,15 @@ def _families(board: Leaderboard, batch: int) -> list[str]:
 def render_markdown(board: Leaderboard) -> str:
     batches = board.batches
     last = max(batches)
-    counts = ", ".join(f"{n} {s}" for s, n in board.counts.items() if n)
     lines = ["# FP8 against fp16 per timm model", "", *_provenance(board), ""]
-    lines += [f"{len(board.rows)} models ({counts}).", ""]
+    lines += [f"{len(board.rows)} models ({_counts(board)}).", ""]
+    if any(_stale(board, r) for r in board.rows):
+        lines += [
+            "Rows marked *stale* were measured under other engine sources (`zoo/sources.py`) "
+            f"than this page's ({(board.provenance.engine_sources or '-')[:12]}): their figures "
+            "are of older engine code, and the next GPU run measures them again.",
+            "",
+        ]
     if any(r.status == "complete" and not r.quality_measured for r in board.rows):
         lines += [
             "Rows marked *speed only* ran with random weights (or without a quality pass): the "
@@ -119,14 +146,15 @@ def render_markdown(board: Leaderboard) -> str:
     for b in batches:
         head += [f"fp16 ms @{b}", f"FP8 ms @{b}", f"x @{b} [q1, q3]"]
     head += [f"of ideal x @{last}", "decision", "s: process / study / build", "measured at"]
+    if any(r.tune_s is not None for r in board.rows):
+        head[-2] = "s: process / study / build (tuning, lock wait)"
     lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in ranked(board.rows, last):
         cells = [r.model, r.family, _num(r.params_m, ".1f"), _num(r.gmacs, ".2f")]
         cells += [str(r.img_size or "-"), _layers(r), r.recipe or "-"]
         for b in batches:
             cells += [*_ms(r, b), _x(r, b)]
-        timing = " / ".join(_num(v, ".0f") for v in (r.wall_s, r.study_s, r.build_s))
-        cells += [_ideal(r, last), _decision(r), timing, _where(r)]
+        cells += [_ideal(r, last), _decision(r), _timing(r), _where(board, r)]
         lines.append("| " + " | ".join(cells) + " |")
     answers = [r for r in board.rows if r.status == RowStatus.NO_LAYER]
     if answers:

@@ -41,8 +41,11 @@ TAIL_COLUMNS = (
     "wall_s",
     "study_s",
     "build_s",
+    "tune_s",
+    "lock_wait_s",
     "status",
     "error",
+    "answer",
     "folder",
 )
 
@@ -84,8 +87,11 @@ def _cells(row: ZooRow, batches: list[int]) -> dict[str, object]:
         "wall_s": _round(row.wall_s, 1),
         "study_s": _round(row.study_s, 1),
         "build_s": _round(row.build_s, 1),
+        "tune_s": _round(row.tune_s, 1),
+        "lock_wait_s": _round(row.lock_wait_s, 1),
         "status": row.status,
         "error": row.error,
+        "answer": row.answer,
         "folder": row.folder,
     }
     return cells

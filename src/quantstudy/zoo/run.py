@@ -37,7 +37,7 @@ from quantstudy.sweep.run import (
     sweep_console,
 )
 from quantstudy.zoo.alone import check_alone
-from quantstudy.zoo.answers import answered, chain, next_refused, refused
+from quantstudy.zoo.answers import AnswerProgress, answered, chain, next_refused, refused
 from quantstudy.zoo.board import (
     Leaderboard,
     Provenance,
@@ -97,13 +97,10 @@ def run_zoo(options: ZooOptions, console: Console | None = None) -> int:
         start = time.monotonic()
         interrupted = _run_with_answers(mine, todo, out, executor, console, current)
         timed = Timed(frozenset(j.folder for j in todo), time.monotonic() - start, jobs)
-    board = write_leaderboard(options, catalogue, listed, out, device, kept, timed)
+    board = write_leaderboard(options, catalogue, listed, out, device, kept, timed, current)
     throughput = board.provenance.throughput
     if todo and throughput is not None:
-        console.print(
-            f"zoo: {throughput.rows} rows measured in {throughput.wall_s / 60:.1f} min with "
-            f"{throughput.jobs} at a time, {throughput.rows_per_minute:.2f} rows a minute"
-        )
+        console.print(f"zoo: {throughput.line()}")
     if options.rows is not None:
         for row in board.rows:
             if row.model not in kept and is_answer(row) and _fresh(row, current):
@@ -171,13 +168,14 @@ def _run_with_answers(
     current: Current,
 ) -> bool:
     """Run `todo`, then the fallback studies of the models of `mine` whose recipe selects no
-    layer (`zoo/answers.py`), one round per fallback; True when stopped."""
+    layer (`zoo/answers.py`), one round per fallback after the whole list (the executors take
+    a fixed list of jobs: `zoo/answers.py` says why); True when stopped."""
     sources = current.engine_sources
     jobs = todo
     while True:
         for job in jobs:
             write_marker(out / job.folder, sources)
-        if run_jobs(jobs, out, executor, console):
+        if run_jobs(jobs, out, executor, console, AnswerProgress):
             return True
         jobs = [f for j in mine if (f := next_refused(j, out)) is not None]
         jobs = [j for j in jobs if not _done_here(out / j.folder, sources)]
@@ -226,6 +224,7 @@ def write_board(options: ZooOptions) -> int:
             device="cuda" if any(e.get("gpu_name") for e in environments) else "cpu",
             driver={},
             environments=environments,
+            engine_sources=engine_sources_sha256(),
         ),
         batches=batches,
         counts={s: sum(r.status == s for r in rows) for s in choices(RowStatus)},
@@ -250,18 +249,19 @@ def write_leaderboard(
     device: str,
     kept: dict[str, ZooRow] | None = None,
     timed: Timed | None = None,
+    current: Current | None = None,
 ) -> Leaderboard:
     """zoo.json, zoo.csv, zoo.png and zoo.md in `out` (and the page at `options.page`), over
     every model of the list: its `kept` row, else the row of its studies in `out`; with `timed`,
-    the run's throughput: its answered rows over its studies' wall time."""
+    the run's throughput: its answered rows over its studies' wall time; rows measured under
+    other engine sources than `current`'s (default: this tree's) read stale."""
     kept = kept or {}
     triton = _version("triton")
     rows = [kept.get(e.name) or _row(e, j, out, triton) for e, j in listed]
     throughput = None
     if timed is not None:
         ran = [r for (_, j), r in zip(listed, rows, strict=True) if j.folder in timed.folders]
-        answered = sum(is_answer(r) for r in ran)
-        throughput = Throughput(rows=answered, wall_s=round(timed.wall_s, 1), jobs=timed.jobs)
+        throughput = measured_throughput([r for r in ran if is_answer(r)], timed)
     environments: list[dict[str, str | None]] = []
     for row in rows:
         env = row.measured.environment if row.measured is not None else None
@@ -279,6 +279,7 @@ def write_leaderboard(
             driver=_driver(),
             environments=environments,
             throughput=throughput,
+            engine_sources=(current.engine_sources if current else engine_sources_sha256()),
         ),
         batches=list(options.batches),
         counts={s: sum(r.status == s for r in rows) for s in choices(RowStatus)},
@@ -291,6 +292,24 @@ def write_leaderboard(
     if options.page is not None:
         write_page(board, out, options.page)
     return board
+
+
+def measured_throughput(rows: list[ZooRow], timed: Timed) -> Throughput:
+    """The run's answered `rows` over its wall time; over those whose records say their tile
+    tuning and GPU-lock waits (schema 19), their studies' seconds and, of those, these two."""
+    said = [r for r in rows if r.tune_s is not None and r.lock_wait_s is not None]
+
+    def total(values: list[float | None]) -> float | None:
+        return round(sum(v or 0.0 for v in values), 1) if said else None
+
+    return Throughput(
+        rows=len(rows),
+        wall_s=round(timed.wall_s, 1),
+        jobs=timed.jobs,
+        study_s=total([r.study_s for r in said]),
+        tune_s=total([r.tune_s for r in said]),
+        lock_wait_s=total([r.lock_wait_s for r in said]),
+    )
 
 
 def write_page(board: Leaderboard, out: Path, page: Path) -> None:

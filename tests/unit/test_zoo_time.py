@@ -1,0 +1,130 @@
+"""Where a zoo study's time goes: each stage's tile tuning and waits for the GPU lock, in the
+study record (`study/stage_timer.py`, schema 19), the zoo row and the run's throughput line.
+
+The lock is taken by a second process, as a second study of `--jobs` would; the tuning rows are
+written through the tuning's own log (`quant/kernels/tuning.py: _log`), as a tuned launch does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from quantstudy.quant.kernels import tuning
+from quantstudy.record import StageTime, StudyRecord, TimingsSection
+from quantstudy.record.load import load_record
+from quantstudy.record.timing_lock import LOCK_ENV, timing
+from quantstudy.record.timings import StageTuning
+from quantstudy.study.stage_timer import StageTimer
+from quantstudy.zoo.board import Leaderboard, Provenance, ZooRow, collect_row
+from quantstudy.zoo.catalogue import ZooEntry
+from quantstudy.zoo.markdown import render_markdown
+from quantstudy.zoo.run import Timed, measured_throughput
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "study_example.json"
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from quantstudy.record.timing_lock import timing
+with timing():
+    Path(sys.argv[1]).write_text("held")
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_stage_says_how_long_it_waited_for_a_lock_another_process_held(tmp_path, monkeypatch):
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu.lock"))
+    held = tmp_path / "held"
+    other = subprocess.Popen([sys.executable, "-c", HOLDER, str(held), "2.0"])
+    try:
+        deadline = time.monotonic() + 60
+        while not held.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert held.exists(), "the other process never took the lock"
+        timer = StageTimer(echo=None)
+        with timer.stage("timing"), timing():
+            pass
+        with timer.stage("report"), timing():  # the lock is free again: no wait
+            pass
+    finally:
+        assert other.wait(timeout=60) == 0
+    waited, free = timer.section().stages
+    # the other process held the lock 2 s from writing its file; this one asked for it after
+    # it saw the file, so it waited for most of that (not all: the poll and a loaded host take some)
+    assert waited.lock_wait_s is not None and 0.5 <= waited.lock_wait_s <= waited.seconds
+    assert free.lock_wait_s is None and free.tuning is None
+
+
+def test_a_stage_adds_up_the_tile_tuning_inside_it(monkeypatch):
+    monkeypatch.setattr(tuning, "TUNE_LOG", [])
+    monkeypatch.delenv("QUANTSTUDY_TUNE_LOG", raising=False)
+    monkeypatch.delenv(LOCK_ENV, raising=False)
+    tuning._log({"kernel": "fp8_product", "configs": 30, "compile_s": 1.0, "tune_s": 0.5})
+    timer = StageTimer(echo=None)
+    with timer.stage("engine fp8: compile at batch 1"):
+        for kernel, configs in (("fp8_product", 24), ("conv_kxk", 12), ("fp8_product", 20)):
+            row = {"kernel": kernel, "configs": configs, "compile_s": 1.25, "tune_s": 0.5}
+            tuning._log(row)
+    with timer.stage("timing"):
+        pass
+    compiled, timed = timer.section().stages
+    # the row logged before the stage is not the stage's
+    assert compiled.tuning == StageTuning(launches=3, configs=56, compile_s=3.75, timing_s=1.5)
+    assert timed.tuning is None and compiled.lock_wait_s is None
+
+
+def _record(stages: list[StageTime], version: int) -> StudyRecord:
+    full = StudyRecord.model_validate_json(FIXTURE.read_text())
+    timings = TimingsSection(stages=stages, total_s=100.0)
+    return full.model_copy(update={"schema_version": version, "timings": timings})
+
+
+def _row(tmp_path: Path, record: StudyRecord) -> ZooRow:
+    folder = tmp_path / f"v{record.schema_version}"
+    folder.mkdir()
+    (folder / "study.json").write_text(record.model_dump_json())
+    load_record(folder / "study.json")  # reads back through the one record reader
+    return collect_row(ZooEntry(name="resnet50", family="resnet"), folder)
+
+
+def test_a_row_and_the_runs_line_say_how_much_was_tuning_and_lock_wait(tmp_path):
+    tuned = StageTuning(launches=26, configs=666, compile_s=22.9, timing_s=16.8)
+    stages = [
+        StageTime(stage="engine fp8: build", seconds=1.0),
+        StageTime(stage="engine fp8: compile at batch 1", seconds=27.6, tuning=tuned),
+        StageTime(stage="timing", seconds=10.0, lock_wait_s=4.0),
+    ]
+    row = _row(tmp_path, _record(stages, 19))
+    assert (row.tune_s, row.lock_wait_s) == (39.7, 4.0)
+    plain = [s.model_copy(update={"tuning": None, "lock_wait_s": None}) for s in stages]
+    untuned = _row(tmp_path, _record(plain, 18))  # before schema 19: not recorded, not zero
+    assert (untuned.tune_s, untuned.lock_wait_s) == (None, None)
+    # the untuned row counts as a row measured, not in the seconds its record does not split
+    line = measured_throughput([row, untuned], Timed(frozenset(), 60.0, 4)).line()
+    assert line == (
+        "2 rows measured in 1.0 min with 4 at a time, 2.00 rows a minute; of their studies' "
+        "100 s, 40 s tile tuning (40%) and 4 s waiting for the GPU lock (4%; the tuning's config "
+        "timing counts its own waits)"
+    )
+
+
+def test_the_page_says_each_rows_tuning_and_lock_wait(tmp_path):
+    tuned = StageTuning(launches=2, configs=40, compile_s=9.6, timing_s=3.0)
+    stages = [
+        StageTime(stage="engine fp8: compile at batch 1", seconds=20.0, tuning=tuned),
+        StageTime(stage="timing", seconds=9, lock_wait_s=6.2),
+    ]
+    row = _row(tmp_path, _record(stages, 19))
+    provenance = Provenance(
+        command=["quantstudy", "zoo"], created_utc="t", models_file="models.yaml",
+        models_sha256="0" * 64, shard="1/1", weights="random", device="cuda", driver={},
+        environments=[],
+    )  # fmt: skip
+    board = Leaderboard(provenance=provenance, batches=[1, 128], counts={}, rows=[row])
+    text = render_markdown(board)
+    assert "| s: process / study / build (tuning, lock wait) |" in text
+    [line] = [t for t in text.splitlines() if t.startswith("| resnet50 |")]
+    assert "| - / 100 / 20 (tuning 13, lock 6) |" in line
