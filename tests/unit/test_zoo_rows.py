@@ -29,7 +29,7 @@ from quantstudy.zoo.catalogue import ZooEntry
 from quantstudy.zoo.points import ZooOptions, row_settings, zoo_point
 from quantstudy.zoo.rows import Current, read_rows, stale_reasons, write_row
 from quantstudy.zoo.run import write_board
-from quantstudy.zoo.sources import engine_sources_sha256
+from quantstudy.study.sources import engine_sources_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "study_example.json"
