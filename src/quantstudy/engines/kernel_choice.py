@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,11 @@ FUSED_LAYERS = (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise)
 ROUNDS, ITERS, WARMUP = 10, 10, 3
 """Rounds per layer and batch: few, since every layer is timed at every batch while the
 engine is built, and the choice reads the median only."""
+
+CHOICE_LOG: list[dict[str, float | int]] = []
+"""One entry per timed choice in this process: the layers and batches timed (a layer's timing may
+come from the cache), its wall seconds and the part of them the kernels' autotuner took; a
+benchmark reads it to say where an engine's build went (`bench peers`)."""
 
 
 def cache_path() -> Path:
@@ -246,7 +252,18 @@ def choose_kernels(
             LayerKernel(name=n, kernel=ChosenKernel.FUSED, why="not timed off CUDA") for n in real
         ]
     options = Candidates(model, source, plain if plain is not None else source, plan, dtype, device)
+    from quantstudy.quant.kernels.tuning import TUNE_LOG  # imports Triton: only where timing
+
+    start, tuned = time.perf_counter(), len(TUNE_LOG)
     timed = _time_layers(options, fused, example, batches, cache or cache_path(), clock)
+    CHOICE_LOG.append(
+        {
+            "layers": len(timed),
+            "batches": len(batches),
+            "seconds": time.perf_counter() - start,
+            "autotune_s": sum(r["compile_s"] + r["tune_s"] for r in TUNE_LOG[tuned:]),
+        }
+    )
     choice = []
     for name in real:
         if name in timed:
