@@ -168,7 +168,7 @@ def test_the_kernel_choice_and_the_autotuner_are_taken_out_of_the_parts_holding_
 
     monkeypatch.setattr(phases, "TUNE_LOG", tuning.TUNE_LOG)
     monkeypatch.setattr(phases, "CHOICE_LOG", kernel_choice.CHOICE_LOG)
-    ticks = iter([0.0, 10.0, 20.0, 23.0])
+    ticks = iter([0.0, 10.0, 20.0, 23.0, 30.0, 31.0])
     monkeypatch.setattr(phases.time, "perf_counter", lambda: next(ticks))
     echoed: list[str] = []
     clock = RowClock(echo=echoed.append)
@@ -178,6 +178,10 @@ def test_the_kernel_choice_and_the_autotuner_are_taken_out_of_the_parts_holding_
         kernel_choice.CHOICE_LOG.append({"seconds": 6.0, "autotune_s": 1.5})
     with clock.phase(RowStep.COMPILE, "quantstudy fastest", 128):
         tuning.TUNE_LOG.append({"compile_s": 2.0, "tune_s": 0.0})
+    with clock.part("profile", 128, "fp16"):  # the harness's names of its parts (GPU only)
+        pass
+    assert (clock.phases[-1].step, clock.phases[-1].engine) == (RowStep.PROFILE, "fp16")
+    del clock.phases[-1], echoed[-1]
     assert [(p.step, p.seconds, p.autotune_s) for p in clock.phases] == [
         (RowStep.BUILD, 4.0, 0.5),
         (RowStep.KERNEL_CHOICE, 6.0, 1.5),
