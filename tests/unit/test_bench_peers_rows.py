@@ -175,7 +175,8 @@ def test_the_kernel_choice_and_the_autotuner_are_taken_out_of_the_parts_holding_
     with clock.phase(RowStep.BUILD, "quantstudy fastest"):
         tuning.TUNE_LOG.append({"compile_s": 1.0, "tune_s": 0.5})  # the choice's
         tuning.TUNE_LOG.append({"compile_s": 0.25, "tune_s": 0.25})  # the build's own
-        kernel_choice.CHOICE_LOG.append({"seconds": 6.0, "autotune_s": 1.5})
+        choice = {"layers": 36, "batches": 2, "new": 70, "seconds": 6.0, "autotune_s": 1.5}
+        kernel_choice.CHOICE_LOG.append(choice)
     with clock.phase(RowStep.COMPILE, "quantstudy fastest", 128):
         tuning.TUNE_LOG.append({"compile_s": 2.0, "tune_s": 0.0})
     with clock.part("profile", 128, "fp16"):  # the harness's names of its parts (GPU only)
@@ -189,6 +190,7 @@ def test_the_kernel_choice_and_the_autotuner_are_taken_out_of_the_parts_holding_
     ]
     assert echoed == [
         "  build quantstudy fastest: 4.0 s (0.5 s autotuning)",
-        "  kernel choice quantstudy fastest: 6.0 s (1.5 s autotuning)",
+        "  kernel choice quantstudy fastest 36 layers at 2 batches, 70 timings new: 6.0 s "
+        "(1.5 s autotuning)",
         "  compile quantstudy fastest at 128: 3.0 s (2.0 s autotuning)",
     ]

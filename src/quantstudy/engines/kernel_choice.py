@@ -51,9 +51,10 @@ ROUNDS, ITERS, WARMUP = 10, 10, 3
 engine is built, and the choice reads the median only."""
 
 CHOICE_LOG: list[dict[str, float | int]] = []
-"""One entry per timed choice in this process: the layers and batches timed (a layer's timing may
-come from the cache), its wall seconds and the part of them the kernels' autotuner took; a
-benchmark reads it to say where an engine's build went (`bench peers`)."""
+"""One entry per timed choice in this process: the layers and batches timed, how many layer
+timings were new (the others came from the cache), its wall seconds and the part of them the
+kernels' autotuner took; a benchmark reads it to say where an engine's build went (`bench
+peers`)."""
 
 
 def cache_path() -> Path:
@@ -252,18 +253,7 @@ def choose_kernels(
             LayerKernel(name=n, kernel=ChosenKernel.FUSED, why="not timed off CUDA") for n in real
         ]
     options = Candidates(model, source, plain if plain is not None else source, plan, dtype, device)
-    from quantstudy.quant.kernels.tuning import TUNE_LOG  # imports Triton: only where timing
-
-    start, tuned = time.perf_counter(), len(TUNE_LOG)
     timed = _time_layers(options, fused, example, batches, cache or cache_path(), clock)
-    CHOICE_LOG.append(
-        {
-            "layers": len(timed),
-            "batches": len(batches),
-            "seconds": time.perf_counter() - start,
-            "autotune_s": sum(r["compile_s"] + r["tune_s"] for r in TUNE_LOG[tuned:]),
-        }
-    )
     choice = []
     for name in real:
         if name in timed:
@@ -284,8 +274,13 @@ def _time_layers(
     clock: Timer | None,
 ) -> dict[str, dict[int, Timing]]:
     """layer -> batch -> its times, from one eager pass of the engine per batch with a
-    pre-hook on each layer that may take another kernel; cached in the JSON file `path`."""
+    pre-hook on each layer that may take another kernel; cached in the JSON file `path`, and
+    what it cost logged in `CHOICE_LOG`."""
+    from quantstudy.quant.kernels.tuning import TUNE_LOG  # imports Triton: only where timing
+
+    start, tuned = time.perf_counter(), len(TUNE_LOG)
     stored = json.loads(path.read_text()) if path.is_file() else {}
+    cached = len(stored)
     versions = _versions(options.device)
     timed: dict[str, dict[int, Timing]] = {}
 
@@ -321,6 +316,15 @@ def _time_layers(
             options.model(x)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, stored)
+    CHOICE_LOG.append(
+        {
+            "layers": len(timed),
+            "batches": len(batches),
+            "new": len(stored) - cached,
+            "seconds": time.perf_counter() - start,
+            "autotune_s": sum(r["compile_s"] + r["tune_s"] for r in TUNE_LOG[tuned:]),
+        }
+    )
     return {n: t for n, t in timed.items() if set(t) == set(batches)}
 
 

@@ -64,7 +64,11 @@ class RowClock:
         self._add(own)
         if choices:
             step, seconds, autotune = RowStep.KERNEL_CHOICE, choice_s, choice_tune
-            choice = RowPhase(step=step, engine=engine, seconds=round(seconds, 3),
+            timed = " + ".join(
+                f"{c['layers']} layers at {c['batches']} batches, {c['new']} timings new"
+                for c in choices
+            )  # the others from the cache (`engines/kernel_choice.py: cache_path`)
+            choice = RowPhase(step=step, engine=engine, detail=timed, seconds=round(seconds, 3),
                               autotune_s=round(autotune, 3))  # fmt: skip
             self._add(choice)
 
