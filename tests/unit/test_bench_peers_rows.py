@@ -15,7 +15,6 @@ from quantstudy.bench.peers.rows import ROW_SOURCES, check_code
 from quantstudy.bench.peers.table import peers_table
 from quantstudy.bench.schema import PeersBench, PeersResult, RowStep, read_record, write_record
 from quantstudy.cli import main
-from quantstudy.engines import kernel_choice
 from quantstudy.quant.kernels import tuning
 from quantstudy.record.errors import UserError
 from quantstudy.study.sources import engine_sources_sha256
@@ -124,8 +123,8 @@ def test_the_code_of_rows_side_by_side():
 
 def test_a_row_says_where_its_seconds_went(tiny_imagenet, tmp_path, capsys, no_torchao):
     """Every part of a CPU row: the preparation's three stages, each engine's build, its first
-    call at each batch and its quality pass, the timing rounds per batch (no kernel profile on
-    a CPU), the parts adding up to no more than the row's seconds; printed as each ends and as
+    call at each batch and its quality pass, the timing rounds of every batch (no kernel profile
+    on a CPU), the parts adding up to no more than the row's seconds; printed as each ends and as
     a table after the row."""
     out = tmp_path / "peers.json"
     assert _peers(tiny_imagenet, out) == 0
@@ -137,7 +136,7 @@ def test_a_row_says_where_its_seconds_went(tiny_imagenet, tmp_path, capsys, no_t
     want = {(RowStep.PREPARE, None, None, d) for d in ("load", "images", "calibrate")}
     want |= {(RowStep.BUILD, e, None, None) for e in engines}
     want |= {(RowStep.COMPILE, e, b, None) for e in engines for b in (1, 2)}
-    want |= {(RowStep.TIMING, None, b, None) for b in (1, 2)}
+    want |= {(RowStep.TIMING, None, None, "rounds and kernel profiles, every batch")}
     want |= {(RowStep.QUALITY, e, 2, None) for e in ("fp32", *engines)}
     assert found == want
     assert all(p.seconds >= 0 for p in row.phases)
@@ -146,8 +145,7 @@ def test_a_row_says_where_its_seconds_went(tiny_imagenet, tmp_path, capsys, no_t
     table = phase_table(row)
     assert table[0].startswith(f"where the {row.seconds:.1f} s of test_efficientnet's row went")
     assert table[1] == (
-        "| engine | prepare | build | compile at 1 | compile at 2 | timing at 1 | timing at 2 | "
-        "quality at 2 | sum |"
+        "| engine | prepare | build | compile at 1 | compile at 2 | timing | quality at 2 | sum |"
     )
     assert [line.split(" | ")[0] for line in table[3:]] == [
         "| (row)", "| fp16", "| quantstudy fused", "| fp32"
@@ -157,40 +155,27 @@ def test_a_row_says_where_its_seconds_went(tiny_imagenet, tmp_path, capsys, no_t
     assert phase_table(old) == [] and PeersResult.model_validate_json(old.model_dump_json()) == old
 
 
-def test_the_kernel_choice_and_the_autotuner_are_taken_out_of_the_parts_holding_them(
-    monkeypatch,
-):
-    """The kernel choice runs inside `fastest`'s build: its seconds (and its autotuning) are a
-    part of their own, not the build's; the autotuner's seconds of a part are its share."""
+def test_a_part_holds_its_autotuners_share(monkeypatch):
+    """The autotuner's seconds of a part are what its log gained inside that part (the kernel
+    choice of `fastest`, with its tuning, stays inside that engine's build)."""
     monkeypatch.setattr(tuning, "TUNE_LOG", [])
-    monkeypatch.setattr(kernel_choice, "CHOICE_LOG", [])
     import quantstudy.bench.peers.phases as phases
 
     monkeypatch.setattr(phases, "TUNE_LOG", tuning.TUNE_LOG)
-    monkeypatch.setattr(phases, "CHOICE_LOG", kernel_choice.CHOICE_LOG)
-    ticks = iter([0.0, 10.0, 20.0, 23.0, 30.0, 31.0])
+    ticks = iter([0.0, 10.0, 20.0, 23.0])
     monkeypatch.setattr(phases.time, "perf_counter", lambda: next(ticks))
     echoed: list[str] = []
     clock = RowClock(echo=echoed.append)
     with clock.phase(RowStep.BUILD, "quantstudy fastest"):
-        tuning.TUNE_LOG.append({"compile_s": 1.0, "tune_s": 0.5})  # the choice's
-        tuning.TUNE_LOG.append({"compile_s": 0.25, "tune_s": 0.25})  # the build's own
-        choice = {"layers": 36, "batches": 2, "new": 70, "seconds": 6.0, "autotune_s": 1.5}
-        kernel_choice.CHOICE_LOG.append(choice)
+        tuning.TUNE_LOG.append({"compile_s": 1.0, "tune_s": 0.5})  # the kernel choice's
+        tuning.TUNE_LOG.append({"compile_s": 0.25, "tune_s": 0.25})
     with clock.phase(RowStep.COMPILE, "quantstudy fastest", 128):
         tuning.TUNE_LOG.append({"compile_s": 2.0, "tune_s": 0.0})
-    with clock.part("profile", 128, "fp16"):  # the harness's names of its parts (GPU only)
-        pass
-    assert (clock.phases[-1].step, clock.phases[-1].engine) == (RowStep.PROFILE, "fp16")
-    del clock.phases[-1], echoed[-1]
     assert [(p.step, p.seconds, p.autotune_s) for p in clock.phases] == [
-        (RowStep.BUILD, 4.0, 0.5),
-        (RowStep.KERNEL_CHOICE, 6.0, 1.5),
+        (RowStep.BUILD, 10.0, 2.0),
         (RowStep.COMPILE, 3.0, 2.0),
     ]
     assert echoed == [
-        "  build quantstudy fastest: 4.0 s (0.5 s autotuning)",
-        "  kernel choice quantstudy fastest 36 layers at 2 batches, 70 timings new: 6.0 s "
-        "(1.5 s autotuning)",
+        "  build quantstudy fastest: 10.0 s (2.0 s autotuning)",
         "  compile quantstudy fastest at 128: 3.0 s (2.0 s autotuning)",
     ]

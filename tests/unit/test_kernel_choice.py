@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.builders import build_fp8
-from quantstudy.engines.kernel_choice import CHOICE_LOG, ByBatch, choose_kernels, nearest_batch
+from quantstudy.engines.kernel_choice import ByBatch, choose_kernels, nearest_batch
 from quantstudy.engines.unfused import Unfused
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
@@ -67,10 +67,7 @@ def test_faster_scaled_mm_replaces_the_fused_layer_with_its_activation_after(tmp
         want = m(x)
     times = iter([1.0, 11.0, 100.0, 2.0, 12.0, 7.0, 100.0, 3.0, 13.0, 12.9, 100.0])
     cache = tmp_path / "choice.json"
-    logged = len(CHOICE_LOG)
     got = choose_kernels(m, model, plan, torch.float32, x, CPU, 4, cache, lambda fn: next(times))
-    (entry,) = CHOICE_LOG[logged:]  # what a benchmark reads of the choice's cost (`bench peers`)
-    assert (entry["layers"], entry["batches"], entry["new"]) == (3, 1, 3) and entry["seconds"] > 0
     by_name = {c.name: c for c in got}
     assert by_name["pw"].kernel == "scaled_mm" and by_name["pw"].batch == 4
     assert (by_name["pw"].fused_us, by_name["pw"].scaled_mm_us) == (10.0, 5.0)
@@ -90,7 +87,7 @@ def test_faster_scaled_mm_replaces_the_fused_layer_with_its_activation_after(tmp
     # a rebuilt engine reads the cache: the timer is not called again
     m2 = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fused").eager
     again = choose_kernels(m2, model, plan, torch.float32, x, CPU, 4, cache, lambda fn: 1 / 0)
-    assert again == got and CHOICE_LOG[-1]["new"] == 0
+    assert again == got
 
 
 def test_the_choice_is_made_per_batch_and_a_split_layer_runs_both_by_batch(tmp_path):

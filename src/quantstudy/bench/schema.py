@@ -313,17 +313,15 @@ class RowStep(StrEnum):
     """The parts of a peers row's wall time, in the order a row runs them (`bench/peers/run.py`)."""
 
     PREPARE = "prepare"  # the study's preparation: load, images, calibrate (`detail` says which)
-    BUILD = "build"  # an engine assembled (and torchao's quantize_), not compiled yet
-    KERNEL_CHOICE = "kernel choice"  # `fastest`'s per-layer timing, inside its build
+    BUILD = "build"  # an engine assembled (and torchao's quantize_; `fastest`'s kernel choice)
     COMPILE = "compile"  # an engine's first call at a batch: torch.compile and kernel tuning
-    TIMING = "timing"  # the interleaved rounds of every engine at a batch (warm-up, capture)
-    PROFILE = "profile"  # the kernel profile of one call of an engine at a batch
+    TIMING = "timing"  # every batch's interleaved rounds (warm-up, capture) and kernel profiles
     QUALITY = "quality"  # an engine's pass over the held-out images (fp32: the reference's)
 
 
 class RowPhase(Section):
-    """Wall seconds of one part of a row; the parts do not overlap (the kernel choice is taken
-    out of its build), so with the gaps between them they sum to the row's `seconds`."""
+    """Wall seconds of one part of a row; the parts do not overlap, so with the gaps between
+    them they sum to the row's `seconds`."""
 
     step: RowStep
     engine: str | None = None  # None: the row's, not one engine's (preparation, timing rounds)

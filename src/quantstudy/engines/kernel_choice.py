@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,12 +48,6 @@ FUSED_LAYERS = (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise)
 ROUNDS, ITERS, WARMUP = 10, 10, 3
 """Rounds per layer and batch: few, since every layer is timed at every batch while the
 engine is built, and the choice reads the median only."""
-
-CHOICE_LOG: list[dict[str, float | int]] = []
-"""One entry per timed choice in this process: the layers and batches timed, how many layer
-timings were new (the others came from the cache), its wall seconds and the part of them the
-kernels' autotuner took; a benchmark reads it to say where an engine's build went (`bench
-peers`)."""
 
 
 def cache_path() -> Path:
@@ -274,13 +267,8 @@ def _time_layers(
     clock: Timer | None,
 ) -> dict[str, dict[int, Timing]]:
     """layer -> batch -> its times, from one eager pass of the engine per batch with a
-    pre-hook on each layer that may take another kernel; cached in the JSON file `path`, and
-    what it cost logged in `CHOICE_LOG`."""
-    from quantstudy.quant.kernels.tuning import TUNE_LOG  # imports Triton: only where timing
-
-    start, tuned = time.perf_counter(), len(TUNE_LOG)
+    pre-hook on each layer that may take another kernel; cached in the JSON file `path`."""
     stored = json.loads(path.read_text()) if path.is_file() else {}
-    cached = len(stored)
     versions = _versions(options.device)
     timed: dict[str, dict[int, Timing]] = {}
 
@@ -316,15 +304,6 @@ def _time_layers(
             options.model(x)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, stored)
-    CHOICE_LOG.append(
-        {
-            "layers": len(timed),
-            "batches": len(batches),
-            "new": len(stored) - cached,
-            "seconds": time.perf_counter() - start,
-            "autotune_s": sum(r["compile_s"] + r["tune_s"] for r in TUNE_LOG[tuned:]),
-        }
-    )
     return {n: t for n, t in timed.items() if set(t) == set(batches)}
 
 

@@ -38,10 +38,8 @@ is marked not meaningful and has no kernel profile.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -69,15 +67,6 @@ CPU_ROUNDS, CPU_ITERS, CPU_WARMUP = 3, 2, 1
 """Caps on CPU: CPU timings are not evidence, so they are kept short."""
 
 CPU_MEANINGLESS_REASON = "timed on CPU: not evidence for a GPU deployment decision"
-
-Part = Callable[[str, int, str | None], AbstractContextManager[object]]
-"""A caller's clock around the parts of `measure_speed`: (part, batch, engine name or None for
-every engine), the part "timing" (one batch's interleaved rounds) or "profile" (one engine's
-kernel profile at a batch)."""
-
-
-def _unclocked(part: str, batch: int, engine: str | None) -> AbstractContextManager[object]:
-    return contextlib.nullcontext()
 
 
 def input_buffer_count(
@@ -238,7 +227,6 @@ def measure_speed(
     kernel_profile: bool = True,
     max_buffers: int = MAX_INPUT_BUFFERS,
     package_dir: Path | None = None,
-    part: Part = _unclocked,
 ) -> dict[str, SpeedSection]:
     """Time the first engine of `engines` (fp16) against each other at each batch size, all in
     one set of interleaved rounds; one speed section per other engine, by its key, pairing its
@@ -247,8 +235,7 @@ def measure_speed(
     interleaved timing (module docstring), a kernel profile of one call of fp16 and of each
     engine per batch when `kernel_profile`, and, when `package_dir` is given, the AOTInductor
     package size of each engine at the first batch size (minutes). On CPU: a short eager run,
-    marked not meaningful, with no kernel profile and no package. `part`: a clock around each
-    batch's rounds and each profile (`Part`), for a caller that says where its time went.
+    marked not meaningful, with no kernel profile and no package.
     """
     _check_inputs(engines, images, batches)
     check_counts(rounds, iters, warmup)
@@ -269,21 +256,18 @@ def measure_speed(
     kernels: dict[str, list[KernelBreakdown]] = {n: [] for n in others}
     buffers: dict[int, int] = {}
     for batch in batches:
-        with part("timing", batch, None):
-            times, buffers[batch] = time_batch(
-                engines, images, batch, rounds=rounds, iters=iters, warmup=warmup,
-                l2_bytes=l2_bytes, max_buffers=max_buffers,
-            )  # fmt: skip
+        times, buffers[batch] = time_batch(
+            engines, images, batch, rounds=rounds, iters=iters, warmup=warmup,
+            l2_bytes=l2_bytes, max_buffers=max_buffers,
+        )  # fmt: skip
         for name in others:
             results[name].append(summarize_batch(batch, times[names[0]], times[name]))
         if on_gpu and kernel_profile:
             first = tile_images(images, batch)
             with timing():  # kernel durations, too, with the GPU held alone
-                with part("profile", batch, names[0]):
-                    fp16 = profile_kernels(base, first, batch)
+                fp16 = profile_kernels(base, first, batch)
                 for name in others:
-                    with part("profile", batch, name):
-                        kernels[name] += [fp16, profile_kernels(engines[name], first, batch)]
+                    kernels[name] += [fp16, profile_kernels(engines[name], first, batch)]
     clocks_end = gpu_clocks(device) if on_gpu else {}
     packages = _packages(engines, images, batches[0], package_dir) if on_gpu else None
     region = timed_region_text(

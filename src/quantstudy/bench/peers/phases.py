@@ -4,9 +4,11 @@ short table of them printed after the row.
 Wall time (`time.perf_counter`) around each part's code. The GPU work of a part is inside it:
 each ends on a synchronising call (a compile call's output copied back, the harness's rounds,
 a quality pass's outputs on the host). The parts do not overlap: `fastest`'s per-layer kernel
-choice runs inside its engine's build and is taken out of it, from the log the choice keeps
-(`engines/kernel_choice.py: CHOICE_LOG`); the seconds our kernels' autotuner spent inside a
-part come from its log (`quant/kernels/tuning.py: TUNE_LOG`). Each part is printed as it ends,
+choice runs inside its engine's build, so that build's part holds it; the harness's rounds and
+kernel profiles of every batch are one part (the harness and the choice are engine code, whose
+hash a zoo row and a peers row are measured under, `study/sources.py`, so they keep no clock of
+ours). The seconds our kernels' autotuner spent inside a part come from its log
+(`quant/kernels/tuning.py: TUNE_LOG`). Each part is printed as it ends,
 so the log of a row stopped at its time limit (no record is written then) still says where its
 minutes went.
 """
@@ -19,7 +21,6 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from quantstudy.bench.schema import PeersResult, RowPhase, RowStep
-from quantstudy.engines.kernel_choice import CHOICE_LOG
 from quantstudy.quant.kernels.tuning import TUNE_LOG
 from quantstudy.report.format import table
 
@@ -50,35 +51,16 @@ class RowClock:
         detail: str | None = None,
     ) -> Iterator[None]:
         """Time the body as one part; a part that raises is not recorded (the row failed)."""
-        start, tuned, chosen = time.perf_counter(), len(TUNE_LOG), len(CHOICE_LOG)
+        start, tuned = time.perf_counter(), len(TUNE_LOG)
         yield
-        seconds = time.perf_counter() - start
-        autotune = _autotune_s(TUNE_LOG[tuned:])
-        choices = CHOICE_LOG[chosen:]
-        choice_s = sum(float(c["seconds"]) for c in choices)
-        choice_tune = sum(float(c["autotune_s"]) for c in choices)
-        own = RowPhase(
-            step=step, engine=engine, batch=batch, detail=detail,
-            seconds=round(seconds - choice_s, 3), autotune_s=round(autotune - choice_tune, 3),
-        )  # fmt: skip
-        self._add(own)
-        if choices:
-            step, seconds, autotune = RowStep.KERNEL_CHOICE, choice_s, choice_tune
-            timed = " + ".join(
-                f"{c['layers']} layers at {c['batches']} batches, {c['new']} timings new"
-                for c in choices
-            )  # the others from the cache (`engines/kernel_choice.py: cache_path`)
-            choice = RowPhase(step=step, engine=engine, detail=timed, seconds=round(seconds, 3),
-                              autotune_s=round(autotune, 3))  # fmt: skip
-            self._add(choice)
+        seconds = round(time.perf_counter() - start, 3)
+        autotune = round(_autotune_s(TUNE_LOG[tuned:]), 3)
+        self._add(RowPhase(step=step, engine=engine, batch=batch, detail=detail, seconds=seconds,
+                           autotune_s=autotune))  # fmt: skip
 
     def prepare(self, detail: str) -> AbstractContextManager[None]:
         """The study's preparation stage hook (`study/prepare.py: StageHook`)."""
         return self.phase(RowStep.PREPARE, detail=detail)
-
-    def part(self, part: str, batch: int, engine: str | None) -> AbstractContextManager[None]:
-        """The timing harness's clock (`speed/harness.py: Part`)."""
-        return self.phase(RowStep(part), engine, batch)
 
     def _add(self, phase: RowPhase) -> None:
         self.phases.append(phase)

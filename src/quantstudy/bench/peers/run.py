@@ -143,10 +143,11 @@ def peers_row(
     built, layers, refused = _engines(prepared, peers, status, ours, clock)
     x = prepared.heldout_x
     print(f"timing {', '.join(built)} at batches {list(config.batches)}", flush=True)
-    sections = measure_speed(
-        built, x, list(config.batches), rounds=rounds, iters=iters,
-        compile_mode=config.compile_mode, part=clock.part,
-    )  # fmt: skip
+    with clock.phase(RowStep.TIMING, detail="rounds and kernel profiles, every batch"):
+        sections = measure_speed(
+            built, x, list(config.batches), rounds=rounds, iters=iters,
+            compile_mode=config.compile_mode,
+        )  # fmt: skip
     quality = _scores(prepared, built, max(config.batches), clock)
     device = prepared.device
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
