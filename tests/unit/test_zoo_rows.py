@@ -23,6 +23,7 @@ from quantstudy.record import StudyRecord
 from quantstudy.record.errors import EXIT_NOTHING_SELECTED
 from quantstudy.record.timing_lock import LOCK_ENV, timing
 from quantstudy.record.vocab import RowStatus
+from quantstudy.study.sources import engine_sources_sha256
 from quantstudy.sweep.events import Job
 from quantstudy.sweep.local import local_slots
 from quantstudy.sweep.point import POINT_FILE, PointStatus
@@ -32,7 +33,6 @@ from quantstudy.zoo.catalogue import ZooEntry, load_catalogue
 from quantstudy.zoo.points import ZooOptions, row_settings, zoo_point
 from quantstudy.zoo.rows import Current, read_rows, stale_reasons, write_row
 from quantstudy.zoo.run import write_board, write_leaderboard
-from quantstudy.zoo.sources import engine_sources_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "study_example.json"

@@ -5,11 +5,14 @@ Schema history:
   1: first version (speed, gemm, depthwise, kernels and published records).
      Later additions, each optional or a new kind, so every older record still loads: the
      peers record (`peers`: our engines beside torchao's) and Provenance.torchao; the product
-     record (`products`: every FP8 product of several models and batches, beside cuBLASLt).
+     record (`products`: every FP8 product of several models and batches, beside cuBLASLt);
+     a peers row's own commit, engine-sources hash and phases (`PeersResult.git_commit`,
+     `engine_sources`, `phases`: where its seconds went), absent from older rows.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -306,6 +309,28 @@ class PeerRefused(Section):
     reason: str
 
 
+class RowStep(StrEnum):
+    """The parts of a peers row's wall time, in the order a row runs them (`bench/peers/run.py`)."""
+
+    PREPARE = "prepare"  # the study's preparation: load, images, calibrate (`detail` says which)
+    BUILD = "build"  # an engine assembled (and torchao's quantize_; `fastest`'s kernel choice)
+    COMPILE = "compile"  # an engine's first call at a batch: torch.compile and kernel tuning
+    TIMING = "timing"  # every batch's interleaved rounds (warm-up, capture) and kernel profiles
+    QUALITY = "quality"  # an engine's pass over the held-out images (fp32: the reference's)
+
+
+class RowPhase(Section):
+    """Wall seconds of one part of a row; the parts do not overlap, so with the gaps between
+    them they sum to the row's `seconds`."""
+
+    step: RowStep
+    engine: str | None = None  # None: the row's, not one engine's (preparation, timing rounds)
+    batch: int | None = None
+    detail: str | None = None
+    seconds: float
+    autotune_s: float = 0.0  # of which our kernels' autotuner compiled and timed configs
+
+
 class PeersResult(Section):
     """One model's row: every engine on the same layers, images and harness."""
 
@@ -321,11 +346,18 @@ class PeersResult(Section):
     seconds: float  # wall time of the row: preparation, builds, compiles, timing, scoring
     engines: list[PeerEngine]
     refused: list[PeerRefused] = Field(default_factory=list)
+    # the commit and the hash of the code that makes the row's numbers (`rows.py: ROW_SOURCES`):
+    # rows of several commits sit side by side where the hash is the same. None: an older row,
+    # measured at its record's commit (`provenance.git_commit`)
+    git_commit: str | None = None
+    engine_sources: str | None = None
+    phases: list[RowPhase] | None = None  # where `seconds` went (None: not recorded)
 
 
 class PeersBench(Record):
     """Rows of `quantstudy bench peers`, one per model, all measured in one environment (the
-    provenance; `--append` refuses a row measured in another)."""
+    provenance; `--append` refuses a row measured in another) with the same code (one commit, or
+    one engine-sources hash: `bench/peers/rows.py`); `provenance.git_commit` is the first row's."""
 
     kind: Literal["peers"] = "peers"
     batches: list[int]

@@ -44,7 +44,7 @@ class Measured(Strict):
 
     commit: str | None  # the git commit the study ran at
     created_utc: str  # when the row was written from its study
-    # `zoo/sources.py`: the hash of the code that built and timed its engines (None: its study
+    # `study/sources.py`: the hash of the code that built and timed its engines (None: its study
     # was not started by a zoo that records it, so the row is stale to any run)
     engine_sources: str | None
     settings: dict[str, Any]  # what the study was asked (`zoo/points.py: row_settings`)

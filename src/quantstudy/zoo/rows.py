@@ -2,7 +2,7 @@
 each fresh one and measures only the rows that are missing or stale, so device calls add up.
 
 A row is fresh when it answers (complete, or no layer for FP8) and was measured with what the
-current run would use: the same engine sources (`zoo/sources.py`), the same study settings
+current run would use: the same engine sources (`study/sources.py`), the same study settings
 (`zoo/points.py: row_settings`), and the same GPU, torch and Triton. `stale_reasons` says what
 differs; a failed, interrupted or pending row is always measured again.
 """

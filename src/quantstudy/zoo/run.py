@@ -24,6 +24,7 @@ from rich.console import Console
 
 from quantstudy.record.io import write_json_atomic, write_text_atomic
 from quantstudy.record.vocab import RowStatus, choices
+from quantstudy.study.sources import engine_sources_sha256
 from quantstudy.sweep.events import Executor, Job
 from quantstudy.sweep.local import default_jobs
 from quantstudy.sweep.point import is_finished
@@ -51,7 +52,7 @@ from quantstudy.zoo.markdown import render_markdown
 from quantstudy.zoo.points import ZooOptions, row_settings, zoo_point
 from quantstudy.zoo.render import render_csv, write_plot
 from quantstudy.zoo.rows import Current, read_rows, stale_reasons, write_row
-from quantstudy.zoo.sources import engine_sources_sha256, read_marker, write_marker
+from quantstudy.zoo.sources import read_marker, write_marker
 
 Listed = list[tuple[ZooEntry, Job]]
 

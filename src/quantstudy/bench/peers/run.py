@@ -10,7 +10,9 @@ each refused in one line where it cannot run; all timed in one set of interleave
 (`quality/metrics.score_engine`), at the largest timed batch so that scoring reuses the compiled
 shapes. The record is written after each row, marked unfinished while rows of the command
 remain, so a run cut short (or one that measures a row a command, `--max-rows`) keeps its rows
-and says which are still to come.
+and says which are still to come. Each engine is called once at each timed batch before the
+timing (its compile, a part of its own), and the row records where its seconds went
+(`phases.py`), with its commit and the hash of the code that makes its numbers (`rows.py`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from pathlib import Path
 import torch
 
 from quantstudy.bench.peers.configs import Peer, device_refusal, peer_layers
-from quantstudy.bench.peers.rows import check_alike, existing_record, has_row
+from quantstudy.bench.peers.phases import RowClock, phase_table
+from quantstudy.bench.peers.rows import (
+    ROW_SOURCES,
+    check_alike,
+    existing_record,
+    has_row,
+    with_commits,
+)
 from quantstudy.bench.peers.table import row_lines
 from quantstudy.bench.peers.torchao import (
     build_torchao,
@@ -38,6 +47,7 @@ from quantstudy.bench.schema import (
     PeersBench,
     PeersResult,
     Provenance,
+    RowStep,
     write_record,
 )
 from quantstudy.engines.builders import BuiltEngine, build_fp8, build_fp32, build_half, set_numerics
@@ -50,6 +60,7 @@ from quantstudy.record.vocab import KernelOption, PeerFamily
 from quantstudy.speed.harness import cpu_counts, measure_speed, tile_images
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
+from quantstudy.study.sources import engine_sources_sha256
 
 FP16: str = EngineName.FP16  # the fp16 engine's name in a row
 
@@ -89,9 +100,10 @@ def bench_peers(
         quality_batch=max(first.batches),
         results=[],
     )
+    sources = engine_sources_sha256(covered=ROW_SOURCES)
     held = existing_record(out, append)
     if held is not None:
-        check_alike(held, provenance, record)
+        check_alike(held, provenance, record, [(provenance.git_commit, sources)])
         record = held
     todo = [c for c in configs if not has_row(record.results, c)]
     for c in configs:
@@ -101,8 +113,10 @@ def bench_peers(
     record = _marked(record, configs)
     for config in todo:
         row = peers_row(config, peers, status, provenance, rounds, iters, ours)
-        record = _marked(record.model_copy(update={"results": [*record.results, row]}), configs)
-        print("\n".join(row_lines(record, row)), flush=True)
+        row = row.model_copy(update={"engine_sources": sources})
+        record = with_commits(record.model_copy(update={"results": [*record.results, row]}))
+        record = _marked(record, configs)
+        print("\n".join([*row_lines(record, row), "", *phase_table(row)]), flush=True)
         write_record(out, record)
     return record
 
@@ -124,16 +138,17 @@ def peers_row(
     ours: Sequence[KernelOption] = (),
 ) -> PeersResult:
     """One model's row (module docstring); `status`: `torchao_status()`."""
-    start = time.perf_counter()
-    prepared = prepare_study(config)
-    built, layers, refused = _engines(prepared, peers, status, ours)
+    start, clock = time.perf_counter(), RowClock()
+    prepared = prepare_study(config, clock.prepare)
+    built, layers, refused = _engines(prepared, peers, status, ours, clock)
     x = prepared.heldout_x
     print(f"timing {', '.join(built)} at batches {list(config.batches)}", flush=True)
-    sections = measure_speed(
-        built, x, list(config.batches), rounds=rounds, iters=iters,
-        compile_mode=config.compile_mode,
-    )  # fmt: skip
-    quality = _scores(prepared, built, max(config.batches))
+    with clock.phase(RowStep.TIMING, detail="rounds and kernel profiles, every batch"):
+        sections = measure_speed(
+            built, x, list(config.batches), rounds=rounds, iters=iters,
+            compile_mode=config.compile_mode,
+        )  # fmt: skip
+    quality = _scores(prepared, built, max(config.batches), clock)
     device = prepared.device
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     recipe = prepared.inputs.recipe_info
@@ -170,6 +185,8 @@ def peers_row(
         seconds=time.perf_counter() - start,
         engines=engines,
         refused=refused,
+        git_commit=provenance.git_commit,
+        phases=clock.phases,
     )
 
 
@@ -177,26 +194,35 @@ Layers = tuple[list[str], dict[str, str]]  # FP8 layers; recipe layers left out 
 
 
 def _engines(
-    prepared: Prepared, peers: Sequence[Peer], status: str | None, ours: Sequence[KernelOption]
+    prepared: Prepared,
+    peers: Sequence[Peer],
+    status: str | None,
+    ours: Sequence[KernelOption],
+    clock: RowClock,
 ) -> tuple[dict[str, BuiltEngine], dict[str, Layers], list[PeerRefused]]:
     """fp16, ours (one engine per kernel option: by default the config's and `fastest`), and
     each torchao config that can run here, with the recipe's layers each runs in FP8; the others
-    refused, each with its reason."""
+    refused, each with its reason. Each engine built is called once at each timed batch."""
     config, device, model = prepared.config, prepared.device, prepared.model
     mode, fold, example = config.compile_mode, prepared.recipe.weights.fold_bn, prepared.example
-    built = {FP16: build_half(model, device, example, fold=fold, compile_mode=mode)}
+    x, batches = prepared.heldout_x, config.batches
+    with clock.phase(RowStep.BUILD, FP16):
+        built = {FP16: build_half(model, device, example, fold=fold, compile_mode=mode)}
+    _first_calls(FP16, built[FP16], x, batches, clock)
     layers: dict[str, Layers] = {FP16: ([], {})}
     default = KernelOption(config.fp8_kernel or DEFAULT_FP8_KERNEL)
     # `fastest` times each layer's kernels on the GPU: beside the default there only
     both = (default, KernelOption.FASTEST) if device.type == "cuda" else (default,)
     for option in dict.fromkeys(ours or both):
-        ours_engine = build_fp8(
-            model, device, example, prepared.plan, fold=fold, compile_mode=mode,
-            kernel=config.replace(fp8_kernel=option).fp8_build(),
-        )  # fmt: skip
-        built[f"quantstudy {option}"] = ours_engine
-        applied = ours_engine.applied
-        layers[f"quantstudy {option}"] = (list(applied.real), dict(applied.emulated))
+        name = f"quantstudy {option}"
+        with clock.phase(RowStep.BUILD, name):
+            ours_engine = build_fp8(
+                model, device, example, prepared.plan, fold=fold, compile_mode=mode,
+                kernel=config.replace(fp8_kernel=option).fp8_build(),
+            )  # fmt: skip
+        _first_calls(name, ours_engine, x, batches, clock)
+        built[name] = ours_engine
+        layers[name] = (list(ours_engine.applied.real), dict(ours_engine.applied.emulated))
     refused = []
     if status is not None and peers:  # torchao absent or unusable: one line for all its configs
         print(f"torchao: refused: {status}", flush=True)
@@ -214,7 +240,7 @@ def _engines(
             print(f"{peer.label}: refused: {reason}", flush=True)
             refused.append(PeerRefused(name=peer.label, reason=reason))
             continue
-        engine, failure = _built_and_run(prepared, peer, taken)
+        engine, failure = _built_and_run(prepared, peer, taken, clock)
         if engine is None:
             print(f"{peer.label}: failed: {failure}", flush=True)
             refused.append(PeerRefused(name=peer.label, reason=f"failed here: {failure}"))
@@ -225,19 +251,31 @@ def _engines(
     return built, layers, refused
 
 
-def _built_and_run(
-    prepared: Prepared, peer: Peer, layers: list[str]
-) -> tuple[BuiltEngine | None, str | None]:
-    """The torchao engine, called once at each timed batch (which compiles it, as the timing's
-    warm-up would, on the same shapes), or None and the first error. A peer library failing on
-    a model is a finding of the benchmark, recorded in one line, and the other engines are
-    timed all the same; our own engines are not guarded so (a failure there is a bug)."""
-    x = prepared.heldout_x
-    try:
-        engine = build_torchao(prepared, peer, layers)
-        with torch.no_grad():
-            for batch in prepared.config.batches:
+def _first_calls(
+    name: str, engine: BuiltEngine, x: torch.Tensor, batches: Sequence[int], clock: RowClock
+) -> None:
+    """Call `engine` once at each timed batch: it compiles there (and our kernels tune), on the
+    shapes the timing's warm-up would compile, so the compile is a part of its own."""
+    with torch.no_grad():
+        for batch in batches:
+            with clock.phase(RowStep.COMPILE, name, batch):
                 engine.module(engine.prepare(tile_images(x, batch)))
+                if engine.device.type == "cuda":
+                    torch.cuda.synchronize(engine.device)
+
+
+def _built_and_run(
+    prepared: Prepared, peer: Peer, layers: list[str], clock: RowClock | None = None
+) -> tuple[BuiltEngine | None, str | None]:
+    """The torchao engine, called once at each timed batch (`_first_calls`), or None and the
+    first error. A peer library failing on a model is a finding of the benchmark, recorded in
+    one line, and the other engines are timed all the same; our own engines are not guarded so
+    (a failure there is a bug)."""
+    clock = clock or RowClock(echo=None)
+    try:
+        with clock.phase(RowStep.BUILD, peer.label):
+            engine = build_torchao(prepared, peer, layers)
+        _first_calls(peer.label, engine, prepared.heldout_x, prepared.config.batches, clock)
     except Exception as err:  # torchao's and Inductor's errors have no common base
         text = str(err).strip().splitlines()
         return None, f"{type(err).__name__}: {text[0] if text else ''}"
@@ -245,18 +283,21 @@ def _built_and_run(
 
 
 def _scores(
-    prepared: Prepared, engines: dict[str, BuiltEngine], batch: int
+    prepared: Prepared, engines: dict[str, BuiltEngine], batch: int, clock: RowClock
 ) -> dict[str, EngineQuality]:
     """Each engine against the fp32 model on the held-out images, in batches of `batch` (the
     last padded: the compiled shapes of the timing are reused)."""
     x, labels, seed = prepared.heldout_x, prepared.labels, prepared.config.seed
-    fp32 = build_fp32(prepared.model, prepared.device)
-    ref = run_engine(fp32, x, batch, pad=True)
-    del fp32
-    return {
-        name: score_engine(name, ref, run_engine(engine, x, batch, pad=True), labels, seed=seed)
-        for name, engine in engines.items()
-    }
+    with clock.phase(RowStep.QUALITY, EngineName.FP32.value, batch):
+        fp32 = build_fp32(prepared.model, prepared.device)
+        ref = run_engine(fp32, x, batch, pad=True)
+        del fp32
+    scores = {}
+    for name, engine in engines.items():
+        with clock.phase(RowStep.QUALITY, name, batch):
+            out = run_engine(engine, x, batch, pad=True)
+            scores[name] = score_engine(name, ref, out, labels, seed=seed)
+    return scores
 
 
 def _info(engine: BuiltEngine, left: dict[str, str]) -> EngineInfo:

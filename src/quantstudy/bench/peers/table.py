@@ -4,7 +4,8 @@ Every figure is a field of the record, formatted by the report's formatters: x p
 the quartiles of its per-round ratios, the ideal x of the recipe's layers at that batch and the
 fraction of it reached, agreement with fp32 and the KL mean. The fp16 line gives the fp16
 engine's median ms per call where the others give x. A figure that was not computed is a dash
-with a note saying why; a refused engine is a line saying so, its reason in the notes.
+with a note saying why; a refused engine is a line saying so, its reason in the notes, and each
+row that records it names the commit that measured it (a record's rows may come from several).
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ def _model_rows(batches: list[int], r: PeersResult) -> tuple[list[list[str]], li
     for refused in r.refused:
         rows.append([r.model, refused.name, "refused", *blank])
         notes.append(f"- {r.model}, {refused.name}: refused: {refused.reason}")
+    if r.git_commit is not None:  # rows of several commits sit side by side (`rows.py`)
+        sources = f", engine sources {r.engine_sources[:12]}" if r.engine_sources else ""
+        notes.append(f"- {r.model}: measured at commit {r.git_commit[:7]}{sources}")
     return rows, notes
 
 
