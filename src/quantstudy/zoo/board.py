@@ -123,7 +123,7 @@ class Provenance(Strict):
     driver: dict[str, str | None]  # the zoo command's own environment (commit, versions)
     environments: list[dict[str, str | None]]  # each distinct environment the studies recorded
     throughput: Throughput | None = None  # None: nothing measured (a page from committed rows)
-    # `zoo/sources.py` of the tree that made the board: a row measured under another hash is
+    # `study/sources.py` of the tree that made the board: a row measured under another hash is
     # stale (its figures are of older engine code); None: not known (a version-2 board)
     engine_sources: str | None = None
 

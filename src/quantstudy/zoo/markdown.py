@@ -52,7 +52,7 @@ def _where(board: Leaderboard, row: ZooRow) -> str:
 
 
 def _stale(board: Leaderboard, row: ZooRow) -> bool:
-    """`row` was measured under other engine sources than the board's (`zoo/sources.py`)."""
+    """`row` was measured under other engine sources than the board's (`study/sources.py`)."""
     now = board.provenance.engine_sources
     return now is not None and row.measured is not None and row.measured.engine_sources != now
 
@@ -127,7 +127,7 @@ def render_markdown(board: Leaderboard) -> str:
     lines += [f"{len(board.rows)} models ({_counts(board)}).", ""]
     if any(_stale(board, r) for r in board.rows):
         lines += [
-            "Rows marked *stale* were measured under other engine sources (`zoo/sources.py`) "
+            "Rows marked *stale* were measured under other engine sources (`study/sources.py`) "
             f"than this page's ({(board.provenance.engine_sources or '-')[:12]}): their figures "
             "are of older engine code, and the next GPU run measures them again.",
             "",
