@@ -74,3 +74,37 @@ def test_peers_runs_every_torchao_config_beside_our_engine(tmp_path, tiny_imagen
         assert (e.speed.ideal is None) == (e.ideal_missing is not None), e.name
         assert e.quality.n_images == 8
     assert "## Side by side" in render_folder(tmp_path)
+
+
+def test_cublaslt_then_the_inductor_epilogue_writes_what_our_fused_epilogue_writes():
+    """`bench products`' "cuBLASLt + Inductor with-gelu fp8-out" is the engine's fc1 with
+    cuBLASLt's product: the same FP8 hand-off as our fused kernel's, up to where the two
+    products' float32 sums differ (1e-5 to 5e-5 of the outputs on the H200, docs/fp8-kernel.md)
+    and move an FP8 rounding: at most one FP8 step apart, nearly all equal."""
+    import torch
+
+    from quantstudy.bench.products import _compiled_epilogue
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
+    from quantstudy.record.vocab import Activation
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    m, k, n = 1024, 768, 512
+    a8 = torch.randn(m, k, device=dev, generator=g).to(torch.float8_e4m3fn)
+    w8 = (torch.randn(n, k, device=dev, generator=g) * 8).to(torch.float8_e4m3fn)
+    w_scale = torch.full((n,), 1 / 256, device=dev)
+    one, bias = torch.tensor(1.0, device=dev), torch.randn(n, device=dev, generator=g)
+    out_scale = torch.tensor(0.01, device=dev)
+    ours = fp8_gemm_triton(
+        a8, w8, w_scale, one, bias, Activation.GELU, torch.float8_e4m3fn,
+        out_scale=out_scale, round_to=torch.float16,
+    )  # fmt: skip
+    y16 = torch._scaled_mm(
+        a8, w8.t(), scale_a=one, scale_b=w_scale[0], bias=bias.half(), out_dtype=torch.float16
+    )
+    theirs = _compiled_epilogue(Activation.GELU, True)(y16, out_scale)
+    assert theirs.dtype == ours.dtype == torch.float8_e4m3fn and theirs.shape == ours.shape
+    a, b = ours.float(), theirs.float()
+    equal = (a == b).float().mean().item()
+    step = (a - b).abs() / a.abs().clamp_min(2**-9 * 1.0)  # relative; E4M3's subnormal step
+    assert equal > 0.999 and step.max().item() <= 0.125 + 1e-6, (equal, step.max().item())

@@ -14,7 +14,7 @@ from quantstudy.bench.schema import GemmBench, SpeedBench, read_folder, read_rec
 from quantstudy.bench.shapes import fp8_products
 from quantstudy.cli import main
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import KernelOption
+from quantstudy.record.vocab import Activation, KernelOption
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
@@ -241,6 +241,46 @@ def test_products_sums_count_each_layer_of_the_committed_record():
         x for x in products_section("p", rec, []) if x.startswith("| vit_base_patch16_224 | 128")
     )
     assert f"| {ms:.2f} |" in line
+
+
+@pytest.mark.committed("docs/results")
+def test_products_table_shows_cublaslt_with_the_engine_epilogues():
+    """A product timed as cuBLASLt's product then an epilogue kernel gets a column of its own
+    beside ours with the same epilogue; a record without it renders as before."""
+    from quantstudy.bench.products_table import products_section
+    from quantstudy.bench.schema import ProductsBench
+
+    rec = read_record(RESULTS / "products-h100-f79d41d-epilogues.json")
+    assert isinstance(rec, ProductsBench)
+    before = products_section("p", rec, [])
+    label = "cuBLASLt + Inductor with-gelu fp8-out"
+    first = rec.results[0].model_copy(update={"us": {**rec.results[0].us, label: 123.4}})
+    rec2 = rec.model_copy(update={"results": [first, *rec.results[1:]]})
+    lines = products_section("p", rec2, [])
+    head = next(x for x in lines if x.startswith("| kind |"))
+    assert f"| {label} us |" in head and f"| {label} us |" not in "".join(before)
+    cells = [x for x in lines if x.startswith("| matmul |")]
+    assert "| 123.4 |" in cells[0] and all("| - | ours" in c for c in cells[1:])
+
+
+def test_cublaslt_epilogue_is_the_fused_epilogue_after_its_scales_and_bias():
+    """On cuBLASLt's fp16 product: the activation in float32, rounded to fp16, then the next
+    layer's FP8 input; no FP8 out gives the fp16 activation (the fused kernel's order)."""
+    from quantstudy.bench.products import cublaslt_epilogue
+    from quantstudy.quant.formats.fp8 import to_fp8
+
+    g = torch.Generator().manual_seed(0)
+    y16 = (torch.randn(64, 48, generator=g) * 4).half()
+    scale = torch.tensor(0.02)
+    gelu16 = torch.nn.functional.gelu(y16.float()).half()
+    assert torch.equal(cublaslt_epilogue(y16, scale, Activation.GELU, False), gelu16)
+    out = cublaslt_epilogue(y16, scale, Activation.GELU, True)
+    assert out.dtype == torch.float8_e4m3fn and torch.equal(
+        out.float(), to_fp8(gelu16, scale).float()
+    )
+    assert torch.equal(cublaslt_epilogue(y16, scale, Activation.NONE, True).float(),
+                       to_fp8(y16, scale).float())  # fmt: skip
+    assert out.float().abs().max() == 448.0  # saturated, not inf: 16.4 / 0.02 > 448
 
 
 def test_products_bad_input_is_one_line(tmp_path, capsys):

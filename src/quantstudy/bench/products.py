@@ -9,6 +9,10 @@ timed from CUDA-graph replays (`gemm.time_us`) with random N(0, 1) operands and 
 - "cuBLASLt" and "cuBLASLt fast-accum": `torch._scaled_mm` with per-tensor scales and the bias,
   K and N padded to 16, promoting to float32 every K tile or never (`use_fast_accum`); for a conv,
   on its implicit GEMM's shape with no im2col: the rate our conv should reach, not a conv;
+- "cuBLASLt + Inductor with-gelu", "... fp8-out", "... with-gelu fp8-out" (matmuls): cuBLASLt's
+  fp16 product, then the engine's epilogue as one Inductor kernel (`cublaslt_epilogue`): what a
+  layer of ours that hands off would cost with cuBLASLt's main loop and the activation and the
+  next layer's FP8 input moved into a kernel of their own (torchao's layout, with our fusion);
 - "ours": the fused Triton kernel autotuned as an engine runs it (promoting every `PROMOTE`);
   "ours fast-accum" the same summing all of K in the tensor cores; "ours fp16-rounds",
   "ours with-gelu", "ours fp8-out" and "ours with-gelu fp8-out" with the engine's epilogues
@@ -24,6 +28,7 @@ checked against float32 sums of the same FP8 operands (`max_rel_error`).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from itertools import product
@@ -45,6 +50,8 @@ from quantstudy.bench.schema import (
     write_record,
 )
 from quantstudy.bench.shapes import ConvProduct, Product, fp8_products, kxk_products
+from quantstudy.quant.formats.fp8 import to_fp8
+from quantstudy.quant.layers.fused_matmul import act_reference
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Activation
 
@@ -272,10 +279,29 @@ def _calls(
     return calls, ref
 
 
+def cublaslt_epilogue(
+    y16: torch.Tensor, out_scale: torch.Tensor, act: Activation, fp8_out: bool
+) -> torch.Tensor:
+    """The fused epilogue's steps after its scales and bias (`quant/kernels/gemm_kernel.py:
+    _finish`) on cuBLASLt's fp16 product `y16` (which holds them, rounded to fp16): the
+    activation in float32, rounded to fp16, then the next layer's FP8 input (`to_fp8`)."""
+    y = act_reference(y16.float(), act).to(torch.float16)
+    return to_fp8(y, out_scale) if fp8_out else y
+
+
+@functools.cache
+def _compiled_epilogue(act: Activation, fp8_out: bool) -> Callable[..., torch.Tensor]:
+    """`cublaslt_epilogue` as one Inductor kernel, compiled once for every shape."""
+    return torch.compile(  # type: ignore[no-any-return]
+        functools.partial(cublaslt_epilogue, act=act, fp8_out=fp8_out), dynamic=True
+    )
+
+
 def _cublaslt(
     a16: torch.Tensor, w16: torch.Tensor, bias: torch.Tensor
 ) -> dict[str, Callable[[], object]]:
-    """`torch._scaled_mm` on the product's shape, per-tensor scales, K and N padded to 16."""
+    """`torch._scaled_mm` on the product's shape, per-tensor scales, K and N padded to 16; and
+    followed by each engine epilogue but the plain rounding (its fp16 out already is)."""
     k, n = a16.shape[1], w16.shape[0]
     kp, np_ = -(-k // 16) * 16, -(-n // 16) * 16
     a8 = F.pad(a16, (0, kp - k)).to(torch.float8_e4m3fn)
@@ -290,7 +316,19 @@ def _cublaslt(
             use_fast_accum=fast,
         )  # fmt: skip
 
-    return {CUBLASLT: call(False), f"{CUBLASLT} fast-accum": call(True)}
+    calls = {CUBLASLT: call(False), f"{CUBLASLT} fast-accum": call(True)}
+    for label, act, fp8_out in EPILOGUES[1:]:
+        calls[f"{CUBLASLT} + Inductor {label}"] = _then(
+            call(False), _compiled_epilogue(act, fp8_out), one
+        )
+    return calls
+
+
+def _then(
+    product: Callable[[], object], epilogue: Callable[..., torch.Tensor], scale: torch.Tensor
+) -> Callable[[], object]:
+    """One call: the product, then the epilogue on its output."""
+    return lambda: epilogue(product(), scale)
 
 
 def _line(rec: ProductsBench, r: ProductRow) -> str:

@@ -65,10 +65,11 @@ def products_section(name: str, rec: ProductsBench, provenance: list[str]) -> li
         out[-1:-1] = [f"- unfinished: {rec.unfinished}"]
     out += [*_sums(rec), ""]
     # our variants beside the engine's ("ours"): other accumulation, other epilogues
+    # and cuBLASLt's product followed by those epilogues in an Inductor kernel
     extra = [
         k
         for k in dict.fromkeys(k for r in rec.results for k in r.us)
-        if k.startswith("ours ")
+        if k.startswith(("ours ", f"{CUBLASLT} + "))
         and not k.startswith(("ours persistent", "ours pointer", "ours tma"))
     ]
     head = ["kind", "batch", "M", "K", "N", "models", "layers", "fp16 us", "cuBLASLt us"]
