@@ -93,7 +93,8 @@ def test_cublaslt_then_the_inductor_epilogue_writes_what_our_fused_epilogue_writ
     a8 = torch.randn(m, k, device=dev, generator=g).to(torch.float8_e4m3fn)
     w8 = (torch.randn(n, k, device=dev, generator=g) * 8).to(torch.float8_e4m3fn)
     w_scale = torch.full((n,), 1 / 256, device=dev)
-    one, bias = torch.tensor(1.0, device=dev), torch.randn(n, device=dev, generator=g)
+    one = torch.tensor(1.0, device=dev)
+    bias = torch.randn(n, device=dev, generator=g).half().float()  # as an engine holds it
     out_scale = torch.tensor(0.01, device=dev)
     ours = fp8_gemm_triton(
         a8, w8, w_scale, one, bias, Activation.GELU, torch.float8_e4m3fn,
