@@ -49,6 +49,7 @@ from quantstudy.zoo.board import (
 )
 from quantstudy.zoo.catalogue import Catalogue, ZooEntry, load_catalogue
 from quantstudy.zoo.markdown import render_markdown
+from quantstudy.zoo.order import longest_first
 from quantstudy.zoo.points import ZooOptions, row_settings, zoo_point
 from quantstudy.zoo.render import render_csv, write_plot
 from quantstudy.zoo.rows import Current, read_rows, stale_reasons, write_row
@@ -80,6 +81,7 @@ def run_zoo(options: ZooOptions, console: Console | None = None) -> int:
     kept = _fresh_rows(options, listed, current, console)
     mine = [job for e, job in options.shard.take(listed) if e.name not in kept]
     todo = [j for j in mine if not _done_here(out / j.folder, current.engine_sources)]
+    todo = longest_first(todo, read_rows(options.rows) if options.rows is not None else {})
     console.print(grid_table(mine, out))
     console.print(
         f"zoo: {len(listed)} models in {catalogue.source}, shard {options.shard}: "
