@@ -271,3 +271,31 @@ def test_the_committed_page_is_the_one_the_committed_rows_render(page, tmp_path)
     text = out.read_text()
     best = max(read_rows(ROWS).values(), key=lambda r: r.at(128).x if r.at(128) else 0)
     assert f"most {best.family} (" in text  # named from the rows, not typed
+
+
+def test_a_row_is_written_as_its_study_ends_once_it_answers(tmp_path):
+    """`row_writer`: the refused study's end writes nothing (its answer waits for the fallback);
+    the fallback's end writes the model's no-layer row, before the run's own end."""
+    import importlib.metadata
+
+    from quantstudy.zoo.rows import ROW_ENVIRONMENT
+    from quantstudy.zoo.run import row_writer
+    from quantstudy.zoo.sources import write_marker
+
+    entry, steps = _refused_chain(tmp_path)
+    rows = tmp_path / "rows"
+    options = ZooOptions(data=tmp_path, out=tmp_path, rows=rows)
+    env = _speed_record().environment.model_dump()
+    try:  # a row's Triton is this machine's (the study record's is not kept), as the zoo's
+        env["triton"] = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        env["triton"] = None
+    current = Current("abc", {k: env.get(k) for k in ROW_ENVIRONMENT})
+    write = row_writer(options, [(entry, steps[0])], tmp_path, current, Console(file=io.StringIO()))
+    write(steps[0])
+    assert not rows.exists()  # pending: the fallback runs after the list
+    _folder(tmp_path, steps[1], 0, _speed_record())
+    for step in steps[:2]:
+        write_marker(tmp_path / step.folder, "abc")
+    write(steps[1])
+    assert read_rows(rows)["resnet18"].status == RowStatus.NO_LAYER

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +105,7 @@ def run_jobs(
     out: Path,
     executor: Executor,
     console: Console,
-    progress: type[SweepProgress] = SweepProgress,
+    progress: Callable[[Console, int], SweepProgress] = SweepProgress,
 ) -> bool:
     """Run `jobs` into `out` on `executor` with a `progress` bar; True when stopped by Ctrl-C
     or SIGTERM (the running studies are stopped cleanly, finished ones kept)."""

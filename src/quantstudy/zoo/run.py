@@ -12,10 +12,12 @@ folder and in the leaderboard), 130 when stopped (finished models are kept; reru
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -27,7 +29,7 @@ from quantstudy.record.vocab import RowStatus, choices
 from quantstudy.study.sources import engine_sources_sha256
 from quantstudy.sweep.events import Executor, Job
 from quantstudy.sweep.local import default_jobs
-from quantstudy.sweep.point import is_finished
+from quantstudy.sweep.point import PointStatus, is_finished
 from quantstudy.sweep.run import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -98,7 +100,8 @@ def run_zoo(options: ZooOptions, console: Console | None = None) -> int:
             jobs=jobs, lock_dir=out,
         )  # fmt: skip
         start = time.monotonic()
-        interrupted = _run_with_answers(mine, todo, out, executor, console, current)
+        writer = row_writer(options, listed, out, current, console)
+        interrupted = _run_with_answers(mine, todo, out, executor, console, current, writer)
         timed = Timed(frozenset(j.folder for j in todo), time.monotonic() - start, jobs)
     board = write_leaderboard(options, catalogue, listed, out, device, kept, timed, current)
     throughput = board.provenance.throughput
@@ -169,6 +172,7 @@ def _run_with_answers(
     executor: Executor,
     console: Console,
     current: Current,
+    writer: Callable[[Job], None] = lambda job: None,
 ) -> bool:
     """Run `todo`, then the fallback studies of the models of `mine` whose recipe selects no
     layer (`zoo/answers.py`), one round per fallback after the whole list (the executors take
@@ -178,12 +182,49 @@ def _run_with_answers(
     while True:
         for job in jobs:
             write_marker(out / job.folder, sources)
-        if run_jobs(jobs, out, executor, console, AnswerProgress):
+        if run_jobs(jobs, out, executor, console, functools.partial(_RowsAsTheyEnd, write=writer)):
             return True
         jobs = [f for j in mine if (f := next_refused(j, out)) is not None]
         jobs = [j for j in jobs if not _done_here(out / j.folder, sources)]
         if not jobs:
             return False
+
+
+class _RowsAsTheyEnd(AnswerProgress):
+    """The zoo's progress lines, and each study's end handed to `write` (`row_writer`)."""
+
+    def __init__(self, console: Console, total: int, write: Callable[[Job], None]) -> None:
+        super().__init__(console, total)
+        self._write = write
+
+    def finished(self, job: Job, status: PointStatus) -> None:
+        super().finished(job, status)
+        self._write(job)
+
+
+def row_writer(
+    options: ZooOptions, listed: Listed, out: Path, current: Current, console: Console
+) -> Callable[[Job], None]:
+    """What writes, as a study ends, its model's row to `--rows` when the row is an answer
+    measured here and now: a run killed outright (a device call's limit) keeps every row it
+    finished, where the rows written at the run's end would be lost with it. The end of the run
+    writes them all again, the same rows."""
+    rows = options.rows
+    roots = {step.folder: (entry, job) for entry, job in listed for step in chain(job)}
+    triton = _version("triton")
+
+    def write(done: Job) -> None:
+        if rows is None or done.folder not in roots:
+            return
+        entry, root = roots[done.folder]
+        row = _row(entry, root, out, triton)
+        if is_answer(row) and _fresh(row, current):
+            try:
+                write_row(rows, row)
+            except OSError as err:  # the run goes on; its end tries again
+                console.print(f"[yellow]zoo: {entry.name}'s row not written yet: {err}[/yellow]")
+
+    return write
 
 
 def _fresh(row: ZooRow, current: Current) -> bool:
