@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 from torch import nn
 
@@ -16,6 +17,13 @@ from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import KernelChoice
 
 CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _timing_cache(monkeypatch, tmp_path):
+    """The engines' timing cache (`kernel_choice.cache_path`, beside Inductor's) in the test's
+    folder: a build with a stand-in clock times afresh and leaves nothing for the next test."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
 
 
 class _Net(nn.Module):
@@ -149,3 +157,69 @@ def test_a_depthwise_layer_without_hand_offs_is_timed_against_its_float_layer(tm
     assert [(c.name, c.kernel, c.batch, c.scaled_mm_us, c.fp16_us) for c in got] == [
         ("1", "fused", 2, None, 1.0)
     ]
+
+
+def _screen_timer(fc1_mm: float, fc2_mm: float):
+    """Stand-in times of the screen assembly at one batch, in forward order, per layer: the
+    shared quantize (0), fused, scaled_mm (1x1 and linear layers), fp16 (slow): k3 and the
+    1x1 convs level, fc1 and fc2 as given against the fused 10."""
+    times = iter([0.0, 10.0, 100.0, *(0.0, 10.0, 10.0, 100.0) * 2,
+                  0.0, 10.0, fc1_mm, 100.0, 0.0, 10.0, fc2_mm, 100.0])  # fmt: skip
+    return lambda fn: next(times)
+
+
+def test_a_hand_off_is_given_up_where_both_its_layers_run_scaled_mm_faster(monkeypatch):
+    """fc1 hands its GELU output to fc2 in FP8 in the fused engine. Timed where no layer hands
+    off, both run torch._scaled_mm faster: the engine gives the hand-off up, so each runs
+    scaled_mm (fc1's GELU after it, fc2 quantizing its own input), says why, and computes what
+    the fused engine computes; replayed, the recorded choice builds the same engine untimed."""
+    from quantstudy.engines import kernel_choice
+
+    model, x, plan = _setup()
+    fused = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fused")
+    assert fused.info().layout.handoff == {"fc1": "fc2"}
+    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _screen_timer(4.0, 5.0))
+    engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.timed([4]))
+    layout = engine.info().layout
+    assert layout.handoff == {}
+    rows = {c.name: (str(c.kernel), c.why) for c in layout.kernel_choice}
+    assert rows["fc1"] == (
+        "scaled_mm",
+        "writes fc2's input in fp16, not FP8: both run scaled_mm faster",
+    )
+    assert rows["fc2"] == (
+        "scaled_mm",
+        "reads fc1's output in fp16, not FP8: both run scaled_mm faster",
+    )
+    m = engine.eager
+    assert isinstance(m.fc1, Unfused) and isinstance(m.fc1.layer, FP8Matmul)
+    assert isinstance(m.fc1.act, nn.GELU) and isinstance(m.fc2, Unfused)
+    with torch.no_grad():
+        assert torch.allclose(m(x), fused.eager(x), rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: lambda fn: 1 / 0)
+    again = build_fp8(
+        model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.replayed(layout.kernel_choice)
+    )
+    assert (
+        again.info().layout.handoff == {}
+        and again.info().layout.kernel_choice == layout.kernel_choice
+    )
+    assert isinstance(again.eager.fc1, Unfused) and isinstance(again.eager.fc2, Unfused)
+
+
+def test_a_hand_off_stays_where_only_one_of_its_layers_runs_scaled_mm_faster(monkeypatch):
+    """fc1 is faster with scaled_mm, fc2 is not (inside the margin): the hand-off stays and
+    both run fused, fc1 with why."""
+    from quantstudy.engines import kernel_choice
+
+    model, x, plan = _setup()
+    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _screen_timer(4.0, 9.9))
+    engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.timed([4]))
+    layout = engine.info().layout
+    assert layout.handoff == {"fc1": "fc2"}
+    rows = {c.name: (str(c.kernel), c.why) for c in layout.kernel_choice}
+    assert rows["fc1"] == ("fused", "FP8 hand-off: runs fused (timed alone, without it)")
+    assert rows["fc2"][0] == "fused"
+    assert isinstance(engine.eager.fc1, FusedFP8Matmul) and isinstance(
+        engine.eager.fc2, FusedFP8Matmul
+    )

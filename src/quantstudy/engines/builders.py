@@ -20,7 +20,12 @@ from torch import nn
 
 from quantstudy.engines.base import Engine, in_memory_format
 from quantstudy.engines.fp8_assembly import FP8Assembler, FP8Assembly, FP8Options
-from quantstudy.engines.kernel_choice import choose_kernels, replay_kernels, settled
+from quantstudy.engines.kernel_choice import (
+    choose_kernels,
+    replay_kernels,
+    scaled_mm_pairs,
+    settled,
+)
 from quantstudy.engines.size import weight_bytes
 from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant.fitting.bias_correction import correct_biases, set_biases
@@ -295,9 +300,26 @@ def _assemble_chosen(
         rows = choose_kernels(
             screen, p.source, p.plan, p.dtype, p.example, p.device, choice.batches, plain=plain
         )
-    fp8 = p.assemble(aside=set(stepped_aside(rows)))
+    aside = set(stepped_aside(rows))
+    fp8 = p.assemble(aside=aside)
+    given_up = scaled_mm_pairs(rows, fp8.handoff)
+    if given_up:  # assembled again without those hand-offs, so both layers can take scaled_mm
+        fp8 = p.assemble(aside=aside, unlinked=set(given_up))
+        readers = {c: p_ for p_, c in given_up.items()}
+        rows = [_given_up(r, given_up, readers) for r in rows]
     m = fp8.model
     return fp8, replay_kernels(m, p.source, plain, p.plan, p.dtype, p.device, settled(rows, m))
+
+
+def _given_up(row: LayerKernel, producers: dict[str, str], readers: dict[str, str]) -> LayerKernel:
+    """`row` with why its layer runs scaled_mm where an FP8 hand-off was given up for it."""
+    if row.name in producers:
+        why = f"writes {producers[row.name]}'s input in fp16, not FP8: both run scaled_mm faster"
+    elif row.name in readers:
+        why = f"reads {readers[row.name]}'s output in fp16, not FP8: both run scaled_mm faster"
+    else:
+        return row
+    return row.model_copy(update={"why": why})
 
 
 def build_fakequant(

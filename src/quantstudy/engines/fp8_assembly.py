@@ -91,16 +91,26 @@ class FP8Assembler:
             self.absorbed = absorbable_activations(self.source, self.real, self.example)
         self._sites: tuple[dict[str, Site], dict[str, str]] | None = None
 
-    def assemble(self, *, handoffs: bool = True, aside: Set[str] = frozenset()) -> FP8Assembly:
+    def assemble(
+        self,
+        *,
+        handoffs: bool = True,
+        aside: Set[str] = frozenset(),
+        unlinked: Set[str] = frozenset(),
+    ) -> FP8Assembly:
         """The FP8 module with every rewrite the options allow; with `handoffs` False no layer
-        hands anything off, else none of the `aside` layers does (module docstring)."""
+        hands anything off, else none of the `aside` layers does (module docstring), and no
+        producer of `unlinked` hands its output to the next layer in FP8 (both run
+        torch._scaled_mm, `kernel_choice.scaled_mm_pairs`)."""
         source, plan, example = self.source, self.plan, self.example
         fused_kernel = self.kernel == FP8Kernel.FUSED
         linked = handoffs and fused_kernel
         tied = [n for n in self.real if n not in aside]
         handoff = fp8_handoffs(source, tied, example, self.absorbed) if linked else {}
         handoff = {
-            p: c for p, c in handoff.items() if plan.static_input(c, source.get_submodule(c))
+            p: c
+            for p, c in handoff.items()
+            if p not in unlinked and plan.static_input(c, source.get_submodule(c))
         }
         m = copy.deepcopy(source)
         remove_activations(m, self.absorbed)

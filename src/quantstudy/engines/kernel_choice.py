@@ -323,6 +323,20 @@ def settled(choice: list[LayerKernel], model: nn.Module) -> list[LayerKernel]:
     return out
 
 
+def scaled_mm_pairs(choice: list[LayerKernel], handoff: dict[str, str]) -> dict[str, str]:
+    """The hand-offs (producer -> reader) an engine gives up: both layers chose torch._scaled_mm
+    at every timed batch, timed where no layer hands off. Kept, the hand-off would run both on
+    the fused kernel (`settled`); given up, each runs cuBLASLt's product, and the pass the
+    hand-off saved, the reader's input quantize, follows the producer's activation, where
+    Inductor can fuse the two (torchao's layout, with per-channel weight scales)."""
+    kernels: dict[str, set[ChosenKernel]] = {}
+    for c in choice:
+        if c.batch is not None:
+            kernels.setdefault(c.name, set()).add(ChosenKernel(c.kernel))
+    scaled = {n for n, k in kernels.items() if k == {ChosenKernel.SCALED_MM}}
+    return {p: c for p, c in handoff.items() if p in scaled and c in scaled}
+
+
 def replay_kernels(
     model: nn.Module,
     source: nn.Module,
