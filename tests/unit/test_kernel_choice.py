@@ -223,3 +223,22 @@ def test_a_hand_off_stays_where_only_one_of_its_layers_runs_scaled_mm_faster(mon
     assert isinstance(engine.eager.fc1, FusedFP8Matmul) and isinstance(
         engine.eager.fc2, FusedFP8Matmul
     )
+
+
+def test_a_chain_gives_up_only_hand_offs_whose_layers_are_free_of_the_kept_ones():
+    """a -> b -> c hand off in turn. With c fused, b stays tied to c's hand-off (fused), so a's
+    hand-off to b is kept too; with all three on scaled_mm both are given up."""
+    from quantstudy.engines.kernel_choice import scaled_mm_pairs
+    from quantstudy.record import LayerKernel
+
+    def rows(scaled: str) -> list[LayerKernel]:
+        kernel = {n: "scaled_mm" if n in scaled else "fused" for n in "abc"}
+        return [LayerKernel(name=n, kernel=kernel[n], fused_us=1.0, batch=b) for n in "abc"
+                for b in (1, 128)]  # fmt: skip
+
+    chain = {"a": "b", "b": "c"}
+    assert scaled_mm_pairs(rows("ab"), chain) == {}
+    assert scaled_mm_pairs(rows("abc"), chain) == chain
+    assert scaled_mm_pairs(rows("bc"), chain) == {}  # a's hand-off to b ties b
+    split = [*rows("abc")[:-1], LayerKernel(name="c", kernel="fused", fused_us=1.0, batch=128)]
+    assert scaled_mm_pairs(split, chain) == {}  # c runs scaled_mm at batch 1 only: fused, tied

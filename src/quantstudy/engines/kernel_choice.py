@@ -334,7 +334,13 @@ def scaled_mm_pairs(choice: list[LayerKernel], handoff: dict[str, str]) -> dict[
         if c.batch is not None:
             kernels.setdefault(c.name, set()).add(ChosenKernel(c.kernel))
     scaled = {n for n, k in kernels.items() if k == {ChosenKernel.SCALED_MM}}
-    return {p: c for p, c in handoff.items() if p in scaled and c in scaled}
+    given = {p: c for p, c in handoff.items() if p in scaled and c in scaled}
+    while True:  # a layer still tied by a kept hand-off (a chain's next link) runs fused
+        tied = {n for p, c in handoff.items() if p not in given for n in (p, c)}
+        kept = {p: c for p, c in given.items() if p not in tied and c not in tied}
+        if kept == given:
+            return given
+        given = kept
 
 
 def replay_kernels(
