@@ -316,3 +316,25 @@ def test_the_convs_tune_store_and_relaunch_under_the_interpreter(tmp_path: Path)
     assert conv == "fp8_conv2d,4,2,True,True,True,True"
     assert dw == "depthwise,4,2,True,True,True,True"
     assert int(warmed) == 8  # every pruned config of both, handed to the parallel compile
+
+
+def test_a_gemm_bound_keeps_the_best_ranked_configs_only_where_asked(monkeypatch):
+    """`$QUANTSTUDY_GEMM_CONFIGS` (a lab setting, unset by default) bounds the product's pruned
+    configs per launch as `tiles.bounded` ranks them; unset, every pruned config is kept; a
+    bad value is one clear line."""
+    from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM
+    from quantstudy.record.errors import UserError
+
+    shape = {"M": 25216, "N": 3072, "K": 768, "tma_loads_ok": True, "tma_store_ok": True}
+    monkeypatch.delenv(tiles.GEMM_CONFIGS_ENV, raising=False)
+    every = FP8_GEMM.prune(FP8_GEMM.configs, shape)
+    assert len(every) > 8  # ViT-B's fc1 at batch 128: the autotuner times them all
+    monkeypatch.setenv(tiles.GEMM_CONFIGS_ENV, "6")
+    kept = FP8_GEMM.prune(FP8_GEMM.configs, shape)
+    assert len(kept) == 6 and all(c in every for c in kept)
+    assert kept == tiles.bounded(every, {"BLOCK_M": 25216, "BLOCK_N": 3072, "BLOCK_K": 768},
+                                 dict.fromkeys(("BLOCK_M", "BLOCK_N", "BLOCK_K"), 64),
+                                 ("BLOCK_M", "BLOCK_N"), 6)  # fmt: skip
+    monkeypatch.setenv(tiles.GEMM_CONFIGS_ENV, "0")
+    with pytest.raises(UserError, match="QUANTSTUDY_GEMM_CONFIGS='0': give a whole number"):
+        FP8_GEMM.prune(FP8_GEMM.configs, shape)

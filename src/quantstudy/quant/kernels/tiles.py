@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import triton
+
+from quantstudy.record.errors import UserError
 
 # A Triton `triton.Config` (triton is not read by the type checker: its objects are Any there).
 Config = Any
@@ -121,10 +124,30 @@ def prune_gemm(configs: list[Config], named_args: dict[str, Any], **kwargs: Any)
         )
 
     keep = [c for c in usable if fits(c)]
-    if keep:
+    if not keep:
+        tiles = [c for c in usable if not c.kwargs["STREAM"]]
+        return [min(tiles, key=block_volume)]
+    limit = gemm_config_limit()
+    if limit is None:
         return keep
-    tiles = [c for c in usable if not c.kwargs["STREAM"]]
-    return [min(tiles, key=block_volume)]
+    sizes = {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}
+    return bounded(keep, sizes, dict.fromkeys(sizes, 64), ("BLOCK_M", "BLOCK_N"), limit)
+
+
+GEMM_CONFIGS_ENV = "QUANTSTUDY_GEMM_CONFIGS"
+
+
+def gemm_config_limit() -> int | None:
+    """At most this many of the product's pruned configs per launch, ranked by `bounded`, where
+    `$QUANTSTUDY_GEMM_CONFIGS` says so; None (the default): every one. A lab setting: what a
+    bound would cost the products and save a cold tune is measured before it becomes one
+    (docs/fp8-kernel.md, "What a cold tune costs")."""
+    value = os.environ.get(GEMM_CONFIGS_ENV)
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"{GEMM_CONFIGS_ENV}={value!r}: give a whole number of configs, 1 or more")
+    return int(value)
 
 
 # Tiles a kxk or depthwise conv launch may try (`bounded`). A cold tune compiles every config it
