@@ -109,3 +109,18 @@ def test_cublaslt_then_the_inductor_epilogue_writes_what_our_fused_epilogue_writ
     equal = (a == b).float().mean().item()
     step = (a - b).abs() / a.abs().clamp_min(2**-9 * 1.0)  # relative; E4M3's subnormal step
     assert equal > 0.999 and step.max().item() <= 0.125 + 1e-6, (equal, step.max().item())
+
+
+def test_products_time_the_persistent_tiles_only_where_asked():
+    """`bench products --no-persistent` leaves the persistent tiles out and keeps the rest:
+    the engine's kernel, its epilogues, cuBLASLt and cuBLASLt with the Inductor epilogues."""
+    from quantstudy.bench.products import Variants, _calls
+    from quantstudy.bench.schema import ProductRow
+
+    row = ProductRow(kind="matmul", batch=1, m=256, k=128, n=256, models=["m"], layers=1,
+                     flop=2.0 * 256 * 128 * 256)  # fmt: skip
+    every, _ = _calls(row, Variants(fast_accum=False))
+    fewer, _ = _calls(row, Variants(fast_accum=False, persistent=False))
+    persistent = {k for k in every if k.startswith("ours persistent")}
+    assert len(persistent) == 10 and set(fewer) == set(every) - persistent
+    assert {"ours", "cuBLASLt", "cuBLASLt + Inductor with-gelu fp8-out"} <= set(fewer)

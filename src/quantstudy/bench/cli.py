@@ -177,6 +177,10 @@ def _products_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-fast-accum", action="store_true", help="skip our fast-accumulation variants"
     )
+    p.add_argument(
+        "--no-persistent", action="store_true",
+        help="skip our persistent tiles (level with ours at best on every product measured)",
+    )  # fmt: skip
     p.add_argument("--resume", type=Path, help="keep the timed rows of this earlier record")
     p.add_argument("--budget", type=float, help="start no product after this many seconds")
     _out(p, "record")
@@ -189,6 +193,7 @@ def _run_products(args: argparse.Namespace, context: Context) -> None:
         raise UserError(f"--batches must be at least 1, got {args.batches}")
     record = bench_products(
         args.rows, args.batches, sweep=args.sweep, fast_accum=not args.no_fast_accum,
+        persistent=not args.no_persistent,
         resume=args.resume, budget_s=args.budget, argv=context.argv, out=args.record,
     )  # fmt: skip
     _write(args.record, record)

@@ -18,7 +18,8 @@ timed from CUDA-graph replays (`gemm.time_us`) with random N(0, 1) operands and 
   "ours with-gelu", "ours fp8-out" and "ours with-gelu fp8-out" with the engine's epilogues
   part by part (a transformer's fc1 has all: GELU, then the next layer's FP8 input written);
 - "ours persistent ..." (matmuls): each tile of `tiles.PERSISTENT_TILES`, fixed, with and
-  without warp specialization ("ws"); with `fast_accum`, also fast-accumulating;
+  without warp specialization ("ws"); with `fast_accum`, also fast-accumulating; left out with
+  `persistent` False;
 - with `sweep`: every tile of `tiles.TILES` on every I/O path (`gemm.launch_variants`).
 
 TFLOP/s is 2MNK over the time; the fraction of peak is against the GPU's dense FP8 rate for FP8
@@ -31,6 +32,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -76,12 +78,24 @@ EPILOGUES = (
 )
 
 
+@dataclass(frozen=True)
+class Variants:
+    """Which of our variants a run times beside the engine's own: every tile on every I/O path
+    (`sweep`), fast accumulation, the persistent tiles (level with ours at best wherever
+    measured: a run judging another change may leave them out)."""
+
+    sweep: bool = False
+    fast_accum: bool = True
+    persistent: bool = True
+
+
 def bench_products(
     rows: Sequence[str],
     batches: Sequence[int],
     *,
     sweep: bool = False,
     fast_accum: bool = True,
+    persistent: bool = True,
     resume: Path | None = None,
     budget_s: float | None = None,
     argv: list[str] | None = None,
@@ -96,6 +110,7 @@ def bench_products(
     provenance = collect_provenance(device, argv)
     peaks = peaks_for(provenance.gpu_name or "")
     todo = _distinct(rows, batches)
+    variants = Variants(sweep, fast_accum, persistent)
     done = {_key(r): r for r in _resumed(resume)}
     results: list[ProductRow] = []
     start = time.monotonic()
@@ -118,7 +133,7 @@ def bench_products(
             if out is not None:
                 write_record(out, final)
             return final
-        results.append(_timed(row, sweep, fast_accum))
+        results.append(_timed(row, variants))
         so_far = record(f"{len(todo) - i - 1} of {len(todo)} products not timed yet")
         print(_line(so_far, results[-1]), flush=True)
         if out is not None:
@@ -176,11 +191,11 @@ def _untimed(p: Product | ConvProduct, batch: int, model: str) -> ProductRow:
     )  # fmt: skip
 
 
-def _timed(row: ProductRow, sweep: bool, fast_accum: bool) -> ProductRow:
+def _timed(row: ProductRow, variants: Variants) -> ProductRow:
     from triton.compiler.errors import CompilationError
     from triton.runtime.errors import OutOfResources
 
-    calls, ref = _calls(row, sweep, fast_accum)  # each call returns a tensor
+    calls, ref = _calls(row, variants)  # each call returns a tensor
     us: dict[str, float] = {}
     errors: dict[str, float] = {}
     refused: dict[str, str] = {}
@@ -201,7 +216,7 @@ def _timed(row: ProductRow, sweep: bool, fast_accum: bool) -> ProductRow:
 
 
 def _calls(
-    row: ProductRow, sweep: bool, fast_accum: bool
+    row: ProductRow, variants: Variants
 ) -> tuple[dict[str, Callable[[], object]], torch.Tensor]:
     """Every variant of one product as a call, and the float32 reference of our variants."""
     from quantstudy.quant.kernels.conv import fp8_conv2d_triton, tap_major
@@ -251,7 +266,7 @@ def _calls(
             return lambda: fp8_gemm_triton(a8, w8, w_scale, x_scale, bias, **kw)
 
         calls["ours"] = ours()
-        if fast_accum:
+        if variants.fast_accum:
             calls["ours fast-accum"] = ours(promote=0)
         # the engine's epilogues, part by part: rounding where the unfused engine stores, GELU,
         # the next layer's FP8 input (a ViT's fc1 has all three)
@@ -260,16 +275,17 @@ def _calls(
                 act=act, out_dtype=torch.float8_e4m3fn if fp8_out else torch.float16,
                 out_scale=x_scale if fp8_out else None, round_to=torch.float16,
             )  # fmt: skip
-        for bm, bn, bk, warps, stages, sub in PERSISTENT_TILES:
+        for bm, bn, bk, warps, stages, sub in PERSISTENT_TILES if variants.persistent else ():
             name = f"{bm}x{bn}x{bk} w{warps} s{stages}" + (" sub" if sub else "")
             tile = (bm, bn, bk, warps, stages)
-            for promote, ws in product((128, 0) if fast_accum else (128,), (False, True)):
+            promotes = (128, 0) if variants.fast_accum else (128,)
+            for promote, ws in product(promotes, (False, True)):
                 label = f"ours persistent {name}" + (" ws" if ws else "")
                 calls[label + ("" if promote else " fast-accum")] = ours(
                     tile=tile, loads="tma", store="tma", persistent=True, subtile=sub,
                     promote=promote, warp_spec=ws,
                 )  # fmt: skip
-        if sweep:
+        if variants.sweep:
             from quantstudy.bench.gemm import launch_variants
 
             for label, cfg, loads, store, per_sm, _ in launch_variants(a8, w8, True)[3:]:
