@@ -10,9 +10,9 @@ import pytest
 
 import quantstudy.bench.peers.run as peers_run
 import quantstudy.bench.peers.torchao as peers_torchao
-from quantstudy.bench.peers.phases import RowClock, phase_table
+from quantstudy.bench.peers.phases import RowClock
 from quantstudy.bench.peers.rows import ROW_SOURCES, check_code
-from quantstudy.bench.peers.table import peers_table
+from quantstudy.bench.peers.table import peers_section, peers_table, phase_table
 from quantstudy.bench.schema import PeersBench, PeersResult, RowStep, read_record, write_record
 from quantstudy.cli import main
 from quantstudy.quant.kernels import tuning
@@ -151,6 +151,8 @@ def test_a_row_says_where_its_seconds_went(tiny_imagenet, tmp_path, capsys, no_t
         "| (row)", "| fp16", "| quantstudy fused", "| fp32"
     ]  # fmt: skip
     assert "\n".join(table) in printed
+    section = "\n".join(peers_section("p", read_record(out), []))  # `bench report` renders it
+    assert "\n".join(table) in section
     old = row.model_copy(update={"phases": None})
     assert phase_table(old) == [] and PeersResult.model_validate_json(old.model_dump_json()) == old
 

@@ -1,5 +1,5 @@
-"""Where a peers row's seconds go: a clock around the row's parts (`schema.RowStep`), and the
-short table of them printed after the row.
+"""Where a peers row's seconds go: a clock around the row's parts (`schema.RowStep`); the short
+table of them (`table.phase_table`) is printed after the row and rendered in the report.
 
 Wall time (`time.perf_counter`) around each part's code. The GPU work of a part is inside it:
 each ends on a synchronising call (a compile call's output copied back, the harness's rounds,
@@ -20,11 +20,9 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from quantstudy.bench.schema import PeersResult, RowPhase, RowStep
+from quantstudy.bench.peers.table import at_batch
+from quantstudy.bench.schema import RowPhase, RowStep
 from quantstudy.quant.kernels.tuning import TUNE_LOG
-from quantstudy.report.format import table
-
-ROW = "(row)"  # the table's line for the parts of the row, not of one engine
 
 
 def _print(line: str) -> None:
@@ -65,48 +63,7 @@ class RowClock:
     def _add(self, phase: RowPhase) -> None:
         self.phases.append(phase)
         if self._echo is not None:
-            words = (phase.step, phase.engine, phase.detail, _at(phase.batch))
+            words = (phase.step, phase.engine, phase.detail, at_batch(phase.batch))
             label = " ".join(w for w in words if w is not None)
             tuned = f" ({phase.autotune_s:.1f} s autotuning)" if phase.autotune_s >= 0.05 else ""
             self._echo(f"  {label}: {phase.seconds:.1f} s{tuned}")
-
-
-def _at(batch: int | None) -> str | None:
-    return None if batch is None else f"at {batch}"
-
-
-def _column(phase: RowPhase) -> str:
-    return phase.step.value if phase.batch is None else f"{phase.step} {_at(phase.batch)}"
-
-
-def phase_table(result: PeersResult) -> list[str]:
-    """Seconds per engine (a line each, the row's own parts on the first) and part (a column
-    each, per batch where a part runs per batch), the autotuner's share in parentheses; then the
-    total and what no part holds. Empty for a row that did not record its parts."""
-    if not result.phases:
-        return []
-    columns = list(dict.fromkeys(_column(p) for p in result.phases))
-    lines = list(dict.fromkeys(p.engine or ROW for p in result.phases))
-    cells: dict[tuple[str, str], list[float]] = {}
-    for p in result.phases:
-        cell = cells.setdefault((p.engine or ROW, _column(p)), [0.0, 0.0])
-        cell[0] += p.seconds
-        cell[1] += p.autotune_s
-    rows = []
-    for line in lines:
-        found = [cells.get((line, c)) for c in columns]
-        total = sum(c[0] for c in found if c is not None)
-        rows.append([line, *(_seconds(c) for c in found), f"{total:.1f}"])
-    parts = sum(p.seconds for p in result.phases)
-    return [
-        f"where the {result.seconds:.1f} s of {result.model}'s row went (seconds; in parentheses "
-        f"the autotuner's; {result.seconds - parts:.1f} s between parts):",
-        *table(["engine", *columns, "sum"], rows),
-    ]
-
-
-def _seconds(cell: list[float] | None) -> str:
-    if cell is None:
-        return "-"
-    seconds, tuned = cell
-    return f"{seconds:.1f} ({tuned:.1f})" if tuned >= 0.05 else f"{seconds:.1f}"

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from quantstudy.bench.peers.configs import Peer, device_refusal, peer_layers
-from quantstudy.bench.peers.phases import RowClock, phase_table
+from quantstudy.bench.peers.phases import RowClock
 from quantstudy.bench.peers.rows import (
     ROW_SOURCES,
     check_alike,
@@ -32,7 +32,7 @@ from quantstudy.bench.peers.rows import (
     has_row,
     with_commits,
 )
-from quantstudy.bench.peers.table import row_lines
+from quantstudy.bench.peers.table import phase_table, row_lines
 from quantstudy.bench.peers.torchao import (
     build_torchao,
     config_text,

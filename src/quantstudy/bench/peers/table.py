@@ -10,7 +10,7 @@ row that records it names the commit that measured it (a record's rows may come 
 
 from __future__ import annotations
 
-from quantstudy.bench.schema import PeerEngine, PeersBench, PeersResult
+from quantstudy.bench.schema import PeerEngine, PeersBench, PeersResult, RowPhase
 from quantstudy.record import BatchSpeed, TimingStats
 from quantstudy.record.vocab import PeerFamily
 from quantstudy.report.format import code, fmt_ms, fmt_ratio, fmt_sig, table
@@ -58,7 +58,8 @@ def peers_section(name: str, rec: PeersBench, provenance: list[str]) -> list[str
         f"({counts}).",
         "",
     ]
-    return [*lines, *peers_table(rec), ""]
+    parts = [line for r in rec.results if r.phases for line in ["", *phase_table(r)]]
+    return [*lines, *peers_table(rec), *parts, ""]
 
 
 def _model_rows(batches: list[int], r: PeersResult) -> tuple[list[list[str]], list[str]]:
@@ -118,3 +119,47 @@ def _ideal_cells(batches: list[int], e: PeerEngine) -> list[str]:
 def _agreement(e: PeerEngine) -> str:
     q = e.quality
     return f"{q.agreement:.4f} ({q.n_images - q.differ_count}/{q.n_images})"
+
+
+ROW = "(row)"  # the parts table's line for the parts of the row, not of one engine
+
+
+def at_batch(batch: int | None) -> str | None:
+    return None if batch is None else f"at {batch}"
+
+
+def _column(phase: RowPhase) -> str:
+    return phase.step.value if phase.batch is None else f"{phase.step} {at_batch(phase.batch)}"
+
+
+def phase_table(result: PeersResult) -> list[str]:
+    """Seconds per engine (a line each, the row's own parts on the first) and part (a column
+    each, per batch where a part runs per batch), the autotuner's share in parentheses; then the
+    total and what no part holds. Empty for a row that did not record its parts."""
+    if not result.phases:
+        return []
+    columns = list(dict.fromkeys(_column(p) for p in result.phases))
+    lines = list(dict.fromkeys(p.engine or ROW for p in result.phases))
+    cells: dict[tuple[str, str], list[float]] = {}
+    for p in result.phases:
+        cell = cells.setdefault((p.engine or ROW, _column(p)), [0.0, 0.0])
+        cell[0] += p.seconds
+        cell[1] += p.autotune_s
+    rows = []
+    for line in lines:
+        found = [cells.get((line, c)) for c in columns]
+        total = sum(c[0] for c in found if c is not None)
+        rows.append([line, *(_seconds(c) for c in found), f"{total:.1f}"])
+    parts = sum(p.seconds for p in result.phases)
+    return [
+        f"where the {result.seconds:.1f} s of {result.model}'s row went (seconds; in parentheses "
+        f"the autotuner's; {result.seconds - parts:.1f} s between parts):",
+        *table(["engine", *columns, "sum"], rows),
+    ]
+
+
+def _seconds(cell: list[float] | None) -> str:
+    if cell is None:
+        return "-"
+    seconds, tuned = cell
+    return f"{seconds:.1f} ({tuned:.1f})" if tuned >= 0.05 else f"{seconds:.1f}"
