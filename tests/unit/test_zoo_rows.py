@@ -262,7 +262,19 @@ def test_random_weights_fill_a_head_timm_zeroes():
 
 
 @pytest.mark.parametrize("page", [PAGE])
-def test_the_committed_page_is_the_one_the_committed_rows_render(page, tmp_path):
+def test_the_committed_page_is_the_one_the_committed_rows_render(page, tmp_path, monkeypatch):
+    """Rendered under the engine sources the page names, not this tree's: a kernel edit stales
+    the rows (the next GPU run measures them again) without making the page a lie, so the page
+    need not be rendered again at each edit; what it must match is its rows."""
+    import re
+
+    import quantstudy.zoo.run as zoo_run
+
+    named = re.search(r"Engine sources of this page .*: ([0-9a-f]{12})\.", page.read_text())
+    if named:  # the full hash of a row measured under it, else none of the rows was
+        hashes = {r.measured.engine_sources for r in read_rows(ROWS).values() if r.measured}
+        full = [h for h in hashes if h and h.startswith(named[1])]
+        monkeypatch.setattr(zoo_run, "engine_sources_sha256", lambda: (full or [named[1]])[0])
     out = tmp_path / "zoo.md"
     options = ZooOptions(data=Path("."), out=tmp_path, rows=ROWS, page=out, command=BOARD_ARGV)
     assert write_board(options) == 0

@@ -125,11 +125,12 @@ def render_markdown(board: Leaderboard) -> str:
     last = max(batches)
     lines = ["# FP8 against fp16 per timm model", "", *_provenance(board), ""]
     lines += [f"{len(board.rows)} models ({_counts(board)}).", ""]
+    sources = (board.provenance.engine_sources or "-")[:12]
+    lines += [f"Engine sources of this page (`study/sources.py`): {sources}.", ""]
     if any(_stale(board, r) for r in board.rows):
         lines += [
-            "Rows marked *stale* were measured under other engine sources (`study/sources.py`) "
-            f"than this page's ({(board.provenance.engine_sources or '-')[:12]}): their figures "
-            "are of older engine code, and the next GPU run measures them again.",
+            "Rows marked *stale* were measured under other engine sources than this page's: "
+            "their figures are of older engine code, and the next GPU run measures them again.",
             "",
         ]
     if any(r.status == "complete" and not r.quality_measured for r in board.rows):
