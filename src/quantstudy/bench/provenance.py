@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import shlex
 import sys
 
@@ -36,7 +37,19 @@ def collect_provenance(
         triton=_version("triton"),
         timm=env.timm,
         python=env.python,
+        code=_switches(),
     )
+
+
+# The lab switches that change what the code under test does (`quant/kernels/tiles.py`); named
+# here, not imported, so that reading a record needs no Triton.
+SWITCHES = ("QUANTSTUDY_GEMM_CONFIGS",)
+
+
+def _switches() -> str | None:
+    """The lab switches set in this process, which the commit alone does not say."""
+    said = [f"{k}={os.environ[k]}" for k in SWITCHES if k in os.environ]
+    return "environment: " + " ".join(said) if said else None
 
 
 def _version(package: str) -> str | None:
