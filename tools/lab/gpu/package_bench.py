@@ -66,6 +66,17 @@ def _provenance() -> dict:
     }
 
 
+def _study_ms(study: Path) -> dict[int, tuple[float, float]]:
+    """The study's median fp16 and FP8 ms per batch (its speed section), to set beside the
+    packages' own: the same harness method, so a gap in x says which engine it is in."""
+    from quantstudy.record import StudyRecord
+
+    speed = StudyRecord.model_validate_json((study / "study.json").read_text()).speed
+    if speed is None:
+        return {}
+    return {b.batch: (b.fp16_ms.median, b.fp8_ms.median) for b in speed.batches}
+
+
 def _study(args: argparse.Namespace, name: str, work: Path) -> tuple[Path, dict]:
     """The study, run once per work folder: a finished one (its `bench-study.json` beside
     study.json) is reused, so a second command on the same machine goes on where a first one
@@ -152,11 +163,15 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
     _progress(name, "check", check_s)
     manifest = json.loads((out / "manifest.json").read_text())
     study_x = manifest["study"]["study_x"]
+    study_ms = _study_ms(study)
     rows = []
     for batch, t in checked.timing.items():
         theirs = study_x.get(batch)
         rows.append({
             "batch": int(batch), "study_x": theirs, "packaged_x": t["x"],
+            # which engine moved, where the packaged x falls short: the study's medians
+            "study_fp16_ms": study_ms.get(int(batch), (None, None))[0],
+            "study_fp8_ms": study_ms.get(int(batch), (None, None))[1],
             "packaged_fp16_ms": t["fp16_ms"], "packaged_fp8_ms": t["fp8_ms"],
             "packaged_x_q1_q3": t["x_q1_q3"], "method": t["method"],
             "within_5pct_or_better": None if theirs is None
@@ -187,11 +202,14 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
               f"{found.kl_mean:.4g}")  # fmt: skip
     for batch, t in checked.timing.items():
         print(f"  batch {batch} timed by: {t.get('engines')}")
-    print("batch  study x  packaged x  fp16 ms  FP8 ms")
+    print("batch  study x  packaged x  fp16 ms (study)  FP8 ms (study)")
     for r in rows:
         shown = f"{r['study_x']:.3f}" if r["study_x"] is not None else "-"
-        print(f"{r['batch']:>5}  {shown:>7}  {r['packaged_x']:>10.3f}  "
-              f"{r['packaged_fp16_ms']:>7.4f}  {r['packaged_fp8_ms']:>6.4f}")  # fmt: skip
+        ms16, ms8 = (f"{r[k]:.4f}" if r[k] else "-" for k in ("study_fp16_ms", "study_fp8_ms"))
+        print(
+            f"{r['batch']:>5}  {shown:>7}  {r['packaged_x']:>10.3f}  "
+            f"{r['packaged_fp16_ms']:>7.4f} ({ms16})  {r['packaged_fp8_ms']:>6.4f} ({ms8})"
+        )
     print(f"load s: {checked.load_s}; sizes: "
           f"{[(e['file'], e['bytes']) for e in manifest['packages']]}; TMA tiles moved to "
           f"pointers: {manifest['tma_replaced']} of {len(manifest['tiles'])}")  # fmt: skip
