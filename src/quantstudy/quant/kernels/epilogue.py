@@ -47,7 +47,7 @@ def fp8_range(y, out_scale_ptr):
 @triton.jit
 def scaled_down(y, s, FMA: tl.constexpr):
     """y / s correctly rounded, as torch's division. IEEE division per value (`/` is
-    approximate on the GPU) costs the FP8 write 5 to 12% of a ViT-B product's time; with FMA the
+    approximate on the GPU) cost ViT-B's FP8-writing products 4 to 12% of their time; with FMA the
     scale's reciprocal is taken once and each value gets a product and one Markstein correction
     (two FMAs), the same quotient bit for bit: exhaustively over every fp16 input (what an fp16
     engine writes) and on random float32 ones, for 4,134 scales (`tools/lab/gpu/fp8_div_check.py`,
