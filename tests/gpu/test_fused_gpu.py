@@ -176,8 +176,8 @@ def test_promotion_interval_that_reproduces_scaled_mm(k):
     """Which promotion interval (`gemm_kernel.mma_step`) writes torch._scaled_mm's numbers (row-wise
     scales, fp16 out, bias in its epilogue, use_fast_accum=False): printed for every interval
     and tile depth, asserted for the default."""
+    from quantstudy.quant.accumulation import PROMOTE
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
-    from quantstudy.quant.kernels.tiles import PROMOTE
 
     g = torch.Generator().manual_seed(k)
     m, n = 4096, 384

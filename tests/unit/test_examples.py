@@ -68,6 +68,9 @@ def _without_version_3(full: dict) -> dict:
     out = dict(full)
     for key in NEW_IN_VERSION_6_RECORD | NEW_IN_VERSION_14_RECORD:
         assert out.pop(key) is None
+    environment = dict(out["environment"])
+    assert environment.pop("lab_switches") is None  # schema 20
+    out["environment"] = environment
     data = dict(out["data"])
     assert data.pop("extended") == []  # schema 14: images added by `quantstudy extend`
     out["data"] = data

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import shlex
 import sys
 
@@ -11,6 +10,7 @@ import torch
 
 from quantstudy.bench.schema import Provenance
 from quantstudy.record.errors import UserError
+from quantstudy.record.switches import lab_switches
 from quantstudy.study.environment import collect_environment
 
 CPU_REASON = "measured on a CPU: timings do not predict GPU engines"
@@ -41,14 +41,10 @@ def collect_provenance(
     )
 
 
-# The lab switches that change what the code under test does (`quant/kernels/tiles.py`); named
-# here, not imported, so that reading a record needs no Triton.
-SWITCHES = ("QUANTSTUDY_GEMM_CONFIGS",)
-
-
 def _switches() -> str | None:
-    """The lab switches set in this process, which the commit alone does not say."""
-    said = [f"{k}={os.environ[k]}" for k in SWITCHES if k in os.environ]
+    """The lab switches set in this process (`record/switches.py`), which the commit alone does
+    not say."""
+    said = [f"{k}={v}" for k, v in lab_switches().items()]
     return "environment: " + " ".join(said) if said else None
 
 

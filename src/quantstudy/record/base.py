@@ -66,6 +66,8 @@ Schema history:
      flat as before.
  19: StageTime.tuning (the Triton tile tuning inside a stage: launches, configs, compile and
      timing seconds) and StageTime.lock_wait_s (seconds waiting for the GPU lock, zoo --jobs).
+ 20: Environment.lab_switches (the lab switches the study ran under, `record/switches.py`:
+     engines computed or tuned otherwise than the commit alone says).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -75,7 +77,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 19
+SCHEMA_VERSION = 20
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -32,6 +32,8 @@ class Environment(Section):
     quantstudy: str
     git_commit: str | None = None
     created_utc: str
+    # `record/switches.py`: lab switches set for the study (name -> value); None: none
+    lab_switches: dict[str, str] | None = None
 
 
 class ModelInfo(Section):

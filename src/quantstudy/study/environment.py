@@ -13,6 +13,7 @@ import timm
 import torch
 
 from quantstudy.record import Environment
+from quantstudy.record.switches import lab_switches
 from quantstudy.record.version import __version__
 
 
@@ -89,4 +90,5 @@ def collect_environment(device: torch.device) -> Environment:
         quantstudy=__version__,
         git_commit=_git_commit(),
         created_utc=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+        lab_switches=lab_switches() or None,
     )

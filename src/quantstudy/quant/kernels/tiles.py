@@ -17,7 +17,9 @@ from typing import Any
 
 import triton
 
+from quantstudy.quant.accumulation import PROMOTE
 from quantstudy.record.errors import UserError
+from quantstudy.record.switches import GEMM_CONFIGS
 
 # A Triton `triton.Config` (triton is not read by the type checker: its objects are Any there).
 Config = Any
@@ -84,13 +86,9 @@ PERSISTENT_TILES = [
 # through tensor descriptors (Hopper's copy engine; needs 16-byte aligned rows, see `tma_ok`).
 IO_PATHS = ("pointer", "tma")
 
-# Products summed in the tensor cores before the sums move to float32 registers (`mma_step` in
-# `kernels/gemm_kernel.py`): 128, one K tile of cuBLASLt's FP8 kernels (torch._scaled_mm,
-# use_fast_accum=False), so that the fused engine rounds where the unfused one does. 0: never
-# (all of K in the tensor cores). Tiles deeper than it are pruned.
-PROMOTE = 128
 
-
+# Products summed in the tensor cores before the sums move to float32 (`mma_step` in
+# `kernels/gemm_kernel.py`): `quant/accumulation.py`. Tiles deeper than the interval are pruned.
 def prune_gemm(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> list[Config]:
     """Drop tiles far wider than the problem (they only waste the autotuner's time), streaming
     tiles that do not hold the whole of K and N, and the descriptor paths this launch cannot
@@ -134,7 +132,7 @@ def prune_gemm(configs: list[Config], named_args: dict[str, Any], **kwargs: Any)
     return bounded(keep, sizes, dict.fromkeys(sizes, 64), ("BLOCK_M", "BLOCK_N"), limit)
 
 
-GEMM_CONFIGS_ENV = "QUANTSTUDY_GEMM_CONFIGS"
+GEMM_CONFIGS_ENV = GEMM_CONFIGS
 
 
 def gemm_config_limit() -> int | None:

@@ -53,6 +53,9 @@ def _method_environment(r: StudyRecord) -> list[str]:
         ["quantstudy", f"{env.quantstudy} (commit {env.git_commit or 'unknown'})"],
         ["Created (UTC)", env.created_utc],
     ]
+    if env.lab_switches:  # the engines computed or were tuned otherwise than the commit says
+        said = ", ".join(f"{k}={v}" for k, v in env.lab_switches.items())
+        rows.append(["Lab switches (`record/switches.py`)", said])
     lines += table(["Item", "Value"], rows)
     c = r.config
     lines += ["", "Study configuration as recorded:", ""]

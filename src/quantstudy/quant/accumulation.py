@@ -1,0 +1,42 @@
+"""How the engines' FP8 products accumulate: how many products the tensor cores sum before the
+sums move to float32.
+
+Hopper's FP8 tensor cores keep about 14 bits of a running sum; cuBLASLt with
+`use_fast_accum=False` moves it to float32 every 128 products, and so do the engines' Triton
+kernels (`PROMOTE`), so the fused and unfused engines write the same bits. Leaving the whole K
+sum in the tensor cores (0, cuBLASLt's fast accumulation) buys 3 to 20% on large products
+(docs/fp8-kernel.md); what it costs in quality is measured with the lab switch
+`QUANTSTUDY_FP8_PROMOTE` before it becomes a study option. The switch applies to every FP8
+product an engine runs: the Triton kernels' PROMOTE and torch._scaled_mm's `use_fast_accum`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from quantstudy.record.errors import UserError
+from quantstudy.record.switches import FP8_PROMOTE
+
+# Products summed in the tensor cores before float32 takes over: one K tile of cuBLASLt's FP8
+# kernels (torch._scaled_mm, use_fast_accum=False).
+PROMOTE = 128
+
+
+def engine_promote() -> int:
+    """The engines' promotion interval: PROMOTE, or `$QUANTSTUDY_FP8_PROMOTE` where set (0: all
+    of K in the tensor cores; else a power of two, 16 or more, at least one tile's K step)."""
+    value = os.environ.get(FP8_PROMOTE)
+    if not value:
+        return PROMOTE
+    n = int(value) if value.isdigit() else -1
+    if n != 0 and (n < 16 or n & (n - 1)):
+        raise UserError(
+            f"{FP8_PROMOTE}={value!r}: give 0 (fast accumulation) or a power of two, 16 or more"
+        )
+    return n
+
+
+def fast_accumulation() -> bool:
+    """Whether torch._scaled_mm sums all of K in the tensor cores (`use_fast_accum`). It has no
+    interval of its own: any promotion but 0 leaves it at cuBLASLt's 128."""
+    return engine_promote() == 0

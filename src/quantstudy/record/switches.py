@@ -1,0 +1,20 @@
+"""The lab switches: environment variables that change what the engines compute or how they are
+tuned, set only to measure a change before it becomes an option (docs/fp8-kernel.md).
+
+Named here, at the bottom of the package, so that every record a switched process writes can
+say so (a study's environment, a bench record's provenance) without importing the kernels. A
+switch's meaning and its check live with the code it changes.
+"""
+
+from __future__ import annotations
+
+import os
+
+GEMM_CONFIGS = "QUANTSTUDY_GEMM_CONFIGS"  # `quant/kernels/tiles.py: gemm_config_limit`
+FP8_PROMOTE = "QUANTSTUDY_FP8_PROMOTE"  # `quant/accumulation.py: engine_promote`
+LAB_SWITCHES = (GEMM_CONFIGS, FP8_PROMOTE)
+
+
+def lab_switches() -> dict[str, str]:
+    """The lab switches set in this process, by name."""
+    return {name: os.environ[name] for name in LAB_SWITCHES if os.environ.get(name)}

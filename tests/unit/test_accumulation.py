@@ -1,0 +1,87 @@
+"""The engines' accumulation and its lab switch (`quant/accumulation.py`), and the record of
+every lab switch a study or bench ran under (`record/switches.py`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _interpreter import require_triton, run_interpreted
+from torch import nn
+
+from quantstudy.quant.accumulation import PROMOTE, engine_promote, fast_accumulation
+from quantstudy.quant.layers.matmul import FP8Matmul
+from quantstudy.quant.layers.spec import FP8LayerSpec
+from quantstudy.record.errors import UserError
+from quantstudy.record.switches import FP8_PROMOTE
+from quantstudy.study.environment import collect_environment
+
+
+@pytest.mark.parametrize(("value", "promote"), [(None, PROMOTE), ("0", 0), ("64", 64)])
+def test_the_switch_sets_the_interval(monkeypatch, value, promote):
+    if value is None:
+        monkeypatch.delenv(FP8_PROMOTE, raising=False)
+    else:
+        monkeypatch.setenv(FP8_PROMOTE, value)
+    assert engine_promote() == promote
+    assert fast_accumulation() is (promote == 0)
+
+
+@pytest.mark.parametrize("value", ["-1", "8", "100", "fast", "1.5"])
+def test_a_bad_interval_is_one_clear_line(monkeypatch, value):
+    monkeypatch.setenv(FP8_PROMOTE, value)
+    with pytest.raises(UserError, match=f"{FP8_PROMOTE}='{value}'"):
+        engine_promote()
+
+
+def test_the_unfused_layer_and_the_study_record_take_the_switch(monkeypatch):
+    """torch._scaled_mm's layer reads it once, when built; the study's environment names it."""
+    layer = nn.Linear(32, 16)
+    spec = FP8LayerSpec(x_scale=0.1, per_channel=True, dtype=torch.float16)
+    monkeypatch.delenv(FP8_PROMOTE, raising=False)
+    assert FP8Matmul(layer, spec).fast_accum is False
+    assert collect_environment(torch.device("cpu")).lab_switches is None
+    monkeypatch.setenv(FP8_PROMOTE, "0")
+    assert FP8Matmul(layer, spec).fast_accum is True
+    assert collect_environment(torch.device("cpu")).lab_switches == {FP8_PROMOTE: "0"}
+
+
+def test_the_fused_launch_takes_the_switch(monkeypatch):
+    """Under Triton's interpreter: a tile deeper than the interval is refused at the engines'
+    128, taken with all of K in the tensor cores (0), and its sums match float32's."""
+    require_triton()
+    script = """
+        import os, torch
+        from quantstudy.quant.kernels.gemm import fp8_gemm_triton
+        g = torch.Generator().manual_seed(0)
+        xq = torch.randn(40, 512, generator=g).to(torch.float8_e4m3fn)
+        w8 = torch.randn(24, 512, generator=g).to(torch.float8_e4m3fn)
+        ws, xs = torch.rand(24, generator=g) + 0.5, torch.tensor(0.5)
+        args = (xq, w8, ws, xs, None, "none", torch.float32, (32, 32, 256))
+        try:
+            fp8_gemm_triton(*args)
+            refused = 0
+        except ValueError:
+            refused = 1
+        os.environ["QUANTSTUDY_FP8_PROMOTE"] = "0"
+        y = fp8_gemm_triton(*args)
+        ref = (xq.float() @ w8.float().t()) * (ws * xs)
+        print(refused, ((y - ref).abs() / (ref.abs() + 1)).max().item())
+    """
+    monkeypatch.delenv(FP8_PROMOTE, raising=False)
+    refused, err = run_interpreted(script)
+    assert refused == "1"  # BLOCK_K 256 > 128 products per promotion
+    assert float(err) < 1e-5  # float32 sums of exact FP8 products, in another order
+
+
+def test_the_report_names_a_lab_switch():
+    from pathlib import Path
+
+    from quantstudy.record import StudyRecord
+    from quantstudy.report.sections.method import _method_environment
+
+    path = Path(__file__).parents[2] / "examples" / "tf_efficientnet_lite0-h200" / "study.json"
+    record = StudyRecord.model_validate_json(path.read_text())
+    assert not any("Lab switches" in line for line in _method_environment(record))
+    env = record.environment.model_copy(update={"lab_switches": {FP8_PROMOTE: "0"}})
+    switched = record.model_copy(update={"environment": env})
+    assert any(f"{FP8_PROMOTE}=0" in line for line in _method_environment(switched))

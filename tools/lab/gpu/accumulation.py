@@ -1,0 +1,122 @@
+"""What fast accumulation costs in quality: one study per accumulation, side by side.
+
+The engines promote their FP8 sums to float32 every 128 products, as cuBLASLt does without fast
+accumulation (`quant/accumulation.py`). This runs the same study (EfficientNet-Lite0 with its
+real weights by default: random weights leave many logits near ties, which says little about
+the kernels) with `QUANTSTUDY_FP8_PROMOTE` unset and set to each value asked (0: all of K in
+the tensor cores), each in a folder of its own under --work (a finished study is kept, so a
+stopped command goes on where it was), and writes one JSON of the figures that answer the
+question: the FP8 engine against fp32 (agreement, KL, top-1), against its own emulation beside
+the emulation's floor, the decision, and x per batch, each study's environment naming its
+switch.
+
+Run from the repository root with quantstudy importable, e.g. on the device:
+  python3 tools/lab/gpu/accumulation.py --data D/val-1300 --calib-data D/calib-500 \
+      --class-list D/classes.txt --out $OUT/accumulation-lite0.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SWITCH = "QUANTSTUDY_FP8_PROMOTE"
+
+
+def run_study(args: argparse.Namespace, promote: str | None) -> tuple[Path, dict[str, Any]]:
+    """The study under one accumulation, run unless its folder holds a finished one."""
+    out = args.work / f"promote-{promote or 'default'}"
+    cmd = [sys.executable, "-m", "quantstudy.cli", "run", args.model, "--weights", args.weights]
+    cmd += ["--device", "cuda", "--batches", args.batches, "--calib", str(args.calib)]
+    cmd += ["--heldout", str(args.heldout), "--data", str(args.data), "--out", str(out)]
+    cmd += ["--recipe", args.recipe]
+    cmd += ["--calib-data", str(args.calib_data)] if args.calib_data else []
+    cmd += ["--class-list", str(args.class_list)] if args.class_list else []
+    info: dict[str, Any] = {"command": " ".join(cmd), "switch": promote}
+    if (out / "study.json").is_file():
+        return out, info | {"kept": True}
+    env = {k: v for k, v in os.environ.items() if k != SWITCH}
+    if promote is not None:
+        env[SWITCH] = promote
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    info |= {"exit": done.returncode, "wall_s": round(time.perf_counter() - start, 1)}
+    if not (out / "study.json").is_file():
+        raise SystemExit(
+            f"the study under {SWITCH}={promote} did not finish:\n{done.stderr[-3000:]}"
+        )
+    return out, info
+
+
+def figures(study: Path) -> dict[str, Any]:
+    """The figures of one study.json that the comparison reads."""
+    from quantstudy.record import StudyRecord
+
+    record = StudyRecord.model_validate_json((study / "study.json").read_text())
+    quality, speed = record.quality, record.speed
+    engines = {e.engine: e for e in quality.engines} if quality else {}
+    fp8 = engines.get("fp8")
+    gap = quality.emulation_gap if quality else None
+    return {
+        "lab_switches": record.environment.lab_switches,
+        "environment": {
+            k: getattr(record.environment, k)
+            for k in ("gpu_name", "gpu_driver", "torch", "cuda", "git_commit")
+        },
+        "fp8_vs_fp32": None
+        if fp8 is None
+        else {
+            "agreement": fp8.agreement,
+            "differ": fp8.differ_count,
+            "n_images": fp8.n_images,
+            "kl_mean": fp8.kl_mean,
+            "top1": fp8.top1,
+            "top1_fp32": fp8.top1_reference,
+        },
+        "fp8_vs_emulation": None
+        if gap is None
+        else {
+            "differ": gap.differ_count,
+            "kl_mean": gap.kl_mean,
+            "floor_differ": gap.floor_differ_count,
+            "floor_kl_mean": gap.floor_kl_mean,
+        },
+        "decision": None if record.decision is None else str(record.decision.outcome),
+        "x": {b.batch: b.ratio.median for b in speed.batches} if speed else {},
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="tf_efficientnet_lite0")
+    p.add_argument("--weights", default="efficientnet-lite0")
+    p.add_argument("--recipe", default="generic_pointwise")
+    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--calib-data", type=Path)
+    p.add_argument("--class-list", type=Path)
+    p.add_argument("--calib", type=int, default=500)
+    p.add_argument("--heldout", type=int, default=1300)
+    p.add_argument("--batches", default="1,128")
+    p.add_argument(
+        "--promote", default="0", help="switch values beside the default, comma-separated"
+    )
+    p.add_argument("--work", type=Path, default=Path("/tmp/accumulation"))
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    runs: list[dict[str, Any]] = []
+    for promote in [None, *args.promote.split(",")]:
+        study, info = run_study(args, promote)
+        runs.append(info | figures(study))
+        args.out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")  # each as it ends
+        print(json.dumps(runs[-1]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
