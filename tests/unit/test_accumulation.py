@@ -85,3 +85,19 @@ def test_the_report_names_a_lab_switch():
     env = record.environment.model_copy(update={"lab_switches": {FP8_PROMOTE: "0"}})
     switched = record.model_copy(update={"environment": env})
     assert any(f"{FP8_PROMOTE}=0" in line for line in _method_environment(switched))
+
+
+def test_persistent_tiles_are_timed_only_with_fast_accumulation_on_deep_products():
+    """`tiles.persistent_pays` through `prune_gemm`: the engines' default launches never see the
+    persistent tiles; fast accumulation (the launch's PROMOTE 0) sees them beyond one promotion."""
+    require_triton()
+    from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM
+    from quantstudy.quant.kernels.tiles import prune_gemm
+
+    def kept(promote: int, k: int) -> int:
+        args = {"M": 25216, "N": 3072, "K": k, "PROMOTE": promote}
+        args |= {"tma_loads_ok": 1, "tma_store_ok": 1}
+        return sum(c.kwargs["PERSISTENT"] for c in prune_gemm(FP8_GEMM.configs, args))
+
+    assert kept(PROMOTE, 768) == 0 and kept(0, 128) == 0
+    assert kept(0, 768) == 10  # five tiles, each with and without the descriptor store

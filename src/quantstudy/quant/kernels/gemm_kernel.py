@@ -13,7 +13,13 @@ import triton.language as tl
 
 from quantstudy.quant.formats import fp8
 from quantstudy.quant.kernels.epilogue import activation, fp8_range, loop_bound, rounded
-from quantstudy.quant.kernels.tiles import PATH_TILES, STREAM_TILES, gemm_config, prune_gemm
+from quantstudy.quant.kernels.tiles import (
+    PATH_TILES,
+    PERSISTENT_TILES,
+    STREAM_TILES,
+    gemm_config,
+    prune_gemm,
+)
 from quantstudy.quant.kernels.tuning import autotuned
 
 E4M3_INV = tl.constexpr(fp8.E4M3_INV)  # per-row scales are max |x| times it (`_row_scales`)
@@ -409,6 +415,11 @@ FP8_GEMM = autotuned(
             for t in tiles
         ),
         *(gemm_config(*t[:5], False, store, t[5]) for store in (False, True) for t in STREAM_TILES),
+        *(  # timed only with fast accumulation on deep products (`tiles.persistent_pays`)
+            gemm_config(*t[:5], True, store, persistent=True, subtile=t[5])
+            for store in (False, True)
+            for t in PERSISTENT_TILES
+        ),
     ],
     AUTOTUNE_KEY,
     prune_gemm,

@@ -105,6 +105,7 @@ def prune_gemm(configs: list[Config], named_args: dict[str, Any], **kwargs: Any)
         for c in configs
         if all(has[flag] or not c.kwargs[flag] for flag in has)
         and not (promote and c.kwargs["BLOCK_K"] > promote)
+        and (not c.kwargs["PERSISTENT"] or persistent_pays(promote, k))
     ]
 
     def fits(c: Config) -> bool:
@@ -130,6 +131,16 @@ def prune_gemm(configs: list[Config], named_args: dict[str, Any], **kwargs: Any)
         return keep
     sizes = {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}
     return bounded(keep, sizes, dict.fromkeys(sizes, 64), ("BLOCK_M", "BLOCK_N"), limit)
+
+
+def persistent_pays(promote: int, k: int) -> bool:
+    """Whether the persistent tiles are worth timing for a launch: only with all of K in the
+    tensor cores (`promote` 0, the launch's PROMOTE) and K beyond one promotion. Under the
+    engines' promotion every 128 products they were level with the one-tile kernel at best; with
+    fast accumulation the 128x256 subtiled tile beat it by 7 to 8% on ViT-B's fc1 and fc2 and came
+    level with cuBLASLt's fast accumulation on fc2 (`products-h100-f2445f4-variants.json`), and on
+    thin-K products they lost everywhere (docs/fp8-kernel.md)."""
+    return promote == 0 and k > PROMOTE
 
 
 GEMM_CONFIGS_ENV = GEMM_CONFIGS
