@@ -223,7 +223,29 @@ def test_the_page_marks_rows_of_other_engine_sources_stale(tmp_path):
     [dla] = [line for line in text.splitlines() if line.startswith("| dla34 |")]
     [resnet] = [line for line in text.splitlines() if line.startswith("| resnet50 |")]
     assert dla.endswith("(stale: engine sources changed since) |")
-    assert "stale" not in resnet
+    assert "stale" not in resnet and "lab switches" not in resnet
+
+
+def test_a_row_names_the_lab_switches_its_study_ran_under(tmp_path):
+    """`recorded_environment` keeps the study's switches, and the page says them."""
+    from quantstudy.record.switches import GEMM_CONFIGS
+    from quantstudy.zoo.board import recorded_environment
+
+    record = _speed_record()
+    assert recorded_environment(record)["lab_switches"] is None
+    env = record.environment.model_copy(update={"lab_switches": {GEMM_CONFIGS: "6"}})
+    switched = record.model_copy(update={"environment": env})
+    assert recorded_environment(switched)["lab_switches"] == f"{GEMM_CONFIGS}=6"
+    row = read_rows(ROWS)["resnet50"]
+    assert row.measured is not None
+    said = dict(row.measured.environment) | {"lab_switches": f"{GEMM_CONFIGS}=6"}
+    measured = row.measured.model_copy(update={"environment": said})
+    write_row(tmp_path / "rows", row.model_copy(update={"measured": measured}))
+    page = tmp_path / "zoo.md"
+    options = ZooOptions(data=Path("."), out=tmp_path, rows=tmp_path / "rows", page=page)
+    assert write_board(options) == 0
+    [line] = [x for x in page.read_text().splitlines() if x.startswith("| resnet50 |")]
+    assert f"(lab switches {GEMM_CONFIGS}=6)" in line
 
 
 def test_a_committed_row_is_kept_only_while_what_measured_it_holds(tmp_path):
@@ -244,6 +266,8 @@ def test_a_committed_row_is_kept_only_while_what_measured_it_holds(tmp_path):
     assert stale_reasons(row, settings | {"batches": [1, 32]}, then) == [
         "settings changed: batches"
     ]
+    bound = Current(then.engine_sources, then.environment | {"lab_switches": "X=6"})
+    assert stale_reasons(row, settings, bound) == ["lab_switches None measured, X=6 here"]
     failed = row.model_copy(update={"status": RowStatus.FAILED})
     assert stale_reasons(failed, settings, then) == ["status failed"]
     write_row(tmp_path, row)

@@ -146,13 +146,20 @@ ENVIRONMENT_KEYS = (
     "python",
     "quantstudy",
     "git_commit",
+    "lab_switches",  # `record/switches.py`, as `switches_said` words; None: none set
 )
+
+
+def switches_said(switches: dict[str, str] | None) -> str | None:
+    """Lab switches as one string of NAME=VALUE words (a row's environment holds strings)."""
+    return " ".join(f"{k}={v}" for k, v in sorted(switches.items())) if switches else None
 
 
 def recorded_environment(record: StudyRecord) -> dict[str, str | None]:
     """The environment a study recorded (`ENVIRONMENT_KEYS`)."""
     env = record.environment.model_dump(mode="json")
-    return {k: None if env.get(k) is None else str(env[k]) for k in ENVIRONMENT_KEYS}
+    found = {k: None if env.get(k) is None else str(env[k]) for k in ENVIRONMENT_KEYS}
+    return found | {"lab_switches": switches_said(record.environment.lab_switches)}
 
 
 def collect_row(entry: ZooEntry, folder: Path, stamp: dict[str, Any] | None = None) -> ZooRow:

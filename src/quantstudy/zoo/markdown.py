@@ -48,6 +48,8 @@ def _where(board: Leaderboard, row: ZooRow) -> str:
         return "-"
     gpu = (m.environment.get("gpu_name") or "CPU").removeprefix("NVIDIA ")
     said = f"{(m.commit or '-')[:7]}, {gpu}"
+    if m.environment.get("lab_switches"):  # engines built otherwise than the commit says
+        said += f" (lab switches {m.environment['lab_switches']})"
     return f"{said} (stale: engine sources changed since)" if _stale(board, row) else said
 
 

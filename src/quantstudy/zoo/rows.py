@@ -21,7 +21,9 @@ from quantstudy.record.io import write_json_atomic
 from quantstudy.record.readers import read_json
 from quantstudy.zoo.board import ZooRow, is_answer
 
-ROW_ENVIRONMENT = ("gpu_name", "torch", "triton")  # a row measured under others is stale
+# A row measured under others is stale (lab_switches: a tuning bound or another accumulation
+# makes other engines, `record/switches.py`).
+ROW_ENVIRONMENT = ("gpu_name", "torch", "triton", "lab_switches")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import NamedTuple
 from rich.console import Console
 
 from quantstudy.record.io import write_json_atomic, write_text_atomic
+from quantstudy.record.switches import lab_switches
 from quantstudy.record.vocab import RowStatus, choices
 from quantstudy.study.sources import engine_sources_sha256
 from quantstudy.sweep.events import Executor, Job
@@ -48,6 +49,7 @@ from quantstudy.zoo.board import (
     ZooRow,
     collect_row,
     is_answer,
+    switches_said,
 )
 from quantstudy.zoo.catalogue import Catalogue, ZooEntry, load_catalogue
 from quantstudy.zoo.markdown import render_markdown
@@ -129,6 +131,7 @@ def current_state(device: str) -> Current:
 
     gpu = torch.cuda.get_device_name() if device == "cuda" else None
     env = {"gpu_name": gpu, "torch": torch.__version__, "triton": _version("triton")}
+    env |= {"lab_switches": switches_said(lab_switches())}
     return Current(engine_sources_sha256(), env)
 
 
