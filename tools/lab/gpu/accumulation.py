@@ -54,39 +54,44 @@ def run_study(args: argparse.Namespace, promote: str | None) -> tuple[Path, dict
     return out, info
 
 
+def _picked(section: object, names: dict[str, str]) -> dict[str, Any] | None:
+    """`section`'s fields `names` (record name -> name in this file); None for no section."""
+    if section is None:
+        return None
+    return {ours: getattr(section, theirs) for theirs, ours in names.items()}
+
+
 def figures(study: Path) -> dict[str, Any]:
     """The figures of one study.json that the comparison reads."""
     from quantstudy.record import StudyRecord
 
     record = StudyRecord.model_validate_json((study / "study.json").read_text())
     quality, speed = record.quality, record.speed
-    engines = {e.engine: e for e in quality.engines} if quality else {}
-    fp8 = engines.get("fp8")
-    gap = quality.emulation_gap if quality else None
+    fp8 = next((e for e in quality.engines if e.engine == "fp8"), None) if quality else None
+    env = ("gpu_name", "gpu_driver", "torch", "cuda", "git_commit")
     return {
         "lab_switches": record.environment.lab_switches,
-        "environment": {
-            k: getattr(record.environment, k)
-            for k in ("gpu_name", "gpu_driver", "torch", "cuda", "git_commit")
-        },
-        "fp8_vs_fp32": None
-        if fp8 is None
-        else {
-            "agreement": fp8.agreement,
-            "differ": fp8.differ_count,
-            "n_images": fp8.n_images,
-            "kl_mean": fp8.kl_mean,
-            "top1": fp8.top1,
-            "top1_fp32": fp8.top1_reference,
-        },
-        "fp8_vs_emulation": None
-        if gap is None
-        else {
-            "differ": gap.differ_count,
-            "kl_mean": gap.kl_mean,
-            "floor_differ": gap.floor_differ_count,
-            "floor_kl_mean": gap.floor_kl_mean,
-        },
+        "environment": _picked(record.environment, {k: k for k in env}),
+        "fp8_vs_fp32": _picked(
+            fp8,
+            {
+                "agreement": "agreement",
+                "differ_count": "differ",
+                "n_images": "n_images",
+                "kl_mean": "kl_mean",
+                "top1": "top1",
+                "top1_reference": "top1_fp32",
+            },
+        ),
+        "fp8_vs_emulation": _picked(
+            quality.emulation_gap if quality else None,
+            {
+                "differ_count": "differ",
+                "kl_mean": "kl_mean",
+                "floor_differ_count": "floor_differ",
+                "floor_kl_mean": "floor_kl_mean",
+            },
+        ),
         "decision": None if record.decision is None else str(record.decision.outcome),
         "x": {b.batch: b.ratio.median for b in speed.batches} if speed else {},
     }
