@@ -101,3 +101,14 @@ def test_persistent_tiles_are_timed_only_with_fast_accumulation_on_deep_products
 
     assert kept(PROMOTE, 768) == 0 and kept(0, 128) == 0
     assert kept(0, 768) == 10  # five tiles, each with and without the descriptor store
+
+
+def test_a_config_is_named_by_its_tile_paths_and_loop():
+    """`tiles.config_words`, as the tuning log and `bench products` record a chosen tile."""
+    require_triton()
+    from quantstudy.quant.kernels.tiles import config_words, gemm_config
+
+    assert config_words(gemm_config(128, 256, 64, 8, 3)) == "128x256x64 w8 s3"
+    persistent = gemm_config(128, 256, 128, 8, 3, True, True, persistent=True, subtile=True)
+    assert config_words(persistent) == "128x256x128 w8 s3 tma-loads tma-store persistent sub"
+    assert config_words(gemm_config(128, 64, 32, 4, 3, per_sm=2)) == "128x64x32 w4 s3 stream2"

@@ -195,16 +195,22 @@ def _timed(row: ProductRow, variants: Variants) -> ProductRow:
     from triton.compiler.errors import CompilationError
     from triton.runtime.errors import OutOfResources
 
+    from quantstudy.quant.kernels.tuning import TUNE_LOG
+
     calls, ref = _calls(row, variants)  # each call returns a tensor
     us: dict[str, float] = {}
     errors: dict[str, float] = {}
     refused: dict[str, str] = {}
+    tiles: dict[str, str] = {}
     for label, call in calls.items():
         try:
+            tuned = len(TUNE_LOG)
             if label.startswith("ours") and not any(e[0] in label for e in EPILOGUES):
                 y = torch.as_tensor(call()).float().reshape(ref.shape)
                 errors[label] = float(((y - ref).abs() / (ref.abs() + 1)).max())
             us[label] = time_us(call)
+            if label.startswith("ours") and len(TUNE_LOG) > tuned:  # the autotuner chose
+                tiles[label] = TUNE_LOG[-1]["tile"]
         except (OutOfResources, CompilationError, RuntimeError, ValueError) as exc:
             # a tile or option this GPU, compiler or shape refuses: recorded as refused, untimed
             refused[label] = str(exc).splitlines()[0][:200]
@@ -212,6 +218,7 @@ def _timed(row: ProductRow, variants: Variants) -> ProductRow:
     ours = {k: t for k, t in us.items() if k.startswith("ours") and not any(p in k for p in plain)}
     best = min(ours, key=ours.__getitem__) if ours else None
     update = {"us": us, "max_rel_error": errors, "refused": refused, "best_ours": best}
+    update |= {"tiles": tiles}
     return row.model_copy(update=update)
 
 

@@ -174,6 +174,10 @@ class ProductRow(Section):
     max_rel_error: dict[str, float] = Field(default_factory=dict)  # ours against float32 sums
     refused: dict[str, str] = Field(default_factory=dict)
     best_ours: str | None = None  # the fastest of our variants an engine can run
+    # our variant -> the tile the autotuner chose for it in this run (`tiles.config_words`);
+    # a variant absent: a fixed tile, or a choice stored by an earlier process on the machine;
+    # None: a record from before this was kept
+    tiles: dict[str, str] | None = None
 
     @property
     def fp16_us(self) -> float | None:

@@ -226,6 +226,20 @@ def bounded(
     return [configs[i] for i in keep[:limit]]
 
 
+def config_words(c: Config) -> str:
+    """A config as a record names it: "BMxBNxBK w<warps> s<stages>" and its paths and loop
+    ("tma-loads", "tma-store", "stream<programs per SM>", "persistent", "sub")."""
+    kw = c.kwargs
+    blocks = "x".join(str(kw[k]) for k in kw if k.startswith("BLOCK_"))
+    words = [blocks, f"w{c.num_warps}", f"s{c.num_stages}"]
+    words += [
+        w for flag, w in (("TMA_LOADS", "tma-loads"), ("TMA_STORE", "tma-store")) if kw.get(flag)
+    ]
+    words += [f"stream{kw['PER_SM']}"] if kw.get("STREAM") else []
+    words += [w for flag, w in (("PERSISTENT", "persistent"), ("SUBTILE", "sub")) if kw.get(flag)]
+    return " ".join(words)
+
+
 def block_volume(c: Config) -> int:
     """The product of a tile's block sizes: the smallest tile is the fallback where none fits."""
     return math.prod(int(v) for k, v in c.kwargs.items() if k.startswith("BLOCK_"))

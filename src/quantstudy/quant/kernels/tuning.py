@@ -20,7 +20,7 @@ from typing import Any
 import triton
 
 from quantstudy.quant.kernels import choices
-from quantstudy.quant.kernels.tiles import Config, bench_config
+from quantstudy.quant.kernels.tiles import Config, bench_config, config_words
 from quantstudy.quant.private_api import async_compile_mode
 from quantstudy.record import timing_lock
 
@@ -181,6 +181,7 @@ def tuned_launch(tuned: Tuned, grid: Grid, args: Args, meta: dict[str, Any]) -> 
     row |= {"configs": len(pruned), "threads": threads}
     row |= {"compile_s": round(compiled - start, 3)}
     row |= {"tune_s": round(time.perf_counter() - compiled, 3), "best": str(best)}
+    row |= {"tile": config_words(best)}
     _log(row)
     choices.store(key, configs.index(best))
     return best
