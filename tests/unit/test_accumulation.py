@@ -112,3 +112,47 @@ def test_a_config_is_named_by_its_tile_paths_and_loop():
     persistent = gemm_config(128, 256, 128, 8, 3, True, True, persistent=True, subtile=True)
     assert config_words(persistent) == "128x256x128 w8 s3 tma-loads tma-store persistent sub"
     assert config_words(gemm_config(128, 64, 32, 4, 3, per_sm=2)) == "128x64x32 w4 s3 stream2"
+
+
+def test_accumulating_sets_the_interval_for_its_block(monkeypatch):
+    from quantstudy.quant.accumulation import accumulating
+    from quantstudy.record.vocab import Accumulation
+
+    monkeypatch.setenv(FP8_PROMOTE, "64")
+    with accumulating(Accumulation.FAST):
+        assert engine_promote() == 0 and fast_accumulation()
+        with accumulating(Accumulation.PROMOTE128):
+            assert engine_promote() == PROMOTE
+        with accumulating(None):  # a study that does not say: the switch or the default
+            assert engine_promote() == 0
+    assert engine_promote() == 64
+
+
+def test_a_study_sums_as_its_option_says(tiny_imagenet, tmp_path, monkeypatch):
+    """`--fp8-accumulate fast`: every FP8 product the study builds sums all of K in the tensor
+    cores (here the unfused layers, which read it when built), the config records it and the
+    report says it."""
+    import json
+
+    import quantstudy.quant.layers.matmul as matmul
+    from quantstudy.cli import main
+
+    seen: list[int] = []
+
+    def spied() -> bool:
+        seen.append(engine_promote())
+        return fast_accumulation()
+
+    monkeypatch.setattr(matmul, "fast_accumulation", spied)
+    monkeypatch.delenv(FP8_PROMOTE, raising=False)
+    out = tmp_path / "study"
+    argv = (
+        "run test_efficientnet --weights random --device cpu --calib 4 --heldout 8 --no-speed "
+        f"--fp8-kernel scaled_mm --fp8-accumulate fast --data {tiny_imagenet} --out {out}"
+    ).split()
+    assert main(argv) == 4
+    assert seen and set(seen) == {0}
+    record = json.loads((out / "study.json").read_text())
+    assert record["config"]["fp8_accumulate"] == "fast"
+    assert "| FP8 accumulation | fast |" in (out / "report.md").read_text()
+    assert engine_promote() == PROMOTE  # the study's setting ends with it

@@ -76,6 +76,7 @@ def _without_version_3(full: dict) -> dict:
     out["data"] = data
     config = dict(out["config"])
     assert config.pop("fp8_kernel") is None
+    assert config.pop("fp8_accumulate") is None  # schema 20
     for key, default in NEW_IN_VERSION_6_CONFIG.items():
         assert config.pop(key) == default
     model = dict(out["model"])

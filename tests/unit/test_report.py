@@ -58,6 +58,8 @@ def _as_version_1(data: dict) -> str:
     added_to_config = ("fp8_kernel", "class_list", "strip_prefix", "eval_batch", "speed", "package")
     added_to_config += ("float32_engine",)  # schema 12
     added_to_config += ("quality",)  # schema 16
+    added_to_config += ("fp8_accumulate",)  # schema 20
+    assert out["config"]["fp8_accumulate"] is None
     assert out["config"]["quality"] is True and out["model"]["macs"] is None
     out["model"] = {k: v for k, v in out["model"].items() if k != "macs"}  # schema 16
     assert out["environment"]["lab_switches"] is None  # schema 20

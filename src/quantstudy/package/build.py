@@ -32,6 +32,7 @@ from quantstudy.engines.builders import BuiltEngine, build_fp8, build_half
 from quantstudy.model.preprocess import build_transform
 from quantstudy.package import manifest as mf
 from quantstudy.package.graph import export_engine, retarget
+from quantstudy.quant.accumulation import accumulating
 from quantstudy.quant.kernels import launches
 from quantstudy.quant.private_api import aoti_compile_and_package
 from quantstudy.record import StudyRecord
@@ -261,8 +262,13 @@ def _staging(out: Path) -> Iterator[Path]:
 
 def package_study(options: PackageOptions) -> Path:
     """Write the packages, the sample images, the check script and the manifest; return the
-    folder."""
+    folder. The packaged FP8 products sum as the study's did (`fp8_accumulate`)."""
     record = load_record(Path(options.study_dir) / RECORD_FILE)
+    with accumulating(record.config.fp8_accumulate):
+        return _package(options, record)
+
+
+def _package(options: PackageOptions, record: StudyRecord) -> Path:
     fp8_engine_info(record)
     _refuse_options(record)
     device = check_device(record, options.device)

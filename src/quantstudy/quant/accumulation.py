@@ -5,26 +5,50 @@ Hopper's FP8 tensor cores keep about 14 bits of a running sum; cuBLASLt with
 `use_fast_accum=False` moves it to float32 every 128 products, and so do the engines' Triton
 kernels (`PROMOTE`), so the fused and unfused engines write the same bits. Leaving the whole K
 sum in the tensor cores (0, cuBLASLt's fast accumulation) buys 3 to 20% on large products
-(docs/fp8-kernel.md); what it costs in quality is measured with the lab switch
-`QUANTSTUDY_FP8_PROMOTE` before it becomes a study option. The switch applies to every FP8
-product an engine runs: the Triton kernels' PROMOTE and torch._scaled_mm's `use_fast_accum`.
+(docs/fp8-kernel.md); a study chooses with `--fp8-accumulate` (`accumulating`), a bench with
+the lab switch `QUANTSTUDY_FP8_PROMOTE`. Either applies to every FP8 product an engine runs:
+the Triton kernels' PROMOTE and torch._scaled_mm's `use_fast_accum`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from quantstudy.record.errors import UserError
 from quantstudy.record.switches import FP8_PROMOTE
+from quantstudy.record.vocab import Accumulation
 
 # Products summed in the tensor cores before float32 takes over: one K tile of cuBLASLt's FP8
 # kernels (torch._scaled_mm, use_fast_accum=False).
 PROMOTE = 128
 
 
+_SET: list[int] = []  # the intervals of the enclosing `accumulating` blocks
+
+
+@contextmanager
+def accumulating(mode: Accumulation | None) -> Iterator[None]:
+    """Within the block every FP8 product an engine builds or runs sums as `mode` says (None:
+    as the lab switch or the default say): a study's `--fp8-accumulate`, set around the whole
+    study, its package and its extension, so that every engine of it sums alike."""
+    if mode is None:
+        yield
+        return
+    _SET.append(Accumulation(mode).promote)
+    try:
+        yield
+    finally:
+        _SET.pop()
+
+
 def engine_promote() -> int:
-    """The engines' promotion interval: PROMOTE, or `$QUANTSTUDY_FP8_PROMOTE` where set (0: all
-    of K in the tensor cores; else a power of two, 16 or more, at least one tile's K step)."""
+    """The engines' promotion interval: the enclosing `accumulating` block's, else
+    `$QUANTSTUDY_FP8_PROMOTE` where set (0: all of K in the tensor cores; else a power of two,
+    16 or more, at least one tile's K step), else PROMOTE."""
+    if _SET:
+        return _SET[-1]
     value = os.environ.get(FP8_PROMOTE)
     if not value:
         return PROMOTE

@@ -67,7 +67,8 @@ Schema history:
  19: StageTime.tuning (the Triton tile tuning inside a stage: launches, configs, compile and
      timing seconds) and StageTime.lock_wait_s (seconds waiting for the GPU lock, zoo --jobs).
  20: Environment.lab_switches (the lab switches the study ran under, `record/switches.py`:
-     engines computed or tuned otherwise than the commit alone says).
+     engines computed or tuned otherwise than the commit alone says); StudyConfig.fp8_accumulate
+     (how the FP8 products sum: "promote128", what older records ran, or "fast").
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.

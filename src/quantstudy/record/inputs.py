@@ -12,7 +12,14 @@ from quantstudy.record.base import Section
 from quantstudy.record.engines import KernelChoice, fp8_build
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import read_json
-from quantstudy.record.vocab import FASTEST, CompileMode, Device, FP8Kernel, KernelOption
+from quantstudy.record.vocab import (
+    FASTEST,
+    Accumulation,
+    CompileMode,
+    Device,
+    FP8Kernel,
+    KernelOption,
+)
 
 
 class Environment(Section):
@@ -191,6 +198,13 @@ class StudyConfig(Section):
         "engine with each layer timed in place at the timed batches and the faster kernel "
         "kept, or its float layer where both are slower; default fused",
     )  # None: DEFAULT_FP8_KERNEL. Records before version 3 leave it out: they ran scaled_mm.
+    fp8_accumulate: Accumulation | None = Field(
+        None,
+        description="how the FP8 products sum: promote128 (in float32 every 128 products, as "
+        "cuBLASLt without fast accumulation) or fast (all of K in the tensor cores, as "
+        "torchao's float8 configs; faster on large products, its cost in quality is the "
+        "study's to measure); default promote128",
+    )  # None: promote128, what every record before version 20 ran
     test_settings: bool = Field(
         False, description="use the checkpoint's test-time input size and crop"
     )

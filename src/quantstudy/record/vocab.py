@@ -38,6 +38,20 @@ class FP8Kernel(StrEnum):
     SCALED_MM = "scaled_mm"  # torch._scaled_mm, then a separate cast/bias pass
 
 
+class Accumulation(StrEnum):
+    """How the FP8 products sum (`quant/accumulation.py`): in float32 every 128 products, as
+    cuBLASLt without fast accumulation (the fused and unfused engines then write the same
+    bits), or all of K in the tensor cores, as torchao's float8 configs do by default."""
+
+    PROMOTE128 = "promote128"
+    FAST = "fast"
+
+    @property
+    def promote(self) -> int:
+        """Products summed in the tensor cores before float32 takes over (0: all of K)."""
+        return 128 if self == Accumulation.PROMOTE128 else 0
+
+
 class KernelOption(StrEnum):
     """What `--fp8-kernel` takes: a kernel of `FP8Kernel`, or "fastest", no kernel but a choice
     per layer (kept as an alias, and read in records before schema 18): the fused engine with

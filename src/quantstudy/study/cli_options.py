@@ -26,6 +26,7 @@ STUDY_OPTIONS = (
     "batches",
     "compile_mode",
     "fp8_kernel",
+    "fp8_accumulate",
     "float32_engine",
     "test_settings",
     "policy",

@@ -30,6 +30,7 @@ from quantstudy.decision.policy import decide, load_policy
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quality.rows import RowSet
 from quantstudy.quality.stress import stress_inputs
+from quantstudy.quant.accumulation import accumulating
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_record
@@ -55,9 +56,17 @@ from quantstudy.study.stage_timer import StageTimer
 
 
 def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[StudyRecord, Path]:
-    """Add the images of `more` to the finished study in `study_dir`; the record and report."""
+    """Add the images of `more` to the finished study in `study_dir`; the record and report.
+    Its engines sum their FP8 products as the study's did (`fp8_accumulate`)."""
     study_dir = Path(study_dir)
     record = load_record(study_dir / RECORD_FILE)
+    with accumulating(record.config.fp8_accumulate):
+        return _extend(study_dir, more, skip_used, record)
+
+
+def _extend(
+    study_dir: Path, more: Path, skip_used: bool, record: StudyRecord
+) -> tuple[StudyRecord, Path]:
     if record.status != "complete":
         raise UserError(f"the study in {study_dir} is not finished; rerun it first, then extend")
     if not record.config.quality:

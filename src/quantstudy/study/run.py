@@ -39,6 +39,7 @@ from quantstudy.engines.run import half_storage, reordered, run_engine
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quality.gap import gap_pairs
 from quantstudy.quality.stress import stress_inputs
+from quantstudy.quant.accumulation import accumulating
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import (
     EngineInfo,
@@ -120,7 +121,15 @@ def run_study(
 
     `force`: replace a complete study of another configuration in the study folder.
     `prepared`: the study's preparation, when the caller made it (`prepare_study(config)`), so
-    nothing is read twice. `extras`: sections the record holds beside the study's own."""
+    nothing is read twice. `extras`: sections the record holds beside the study's own. Every
+    engine of the study sums its FP8 products as `config.fp8_accumulate` says."""
+    with accumulating(config.fp8_accumulate):
+        return _run_study(config, force, prepared, extras)
+
+
+def _run_study(
+    config: StudyConfig, force: bool, prepared: Prepared | None, extras: RecordExtras
+) -> tuple[StudyRecord, Path]:
     if prepared is not None and prepared.config != config:
         raise ValueError("run_study: `prepared` was made for another config")
     timer = StageTimer()
@@ -161,6 +170,7 @@ def run_study(
             inputs.data.calibration.ids_sha256,
             inputs.data.heldout.ids_sha256,
             inputs.pre.model_dump(mode="json"),
+            record.environment.lab_switches,  # a switch builds other engines (`record/switches`)
         ],
     )
 

@@ -3,12 +3,11 @@
 The engines promote their FP8 sums to float32 every 128 products, as cuBLASLt does without fast
 accumulation (`quant/accumulation.py`). This runs the same study (EfficientNet-Lite0 with its
 real weights by default: random weights leave many logits near ties, which says little about
-the kernels) with `QUANTSTUDY_FP8_PROMOTE` unset and set to each value asked (0: all of K in
-the tensor cores), each in a folder of its own under --work (a finished study is kept, so a
-stopped command goes on where it was), and writes one JSON of the figures that answer the
+the kernels) with `--fp8-accumulate` left at its default (promote128) and set to "fast" (all
+of K in the tensor cores), each in a folder of its own under --work (a finished study is kept,
+so a stopped command goes on where it was), and writes one JSON of the figures that answer the
 question: the FP8 engine against fp32 (agreement, KL, top-1), against its own emulation beside
-the emulation's floor, the decision, and x per batch, each study's environment naming its
-switch.
+the emulation's floor, the decision, and x per batch.
 
 Run from the repository root with quantstudy importable, e.g. on the device:
   python3 tools/lab/gpu/accumulation.py --data D/val-1300 --calib-data D/calib-500 \
@@ -19,37 +18,32 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-SWITCH = "QUANTSTUDY_FP8_PROMOTE"
 
-
-def run_study(args: argparse.Namespace, promote: str | None) -> tuple[Path, dict[str, Any]]:
+def run_study(args: argparse.Namespace, accumulate: str | None) -> tuple[Path, dict[str, Any]]:
     """The study under one accumulation, run unless its folder holds a finished one."""
-    out = args.work / f"promote-{promote or 'default'}"
+    out = args.work / f"accumulate-{accumulate or 'default'}"
     cmd = [sys.executable, "-m", "quantstudy.cli", "run", args.model, "--weights", args.weights]
     cmd += ["--device", "cuda", "--batches", args.batches, "--calib", str(args.calib)]
     cmd += ["--heldout", str(args.heldout), "--data", str(args.data), "--out", str(out)]
     cmd += ["--recipe", args.recipe]
     cmd += ["--calib-data", str(args.calib_data)] if args.calib_data else []
     cmd += ["--class-list", str(args.class_list)] if args.class_list else []
-    info: dict[str, Any] = {"command": " ".join(cmd), "switch": promote}
+    cmd += ["--fp8-accumulate", accumulate] if accumulate else []
+    info: dict[str, Any] = {"command": " ".join(cmd), "fp8_accumulate": accumulate}
     if (out / "study.json").is_file():
         return out, info | {"kept": True}
-    env = {k: v for k, v in os.environ.items() if k != SWITCH}
-    if promote is not None:
-        env[SWITCH] = promote
     start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
     info |= {"exit": done.returncode, "wall_s": round(time.perf_counter() - start, 1)}
     if not (out / "study.json").is_file():
         raise SystemExit(
-            f"the study under {SWITCH}={promote} did not finish:\n{done.stderr[-3000:]}"
+            f"the study with --fp8-accumulate {accumulate} did not finish:\n{done.stderr[-3000:]}"
         )
     return out, info
 
@@ -70,6 +64,7 @@ def figures(study: Path) -> dict[str, Any]:
     fp8 = next((e for e in quality.engines if e.engine == "fp8"), None) if quality else None
     env = ("gpu_name", "gpu_driver", "torch", "cuda", "git_commit")
     return {
+        "fp8_accumulate": record.config.fp8_accumulate,
         "lab_switches": record.environment.lab_switches,
         "environment": _picked(record.environment, {k: k for k in env}),
         "fp8_vs_fp32": _picked(
@@ -108,15 +103,13 @@ def main() -> int:
     p.add_argument("--calib", type=int, default=500)
     p.add_argument("--heldout", type=int, default=1300)
     p.add_argument("--batches", default="1,128")
-    p.add_argument(
-        "--promote", default="0", help="switch values beside the default, comma-separated"
-    )
+    p.add_argument("--accumulate", default="fast", help="accumulations beside the default")
     p.add_argument("--work", type=Path, default=Path("/tmp/accumulation"))
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     runs: list[dict[str, Any]] = []
-    for promote in [None, *args.promote.split(",")]:
-        study, info = run_study(args, promote)
+    for accumulate in [None, *args.accumulate.split(",")]:
+        study, info = run_study(args, accumulate)
         runs.append(info | figures(study))
         args.out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")  # each as it ends
         print(json.dumps(runs[-1]), flush=True)

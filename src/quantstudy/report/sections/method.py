@@ -74,6 +74,7 @@ def _method_environment(r: StudyRecord) -> list[str]:
             ["batches", ", ".join(str(b) for b in c.batches)],
             ["compile mode", c.compile_mode],
             *([["FP8 kernel", c.fp8_kernel]] if c.fp8_kernel else []),
+            *([["FP8 accumulation", c.fp8_accumulate]] if c.fp8_accumulate else []),
             ["test-size settings", "yes" if c.test_settings else "no"],
             ["policy", c.policy],
         ],
