@@ -12,9 +12,11 @@ the Triton kernels' PROMOTE and torch._scaled_mm's `use_fast_accum`.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar, cast
 
 from quantstudy.record.errors import UserError
 from quantstudy.record.switches import FP8_PROMOTE
@@ -25,6 +27,7 @@ from quantstudy.record.vocab import Accumulation
 PROMOTE = 128
 
 
+F = TypeVar("F", bound=Callable[..., Any])
 _SET: list[int] = []  # the intervals of the enclosing `accumulating` blocks
 
 
@@ -41,6 +44,20 @@ def accumulating(mode: Accumulation | None) -> Iterator[None]:
         yield
     finally:
         _SET.pop()
+
+
+def accumulates_as(mode_of: Callable[..., Accumulation | None]) -> Callable[[F], F]:
+    """A decorator: the function runs within `accumulating(mode_of(its arguments))`."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with accumulating(mode_of(*args, **kwargs)):
+                return fn(*args, **kwargs)
+
+        return cast(F, run)
+
+    return wrap
 
 
 def engine_promote() -> int:

@@ -31,7 +31,7 @@ import torch
 from rich.console import Console
 
 from quantstudy.data.split import ids_sha256
-from quantstudy.quant.accumulation import accumulating
+from quantstudy.quant.accumulation import accumulates_as
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.recipe.options import quant_options, with_quant_options
@@ -178,14 +178,9 @@ def _save(
     )
 
 
+@accumulates_as(lambda config: config.study.fp8_accumulate)  # its timings and studies
 def run_search(config: SearchConfig) -> SearchResult:
-    """Run the whole search (module docstring); returns its tables and folder. Its layer
-    timings and studies sum their FP8 products as the study's `fp8_accumulate` says."""
-    with accumulating(config.study.fp8_accumulate):
-        return _run_search(config)
-
-
-def _run_search(config: SearchConfig) -> SearchResult:
+    """Run the whole search (module docstring); returns its tables and folder."""
     study = config.study
     # --- user input first: gains and GPU, then model, recipe, policy (`prepare_study`) -----
     gains_table = load_layer_gains(config.gains) if config.gains is not None else None

@@ -39,7 +39,7 @@ from quantstudy.engines.run import half_storage, reordered, run_engine
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quality.gap import gap_pairs
 from quantstudy.quality.stress import stress_inputs
-from quantstudy.quant.accumulation import accumulating
+from quantstudy.quant.accumulation import accumulates_as
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import (
     EngineInfo,
@@ -110,6 +110,7 @@ class RecordExtras:
 NO_EXTRAS = RecordExtras()
 
 
+@accumulates_as(lambda config, *_, **__: config.fp8_accumulate)  # every engine of the study
 def run_study(
     config: StudyConfig,
     force: bool = False,
@@ -121,15 +122,7 @@ def run_study(
 
     `force`: replace a complete study of another configuration in the study folder.
     `prepared`: the study's preparation, when the caller made it (`prepare_study(config)`), so
-    nothing is read twice. `extras`: sections the record holds beside the study's own. Every
-    engine of the study sums its FP8 products as `config.fp8_accumulate` says."""
-    with accumulating(config.fp8_accumulate):
-        return _run_study(config, force, prepared, extras)
-
-
-def _run_study(
-    config: StudyConfig, force: bool, prepared: Prepared | None, extras: RecordExtras
-) -> tuple[StudyRecord, Path]:
+    nothing is read twice. `extras`: sections the record holds beside the study's own."""
     if prepared is not None and prepared.config != config:
         raise ValueError("run_study: `prepared` was made for another config")
     timer = StageTimer()
