@@ -201,8 +201,11 @@ def _merge_checks(record: PeersBench, tmp_path, capsys) -> None:
     assert read_record(merged) == record
     other = record.provenance.model_copy(update={"gpu_name": "another GPU"})
     write_record(tmp_path / "other.json", record.model_copy(update={"provenance": other}))
+    switched = record.provenance.model_copy(update={"lab_switches": "X=0"})
+    write_record(tmp_path / "switched.json", record.model_copy(update={"provenance": switched}))
     for given, message in (
         ([parts[0], str(tmp_path / "other.json")], "measured with gpu_name"),
+        ([parts[0], str(tmp_path / "switched.json")], "measured with lab_switches None"),
         ([parts[0], str(merged)], "is also in an earlier record; merge each row once"),
     ):
         assert main(["bench", "peers-merge", *given, "--out", str(tmp_path / "x.json")]) == 1

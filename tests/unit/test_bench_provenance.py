@@ -9,8 +9,8 @@ from quantstudy.bench.provenance import collect_provenance
 
 def test_a_lab_switch_set_is_named_in_the_record(monkeypatch):
     monkeypatch.delenv("QUANTSTUDY_GEMM_CONFIGS", raising=False)
-    assert collect_provenance(torch.device("cpu"), ["bench"]).code is None
+    assert collect_provenance(torch.device("cpu"), ["bench"]).lab_switches is None
     monkeypatch.setenv("QUANTSTUDY_GEMM_CONFIGS", "6")
     monkeypatch.setenv("QUANTSTUDY_GIT_COMMIT", "abc")  # not a switch: the commit has its field
-    said = collect_provenance(torch.device("cpu"), ["bench"]).code
-    assert said == "environment: QUANTSTUDY_GEMM_CONFIGS=6"
+    said = collect_provenance(torch.device("cpu"), ["bench"]).lab_switches
+    assert said == "QUANTSTUDY_GEMM_CONFIGS=6"

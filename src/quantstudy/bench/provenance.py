@@ -37,15 +37,8 @@ def collect_provenance(
         triton=_version("triton"),
         timm=env.timm,
         python=env.python,
-        code=_switches(),
+        lab_switches=" ".join(f"{k}={v}" for k, v in lab_switches().items()) or None,
     )
-
-
-def _switches() -> str | None:
-    """The lab switches set in this process (`record/switches.py`), which the commit alone does
-    not say."""
-    said = [f"{k}={v}" for k, v in lab_switches().items()]
-    return "environment: " + " ".join(said) if said else None
 
 
 def _version(package: str) -> str | None:

@@ -138,6 +138,8 @@ def _provenance(rec: Record) -> list[str]:
         lines.append(f"- **not meaningful as speed evidence**: {rec.meaningless_reason}")
     if rec.unfinished:
         lines.append(f"- **unfinished** (the run was cut): {rec.unfinished}")
+    if p.lab_switches:  # engines built or tuned otherwise than the commit says
+        lines.append(f"- lab switches: {code(p.lab_switches)}")
     if p.note:
         lines.append(f"- note: {p.note}")
     return [*lines, ""]

@@ -46,6 +46,8 @@ class Provenance(Section):
     python: str | None = None
     torchao: str | None = None  # set by the benchmarks that run it (`peers`)
     code: str | None = None  # what the code under test did, where the commit alone does not say
+    # the lab switches set for the run (`record/switches.py`), as NAME=VALUE words; None: none
+    lab_switches: str | None = None
     note: str | None = None
 
 

@@ -12,13 +12,13 @@ A GPU machine that gives one command a few minutes measures one or two models a 
 `--append` each command adds its rows to the same record, skipping the rows it holds (same
 model, weights and recipe), and `peers-merge` makes one record of several. Rows are side by
 side only if they were measured alike (pyperf: no comparison across environments): the same
-GPU, driver and versions (`SAME_PROVENANCE`), the same batches, rounds and compile mode
-(`SAME_SETTINGS`), and the same code. The code is the same where two rows carry the same hash of
-the sources that make a row's numbers (`ROW_SOURCES`, `study/sources.py`), whatever commit each
-was measured at, so rows measured in several sessions, with commits between them that change
-none of those files, form one table; each row keeps its own commit, which the table names. A row
-without the hash (an older record) joins only rows of its own commit. Anything unlike is refused
-in one line.
+GPU, driver, versions and lab switches (`SAME_PROVENANCE`), the same batches, rounds and
+compile mode (`SAME_SETTINGS`), and the same code. The code is the same where two rows carry
+the same hash of the sources that make a row's numbers (`ROW_SOURCES`, `study/sources.py`),
+whatever commit each was measured at, so rows measured in several sessions, with commits
+between them that change none of those files, form one table; each row keeps its own commit,
+which the table names. A row without the hash (an older record) joins only rows of its own
+commit. Anything unlike is refused in one line.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from quantstudy.study.sources import ENGINE_SOURCES
 # code (`check_alike`): one commit, or one hash of `ROW_SOURCES`.
 SAME_PROVENANCE = (
     "device", "gpu_name", "gpu_driver", "cuda", "cudnn", "torch", "triton", "timm", "python",
-    "torchao",
+    "torchao", "lab_switches",
 )  # fmt: skip
 SAME_SETTINGS = ("batches", "rounds", "iters", "compile_mode", "quality_batch")
 # The code that makes a row's numbers, under `quantstudy/`: what builds and times a study's
