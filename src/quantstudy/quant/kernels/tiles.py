@@ -127,10 +127,17 @@ def prune_gemm(configs: list[Config], named_args: dict[str, Any], **kwargs: Any)
         tiles = [c for c in usable if not c.kwargs["STREAM"]]
         return [min(tiles, key=block_volume)]
     limit = gemm_config_limit()
-    if limit is None:
-        return keep
+    return keep if limit is None else ranked(keep, named_args)[:limit]
+
+
+def ranked(configs: list[Config], named_args: dict[str, Any]) -> list[Config]:
+    """A product launch's pruned configs in the order a bound keeps them (`bounded`); a
+    `QUANTSTUDY_GEMM_CONFIGS` bound takes the first of them (`tools/lab/bench/bound_check.py`
+    reads where each winner ranks)."""
+    m, n, k = named_args["M"], named_args["N"], named_args["K"]
     sizes = {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}
-    return bounded(keep, sizes, dict.fromkeys(sizes, 64), ("BLOCK_M", "BLOCK_N"), limit)
+    grid = ("BLOCK_M", "BLOCK_N")
+    return bounded(configs, sizes, dict.fromkeys(sizes, 64), grid, len(configs))
 
 
 def persistent_pays(promote: int, k: int) -> bool:
