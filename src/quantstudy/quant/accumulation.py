@@ -25,7 +25,8 @@ from quantstudy.record.vocab import Accumulation
 # Products summed in the tensor cores before float32 takes over: one K tile of cuBLASLt's FP8
 # kernels (torch._scaled_mm, use_fast_accum=False).
 PROMOTE = 128
-
+# The interval of each accumulation a study may ask for (0: all of K in the tensor cores).
+INTERVALS = {Accumulation.PROMOTE128: PROMOTE, Accumulation.FAST: 0}
 
 F = TypeVar("F", bound=Callable[..., Any])
 _SET: list[int] = []  # the intervals of the enclosing `accumulating` blocks
@@ -39,7 +40,7 @@ def accumulating(mode: Accumulation | None) -> Iterator[None]:
     if mode is None:
         yield
         return
-    _SET.append(Accumulation(mode).promote)
+    _SET.append(INTERVALS[Accumulation(mode)])
     try:
         yield
     finally:

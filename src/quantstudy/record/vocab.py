@@ -46,11 +46,6 @@ class Accumulation(StrEnum):
     PROMOTE128 = "promote128"
     FAST = "fast"
 
-    @property
-    def promote(self) -> int:
-        """Products summed in the tensor cores before float32 takes over (0: all of K)."""
-        return 128 if self == Accumulation.PROMOTE128 else 0
-
 
 class KernelOption(StrEnum):
     """What `--fp8-kernel` takes: a kernel of `FP8Kernel`, or "fastest", no kernel but a choice
