@@ -64,3 +64,30 @@ def test_a_replayed_launch_finds_the_tile_its_recorded_launch_ran_with():
     )
     assert exact == "3/3"
     assert same == "1"
+
+
+def test_a_package_tunes_its_launches_for_pointers(monkeypatch):
+    """`launches.pointers_only` (a package's `choose_tiles`): a launch that leaves its paths to
+    the autotuner is offered the descriptor paths outside the block and the pointer paths
+    alone inside it, where the packaged ops launch through pointers."""
+    require_triton()
+    import quantstudy.quant.kernels.gemm as gemm
+    from quantstudy.quant.kernels import launches
+    from quantstudy.quant.kernels.tiles import gemm_config
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # `tma_ok` allows descriptors off CUDA then
+    offered = []
+
+    def tuned(_kernel, _grid, args, _meta):
+        offered.append(tuple(args[-2:]))  # tma_loads_ok, tma_store_ok
+        return gemm_config(32, 32, 32, 4, 3)
+
+    monkeypatch.setattr(gemm, "tuned_launch", tuned)
+    xq = torch.randn(64, 32).to(torch.float8_e4m3fn)
+    w8 = torch.randn(32, 32).to(torch.float8_e4m3fn)
+    args = (xq, w8, torch.ones(32), torch.tensor(1.0), None, "none", torch.float16)
+    gemm.fp8_gemm_triton(*args)
+    with launches.pointers_only():
+        gemm.fp8_gemm_triton(*args)
+    gemm.fp8_gemm_triton(*args)
+    assert offered == [(1, 1), (0, 0), (1, 1)]

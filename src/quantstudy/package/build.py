@@ -187,11 +187,13 @@ def choose_tiles(
     engine: BuiltEngine, images: torch.Tensor, batches: list[int]
 ) -> launches.LaunchRecord:
     """Run the study's FP8 engine at each batch (ascending: under a dynamic batch the largest
-    wins), autotuning each FP8 launch as the study does, and return the launch record: the
-    tile each launch ran with, which the packaged ops are compiled with."""
+    wins), autotuning each FP8 launch as the study does but among the pointer paths alone (the
+    packaged ops launch through pointers: `launches.pointers_only`), and return the launch
+    record: the tile each launch ran with, which the packaged ops are compiled with. Every tile
+    the prune keeps writes the same bits, so the package still computes the study's logits."""
     from quantstudy.speed.harness import tile_images
 
-    with launches.recording() as record, torch.no_grad():
+    with launches.recording() as record, launches.pointers_only(), torch.no_grad():
         for b in sorted(batches):
             engine.eager(engine.prepare(tile_images(images, b)))
         torch.cuda.synchronize()

@@ -196,7 +196,7 @@ def fp8_gemm_triton(
     tensors = (xq, w8, out, *(t for t in (residual, pair) if t is not None))
     key = launches.launch_key("fp8_gemm", {"M": m, "N": n, "K": k}, meta, tensors)
     tile, stream = _replayed(key, tile, stream)
-    default = "pointer" if tile is not None else "tma"
+    default = "tma" if tile is None and launches.descriptors_allowed() else "pointer"
     use_loads = (loads or default) == "tma" and tma_ok(xq) and tma_ok(w8) and not quant_a
     use_store = (store or default) == "tma" and not mapped and tma_ok(out)
     if (loads == "tma" and not use_loads) or (store == "tma" and not use_store):

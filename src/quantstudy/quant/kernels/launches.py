@@ -194,6 +194,27 @@ def is_replaying() -> bool:
     return bool(_REPLAYING)
 
 
+_POINTERS_ONLY: list[bool] = []
+
+
+@contextlib.contextmanager
+def pointers_only() -> Iterator[None]:
+    """Within the block a launch that leaves its I/O paths to the autotuner is tuned among the
+    pointer paths alone, as a fixed tile is. For a package (`package/build.py: choose_tiles`):
+    its traced ops cannot take host-side tensor descriptors (module docstring), so each launch's
+    tile is chosen for pointers rather than a descriptor tile replayed through them."""
+    _POINTERS_ONLY.append(True)
+    try:
+        yield
+    finally:
+        _POINTERS_ONLY.pop()
+
+
+def descriptors_allowed() -> bool:
+    """Whether the autotuner may choose tensor descriptors here (`pointers_only`)."""
+    return not _POINTERS_ONLY
+
+
 def launchable(kernel: Any) -> Any:
     """`kernel` as a launcher should call it: through `torch.library.wrap_triton` while
     replaying (a traced op's kernels must be, so that AOTInductor finds and compiles them;
