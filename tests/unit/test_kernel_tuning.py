@@ -18,6 +18,7 @@ from triton.runtime import _async_compile  # noqa: E402
 from quantstudy.quant.kernels import choices, tiles, tuning  # noqa: E402
 from quantstudy.quant.kernels.conv import FP8_CONV  # noqa: E402
 from quantstudy.quant.kernels.depthwise import DEPTHWISE  # noqa: E402
+from quantstudy.record.switches import GEMM_CONFIGS  # noqa: E402
 
 # resnet50's dense kxk convs at 224 px: (CIN padded to 16 as the layer pads it, N, HO, WO).
 RESNET50 = [
@@ -326,15 +327,15 @@ def test_a_gemm_bound_keeps_the_best_ranked_configs_only_where_asked(monkeypatch
     from quantstudy.record.errors import UserError
 
     shape = {"M": 25216, "N": 3072, "K": 768, "tma_loads_ok": True, "tma_store_ok": True}
-    monkeypatch.delenv(tiles.GEMM_CONFIGS_ENV, raising=False)
+    monkeypatch.delenv(GEMM_CONFIGS, raising=False)
     every = FP8_GEMM.prune(FP8_GEMM.configs, shape)
     assert len(every) > 8  # ViT-B's fc1 at batch 128: the autotuner times them all
-    monkeypatch.setenv(tiles.GEMM_CONFIGS_ENV, "6")
+    monkeypatch.setenv(GEMM_CONFIGS, "6")
     kept = FP8_GEMM.prune(FP8_GEMM.configs, shape)
     assert len(kept) == 6 and all(c in every for c in kept)
     assert kept == tiles.bounded(every, {"BLOCK_M": 25216, "BLOCK_N": 3072, "BLOCK_K": 768},
                                  dict.fromkeys(("BLOCK_M", "BLOCK_N", "BLOCK_K"), 64),
                                  ("BLOCK_M", "BLOCK_N"), 6)  # fmt: skip
-    monkeypatch.setenv(tiles.GEMM_CONFIGS_ENV, "0")
+    monkeypatch.setenv(GEMM_CONFIGS, "0")
     with pytest.raises(UserError, match="QUANTSTUDY_GEMM_CONFIGS='0': give a whole number"):
         FP8_GEMM.prune(FP8_GEMM.configs, shape)

@@ -10,7 +10,7 @@ import torch
 
 from quantstudy.bench.schema import Provenance
 from quantstudy.record.errors import UserError
-from quantstudy.record.switches import lab_switches
+from quantstudy.record.switches import lab_switches, switches_said
 from quantstudy.study.environment import collect_environment
 
 CPU_REASON = "measured on a CPU: timings do not predict GPU engines"
@@ -37,7 +37,7 @@ def collect_provenance(
         triton=_version("triton"),
         timm=env.timm,
         python=env.python,
-        lab_switches=" ".join(f"{k}={v}" for k, v in lab_switches().items()) or None,
+        lab_switches=switches_said(lab_switches()),
     )
 
 

@@ -18,3 +18,9 @@ LAB_SWITCHES = (GEMM_CONFIGS, FP8_PROMOTE)
 def lab_switches() -> dict[str, str]:
     """The lab switches set in this process, by name."""
     return {name: os.environ[name] for name in LAB_SWITCHES if os.environ.get(name)}
+
+
+def switches_said(switches: dict[str, str] | None) -> str | None:
+    """Switches as one string of NAME=VALUE words, as the records that hold strings keep them
+    (a bench record's provenance, a zoo row's environment); None: none set."""
+    return " ".join(f"{k}={v}" for k, v in sorted(switches.items())) if switches else None

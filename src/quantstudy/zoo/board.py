@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from quantstudy.record import StudyRecord
+from quantstudy.record.switches import switches_said
 from quantstudy.record.timings import SPENT_SINCE
 from quantstudy.record.vocab import Engine, RowStatus
 from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
@@ -148,11 +149,6 @@ ENVIRONMENT_KEYS = (
     "git_commit",
     "lab_switches",  # `record/switches.py`, as `switches_said` words; None: none set
 )
-
-
-def switches_said(switches: dict[str, str] | None) -> str | None:
-    """Lab switches as one string of NAME=VALUE words (a row's environment holds strings)."""
-    return " ".join(f"{k}={v}" for k, v in sorted(switches.items())) if switches else None
 
 
 def recorded_environment(record: StudyRecord) -> dict[str, str | None]:

@@ -25,7 +25,7 @@ from typing import NamedTuple
 from rich.console import Console
 
 from quantstudy.record.io import write_json_atomic, write_text_atomic
-from quantstudy.record.switches import lab_switches
+from quantstudy.record.switches import lab_switches, switches_said
 from quantstudy.record.vocab import RowStatus, choices
 from quantstudy.study.sources import engine_sources_sha256
 from quantstudy.sweep.events import Executor, Job
@@ -49,7 +49,6 @@ from quantstudy.zoo.board import (
     ZooRow,
     collect_row,
     is_answer,
-    switches_said,
 )
 from quantstudy.zoo.catalogue import Catalogue, ZooEntry, load_catalogue
 from quantstudy.zoo.markdown import render_markdown

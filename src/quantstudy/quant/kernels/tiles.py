@@ -87,8 +87,6 @@ PERSISTENT_TILES = [
 IO_PATHS = ("pointer", "tma")
 
 
-# Products summed in the tensor cores before the sums move to float32 (`mma_step` in
-# `kernels/gemm_kernel.py`): `quant/accumulation.py`. Tiles deeper than the interval are pruned.
 def prune_gemm(configs: list[Config], named_args: dict[str, Any], **kwargs: Any) -> list[Config]:
     """Drop tiles far wider than the problem (they only waste the autotuner's time), streaming
     tiles that do not hold the whole of K and N, and the descriptor paths this launch cannot
@@ -150,19 +148,16 @@ def persistent_pays(promote: int, k: int) -> bool:
     return promote == 0 and k > PROMOTE
 
 
-GEMM_CONFIGS_ENV = GEMM_CONFIGS
-
-
 def gemm_config_limit() -> int | None:
     """At most this many of the product's pruned configs per launch, ranked by `bounded`, where
     `$QUANTSTUDY_GEMM_CONFIGS` says so; None (the default): every one. A lab setting: what a
     bound would cost the products and save a cold tune is measured before it becomes one
     (docs/fp8-kernel.md, "What a cold tune costs")."""
-    value = os.environ.get(GEMM_CONFIGS_ENV)
+    value = os.environ.get(GEMM_CONFIGS)
     if not value:
         return None
     if not value.isdigit() or int(value) < 1:
-        raise UserError(f"{GEMM_CONFIGS_ENV}={value!r}: give a whole number of configs, 1 or more")
+        raise UserError(f"{GEMM_CONFIGS}={value!r}: give a whole number of configs, 1 or more")
     return int(value)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from quantstudy.record import StudyRecord
+from quantstudy.record.switches import switches_said
 from quantstudy.record.vocab import FASTEST, FP8Kernel
 from quantstudy.report.format import (
     NOT_MEASURED,
@@ -53,8 +54,8 @@ def _method_environment(r: StudyRecord) -> list[str]:
         ["quantstudy", f"{env.quantstudy} (commit {env.git_commit or 'unknown'})"],
         ["Created (UTC)", env.created_utc],
     ]
-    if env.lab_switches:  # the engines computed or were tuned otherwise than the commit says
-        said = ", ".join(f"{k}={v}" for k, v in env.lab_switches.items())
+    said = switches_said(env.lab_switches)  # engines computed or tuned otherwise than the commit
+    if said:
         rows.append(["Lab switches (`record/switches.py`)", said])
     lines += table(["Item", "Value"], rows)
     c = r.config
