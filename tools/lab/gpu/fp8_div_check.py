@@ -53,20 +53,31 @@ def check(y: torch.Tensor, scales: torch.Tensor) -> tuple[int, int]:
     return quotient, byte
 
 
+def inputs(
+    n_scales: int, seed: int, n_floats: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(scales, every fp16 value, random float32 values) on the GPU: `n_scales` log-uniform over
+    1e-9 to 150 beside the powers of two 2^-30 to 2^7; the fp16 values with the infinities,
+    without NaN; `n_floats` finite float32 bit patterns at most (default: as many as fp16
+    values)."""
+    g = torch.Generator().manual_seed(seed)
+    exponents = torch.empty(n_scales).uniform_(-9.0, 2.2, generator=g)
+    scales = (10.0**exponents).to(torch.float32)
+    scales = torch.cat([scales, 2.0 ** torch.arange(-30, 8, dtype=torch.float32)]).cuda()
+    halves = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    halves = halves[~torch.isnan(halves)].float().cuda()
+    n = halves.numel() if n_floats is None else n_floats
+    bits = torch.randint(-(2**31), 2**31 - 1, (n,), generator=g, dtype=torch.int64)
+    floats = bits.to(torch.int32).view(torch.float32)
+    return scales, halves, floats[torch.isfinite(floats)].cuda()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", type=int, default=4096)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    g = torch.Generator().manual_seed(0)
-    exponents = torch.empty(args.scales).uniform_(-9.0, 2.2, generator=g)
-    scales = (10.0**exponents).to(torch.float32)
-    scales = torch.cat([scales, 2.0 ** torch.arange(-30, 8, dtype=torch.float32)]).cuda()
-    halves = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.float16)
-    halves = halves[~torch.isnan(halves)].float().cuda()
-    bits = torch.randint(-(2**31), 2**31 - 1, (halves.numel(),), generator=g, dtype=torch.int64)
-    floats = bits.to(torch.int32).view(torch.float32)
-    floats = floats[torch.isfinite(floats)].cuda()
+    scales, halves, floats = inputs(args.scales, seed=0)
     result = {"scales": scales.numel(), "pairs": {}, "differ": {}}
     for name, y in (("fp16 values", halves), ("random float32", floats)):
         quotient, byte = check(y, scales)
