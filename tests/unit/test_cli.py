@@ -114,12 +114,20 @@ def test_unknown_fp8_kernel_is_refused(tiny_imagenet, capsys):
     assert exit_info.value.code == 2 and "invalid choice: 'cutlass'" in capsys.readouterr().err
 
 
+def test_unknown_fp8_accumulation_is_refused(tiny_imagenet, capsys):
+    with pytest.raises(SystemExit) as exit_info:  # argparse: a choice outside promote128/fast
+        _run(tiny_imagenet, "--fp8-accumulate", "slow")
+    assert exit_info.value.code == 2 and "invalid choice: 'slow'" in capsys.readouterr().err
+
+
 def test_study_config_refuses_an_unknown_fp8_kernel(tiny_imagenet):
     from quantstudy.record.errors import UserError
     from quantstudy.study.config import StudyConfig
 
     with pytest.raises(UserError, match=r"--fp8-kernel must be fused, .*, not cutlass"):
         StudyConfig(model="m", data=tiny_imagenet, fp8_kernel="cutlass")
+    with pytest.raises(UserError, match=r"--fp8-accumulate must be promote128 or fast, not slow"):
+        StudyConfig(model="m", data=tiny_imagenet, fp8_accumulate="slow")  # a --config file's
 
 
 @pytest.mark.slow  # a whole Lite0 study on the CPU (about a minute): CI runs it, `make test` not
