@@ -18,34 +18,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from study_run import run_cuda_study
 
 
 def run_study(args: argparse.Namespace, accumulate: str | None) -> tuple[Path, dict[str, Any]]:
     """The study under one accumulation, run unless its folder holds a finished one."""
     out = args.work / f"accumulate-{accumulate or 'default'}"
-    cmd = [sys.executable, "-m", "quantstudy.cli", "run", args.model, "--weights", args.weights]
-    cmd += ["--device", "cuda", "--batches", args.batches, "--calib", str(args.calib)]
-    cmd += ["--heldout", str(args.heldout), "--data", str(args.data), "--out", str(out)]
-    cmd += ["--recipe", args.recipe]
-    cmd += ["--calib-data", str(args.calib_data)] if args.calib_data else []
-    cmd += ["--class-list", str(args.class_list)] if args.class_list else []
-    cmd += ["--fp8-accumulate", accumulate] if accumulate else []
-    info: dict[str, Any] = {"command": " ".join(cmd), "fp8_accumulate": accumulate}
     if (out / "study.json").is_file():
-        return out, info | {"kept": True}
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    info |= {"exit": done.returncode, "wall_s": round(time.perf_counter() - start, 1)}
-    if not (out / "study.json").is_file():
-        raise SystemExit(
-            f"the study with --fp8-accumulate {accumulate} did not finish:\n{done.stderr[-3000:]}"
-        )
-    return out, info
+        return out, {"fp8_accumulate": accumulate, "kept": True}
+    extra = ("--fp8-accumulate", accumulate) if accumulate else ()
+    info = run_cuda_study(args, args.model, args.weights, args.recipe, out, args.batches, extra)
+    return out, info | {"fp8_accumulate": accumulate}
 
 
 def _picked(section: object, names: dict[str, str]) -> dict[str, Any] | None:

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from study_run import run_cuda_study
+
 MODELS = {
     # name: (timm model, weights, recipe or None for the family default)
     "lite0": ("tf_efficientnet_lite0", "efficientnet-lite0", "generic_pointwise"),
@@ -86,20 +88,7 @@ def _study(args: argparse.Namespace, name: str, work: Path) -> tuple[Path, dict]
     done_file = work / f"bench-study-{name}.json"
     if done_file.is_file() and (out / "study.json").is_file():
         return out, json.loads(done_file.read_text()) | {"reused": True}
-    cmd = [sys.executable, "-m", "quantstudy.cli", "run", model, "--weights", weights]
-    cmd += ["--device", "cuda", "--batches", "1,128", "--calib", str(args.calib)]
-    cmd += ["--heldout", str(args.heldout), "--data", str(args.data), "--out", str(out)]
-    cmd += ["--calib-data", str(args.calib_data)] if args.calib_data else []
-    cmd += ["--class-list", str(args.class_list)] if args.class_list else []
-    cmd += ["--recipe", recipe] if recipe else []
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    info = {"command": " ".join(cmd), "exit": done.returncode}
-    info["wall_s"] = round(time.perf_counter() - start, 1)
-    if not (out / "study.json").is_file():
-        raise SystemExit(
-            f"the study did not finish (exit {done.returncode}):\n{done.stderr[-3000:]}"
-        )
+    info = run_cuda_study(args, model, weights, recipe, out)
     done_file.write_text(json.dumps(info))
     return out, info
 
