@@ -1,12 +1,14 @@
 """The README's GPU suite and package figures quote their committed records, not typed numbers.
 
 tests/gpu/records/gpu-suite.json is what tools/gpu_suite.py wrote on the GPU machine;
-docs/results/package/diagnose-lite0.json is what tools/lab/gpu/package_diagnose.py wrote there.
-Each figure the README gives about them is formatted here from those files and must appear in
-the README as written, so a new record with other numbers fails until the prose follows it.
+docs/results/package/package-bench-*.json are what tools/lab/gpu/package_bench.py wrote there.
+Each figure the README (and docs/package.md, for xception41) gives about them is formatted here
+from those files and must appear as written, so a new record with other numbers fails until the
+prose follows it.
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = "tests/gpu/records/gpu-suite.json"
 PACKAGE = "docs/results/package/package-bench-lite0.json"
+XCEPTION = "docs/results/package/package-bench-xception41.json"
+PACKAGE_DOC = "docs/package.md"
 
-pytestmark = pytest.mark.committed("README.md", SUITE, PACKAGE)
+pytestmark = pytest.mark.committed("README.md", SUITE, PACKAGE, XCEPTION, PACKAGE_DOC)
 
 
 def _readme() -> str:
@@ -81,3 +85,75 @@ def test_readme_quotes_the_lite0_package_record():
         pair = f"{r['packaged_x']:.3f} against {r['study_x']:.3f}"
         assert share in readme and pair in readme, (batch, share, pair)
     assert "H100" in record["provenance"]["gpu"] and "an H100" in readme
+
+
+def _section(doc: str, heading: str) -> str:
+    """The text under `heading` up to the next heading, whitespace folded as in _readme."""
+    text = (ROOT / doc).read_text()
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return " ".join(text[start : end if end >= 0 else None].split())
+
+
+def test_package_doc_quotes_the_xception41_record():
+    """package.md's xception41 table and paragraph, formatted from the package-bench record."""
+    record = json.loads((ROOT / XCEPTION).read_text())
+    doc = _section(PACKAGE_DOC, "## The check on the H100: xception41")
+    check = record["check"]
+    assert record["model"] == "xception41" and check["passed"]
+    assert "--weights random" in record["study"]["command"], "the doc says random weights"
+    b1, b128 = (check["per_package"][f"fp8-b{b}.pt2"] for b in (1, 128))
+    assert b128["differ_count"] == 0 and b128["max_abs_logit_diff"] == 0.0  # "bit for bit"
+    assert b1["differ_count"] > 0, "the doc says batch 1 is not bit-identical"
+    speed = {r["batch"]: r for r in record["speed"]}
+    s1, s128 = speed[1], speed[128]
+
+    def packaged(r: dict) -> str:
+        q1, q3 = r["packaged_x_q1_q3"]
+        return f"{r['packaged_x']:.3f} [{q1:.3f}-{q3:.3f}]"
+
+    def ms(r: dict, who: str, digits: int) -> str:
+        return f"{r[who + '_fp16_ms']:.{digits}f} / {r[who + '_fp8_ms']:.{digits}f}"
+
+    rows = [
+        f"| packaged FP8 logits against the study's FP8 engine | {b1['differ_count']} of "
+        f"{b1['n_images']} top-1 differ, KL mean {b1['kl_mean']:.3g}, max \\|logit diff\\| "
+        f"{b1['max_abs_logit_diff']:.3g} | bit for bit, {b128['n_images']} of {b128['n_images']} |",
+        f"| x, the study's engines | {s1['study_x']:.3f} | {s128['study_x']:.3f} |",
+        f"| x, the packages (CUDA graph replays, the study's harness method) | {packaged(s1)} | "
+        f"{packaged(s128)} |",
+        f"| packaged fp16 / FP8 ms | {ms(s1, 'packaged', 4)} | {ms(s128, 'packaged', 2)} |",
+        f"| the study's fp16 / FP8 ms | {ms(s1, 'study', 4)} | {ms(s128, 'study', 2)} |",
+    ]
+    # the floor as the check wrote it: here, the gate's limits, and the study's own
+    detail = next(f["detail"] for f in check["findings"] if "fp8-b1.pt2" in f["name"])
+    limit = re.search(r"at most (\d+) differ and KL mean <= ([\d.e-]+)\)", detail)
+    study_floor = re.search(r"study's floor \([^)]*\): agreement [\d.]+ \((\d+) differ\), "
+                            r"KL mean ([\d.e-]+)", detail)  # fmt: skip
+    assert limit and study_floor, detail
+    slower = {e: s128[f"packaged_{e}_ms"] / s128[f"study_{e}_ms"] - 1 for e in ("fp8", "fp16")}
+    assert slower["fp8"] > slower["fp16"] > 0, "the doc says both slower, the FP8 one more"
+    assert all(r["within_5pct_or_better"] for r in record["speed"])
+    first_load = next(iter(check["load_s"].values()))
+    quoted = [
+        *rows,
+        f"at {record['provenance']['commit'][:7]} on an H100",
+        f"0 of {b128['n_images']} differ",
+        f"KL mean {b1['kl_mean']:.3g}, KL max {b1['kl_max']:.3g}, max |logit diff| "
+        f"{b1['max_abs_logit_diff']:.3g}",
+        f"moves {check['floor']['differ_count']} of {check['n_images']} top-1s here (KL mean "
+        f"{check['floor']['kl_mean']:.3g})",
+        f"at most {limit[1]} differing and a KL mean of at most {limit[2]}",
+        f"floor on this H100: {study_floor[1]} differ, KL mean {study_floor[2]}",
+        f"{s1['packaged_x'] / s1['study_x']:.1%} of the study's at batch 1 and "
+        f"{s128['packaged_x'] / s128['study_x']:.1%} at batch 128",
+        f"({slower['fp8']:.1%} against {slower['fp16']:.1%})",
+        f"`tma_replaced` is {record['tma_replaced']} of {record['tiles']} tiles",
+        f"The study took {record['study']['wall_s']:.0f} s, packaging "
+        f"{record['package_s']:.0f} s ({record['compile_s']:.0f} s of it AOTInductor's compile), "
+        f"the check {record['check_s']:.0f} s, the first package's load {first_load:.0f} s",
+    ]
+    for text in quoted:
+        assert text in doc, text
+    assert "H100" in record["provenance"]["gpu"]
+    assert "xception41's packages (random weights) passed" in _readme()
