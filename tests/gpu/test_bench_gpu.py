@@ -119,8 +119,8 @@ def test_products_time_the_persistent_tiles_only_where_asked():
 
     row = ProductRow(kind="matmul", batch=1, m=256, k=128, n=256, models=["m"], layers=1,
                      flop=2.0 * 256 * 128 * 256)  # fmt: skip
-    every, _ = _calls(row, Variants(fast_accum=False))
-    fewer, _ = _calls(row, Variants(fast_accum=False, persistent=False))
+    every, _ = _calls(row, Variants(other_sums=False))
+    fewer, _ = _calls(row, Variants(other_sums=False, persistent=False))
     persistent = {k for k in every if k.startswith("ours persistent")}
     assert len(persistent) == 10 and set(fewer) == set(every) - persistent
     assert {"ours", "cuBLASLt", "cuBLASLt + Inductor with-gelu fp8-out"} <= set(fewer)

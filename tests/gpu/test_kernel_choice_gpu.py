@@ -1,6 +1,7 @@
 """Per-layer kernel choice on CUDA: timed in place, and the chosen engine computes what the
-fused one does with the same layers kept in fp16, bit for bit (both FP8 products promote every
-128 products, so they round alike: docs/fp8-kernel.md, "The per-layer kernel choice")."""
+fused one does with the same layers kept in fp16, bit for bit (K is 32 and 96 here, within one
+promotion interval, so the FP8 products of both kernels sum alike whether the engines promote or
+sum fast: docs/fp8-kernel.md, "The per-layer kernel choice")."""
 
 import json
 

@@ -16,7 +16,7 @@ from quantstudy.record.switches import FP8_PROMOTE
 from quantstudy.study.environment import collect_environment
 
 
-@pytest.mark.parametrize(("value", "promote"), [(None, PROMOTE), ("0", 0), ("64", 64)])
+@pytest.mark.parametrize(("value", "promote"), [(None, 0), ("128", PROMOTE), ("64", 64)])
 def test_the_switch_sets_the_interval(monkeypatch, value, promote):
     if value is None:
         monkeypatch.delenv(FP8_PROMOTE, raising=False)
@@ -38,16 +38,16 @@ def test_the_unfused_layer_and_the_study_record_take_the_switch(monkeypatch):
     layer = nn.Linear(32, 16)
     spec = FP8LayerSpec(x_scale=0.1, per_channel=True, dtype=torch.float16)
     monkeypatch.delenv(FP8_PROMOTE, raising=False)
-    assert FP8Matmul(layer, spec).fast_accum is False
+    assert FP8Matmul(layer, spec).fast_accum is True  # the default, `accumulation.DEFAULT`
     assert collect_environment(torch.device("cpu")).lab_switches is None
-    monkeypatch.setenv(FP8_PROMOTE, "0")
-    assert FP8Matmul(layer, spec).fast_accum is True
-    assert collect_environment(torch.device("cpu")).lab_switches == {FP8_PROMOTE: "0"}
+    monkeypatch.setenv(FP8_PROMOTE, "128")
+    assert FP8Matmul(layer, spec).fast_accum is False
+    assert collect_environment(torch.device("cpu")).lab_switches == {FP8_PROMOTE: "128"}
 
 
 def test_the_fused_launch_takes_the_switch(monkeypatch):
-    """Under Triton's interpreter: a tile deeper than the interval is refused at the engines'
-    128, taken with all of K in the tensor cores (0), and its sums match float32's."""
+    """Under Triton's interpreter: a tile deeper than the interval is refused at 128, taken with
+    all of K in the tensor cores (0, the default), and its sums match float32's."""
     require_triton()
     script = """
         import os, torch
@@ -57,12 +57,13 @@ def test_the_fused_launch_takes_the_switch(monkeypatch):
         w8 = torch.randn(24, 512, generator=g).to(torch.float8_e4m3fn)
         ws, xs = torch.rand(24, generator=g) + 0.5, torch.tensor(0.5)
         args = (xq, w8, ws, xs, None, "none", torch.float32, (32, 32, 256))
+        os.environ["QUANTSTUDY_FP8_PROMOTE"] = "128"
         try:
             fp8_gemm_triton(*args)
             refused = 0
         except ValueError:
             refused = 1
-        os.environ["QUANTSTUDY_FP8_PROMOTE"] = "0"
+        del os.environ["QUANTSTUDY_FP8_PROMOTE"]
         y = fp8_gemm_triton(*args)
         ref = (xq.float() @ w8.float().t()) * (ws * xs)
         print(refused, ((y - ref).abs() / (ref.abs() + 1)).max().item())
@@ -88,19 +89,23 @@ def test_the_report_names_a_lab_switch():
 
 
 def test_persistent_tiles_are_timed_only_with_fast_accumulation_on_deep_products():
-    """`tiles.persistent_pays` through `prune_gemm`: the engines' default launches never see the
-    persistent tiles; fast accumulation (the launch's PROMOTE 0) sees them beyond one promotion."""
+    """`tiles.persistent_pays` through `prune_gemm`: promoting launches never see the persistent
+    tiles; fast accumulation (the launch's PROMOTE 0, the default) sees them beyond one K tile."""
     require_triton()
     from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM
     from quantstudy.quant.kernels.tiles import prune_gemm
 
-    def kept(promote: int, k: int) -> int:
-        args = {"M": 25216, "N": 3072, "K": k, "PROMOTE": promote}
+    def kept(promote: int, k: int, m: int = 25216) -> int:
+        args = {"M": m, "N": 3072, "K": k, "PROMOTE": promote}
         args |= {"tma_loads_ok": 1, "tma_store_ok": 1}
         return sum(c.kwargs["PERSISTENT"] for c in prune_gemm(FP8_GEMM.configs, args))
 
     assert kept(PROMOTE, 768) == 0 and kept(0, 128) == 0
     assert kept(0, 768) == 10  # five tiles, each with and without the descriptor store
+    assert kept(0, 768, m=197) == 0  # batch 1's 197 tokens: under two waves of 132 for each
+    # 1,024 rows: only the 64x128 tile's grid (16 x 24 programs) is two waves of 132 deep; the
+    # 128x128 one (8 x 24) is not
+    assert kept(0, 768, m=1024) == 2
 
 
 def test_a_config_is_named_by_its_tile_paths_and_loop():
@@ -128,10 +133,20 @@ def test_accumulating_sets_the_interval_for_its_block(monkeypatch):
     assert engine_promote() == 64
 
 
-def test_a_study_sums_as_its_option_says(tiny_imagenet, tmp_path, monkeypatch):
-    """`--fp8-accumulate fast`: every FP8 product the study builds sums all of K in the tensor
-    cores (here the unfused layers, which read it when built), the config records it and the
-    report says it."""
+@pytest.mark.parametrize(
+    ("option", "switch", "promote", "said"),
+    [
+        ("promote128", "0", PROMOTE, "promote128"),
+        (None, None, 0, "fast"),
+        (None, "128", PROMOTE, "promote128"),
+    ],
+)
+def test_a_study_sums_as_its_option_says(
+    tiny_imagenet, tmp_path, monkeypatch, option, switch, promote, said
+):
+    """Every FP8 product the study builds sums as `--fp8-accumulate` says (over the lab switch),
+    else as the switch says, else fast (here the unfused layers, which read it when built); the
+    config records what ran and the report says it."""
     import json
 
     import quantstudy.quant.layers.matmul as matmul
@@ -144,15 +159,34 @@ def test_a_study_sums_as_its_option_says(tiny_imagenet, tmp_path, monkeypatch):
         return fast_accumulation()
 
     monkeypatch.setattr(matmul, "fast_accumulation", spied)
-    monkeypatch.delenv(FP8_PROMOTE, raising=False)
+    if switch is None:
+        monkeypatch.delenv(FP8_PROMOTE, raising=False)
+    else:
+        monkeypatch.setenv(FP8_PROMOTE, switch)
     out = tmp_path / "study"
     argv = (
         "run test_efficientnet --weights random --device cpu --calib 4 --heldout 8 --no-speed "
-        f"--fp8-kernel scaled_mm --fp8-accumulate fast --data {tiny_imagenet} --out {out}"
-    ).split()
+        f"--fp8-kernel scaled_mm --data {tiny_imagenet} --out {out}"
+    ).split() + (["--fp8-accumulate", option] if option else [])
     assert main(argv) == 4
-    assert seen and set(seen) == {0}
+    assert seen and set(seen) == {promote}
     record = json.loads((out / "study.json").read_text())
-    assert record["config"]["fp8_accumulate"] == "fast"
-    assert "| FP8 accumulation | fast |" in (out / "report.md").read_text()
-    assert engine_promote() == PROMOTE  # the study's setting ends with it
+    assert record["config"]["fp8_accumulate"] == said
+    assert f"| FP8 accumulation | {said} |" in (out / "report.md").read_text()
+    monkeypatch.delenv(FP8_PROMOTE, raising=False)
+    assert engine_promote() == 0  # the study's setting ends with it
+
+
+def test_a_record_without_an_accumulation_is_rebuilt_as_it_ran():
+    """`accumulation.recorded`: a package or extension of a record before version 21 promotes
+    every 128 products as its engines did; one made under the lab switch leaves the switch to
+    decide; a record that names its accumulation is taken at its word."""
+    from quantstudy.quant.accumulation import recorded
+    from quantstudy.record.inputs import StudyConfig
+    from quantstudy.record.vocab import Accumulation
+
+    old = StudyConfig(model="resnet18", data="images")
+    assert recorded(old, None) is Accumulation.PROMOTE128
+    assert recorded(old, {FP8_PROMOTE: "64"}) is None
+    fast = old.replace(fp8_accumulate=Accumulation.FAST)
+    assert recorded(fast, None) is recorded(fast, {FP8_PROMOTE: "128"}) is Accumulation.FAST

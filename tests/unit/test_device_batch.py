@@ -299,9 +299,8 @@ def test_gpus_beyond_the_hosts_are_refused():
 def test_the_committed_jobs_file_reads_and_covers_the_work_waiting():
     specs = BATCH.read_jobs(TOOLS / "device" / "jobs" / "records.yaml")
     names = [s.name for s in specs]
-    # the measurements the next kernel change waits on first, then the suite's parts
-    assert names[:3] == ["accumulation-lite0", "products-fast", "vit-fast-peers"]
-    assert names[3:6] == ["gpu-kernels", "gpu-package", "gpu-bench-data"]
+    # the product benchmark at HEAD first, then the suite's parts
+    assert names[:4] == ["products", "gpu-kernels", "gpu-package", "gpu-bench-data"]
     assert {f"zoo-{i}" for i in range(1, 9)} <= set(names) and "zoo-board" in names
     rows = yaml.safe_load((TOOLS / "lab" / "bench" / "peers-rows.yaml").read_text())["rows"]
     peers = [f"peers-{i}" for i in range(1, len(rows) + 1)]

@@ -8,7 +8,7 @@ import pytest
 from quantstudy.cli import MODEL_DATA_OPTIONS, STUDY_OPTIONS, _parser, main
 from quantstudy.record import StudyConfig, StudyRecord
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import CompileMode, FP8Kernel, KernelOption, choices
+from quantstudy.record.vocab import Accumulation, CompileMode, FP8Kernel, KernelOption, choices
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -68,10 +68,13 @@ def test_bad_values_are_one_line_user_errors():
 def test_resolved_config_names_what_the_study_read():
     config = StudyConfig(model="m", data=Path("d"), policy=Path("p.yaml"))
     assert config.policy == "p.yaml" and config.fp8_kernel is None
-    resolved = config.resolved("builtin:generic_all", "p.yaml")
+    resolved = config.resolved("builtin:generic_all", "p.yaml", Accumulation.FAST)
     assert resolved.recipe == "builtin:generic_all" and resolved.fp8_kernel == FP8Kernel.FUSED
     dumped = resolved.model_dump(mode="json")
     assert dumped["batches"] == [1, 32, 128] and dumped["fp8_kernel"] == "fused"
+    assert dumped["fp8_accumulate"] == "fast"  # what the engines ran, where the config says none
+    chosen = config.replace(fp8_accumulate=Accumulation.PROMOTE128)
+    assert chosen.resolved("r", "p", Accumulation.FAST).fp8_accumulate == Accumulation.PROMOTE128
 
 
 @pytest.mark.committed("examples")

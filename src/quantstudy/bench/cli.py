@@ -175,8 +175,10 @@ def _products_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batches", type=batches, default=(1, 128), help="default 1,128")
     p.add_argument("--sweep", action="store_true", help="also every tile on every I/O path")
     p.add_argument(
-        "--no-fast-accum", action="store_true", help="skip our fast-accumulation variants"
-    )
+        "--no-other-sums", "--no-fast-accum", dest="no_other_sums", action="store_true",
+        help="skip our variants that sum otherwise than the engines (promote128 where they sum "
+        "fast; --no-fast-accum, its older name, reads the same)",
+    )  # fmt: skip
     p.add_argument(
         "--no-persistent", action="store_true",
         help="skip our persistent tiles (level with ours at best on every product measured)",
@@ -192,7 +194,7 @@ def _run_products(args: argparse.Namespace, context: Context) -> None:
     if min(args.batches) < 1:
         raise UserError(f"--batches must be at least 1, got {args.batches}")
     record = bench_products(
-        args.rows, args.batches, sweep=args.sweep, fast_accum=not args.no_fast_accum,
+        args.rows, args.batches, sweep=args.sweep, other_sums=not args.no_other_sums,
         persistent=not args.no_persistent,
         resume=args.resume, budget_s=args.budget, argv=context.argv, out=args.record,
     )  # fmt: skip

@@ -13,12 +13,13 @@ timed from CUDA-graph replays (`gemm.time_us`) with random N(0, 1) operands and 
   fp16 product, then the engine's epilogue as one Inductor kernel (`cublaslt_epilogue`): what a
   layer of ours that hands off would cost with cuBLASLt's main loop and the activation and the
   next layer's FP8 input moved into a kernel of their own (torchao's layout, with our fusion);
-- "ours": the fused Triton kernel autotuned as an engine runs it (promoting every `PROMOTE`);
-  "ours fast-accum" the same summing all of K in the tensor cores; "ours fp16-rounds",
+- "ours": the fused Triton kernel autotuned as an engine runs it (summing as the engines do,
+  `quant/accumulation.py`: fast by default); "ours promote128" (or, where the engines promote,
+  "ours fast-accum") the same with the other sums (`schema.OTHER_SUMS`); "ours fp16-rounds",
   "ours with-gelu", "ours fp8-out" and "ours with-gelu fp8-out" with the engine's epilogues
   part by part (a transformer's fc1 has all: GELU, then the next layer's FP8 input written);
 - "ours persistent ..." (matmuls): each tile of `tiles.PERSISTENT_TILES`, fixed, with and
-  without warp specialization ("ws"); with `fast_accum`, also fast-accumulating; left out with
+  without warp specialization ("ws"); with `other_sums`, also with the other sums; left out with
   `persistent` False;
 - with `sweep`: every tile of `tiles.TILES` on every I/O path (`gemm.launch_variants`).
 
@@ -46,12 +47,14 @@ from quantstudy.bench.schema import (
     CUBLASLT,
     FP16_CONV,
     FP16_MM,
+    OTHER_SUMS,
     ProductRow,
     ProductsBench,
     read_record,
     write_record,
 )
 from quantstudy.bench.shapes import ConvProduct, Product, fp8_products, kxk_products
+from quantstudy.quant.accumulation import PROMOTE, engine_promote
 from quantstudy.quant.formats.fp8 import to_fp8
 from quantstudy.quant.layers.fused_matmul import act_reference
 from quantstudy.record.errors import UserError
@@ -81,11 +84,11 @@ EPILOGUES = (
 @dataclass(frozen=True)
 class Variants:
     """Which of our variants a run times beside the engine's own: every tile on every I/O path
-    (`sweep`), fast accumulation, the persistent tiles (level with ours at best wherever
-    measured: a run judging another change may leave them out)."""
+    (`sweep`), the sums the engines do not use (`other_sums`), the persistent tiles (a run
+    judging another change may leave them out)."""
 
     sweep: bool = False
-    fast_accum: bool = True
+    other_sums: bool = True
     persistent: bool = True
 
 
@@ -94,7 +97,7 @@ def bench_products(
     batches: Sequence[int],
     *,
     sweep: bool = False,
-    fast_accum: bool = True,
+    other_sums: bool = True,
     persistent: bool = True,
     resume: Path | None = None,
     budget_s: float | None = None,
@@ -110,7 +113,7 @@ def bench_products(
     provenance = collect_provenance(device, argv)
     peaks = peaks_for(provenance.gpu_name or "")
     todo = _distinct(rows, batches)
-    variants = Variants(sweep, fast_accum, persistent)
+    variants = Variants(sweep, other_sums, persistent)
     done = {_key(r): r for r in _resumed(resume)}
     results: list[ProductRow] = []
     start = time.monotonic()
@@ -214,11 +217,11 @@ def _timed(row: ProductRow, variants: Variants) -> ProductRow:
         except (OutOfResources, CompilationError, RuntimeError, ValueError) as exc:
             # a tile or option this GPU, compiler or shape refuses: recorded as refused, untimed
             refused[label] = str(exc).splitlines()[0][:200]
-    plain = ("fast-accum", *(e[0] for e in EPILOGUES))  # other numerics or epilogues
+    plain = (*OTHER_SUMS.values(), *(e[0] for e in EPILOGUES))  # other numerics or epilogues
     ours = {k: t for k, t in us.items() if k.startswith("ours") and not any(p in k for p in plain)}
     best = min(ours, key=ours.__getitem__) if ours else None
     update = {"us": us, "max_rel_error": errors, "refused": refused, "best_ours": best}
-    update |= {"tiles": tiles}
+    update |= {"tiles": tiles, "ours_promote": engine_promote()}
     return row.model_copy(update=update)
 
 
@@ -233,6 +236,8 @@ def _calls(
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     m, k, n = row.m, row.k, row.n
+    engine = engine_promote()  # the engines' interval; `other` the other numerics timed beside
+    other = PROMOTE if engine == 0 else 0
     w16 = torch.randn(n, k, device=dev, generator=g, dtype=torch.float16) / k**0.5
     w8, w_scale = w16.mul(64).to(torch.float8_e4m3fn), torch.full((n,), 1 / 64, device=dev)
     x_scale, bias = torch.tensor(1.0, device=dev), torch.randn(n, device=dev, generator=g)
@@ -273,8 +278,8 @@ def _calls(
             return lambda: fp8_gemm_triton(a8, w8, w_scale, x_scale, bias, **kw)
 
         calls["ours"] = ours()
-        if variants.fast_accum:
-            calls["ours fast-accum"] = ours(promote=0)
+        if variants.other_sums:
+            calls[f"ours {OTHER_SUMS[other]}"] = ours(promote=other)
         # the engine's epilogues, part by part: rounding where the unfused engine stores, GELU,
         # the next layer's FP8 input (a ViT's fc1 has all three)
         for label, act, fp8_out in EPILOGUES:
@@ -285,10 +290,10 @@ def _calls(
         for bm, bn, bk, warps, stages, sub in PERSISTENT_TILES if variants.persistent else ():
             name = f"{bm}x{bn}x{bk} w{warps} s{stages}" + (" sub" if sub else "")
             tile = (bm, bn, bk, warps, stages)
-            promotes = (128, 0) if variants.fast_accum else (128,)
+            promotes = (engine, other) if variants.other_sums else (engine,)
             for promote, ws in product(promotes, (False, True)):
                 label = f"ours persistent {name}" + (" ws" if ws else "")
-                calls[label + ("" if promote else " fast-accum")] = ours(
+                calls[label + ("" if promote == engine else f" {OTHER_SUMS[other]}")] = ours(
                     tile=tile, loads="tma", store="tma", persistent=True, subtile=sub,
                     promote=promote, warp_spec=ws,
                 )  # fmt: skip
@@ -298,7 +303,7 @@ def _calls(
             for label, cfg, loads, store, per_sm, _ in launch_variants(a8, w8, True)[3:]:
                 calls[f"ours {label}"] = ours(tile=cfg, loads=loads, store=store, stream=per_sm)
         ref = (a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias
-    calls.update(_cublaslt(a16, w16, bias))
+    calls.update(_cublaslt(a16, w16, bias, fast=engine == 0))
     return calls, ref
 
 
@@ -321,10 +326,11 @@ def _compiled_epilogue(act: Activation, fp8_out: bool) -> Callable[..., torch.Te
 
 
 def _cublaslt(
-    a16: torch.Tensor, w16: torch.Tensor, bias: torch.Tensor
+    a16: torch.Tensor, w16: torch.Tensor, bias: torch.Tensor, fast: bool
 ) -> dict[str, Callable[[], object]]:
-    """`torch._scaled_mm` on the product's shape, per-tensor scales, K and N padded to 16; and
-    followed by each engine epilogue but the plain rounding (its fp16 out already is)."""
+    """`torch._scaled_mm` on the product's shape, per-tensor scales, K and N padded to 16, with
+    fast accumulation and without; and, summing as the engines do (`fast`), followed by each
+    engine epilogue but the plain rounding (its fp16 out already is)."""
     k, n = a16.shape[1], w16.shape[0]
     kp, np_ = -(-k // 16) * 16, -(-n // 16) * 16
     a8 = F.pad(a16, (0, kp - k)).to(torch.float8_e4m3fn)
@@ -339,10 +345,10 @@ def _cublaslt(
             use_fast_accum=fast,
         )  # fmt: skip
 
-    calls = {CUBLASLT: call(False), f"{CUBLASLT} fast-accum": call(True)}
+    calls = {CUBLASLT: call(False), f"{CUBLASLT} {OTHER_SUMS[0]}": call(True)}
     for label, act, fp8_out in EPILOGUES[1:]:
         calls[f"{CUBLASLT} + Inductor {label}"] = _then(
-            call(False), _compiled_epilogue(act, fp8_out), one
+            call(fast), _compiled_epilogue(act, fp8_out), one
         )
     return calls
 
@@ -357,12 +363,12 @@ def _then(
 def _line(rec: ProductsBench, r: ProductRow) -> str:
     nan = float("nan")
     fp16 = r.fp16_us or nan
-    lt, fast = r.us.get(CUBLASLT, nan), r.us.get(CUBLASLT + " fast-accum", nan)
+    lt, fast = r.us.get(CUBLASLT, nan), r.us.get(f"{CUBLASLT} {OTHER_SUMS[0]}", nan)
     best = r.us.get(r.best_ours or "", nan)
     frac = rec.peak_fraction(r, r.best_ours or "")
     return (
         f"{r.kind:6} b{r.batch:<4} M {r.m:>7} K {r.k:>5} N {r.n:>5}: fp16 {fp16:8.1f} us, "
         f"cuBLASLt {lt:8.1f} / fast {fast:8.1f} us, ours {r.us.get('ours', nan):8.1f} us, "
         f"best {best:8.1f} us ({r.best_ours}, {nan if frac is None else frac:.0%} of peak), "
-        f"x cuBLASLt {r.best_over_cublaslt or nan:.2f}  [{', '.join(r.models)}]"
+        f"x {r.cublaslt_alike} {r.best_over_cublaslt or nan:.2f}  [{', '.join(r.models)}]"
     )

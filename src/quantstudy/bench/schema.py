@@ -7,7 +7,11 @@ Schema history:
      peers record (`peers`: our engines beside torchao's) and Provenance.torchao; the product
      record (`products`: every FP8 product of several models and batches, beside cuBLASLt);
      a peers row's own commit, engine-sources hash and phases (`PeersResult.git_commit`,
-     `engine_sources`, `phases`: where its seconds went), absent from older rows.
+     `engine_sources`, `phases`: where its seconds went), absent from older rows; a product
+     row's `ours_promote` (how our unlabelled variants summed), which an older record's reader
+     takes from the lab switch its provenance names, else 128 (`ProductsBench._sums_read`).
+
+`ProductRow` and the product variants' names live in `bench/product_row.py` (re-exported here).
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
+from quantstudy.bench.product_row import CUBLASLT, FP16_CONV, FP16_MM, OTHER_SUMS, ProductRow
 from quantstudy.record import EngineQuality, SpeedSection
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.switches import FP8_PROMOTE
 from quantstudy.record.vocab import CompileMode, KernelGroup, KernelOption, PeerFamily
 
 BENCH_SCHEMA_VERSION = 1
@@ -154,50 +160,6 @@ class GemmBench(Record):
     results: list[GemmRow]
 
 
-CUBLASLT = "cuBLASLt"  # the variant every product is judged against (`bench/products.py`)
-FP16_MM, FP16_CONV = "fp16 cuBLAS", "fp16 cuDNN"  # the fp16 engine's product, by kind
-
-
-class ProductRow(Section):
-    """One distinct FP8 product (a linear or 1x1 conv as M x K x N, or a kxk conv as its implicit
-    GEMM) at one batch, every way it was run (microseconds; TFLOP/s and the fraction of peak are
-    derived from them: `tflops`, `ProductsBench.peak_fraction`)."""
-
-    kind: Literal["matmul", "conv"]
-    batch: int
-    m: int
-    k: int  # a conv's C x KH x KW
-    n: int
-    conv: list[int] | None = None  # [C, H, W, KH, KW, stride, pad] of a kxk conv
-    models: list[str]  # the models with this product
-    layers: int  # how many layers of those models run it
-    flop: float  # 2 M N K
-    us: dict[str, float] = Field(default_factory=dict)  # variant -> us per call (not: refused)
-    max_rel_error: dict[str, float] = Field(default_factory=dict)  # ours against float32 sums
-    refused: dict[str, str] = Field(default_factory=dict)
-    best_ours: str | None = None  # the fastest of our variants an engine can run
-    # our variant -> the tile the autotuner chose for it in this run (`tiles.config_words`);
-    # a variant absent: a fixed tile, or a choice stored by an earlier process on the machine;
-    # None: a record from before this was kept
-    tiles: dict[str, str] | None = None
-
-    @property
-    def fp16_us(self) -> float | None:
-        """The fp16 engine's time for this product (cuBLAS, or cuDNN for a conv)."""
-        return self.us.get(FP16_MM, self.us.get(FP16_CONV))
-
-    def tflops(self, variant: str) -> float | None:
-        t = self.us.get(variant)
-        return None if t is None else self.flop / (t * 1e-6) / 1e12
-
-    @property
-    def best_over_cublaslt(self) -> float | None:
-        """cuBLASLt's time over our best variant's (above 1: ours is faster)."""
-        if self.best_ours is None or CUBLASLT not in self.us:
-            return None
-        return self.us[CUBLASLT] / self.us[self.best_ours]
-
-
 class ProductsBench(Record):
     kind: Literal["products"] = "products"
     models: list[str]  # "model:recipe" of each row
@@ -206,6 +168,16 @@ class ProductsBench(Record):
     peak_fp16_tflops: float | None = None
     timed: str
     results: list[ProductRow]
+
+    @model_validator(mode="after")
+    def _sums_read(self) -> ProductsBench:
+        """Rows from before `ours_promote` was kept summed as the lab switch the provenance
+        names said, else as the engines of then did: promoting every 128 products."""
+        said = (self.provenance.lab_switches or "").split()
+        switches = dict(w.split("=", 1) for w in said if "=" in w)
+        for row in self.results:
+            row.set_promote_read(int(switches.get(FP8_PROMOTE, 128)))
+        return self
 
     def peak_fraction(self, row: ProductRow, variant: str) -> float | None:
         """`variant`'s TFLOP/s over the GPU's dense peak: fp16's for the fp16 variants, FP8's
@@ -421,3 +393,6 @@ def read_folder(folder: Path) -> list[tuple[str, BenchRecord]]:
     if not records:
         raise UserError(f"{folder} holds no *.json bench record")
     return records
+
+
+__all__ = ["CUBLASLT", "FP16_CONV", "FP16_MM", "OTHER_SUMS", "ProductRow"]  # product_row's names

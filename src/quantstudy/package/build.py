@@ -32,7 +32,7 @@ from quantstudy.engines.builders import BuiltEngine, build_fp8, build_half
 from quantstudy.model.preprocess import build_transform
 from quantstudy.package import manifest as mf
 from quantstudy.package.graph import export_engine, retarget
-from quantstudy.quant.accumulation import accumulating
+from quantstudy.quant.accumulation import accumulating, recorded
 from quantstudy.quant.kernels import launches
 from quantstudy.quant.private_api import aoti_compile_and_package
 from quantstudy.record import StudyRecord
@@ -266,7 +266,7 @@ def package_study(options: PackageOptions) -> Path:
     """Write the packages, the sample images, the check script and the manifest; return the
     folder. The packaged FP8 products sum as the study's did (`fp8_accumulate`)."""
     record = load_record(Path(options.study_dir) / RECORD_FILE)
-    with accumulating(record.config.fp8_accumulate):
+    with accumulating(recorded(record.config, record.environment.lab_switches)):
         return _package(options, record)
 
 

@@ -69,6 +69,9 @@ Schema history:
  20: Environment.lab_switches (the lab switches the study ran under, `record/switches.py`:
      engines computed or tuned otherwise than the commit alone says); StudyConfig.fp8_accumulate
      (how the FP8 products sum: "promote128", what older records ran, or "fast").
+ 21: StudyConfig.fp8_accumulate defaults to "fast" and a study records the accumulation its
+     engines ran, so null means what it meant before: promote128, or a lab interval its
+     lab_switches name (`quant/accumulation.py: recorded`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -78,7 +81,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 20
+SCHEMA_VERSION = 21
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -203,8 +203,9 @@ class StudyConfig(Section):
         description="how the FP8 products sum: promote128 (in float32 every 128 products, as "
         "cuBLASLt without fast accumulation) or fast (all of K in the tensor cores, as "
         "torchao's float8 configs; faster on large products, its cost in quality is the "
-        "study's to measure); default promote128",
-    )  # None: promote128, what every record before version 20 ran
+        "study's to measure); default fast",
+    )  # None in a record: promote128, what every engine before version 21 ran, or a lab interval
+    # its environment's lab_switches name (`quant/accumulation.py: recorded`)
     test_settings: bool = Field(
         False, description="use the checkpoint's test-time input size and crop"
     )
@@ -285,11 +286,13 @@ class StudyConfig(Section):
         """A copy with `changes`, validated again (`model_copy` does not validate)."""
         return StudyConfig(**(self.model_dump(exclude_unset=True) | changes))
 
-    def resolved(self, recipe: str, policy: str) -> StudyConfig:
+    def resolved(self, recipe: str, policy: str, accumulate: Accumulation | None) -> StudyConfig:
         """This config as a study records it: the recipe source and policy label it read, and the
-        FP8 kernel it ran."""
+        FP8 kernel and accumulation it ran (`accumulate`: the engines', where it names none:
+        `quant/accumulation.py: in_effect`)."""
         kernel = self.fp8_kernel or KernelOption(DEFAULT_FP8_KERNEL)
-        return self.replace(recipe=recipe, policy=policy, fp8_kernel=kernel)
+        summed = self.fp8_accumulate or accumulate
+        return self.replace(recipe=recipe, policy=policy, fp8_kernel=kernel, fp8_accumulate=summed)
 
     def study_name(self, recipe: str) -> str:
         return f"{recipe}-seed{self.seed}-{self.device}"

@@ -30,7 +30,7 @@ from quantstudy.decision.policy import decide, load_policy
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quality.rows import RowSet
 from quantstudy.quality.stress import stress_inputs
-from quantstudy.quant.accumulation import accumulating
+from quantstudy.quant.accumulation import accumulating, recorded
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_record
@@ -60,7 +60,7 @@ def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[
     Its engines sum their FP8 products as the study's did (`fp8_accumulate`)."""
     study_dir = Path(study_dir)
     record = load_record(study_dir / RECORD_FILE)
-    with accumulating(record.config.fp8_accumulate):
+    with accumulating(recorded(record.config, record.environment.lab_switches)):
         return _extend(study_dir, more, skip_used, record)
 
 

@@ -39,7 +39,7 @@ from quantstudy.engines.run import half_storage, reordered, run_engine
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quality.gap import gap_pairs
 from quantstudy.quality.stress import stress_inputs
-from quantstudy.quant.accumulation import accumulates_as
+from quantstudy.quant.accumulation import accumulates_as, in_effect
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import (
     EngineInfo,
@@ -140,7 +140,7 @@ def run_study(
     record = StudyRecord(
         name=config.study_name(inputs.recipe.name),
         status="partial",
-        config=config.resolved(inputs.recipe_source, inputs.policy_label),
+        config=config.resolved(inputs.recipe_source, inputs.policy_label, in_effect()),
         environment=collect_environment(device),
         model=inputs.loaded.info,
         preprocessing=inputs.pre,

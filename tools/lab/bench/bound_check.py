@@ -34,7 +34,7 @@ def winner_ranks(record: ProductsBench) -> list[tuple[str, str, int | None]]:
             continue
         aligned = int(row.k % 16 == 0 and row.n % 16 == 0)
         for column, tile in row.tiles.items():
-            promote = 0 if "fast-accum" in column or row.k <= PROMOTE else PROMOTE
+            promote = 0 if row.k <= PROMOTE else row.promote_of(column)
             named = {"M": row.m, "N": row.n, "K": row.k, "PROMOTE": promote}
             named |= {"tma_loads_ok": aligned, "tma_store_ok": aligned}
             order = [config_words(c) for c in ranked(prune_gemm(FP8_GEMM.configs, named), named)]

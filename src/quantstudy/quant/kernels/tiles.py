@@ -98,12 +98,16 @@ def prune_gemm(configs: list[Config], named_args: dict[str, Any], **kwargs: Any)
     m, n, k = named_args["M"], named_args["N"], named_args["K"]
     has = {"TMA_LOADS": named_args["tma_loads_ok"], "TMA_STORE": named_args["tma_store_ok"]}
     promote = {**named_args, **kwargs}.get("PROMOTE", PROMOTE)  # where Triton puts constexprs
+
+    def programs(c: Config) -> int:
+        return int(triton.cdiv(m, c.kwargs["BLOCK_M"]) * triton.cdiv(n, c.kwargs["BLOCK_N"]))
+
     usable = [
         c
         for c in configs
         if all(has[flag] or not c.kwargs[flag] for flag in has)
         and not (promote and c.kwargs["BLOCK_K"] > promote)
-        and (not c.kwargs["PERSISTENT"] or persistent_pays(promote, k))
+        and (not c.kwargs["PERSISTENT"] or persistent_pays(promote, k, programs(c)))
     ]
 
     def fits(c: Config) -> bool:
@@ -138,14 +142,17 @@ def ranked(configs: list[Config], named_args: dict[str, Any]) -> list[Config]:
     return bounded(configs, sizes, dict.fromkeys(sizes, 64), grid, len(configs))
 
 
-def persistent_pays(promote: int, k: int) -> bool:
-    """Whether the persistent tiles are worth timing for a launch: only with all of K in the
-    tensor cores (`promote` 0, the launch's PROMOTE) and K beyond one promotion. Under the
-    engines' promotion every 128 products they were level with the one-tile kernel at best; with
-    fast accumulation the 128x256 subtiled tile beat it by 7 to 8% on ViT-B's fc1 and fc2 and came
-    level with cuBLASLt's fast accumulation on fc2 (`products-h100-f2445f4-variants.json`), and on
-    thin-K products they lost everywhere (docs/fp8-kernel.md)."""
-    return promote == 0 and k > PROMOTE
+def persistent_pays(promote: int, k: int, programs: int = 1 << 30) -> bool:
+    """Whether a persistent tile is worth timing for a launch: only with all of K in the tensor
+    cores (`promote` 0, the launch's PROMOTE), K beyond one promotion, and a grid of the tile's
+    `programs` at least two waves deep (`fill_programs`). Promoting every 128 products they were
+    level with the one-tile kernel at best; with fast accumulation the 128x256 subtiled tile beat
+    it by 7 to 8% on ViT-B's fc1 and fc2 (`products-h100-f2445f4-variants.json`); on thin-K
+    products they lost everywhere (docs/fp8-kernel.md). Tuned among the rest on ViT-B's and
+    ConvNeXt-T's products (`products-h100-760cbc9-fast.json`), they won 16 of 120 columns, all
+    at batch 128 on grids of 294 tiles or more, none at batch 1: a shallower grid leaves them
+    nothing to overlap, and leaving them out spares a cold tune 10 of 42 configs there."""
+    return promote == 0 and k > PROMOTE and programs >= 2 * fill_programs()
 
 
 def gemm_config_limit() -> int | None:
