@@ -336,6 +336,8 @@ def test_a_gemm_bound_keeps_the_best_ranked_configs_only_where_asked(monkeypatch
     assert kept == tiles.bounded(every, {"BLOCK_M": 25216, "BLOCK_N": 3072, "BLOCK_K": 768},
                                  dict.fromkeys(("BLOCK_M", "BLOCK_N", "BLOCK_K"), 64),
                                  ("BLOCK_M", "BLOCK_N"), 6)  # fmt: skip
+    # every tile fills the GPU here, so the descriptor paths come first, loads then store
+    assert all(c.kwargs["TMA_LOADS"] for c in kept) and kept[0].kwargs["TMA_STORE"]
     monkeypatch.setenv(GEMM_CONFIGS, "0")
     with pytest.raises(UserError, match="QUANTSTUDY_GEMM_CONFIGS='0': give a whole number"):
         FP8_GEMM.prune(FP8_GEMM.configs, shape)
