@@ -157,3 +157,21 @@ def test_package_doc_quotes_the_xception41_record():
         assert text in doc, text
     assert "H100" in record["provenance"]["gpu"]
     assert "xception41's packages (random weights) passed" in _readme()
+
+
+PEERS = "docs/results/peers-h100-760cbc9-vit-fast.json"
+
+
+@pytest.mark.committed(PEERS)
+def test_readme_quotes_the_vit_peers_row():
+    """The README's table against torchao: each engine's median x at batches 1 and 128 as the
+    row's record has it, and the commit it names."""
+    record = json.loads((ROOT / PEERS).read_text())
+    (row,) = record["results"]
+    readme = _readme()
+    assert f"at {row['git_commit'][:7]}," in readme
+    for engine in row["engines"][1:]:
+        if engine["name"] == "torchao dynamic per-tensor":
+            continue  # the README leaves one of torchao's dynamic configs out
+        x = {b["batch"]: b["ratio"]["median"] for b in engine["speed"]["batches"]}
+        assert f"| {engine['name']} | {x[1]:.2f} | {x[128]:.2f} |" in readme, engine["name"]
