@@ -112,7 +112,9 @@ def test_local_sweep_runs_every_point_as_a_study(local_sweep, capsys):
         assert point["status"] == "complete" and point["attempts"] == 1
         assert point["argv"][-2:] == ["--config", "study-config.json"]  # not flags rebuilt
         handed = json.loads((folder / "study-config.json").read_text())
-        resolved = ("recipe", "policy")  # the study records the sources it read
+        # the study records the sources it read and the accumulation its engines ran
+        resolved = ("recipe", "policy", "fp8_accumulate")
+        assert handed["fp8_accumulate"] is None and record["config"]["fp8_accumulate"] == "fast"
         assert {k: v for k, v in handed.items() if k not in resolved} == {
             k: v for k, v in record["config"].items() if k not in resolved
         }
