@@ -1,10 +1,11 @@
 """What fast accumulation costs in quality: one study per accumulation, side by side.
 
-The engines promote their FP8 sums to float32 every 128 products, as cuBLASLt does without fast
-accumulation (`quant/accumulation.py`). This runs the same study (EfficientNet-Lite0 with its
-real weights by default: random weights leave many logits near ties, which says little about
-the kernels) with `--fp8-accumulate` left at its default (promote128) and set to "fast" (all
-of K in the tensor cores), each in a folder of its own under --work (a finished study is kept,
+The engines sum their FP8 products all of K in the tensor cores by default ("fast", as torchao
+does) or promote them to float32 every 128 products ("promote128", as cuBLASLt does without
+fast accumulation; `quant/accumulation.py`). This runs the same study (EfficientNet-Lite0 with
+its real weights by default: random weights leave many logits near ties, which says little
+about the kernels) with each `--fp8-accumulate` of --accumulate named on its command line,
+each in a folder of its own under --work (a finished study is kept,
 so a stopped command goes on where it was), and writes one JSON of the figures that answer the
 question: the FP8 engine against fp32 (agreement, KL, top-1), against its own emulation beside
 the emulation's floor, the decision, and x per batch.
@@ -25,12 +26,12 @@ from typing import Any
 from study_run import run_cuda_study
 
 
-def run_study(args: argparse.Namespace, accumulate: str | None) -> tuple[Path, dict[str, Any]]:
+def run_study(args: argparse.Namespace, accumulate: str) -> tuple[Path, dict[str, Any]]:
     """The study under one accumulation, run unless its folder holds a finished one."""
-    out = args.work / f"accumulate-{accumulate or 'default'}"
+    out = args.work / f"accumulate-{accumulate}"
     if (out / "study.json").is_file():
         return out, {"fp8_accumulate": accumulate, "kept": True}
-    extra = ("--fp8-accumulate", accumulate) if accumulate else ()
+    extra = ("--fp8-accumulate", accumulate)
     info = run_cuda_study(args, args.model, args.weights, args.recipe, out, args.batches, extra)
     return out, info | {"fp8_accumulate": accumulate}
 
@@ -90,12 +91,12 @@ def main() -> int:
     p.add_argument("--calib", type=int, default=500)
     p.add_argument("--heldout", type=int, default=1300)
     p.add_argument("--batches", default="1,128")
-    p.add_argument("--accumulate", default="fast", help="accumulations beside the default")
+    p.add_argument("--accumulate", default="promote128,fast", help="the accumulations, in order")
     p.add_argument("--work", type=Path, default=Path("/tmp/accumulation"))
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     runs: list[dict[str, Any]] = []
-    for accumulate in [None, *args.accumulate.split(",")]:
+    for accumulate in args.accumulate.split(","):
         study, info = run_study(args, accumulate)
         runs.append(info | figures(study))
         args.out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")  # each as it ends
