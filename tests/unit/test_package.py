@@ -362,3 +362,19 @@ def test_cpp_loader_example_matches_python(cpu_package, tmp_path):
     with torch.no_grad():
         logits = aoti_load_package(str(package))(x.contiguous(memory_format=torch.channels_last))
     assert cpp_top1 == logits.float().argmax(1).tolist()
+
+
+def test_each_fp8_package_is_checked_at_its_own_batch():
+    """`verify.package_batches`: the static FP8 packages' batches, by file, at which the check
+    runs the study's engine for each (None: a dynamic package, checked at the eval batch)."""
+    from quantstudy.package.verify import package_batches
+
+    manifest = {
+        "packages": [
+            {"file": "fp8-b1.pt2", "engine": "fp8", "batch": 1},
+            {"file": "fp16-b1.pt2", "engine": "fp16", "batch": 1},
+            {"file": "fp8-b128.pt2", "engine": "fp8", "batch": 128},
+            {"file": "fp8-dyn.pt2", "engine": "fp8", "batch": None, "max_batch": 64},
+        ]
+    }
+    assert package_batches(manifest) == {"fp8-b1.pt2": 1, "fp8-b128.pt2": 128, "fp8-dyn.pt2": None}

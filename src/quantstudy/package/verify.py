@@ -4,9 +4,11 @@ The packages' own script (`check.py` in the folder, `package/shipped_check.py` h
 fresh interpreter in isolated mode (`python -I`: no PYTHONPATH, no user site, not the script's
 folder), with every import of quantstudy refused. It loads the FP8 package, runs the study's
 held-out images (or the first `--images`) and times the FP8 package against the fp16 one. Here,
-with quantstudy, the same images go through the study's FP8 engine rebuilt from the record, and
-the two are compared as the export check compares (`bridge/check.py`): top-1 agreement and KL
-at a floor, plus a NaN/Inf count; the packaged x is printed beside the study's x per batch.
+with quantstudy, the same images go through the study's FP8 engine rebuilt from the record, at
+each package's batch (a static package of batch 1 against the engine at batch 1: kernels chosen
+per batch, cuDNN's among them, may sum in other orders at other batches), and the two are
+compared as the export check compares (`bridge/check.py`): top-1 agreement and KL at a floor,
+plus a NaN/Inf count; the packaged x is printed beside the study's x per batch.
 
 The floor is the study's half-storage floor on the check's images: the fake-quant emulation
 with every stored value rounded to the engine's half dtype against the emulation in float32.
@@ -85,10 +87,12 @@ def _reference(
     data: Path | None,
     calib_data: Path | None,
     images: int | None,
-) -> tuple[StudyRecord, torch.Tensor, torch.Tensor, Floor]:
-    """The check's images, the study's FP8 engine's logits on them (compiled where the study
-    compiled it: a package is Inductor's code too) and the floor: the emulation with the
-    engine's half-precision storage against the emulation in float32, on the same images."""
+) -> tuple[StudyRecord, torch.Tensor, dict[int, torch.Tensor], Floor]:
+    """The check's images, the study's FP8 engine's logits on them at each static FP8 package's
+    batch, or the study's eval batch for a package of dynamic batch (compiled where the study
+    compiled it: a package is Inductor's code too), by batch, and the floor: the emulation
+    with the engine's half-precision storage against the emulation in float32, on the same
+    images."""
     from quantstudy.package.build import build_engines
 
     record = load_record(Path(study_dir) / RECORD_FILE)
@@ -103,20 +107,20 @@ def _reference(
     rebuilt = rebuild(record, data, calib_data)
     device = torch.device(manifest["bound_to"]["device"])
     engines = build_engines(rebuilt, device)
-    batch = eval_batch(record)
+    batches = {b or eval_batch(record) for b in package_batches(manifest).values()}
     untimed: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if device.type == "cuda":
         from quantstudy.quant.kernels.tuning import untimed_tiles
 
         untimed = untimed_tiles()  # the same bits under every tile (`study/run.py`)
     with torch.no_grad(), untimed:
-        engine_logits = run_engine(engines.fp8, x, batch)
+        engine_logits = {b: run_engine(engines.fp8, x, b) for b in sorted(batches)}
     fakequant = build_fakequant(
         rebuilt.model, torch.device("cpu"), rebuilt.example, rebuilt.plan, fold=rebuilt.fold_bn
     )
-    with torch.no_grad():
-        reference = run_engine(fakequant, x, batch)
-        half = run_half_storage(fakequant, x, engines.fp8.dtype, batch)
+    with torch.no_grad():  # the floor on the CPU, at the study's eval batch
+        reference = run_engine(fakequant, x, eval_batch(record))
+        half = run_half_storage(fakequant, x, engines.fp8.dtype, eval_batch(record))
     return record, x, engine_logits, floor_of(half, reference)
 
 
@@ -157,7 +161,11 @@ def check_package(
     )
     # every FP8 package is held to the floor: each is a deployable artifact, and a fault of one
     # batch's tiles (or of its graph) shows in that package alone
-    per_package = {file: compare(logits, engine_logits) for file, logits in each.items()}
+    static = package_batches(manifest)
+    per_package = {
+        file: compare(logits, engine_logits[static[file] or eval_batch(record)])
+        for file, logits in each.items()
+    }
     for file, found in per_package.items():
         check_numerics(found, floor, record, result, f"package vs FP8 engine ({file})", gated=True)
     lines = [f"held-out images: {x.shape[0]}; load time (s): {ran['load_s']}"]
@@ -167,6 +175,11 @@ def check_package(
         result, floor, x.shape[0], ran["timing"], ran["load_s"], ran["preloaded"], lines,
         per_package,
     )  # fmt: skip
+
+
+def package_batches(manifest: dict[str, Any]) -> dict[str, int | None]:
+    """Each FP8 package's static batch, by file (None: a package of dynamic batch)."""
+    return {e["file"]: e["batch"] for e in manifest["packages"] if e["engine"] == "fp8"}
 
 
 def speed_lines(timing: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
