@@ -40,6 +40,7 @@ from quantstudy.package.loader import run_script
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.load import RECORD_FILE, load_record
+from quantstudy.record.vocab import Engine
 
 # Within this share of the study's x (or above it) the package keeps the speed the study reported.
 X_TOLERANCE = 0.05
@@ -179,7 +180,7 @@ def check_package(
 
 def package_batches(manifest: dict[str, Any]) -> dict[str, int | None]:
     """Each FP8 package's static batch, by file (None: a package of dynamic batch)."""
-    return {e["file"]: e["batch"] for e in manifest["packages"] if e["engine"] == "fp8"}
+    return {e["file"]: e["batch"] for e in manifest["packages"] if e["engine"] == Engine.FP8}
 
 
 def speed_lines(timing: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
