@@ -45,8 +45,10 @@ Prune = Callable[..., list[Config]]  # Triton's early_config_prune: (configs, na
 # 3. Within `untimed_tiles()` a launch that was never tuned takes the first pruned config
 #    without timing: for the quality passes, whose outputs do not depend on the tile (each
 #    kernel's prune keeps only tiles that write the same bits: `mma_step` promotes the product's
-#    sums at the same K; the kxk conv's kept tiles pad each tap alike; the depthwise conv sums
-#    each output in one order), so only the timed batches tune.
+#    sums at the same K, or, summing fast, every tile feeds the tensor cores the same K steps in
+#    order (tests/gpu/test_gemm_tiles_gpu.py checks both); the kxk conv's kept tiles pad each
+#    tap alike; the depthwise conv sums each output in one order), so only the timed batches
+#    tune.
 # 4. The convs' prunes keep at most `tiles.CONV_CONFIGS` configs per launch (`tiles.bounded`).
 #
 # `TUNE_LOG` lists each launch the autotuner timed in this process (its kernel, key, how many
