@@ -13,6 +13,7 @@ CUBLASLT = "cuBLASLt"  # the variant every product is judged against (`bench/pro
 # the label of a variant that sums otherwise than the engines (`ProductRow.ours_promote`): all of
 # K in the tensor cores, or in float32 every 128 products; cuBLASLt's columns by the same words
 OTHER_SUMS = {0: "fast-accum", 128: "promote128"}
+CUBLASLT_FAST = f"{CUBLASLT} {OTHER_SUMS[0]}"  # torch._scaled_mm with use_fast_accum
 FP16_MM, FP16_CONV = "fp16 cuBLAS", "fp16 cuDNN"  # the fp16 engine's product, by kind
 
 
@@ -68,7 +69,7 @@ class ProductRow(Section):
     def cublaslt_alike(self) -> str:
         """cuBLASLt's column that sums as our best variant does: with fast accumulation or not."""
         fast = self.best_ours is not None and self.promote_of(self.best_ours) == 0
-        return f"{CUBLASLT} {OTHER_SUMS[0]}" if fast else CUBLASLT
+        return CUBLASLT_FAST if fast else CUBLASLT
 
     @property
     def best_over_cublaslt(self) -> float | None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from quantstudy.bench.schema import CUBLASLT, ProductRow, ProductsBench
+from quantstudy.bench.schema import CUBLASLT, CUBLASLT_FAST, ProductRow, ProductsBench
 from quantstudy.report.format import table
 
-LT, LT_FAST = CUBLASLT, f"{CUBLASLT} fast-accum"
+LT, LT_FAST = CUBLASLT, CUBLASLT_FAST
 
 
 def _us(v: float | None) -> str:

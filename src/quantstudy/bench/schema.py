@@ -22,7 +22,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
-from quantstudy.bench.product_row import CUBLASLT, FP16_CONV, FP16_MM, OTHER_SUMS, ProductRow
+from quantstudy.bench.product_row import (
+    CUBLASLT,
+    CUBLASLT_FAST,
+    FP16_CONV,
+    FP16_MM,
+    OTHER_SUMS,
+    ProductRow,
+)
 from quantstudy.record import EngineQuality, SpeedSection
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
@@ -395,4 +402,5 @@ def read_folder(folder: Path) -> list[tuple[str, BenchRecord]]:
     return records
 
 
-__all__ = ["CUBLASLT", "FP16_CONV", "FP16_MM", "OTHER_SUMS", "ProductRow"]  # product_row's names
+# product_row's names, read from here too
+__all__ = ["CUBLASLT", "CUBLASLT_FAST", "FP16_CONV", "FP16_MM", "OTHER_SUMS", "ProductRow"]

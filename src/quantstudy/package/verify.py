@@ -88,12 +88,12 @@ def _reference(
     data: Path | None,
     calib_data: Path | None,
     images: int | None,
-) -> tuple[StudyRecord, torch.Tensor, dict[int, torch.Tensor], Floor]:
-    """The check's images, the study's FP8 engine's logits on them at each static FP8 package's
-    batch, or the study's eval batch for a package of dynamic batch (compiled where the study
-    compiled it: a package is Inductor's code too), by batch, and the floor: the emulation
-    with the engine's half-precision storage against the emulation in float32, on the same
-    images."""
+) -> tuple[StudyRecord, torch.Tensor, dict[str, torch.Tensor], Floor]:
+    """The check's images, the study's FP8 engine's logits on them for each FP8 package, by
+    file, at the package's static batch or, for a package of dynamic batch, the study's eval
+    batch (compiled where the study compiled it: a package is Inductor's code too), and the
+    floor: the emulation with the engine's half-precision storage against the emulation in
+    float32, on the same images."""
     from quantstudy.package.build import build_engines
 
     record = load_record(Path(study_dir) / RECORD_FILE)
@@ -108,20 +108,21 @@ def _reference(
     rebuilt = rebuild(record, data, calib_data)
     device = torch.device(manifest["bound_to"]["device"])
     engines = build_engines(rebuilt, device)
-    batches = {b or eval_batch(record) for b in package_batches(manifest).values()}
+    batch_of = {f: b or eval_batch(record) for f, b in package_batches(manifest).items()}
     untimed: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if device.type == "cuda":
         from quantstudy.quant.kernels.tuning import untimed_tiles
 
         untimed = untimed_tiles()  # the same bits under every tile (`study/run.py`)
     with torch.no_grad(), untimed:
-        engine_logits = {b: run_engine(engines.fp8, x, b) for b in sorted(batches)}
+        by_batch = {b: run_engine(engines.fp8, x, b) for b in sorted(set(batch_of.values()))}
     fakequant = build_fakequant(
         rebuilt.model, torch.device("cpu"), rebuilt.example, rebuilt.plan, fold=rebuilt.fold_bn
     )
     with torch.no_grad():  # the floor on the CPU, at the study's eval batch
         reference = run_engine(fakequant, x, eval_batch(record))
         half = run_half_storage(fakequant, x, engines.fp8.dtype, eval_batch(record))
+    engine_logits = {file: by_batch[b] for file, b in batch_of.items()}
     return record, x, engine_logits, floor_of(half, reference)
 
 
@@ -162,11 +163,7 @@ def check_package(
     )
     # every FP8 package is held to the floor: each is a deployable artifact, and a fault of one
     # batch's tiles (or of its graph) shows in that package alone
-    static = package_batches(manifest)
-    per_package = {
-        file: compare(logits, engine_logits[static[file] or eval_batch(record)])
-        for file, logits in each.items()
-    }
+    per_package = {file: compare(logits, engine_logits[file]) for file, logits in each.items()}
     for file, found in per_package.items():
         check_numerics(found, floor, record, result, f"package vs FP8 engine ({file})", gated=True)
     lines = [f"held-out images: {x.shape[0]}; load time (s): {ran['load_s']}"]

@@ -142,7 +142,7 @@ def ranked(configs: list[Config], named_args: dict[str, Any]) -> list[Config]:
     return bounded(configs, sizes, dict.fromkeys(sizes, 64), grid, len(configs))
 
 
-def persistent_pays(promote: int, k: int, programs: int = 1 << 30) -> bool:
+def persistent_pays(promote: int, k: int, programs: int) -> bool:
     """Whether a persistent tile is worth timing for a launch: only with all of K in the tensor
     cores (`promote` 0, the launch's PROMOTE), K beyond one promotion, and a grid of the tile's
     `programs` at least two waves deep (`fill_programs`). Promoting every 128 products they were
