@@ -51,8 +51,9 @@ def test_speed_and_kernels_on_a_small_study(tmp_path, shared_data):
 
 
 def test_peers_runs_every_torchao_config_beside_our_engine(tmp_path, tiny_imagenet):
-    """`bench peers` on test_vit's linears: every torchao config builds, compiles, runs its FP8
-    products on the GPU (its profile's FP8 group is not empty) and is scored; seconds, not a
+    """`bench peers` on test_vit's linears: our two engines by default on the GPU (the fused
+    kernel and `fastest`) and every torchao config build, compile, run their FP8 products on
+    the GPU (each profile's FP8 group is not empty) and are scored; seconds, not a
     measurement. torchao travels as a carried wheel (tools/device/README.md)."""
     torchao = pytest.importorskip("torchao")
     out = tmp_path / "peers.json"
@@ -64,7 +65,7 @@ def test_peers_runs_every_torchao_config_beside_our_engine(tmp_path, tiny_imagen
     (row,) = record.results
     assert row.refused == []
     names = [e.name for e in row.engines]
-    assert names == ["fp16", "quantstudy fused", "torchao dynamic per-row",
+    assert names == ["fp16", "quantstudy fused", "quantstudy fastest", "torchao dynamic per-row",
                      "torchao dynamic per-tensor", "torchao static per-tensor"]  # fmt: skip
     for e in row.engines[1:]:
         assert e.fp8_layers == row.selected == 24 and e.speed.meaningful, e.name
@@ -80,9 +81,12 @@ def test_cublaslt_then_the_inductor_epilogue_writes_what_our_fused_epilogue_writ
     """`bench products`' "cuBLASLt + Inductor with-gelu fp8-out" is the engine's fc1 with
     cuBLASLt's product: the same FP8 hand-off as our fused kernel's, up to where the two
     products' float32 sums differ (1e-5 to 5e-5 of the outputs on the H200, docs/fp8-kernel.md)
-    and move an FP8 rounding: at most one FP8 step apart, nearly all equal. Both promote every
-    128 products (cuBLASLt without fast accumulation; ours within `accumulating`): what the
-    bound above was measured for."""
+    and move an FP8 rounding: at most one FP8 step apart. Both promote every 128 products
+    (cuBLASLt without fast accumulation; ours within `accumulating`): what the bound above was
+    measured for. Inductor's kernel rounds the activation once, to FP8, where ours rounds it to
+    fp16 first (tests/unit/test_bench.py): the two part where the fp16 value lands on a midpoint
+    of the FP8 grid, at most about 2^-8 of the outputs (0.0023 on the H100 at 5b38c3c), which
+    the fp16 outputs the sums move (1e-5 to 5e-5) barely add to."""
     import torch
 
     from quantstudy.bench.products import _compiled_epilogue
@@ -112,7 +116,7 @@ def test_cublaslt_then_the_inductor_epilogue_writes_what_our_fused_epilogue_writ
     a, b = ours.float(), theirs.float()
     equal = (a == b).float().mean().item()
     step = (a - b).abs() / a.abs().clamp_min(2**-9 * 1.0)  # relative; E4M3's subnormal step
-    assert equal > 0.999 and step.max().item() <= 0.125 + 1e-6, (equal, step.max().item())
+    assert equal >= 1 - 2**-8 and step.max().item() <= 0.125 + 1e-6, (equal, step.max().item())
 
 
 def test_products_time_the_persistent_tiles_only_where_asked():
