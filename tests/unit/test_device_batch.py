@@ -299,14 +299,39 @@ def test_gpus_beyond_the_hosts_are_refused():
 def test_the_committed_jobs_file_reads_and_covers_the_work_waiting():
     specs = BATCH.read_jobs(TOOLS / "device" / "jobs" / "records.yaml")
     names = [s.name for s in specs]
-    # the suite's parts first (one commit), then the product benchmark at HEAD
-    assert names[:5] == ["gpu-kernels", "gpu-package", "gpu-bench-data", "gpu-merge", "products"]
+    # the suite's parts first (one commit), then the last package, then the product benchmark
+    suite = ["gpu-kernels", "gpu-package", "gpu-bench-data", "gpu-merge"]
+    assert names[:6] == [*suite, "res2net-package", "products"]
     assert {f"zoo-{i}" for i in range(1, 9)} <= set(names) and "zoo-board" in names
+    assert "zoo-rows" in names
     rows = yaml.safe_load((TOOLS / "lab" / "bench" / "peers-rows.yaml").read_text())["rows"]
     peers = [f"peers-{i}" for i in range(1, len(rows) + 1)]
     assert [n for n in names if n.startswith("peers-")] == [*peers, "peers-merge"]
     assert set(next(s for s in specs if s.name == "peers-merge").after) == set(peers)
     assert all(s.minutes * 60 <= 560 for s in specs)  # each fits one call's default budget
+
+
+def test_zoo_rows_keeps_its_rows_in_the_cache_seeded_without_overwriting(tmp_path):
+    """The one-GPU zoo job: the committed rows seed .cache/zoo-rows but never replace a row an
+    earlier call on the machine measured there; the zoo reads and writes the rows and its
+    studies under .cache/ (kept on a warm machine) and runs the alone check."""
+    specs = BATCH.read_jobs(TOOLS / "device" / "jobs" / "records.yaml")
+    spec = next(s for s in specs if s.name == "zoo-rows")
+    committed, cached = tmp_path / "docs" / "results" / "zoo", tmp_path / ".cache" / "zoo-rows"
+    committed.mkdir(parents=True)
+    cached.mkdir(parents=True)
+    (committed / "a.json").write_text("committed a")
+    (committed / "b.json").write_text("committed b")
+    (cached / "a.json").write_text("measured a")
+    command = spec.run.replace("bash tools/device/quantstudy.sh", "echo") + " > args"
+    env = {**os.environ, "JOB_BUDGET_S": "560"}
+    subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, check=True)
+    assert (cached / "a.json").read_text() == "measured a"
+    assert (cached / "b.json").read_text() == "committed b"
+    args = (tmp_path / "args").read_text().split()
+    assert args[args.index("--rows") + 1] == ".cache/zoo-rows"
+    assert args[args.index("--out") + 1].startswith(".cache/")
+    assert args[args.index("--check-alone") + 1] == "resnet50"
 
 
 def test_the_zoo_jobs_take_their_shard_from_their_name(tmp_path):
