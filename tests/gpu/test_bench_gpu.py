@@ -122,8 +122,8 @@ def test_cublaslt_then_the_inductor_epilogue_writes_what_our_fused_epilogue_writ
 def test_products_time_the_persistent_tiles_only_where_asked():
     """`bench products --no-persistent` leaves the persistent tiles out and keeps the rest:
     the engine's kernel, its epilogues, cuBLASLt and cuBLASLt with the Inductor epilogues."""
+    from quantstudy.bench.product_row import ProductRow
     from quantstudy.bench.products import Variants, _calls
-    from quantstudy.bench.schema import ProductRow
 
     row = ProductRow(kind="matmul", batch=1, m=256, k=128, n=256, models=["m"], layers=1,
                      flop=2.0 * 256 * 128 * 256)  # fmt: skip

@@ -15,7 +15,7 @@ timed from CUDA-graph replays (`gemm.time_us`) with random N(0, 1) operands and 
   next layer's FP8 input moved into a kernel of their own (torchao's layout, with our fusion);
 - "ours": the fused Triton kernel autotuned as an engine runs it (summing as the engines do,
   `quant/accumulation.py`: fast by default); "ours promote128" (or, where the engines promote,
-  "ours fast-accum") the same with the other sums (`schema.OTHER_SUMS`); "ours fp16-rounds",
+  "ours fast-accum") the same with the other sums (`product_row.OTHER_SUMS`); "ours fp16-rounds",
   "ours with-gelu", "ours fp8-out" and "ours with-gelu fp8-out" with the engine's epilogues
   part by part (a transformer's fc1 has all: GELU, then the next layer's FP8 input written);
 - "ours persistent ..." (matmuls): each tile of `tiles.PERSISTENT_TILES`, fixed, with and
@@ -42,9 +42,16 @@ import torch
 import torch.nn.functional as F
 
 from quantstudy.bench.gemm import time_us
-from quantstudy.bench.product_row import CUBLASLT, CUBLASLT_FAST, FP16_CONV, FP16_MM, OTHER_SUMS
+from quantstudy.bench.product_row import (
+    CUBLASLT,
+    CUBLASLT_FAST,
+    FP16_CONV,
+    FP16_MM,
+    OTHER_SUMS,
+    ProductRow,
+)
 from quantstudy.bench.provenance import collect_provenance, need_cuda
-from quantstudy.bench.schema import ProductRow, ProductsBench, read_record, write_record
+from quantstudy.bench.schema import ProductsBench, read_record, write_record
 from quantstudy.bench.shapes import ConvProduct, Product, fp8_products, kxk_products
 from quantstudy.quant.accumulation import PROMOTE, engine_promote
 from quantstudy.quant.formats.fp8 import to_fp8

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from quantstudy.bench.schema import CUBLASLT, CUBLASLT_FAST, ProductRow, ProductsBench
+from quantstudy.bench.product_row import CUBLASLT, CUBLASLT_FAST, ProductRow
+from quantstudy.bench.schema import ProductsBench
 from quantstudy.report.format import table
 
 LT, LT_FAST = CUBLASLT, CUBLASLT_FAST

@@ -11,7 +11,7 @@ Schema history:
      row's `ours_promote` (how our unlabelled variants summed), which an older record's reader
      takes from the lab switch its provenance names, else 128 (`ProductsBench._sums_read`).
 
-`ProductRow` and the product variants' names live in `bench/product_row.py` (re-exported here).
+`ProductRow` and the product variants' names live in `bench/product_row.py`.
 """
 
 from __future__ import annotations
@@ -22,14 +22,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
-from quantstudy.bench.product_row import (
-    CUBLASLT,
-    CUBLASLT_FAST,
-    FP16_CONV,
-    FP16_MM,
-    OTHER_SUMS,
-    ProductRow,
-)
+from quantstudy.bench.product_row import FP16_CONV, FP16_MM, ProductRow
 from quantstudy.record import EngineQuality, SpeedSection
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
@@ -400,7 +393,3 @@ def read_folder(folder: Path) -> list[tuple[str, BenchRecord]]:
     if not records:
         raise UserError(f"{folder} holds no *.json bench record")
     return records
-
-
-# product_row's names, read from here too
-__all__ = ["CUBLASLT", "CUBLASLT_FAST", "FP16_CONV", "FP16_MM", "OTHER_SUMS", "ProductRow"]
