@@ -67,11 +67,16 @@ def test_peers_runs_every_torchao_config_beside_our_engine(tmp_path, tiny_imagen
     names = [e.name for e in row.engines]
     assert names == ["fp16", "quantstudy fused", "quantstudy fastest", "torchao dynamic per-row",
                      "torchao dynamic per-tensor", "torchao static per-tensor"]  # fmt: skip
+    assert row.selected == 24
     for e in row.engines[1:]:
-        assert e.fp8_layers == row.selected == 24 and e.speed.meaningful, e.name
+        # `fastest` keeps a layer in fp16 where that timed faster (`engines/kernel_choice.py`),
+        # which test_vit's products of a few microseconds may well do; the others run all 24
+        fastest = e.name == "quantstudy fastest"
+        assert e.fp8_layers <= 24 if fastest else e.fp8_layers == 24, e.name
+        assert e.speed.meaningful, e.name
         fp8 = next(k for k in e.speed.kernels if k.engine == "fp8")
-        fp8_us = next(g.time_us for g in fp8.groups if g.group == "fp8_matmul")
-        assert fp8_us > 0, (e.name, fp8.top_kernels)
+        fp8_us = next((g.time_us for g in fp8.groups if g.group == "fp8_matmul"), 0.0)
+        assert fp8_us > 0 or e.fp8_layers == 0, (e.name, fp8.top_kernels)
         assert (e.speed.ideal is None) == (e.ideal_missing is not None), e.name
         assert e.quality.n_images == 8
     assert "## Side by side" in render_folder(tmp_path)
