@@ -1,8 +1,10 @@
-"""The README's GPU suite and package figures quote their committed records, not typed numbers.
+"""The GPU suite and package figures of the README and docs quote their committed records, not
+typed numbers.
 
 tests/gpu/records/gpu-suite.json is what tools/gpu_suite.py wrote on the GPU machine;
 docs/results/package/package-bench-*.json are what tools/lab/gpu/package_bench.py wrote there.
-Each figure the README (and docs/package.md, for xception41) gives about them is formatted here
+Each figure the README, docs/VERSIONS.md (the suite) and docs/package.md (xception41) give about
+them is formatted here
 from those files and must appear as written, so a new record with other numbers fails until the
 prose follows it.
 """
@@ -18,20 +20,21 @@ SUITE = "tests/gpu/records/gpu-suite.json"
 PACKAGE = "docs/results/package/package-bench-lite0.json"
 XCEPTION = "docs/results/package/package-bench-xception41.json"
 PACKAGE_DOC = "docs/package.md"
+SUITE_DOC = "docs/VERSIONS.md"
 
-pytestmark = pytest.mark.committed("README.md", SUITE, PACKAGE, XCEPTION, PACKAGE_DOC)
+pytestmark = pytest.mark.committed("README.md", SUITE, PACKAGE, XCEPTION, PACKAGE_DOC, SUITE_DOC)
 
 
 def _readme() -> str:
     return " ".join((ROOT / "README.md").read_text().split())
 
 
-def test_readme_quotes_the_gpu_suite_record():
+def test_the_versions_page_quotes_the_gpu_suite_record():
     record = json.loads((ROOT / SUITE).read_text())
-    readme = _readme()
+    page = " ".join((ROOT / SUITE_DOC).read_text().split())  # the README points to it
     green = record["failed"] + record["errors"] == 0 and record["complete"]
-    assert f"at {record['commit'][:7]}," in readme, "the README names the record's commit"
-    assert green, "the README calls the committed record green"
+    assert f"at {record['commit'][:7]}," in page, "the page names the record's commit"
+    assert green, "the page calls the committed record green"
     versions = record["versions"]
     quoted = [
         "is green",
@@ -43,7 +46,7 @@ def test_readme_quotes_the_gpu_suite_record():
         f"onnxruntime {versions['onnxruntime']}",
     ]
     for text in quoted:
-        assert " ".join(text.split()) in readme, text
+        assert " ".join(text.split()) in page, text
     # the skips the README names add up to the record's, reason by reason
     skips: dict[str, int] = {}
     for group in record["groups"]:
@@ -68,7 +71,7 @@ def test_readme_quotes_the_gpu_suite_record():
         "refusals": f"{by_kind['refusals']} that check refusals",
     }
     for text in quoted_counts.values():
-        assert text in readme, text
+        assert text in page, text
 
 
 def test_readme_quotes_the_lite0_package_record():
