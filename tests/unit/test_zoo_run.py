@@ -83,8 +83,11 @@ def test_shards_fill_one_leaderboard_and_a_rerun_resumes(zoo_dir, capsys):
                                "pending": 0, "no_layer": 0}  # fmt: skip
     assert board["provenance"]["environments"][0]["torch"] == torch.__version__
     assert board["provenance"]["throughput"]["rows"] == 0  # test_resnet failed again: no answer
+    # the three runs into the folder add up: test_efficientnet, then test_vit, then nothing
+    assert [r["rows"] for r in board["provenance"]["earlier"]] == [1, 1]
     md = (out / "zoo.md").read_text()
     assert "## Models that failed" in md and "speed only" in md and (out / "zoo.png").is_file()
+    assert "The 3 runs into this folder under these engine sources: 2 rows measured in" in md
 
 
 def test_a_zoo_study_is_speed_only_and_says_what_each_stage_cost(zoo_dir):

@@ -18,10 +18,10 @@ from quantstudy.record.load import load_record
 from quantstudy.record.timing_lock import LOCK_ENV, timing
 from quantstudy.record.timings import StageTuning
 from quantstudy.study.stage_timer import StageTimer
-from quantstudy.zoo.board import Leaderboard, Provenance, ZooRow, collect_row
+from quantstudy.zoo.board import Leaderboard, Provenance, Throughput, ZooRow, collect_row, summed
 from quantstudy.zoo.catalogue import ZooEntry
 from quantstudy.zoo.markdown import render_markdown
-from quantstudy.zoo.run import Timed, measured_throughput
+from quantstudy.zoo.run import Timed, earlier_runs, measured_throughput
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "study_example.json"
 
@@ -128,3 +128,35 @@ def test_the_page_says_each_rows_tuning_and_lock_wait(tmp_path):
     assert "| s: process / study / build (tuning, lock wait) |" in text
     [line] = [t for t in text.splitlines() if t.startswith("| resnet50 |")]
     assert "| - / 100 / 20 (tuning 13, lock 6) |" in line
+
+
+def test_runs_into_one_folder_add_up_under_the_same_engine_sources(tmp_path):
+    """A zoo resumed over several calls: each leaderboard keeps the earlier runs' throughput
+    while the engine sources hold, and their sum is rows over the calls' wall seconds added
+    (each call's studies ran inside it); seconds split into tuning only where every run did."""
+    first = Throughput(rows=3, wall_s=120.0, jobs=4, study_s=400.0, tune_s=100.0, lock_wait_s=20.0)
+    second = Throughput(rows=5, wall_s=180.0, jobs=4, study_s=600.0, tune_s=150.0, lock_wait_s=30.0)
+    total = summed([first, second])
+    assert total is not None and (total.rows, total.wall_s, total.jobs) == (8, 300.0, 4)
+    assert total.rows_per_minute == 1.6 and (total.study_s, total.tune_s) == (1000.0, 250.0)
+    older = second.model_copy(update={"study_s": None, "tune_s": None, "lock_wait_s": None})
+    mixed = summed([first, older])
+    assert mixed is not None and mixed.tune_s is None and summed([]) is None
+
+    provenance = Provenance(
+        command=["quantstudy", "zoo"], created_utc="t", models_file="models.yaml",
+        models_sha256="0" * 64, shard="1/1", weights="random", device="cuda", driver={},
+        environments=[], throughput=second, earlier=[first], engine_sources="a" * 64,
+    )  # fmt: skip
+    board = tmp_path / "zoo.json"
+    board.write_text(
+        Leaderboard(provenance=provenance, batches=[1], counts={}, rows=[]).model_dump_json()
+    )
+    assert earlier_runs(board, "a" * 64) == [first, second]
+    assert earlier_runs(board, "b" * 64) == []  # other engine code: its rows are measured again
+    board.write_text("{not json")
+    assert earlier_runs(board, "a" * 64) == [] and earlier_runs(tmp_path / "none", "a") == []
+    text = render_markdown(Leaderboard(provenance=provenance, batches=[1], counts={}, rows=[]))
+    assert (
+        "The 2 runs into this folder under these engine sources: 8 rows measured in 5.0 min" in text
+    )

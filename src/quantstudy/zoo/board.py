@@ -23,7 +23,9 @@ from quantstudy.zoo.catalogue import ZooEntry
 # 3: rows carry their studies' tile tuning and GPU-lock wait (`tune_s`, `lock_wait_s`); the
 #    provenance names the engine sources the board was made under (rows of others are stale)
 #    and the run's throughput sums its rows' study, tuning and lock-wait seconds.
-LEADERBOARD_VERSION = 3
+# 4: the provenance keeps the throughput of the earlier runs into the same folder under the
+#    same engine sources (`earlier`), so a zoo resumed over several calls says what all took.
+LEADERBOARD_VERSION = 4
 
 
 class ZooBatch(Strict):
@@ -113,6 +115,26 @@ class Throughput(Strict):
         return said
 
 
+def summed(runs: list[Throughput]) -> Throughput | None:
+    """Several runs' throughput as one: their rows over their wall seconds added (each run's
+    studies ran in it alone), the most studies any ran at a time, and the seconds of tuning and
+    lock wait only where every run recorded them. None for no run."""
+    if not runs:
+        return None
+
+    def total(values: list[float | None]) -> float | None:
+        return None if None in values else round(sum(v or 0.0 for v in values), 1)
+
+    return Throughput(
+        rows=sum(r.rows for r in runs),
+        wall_s=round(sum(r.wall_s for r in runs), 1),
+        jobs=max(r.jobs for r in runs),
+        study_s=total([r.study_s for r in runs]),
+        tune_s=total([r.tune_s for r in runs]),
+        lock_wait_s=total([r.lock_wait_s for r in runs]),
+    )
+
+
 class Provenance(Strict):
     command: list[str]
     created_utc: str
@@ -124,9 +146,16 @@ class Provenance(Strict):
     driver: dict[str, str | None]  # the zoo command's own environment (commit, versions)
     environments: list[dict[str, str | None]]  # each distinct environment the studies recorded
     throughput: Throughput | None = None  # None: nothing measured (a page from committed rows)
+    # the runs into this folder before this one, under the same engine sources, oldest first
+    earlier: list[Throughput] = Field(default_factory=list)
     # `study/sources.py` of the tree that made the board: a row measured under another hash is
     # stale (its figures are of older engine code); None: not known (a version-2 board)
     engine_sources: str | None = None
+
+    @property
+    def runs(self) -> list[Throughput]:
+        """Every run into the folder under these engine sources that measured, this one last."""
+        return [*self.earlier, *([self.throughput] if self.throughput is not None else [])]
 
 
 class Leaderboard(Strict):

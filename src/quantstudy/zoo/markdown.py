@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from quantstudy.record.vocab import RowStatus
-from quantstudy.zoo.board import Leaderboard, ZooRow
+from quantstudy.zoo.board import Leaderboard, ZooRow, summed
 from quantstudy.zoo.render import family_medians, ranked
 
 NAMED_FAMILIES = 3  # families named as paying most and least
@@ -91,6 +91,10 @@ def _provenance(board: Leaderboard) -> list[str]:
         lines.append("Studies ran on: " + ", ".join(f"{k} {env.get(k) or '-'}" for k in keys) + ".")
     if p.throughput is not None:
         lines.append(f"This run: {p.throughput.line()}.")
+    runs = p.runs
+    if len(runs) > 1 and (total := summed(runs)) is not None:
+        said = f"The {len(runs)} runs into this folder under these engine sources"
+        lines.append(f"{said}: {total.line()}.")
     driver = p.driver
     if not driver:  # rendered from committed rows (`zoo/run.py: write_board`)
         lines.append(

@@ -313,6 +313,7 @@ def write_leaderboard(
         env = row.measured.environment if row.measured is not None else None
         if env is not None and env not in environments:
             environments.append(env)
+    sources = current.engine_sources if current else engine_sources_sha256()
     board = Leaderboard(
         provenance=Provenance(
             command=list(options.command) or ["quantstudy", "zoo", *sys.argv[1:]],
@@ -325,7 +326,8 @@ def write_leaderboard(
             driver=_driver(),
             environments=environments,
             throughput=throughput,
-            engine_sources=(current.engine_sources if current else engine_sources_sha256()),
+            earlier=earlier_runs(out / "zoo.json", sources),
+            engine_sources=sources,
         ),
         batches=list(options.batches),
         counts={s: sum(r.status == s for r in rows) for s in choices(RowStatus)},
@@ -356,6 +358,17 @@ def measured_throughput(rows: list[ZooRow], timed: Timed) -> Throughput:
         tune_s=total([r.tune_s for r in said]),
         lock_wait_s=total([r.lock_wait_s for r in said]),
     )
+
+
+def earlier_runs(board: Path, engine_sources: str) -> list[Throughput]:
+    """The runs the folder's last leaderboard (`board`) counted, when it was made under
+    `engine_sources`: a zoo resumed over several calls adds them up. None from a missing or
+    unreadable board, or one of other engine sources (its rows are measured again)."""
+    try:
+        last = Leaderboard.model_validate_json(board.read_text())
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
+        return []
+    return last.provenance.runs if last.provenance.engine_sources == engine_sources else []
 
 
 def write_page(board: Leaderboard, out: Path, page: Path) -> None:
