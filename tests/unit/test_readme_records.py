@@ -166,15 +166,17 @@ PEERS = "docs/results/peers-h100-760cbc9-vit-fast.json"
 
 
 @pytest.mark.committed(PEERS)
-def test_readme_quotes_the_vit_peers_row():
-    """The README's table against torchao: each engine's median x at batches 1 and 128 as the
-    row's record has it, and the commit it names."""
-    record = json.loads((ROOT / PEERS).read_text())
-    (row,) = record["results"]
-    readme = _readme()
-    assert f"at {row['git_commit'][:7]}," in readme
-    for engine in row["engines"][1:]:
-        if engine["name"] == "torchao dynamic per-tensor":
-            continue  # the README leaves one of torchao's dynamic configs out
-        x = {b["batch"]: b["ratio"]["median"] for b in engine["speed"]["batches"]}
-        assert f"| {engine['name']} | {x[1]:.2f} | {x[128]:.2f} |" in readme, engine["name"]
+def test_readme_quotes_the_peers_record():
+    """The README's table against torchao is the record's short table (`bench/peers/summary.py`:
+    each engine's median x at batches 1 and 128, torchao's best, our lead), line for line, and
+    names the commit that measured it."""
+    from quantstudy.bench.peers.summary import summary_table
+    from quantstudy.bench.schema import PeersBench, read_record
+
+    record = read_record(ROOT / PEERS)
+    assert isinstance(record, PeersBench)
+    readme = (ROOT / "README.md").read_text()
+    for line in summary_table(record):
+        assert line in readme, line
+    commits = {r.git_commit or record.provenance.git_commit for r in record.results}
+    assert all(c and f"at {c[:7]}," in _readme() for c in commits), commits

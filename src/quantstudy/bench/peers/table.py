@@ -10,6 +10,7 @@ row that records it names the commit that measured it (a record's rows may come 
 
 from __future__ import annotations
 
+from quantstudy.bench.peers.summary import summary_table
 from quantstudy.bench.schema import PeerEngine, PeersBench, PeersResult, RowPhase
 from quantstudy.record import BatchSpeed, TimingStats
 from quantstudy.record.vocab import PeerFamily
@@ -55,11 +56,11 @@ def peers_section(name: str, rec: PeersBench, provenance: list[str]) -> list[str
         f"Every engine of a model on the layers its recipe selects, timed in the same "
         f"interleaved rounds ({rec.rounds} rounds of {rec.iters} calls, compile mode "
         f"{code(rec.compile_mode)}) and scored against fp32 at batch {rec.quality_batch} "
-        f"({counts}).",
+        f"({counts}). In short, then each engine:",
         "",
     ]
     parts = [line for r in rec.results if r.phases for line in ["", *phase_table(r)]]
-    return [*lines, *peers_table(rec), *parts, ""]
+    return [*lines, *summary_table(rec), "", *peers_table(rec), *parts, ""]
 
 
 def _model_rows(batches: list[int], r: PeersResult) -> tuple[list[list[str]], list[str]]:
