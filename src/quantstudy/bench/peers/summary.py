@@ -23,7 +23,7 @@ def summary_table(rec: PeersBench) -> list[str]:
         "model (recipe)",
         *(f"{name} x at {batches}" for name in ours),
         f"best torchao x at {batches}",
-        "ours ahead of it",
+        "our best engine ahead of it",
     ]
     return table(head, [_line(rec.batches, ours, r) for r in rec.results])
 
