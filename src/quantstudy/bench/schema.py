@@ -27,7 +27,7 @@ from quantstudy.record import EngineQuality, SpeedSection
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.switches import FP8_PROMOTE
+from quantstudy.record.switches import FP8_PROMOTE, switches_read
 from quantstudy.record.vocab import CompileMode, KernelGroup, KernelOption, PeerFamily
 
 BENCH_SCHEMA_VERSION = 1
@@ -173,8 +173,7 @@ class ProductsBench(Record):
     def _sums_read(self) -> ProductsBench:
         """Rows from before `ours_promote` was kept summed as the lab switch the provenance
         names said, else as the engines of then did: promoting every 128 products."""
-        said = (self.provenance.lab_switches or "").split()
-        switches = dict(w.split("=", 1) for w in said if "=" in w)
+        switches = switches_read(self.provenance.lab_switches)
         for row in self.results:
             row.set_promote_read(int(switches.get(FP8_PROMOTE, 128)))
         return self

@@ -24,3 +24,9 @@ def switches_said(switches: dict[str, str] | None) -> str | None:
     """Switches as one string of NAME=VALUE words, as the records that hold strings keep them
     (a bench record's provenance, a zoo row's environment); None: none set."""
     return " ".join(f"{k}={v}" for k, v in sorted(switches.items())) if switches else None
+
+
+def switches_read(said: str | None) -> dict[str, str]:
+    """The switches `switches_said` wrote, by name (none for None)."""
+    words = (said or "").split()
+    return dict(word.split("=", 1) for word in words if "=" in word)

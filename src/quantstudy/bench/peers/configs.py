@@ -29,6 +29,7 @@ TORCHAO_FLOOR = (0, 17)
 TORCH_FLOOR = (2, 11)
 INSTALL = "pip install 'quantstudy[peers]'"
 MULTIPLE = 16  # torch._scaled_mm's: both dimensions of an FP8 product's weight
+LABEL = "torchao "  # what a torchao engine's name starts with, its scales after it
 
 
 class Peer(StrEnum):
@@ -41,7 +42,7 @@ class Peer(StrEnum):
     @property
     def label(self) -> str:
         """The engine's name in records and tables."""
-        return "torchao " + SPECS[self].scales
+        return LABEL + SPECS[self].scales
 
 
 @dataclass(frozen=True)

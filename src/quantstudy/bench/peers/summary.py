@@ -8,11 +8,10 @@ refused entirely says so. Every figure is a field of the record, as in `table.py
 
 from __future__ import annotations
 
+from quantstudy.bench.peers.configs import LABEL
 from quantstudy.bench.schema import PeerEngine, PeersBench, PeersResult
 from quantstudy.record.vocab import PeerFamily
 from quantstudy.report.format import table
-
-TORCHAO = "torchao "  # the prefix of a torchao engine's name
 
 
 def summary_table(rec: PeersBench) -> list[str]:
@@ -37,7 +36,7 @@ def _line(batches: list[int], ours: list[str], r: PeersResult) -> list[str]:
     best_theirs: list[tuple[float, str] | None] = []
     leads = []
     for b in batches:
-        timed = [(x, e.name.removeprefix(TORCHAO)) for e in theirs if (x := _medians(e).get(b))]
+        timed = [(x, e.name.removeprefix(LABEL)) for e in theirs if (x := _medians(e).get(b))]
         best = max(timed, default=None)
         best_theirs.append(best)
         mine = [x for name in ours if (x := by_name.get(name, {}).get(b)) is not None]
