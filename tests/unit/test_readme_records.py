@@ -59,15 +59,21 @@ def test_the_versions_page_quotes_the_gpu_suite_record():
         "CPU-package": sum(n for r, n in skips.items() if "cannot package the CPU" in r),
         "fp16 Q/DQ": sum(n for r, n in skips.items() if "onnxruntime>=1.32" in r),
         "Ray": sum(n for r, n in skips.items() if "'ray'" in r),
+        "interpreted": sum(n for r, n in skips.items() if "interpreted kernel in wrap_triton" in r),
     }
     by_kind["refusals"] = record["skipped"] - sum(by_kind.values())
     quoted_counts = {
         "strict xfails": f"{by_kind['strict xfails']} strict xfails",
         "row-wise CPU": f"{by_kind['row-wise CPU']} tests of row-wise CPU",
-        "calib-1000": f"{by_kind['calib-1000']} data tests that read `calib-1000`",
+        "calib-1000": (
+            f"{by_kind['calib-1000']} data tests that read `calib-1000`"
+            if by_kind["calib-1000"]
+            else "no data test skipped for want of images"
+        ),
         "CPU-package": f"{by_kind['CPU-package']} CPU-package tests",
         "fp16 Q/DQ": f"{by_kind['fp16 Q/DQ']} fp16 Q/DQ test",
         "Ray": f"{by_kind['Ray']} Ray test",
+        "interpreted": f"{by_kind['interpreted']} interpreted-kernel replay test",
         "refusals": f"{by_kind['refusals']} that check refusals",
     }
     for text in quoted_counts.values():
