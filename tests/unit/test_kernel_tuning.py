@@ -15,7 +15,7 @@ require_triton()  # CUDA builds of torch ship Triton: skip only on a build witho
 import triton  # noqa: E402
 from triton.runtime import _async_compile  # noqa: E402
 
-from quantstudy.quant.kernels import choices, tiles, tuning  # noqa: E402
+from quantstudy.quant.kernels import choices, search, tiles, tuning  # noqa: E402
 from quantstudy.quant.kernels.conv import FP8_CONV  # noqa: E402
 from quantstudy.quant.kernels.depthwise import DEPTHWISE  # noqa: E402
 from quantstudy.record.switches import GEMM_CONFIGS  # noqa: E402
@@ -113,13 +113,14 @@ def test_tiles_rank_by_programs_up_to_the_gpus_multiprocessors(monkeypatch):
     ]
 
 
-# --- The tuning path with a fake kernel and autotuner: what is stored, read and compiled ----
+# --- The tuning path with a fake kernel and timing: what is stored, read and compiled ---------
 
 
 class FakeKernel:
     """Records its launches (the config's block) and its compiles ahead of timing."""
 
     cache_key = "fake kernel source"
+    arg_names = ("x", "M", "OPT", "BLOCK")
 
     def __init__(self) -> None:
         self.launched: list[int] = []
@@ -132,23 +133,6 @@ class FakeKernel:
         self.warmed.append((kw["BLOCK"], _async_compile.active_mode.get() is not None))
 
 
-class FakeAutotuner:
-    """Times nothing: each run picks config `best` of the pruned list (the last where it is
-    shorter), as a timing would."""
-
-    def __init__(self, configs: list, best: int) -> None:
-        self.configs, self.best, self.runs = configs, best, 0
-        self.keys, self.arg_names = ["M", "OPT"], ["x", "M", "OPT", "BLOCK"]
-
-    def __getitem__(self, grid):
-        def run(*args, **meta):
-            self.runs += 1
-            pruned = _prune(self.configs, dict(zip(self.arg_names, args, strict=False)))
-            self.best_config = pruned[min(self.best, len(pruned) - 1)]
-
-        return run
-
-
 def _prune(configs, named, **meta):
     """Blocks up to M, widest first."""
     return sorted(
@@ -156,13 +140,32 @@ def _prune(configs, named, **meta):
     )
 
 
-def _fake(best: int = 1, blocks=(16, 32, 64, 128)) -> tuning.Tuned:
+def _fake(blocks=(16, 32, 64, 128)) -> tuning.Tuned:
     configs = [triton.Config({"BLOCK": b}) for b in blocks]
-    return tuning.Tuned("fake", FakeKernel(), FakeAutotuner(configs, best), _prune)
+    return tuning.Tuned(
+        "fake", FakeKernel(), configs, ["M", "OPT"], list(FakeKernel.arg_names), _prune
+    )
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch) -> Path:
+def timed(monkeypatch) -> list[int]:
+    """Timing faked, both rounds: a launch of block 32 takes 1 ms, others 2 ms plus a little
+    per block (so 16 is next). Returns the blocks timed, in order."""
+    blocks: list[int] = []
+
+    def timer(fn):
+        fn()
+        block = fn.keywords["BLOCK"]  # a config's launch: its meta bound (`tuning._launcher`)
+        blocks.append(block)
+        return 1.0 if block == 32 else 2.0 + block / 1000
+
+    monkeypatch.setattr(search, "screen_time", timer)
+    monkeypatch.setattr(search, "full_time", timer)
+    return blocks
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch, timed) -> Path:
     """An empty store for this test (and none of this process's earlier choices)."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.delenv("QUANTSTUDY_TUNE_LOG", raising=False)
@@ -178,23 +181,26 @@ def _launch(tuned: tuning.Tuned, m: int = 100) -> int:
     return int(config.kwargs["BLOCK"])
 
 
-def test_a_second_process_launches_the_stored_choice_without_tuning(store: Path):
-    fake = _fake(best=1)
-    assert _launch(fake) == 32 and fake.autotuner.runs == 1  # pruned [64, 32, 16]: the second
+def test_a_second_process_launches_the_stored_choice_without_tuning(store: Path, timed):
+    fake = _fake()
+    assert _launch(fake) == 32 and sorted(timed) == [16, 32, 64]  # pruned [64, 32, 16]: timed
+    assert fake.kernel.launched[-1] == 32  # and the fastest launched
     row = tuning.TUNE_LOG[-1]
     assert (row["kernel"], row["M"], row["OPT"], row["configs"]) == ("fake", 100, 1, 3)
+    assert (row["screened"], row["finalists"], row["failed"]) == (0, 3, 0)  # three: no screen
     data = json.loads(store.read_text())
     assert data["format"] == choices.FORMAT and list(data["choices"].values()) == [{"config": 1}]
     choices.forget()  # what a new process finds: the file alone
-    assert _launch(fake) == 32 and fake.autotuner.runs == 1
+    fake.kernel.launched.clear()
+    assert _launch(fake) == 32 and len(timed) == 3
     assert fake.kernel.launched == [32]  # launched directly, with the stored config
-    assert _launch(fake, m=20) == 16 and fake.autotuner.runs == 2  # another shape: tuned
+    assert _launch(fake, m=20) == 16 and len(timed) == 4  # another shape: tuned
     assert len(json.loads(store.read_text())["choices"]) == 2
 
 
 def test_pruned_configs_compile_in_parallel_before_timing(store: Path, monkeypatch):
     """Each pruned config is compiled once inside Triton's AsyncCompileMode (a thread pool),
-    before the autotuner times them; the log says with how many threads. One thread: none."""
+    before they are timed; the log says with how many threads. One thread: none."""
     fake = _fake()
     _launch(fake)
     assert fake.kernel.warmed == [(64, True), (32, True), (16, True)]
@@ -226,14 +232,14 @@ def test_a_stored_index_holds_only_under_the_same_config_list(store: Path):
     assert a != choices.launch_key(_fake(), args, {"OPT": 2})
 
 
-def test_an_untimed_launch_takes_the_first_pruned_config_and_stores_nothing(store: Path):
-    fake = _fake(best=2)
+def test_an_untimed_launch_takes_the_first_pruned_config_and_stores_nothing(store: Path, timed):
+    fake = _fake()
     with tuning.untimed_tiles():
-        assert _launch(fake) == 64 and fake.autotuner.runs == 0
+        assert _launch(fake) == 64 and timed == []
     assert not store.exists()
-    assert _launch(fake) == 16 and fake.autotuner.runs == 1  # timed: tuned and stored
+    assert _launch(fake) == 32 and len(timed) == 3  # timed: tuned and stored
     with tuning.untimed_tiles():
-        assert _launch(fake) == 16  # untimed, a stored choice is still the one launched
+        assert _launch(fake) == 32  # untimed, a stored choice is still the one launched
 
 
 def test_a_compile_time_option_outside_the_autotuners_key_is_refused(store: Path):
@@ -259,8 +265,9 @@ def test_summary_adds_up_the_tuned_launches_per_kernel():
 
 
 def test_the_convs_tune_store_and_relaunch_under_the_interpreter(tmp_path: Path):
-    """The real kxk and depthwise launchers with `tile=None`: Triton's autotuner runs each
-    pruned config (its timing faked to prefer the last; the interpreter has no CUDA graphs),
+    """The real kxk and depthwise launchers with `tile=None`: the search runs each pruned config
+    (its timing faked to prefer the last timed; the interpreter has no CUDA graphs), the four
+    of each screened and three timed again,
     after the configs were handed to the parallel compile; the choice is stored, and a launch
     that finds only the file (a new process) takes it without tuning and writes the same bits,
     which are those of the same tile launched fixed."""
@@ -269,18 +276,18 @@ def test_the_convs_tune_store_and_relaunch_under_the_interpreter(tmp_path: Path)
         import os, torch
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = "{tmp_path / "inductor"}"
         os.environ["QUANTSTUDY_TRITON_COMPILE_THREADS"] = "2"
-        from quantstudy.quant.kernels import choices, tuning
+        from quantstudy.quant.kernels import choices, search, tuning
         from quantstudy.quant.kernels.conv import FP8_CONV, fp8_conv2d_triton
         from quantstudy.quant.kernels.depthwise import DEPTHWISE, depthwise_taps
         timed, warmed = [], []
-        def bench(fn, quantiles=None):  # runs the config once; later ones "faster"
+        def bench(fn):  # runs the config once; later ones "faster"
             fn()
             timed.append(1)
-            return [100.0 - len(timed)] * 3
+            return 100.0 - len(timed)
+        search.screen_time = search.full_time = bench
         def warmup(*args, grid, **meta):
             warmed.append(meta)
         for tuned in (FP8_CONV, DEPTHWISE):
-            tuned.autotuner.do_bench = bench
             tuned.kernel.warmup = warmup
         g = torch.Generator().manual_seed(0)
         cl = torch.channels_last
@@ -300,22 +307,24 @@ def test_the_convs_tune_store_and_relaunch_under_the_interpreter(tmp_path: Path)
         for run, tuned, launch in ((conv, FP8_CONV, ("num_warps", "num_stages")),
                                    (dw, DEPTHWISE, ("num_warps",))):
             first = run()
-            row, best = tuning.TUNE_LOG[-1], tuned.autotuner.best_config
+            row = tuning.TUNE_LOG[-1]
+            best = next(c for c in tuned.configs if str(c) == row["best"])
             n, logged = len(timed), len(tuning.TUNE_LOG)
             choices.forget()
             again = run()
             kw = best.all_kwargs()
             tile = tuple(v for k, v in kw.items() if k.startswith("BLOCK_")) + tuple(
                 kw[k] for k in launch)
-            rows.append((row["kernel"], row["configs"], row["threads"], n == len(timed),
+            rows.append((row["kernel"], row["configs"], row["screened"], row["finalists"],
+                         row["threads"], n == len(timed),
                          logged == len(tuning.TUNE_LOG), torch.equal(first, again),
                          torch.equal(first, run(tile=tile))))
         print(len(warmed), *[",".join(map(str, r)) for r in rows])
         """
     )
     warmed, conv, dw = out
-    assert conv == "fp8_conv2d,4,2,True,True,True,True"
-    assert dw == "depthwise,4,2,True,True,True,True"
+    assert conv == "fp8_conv2d,4,4,3,2,True,True,True,True"
+    assert dw == "depthwise,4,4,3,2,True,True,True,True"
     assert int(warmed) == 8  # every pruned config of both, handed to the parallel compile
 
 

@@ -8,6 +8,7 @@ not arithmetic: a launch with `tile=None` goes through `tuned_launch` with its k
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import time
@@ -17,10 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import triton
-
-from quantstudy.quant.kernels import choices
-from quantstudy.quant.kernels.tiles import Config, bench_config, config_words
+from quantstudy.quant.kernels import choices, search
+from quantstudy.quant.kernels.tiles import Config, config_words
 from quantstudy.quant.private_api import async_compile_mode
 from quantstudy.record import timing_lock
 
@@ -28,33 +27,34 @@ Args = tuple[Any, ...]  # a kernel's positional arguments (tensors, descriptors,
 Grid = Callable[[dict[str, Any]], tuple[Any, ...]]  # launch grid from a config's meta
 Prune = Callable[..., list[Config]]  # Triton's early_config_prune: (configs, named args, **meta)
 
-# --- What the autotuner costs, and how a study avoids paying it twice -----------------------
+# --- What a tune costs, and how a study avoids paying it twice ------------------------------
 #
-# Each distinct launch (sizes, compile-time options, dtypes) is autotuned once per process:
-# every pruned config is compiled (serially, by Triton) and timed from a CUDA graph. An engine
-# sees one row count per layer shape and batch size, so a study's FP8 engine tunes each layer
-# shape at each of its batches, and Triton's own disk cache of tuning results refuses configs
-# with a pre-hook (the product's sets its descriptors' block shapes). Four things keep that to
-# what the study needs:
+# Each distinct launch (sizes, compile-time options, dtypes) is tuned once per process: every
+# pruned config is compiled and timed from CUDA graphs (`search.py`). An engine sees one row
+# count per layer shape and batch size, so a study's FP8 engine tunes each layer shape at each
+# of its batches. Five things keep that to what the study needs:
 #
 # 1. The choice is stored per GPU, Triton version, kernel source and config list in a JSON file
 #    beside the Inductor cache (`choices.py`): a later process launches the stored config
-#    directly.
+#    directly. (Triton's own disk cache of tuning results refuses configs with a pre-hook, and
+#    the product's sets its descriptors' block shapes.)
 # 2. On a miss the pruned configs are compiled in parallel threads first (Triton's
-#    `AsyncCompileMode`, where the installed Triton has it), then timed as before.
-# 3. Within `untimed_tiles()` a launch that was never tuned takes the first pruned config
+#    `AsyncCompileMode`, where the installed Triton has it), then timed.
+# 3. The timing screens every config from a short graph and times only the fastest few at full
+#    length (`search.fastest`).
+# 4. Within `untimed_tiles()` a launch that was never tuned takes the first pruned config
 #    without timing: for the quality passes, whose outputs do not depend on the tile (each
 #    kernel's prune keeps only tiles that write the same bits: `mma_step` promotes the product's
 #    sums at the same K, or, summing fast, every tile feeds the tensor cores the same K steps in
 #    order (tests/gpu/test_gemm_tiles_gpu.py checks both); the kxk conv's kept tiles pad each
 #    tap alike; the depthwise conv sums each output in one order), so only the timed batches
 #    tune.
-# 4. The convs' prunes keep at most `tiles.CONV_CONFIGS` configs per launch (`tiles.bounded`).
+# 5. The convs' prunes keep at most `tiles.CONV_CONFIGS` configs per launch (`tiles.bounded`).
 #
-# `TUNE_LOG` lists each launch the autotuner timed in this process (its kernel, key, how many
-# configs it compiled and timed, with how many threads, and the seconds of each), also appended
-# as JSON lines to `$QUANTSTUDY_TUNE_LOG` where set (`tools/lab/bench/study_time.py`); `summary`
-# adds them up per kernel.
+# `TUNE_LOG` lists each launch tuned in this process (its kernel, key, how many configs it
+# compiled, screened and timed at full length, with how many threads, and the seconds of
+# compiling and of timing), also appended as JSON lines to `$QUANTSTUDY_TUNE_LOG` where set
+# (`tools/lab/bench/study_time.py`); `summary` adds them up per kernel.
 
 TUNE_LOG: list[dict[str, Any]] = []
 _UNTIMED: list[bool] = [False]
@@ -62,28 +62,19 @@ _UNTIMED: list[bool] = [False]
 
 @dataclass(frozen=True, eq=False)
 class Tuned:
-    """An autotuned kernel as `tuned_launch` drives it: the plain kernel (the stored choice's
-    launch, the compiles ahead of timing), Triton's autotuner over it, and the prune both use.
-    `hooked` names the arguments a config's pre-hook changes (the product's descriptors take
-    the tile's block shape): each config launches or compiles with its own copies."""
+    """A tuned kernel as `tuned_launch` drives it: the Triton kernel, the configs it may launch
+    with, the names its choice is keyed on (`keys`, as Triton's autotuner keys a launch), its
+    arguments' names, and the prune that picks a launch's configs. `hooked` names the arguments
+    a config's pre-hook changes (the product's descriptors take the tile's block shape): each
+    config launches or compiles with its own copies."""
 
     name: str
     kernel: Any
-    autotuner: Any
+    configs: list[Config]
+    keys: list[str]
+    arg_names: list[str]
     prune: Prune
     hooked: tuple[str, ...] = ()
-
-    @property
-    def configs(self) -> list[Config]:
-        return list(self.autotuner.configs)
-
-    @property
-    def keys(self) -> list[str]:
-        return list(self.autotuner.keys)
-
-    @property
-    def arg_names(self) -> list[str]:
-        return list(self.autotuner.arg_names)
 
 
 def autotuned(
@@ -94,16 +85,10 @@ def autotuned(
     prune: Prune,
     hooked: tuple[str, ...] = (),
 ) -> Tuned:
-    """`kernel` under Triton's autotuner over `configs`, pruned by `prune` and timed from CUDA
-    graphs (`tiles.bench_config`). `key` must name every compile-time option the launcher passes
-    (`tuned_launch` checks it): the autotuner shares one choice across launches it keys alike."""
-    autotuner = triton.autotune(
-        configs=configs,
-        key=list(key),
-        prune_configs_by={"early_config_prune": prune},
-        do_bench=bench_config,
-    )(kernel)
-    return Tuned(name, kernel, autotuner, prune, hooked)
+    """`kernel` tuned over `configs`, pruned per launch by `prune`. `key` must name every
+    compile-time option the launcher passes (`tuned_launch` checks it): launches keyed alike
+    share one choice."""
+    return Tuned(name, kernel, list(configs), list(key), list(kernel.arg_names), prune, hooked)
 
 
 @contextmanager
@@ -170,23 +155,32 @@ def tuned_launch(tuned: Tuned, grid: Grid, args: Args, meta: dict[str, Any]) -> 
         index = configs.index(tuned.prune(configs, named, **meta)[0])
     if index is not None:
         config = configs[index]
-        tuned.kernel[grid](*_bound(tuned, args, config), **meta, **config.all_kwargs())
+        _launcher(tuned, grid, args, meta, config)()
         return config
     start = time.perf_counter()
     pruned = tuned.prune(configs, named, **meta)
     threads = _precompile(tuned, args, meta, pruned)
     compiled = time.perf_counter()
     with timing_lock.timing():  # configs are timed with the GPU held alone (zoo --jobs)
-        tuned.autotuner[grid](*args, **meta)
-    best = tuned.autotuner.best_config
+        found = search.fastest(pruned, lambda c: _launcher(tuned, grid, args, meta, c))
+    timed = time.perf_counter()
+    best = found.best
+    _launcher(tuned, grid, args, meta, best)()
     row = {"kernel": tuned.name, **{k: named.get(k, meta.get(k)) for k in tuned.keys}}
-    row |= {"configs": len(pruned), "threads": threads}
-    row |= {"compile_s": round(compiled - start, 3)}
-    row |= {"tune_s": round(time.perf_counter() - compiled, 3), "best": str(best)}
-    row |= {"tile": config_words(best)}
+    row |= {"configs": len(pruned), "screened": found.screened, "finalists": found.finalists}
+    row |= {"failed": found.failed, "threads": threads, "compile_s": round(compiled - start, 3)}
+    row |= {"tune_s": round(timed - compiled, 3), "best": str(best), "tile": config_words(best)}
     _log(row)
     choices.store(key, configs.index(best))
     return best
+
+
+def _launcher(tuned: Tuned, grid: Grid, args: Args, meta: dict[str, Any], config: Config) -> Any:
+    """One launch of `tuned`'s kernel with `config`, its arguments bound (a config's own copies
+    of the hooked ones)."""
+    return functools.partial(
+        tuned.kernel[grid], *_bound(tuned, args, config), **meta, **config.all_kwargs()
+    )
 
 
 def _log(row: dict[str, Any]) -> None:
