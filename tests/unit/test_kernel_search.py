@@ -24,7 +24,7 @@ def _timings(monkeypatch, screen: dict, full: dict) -> list[tuple[str, str]]:
             config = fn()
             timed.append((name, config))
             if config not in table:
-                raise OutOfResources(1 << 20, 1 << 18, "shared memory")
+                raise OutOfResources(1 << 20, 1 << 18, f"shared memory ({name})")
             return table[config]
 
         return time
@@ -61,9 +61,14 @@ def test_a_config_that_cannot_launch_is_passed_over(monkeypatch):
     assert search.fastest(list("abcd"), _call) == search.Found("b", 4, 3, 1)
 
 
-def test_where_no_config_can_launch_the_first_error_is_raised(monkeypatch):
+def test_where_no_config_can_launch_the_last_rounds_first_error_is_raised(monkeypatch):
+    """None runs on the screen: its first error. Screened, but no finalist runs at full
+    length: the full round's, not the screen's of a config left out."""
     _timings(monkeypatch, {}, {})
-    with pytest.raises(OutOfResources, match="shared memory"):
+    with pytest.raises(OutOfResources, match=r"shared memory \(screen\)"):
+        search.fastest(list("abcd"), _call)
+    _timings(monkeypatch, {"b": 1.0, "c": 1.0, "d": 1.0}, {})
+    with pytest.raises(OutOfResources, match=r"shared memory \(full\)"):
         search.fastest(list("abcd"), _call)
 
 

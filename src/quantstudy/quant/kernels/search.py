@@ -67,19 +67,21 @@ class Found:
 def fastest(configs: Sequence[Config], call: Callable[[Config], Call]) -> Found:
     """The fastest of `configs`, each launched through `call(config)()`. A config that cannot
     launch here (too much shared memory, a failed assembly) is passed over, as Triton's
-    autotuner does; where none can, the first one's error is raised."""
-    failures: list[Exception] = []
+    autotuner does; where none can, the first error of the last round that ran is raised."""
+    screen_failures: list[Exception] = []
+    final_failures: list[Exception] = []
     screened = len(configs) > FINALISTS and screening()
     kept = list(configs)
     if screened:
-        times = _times(kept, call, screen_time, failures)
+        times = _times(kept, call, screen_time, screen_failures)
         order = sorted((t, i) for i, t in enumerate(times) if math.isfinite(t))
         kept = [configs[i] for _, i in order[:FINALISTS]]
-    final = _times(kept, call, full_time, failures) if kept else []
+    final = _times(kept, call, full_time, final_failures)
     if not any(math.isfinite(t) for t in final):
-        raise failures[0]
+        raise (final_failures or screen_failures)[0]
     best = kept[min(range(len(kept)), key=final.__getitem__)]
-    return Found(best, len(configs) if screened else 0, len(kept), len(failures))
+    failed = len(screen_failures) + len(final_failures)
+    return Found(best, len(configs) if screened else 0, len(kept), failed)
 
 
 def _times(
