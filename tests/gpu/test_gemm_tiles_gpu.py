@@ -6,6 +6,8 @@ numbers only if the tile does not matter. Promoting, `mma_step` moves the sums t
 same K whatever the tile; summing fast, every tile feeds the tensor cores the same K steps in
 the same order, which is what this checks on the hardware."""
 
+import json
+
 import pytest
 import torch
 
@@ -73,3 +75,38 @@ def test_every_way_of_walking_k_writes_the_same_bits(mode):
     first, *rest = outs.items()
     differ = {name: int((y != first[1]).sum()) for name, y in rest if not torch.equal(y, first[1])}
     assert not differ, f"outputs differing from {first[0]}: {differ}"
+
+
+@pytest.mark.parametrize("screen", ["1", "0"])
+def test_a_cold_tune_screens_its_configs_and_launches_the_one_it_keeps(
+    screen, tmp_path, monkeypatch
+):
+    """A product launch tuned cold (an empty store) on the hardware: with the screen (the
+    default) every pruned config is timed from a short graph and three at full length; with
+    `QUANTSTUDY_TUNE_SCREEN=0` every one at full length. Either way the tuned launch writes the
+    bits of the kept config launched fixed, and the choice is stored."""
+    from quantstudy.quant.kernels import choices, tuning
+    from quantstudy.quant.kernels.gemm import fp8_gemm_triton
+    from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("QUANTSTUDY_TUNE_SCREEN", screen)
+    choices.forget()
+    m, k, n = 197, 768, 768  # ViT-B's proj at batch 1
+    g = torch.Generator(device="cuda").manual_seed(m + n)
+    xq = (torch.randn(m, k, device="cuda", generator=g) * 4).to(E4M3)
+    w8 = (torch.randn(n, k, device="cuda", generator=g) * 4).to(E4M3)
+    ws = torch.rand(n, device="cuda", generator=g) / 50 + 1e-3
+    xs, bias = torch.tensor(0.05, device="cuda"), torch.randn(n, device="cuda", generator=g)
+    tuned = fp8_gemm_triton(xq, w8, ws, xs, bias, "none", torch.float16)
+    row = tuning.TUNE_LOG[-1]
+    assert row["kernel"] == "fp8_gemm" and row["configs"] > 3 and row["failed"] == 0
+    if screen == "1":
+        assert (row["screened"], row["finalists"]) == (row["configs"], 3)
+    else:
+        assert (row["screened"], row["finalists"]) == (0, row["configs"])
+    best = next(c for c in FP8_GEMM.configs if str(c) == row["best"])
+    fixed = fp8_gemm_triton(xq, w8, ws, xs, bias, "none", torch.float16, **_launch_args(best))
+    assert torch.equal(tuned, fixed)
+    assert len(json.loads(choices.store_path().read_text())["choices"]) == 1
+    choices.forget()
