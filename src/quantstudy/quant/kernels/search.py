@@ -8,8 +8,8 @@ timing (`tiles.bench_config`) captures about 5 ms of launches in a graph and rep
 times; ranking two dozen configs that differ by tens of percent needs far less. So every config
 is first timed from a graph of about `SCREEN_MS` of launches, and only the `FINALISTS` fastest
 are timed as before: the choice among close configs is made at full precision, and a config the
-screen puts outside them can only be one it measured slower than three others, by more than the
-screen's noise where the choice matters. What the screen saves and costs on the GPU is the
+screen puts outside them is one it measured slower than three others (where only by the screen's
+noise, it was close to them anyway). What the screen saves and costs on the GPU is the
 `tune-screen` job's to say (`tools/device/jobs/records.yaml`); `QUANTSTUDY_TUNE_SCREEN=0` times
 every config at full length, as before, to compare.
 """
