@@ -1,5 +1,6 @@
-"""Where a zoo study's time goes: each stage's tile tuning and waits for the GPU lock, in the
-study record (`study/stage_timer.py`, schema 19), the zoo row and the run's throughput line.
+"""Where a zoo study's time goes: each stage's tile tuning, waits for the GPU lock and holds of
+it, in the study record (`study/stage_timer.py`, schemas 19 and 22), the zoo row and the run's
+throughput line.
 
 The lock is taken by a second process, as a second study of `--jobs` would; the tuning rows are
 written through the tuning's own log (`quant/kernels/tuning.py: _log`), as a tuned launch does.
@@ -46,7 +47,7 @@ def test_a_stage_says_how_long_it_waited_for_a_lock_another_process_held(tmp_pat
         assert held.exists(), "the other process never took the lock"
         timer = StageTimer(echo=None)
         with timer.stage("timing"), timing():
-            pass
+            time.sleep(0.3)  # held while timing
         with timer.stage("report"), timing():  # the lock is free again: no wait
             pass
     finally:
@@ -56,6 +57,18 @@ def test_a_stage_says_how_long_it_waited_for_a_lock_another_process_held(tmp_pat
     # it saw the file, so it waited for most of that (not all: the poll and a loaded host take some)
     assert waited.lock_wait_s is not None and 0.5 <= waited.lock_wait_s <= waited.seconds
     assert free.lock_wait_s is None and free.tuning is None
+    assert waited.lock_held_s is not None and 0.3 <= waited.lock_held_s <= waited.seconds
+    assert free.lock_held_s is not None and free.lock_held_s < waited.lock_held_s
+
+
+def test_without_the_lock_nothing_is_waited_or_held(monkeypatch):
+    """One study alone (no `QUANTSTUDY_TIMING_LOCK`): the block is a no-op, not a zero hold."""
+    monkeypatch.delenv(LOCK_ENV, raising=False)
+    timer = StageTimer(echo=None)
+    with timer.stage("timing"), timing():
+        time.sleep(0.01)
+    [stage] = timer.section().stages
+    assert (stage.lock_wait_s, stage.lock_held_s) == (None, None)
 
 
 def test_a_stage_adds_up_the_tile_tuning_inside_it(monkeypatch):
@@ -111,6 +124,24 @@ def test_a_row_and_the_runs_line_say_how_much_was_tuning_and_lock_wait(tmp_path)
     )
 
 
+def test_the_runs_line_says_how_busy_the_gpu_lock_was(tmp_path):
+    """Schema 22 stages say how long they held the lock; the run's line puts their sum against
+    its wall time. A row whose record does not say it leaves the line without the share."""
+    stages = [
+        StageTime(stage="engine fp8: compile at batch 1", seconds=30.0, lock_held_s=9.0),
+        StageTime(stage="timing", seconds=12.0, lock_wait_s=3.0, lock_held_s=12.0),
+    ]
+    held = _row(tmp_path, _record(stages, 22))
+    assert (held.lock_wait_s, held.lock_held_s) == (3.0, 21.0)
+    older = _row(tmp_path, _record(stages, 21))  # before schema 22: not read, not zero
+    assert older.lock_held_s is None
+    line = measured_throughput([held, held], Timed(frozenset(), 60.0, 4)).line()
+    assert line.endswith(
+        "; the GPU lock held 42 s, 70% of the wall time (by the rows' finished studies)"
+    )
+    assert "lock held" not in measured_throughput([held, older], Timed(frozenset(), 60.0, 4)).line()
+
+
 def test_the_page_says_each_rows_tuning_and_lock_wait(tmp_path):
     tuned = StageTuning(launches=2, configs=40, compile_s=9.6, timing_s=3.0)
     stages = [
@@ -142,6 +173,10 @@ def test_runs_into_one_folder_add_up_under_the_same_engine_sources(tmp_path):
     older = second.model_copy(update={"study_s": None, "tune_s": None, "lock_wait_s": None})
     mixed = summed([first, older])
     assert mixed is not None and mixed.tune_s is None and summed([]) is None
+    holding = [t.model_copy(update={"lock_held_s": 30.0}) for t in (first, second)]
+    both = summed(holding)
+    assert both is not None and both.lock_held_s == 60.0
+    assert summed([holding[0], second]).lock_held_s is None  # type: ignore[union-attr]
 
     provenance = Provenance(
         command=["quantstudy", "zoo"], created_utc="t", models_file="models.yaml",

@@ -72,6 +72,7 @@ Schema history:
  21: StudyConfig.fp8_accumulate defaults to "fast" and a study records the accumulation its
      engines ran, so null means what it meant before: promote128, or a lab interval its
      lab_switches name (`quant/accumulation.py: recorded`).
+ 22: StageTime.lock_held_s (seconds the stage held the GPU lock, zoo --jobs).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -81,7 +82,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 21
+SCHEMA_VERSION = 22
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from quantstudy.record.base import Section
 
 SPENT_SINCE = 19  # the schema version whose stages say their tile tuning and lock waits
+HELD_SINCE = 22  # the schema version whose stages say how long they held the GPU lock
 
 
 class StageTuning(Section):
@@ -24,9 +25,11 @@ class StageTime(Section):
     stage: str  # e.g. "load", "calibrate", "engine fp16: build", "engine fp16: run", "score"
     seconds: float
     # Of `seconds` (schema 19): the tile tuning inside the stage (None: nothing tuned), and the
-    # seconds spent waiting for the GPU lock (`record/timing_lock.py`; None: no wait)
+    # seconds spent waiting for the GPU lock (`record/timing_lock.py`; None: no wait); (schema
+    # 22) the seconds the stage held it, keeping the GPU from the other studies (None: not held)
     tuning: StageTuning | None = None
     lock_wait_s: float | None = None
+    lock_held_s: float | None = None
 
 
 class TimingsSection(Section):

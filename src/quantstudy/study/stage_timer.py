@@ -4,7 +4,8 @@ Wall time (`time.perf_counter`) around each stage's code, not CPU or GPU time: w
 waiting for the study, or a sweep planning its grid, needs. GPU work inside a stage is finished
 by the stage's own synchronising calls (results copied to the host), so it is inside the stage.
 Each stage also says how much of it was Triton tile tuning (the tuning log's rows it added) and
-waiting for the GPU lock (`record/timing_lock.waited_s`), where there was any.
+waiting for the GPU lock and holding it (`record/timing_lock.waited_s`, `held_s`), where there
+was any.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from quantstudy.record.timing_lock import waited_s
+from quantstudy.record.timing_lock import held_s, waited_s
 from quantstudy.record.timings import StageTime, StageTuning, TimingsSection
 from quantstudy.study.cache import console
 
@@ -38,12 +39,15 @@ class StageTimer:
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         """Time the body as `name`; a stage that raises is not recorded (the run failed)."""
-        t0, tuned, waited = time.perf_counter(), len(_tune_log()), waited_s()
+        t0, tuned, waited, held = time.perf_counter(), len(_tune_log()), waited_s(), held_s()
         yield
         seconds = round(time.perf_counter() - t0, 3)
-        wait = round(waited_s() - waited, 3)
+        wait, hold = round(waited_s() - waited, 3), held_s() - held
         tuning = _tuning(_tune_log()[tuned:])
-        stage = StageTime(stage=name, seconds=seconds, tuning=tuning, lock_wait_s=wait or None)
+        stage = StageTime(
+            stage=name, seconds=seconds, tuning=tuning, lock_wait_s=wait or None,
+            lock_held_s=round(hold, 3) if hold > 0 else None,  # None: never taken in the stage
+        )  # fmt: skip
         self._stages.append(stage)
         if self._echo is not None:
             self._echo(f"stage {name}: {seconds:.2f} s{_spent(stage)}")
@@ -84,7 +88,8 @@ def _tuning(rows: list[dict[str, Any]]) -> StageTuning | None:
 
 
 def _spent(stage: StageTime) -> str:
-    """What the stage's echo adds: its tuning and its wait for the GPU lock, where any."""
+    """What the stage's echo adds: its tuning, its wait for the GPU lock and its hold of it,
+    where any."""
     said = []
     if stage.tuning is not None:
         t = stage.tuning
@@ -94,6 +99,8 @@ def _spent(stage: StageTime) -> str:
         )
     if stage.lock_wait_s is not None:
         said.append(f"GPU lock wait {stage.lock_wait_s:.2f} s")
+    if stage.lock_held_s is not None:
+        said.append(f"GPU lock held {stage.lock_held_s:.2f} s")
     return f" ({'; '.join(said)})" if said else ""
 
 

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from quantstudy.record import StudyRecord
 from quantstudy.record.switches import switches_said
-from quantstudy.record.timings import SPENT_SINCE
+from quantstudy.record.timings import HELD_SINCE, SPENT_SINCE
 from quantstudy.record.vocab import Engine, RowStatus
 from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
 from quantstudy.zoo.catalogue import ZooEntry
@@ -25,7 +25,9 @@ from quantstudy.zoo.catalogue import ZooEntry
 #    and the run's throughput sums its rows' study, tuning and lock-wait seconds.
 # 4: the provenance keeps the throughput of the earlier runs into the same folder under the
 #    same engine sources (`earlier`), so a zoo resumed over several calls says what all took.
-LEADERBOARD_VERSION = 4
+# 5: rows carry how long their studies held the GPU lock (`lock_held_s`), and the run's
+#    throughput sums it: against the run's wall time, how busy the one GPU lock was.
+LEADERBOARD_VERSION = 5
 
 
 class ZooBatch(Strict):
@@ -70,6 +72,7 @@ class ZooRow(StudyRow):
     # (`record/timing_lock.py`: with --jobs, another study was timing); None: not recorded
     tune_s: float | None = None
     lock_wait_s: float | None = None
+    lock_held_s: float | None = None  # the seconds its studies held the GPU lock
     # status no_layer: why FP8 has nothing to speed up, and the recipe whose study gave the
     # figures above (one that does select layers of the model); `recipe` stays the refused one.
     # Status pending or interrupted after a refusal: which fallback is to answer it.
@@ -94,6 +97,8 @@ class Throughput(Strict):
     study_s: float | None = None
     tune_s: float | None = None
     lock_wait_s: float | None = None
+    # Over the same rows where every one says it: the seconds their studies held the GPU lock
+    lock_held_s: float | None = None
 
     @property
     def rows_per_minute(self) -> float:
@@ -111,6 +116,12 @@ class Throughput(Strict):
                 f"; of their studies' {study:.0f} s, {tune:.0f} s tile tuning ({tune / study:.0%}) "
                 f"and {wait:.0f} s waiting for the GPU lock ({wait / study:.0%}; the tuning's "
                 "config timing counts its own waits)"
+            )
+        if self.lock_held_s is not None and self.wall_s > 0:
+            held = self.lock_held_s
+            said += (
+                f"; the GPU lock held {held:.0f} s, {held / self.wall_s:.0%} of the wall time "
+                "(by the rows' finished studies)"
             )
         return said
 
@@ -132,6 +143,7 @@ def summed(runs: list[Throughput]) -> Throughput | None:
         study_s=total([r.study_s for r in runs]),
         tune_s=total([r.tune_s for r in runs]),
         lock_wait_s=total([r.lock_wait_s for r in runs]),
+        lock_held_s=total([r.lock_held_s for r in runs]),
     )
 
 
@@ -246,14 +258,18 @@ def _measured(record: StudyRecord) -> dict[str, object]:
 
 
 def _spent(record: StudyRecord) -> dict[str, float]:
-    """Of the record's stage seconds, the tile tuning's and the waits for the GPU lock; {} for
-    a record written before its stages held them."""
+    """Of the record's stage seconds, the tile tuning's, the waits for the GPU lock and the
+    holds of it; none of them for a record written before its stages said so."""
     if record.timings is None or record.schema_version < SPENT_SINCE:
         return {}
     stages = record.timings.stages
     tuned = sum(s.tuning.compile_s + s.tuning.timing_s for s in stages if s.tuning is not None)
     waited = sum(s.lock_wait_s for s in stages if s.lock_wait_s is not None)
-    return {"tune_s": round(tuned, 3), "lock_wait_s": round(waited, 3)}
+    spent = {"tune_s": round(tuned, 3), "lock_wait_s": round(waited, 3)}
+    if record.schema_version >= HELD_SINCE:
+        held = sum(s.lock_held_s for s in stages if s.lock_held_s is not None)
+        spent["lock_held_s"] = round(held, 3)
+    return spent
 
 
 def _is_build(stage: str) -> bool:

@@ -344,11 +344,15 @@ def write_leaderboard(
 
 def measured_throughput(rows: list[ZooRow], timed: Timed) -> Throughput:
     """The run's answered `rows` over its wall time; over those whose records say their tile
-    tuning and GPU-lock waits (schema 19), their studies' seconds and, of those, these two."""
+    tuning and GPU-lock waits (schema 19), their studies' seconds and, of those, these two;
+    where every row says it (schema 22), the seconds their studies held the GPU lock."""
     said = [r for r in rows if r.tune_s is not None and r.lock_wait_s is not None]
 
     def total(values: list[float | None]) -> float | None:
         return round(sum(v or 0.0 for v in values), 1) if said else None
+
+    holds = [r.lock_held_s for r in rows]
+    held = round(sum(h or 0.0 for h in holds), 1) if rows and None not in holds else None
 
     return Throughput(
         rows=len(rows),
@@ -357,6 +361,7 @@ def measured_throughput(rows: list[ZooRow], timed: Timed) -> Throughput:
         study_s=total([r.study_s for r in said]),
         tune_s=total([r.tune_s for r in said]),
         lock_wait_s=total([r.lock_wait_s for r in said]),
+        lock_held_s=held,
     )
 
 
