@@ -166,7 +166,7 @@ def _run_gemm(args: argparse.Namespace, context: Context) -> None:
 
 
 def _products_arguments(p: argparse.ArgumentParser) -> None:
-    from quantstudy.bench.products import PEER_ROWS
+    from quantstudy.bench.product_row import PEER_ROWS
 
     p.add_argument(
         "rows", nargs="*", default=list(PEER_ROWS),

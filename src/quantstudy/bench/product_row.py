@@ -15,6 +15,14 @@ CUBLASLT = "cuBLASLt"  # the variant every product is judged against (`bench/pro
 OTHER_SUMS = {0: "fast-accum", 128: "promote128"}
 CUBLASLT_FAST = f"{CUBLASLT} {OTHER_SUMS[0]}"  # torch._scaled_mm with use_fast_accum
 FP16_MM, FP16_CONV = "fp16 cuBLAS", "fp16 cuDNN"  # the fp16 engine's product, by kind
+# The models of the peers rows (docs/peers.md) whose products are benched by default, and the
+# recipes they are studied with; here, where the command line reads it without torch.
+PEER_ROWS = (
+    "vit_base_patch16_224:generic_linears",
+    "convnext_tiny:generic_linears",
+    "crossvit_9_240",
+    "resnet50:generic_dense_convs",
+)
 
 
 class ProductRow(Section):

@@ -63,13 +63,6 @@ TIMED = (
     "us per call, mean of CUDA-graph replays (triton.testing.do_bench_cudagraph, rep 20 ms) after "
     "one eager call; random N(0,1) operands, bias, fp16 out; no input quantize"
 )
-# The models of the peers rows (docs/peers.md) and the recipes they are studied with.
-PEER_ROWS = (
-    "vit_base_patch16_224:generic_linears",
-    "convnext_tiny:generic_linears",
-    "crossvit_9_240",
-    "resnet50:generic_dense_convs",
-)
 # (label, activation, FP8 output) of the engine epilogues timed beside the plain one, all
 # rounding to fp16 where the unfused engine stores
 EPILOGUES = (
