@@ -162,3 +162,17 @@ def test_a_study_with_the_float32_engine_records_its_gap(tiny_imagenet, tmp_path
     # every study: the emulation stored in the CPU engine's half dtype, the floor for its storage
     assert gap["half_floor_dtype"] == "bfloat16" and isinstance(gap["half_floor_differ_count"], int)
     assert "FP8 engine built in float32 vs fake-quant emulation" in (out / "report.md").read_text()
+
+
+def test_the_parser_is_built_without_importing_torch():
+    """A usage error or `--help` answers before torch, timm or Triton load (seconds each): every
+    subcommand's arguments are declared from light modules, the work imports what it needs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from quantstudy.cli import _parser; _parser(); "
+        "print(sorted(m for m in ('torch', 'timm', 'triton', 'torchvision') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
