@@ -142,9 +142,7 @@ def _prune(configs, named, **meta):
 
 def _fake(blocks=(16, 32, 64, 128)) -> tuning.Tuned:
     configs = [triton.Config({"BLOCK": b}) for b in blocks]
-    return tuning.Tuned(
-        "fake", FakeKernel(), configs, ["M", "OPT"], list(FakeKernel.arg_names), _prune
-    )
+    return tuning.Tuned("fake", FakeKernel(), configs, ["M", "OPT"], _prune)
 
 
 @pytest.fixture

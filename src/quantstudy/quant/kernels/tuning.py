@@ -72,9 +72,12 @@ class Tuned:
     kernel: Any
     configs: list[Config]
     keys: list[str]
-    arg_names: list[str]
     prune: Prune
     hooked: tuple[str, ...] = ()
+
+    @property
+    def arg_names(self) -> list[str]:
+        return list(self.kernel.arg_names)
 
 
 def autotuned(
@@ -88,7 +91,7 @@ def autotuned(
     """`kernel` tuned over `configs`, pruned per launch by `prune`. `key` must name every
     compile-time option the launcher passes (`tuned_launch` checks it): launches keyed alike
     share one choice."""
-    return Tuned(name, kernel, list(configs), list(key), list(kernel.arg_names), prune, hooked)
+    return Tuned(name, kernel, list(configs), list(key), prune, hooked)
 
 
 @contextmanager
