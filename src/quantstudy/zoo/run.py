@@ -367,8 +367,9 @@ def measured_throughput(rows: list[ZooRow], timed: Timed) -> Throughput:
 
 def earlier_runs(board: Path, engine_sources: str) -> list[Throughput]:
     """The runs the folder's last leaderboard (`board`) counted, when it was made under
-    `engine_sources`: a zoo resumed over several calls adds them up. None from a missing or
-    unreadable board, or one of other engine sources (its rows are measured again)."""
+    `engine_sources`: a zoo resumed over several calls adds them up. An empty list from a
+    missing or unreadable board, or from one of other engine sources (its rows are measured
+    again)."""
     try:
         last = Leaderboard.model_validate_json(board.read_text())
     except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
