@@ -55,3 +55,15 @@ def test_the_logs_add_up_over_all_launches_and_those_both_tuned(tmp_path, capsys
     assert out[-1].startswith("B tuning, all 2 launches: 60 configs compiled, 60 screened, 6")
     assert out[-1].endswith("the 1 both tuned 1 launches: 30 configs compiled, 30 screened, "
                             "3 timed in full; compile 4.0 s, timing 0.5 s")  # fmt: skip
+
+
+def test_a_file_that_is_not_a_products_record_or_log_is_one_line(tmp_path, capsys):
+    tool = load_tool("lab/bench/tune_compare.py")
+    peers = RESULTS / "peers-h100-995cd5b-vit.json"
+    assert tool.main_with([str(ALL), str(peers)]) == 1
+    assert capsys.readouterr().err.strip() == f"{peers} is a peers record, not a products record"
+    assert tool.main_with([str(tmp_path / "nope.json"), str(SIX)]) == 1
+    assert "cannot read" in capsys.readouterr().err
+    missing = tmp_path / "a.jsonl"
+    assert tool.main_with([str(ALL), str(SIX), "--logs", str(missing), str(missing)]) == 1
+    assert capsys.readouterr().err.strip() == f"cannot read {missing}: No such file or directory"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from quantstudy.bench.schema import ProductsBench, read_record
+from quantstudy.record.errors import UserError
 
 Key = tuple[str, int, int, int, int]  # kind, batch, M, K, N
 
@@ -82,13 +83,9 @@ def main_with(argv: list[str]) -> int:
     parser.add_argument("--logs", type=Path, nargs=2, metavar=("A_LOG", "B_LOG"))
     parser.add_argument("--worst", type=int, default=8, help="columns to list where B lost most")
     args = parser.parse_args(argv)
-    records = [read_record(p) for p in (args.a, args.b)]
-    for path, record in zip((args.a, args.b), records, strict=True):
-        if not isinstance(record, ProductsBench):
-            print(f"{path} is a {record.kind} record, not a products record", file=sys.stderr)
-            return 1
-    a, b = records
-    assert isinstance(a, ProductsBench) and isinstance(b, ProductsBench)
+    a, b = _products(args.a), _products(args.b)
+    if a is None or b is None:
+        return 1
     ratios = column_ratios(a, b)
     if not ratios:
         print("no tuned column of ours is in both records", file=sys.stderr)
@@ -103,7 +100,11 @@ def main_with(argv: list[str]) -> int:
     for where, column, ratio, ta, tb in sorted(ratios, key=lambda r: -r[2])[: args.worst]:
         print(f"  {ratio:.3f}  {where} {column}: {ta} -> {tb}")
     if args.logs:
-        logs = [read_log(p) for p in args.logs]
+        try:
+            logs = [read_log(p) for p in args.logs]
+        except OSError as err:
+            print(f"cannot read {err.filename}: {err.strerror}", file=sys.stderr)
+            return 1
         keys = [{launch_key(r) for r in log} for log in logs]
         both = keys[0] & keys[1]
         for name, log in zip(("A", "B"), logs, strict=True):
@@ -113,6 +114,19 @@ def main_with(argv: list[str]) -> int:
             )
             print(f"{name} tuning, all {_said(every)}; the {len(both)} both tuned {_said(shared)}")
     return 0
+
+
+def _products(path: Path) -> ProductsBench | None:
+    """The products record at `path`; None, said on stderr, for a file that is not one."""
+    try:
+        record = read_record(path)
+    except UserError as err:
+        print(err, file=sys.stderr)
+        return None
+    if isinstance(record, ProductsBench):
+        return record
+    print(f"{path} is a {record.kind} record, not a products record", file=sys.stderr)
+    return None
 
 
 def _said(total: dict[str, float]) -> str:
