@@ -14,21 +14,21 @@ Markdown links exactly those):
   (the record's `sequential` section; drawn by `quantstudy.report.sequential_plot`).
 
 No pyplot: figures are built on `matplotlib.figure.Figure` with an Agg canvas, so nothing
-global (backend, rcParams, open figures) changes. Output is deterministic for a given record
-and matplotlib version (no date in the PNG metadata).
+global (backend, rcParams, open figures) changes. `figures` returns them (a notebook shows
+them; `quantstudy.load_study(...).figures()`), `write_plots` writes them as PNG. Output is
+deterministic for a given record and matplotlib version (no date in the PNG metadata).
 """
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quantstudy.record import EngineQuality, StudyRecord
 from quantstudy.record.io import write_bytes_atomic
 from quantstudy.record.vocab import Engine, KernelGroup, choices
-from quantstudy.report.search_plots import SENSITIVITY_PNG, sensitivity_png
-from quantstudy.report.sequential_plot import SEQUENTIAL_PNG, drawable, sequential_png
+from quantstudy.report.search_plots import SENSITIVITY_PNG, png, sensitivity_figure
+from quantstudy.report.sequential_plot import SEQUENTIAL_PNG, drawable, sequential_figure
 
 if TYPE_CHECKING:  # matplotlib is imported where a plot is drawn, not with the report
     from matplotlib.axes import Axes
@@ -77,13 +77,7 @@ def _figure(width: float, height: float) -> Figure:
     return fig
 
 
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
-    return buf.getvalue()
-
-
-def _latency(record: StudyRecord) -> bytes:
+def _latency(record: StudyRecord) -> Figure:
     sp = record.speed
     assert sp is not None
     fig = _figure(9.0, 3.8)
@@ -127,10 +121,10 @@ def _latency(record: StudyRecord) -> bytes:
     axr.set_title(f"compile mode {sp.compile_mode}")
     fig.suptitle(f"{record.model.name} on {sp.device}", fontsize=10)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
-def _kernels(record: StudyRecord) -> bytes:
+def _kernels(record: StudyRecord) -> Figure:
     sp = record.speed
     assert sp is not None
     batches = sorted({k.batch for k in sp.kernels})
@@ -153,10 +147,10 @@ def _kernels(record: StudyRecord) -> bytes:
     fig.legend(handles, labels, fontsize=8, loc="upper right", ncols=len(_GROUP_ORDER))
     fig.suptitle("kernel time per group", fontsize=10, x=0.02, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    return _png(fig)
+    return fig
 
 
-def _kl(record: StudyRecord) -> bytes:
+def _kl(record: StudyRecord) -> Figure:
     q = record.quality
     assert q is not None
     fig = _figure(7.0, 4.0)
@@ -177,17 +171,17 @@ def _kl(record: StudyRecord) -> bytes:
         title += " (random weights: not meaningful)"
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
-def _sensitivity(record: StudyRecord) -> bytes:
+def _sensitivity(record: StudyRecord) -> Figure:
     assert record.sensitivity is not None
-    return sensitivity_png(record.sensitivity)
+    return sensitivity_figure(record.sensitivity)
 
 
-def _sequential(record: StudyRecord) -> bytes:
+def _sequential(record: StudyRecord) -> Figure:
     assert record.sequential is not None
-    return sequential_png(record.sequential)
+    return sequential_figure(record.sequential)
 
 
 _DRAW = {
@@ -199,12 +193,17 @@ _DRAW = {
 }
 
 
+def figures(record: StudyRecord) -> dict[str, Figure]:
+    """Each available plot (`available_plots`) as a matplotlib figure, by its file name."""
+    return {name: _DRAW[name](record) for name, _ in available_plots(record)}
+
+
 def write_plots(record: StudyRecord, out_dir: Path) -> list[Path]:
     """Write each available plot as PNG into `out_dir` atomically; return the paths written."""
     out_dir = Path(out_dir)
     written = []
-    for name, _ in available_plots(record):
+    for name, fig in figures(record).items():
         path = out_dir / name
-        write_bytes_atomic(path, _DRAW[name](record))
+        write_bytes_atomic(path, png(fig))
         written.append(path)
     return written

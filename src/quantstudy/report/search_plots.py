@@ -9,9 +9,13 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quantstudy.record import SensitivitySection
 from quantstudy.record.io import write_bytes_atomic
+
+if TYPE_CHECKING:  # matplotlib is imported where a plot is drawn
+    from matplotlib.figure import Figure
 
 SENSITIVITY_PNG = "sensitivity.png"
 MAX_BARS = 40
@@ -19,7 +23,14 @@ _DPI = 100
 _FLOOR = 1e-9  # KL 0 (an exact layer) drawn at this floor on the log axis
 
 
-def sensitivity_png(section: SensitivitySection) -> bytes:
+def png(fig: Figure) -> bytes:
+    """`fig` as PNG bytes, without a date in the metadata (the same bytes for the same record)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def sensitivity_figure(section: SensitivitySection) -> Figure:
     """Horizontal bars of KL mean per layer (log scale), most sensitive on top, with agreement."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -41,12 +52,10 @@ def sensitivity_png(section: SensitivitySection) -> bytes:
     )
     ax.set_title(title)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
-    return buf.getvalue()
+    return fig
 
 
 def write_sensitivity_plot(section: SensitivitySection, folder: Path) -> Path:
     path = Path(folder) / SENSITIVITY_PNG
-    write_bytes_atomic(path, sensitivity_png(section))
+    write_bytes_atomic(path, png(sensitivity_figure(section)))
     return path

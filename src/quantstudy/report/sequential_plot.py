@@ -9,7 +9,6 @@ no pyplot, no global state, no date in the PNG metadata.
 
 from __future__ import annotations
 
-import io
 from typing import TYPE_CHECKING
 
 from quantstudy.record import GateLook, SequentialSection
@@ -17,6 +16,7 @@ from quantstudy.record.vocab import GateMetric, GateStatus
 
 if TYPE_CHECKING:  # matplotlib is imported where the plot is drawn, not with the report
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 SEQUENTIAL_PNG = "sequential.png"
 _DPI = 100
@@ -45,7 +45,7 @@ def drawable(section: SequentialSection | None) -> bool:
     return section is not None and any(_series(section, m) for m, _, _ in _PANELS)
 
 
-def sequential_png(section: SequentialSection) -> bytes:
+def sequential_figure(section: SequentialSection) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -85,6 +85,4 @@ def sequential_png(section: SequentialSection) -> bytes:
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
-    return buf.getvalue()
+    return fig

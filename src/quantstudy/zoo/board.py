@@ -16,6 +16,7 @@ from quantstudy.record import StudyRecord
 from quantstudy.record.switches import switches_said
 from quantstudy.record.timings import HELD_SINCE, SPENT_SINCE
 from quantstudy.record.vocab import Engine, RowStatus
+from quantstudy.study.sources import HASHED_BY, SourcesHash
 from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
 from quantstudy.zoo.catalogue import ZooEntry
 
@@ -52,6 +53,8 @@ class Measured(Strict):
     # `study/sources.py`: the hash of the code that built and timed its engines (None: its study
     # was not started by a zoo that records it, so the row is stale to any run)
     engine_sources: str | None
+    # how `engine_sources` was hashed; a row that does not say was hashed by bytes
+    sources_hashed: SourcesHash = "bytes"
     settings: dict[str, Any]  # what the study was asked (`zoo/points.py: row_settings`)
     environment: dict[str, str | None]  # `ENVIRONMENT_KEYS` of the study's record
 
@@ -212,6 +215,7 @@ def collect_row(entry: ZooEntry, folder: Path, stamp: dict[str, Any] | None = No
                 commit=env["git_commit"],
                 created_utc=record.environment.created_utc,
                 engine_sources=stamp["engine_sources"],
+                sources_hashed=HASHED_BY,  # the marker's (`zoo/sources.py`) is this tree's
                 settings=stamp["settings"],
                 environment=env,
             )

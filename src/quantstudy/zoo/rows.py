@@ -2,9 +2,11 @@
 each fresh one and measures only the rows that are missing or stale, so device calls add up.
 
 A row is fresh when it answers (complete, or no layer for FP8) and was measured with what the
-current run would use: the same engine sources (`study/sources.py`), the same study settings
-(`zoo/points.py: row_settings`), and the same GPU, torch and Triton. `stale_reasons` says what
-differs; a failed, interrupted or pending row is always measured again.
+current run would use: the same engine sources (`study/sources.py`: what the code computes, so a
+docstring or comment edit keeps a row; a row hashed by bytes, before that, is stale), the same
+study settings (`zoo/points.py: row_settings`), and the same GPU, torch and Triton.
+`stale_reasons` says what differs; a failed, interrupted or pending row is always measured
+again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pydantic import ValidationError
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.readers import read_json
+from quantstudy.study.sources import HASHED_BY
 from quantstudy.zoo.board import ZooRow, is_answer
 
 # A row measured under others is stale (lab_switches: a tuning bound or another accumulation
@@ -67,7 +70,13 @@ def stale_reasons(row: ZooRow, settings: dict[str, Any], current: Current) -> li
     if m is None:
         return ["no record of where it was measured"]
     reasons = []
-    if m.engine_sources != current.engine_sources:
+    if m.sources_hashed != HASHED_BY:
+        then = (m.engine_sources or "not recorded")[:12]
+        reasons.append(
+            f"engine sources hashed by {m.sources_hashed} ({then} measured), before the hash "
+            f"of what they compute (`study/sources.py`)"
+        )
+    elif m.engine_sources != current.engine_sources:
         then = (m.engine_sources or "not recorded")[:12]
         reasons.append(f"engine sources changed ({then} measured)")
     if m.settings != settings:
