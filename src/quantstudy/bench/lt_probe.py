@@ -32,7 +32,8 @@ from quantstudy.quant.cublaslt.problem import LtEpilogue, LtOut, Problem
 SHAPES = {"qkv": (2304, 768), "proj": (768, 768), "fc1": (3072, 768), "fc2": (768, 3072)}
 TOKENS = 197
 # (epilogue, output, fast accumulation)
-CASES = [
+Case = tuple[LtEpilogue, LtOut, bool]
+CASES: list[Case] = [
     (LtEpilogue.NONE, LtOut.FP16, True),
     (LtEpilogue.NONE, LtOut.FP16, False),
     (LtEpilogue.BIAS, LtOut.FP16, True),
@@ -82,7 +83,7 @@ def reference(ops: dict[str, torch.Tensor], epi: LtEpilogue, gelu: str) -> torch
     return y
 
 
-def compare(got: torch.Tensor, ops: dict[str, torch.Tensor], case: tuple) -> dict[str, Any]:
+def compare(got: torch.Tensor, ops: dict[str, torch.Tensor], case: Case) -> dict[str, Any]:
     epi, out, _ = case
     forms = ["tanh", "none"] if "gelu" in epi.value else ["none"]
     found: dict[str, Any] = {}
@@ -115,7 +116,7 @@ def operands(m: int, n: int, k: int) -> dict[str, torch.Tensor]:
     return {"x8": x8, "w8": w8, "sx": sx, "sw": sw, "bias": bias, "res": res, "d_scale": d_scale}
 
 
-def run_case(ops: dict[str, torch.Tensor], m: int, n: int, k: int, case: tuple) -> dict[str, Any]:
+def run_case(ops: dict[str, torch.Tensor], m: int, n: int, k: int, case: Case) -> dict[str, Any]:
     epi, out, fast = case
     row: dict[str, Any] = {"epilogue": epi.value, "out": out.value, "fast_accum": fast}
     try:

@@ -184,17 +184,20 @@ class LtMatmul:
     def choose(
         self,
         timer: Callable[[Callable[[], None]], float],
-        *args: torch.Tensor | None,
+        w8: torch.Tensor,
+        x8: torch.Tensor,
+        d: torch.Tensor,
+        c: torch.Tensor | None = None,
         count: int = 4,
     ) -> list[float]:
-        """Time the heuristic's first `count` kernels on `args` (launch's) and keep the
+        """Time the heuristic's first `count` kernels on `launch`'s operands and keep the
         fastest; returns each one's time as `timer` measured it (a kernel that fails to launch
         is timed as infinity)."""
         algos = self.algorithms(count)
         times = []
         for algo in algos:
             try:
-                times.append(timer(functools.partial(self.launch, *args, algo=algo)))  # type: ignore[arg-type]
+                times.append(timer(functools.partial(self.launch, w8, x8, d, c, algo)))
             except (LtError, RuntimeError):
                 times.append(float("inf"))
         best = min(range(len(algos)), key=times.__getitem__)
