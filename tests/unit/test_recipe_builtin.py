@@ -20,7 +20,7 @@ from torch import nn
 
 from quantstudy.recipe.builtin import (
     FALLBACK_RECIPE,
-    FAMILY_DEFAULTS,
+    FAMILY_RECIPES,
     builtin_names,
     default_recipe_for,
     load_recipe,
@@ -309,7 +309,7 @@ def test_default_recipe_for(model_name: str, expected: str):
 def test_family_defaults_name_existing_builtins():
     names = builtin_names()
     assert FALLBACK_RECIPE in names
-    assert all(recipe in names for _, recipe in FAMILY_DEFAULTS)
+    assert all(recipe in names for recipe in FAMILY_RECIPES.values())
 
 
 def test_deterministic_on_a_real_model(zoo):

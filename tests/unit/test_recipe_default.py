@@ -10,13 +10,13 @@ from torch import nn
 
 from quantstudy.recipe.builtin import (
     FALLBACK_RECIPE,
-    FAMILY_DEFAULTS,
+    FAMILY_RECIPES,
     default_choice,
     default_recipe_for,
     load_recipe,
-    timm_family,
 )
 from quantstudy.recipe.choose import alternatives, nothing_selected
+from quantstudy.recipe.family import SPLITS, family_of, split_of, timm_module
 from quantstudy.recipe.resolve import resolve
 from quantstudy.recipe.schema import parse_recipe
 from quantstudy.recipe.show import format_resolution
@@ -44,50 +44,55 @@ def test_default_recipe_for_variants(model_name: str, expected: str) -> None:
     assert default_recipe_for(model_name) == expected
 
 
-# Family recipes whose family is a whole timm module (one family per module): every model timm
-# ships in the module gets the family's recipe. MobileNetV4 and EfficientNet share their modules
-# with other families (mobilenetv3.py, efficientnet.py), so only their own names are checked.
-MODULE_FAMILIES = {
-    "ghostnet": "ghostnet_pointwise",
-    "xception_aligned": "xception_pointwise",
-    "res2net": "res2net_all_after_stem",
-    "crossvit": "crossvit_encoder_cross",
-}
-NAMED_FAMILIES = {"mobilenetv4": "mobilenetv4_pointwise", "efficientnet": "generic_pointwise"}
+def _families() -> dict[str, list[str]]:
+    """Every architecture timm ships, by family."""
+    found: dict[str, list[str]] = {}
+    for name in timm.list_models():
+        found.setdefault(family_of(name), []).append(name)
+    return found
 
 
-@pytest.mark.parametrize(("module", "recipe"), sorted(MODULE_FAMILIES.items()))
-def test_family_patterns_cover_every_variant_timm_ships(module: str, recipe: str) -> None:
-    models = timm.list_models(module=module)
-    assert models, f"timm ships no model in {module}"
-    missed = [m for m in models if default_recipe_for(m) != recipe]
-    assert not missed, f"{module}: {missed} fall through to another recipe"
+def test_a_family_recipe_covers_every_variant_timm_ships_of_its_family() -> None:
+    """A family is a timm module or a split of one (recipe/family.py), so every model of the
+    module gets the family's recipe; MobileNetV4 is split from mobilenetv3.py, whose other
+    networks keep the generic default."""
+    families = _families()
+    for family, recipe in FAMILY_RECIPES.items():
+        models = families.get(family, [])
+        assert models, f"timm ships no model of the family {family}"
+        assert [m for m in models if default_recipe_for(m) != recipe] == []
+    assert default_recipe_for("mobilenetv3_large_100") == FALLBACK_RECIPE
+    assert family_of("mobilenetv3_large_100") == "mobilenetv3"
+    assert family_of("mobilenetv4_conv_small.e2400_r224_in1k") == "mobilenetv4"
 
 
-@pytest.mark.parametrize(("stem", "recipe"), sorted(NAMED_FAMILIES.items()))
-def test_named_families_cover_their_variants(stem: str, recipe: str) -> None:
-    models = [m for m in timm.list_models() if m.split("_")[0].startswith(stem)]
-    models += timm.list_models(f"tf_{stem}*") + timm.list_models(f"test_{stem}*")
-    assert models
-    assert [m for m in models if default_recipe_for(m) != recipe] == []
-
-
-def test_family_rows_are_used() -> None:
-    """Every row of the table matches some model timm ships (a dead pattern is a typo)."""
+def test_every_split_is_used_and_names_no_module() -> None:
+    """A split's glob matches some model timm ships (a dead glob is a typo), and a split's name
+    is no timm module's, or one word would name two families."""
     shipped = timm.list_models()
-    for pattern, _ in FAMILY_DEFAULTS:
-        assert any(default_choice(m).pattern == pattern for m in shipped), pattern
+    modules = {timm_module(m) for m in shipped}
+    for split in SPLITS:
+        assert any(split_of(m) == split for m in shipped), split.family
+        assert split.family not in modules, split.family
+
+
+def test_the_family_of_the_zoo_s_models() -> None:
+    assert family_of("vit_tiny_patch16_224.augreg_in21k") == "vision_transformer"
+    assert family_of("timm/xception41.tf_in1k") == "xception_aligned"
+    assert family_of("legacy_xception") == "xception"  # another network, another module
+    assert family_of("mobilenetv2_100") == "efficientnet"
+    assert family_of("not_a_timm_model.tag") == "not_a_timm_model"
 
 
 def test_the_fallback_names_the_family_it_did_not_recognise() -> None:
     choice = default_choice("vit_tiny_patch16_224.augreg_in21k")
-    assert choice.pattern is None and choice.recipe == FALLBACK_RECIPE
-    line = choice.describe(timm_family("vit_tiny_patch16_224.augreg_in21k"))
-    assert "no family recipe recognises vit_tiny_patch16_224" in line
-    assert "timm family vision_transformer" in line and "ghostnet*" in line
+    assert not choice.by_family and choice.recipe == FALLBACK_RECIPE
+    line = choice.describe()
+    assert "no family recipe for vit_tiny_patch16_224 (family vision_transformer)" in line
+    assert "ghostnet" in line
     family = default_choice("ghostnetv2_100").describe()
-    assert family.startswith("ghostnet_pointwise, the family recipe of ghostnet*")
-    assert timm_family("not_a_timm_model") is None
+    assert family.startswith("ghostnet_pointwise, the recipe of the ghostnet family")
+    assert timm_module("not_a_timm_model") is None
 
 
 class _Block(nn.Module):

@@ -1,69 +1,73 @@
 """Where recipes come from: built-in YAML files shipped as package data, or a user's file.
 
 Built-ins live in `recipe/builtin/<name>.yaml`, one recipe per file, the file stem equal to the
-recipe name. `FAMILY_DEFAULTS` maps a timm architecture to the recipe a study uses when none is
-given: an explicit table, one line per family, first match wins; each pattern covers every
-variant timm ships of that family (a unit test holds it to `timm.list_models`). A model of any
-other family gets `FALLBACK_RECIPE`, `generic_default`, whose typed rules choose FP8 layers from
-what the model holds (dense 1x1 convs, the linears of attention and MLP blocks), and
-`default_choice` says which of the two chose it.
+recipe name. `FAMILY_RECIPES` maps a model family (`recipe/family.py: family_of`, the one
+meaning of the word) to the recipe a study uses when none is given, one line per family. A model
+of any other family gets `FALLBACK_RECIPE`, `generic_default`, whose typed rules choose FP8 layers
+from what the model holds (dense 1x1 convs, the linears of attention and MLP blocks), and
+`default_choice` says which of the two chose it. `FALLBACKS` orders the generic recipes from the
+default to the widest, for whoever needs a recipe that selects more (`recipe/choose.py`, the
+zoo's answers).
 """
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from quantstudy.recipe.family import architecture_of, family_of
 from quantstudy.recipe.schema import Recipe, parse_recipe
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import read_bytes
 
 BUILTIN_PREFIX = "builtin:"
 
-# (architecture glob, built-in recipe). The architecture is the timm name without its
-# pretrained tag, e.g. "mobilenetv4_conv_large" for "mobilenetv4_conv_large.e500_r256_in1k".
-# ghostnet* covers ghostnetv2 and ghostnetv3 (the same Ghost blocks, one timm module), xception*
-# the aligned xceptions 41, 65 and 71 with their pre-activation variants (timm's legacy_xception
-# starts otherwise and is another network), res2ne* both res2net and res2next.
-FAMILY_DEFAULTS: tuple[tuple[str, str], ...] = (
-    ("mobilenetv4_*", "mobilenetv4_pointwise"),
-    ("ghostnet*", "ghostnet_pointwise"),
-    ("xception*", "xception_pointwise"),
-    ("res2ne*", "res2net_all_after_stem"),
-    ("crossvit_*", "crossvit_encoder_cross"),
-    ("efficientnet*", "generic_pointwise"),
-    ("tf_efficientnet*", "generic_pointwise"),
-    ("test_efficientnet*", "generic_pointwise"),  # timm's tiny EfficientNets for tests
-)
-FALLBACK_RECIPE = "generic_default"
+# family -> its built-in recipe. A family is a whole timm module unless `recipe/family.py: SPLITS`
+# names a finer one, so a family recipe covers every variant timm ships of it (ghostnet: v2 and
+# v3 too; xception_aligned: 41, 65, 71 and their pre-activation variants, not timm's
+# legacy_xception, which is another network in another module; efficientnet: every network of
+# timm's efficientnet.py, MobileNetV2, MnasNet, FBNet, MixNet and TinyNet included, whose
+# depthwise-separable blocks it selects as it does EfficientNet's).
+FAMILY_RECIPES: dict[str, str] = {
+    "mobilenetv4": "mobilenetv4_pointwise",
+    "ghostnet": "ghostnet_pointwise",
+    "xception_aligned": "xception_pointwise",
+    "res2net": "res2net_all_after_stem",
+    "crossvit": "crossvit_encoder_cross",
+    "efficientnet": "generic_pointwise",
+}
+# The generic recipes, from the default of a model without a family recipe to the widest: the
+# dense kxk convs too (which the default keeps in fp16), then every conv and linear layer, stem
+# and classifier included, an upper bound on coverage rather than a recipe to ship.
+FALLBACKS = ("generic_default", "generic_dense_convs", "generic_all")
+FALLBACK_RECIPE = FALLBACKS[0]
+UPPER_BOUND = FALLBACKS[-1]
 
 
 @dataclass(frozen=True)
 class DefaultChoice:
-    """The built-in recipe a model gets without `--recipe`, and which row of `FAMILY_DEFAULTS`
-    chose it (None: no family matched, so `FALLBACK_RECIPE` chooses from the layers)."""
+    """The built-in recipe a model gets without `--recipe`, its family, and whether the family's
+    recipe chose it (False: the family has none, so `FALLBACK_RECIPE` chooses from the layers)."""
 
     recipe: str
     architecture: str
-    pattern: str | None
+    family: str
+    by_family: bool
 
-    def describe(self, family: str | None = None) -> str:
-        """One line: which rule chose the recipe and why. `family`: the model's timm family
-        (its module, `timm_family`), named when no family recipe recognised it."""
-        if self.pattern is not None:
+    def describe(self) -> str:
+        """One line: which rule chose the recipe and why."""
+        if self.by_family:
             return (
-                f"{self.recipe}, the family recipe of {self.pattern} (a recipe written for "
+                f"{self.recipe}, the recipe of the {self.family} family (a recipe written for "
                 "the family wins over the generic default)"
             )
-        of = f" (timm family {family})" if family else ""
-        known = ", ".join(pattern for pattern, _ in FAMILY_DEFAULTS)
+        known = ", ".join(FAMILY_RECIPES)
         return (
-            f"{self.recipe}: no family recipe recognises {self.architecture}{of}; family recipes "
-            f"exist for {known}, so the generic default chooses the FP8 layers from what the "
-            "model holds"
+            f"{self.recipe}: no family recipe for {self.architecture} (family {self.family}); "
+            f"family recipes exist for {known}, so the generic default chooses the FP8 layers "
+            "from what the model holds"
         )
 
 
@@ -82,36 +86,18 @@ def _load_builtin(name: str) -> Recipe:
     return parse_recipe(raw, f"{BUILTIN_PREFIX}{name}")
 
 
-def architecture_of(model_name: str) -> str:
-    """`timm/mobilenetv4_conv_large.e500_r256_in1k` -> `mobilenetv4_conv_large`."""
-    return model_name.rsplit("/", 1)[-1].split(".", 1)[0]
-
-
 def default_choice(model_name: str) -> DefaultChoice:
     """The built-in recipe for a timm model name (with or without pretrained tag): its family's,
     else the generic default, and which of the two chose it."""
+    family = family_of(model_name)
+    recipe = FAMILY_RECIPES.get(family)
     arch = architecture_of(model_name)
-    for pattern, recipe in FAMILY_DEFAULTS:
-        if fnmatch.fnmatchcase(arch, pattern):
-            return DefaultChoice(recipe, arch, pattern)
-    return DefaultChoice(FALLBACK_RECIPE, arch, None)
+    return DefaultChoice(recipe or FALLBACK_RECIPE, arch, family, recipe is not None)
 
 
 def default_recipe_for(model_name: str) -> str:
     """The name of `default_choice`'s recipe."""
     return default_choice(model_name).recipe
-
-
-def timm_family(model_name: str) -> str | None:
-    """The timm module that defines the architecture (`vision_transformer` for
-    `vit_tiny_patch16_224`): timm keeps one family per module. None for a name timm does not
-    register. Imports timm (and torch) on the first call."""
-    import timm.models
-
-    arch = architecture_of(model_name)
-    if not timm.models.is_model(arch):
-        return None
-    return str(timm.models.model_entrypoint(arch).__module__).rsplit(".", 1)[-1]
 
 
 def _is_path(source: str) -> bool:

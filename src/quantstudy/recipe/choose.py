@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from quantstudy.recipe.builtin import builtin_names, load_recipe
+from quantstudy.recipe.builtin import UPPER_BOUND, builtin_names, load_recipe
 from quantstudy.recipe.resolve import Resolution, apply_rules
 from quantstudy.recipe.selectors import Candidate
 from quantstudy.record.errors import UserError
-
-# Listed last: it selects every layer, stem and classifier included, an upper bound on coverage
-# rather than a recipe to ship.
-UPPER_BOUND = "generic_all"
 
 
 @dataclass(frozen=True)
@@ -32,7 +28,8 @@ class Alternative:
 
 def alternatives(candidates: list[Candidate], without: str | None = None) -> list[Alternative]:
     """Built-in recipes (variants left out: they select what their base selects) that select
-    at least one of `candidates`, by name, `generic_all` last; `without` is left out too."""
+    at least one of `candidates`, by name, `UPPER_BOUND` (`recipe/builtin.py`) last: it selects
+    every layer, an upper bound rather than a recipe to ship; `without` is left out too."""
     found = []
     for name in builtin_names():
         recipe, _ = load_recipe(f"builtin:{name}")

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 
-from quantstudy.recipe.builtin import FALLBACK_RECIPE, FAMILY_DEFAULTS, builtin_names, load_recipe
+from quantstudy.recipe.builtin import FALLBACK_RECIPE, FAMILY_RECIPES, builtin_names, load_recipe
 from quantstudy.recipe.choose import nothing_selected
+from quantstudy.recipe.family import SPLITS
 from quantstudy.recipe.resolve import Resolution
 from quantstudy.recipe.selectors import layer_kind
 from quantstudy.recipe.tensorrt import prescreen, prescreen_lines
@@ -68,10 +69,11 @@ def format_recipe_list() -> str:
     width = max(len(name) for name, _ in rows)
     lines = ["Built-in recipes (give a name, or the path of your own recipe .yaml):"]
     lines += [f"  {name:<{width}}  {text}" for name, text in rows]
-    lines += ["", "Default recipe by model family (first match):"]
-    pat_width = max(len(p) for p, _ in FAMILY_DEFAULTS)
-    lines += [f"  {pattern:<{pat_width}}  {recipe}" for pattern, recipe in FAMILY_DEFAULTS]
-    lines.append(f"  {'(other)':<{pat_width}}  {FALLBACK_RECIPE} (FP8 layers chosen by its rules)")
+    splits = "; ".join(f"{s.family}: {', '.join(s.globs)}" for s in SPLITS)
+    lines += ["", f"Default recipe by model family (the timm module of the model, or {splits}):"]
+    fam_width = max(len(f) for f in FAMILY_RECIPES)
+    lines += [f"  {family:<{fam_width}}  {recipe}" for family, recipe in FAMILY_RECIPES.items()]
+    lines.append(f"  {'(other)':<{fam_width}}  {FALLBACK_RECIPE} (FP8 layers chosen by its rules)")
     return "\n".join(lines)
 
 

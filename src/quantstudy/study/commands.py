@@ -145,13 +145,13 @@ def _recipes(args: argparse.Namespace) -> None:
 
     from quantstudy.model.loading import load_model
     from quantstudy.model.preprocess import resolve_preprocessing
-    from quantstudy.recipe.builtin import default_choice, load_recipe, timm_family
+    from quantstudy.recipe.builtin import default_choice, load_recipe
     from quantstudy.recipe.resolve import resolve
     from quantstudy.recipe.show import format_resolution
 
     loaded = load_model(args.model, "random")
     choice = default_choice(loaded.info.architecture)
-    chosen = None if args.name else choice.describe(timm_family(args.model))
+    chosen = None if args.name else choice.describe()
     recipe, _ = load_recipe(args.name or choice.recipe)
     pre = resolve_preprocessing(loaded.model)
     res = resolve(recipe, loaded.model, torch.zeros(1, *pre.input_size))

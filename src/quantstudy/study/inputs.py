@@ -16,7 +16,7 @@ from quantstudy.decision.policy import Policy, load_policy
 from quantstudy.model.loading import LoadedModel, load_model
 from quantstudy.model.macs import count_macs
 from quantstudy.model.preprocess import resolve_preprocessing
-from quantstudy.recipe.builtin import default_choice, load_recipe, timm_family
+from quantstudy.recipe.builtin import default_choice, load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.recipe.schema import Recipe
 from quantstudy.record import DataInfo, Preprocessing, RecipeInfo
@@ -97,7 +97,7 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
     recipe_name = config.recipe
     if recipe_name is None:  # say which rule chose the default (module `recipe/builtin.py`)
         choice = default_choice(loaded.info.architecture)
-        console.print(f"recipe {choice.describe(timm_family(config.model))}")
+        console.print(f"recipe {choice.describe()}")
         recipe_name = choice.recipe
     recipe, recipe_source = load_recipe(recipe_name)
     example = torch.zeros(1, *pre.input_size)

@@ -16,7 +16,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from quantstudy.recipe.builtin import architecture_of, default_recipe_for, load_recipe
+from quantstudy.recipe.builtin import default_recipe_for, load_recipe
+from quantstudy.recipe.family import architecture_of
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.vocab import Calibrator

@@ -2,8 +2,9 @@
 the x of a recipe that does select layers of it, never a failure.
 
 Its study exits with `EXIT_NOTHING_SELECTED` (`study/checks.py`), so the zoo runs the model again
-with the next of `FALLBACKS`: `generic_dense_convs` puts the dense kxk convs that the defaults
-keep in fp16 into FP8, `generic_all` every conv and linear layer. The row keeps the refused
+with the next of the wider generic recipes (`recipe/builtin.py: FALLBACKS` after the default):
+`generic_dense_convs` puts the dense kxk convs that the defaults keep in fp16 into FP8,
+`generic_all` every conv and linear layer. The row keeps the refused
 recipe's name, and says which recipe its figures are of (`x_recipe`) and which layers that
 recipe ran in FP8 (from the fallback study's own record). Until its fallback has run, the row is
 `pending` with a note, never `failed`: the refusal is half an answer.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantstudy.recipe.builtin import FALLBACKS as GENERIC
 from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.record.errors import EXIT_NOTHING_SELECTED, UserError
 from quantstudy.record.load import RECORD_FILE, load_record
@@ -29,7 +31,9 @@ from quantstudy.sweep.point import PointStatus, read_status
 from quantstudy.sweep.progress import SweepProgress
 from quantstudy.zoo.board import ZooRow
 
-FALLBACKS = ("generic_dense_convs", "generic_all")
+# The recipes a refused model runs under in turn: the generic ones wider than the default (a
+# model whose default selects nothing gains nothing from the default again).
+FALLBACKS = GENERIC[1:]
 # A fallback in one of these states has not answered yet: the model's row takes its status
 # (not `failed`), with a note of which fallback is to answer.
 WAITING = (RowStatus.PENDING, RowStatus.INTERRUPTED)
