@@ -36,6 +36,10 @@
    "0.480" by `fmt_ms`, -0.0013 -> "-0.13" by `fmt_points`), or equal a number found in a
    string of the record, keys included (versions, gate thresholds and measurements, warnings).
    A `%` is part of the number, so "81.43" and "81.43%" are different numbers.
+5. Speed claims. A table cell that shows an x whose rounds the record says do not support the
+   sign of the gain (its interval [q1, q3] contains 1.0, or its own warning says so), or a
+   fraction of the ideal reached by that x, says "not settled" and shows no percentage: the
+   speed table, the ideal x table and the variants table (`report/selfcheck_x.py`).
 
    The check is of provenance, not of meaning: a number that happens to equal some formatted
    value of an unrelated leaf passes. Derived values (differences, sums, ratios computed by the
@@ -54,6 +58,8 @@ from pydantic import BaseModel
 from quantstudy.record import StudyRecord
 from quantstudy.report.markdown import FORMATTERS
 from quantstudy.report.sections.results import TABLE_SPECS
+from quantstudy.report.selfcheck_x import cells as _cells
+from quantstudy.report.selfcheck_x import study_problems
 
 _DIGITS = re.compile(r"\d+(?:\.\d+)*")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
@@ -130,15 +136,6 @@ def allowed_numbers(record: StudyRecord | dict[str, Any]) -> set[str]:
         for fmt in FORMATTERS:
             allowed.update(number_tokens(fmt(v)))
     return allowed
-
-
-def _cells(line: str) -> list[str]:
-    body = line.strip()
-    if body.startswith("|"):
-        body = body[1:]
-    if body.endswith("|") and not body.endswith("\\|"):
-        body = body[:-1]
-    return re.split(r"(?<!\\)\|", body)
 
 
 def _check_table(block: list[tuple[int, str]]) -> list[str]:
@@ -224,4 +221,4 @@ def check_markdown(md: str, record: StudyRecord | dict[str, Any]) -> list[str]:
         problems += _check_table(table)
     if fence is not None:
         problems.append(f"line {fence[2]}: code fence opened here is never closed")
-    return problems
+    return problems + study_problems(md, data)

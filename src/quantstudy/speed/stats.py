@@ -30,6 +30,12 @@ def relative_spread(stats: TimingStats) -> float:
     return (stats.q3 - stats.q1) / stats.median
 
 
+def sign_unsupported(q1: float, q3: float) -> bool:
+    """The interval [q1, q3] of the per-round ratio x contains 1.0: the rounds do not say
+    whether FP8 is faster or slower (the study's warning, and every table's "not settled")."""
+    return q1 <= 1.0 <= q3
+
+
 def paired_ratios(fp16_ms: Sequence[float], fp8_ms: Sequence[float]) -> list[float]:
     """x_i = fp16_ms[i] / fp8_ms[i] for each round pair i."""
     if len(fp16_ms) != len(fp8_ms):
@@ -60,7 +66,7 @@ def speed_warnings(fp16: TimingStats, fp8: TimingStats, ratio: TimingStats) -> l
                 f"exceeds {MAX_RELATIVE_SPREAD:.0%} (median {stats.median:.4f} ms, "
                 f"IQR {stats.q1:.4f} to {stats.q3:.4f} ms)"
             )
-    if ratio.q1 <= 1.0 <= ratio.q3:
+    if sign_unsupported(ratio.q1, ratio.q3):
         warnings.append(
             "the IQR of the per-round ratio x = fp16/fp8 "
             f"({ratio.q1:.3f} to {ratio.q3:.3f}) contains 1.0; these rounds do not support "

@@ -5,15 +5,26 @@ FP8 kernel, or its float layer where it stepped aside) with the in-place timings
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from quantstudy.record import IdealSpeed, LayerKernel
 from quantstudy.record.vocab import ChosenKernel
+from quantstudy.report.claims import NOT_SETTLED, XClaim
 from quantstudy.report.format import NOT_MEASURED, code, fmt_ms, fmt_pct, fmt_ratio, fmt_us
 from quantstudy.report.sections.tables import TableSpec, columns
 
 
-def _ideal_row(i: IdealSpeed) -> list[str]:
+def _ideal_row(item: tuple[IdealSpeed, XClaim | None]) -> list[str]:
+    """The measured x with its marks; its fraction of the ideal only where x is settled and
+    short of the ideal (`XClaim.ideal` says why)."""
+    i, claim = item
+    measured, fraction = fmt_ratio(i.measured_x), fmt_pct(i.fraction)
+    if claim is not None:
+        measured = claim.cell(measured)
+        if not claim.settled:
+            fraction = f"x {NOT_SETTLED}"
+        elif i.fraction >= 1:
+            fraction = "at or over the ideal"
     return [
         str(i.batch),
         str(i.layers),
@@ -22,8 +33,8 @@ def _ideal_row(i: IdealSpeed) -> list[str]:
         fmt_us(i.fp8_roofline_us),
         fmt_ms(i.fp16_ms),
         fmt_ratio(i.ideal_x),
-        fmt_ratio(i.measured_x),
-        fmt_pct(i.fraction),
+        measured,
+        fraction,
     ]
 
 
@@ -75,9 +86,11 @@ KERNEL_CHOICE_TABLE = TableSpec(
 TABLES = [IDEAL_TABLE, KERNEL_CHOICE_TABLE]
 
 
-def ideal_lines(ideal: list[IdealSpeed] | None) -> list[str]:
-    """The table and one sentence on how the ideal is computed, for a record's `speed.ideal`;
-    [] without it."""
+def ideal_lines(
+    ideal: list[IdealSpeed] | None, claims: Mapping[int, XClaim] | None = None
+) -> list[str]:
+    """The table and one sentence on how the ideal is computed, for a record's `speed.ideal`,
+    each measured x read through its batch's claim (`claims`, by batch); [] without it."""
     if not ideal:
         return []
     lines = [
@@ -86,7 +99,8 @@ def ideal_lines(ideal: list[IdealSpeed] | None) -> list[str]:
         "(`speed/ideal.py`; " + ideal[0].peaks + "). Measured x as a fraction of it:",
         "",
     ]
-    return [*lines, *IDEAL_TABLE.render(ideal), ""]
+    found = claims or {}
+    return [*lines, *IDEAL_TABLE.render((i, found.get(i.batch)) for i in ideal), ""]
 
 
 def kernel_choice_lines(

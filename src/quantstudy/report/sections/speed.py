@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from quantstudy.record import BatchSpeed, StudyRecord
+from quantstudy.report.claims import claim_of, legend
 from quantstudy.report.format import NOT_MEASURED, fmt_mib, fmt_ms, fmt_ratio, spread
 from quantstudy.report.lookups import CPU_BANNER, FP8, FP16, label, weight_bytes
 from quantstudy.report.plots import LATENCY_PNG
@@ -17,7 +18,7 @@ def _speed_row(item: tuple[BatchSpeed, str, str]) -> list[str]:
         str(b.batch),
         spread(b.fp16_ms, fmt_ms),
         spread(b.fp8_ms, fmt_ms),
-        spread(b.ratio, fmt_ratio),
+        claim_of(b).cell(spread(b.ratio, fmt_ratio)),
         str(b.ratio.n),
         w16,
         w8,
@@ -64,7 +65,7 @@ def render_speed(r: StudyRecord, plots: set[str]) -> list[str]:
         w16 = fmt_mib(wb[FP16]) if FP16 in wb else NOT_MEASURED
         w8 = fmt_mib(wb[FP8]) if FP8 in wb else NOT_MEASURED
         lines += SPEED_TABLE.render((b, w16, w8) for b in sp.batches)
-        lines.append("")
+        lines += ["", *legend([claim_of(b) for b in sp.batches]), ""]
         if LATENCY_PNG in plots:
             lines += [f"![Latency per batch, fp16 and FP8, with q1 to q3]({LATENCY_PNG})", ""]
         warn = [(b.batch, w) for b in sp.batches for w in b.warnings]
@@ -72,7 +73,7 @@ def render_speed(r: StudyRecord, plots: set[str]) -> list[str]:
             lines.append(f"- Batch {batch}: {w}")
         if warn:
             lines.append("")
-        lines += ideal_lines(sp.ideal)
+        lines += ideal_lines(sp.ideal, {b.batch: claim_of(b) for b in sp.batches})
         fp8 = r.engine(FP8)
         if fp8 is not None:
             lines += kernel_choice_lines(fp8.layout.kernel_choice, fp8.layout.stepped_aside)

@@ -6,9 +6,10 @@ only, its arithmetic is never printed.
 
 from __future__ import annotations
 
-from quantstudy.record import KernelBreakdown, StudyRecord
+from quantstudy.record import BatchSpeed, KernelBreakdown, StudyRecord
 from quantstudy.record.study import unsealed
 from quantstudy.record.vocab import KernelGroup
+from quantstudy.report.claims import NOT_MEASURED_X, claim_of
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
@@ -121,13 +122,23 @@ def render_title(r: StudyRecord) -> list[str]:
     return lines
 
 
+def _x_words(b: BatchSpeed) -> str:
+    """x with its quartiles and the marks of its claim (`report/claims.py`)."""
+    claim = claim_of(b)
+    if not claim.measured:
+        return NOT_MEASURED_X
+    marks = "; " + ", ".join(claim.tags()) if claim.tags() else ""
+    q1, q3 = fmt_ratio(b.ratio.q1), fmt_ratio(b.ratio.q3)
+    return f"{fmt_ratio(b.ratio.median)} (q1 {q1}, q3 {q3}{marks})"
+
+
 def _speed_sentence(r: StudyRecord) -> str:
     sp = r.speed
     if sp is None or not sp.batches:
         return f"Speed was {NOT_MEASURED}."
     per = "; ".join(
         f"batch {b.batch}: fp16 {fmt_ms(b.fp16_ms.median)} ms, FP8 {fmt_ms(b.fp8_ms.median)} ms, "
-        f"x {fmt_ratio(b.ratio.median)} (q1 {fmt_ratio(b.ratio.q1)}, q3 {fmt_ratio(b.ratio.q3)})"
+        f"x {_x_words(b)}"
         for b in sp.batches
     )
     lead = (

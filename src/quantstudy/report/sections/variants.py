@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from quantstudy.record import BatchSpeed, StudyRecord, Variant
+from quantstudy.report.claims import claim_of
 from quantstudy.report.format import NOT_MEASURED, code, fmt_pct, fmt_ratio, fmt_sig, opt, spread
 from quantstudy.report.sections.tables import TableSpec, columns
 
@@ -10,7 +11,9 @@ from quantstudy.report.sections.tables import TableSpec, columns
 def _variant_speed(speeds: list[BatchSpeed] | None) -> str:
     if not speeds:
         return NOT_MEASURED
-    return "; ".join(f"batch {b.batch}: {spread(b.ratio, fmt_ratio)}" for b in speeds)
+    return "; ".join(
+        f"batch {b.batch}: {claim_of(b).cell(spread(b.ratio, fmt_ratio))}" for b in speeds
+    )
 
 
 def _variant_row(v: Variant) -> list[str]:
