@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from quantstudy.data.folders import FolderScan, ImageItem, scan_folder
 from quantstudy.data.split import check_disjoint_content, split_items, stream_order, summarize_set
@@ -85,6 +86,37 @@ def split_study_data(config: StudyConfig) -> StudySplit:
     return StudySplit(scan, calib_scan, calib_items, heldout_items)
 
 
+@dataclass(frozen=True)
+class ChosenRecipe:
+    """A recipe resolved against a model: what it is, where it came from, its layer table."""
+
+    recipe: Recipe
+    source: str  # "builtin:<name>", a file path, or "python:<name>" for a `Recipe` object
+    info: RecipeInfo  # the record's recipe section: each layer, FP8 or not, and by which rule
+    is_default: bool  # no recipe named: the model's family default (`recipe/builtin.py`)
+
+
+def choose_recipe(
+    given: str | Path | Recipe | None, model: nn.Module, model_name: str, example: torch.Tensor
+) -> ChosenRecipe:
+    """The recipe `given` names (a built-in name, a YAML file, a `Recipe`; None: the family
+    default of `model_name`, and the console says which rule chose it) resolved against
+    `model`; one that selects no layer is refused (`require_selection`). A study and
+    `quantstudy.quantize` choose through here."""
+    default = given is None
+    if given is None:  # say which rule chose the default (module `recipe/builtin.py`)
+        choice = default_choice(model_name)
+        console.print(f"recipe {choice.describe()}")
+        given = choice.recipe
+    if isinstance(given, Recipe):
+        recipe, source = given, f"python:{given.name}"
+    else:
+        recipe, source = load_recipe(given)
+    resolution = resolve(recipe, model, example)
+    require_selection(resolution, source, model_name)
+    return ChosenRecipe(recipe, source, resolution.to_info(recipe, source), default)
+
+
 def prepare_inputs(config: StudyConfig) -> StudyInputs:
     """Load the model, scan and split the data, resolve the recipe, read the policy."""
     loaded = load_model(
@@ -94,15 +126,8 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
     split = split_study_data(config)
     scan, calib_scan = split.scan, split.calib_scan
     calib_items, heldout_items = split.calib_items, split.heldout_items
-    recipe_name = config.recipe
-    if recipe_name is None:  # say which rule chose the default (module `recipe/builtin.py`)
-        choice = default_choice(loaded.info.architecture)
-        console.print(f"recipe {choice.describe()}")
-        recipe_name = choice.recipe
-    recipe, recipe_source = load_recipe(recipe_name)
     example = torch.zeros(1, *pre.input_size)
-    resolution = resolve(recipe, loaded.model, example)
-    require_selection(resolution, recipe_source, config.model)
+    chosen = choose_recipe(config.recipe, loaded.model, config.model, example)
     policy, policy_label = load_policy(Path(config.policy) if config.policy else None)
 
     if not calib_items or not heldout_items:
@@ -137,10 +162,10 @@ def prepare_inputs(config: StudyConfig) -> StudyInputs:
     return StudyInputs(
         loaded=loaded,
         pre=pre,
-        recipe=recipe,
-        recipe_source=recipe_source,
-        recipe_info=resolution.to_info(recipe, recipe_source),
-        recipe_is_default=config.recipe is None,
+        recipe=chosen.recipe,
+        recipe_source=chosen.source,
+        recipe_info=chosen.info,
+        recipe_is_default=chosen.is_default,
         policy=policy,
         policy_label=policy_label,
         calib_items=calib_items,
