@@ -26,14 +26,24 @@ import torch.nn.functional as F
 
 from quantstudy.quant.cublaslt.library import LtError, unavailable, version
 from quantstudy.quant.cublaslt.matmul import LtMatmul
-from quantstudy.quant.cublaslt.problem import LtEpilogue, LtOut, Problem
+from quantstudy.quant.cublaslt.problem import ChannelScale, LtEpilogue, LtOut, Problem
 
 # ViT-B/16's linears, (N, K), and its tokens per image
 SHAPES = {"qkv": (2304, 768), "proj": (768, 768), "fc1": (3072, 768), "fc2": (768, 3072)}
 TOKENS = 197
-# (epilogue, output, fast accumulation)
-Case = tuple[LtEpilogue, LtOut, bool]
-CASES: list[Case] = [
+# (epilogue, output, fast accumulation, how the per-channel weight scales go in)
+Case = tuple[LtEpilogue, LtOut, bool, ChannelScale]
+ALPHA, OUTER = ChannelScale.ALPHA_VECTOR, ChannelScale.OUTER_VEC
+PER_CHANNEL: list[Case] = [
+    (epi, out, True, how)
+    for how in (ALPHA, OUTER)
+    for epi, out in [
+        (LtEpilogue.BIAS, LtOut.FP16),
+        (LtEpilogue.BIAS_RESIDUAL, LtOut.FP16),
+        (LtEpilogue.GELU_BIAS, LtOut.FP8),
+    ]
+]
+PER_TENSOR: list[tuple[LtEpilogue, LtOut, bool]] = [
     (LtEpilogue.NONE, LtOut.FP16, True),
     (LtEpilogue.NONE, LtOut.FP16, False),
     (LtEpilogue.BIAS, LtOut.FP16, True),
@@ -44,6 +54,7 @@ CASES: list[Case] = [
     (LtEpilogue.BIAS, LtOut.FP8, True),
     (LtEpilogue.BIAS_RESIDUAL, LtOut.FP8, True),
 ]
+CASES = [(*case, ChannelScale.NONE) for case in PER_TENSOR] + PER_CHANNEL
 E4M3 = torch.float8_e4m3fn
 
 
@@ -72,8 +83,11 @@ def steps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (ordinal(a) - ordinal(b)).abs()
 
 
-def reference(ops: dict[str, torch.Tensor], epi: LtEpilogue, gelu: str) -> torch.Tensor:
-    y = (ops["x8"].float() @ ops["w8"].float().T) * (ops["sx"] * ops["sw"])
+def reference(
+    ops: dict[str, torch.Tensor], epi: LtEpilogue, gelu: str, per_channel: bool
+) -> torch.Tensor:
+    w8, sw = (ops["w8c"], ops["swc"]) if per_channel else (ops["w8"], ops["sw"])
+    y = (ops["x8"].float() @ w8.float().T) * (ops["sx"] * sw)
     if epi is not LtEpilogue.NONE:
         y = y + ops["bias"].float()
     if epi in (LtEpilogue.GELU_BIAS, LtEpilogue.GELU_AUX_BIAS):
@@ -84,11 +98,11 @@ def reference(ops: dict[str, torch.Tensor], epi: LtEpilogue, gelu: str) -> torch
 
 
 def compare(got: torch.Tensor, ops: dict[str, torch.Tensor], case: Case) -> dict[str, Any]:
-    epi, out, _ = case
+    epi, out, _, how = case
     forms = ["tanh", "none"] if "gelu" in epi.value else ["none"]
     found: dict[str, Any] = {}
     for gelu in forms:
-        ref = reference(ops, epi, gelu)
+        ref = reference(ops, epi, gelu, how is not ChannelScale.NONE)
         key = "tanh" if gelu == "tanh" else ("erf" if "gelu" in epi.value else "exact")
         if out is LtOut.FP8:
             want = (ref * ops["d_scale"]).clamp(-448, 448).to(E4M3)
@@ -109,26 +123,49 @@ def operands(m: int, n: int, k: int) -> dict[str, torch.Tensor]:
     w = torch.randn(n, k, device="cuda", generator=g) * 0.05
     x8, sx = quantize(x)
     w8, sw = quantize(w)
+    swc = (w.abs().amax(dim=1).float() / 448.0).clamp_min(1e-12)
+    w8c = (w / swc[:, None]).to(E4M3)
     bias = (torch.randn(n, device="cuda", generator=g) * 0.1).half()
     res = torch.randn(m, n, device="cuda", generator=g).half()
     y = (x8.float() @ w8.float().T) * (sx * sw) + bias.float()
     d_scale = (448.0 / F.gelu(y).abs().amax()).reshape(1).float()
-    return {"x8": x8, "w8": w8, "sx": sx, "sw": sw, "bias": bias, "res": res, "d_scale": d_scale}
+    return {
+        "x8": x8,
+        "w8": w8,
+        "sx": sx,
+        "sw": sw,
+        "w8c": w8c,
+        "swc": swc,
+        "alpha": swc * sx,
+        "bias": bias,
+        "res": res,
+        "d_scale": d_scale,
+    }
 
 
 def run_case(ops: dict[str, torch.Tensor], m: int, n: int, k: int, case: Case) -> dict[str, Any]:
-    epi, out, fast = case
-    row: dict[str, Any] = {"epilogue": epi.value, "out": out.value, "fast_accum": fast}
+    epi, out, fast, how = case
+    row: dict[str, Any] = {
+        "epilogue": epi.value,
+        "out": out.value,
+        "fast_accum": fast,
+        "channel_scale": how.value,
+    }
     try:
-        mm = LtMatmul(Problem(m, n, k, epi, out, fast))
+        mm = LtMatmul(Problem(m, n, k, epi, out, fast, channel_scale=how))
         d = torch.empty(m, n, device="cuda", dtype=E4M3 if out is LtOut.FP8 else torch.half)
         aux = torch.empty(m, n, device="cuda", dtype=torch.half) if "aux" in epi.value else None
-        mm.bind(ops["sw"], ops["sx"], ops["bias"], ops["d_scale"], aux)
+        w8, w_scale = ops["w8"], ops["sw"]
+        if how is ChannelScale.ALPHA_VECTOR:
+            w8, w_scale = ops["w8c"], ops["alpha"]
+        elif how is ChannelScale.OUTER_VEC:
+            w8, w_scale = ops["w8c"], ops["swc"]
+        mm.bind(w_scale, ops["sx"], ops["bias"], ops["d_scale"], aux)
         c = ops["res"] if epi is LtEpilogue.BIAS_RESIDUAL else None
-        times = mm.choose(lambda fn: time_us(fn, rep=5), ops["w8"], ops["x8"], d, c)
-        row["candidates_us"] = [round(t * 1, 2) for t in times]
-        row["us"] = round(time_us(lambda: mm.launch(ops["w8"], ops["x8"], d, c)), 2)
-        mm.launch(ops["w8"], ops["x8"], d, c)
+        times = mm.choose(lambda fn: time_us(fn, rep=5), w8, ops["x8"], d, c)
+        row["candidates_us"] = [round(t, 2) for t in times]
+        row["us"] = round(time_us(lambda: mm.launch(w8, ops["x8"], d, c)), 2)
+        mm.launch(w8, ops["x8"], d, c)
         torch.cuda.synchronize()
         row["status"] = "ok"
         row["check"] = compare(d, ops, case)

@@ -22,6 +22,7 @@ OP_N = 0
 OP_T = 1
 
 # cublasLtMatmulDescAttributes_t, with the C type each attribute takes
+DESC_POINTER_MODE = 2  # int32
 DESC_TRANSA = 3  # int32
 DESC_TRANSB = 4  # int32
 DESC_EPILOGUE = 7  # uint32
@@ -35,6 +36,13 @@ DESC_AMAX_D_POINTER = 21  # void*
 DESC_EPILOGUE_AUX_DATA_TYPE = 22  # int32
 DESC_FAST_ACCUM = 25  # int8
 DESC_BIAS_DATA_TYPE = 26  # int32
+DESC_A_SCALE_MODE = 31  # int32
+
+# cublasLtPointerMode_t: alpha a device vector along D's rows (our output features), beta on
+# the host
+POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST = 4
+# cublasLtMatmulMatrixScale_t: one float32 per row of op(A) (our output features)
+MATRIX_SCALE_OUTER_VEC_32F = 3
 
 # cublasLtEpilogue_t
 EPILOGUE_DEFAULT = 1

@@ -17,7 +17,7 @@ import torch
 
 from quantstudy.quant.cublaslt import abi
 from quantstudy.quant.cublaslt.library import LtError, check, handle, lib
-from quantstudy.quant.cublaslt.problem import LtOut, Problem
+from quantstudy.quant.cublaslt.problem import ChannelScale, LtOut, Problem
 
 Algo = ctypes.Array[ctypes.c_byte]  # one cublasLtMatmulHeuristicResult_t; the algo is its head
 
@@ -46,11 +46,17 @@ class LtMatmul:
         self._set(abi.DESC_TRANSB, ctypes.c_int32(abi.OP_N))
         self._set(abi.DESC_EPILOGUE, ctypes.c_uint32(problem.epilogue_code))
         self._set(abi.DESC_FAST_ACCUM, ctypes.c_int8(int(problem.fast_accum)))
+        if problem.channel_scale is ChannelScale.ALPHA_VECTOR:
+            mode = abi.POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST
+            self._set(abi.DESC_POINTER_MODE, ctypes.c_int32(mode))
+        if problem.channel_scale is ChannelScale.OUTER_VEC:
+            self._set(abi.DESC_A_SCALE_MODE, ctypes.c_int32(abi.MATRIX_SCALE_OUTER_VEC_32F))
         if problem.has_bias:
             half = problem.layouts()["c"][3]
             self._set(abi.DESC_BIAS_DATA_TYPE, ctypes.c_int32(half))
         self.layouts = {name: self._layout(*lay) for name, lay in problem.layouts().items()}
         self.algo: Algo | None = None
+        self.alpha_vector: torch.Tensor | None = None
         self._bound: tuple[int, ...] = ()
 
     def _set(self, attr: int, value: ctypes._SimpleCData) -> None:  # type: ignore[type-arg]
@@ -79,6 +85,8 @@ class LtMatmul:
     ) -> None:
         """Point the descriptor at the layer's float32 scales (the weight's, the input's; for an
         FP8 D the factor that maps the output to the next layer's codes, 1 / its scale), its
+        alpha vector in `w_scale` where the problem's channel scale is ALPHA_VECTOR (then
+        `x_scale` is ignored: the vector holds both), its
         bias in the 16-bit type and, for GELU_AUX, the pre-activation buffer. Cheap when the
         pointers did not move since the last call."""
         ptrs = tuple(
@@ -86,8 +94,12 @@ class LtMatmul:
         )
         if ptrs == self._bound:
             return
-        self._set(abi.DESC_A_SCALE_POINTER, ctypes.c_void_p(ptrs[0]))
-        self._set(abi.DESC_B_SCALE_POINTER, ctypes.c_void_p(ptrs[1]))
+        self.alpha_vector = (
+            w_scale if self.problem.channel_scale is ChannelScale.ALPHA_VECTOR else None
+        )
+        if self.alpha_vector is None:
+            self._set(abi.DESC_A_SCALE_POINTER, ctypes.c_void_p(ptrs[0]))
+            self._set(abi.DESC_B_SCALE_POINTER, ctypes.c_void_p(ptrs[1]))
         if self.problem.has_bias:
             if bias is None:
                 raise ValueError(f"{self.problem.epilogue} needs a bias")
@@ -156,14 +168,16 @@ class LtMatmul:
         """d = epilogue(w_scale x_scale (x8 w8^T) [+ bias] [+ c]), on the current stream. The
         tensors must be contiguous: x8 (m, k), w8 (n, k), d and c (m, n)."""
         algo = algo if algo is not None else self.algo
-        alpha, beta = ctypes.c_float(1.0), ctypes.c_float(self.problem.beta)
+        one, beta = ctypes.c_float(1.0), ctypes.c_float(self.problem.beta)
+        vector = self.alpha_vector
+        alpha = ctypes.c_void_p(vector.data_ptr()) if vector is not None else ctypes.byref(one)
         c_ptr = c.data_ptr() if c is not None else 0
         lay = self.layouts
         check(
             self._lib.cublasLtMatmul(
                 handle(),
                 self.desc,
-                ctypes.byref(alpha),
+                alpha,
                 w8.data_ptr(),
                 lay["a"],
                 x8.data_ptr(),

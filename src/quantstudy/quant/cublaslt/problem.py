@@ -37,6 +37,17 @@ class LtOut(StrEnum):
     FP8 = "fp8"
 
 
+class ChannelScale(StrEnum):
+    """How the weight's per-output-feature scales reach cuBLASLt, whose plain FP8 scaling is
+    one float per operand: not at all (per-tensor weight scales), as alpha, a device vector
+    along D's rows (w_scale[n] x_scale, folded at build: the input scale is static), or as
+    A's outer-vector scale mode (one float32 per row of op(A))."""
+
+    NONE = "per-tensor"
+    ALPHA_VECTOR = "alpha-vector"
+    OUTER_VEC = "outer-vector"
+
+
 # The GELU each epilogue computes (the cuBLAS documentation of cublasLtEpilogue_t).
 GELU_FORM = "tanh"
 
@@ -67,6 +78,7 @@ class Problem:
     out: LtOut
     fast_accum: bool
     half: LtOut = LtOut.FP16
+    channel_scale: ChannelScale = ChannelScale.NONE
 
     @property
     def epilogue_code(self) -> int:
