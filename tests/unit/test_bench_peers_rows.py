@@ -5,13 +5,14 @@ seconds went. CPU runs of timm's tiny test model (the GPU parts are the same cod
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 import quantstudy.bench.peers.run as peers_run
 import quantstudy.bench.peers.torchao as peers_torchao
 from quantstudy.bench.peers.phases import RowClock
-from quantstudy.bench.peers.rows import ROW_SOURCES, check_code
+from quantstudy.bench.peers.rows import ROW_SOURCES, check_code, merging
 from quantstudy.bench.peers.table import peers_section, peers_table, phase_table
 from quantstudy.bench.schema import PeersBench, PeersResult, RowStep, read_record, write_record
 from quantstudy.cli import main
@@ -74,7 +75,7 @@ def test_rows_of_two_commits_join_where_their_engine_sources_are_the_same(
     assert _peers(tiny_imagenet, out, "--recipe", "generic_linears", "--append") == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"engine sources {sources[:12]} (commit aaaaaaa)" in err
-    assert "these with cccccccccccc (commit bbbbbbb)" in err and out.read_bytes() == before
+    assert "this run's with cccccccccccc (commit bbbbbbb)" in err and out.read_bytes() == before
 
 
 def _older(record: PeersBench, commit: str) -> PeersBench:
@@ -119,6 +120,16 @@ def test_the_code_of_rows_side_by_side():
     ):
         with pytest.raises(UserError):
             check_code(held, new)
+
+
+def test_a_merge_refusal_names_both_files():
+    """`peers-merge`: the file whose rows differ and the first file, and no --out to give."""
+    sides = merging(Path("gpu0.json"), Path("gpu1.json"))
+    with pytest.raises(UserError) as said:
+        check_code([(A, "h")], [(B, "g")], sides)
+    line = str(said.value)
+    assert line.startswith("gpu0.json's rows were measured with engine sources h (commit a")
+    assert "gpu1.json's with g (commit b" in line and "--out" not in line
 
 
 def test_a_row_says_where_its_seconds_went(tiny_imagenet, tmp_path, capsys, no_torchao):

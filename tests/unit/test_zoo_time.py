@@ -22,7 +22,7 @@ from quantstudy.study.stage_timer import StageTimer
 from quantstudy.zoo.board import Leaderboard, Provenance, Throughput, ZooRow, collect_row, summed
 from quantstudy.zoo.catalogue import ZooEntry
 from quantstudy.zoo.markdown import render_markdown
-from quantstudy.zoo.run import Timed, earlier_runs, measured_throughput
+from quantstudy.zoo.throughput import Timed, earlier_runs, measured_throughput
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "study_example.json"
 

@@ -27,6 +27,7 @@ from quantstudy.record import EngineQuality, SpeedSection
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
+from quantstudy.record.readers import not_a_file, read_bytes
 from quantstudy.record.switches import FP8_PROMOTE, switches_read
 from quantstudy.record.vocab import CompileMode, KernelGroup, KernelOption, PeerFamily
 
@@ -374,20 +375,20 @@ def write_unfinished(out: Path | None, record: Record, done: int, total: int, wh
 
 def read_record(path: Path) -> BenchRecord:
     """One record; a file that is not one is a `UserError` naming it."""
+    data = read_bytes(path, "record", "bench record")  # a pipe or folder refused unopened
     try:
-        return _ADAPTER.validate_json(path.read_bytes())
+        return _ADAPTER.validate_json(data)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(map(str, first["loc"]))
         raise UserError(f"{path} is not a bench record: {where}: {first['msg']}") from None
-    except OSError as err:
-        raise UserError(f"cannot read {path}: {err.strerror}") from None
 
 
 def read_folder(folder: Path) -> list[tuple[str, BenchRecord]]:
     """Every `*.json` record of `folder`, by file name (name order; see `report.run_order`)."""
-    if not folder.is_dir():
-        raise UserError(f"{folder} is not a folder of bench records")
+    if (kind := not_a_file(folder)) != "a folder":
+        what = "does not exist" if kind == "missing" else f"is {kind or 'a file'}"
+        raise UserError(f"{folder} {what}; give a folder of bench records")
     records = [(p.stem, read_record(p)) for p in sorted(folder.glob("*.json"))]
     if not records:
         raise UserError(f"{folder} holds no *.json bench record")

@@ -98,9 +98,19 @@ def import_trt(
 
 
 def _policy_of(record: StudyRecord) -> str | None:
-    """The policy the study was decided under: its preset name or file (None: the default)."""
+    """The policy the study was decided under: its preset name or file (None: the default). A
+    file a decision names by a relative path (recorded before labels were absolute) is relative
+    to a folder the record does not say, so it is refused rather than read from this one."""
     label = record.decision.policy if record.decision is not None else None
-    return label.removeprefix("builtin:") if label is not None else None
+    if label is None or label.startswith("builtin:"):
+        return label.removeprefix("builtin:") if label is not None else None
+    if not Path(label).is_absolute():
+        raise UserError(
+            f"the study was decided under the policy file {label}, a path relative to the "
+            "folder that decision was taken in, which the record does not say; give it with "
+            "--policy"
+        )
+    return label
 
 
 def _layer_nodes(onnx_file: Path, record: StudyRecord) -> dict[str, str]:

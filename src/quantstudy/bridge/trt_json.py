@@ -27,11 +27,17 @@ from typing import Any
 
 from quantstudy.bridge.qdq import INPUT
 from quantstudy.record.errors import UserError
-from quantstudy.record.readers import read_json
+from quantstudy.record.readers import not_a_file, read_json
+
+
+# The plausible GPU time of one inference, in ms: no engine runs in under 0.1 us (a kernel
+# launch alone takes microseconds), none in over 1000 s. A time outside is a unit error or an
+# edited file; 1e-320 would make x infinite and 1e308 would overflow the report's plots.
+MIN_MS, MAX_MS = 1e-4, 1e6
 
 
 def _load(path: Path, what: str) -> Any:
-    if not path.is_file():
+    if not_a_file(path) == "missing":  # a pipe or a folder: refused by `read_json`, unopened
         raise UserError(f"{path} is missing: run the {what} line of trtexec.sh for it")
     try:
         return read_json(path, "trtexec export", finite=False)  # each number used is checked
@@ -57,8 +63,11 @@ def read_times(path: Path) -> list[float]:
                 f"{path}: entry {i} has no finite numeric computeMs/latencyMs; not trtexec "
                 "--exportTimes output"
             )
-        if row["computeMs"] <= 0:
-            raise UserError(f"{path}: entry {i} has computeMs {row['computeMs']}; not a timing")
+        if not MIN_MS <= row["computeMs"] <= MAX_MS:
+            raise UserError(
+                f"{path}: entry {i} has computeMs {row['computeMs']:g}; a GPU inference takes "
+                f"{MIN_MS:g} to {MAX_MS:g} ms: not a timing"
+            )
     return [float(row["computeMs"]) for row in data]
 
 
@@ -90,6 +99,11 @@ def read_profile(path: Path) -> list[ProfiledLayer]:
         ):
             raise UserError(
                 f"{path}: entry {i} has no name and finite averageMs; not a trtexec profile"
+            )
+        if not 0 <= row["averageMs"] <= MAX_MS:
+            raise UserError(
+                f"{path}: entry {i} has averageMs {row['averageMs']:g}; a layer takes 0 to "
+                f"{MAX_MS:g} ms: not a timing"
             )
         layers.append(ProfiledLayer(row["name"], float(row["averageMs"])))
     return layers

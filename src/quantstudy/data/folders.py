@@ -8,9 +8,7 @@ study can say how many images it did not use and why.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,7 @@ from PIL import Image
 from quantstudy.data.decode import UnusableImage, to_rgb, usable_cores
 from quantstudy.record import SkippedImage
 from quantstudy.record.errors import UserError
-from quantstudy.record.readers import read_text
+from quantstudy.record.readers import not_a_file, read_text
 
 IMAGE_SUFFIXES = frozenset(
     {".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff", ".ppm", ".pgm"}
@@ -164,21 +162,9 @@ def _usable(
 
 def _not_regular(path: Path) -> str | None:
     """What `path` is when it is neither a regular file nor a folder (through symbolic links),
-    else None. Never opened: a named pipe would block its reader (and Ctrl-C with it) until a
-    writer came, a device file could be read without end."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return "a broken symbolic link"
-    except OSError as e:
-        return f"cannot be examined: {e.strerror}"
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return None
-    if stat.S_ISFIFO(mode):
-        return "a named pipe"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
+    else None; never opened (`record/readers.py: not_a_file`)."""
+    kind = not_a_file(path)
+    return None if kind in (None, "a folder") else kind
 
 
 def _decode_problem(path: Path) -> str | None:

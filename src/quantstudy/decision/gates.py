@@ -15,7 +15,8 @@ whole interval lies on the bad side, and is inconclusive otherwise. Gates:
 - "no NaN/Inf": the count of non-finite logits of every scanned engine must be 0.
 
 Missing evidence never passes: an absent section, CPU timings, random weights or a record that
-predates the numbers a gate needs make that gate inconclusive, with `missing` saying why.
+predates the numbers a gate needs make that gate inconclusive, with `missing` saying why; so
+does a value or interval that is not a finite number (`status_of`).
 Size is never a gate: a smaller artifact alone never ships.
 """
 
@@ -46,7 +47,11 @@ def speed_gate_name(batch: int | None) -> str:
 
 
 def status_of(low: float, high: float, threshold: float, direction: Direction) -> GateStatus:
-    """Where an interval lies against a threshold whose good side is `direction`."""
+    """Where an interval lies against a threshold whose good side is `direction`. An interval
+    with an end that is not a finite number (broken timings: an FP8 time that underflows makes
+    x infinite) says nothing: inconclusive, never a pass."""
+    if not all(math.isfinite(v) for v in (low, high, threshold)):
+        return GateStatus.INCONCLUSIVE
     good_low, good_high = (low, high) if direction == Direction.AT_LEAST else (-high, -low)
     t = threshold if direction == Direction.AT_LEAST else -threshold
     if good_low >= t:
@@ -103,6 +108,10 @@ def speed_gates(record: StudyRecord, policy: Policy) -> list[Gate]:
             gates.append(_unevaluated(gate, *why))
         elif bs is None:
             gates.append(_unevaluated(gate, Missing.NOT_TIMED, f"batch {batch} was not timed"))
+        elif not all(math.isfinite(v) for v in (bs.ratio.median, bs.ratio.q1, bs.ratio.q3)):
+            said = f"x {bs.ratio.median:g} [{bs.ratio.q1:g}, {bs.ratio.q3:g}]"
+            reason = f"{said} is not a finite number: the timings of batch {batch} are broken"
+            gates.append(_unevaluated(gate, Missing.NOT_MEANINGFUL, reason))
         else:
             r = bs.ratio
             gates.append(

@@ -87,7 +87,8 @@ def preset_text(name: str) -> str:
 
 
 def load_policy(name_or_path: str | Path | None) -> tuple[Policy, str]:
-    """A built-in preset by name (None: `default`) or a policy file; return it and its label."""
+    """A built-in preset by name (None: `default`) or a policy file; return it and its label
+    (`builtin:NAME`, or the file's absolute path)."""
     name = "default" if name_or_path is None else str(name_or_path)
     if name in PRESETS:
         label = f"builtin:{name}"
@@ -98,7 +99,10 @@ def load_policy(name_or_path: str | Path | None) -> tuple[Policy, str]:
             f"policy not found: {name} is neither a file nor a preset "
             f"({', '.join(PRESETS)}); omit --policy for the default"
         )
-    return parse_policy(read_text(path, "config", "policy"), str(path)), str(path)
+    # the label a record keeps is absolute: read again later (`import-trt`, the report's
+    # self-check) from another folder, a relative path would name another file or none
+    label = str(path.absolute())
+    return parse_policy(read_text(path, "config", "policy"), str(path)), label
 
 
 # --- the decision -------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from torch import nn
 from quantstudy.model.random_fill import fill_zero_layers
 from quantstudy.record import ModelInfo
 from quantstudy.record.errors import UserError
+from quantstudy.record.readers import not_a_file
 
 MappingMode = Literal["auto", "names", "ordered"]
 
@@ -103,9 +104,10 @@ def load_model(
         kind, detail, sha = "named", f"{weights}: {path}", sha256_file(path)
     else:
         path = Path(weights).expanduser()
-        if not path.is_file():
+        if (found := not_a_file(path)) is not None:  # a pipe is never opened: it would block
+            said = "no such file" if found == "missing" else f"it is {found}, not a file"
             raise UserError(
-                f"weights {weights!r}: no such file. Pass a checkpoint file (.pth/.pt/.bin/"
+                f"weights {weights!r}: {said}. Pass a checkpoint file (.pth/.pt/.bin/"
                 f".safetensors), 'cache', 'random', or a named source "
                 f"({', '.join(sorted(NAMED_SOURCES))})"
             )

@@ -39,3 +39,15 @@ def batches(text: str) -> tuple[int, ...]:
         return tuple(int(b) for b in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"batches must look like 1,32,128, not '{text}'") from None
+
+
+def positive(text: str) -> int:
+    """The argparse type of a count that must be at least 1 (`--jobs`, `--workers`): 0 or a
+    negative number is refused as the usage error it is, never read as "the default"."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value

@@ -18,6 +18,9 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +62,30 @@ class FilesystemError(UserError):
     """A write the filesystem refused; the message names the path and the fix."""
 
 
+# Folders a command rewrites in place that no option of it names (`report` and `decide` write
+# into the study folder they are given): a fault there is fixed by the phrase kept here, not by
+# an --out the command does not have. Set by `in_place`.
+_IN_PLACE: ContextVar[tuple[Path, ...]] = ContextVar("in_place", default=())
+IN_PLACE_FIX = "copy the study folder where you can write and give the command the copy"
+
+
+@contextmanager
+def in_place(folder: Path) -> Iterator[None]:
+    """Within this block, a filesystem fault below `folder` says `IN_PLACE_FIX`, not --out."""
+    token = _IN_PLACE.set((*_IN_PLACE.get(), Path(folder).absolute()))
+    try:
+        yield
+    finally:
+        _IN_PLACE.reset(token)
+
+
 def _setting_of(path: Path | str) -> str:
-    """What the user changes to move `path`: the cache variable whose folder holds it, else
-    --out (every other file the tool writes lies in the study or sweep folder)."""
+    """What the user changes to move `path`: the cache variable whose folder holds it, the
+    study folder a command rewrites in place (`in_place`), else --out (every other file the
+    tool writes lies in the study or sweep folder)."""
     where = Path(path).absolute()
+    if any(where == f or f in where.parents for f in _IN_PLACE.get()):
+        return IN_PLACE_FIX
     for var in CACHE_SETTINGS:
         root = os.environ.get(var)
         if root and (where == Path(root).absolute() or Path(root).absolute() in where.parents):
@@ -85,7 +108,8 @@ def filesystem_message(
     where = error.filename or path or "?"
     reason = error.strerror or os.strerror(error.errno)
     setting = _setting_of(where) if where != "?" else "--out"
-    other = f"give another {setting}" if setting == "--out" else f"set {setting} to another folder"
+    other = f"set {setting} to another folder" if setting.startswith("$") else setting
+    other = f"give another {setting}" if setting == "--out" else other
     if error.errno in _NO_SPACE:
         room = "raise the file size limit (ulimit -f)" if error.errno == errno.EFBIG else ""
         fix = (
@@ -93,7 +117,7 @@ def filesystem_message(
             "to resume; finished stages are kept"
         )
     elif error.errno in _NO_PERMISSION:
-        fix = f"{other} you can write"
+        fix = other if setting == IN_PLACE_FIX else f"{other} you can write"
     elif error.errno in _NOT_A_FOLDER:
         fix = f"a path on the way is a file, or a folder where a file belongs; {other}"
     elif error.errno in _CANNOT_CREATE:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
@@ -49,15 +50,61 @@ LIMITS = {
 }
 
 
+def not_a_file(path: Path | str) -> str | None:
+    """What `path` is when it is not a regular file (through symbolic links): "missing", "a
+    broken symbolic link", "a folder", "a named pipe", "a socket", "a device file", "a special
+    file" or "cannot be examined: <reason>"; None for a regular file. It looks, never opens: a
+    named pipe would block its reader (and Ctrl-C with it) until a writer came, and a device
+    file could be read without end."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link" if os.path.lexists(path) else "missing"
+    except OSError as e:
+        return f"cannot be examined: {e.strerror or e}"
+    return _kind(mode)
+
+
+def _kind(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
+
+
+def refuse_not_a_file(path: Path | str, what: str) -> None:
+    """A `UserError` of one line naming `path` and what it is, unless it is a regular file:
+    every reader of a file a user names calls this before opening it (`not_a_file`)."""
+    kind = not_a_file(path)
+    if kind is None:
+        return
+    if kind == "missing":
+        raise UserError(f"cannot read {what} {path}: it does not exist; check the path")
+    if kind.startswith("cannot"):
+        raise UserError(f"cannot read {what} {path}: it {kind}")
+    raise UserError(f"cannot read {what} {path}: it is {kind}, not a file; name a file")
+
+
 def read_bytes(path: Path | str, kind: str, what: str) -> bytes:
-    """The bytes of `path` (`what` names it in messages), refused in one line when it is larger
-    than `LIMITS[kind]` or cannot be read."""
+    """The bytes of `path` (`what` names it in messages), refused in one line when it is not a
+    regular file (`refuse_not_a_file`), is larger than `LIMITS[kind]` or cannot be read."""
     path = Path(path)
     limit = LIMITS[kind]
     too_big = f"a {kind} file is at most {limit // MiB} MiB: check it is the file you meant"
+    refuse_not_a_file(path, what)
     try:
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # non-blocking, and checked again once open: a file swapped for a pipe since the look
+        # is refused rather than waited on
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            found = os.fstat(f.fileno())
+            if (swapped := _kind(found.st_mode)) is not None:
+                raise UserError(f"cannot read {what} {path}: it is {swapped}, not a file")
+            size = found.st_size
             if size > limit:
                 raise UserError(f"{what} {path} is {size / MiB:.1f} MiB; {too_big}")
             data = f.read(limit + 1)  # a file that grows while read is still bounded

@@ -17,6 +17,7 @@ contradicts itself. `check_meaning(record)` returns what does not hold (empty: a
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from quantstudy.decision.policy import decide, load_policy, outcome_of
 from quantstudy.record import Decision, StudyRecord
@@ -58,8 +59,11 @@ def _gate_problems(decision: Decision) -> list[str]:
 def _policy_problems(record: StudyRecord, decision: Decision) -> list[str]:
     if any(g.metric is None for g in decision.gates):  # text gates of a record before schema 6
         return []
+    named = decision.policy.removeprefix(BUILTIN_PREFIX)
+    if named == decision.policy and not Path(named).is_absolute():
+        return []  # a file named relative to a folder the record does not say: not read here
     try:
-        policy, label = load_policy(decision.policy.removeprefix(BUILTIN_PREFIX))
+        policy, label = load_policy(named)
     except UserError:  # the policy file is gone: the gates are all there is to check
         return []
     again = decide(record, policy, label)

@@ -29,7 +29,7 @@ import math
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,10 +46,11 @@ from quantstudy.record.io import (
     TMP_SUFFIX,
     FilesystemError,
     filesystem_message,
+    in_place,
     make_folder,
 )
 from quantstudy.record.load import RECORD_FILE, schema_problem
-from quantstudy.record.readers import read_json
+from quantstudy.record.readers import not_a_file, read_json
 from quantstudy.report.plots import PLOT_FILES
 from quantstudy.report.render import REPORT_FILE
 
@@ -89,8 +90,9 @@ def preflight(config: StudyConfig) -> None:
         _check_out(Path(config.out))
     _check_cache_settings()
     for option, folder in (("--data", config.data), ("--calib-data", config.calib_data)):
-        if folder is not None and not Path(folder).expanduser().is_dir():
-            what = "does not exist" if not Path(folder).expanduser().exists() else "is a file"
+        kind = None if folder is None else not_a_file(Path(folder).expanduser())
+        if folder is not None and kind != "a folder":
+            what = "does not exist" if kind == "missing" else f"is {kind or 'a file'}"
             raise UserError(f"{option} {folder} {what}; pass a folder of images")
     _check_not_own_outputs(config)
     if config.class_list is not None:
@@ -209,22 +211,26 @@ def claim_study_folder(out_dir: Path, record: StudyRecord, force: bool = False) 
 
 
 @contextmanager
-def holding(study_dir: Path) -> Iterator[None]:
+def holding(study_dir: Path, option: str | None = None) -> Iterator[None]:
     """The study folder's lock, held by a command that reads and rewrites a finished record
-    (`report`, `decide`, `export`): refused at once while a run writes the folder, and no run
-    starts while it is held. A folder that is not there is left to the command to refuse."""
+    (`report`, `decide`, `export`), or by a zoo run in its `--out`: refused at once while a run
+    writes the folder, and no run starts while it is held. `option`: the command's option that
+    names another folder, said in the refusal (the study commands have none). A folder that is
+    not there is left to the command to refuse."""
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         yield
         return
-    lock = _lock(study_dir)
-    try:
-        yield
-    finally:
-        lock.close()
+    # rewritten in place (no option): a filesystem fault there names no --out
+    with in_place(study_dir) if option is None else nullcontext():
+        lock = _lock(study_dir, option)
+        try:
+            yield
+        finally:
+            lock.close()
 
 
-def _lock(out_dir: Path) -> IO[str]:
+def _lock(out_dir: Path, option: str | None = "--out") -> IO[str]:
     path = out_dir / LOCK_FILE
     try:
         lock = path.open("a+", encoding="utf-8")
@@ -240,9 +246,10 @@ def _lock(out_dir: Path) -> IO[str]:
         words = lock.read().split()  # "pid N", as the holder wrote it
         holder = " ".join(words[-2:]) if words else "pid unknown"
         lock.close()
+        other = f", or give another {option}" if option else ""
         raise UserError(
-            f"{out_dir} is in use by another quantstudy run ({holder}); wait for it to finish, "
-            "or give another --out"
+            f"{out_dir} is in use by another quantstudy run ({holder}); wait for it to "
+            f"finish{other}"
         ) from None
     lock.seek(0)
     lock.truncate()

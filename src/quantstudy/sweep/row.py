@@ -53,7 +53,10 @@ def read_row(folder: Path, row_type: type[Row], base: dict[str, Any], measure: M
     status = read_status(folder)
     base = base | {"folder": folder.name}
     if status is not None:
-        base |= {"status": RowStatus(status.status), "error": status.error}
+        # rows are read once their run is over: "running" then was left by a run killed
+        # outright, so the study is interrupted, to resume
+        said = RowStatus.INTERRUPTED if status.status == "running" else RowStatus(status.status)
+        base |= {"status": said, "error": status.error}
         base["wall_s"] = status.wall_s
     study = folder / RECORD_FILE
     if not study.is_file():

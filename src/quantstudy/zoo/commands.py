@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import get_args
 
-from quantstudy.record.command import Command, batches, command_line
+from quantstudy.record.command import Command, batches, command_line, positive
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Device, choices
 from quantstudy.sweep.events import ExecutorKind, Transfer
@@ -52,10 +52,10 @@ def _arguments(zoo: argparse.ArgumentParser) -> None:
     zoo.add_argument("--out", type=Path, default=Path("zoo"), help="zoo folder (default zoo/)")
     zoo.add_argument("--executor", choices=get_args(ExecutorKind), default="local")
     zoo.add_argument("--address", help="Ray cluster address (default: start a local one)")
-    zoo.add_argument("--workers", type=int, help="GPUs to use (default: every visible one)")
+    zoo.add_argument("--workers", type=positive, help="GPUs to use (default: every visible one)")
     zoo.add_argument(
         "--jobs",
-        type=int,
+        type=positive,
         help="studies sharing each GPU: their compiles and tile tuning overlap, every timing "
         "holds the GPU alone behind a lock file in --out (default: a study per 4 cores, at "
         "most 4, on a GPU; 1 on the CPU)",
@@ -97,6 +97,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.data is None and (args.rows is None or args.page is None):
         raise UserError("zoo needs --data DIR to run studies, or --rows DIR and --page FILE "
                         "to write the leaderboard page from the committed rows")  # fmt: skip
+    if args.page is not None and args.page.exists() and not args.page.is_file():
+        raise UserError(f"--page {args.page} is not a file; name the Markdown page to write")
     options = ZooOptions(
         data=args.data or Path("."),
         out=args.out,

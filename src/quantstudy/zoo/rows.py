@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.readers import read_json
+from quantstudy.record.readers import not_a_file, read_json
 from quantstudy.study.sources import HASHED_BY
 from quantstudy.zoo.board import ZooRow, is_answer
 
@@ -41,17 +41,37 @@ def row_file(rows: Path, model: str) -> Path:
     return rows / (re.sub(r"[^A-Za-z0-9_.-]", "_", model) + ".json")
 
 
-def read_rows(rows: Path) -> dict[str, ZooRow]:
-    """Every row in the folder `rows`, by model; a file that is not a row is a `UserError`."""
+def read_rows(rows: Path, *, required: bool = False) -> dict[str, ZooRow]:
+    """Every row in the folder `rows`, by model. A file that is not a row, and two files that
+    hold one model's row (which to show would be a guess), are a `UserError` naming them; so is
+    a `rows` that is not a folder. A missing folder has no rows (a run creates it), unless
+    `required` (the page drawn from it alone would list every model pending: a typo would
+    blank it), which refuses it, and a folder without a row, in one line."""
+    kind = not_a_file(rows)
+    if kind == "missing" and not required:
+        return {}
+    if kind != "a folder":
+        what = "does not exist" if kind == "missing" else f"is {kind or 'a file'}"
+        raise UserError(
+            f"--rows {rows} {what}; give the folder of committed rows (one JSON per model)"
+        )
     found: dict[str, ZooRow] = {}
-    for path in sorted(rows.glob("*.json")) if rows.is_dir() else []:
+    where: dict[str, Path] = {}
+    for path in sorted(rows.glob("*.json")):
         try:
             row = ZooRow.model_validate(read_json(path, "zoo row", "record"))
         except ValidationError as err:
             first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise UserError(f"{path} is not a zoo row ({where}: {first['msg']})") from None
-        found[row.model] = row
+            loc = ".".join(str(p) for p in first["loc"])
+            raise UserError(f"{path} is not a zoo row ({loc}: {first['msg']})") from None
+        if row.model in where:
+            raise UserError(
+                f"{where[row.model]} and {path} both hold the row of {row.model}; keep the one "
+                f"named {row_file(rows, row.model).name} and remove the other"
+            )
+        found[row.model], where[row.model] = row, path
+    if required and not found:
+        raise UserError(f"--rows {rows} holds no zoo row (*.json); give the committed rows folder")
     return found
 
 

@@ -20,13 +20,14 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
 
 from rich.console import Console
 
-from quantstudy.record.io import write_json_atomic, write_text_atomic
+from quantstudy.record.errors import UserError
+from quantstudy.record.io import make_folder, write_json_atomic, write_text_atomic
 from quantstudy.record.switches import lab_switches, switches_said
 from quantstudy.record.vocab import RowStatus, choices
+from quantstudy.study.guard import holding
 from quantstudy.study.sources import engine_sources_sha256
 from quantstudy.sweep.events import Executor, Job
 from quantstudy.sweep.local import default_jobs
@@ -45,7 +46,6 @@ from quantstudy.zoo.answers import AnswerProgress, answered, chain, next_refused
 from quantstudy.zoo.board import (
     Leaderboard,
     Provenance,
-    Throughput,
     ZooRow,
     collect_row,
     is_answer,
@@ -57,29 +57,36 @@ from quantstudy.zoo.points import ZooOptions, row_settings, zoo_point
 from quantstudy.zoo.render import render_csv, write_plot
 from quantstudy.zoo.rows import Current, read_rows, stale_reasons, write_row
 from quantstudy.zoo.sources import read_marker, write_marker
+from quantstudy.zoo.throughput import Timed, earlier_runs, measured_throughput
 
 Listed = list[tuple[ZooEntry, Job]]
 
 
-class Timed(NamedTuple):
-    """What a run measured: the study folders it ran, their wall seconds, studies at a time."""
-
-    folders: frozenset[str]
-    wall_s: float
-    jobs: int
-
-
 def run_zoo(options: ZooOptions, console: Console | None = None) -> int:
-    """Run the shard of `options` and write the leaderboard; returns the exit status."""
-    console = console or sweep_console()
+    """Run the shard of `options` and write the leaderboard; returns the exit status. The run
+    holds `--out`'s lock throughout (`study/guard.py: holding`): two zoo runs into one folder
+    would run the same studies at once, each reading the other's half-written folders."""
     catalogue = load_catalogue(options.models)
     device = resolve_device(options.device)
+    if options.rows is not None and device == "cpu":
+        raise UserError(
+            f"--rows {options.rows} keeps the rows measured on a GPU, and an x timed on the CPU "
+            "means nothing there: run on a GPU, or leave out --rows (the leaderboard goes to "
+            "--out)"
+        )
+    out = options.out.resolve()  # studies run in their own folders
+    make_folder(out)
+    with holding(out, "--out"):
+        return _run_zoo(options, console or sweep_console(), catalogue, device, out)
+
+
+def _run_zoo(
+    options: ZooOptions, console: Console, catalogue: Catalogue, device: str, out: Path
+) -> int:
     listed: Listed = []
     for entry in catalogue.entries:
         point = zoo_point(entry, options, device)
         listed.append((entry, Job(point, point.folder_name)))
-    out = options.out.resolve()  # studies run in their own folders
-    out.mkdir(parents=True, exist_ok=True)
     current = current_state(device)
     kept = _fresh_rows(options, listed, current, console)
     mine = [job for e, job in options.shard.take(listed) if e.name not in kept]
@@ -230,8 +237,10 @@ def row_writer(
 
 
 def _fresh(row: ZooRow, current: Current) -> bool:
-    """`row` was measured here and now: it may go into the committed rows."""
-    return row.measured is not None and not stale_reasons(row, row.measured.settings, current)
+    """`row` was measured here and now, on a GPU: it may go into the committed rows."""
+    m = row.measured
+    on_gpu = m is not None and m.environment.get("gpu_name") is not None
+    return on_gpu and m is not None and not stale_reasons(row, m.settings, current)
 
 
 def _row(entry: ZooEntry, job: Job, out: Path, triton: str | None) -> ZooRow:
@@ -249,8 +258,8 @@ def write_board(options: ZooOptions) -> int:
     run (`quantstudy zoo --rows DIR --page FILE` without --data); its provenance is the rows'
     own, so the same rows give the same page."""
     assert options.rows is not None and options.page is not None  # commands.py checks
+    committed = read_rows(options.rows, required=True)  # a typo must not blank the page
     catalogue = load_catalogue(options.models)
-    committed = read_rows(options.rows)
     rows = [committed.get(e.name) or ZooRow(model=e.name, family=e.family, folder="-")
             for e in catalogue.entries]  # fmt: skip
     stamps = [r.measured for r in rows if r.measured is not None]
@@ -340,41 +349,6 @@ def write_leaderboard(
     if options.page is not None:
         write_page(board, out, options.page)
     return board
-
-
-def measured_throughput(rows: list[ZooRow], timed: Timed) -> Throughput:
-    """The run's answered `rows` over its wall time; over those whose records say their tile
-    tuning and GPU-lock waits (schema 19), their studies' seconds and, of those, these two;
-    where every row says it (schema 22), the seconds their studies held the GPU lock."""
-    said = [r for r in rows if r.tune_s is not None and r.lock_wait_s is not None]
-
-    def total(values: list[float | None]) -> float | None:
-        return round(sum(v or 0.0 for v in values), 1) if said else None
-
-    holds = [r.lock_held_s for r in rows]
-    held = round(sum(h or 0.0 for h in holds), 1) if rows and None not in holds else None
-
-    return Throughput(
-        rows=len(rows),
-        wall_s=round(timed.wall_s, 1),
-        jobs=timed.jobs,
-        study_s=total([r.study_s for r in said]),
-        tune_s=total([r.tune_s for r in said]),
-        lock_wait_s=total([r.lock_wait_s for r in said]),
-        lock_held_s=held,
-    )
-
-
-def earlier_runs(board: Path, engine_sources: str) -> list[Throughput]:
-    """The runs the folder's last leaderboard (`board`) counted, when it was made under
-    `engine_sources`: a zoo resumed over several calls adds them up. An empty list from a
-    missing or unreadable board, or from one of other engine sources (its rows are measured
-    again)."""
-    try:
-        last = Leaderboard.model_validate_json(board.read_text())
-    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
-        return []
-    return last.provenance.runs if last.provenance.engine_sources == engine_sources else []
 
 
 def write_page(board: Leaderboard, out: Path, page: Path) -> None:

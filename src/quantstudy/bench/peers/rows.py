@@ -1,12 +1,13 @@
 """The rows of a peers record: the rows file, and adding rows to a record measured alike.
 
 A rows file names the models of one side-by-side table, each with its recipe and weights (the
-study options of the command apply to every row)::
+study options of the command apply to every row); it is a model list (`study/model_list.py`,
+whose reader also takes the older `rows:` and `model:` spellings)::
 
-    rows:
-      - {model: vit_base_patch16_224, recipe: generic_linears, weights: random}
-      - {model: resnet50, recipe: generic_dense_convs, weights: random}
-      - {model: tf_efficientnet_lite0, weights: efficientnet-lite0}   # the family's recipe
+    models:
+      - {name: vit_base_patch16_224, recipe: generic_linears, weights: random}
+      - {name: resnet50, recipe: generic_dense_convs, weights: random}
+      - {name: tf_efficientnet_lite0, weights: efficientnet-lite0}   # the family's recipe
 
 A GPU machine that gives one command a few minutes measures one or two models a command: with
 `--append` each command adds its rows to the same record, skipping the rows it holds (same
@@ -24,14 +25,13 @@ commit. Anything unlike is refused in one line.
 from __future__ import annotations
 
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import NamedTuple
 
 from quantstudy.bench.schema import PeersBench, PeersResult, Provenance, read_record
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.readers import parse_yaml, read_text
+from quantstudy.study.model_list import ModelEntry, read_model_list
 from quantstudy.study.sources import ENGINE_SOURCES
 
 # What must match for a row to join a record: provenance fields, the record's settings, and the
@@ -53,48 +53,16 @@ ROW_SOURCES = (
 Code = tuple[str | None, str | None]  # a row's commit and engine-sources hash (None: unknown)
 
 
-class PeersRow(BaseModel):
-    """One model of a rows file; a field left out takes the command's option."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str = Field(min_length=1)
-    recipe: str | None = None
-    weights: str | None = None
+def read_rows(path: Path) -> tuple[ModelEntry, ...]:
+    """The rows of a rows file (module docstring); a mistake is a `UserError` naming its line."""
+    return read_model_list(path, "rows file").entries
 
 
-class RowsFile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rows: list[PeersRow] = Field(min_length=1)
-
-
-def read_rows(path: Path) -> list[PeersRow]:
-    """The rows of a rows file (module docstring); a malformed one is a `UserError`."""
-    origin = f"rows file {path}"
-    _, data = parse_yaml(read_text(path, "config", "rows file"), origin)
-    try:
-        rows = RowsFile.model_validate(data).rows
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(map(str, first["loc"])) or "top level"
-        raise UserError(f"{origin}: {where}: {first['msg']}") from None
-    keys = [(r.model, r.weights, r.recipe) for r in rows]
-    repeated = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
-    if repeated is not None:
-        raise UserError(f"{origin}: {repeated[0]} is listed twice alike; list each row once")
-    from quantstudy.model.loading import check_listed_models  # imports torch: once it is valid
-
-    check_listed_models([r.model for r in rows], lambda i: f"{origin}: rows.{i}.model")
-    return rows
-
-
-def row_config(base: StudyConfig, row: PeersRow) -> StudyConfig:
-    """The study config of one row: the command's options, with the row's model, recipe and
-    weights."""
-    given = base.model_dump(exclude_unset=True) | {"model": row.model}
-    given |= {k: v for k, v in (("recipe", row.recipe), ("weights", row.weights)) if v}
-    return StudyConfig(**given)
+def row_config(base: StudyConfig, row: ModelEntry) -> StudyConfig:
+    """The study config of one row: the command's options, with the row's model and the study
+    options it gives (recipe, weights, strip_prefix)."""
+    own = row.model_dump(exclude={"name"}, exclude_none=True)
+    return StudyConfig(**base.model_dump(exclude_unset=True) | {"model": row.name} | own)
 
 
 def existing_record(out: Path, append: bool) -> PeersBench | None:
@@ -116,7 +84,30 @@ def _short(text: str | None, n: int = 12) -> str:
     return "unknown" if text is None else text[:n]
 
 
-def check_code(held: list[Code], new: list[Code]) -> None:
+class Sides(NamedTuple):
+    """How a refusal names the rows held, the rows added and the fix: a run adding rows to its
+    record (`RUN`), or `peers-merge` adding a file's rows to the first file's (`merging`)."""
+
+    held: str
+    new: str
+    fix: str
+    settings_fix: str  # for rows timed with other options
+
+
+RUN = Sides(
+    "the record's rows",
+    "this run",
+    "write another record (--out)",
+    "give the same options or write another record (--out)",
+)
+
+
+def merging(first: Path, other: Path) -> Sides:
+    fix = "merge only records measured alike"
+    return Sides(f"{first}'s rows", str(other), fix, fix)
+
+
+def check_code(held: list[Code], new: list[Code], sides: Sides = RUN) -> None:
     """Refuse rows of code `new` beside rows of code `held` (module docstring): two rows that
     both carry the hash must carry the same one; where either lacks it, the same commit."""
     for commit, sources in held:
@@ -124,21 +115,25 @@ def check_code(held: list[Code], new: list[Code]) -> None:
             if sources is not None and other_sources is not None:
                 if sources != other_sources:
                     raise UserError(
-                        f"the record's rows were measured with engine sources {_short(sources)} "
-                        f"(commit {_short(commit, 7)}), these with {_short(other_sources)} "
-                        f"(commit {_short(other_commit, 7)}): the code that makes the numbers "
-                        "differs; write another record (--out)"
+                        f"{sides.held} were measured with engine sources {_short(sources)} "
+                        f"(commit {_short(commit, 7)}), {sides.new}'s with "
+                        f"{_short(other_sources)} (commit {_short(other_commit, 7)}): the code "
+                        f"that makes the numbers differs; {sides.fix}"
                     )
             elif commit != other_commit:
                 raise UserError(
-                    f"the record's rows were measured at commit {_short(commit, 7)}, these at "
-                    f"{_short(other_commit, 7)}, and a row without an engine-sources hash (an "
-                    "older record) joins only rows of its own commit; write another record (--out)"
+                    f"{sides.held} were measured at commit {_short(commit, 7)}, {sides.new}'s "
+                    f"at {_short(other_commit, 7)}, and a row without an engine-sources hash (an "
+                    f"older record) joins only rows of its own commit; {sides.fix}"
                 )
 
 
 def check_alike(
-    record: PeersBench, provenance: Provenance, settings: PeersBench, code: list[Code]
+    record: PeersBench,
+    provenance: Provenance,
+    settings: PeersBench,
+    code: list[Code],
+    sides: Sides = RUN,
 ) -> None:
     """Refuse to add rows measured unlike `record`'s (module docstring): rows measured under
     `provenance` and `settings`, of the code `code` (each row's commit and sources hash)."""
@@ -146,17 +141,17 @@ def check_alike(
         old, new = getattr(record.provenance, field), getattr(provenance, field)
         if old != new:
             raise UserError(
-                f"the record's rows were measured with {field} {old}, this run has {new}: "
-                "rows side by side must be measured alike; write another record (--out)"
+                f"{sides.held} were measured with {field} {old}, {sides.new} has {new}: "
+                f"rows side by side must be measured alike; {sides.fix}"
             )
     for field in SAME_SETTINGS:
         old, new = getattr(record, field), getattr(settings, field)
         if old != new:
             raise UserError(
-                f"the record's rows were timed with {field} {old}, this run with {new}: "
-                "give the same options or write another record (--out)"
+                f"{sides.held} were timed with {field} {old}, {sides.new} with {new}; "
+                f"{sides.settings_fix}"
             )
-    check_code([row_code(record, r) for r in record.results], code)
+    check_code([row_code(record, r) for r in record.results], code, sides)
 
 
 def has_row(results: list[PeersResult], config: StudyConfig) -> bool:
@@ -185,7 +180,7 @@ def merge_records(paths: list[Path]) -> PeersBench:
     merged = records[0]
     for path, record in zip(paths[1:], records[1:], strict=True):
         code = [row_code(record, r) for r in record.results]
-        check_alike(merged, record.provenance, record, code)
+        check_alike(merged, record.provenance, record, code, merging(paths[0], path))
         held = {(r.model, r.weights, r.recipe) for r in merged.results}
         twice = next((r for r in record.results if (r.model, r.weights, r.recipe) in held), None)
         if twice is not None:
