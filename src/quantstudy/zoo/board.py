@@ -16,6 +16,8 @@ from quantstudy.record import StudyRecord
 from quantstudy.record.switches import switches_said
 from quantstudy.record.timings import HELD_SINCE, SPENT_SINCE
 from quantstudy.record.vocab import Engine, RowStatus
+from quantstudy.report.claims import XClaim
+from quantstudy.speed.stats import relative_spread
 from quantstudy.study.sources import HASHED_BY, SourcesHash
 from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
 from quantstudy.zoo.catalogue import ZooEntry
@@ -28,7 +30,10 @@ from quantstudy.zoo.catalogue import ZooEntry
 #    same engine sources (`earlier`), so a zoo resumed over several calls says what all took.
 # 5: rows carry how long their studies held the GPU lock (`lock_held_s`), and the run's
 #    throughput sums it: against the run's wall time, how busy the one GPU lock was.
-LEADERBOARD_VERSION = 5
+# 6: each batch keeps its study's speed warnings and what a table needs to mark an x
+#    (`report/claims.py`): each engine's IQR / median and the rounds; older rows read without
+#    them (None), their x still marked from its own interval and medians.
+LEADERBOARD_VERSION = 6
 
 
 class ZooBatch(Strict):
@@ -43,6 +48,25 @@ class ZooBatch(Strict):
     x_q3: float
     ideal_x: float | None = None  # None: not computed (CPU, an unknown GPU, nothing priced)
     ideal_fraction: float | None = None  # x / ideal_x
+    # Version 6 on (None: a row written before): the study's own speed warnings for this batch
+    # (`speed/stats.py: speed_warnings`), each engine's IQR / median and the timing rounds
+    warnings: list[str] | None = None
+    fp16_spread: float | None = None
+    fp8_spread: float | None = None
+    rounds: int | None = None
+
+    def claim(self) -> XClaim:
+        """What this x may claim in a table (`report/claims.py`)."""
+        return XClaim(
+            x=self.x,
+            q1=self.x_q1,
+            q3=self.x_q3,
+            fp16_ms=self.fp16_ms,
+            fp8_ms=self.fp8_ms,
+            fp16_spread=self.fp16_spread,
+            fp8_spread=self.fp8_spread,
+            rounds=self.rounds,
+        )
 
 
 class Measured(Strict):
@@ -249,6 +273,10 @@ def _measured(record: StudyRecord) -> dict[str, object]:
                 x_q3=b.ratio.q3,
                 ideal_x=ideal[b.batch].ideal_x if b.batch in ideal else None,
                 ideal_fraction=ideal[b.batch].fraction if b.batch in ideal else None,
+                warnings=list(b.warnings),
+                fp16_spread=relative_spread(b.fp16_ms),
+                fp8_spread=relative_spread(b.fp8_ms),
+                rounds=b.ratio.n,
             )
             for b in record.speed.batches
         ]

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from quantstudy.record.vocab import RowStatus
+from quantstudy.report.claims import legend
+from quantstudy.report.render import ReportCheckError
 from quantstudy.zoo.board import Leaderboard, ZooRow, summed
-from quantstudy.zoo.render import family_medians, ranked
+from quantstudy.zoo.page_check import check_page
+from quantstudy.zoo.render import family_medians, ranked, unsettled
 
 NAMED_FAMILIES = 3  # families named as paying most and least
+RANKING = (
+    "Rows are ranked by x at the largest batch where it is settled; the rows whose x there is "
+    "not settled follow in the list's order, then the rows not timed."
+)
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -14,8 +21,10 @@ def _num(value: float | None, fmt: str) -> str:
 
 
 def _x(row: ZooRow, batch: int) -> str:
+    """x and [q1, q3] with its marks (`report/claims.py`): "not settled" where the interval
+    contains 1.0, noisy engines, ms medians that disagree; a NaN reads "not measured"."""
     at = row.at(batch)
-    return "-" if at is None else f"{at.x:.2f} [{at.x_q1:.2f}, {at.x_q3:.2f}]"
+    return "-" if at is None else at.claim().cell(f"{at.x:.2f} [{at.x_q1:.2f}, {at.x_q3:.2f}]")
 
 
 def _ms(row: ZooRow, batch: int) -> tuple[str, str]:
@@ -24,10 +33,11 @@ def _ms(row: ZooRow, batch: int) -> tuple[str, str]:
 
 
 def _ideal(row: ZooRow, batch: int) -> str:
+    """The shown x as a fraction of the ideal: none for an x that is not settled, never over
+    100% (`XClaim.ideal`)."""
     at = row.at(batch)
-    if at is None or at.ideal_fraction is None or at.ideal_x is None:
-        return "-"
-    return f"{at.ideal_fraction:.0%} of {at.ideal_x:.2f}"
+    said = None if at is None else at.claim().ideal(at.ideal_x)
+    return "-" if said is None else said
 
 
 def _decision(row: ZooRow) -> str:
@@ -113,20 +123,44 @@ def _provenance(board: Leaderboard) -> list[str]:
 def _families(board: Leaderboard, batch: int) -> list[str]:
     medians = family_medians(board.rows, batch)
     if len(medians) < 2:
-        return []
+        left = _left_out(board, batch)
+        return [*left, ""] if left else []
 
     def said(items: list[tuple[str, float, int]]) -> str:
         return ", ".join(f"{f} ({x:.2f}, {n} model{'s' * (n > 1)})" for f, x, n in items)
 
     k = min(NAMED_FAMILIES, len(medians) // 2)
+    lines = [
+        f"Median x at batch {batch} per family, from the rows below whose x is settled: most "
+        f"{said(medians[:k])}; least {said(medians[-k:][::-1])}."
+    ]
+    return [*lines, *_left_out(board, batch), ""]
+
+
+def _left_out(board: Leaderboard, batch: int) -> list[str]:
+    """The timed rows that no ranking or family median counts, by name."""
+    out = unsettled(board.rows, batch)
+    if not out:
+        return []
+    names = ", ".join(r.model for r in out)
     return [
-        f"Median x at batch {batch} per family, from the rows below: most "
-        f"{said(medians[:k])}; least {said(medians[-k:][::-1])}.",
-        "",
+        f"Not settled at batch {batch} ([q1, q3] of x contains 1.0, so the rounds do not "
+        f"support the sign of the gain), not ranked and left out of the family medians: {names}."
     ]
 
 
 def render_markdown(board: Leaderboard) -> str:
+    """The page, checked against its board (`zoo/page_check.py`): a page that shows a gain its
+    rows' rounds do not support is a renderer bug, raised, never written."""
+    md = render_unchecked(board)
+    problems = check_page(md, board)
+    if problems:
+        raise ReportCheckError("zoo page failed its self-check:\n  " + "\n  ".join(problems))
+    return md
+
+
+def render_unchecked(board: Leaderboard) -> str:
+    """The page as rendered, before its self-check (what `render_markdown` checks)."""
     batches = board.batches
     last = max(batches)
     lines = ["# FP8 against fp16 per timm model", "", *_provenance(board), ""]
@@ -163,6 +197,9 @@ def render_markdown(board: Leaderboard) -> str:
             cells += [*_ms(r, b), _x(r, b)]
         cells += [_ideal(r, last), _decision(r), _timing(r), _where(board, r)]
         lines.append("| " + " | ".join(cells) + " |")
+    claims = [at.claim() for r in board.rows for b in batches if (at := r.at(b)) is not None]
+    if claims:
+        lines += ["", *legend(claims), "", RANKING]
     answers = [r for r in board.rows if r.status == RowStatus.NO_LAYER]
     if answers:
         lines += ["", "## Models with no layer where FP8 pays", ""]
