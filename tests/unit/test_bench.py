@@ -15,6 +15,7 @@ from quantstudy.bench.shapes import fp8_products
 from quantstudy.cli import main
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Activation, KernelOption
+from tests.fp8_steps import more_than_one_e4m3_step
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
@@ -205,8 +206,10 @@ def test_products_are_distinct_across_models_and_kept_per_batch():
     """`bench products` times each product once per batch, naming every model that has it and
     counting its layers across them; kxk convs come as their implicit GEMM."""
     from quantstudy.bench.products import _distinct
+    from quantstudy.study.model_list import ModelEntry
 
-    rows = _distinct(["test_vit:generic_linears", "test_vit:generic_linears"], [1, 4])
+    vit = ModelEntry(name="test_vit", recipe="generic_linears")
+    rows = _distinct([vit, vit], [1, 4])
     assert rows and {r.batch for r in rows} == {1, 4}
     one = [r for r in rows if r.batch == 1]
     assert [r.m * 4 for r in one] == [r.m for r in rows if r.batch == 4]
@@ -215,7 +218,7 @@ def test_products_are_distinct_across_models_and_kept_per_batch():
         (p.m, p.k, p.n, 2 * len(p.layers)) for p in found
     ]  # the model named twice: the same products, their layers counted twice, one model named
     assert all(r.models == ["test_vit"] and r.flop == 2.0 * r.m * r.k * r.n for r in rows)
-    convs = _distinct(["resnet18:generic_dense_convs"], [2])
+    convs = _distinct([ModelEntry(name="resnet18", recipe="generic_dense_convs")], [2])
     kxk = [r for r in convs if r.kind == "conv"]
     assert kxk and all(r.k == r.conv[0] * r.conv[3] * r.conv[4] for r in kxk)
 
@@ -298,8 +301,7 @@ def test_the_compiled_cublaslt_epilogue_rounds_once_at_most_a_step_off():
     compiled = _compiled_epilogue(Activation.GELU, True)(y16, scale).float()
     differ = (eager != compiled).float().mean().item()
     assert differ <= 2**-8, differ
-    step = (eager - compiled).abs() / eager.abs().clamp_min(2**-9)  # E4M3's subnormal step
-    assert step.max().item() <= 0.125 + 1e-6
+    assert not (far := more_than_one_e4m3_step(compiled, eager)), far
 
 
 def test_products_bad_input_is_one_line(tmp_path, capsys):

@@ -21,7 +21,7 @@ from quantstudy.bench.peers.configs import (
     peer_layers,
     torchao_refusal,
 )
-from quantstudy.bench.peers.rows import PeersRow, read_rows, row_config
+from quantstudy.bench.peers.rows import read_rows, row_config
 from quantstudy.bench.peers.table import peers_table
 from quantstudy.bench.report import render_folder
 from quantstudy.bench.schema import (
@@ -40,6 +40,7 @@ from quantstudy.record import BatchSpeed, IdealSpeed, LayerDecision, SpeedSectio
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.speed.harness import measure_speed
+from quantstudy.study.model_list import ModelEntry
 
 
 def _layer(name, op, cin, cout, kernel=(1, 1), groups=1) -> LayerDecision:
@@ -214,26 +215,30 @@ def _merge_checks(record: PeersBench, tmp_path, capsys) -> None:
 
 
 def test_rows_file_and_its_mistakes(tmp_path, capsys):
+    """A rows file is a model list (`study/model_list.py`); the older `rows:`/`model:` reads."""
     rows = tmp_path / "rows.yaml"
+    (tmp_path / "w.pth").write_bytes(b"")
     rows.write_text(
         "rows:\n  - {model: test_vit, recipe: generic_linears}\n"
-        "  - {model: test_resnet, weights: w}\n"
+        "  - {model: test_resnet, weights: w.pth}\n"
     )
     found = read_rows(rows)
-    assert found == [
-        PeersRow(model="test_vit", recipe="generic_linears"),
-        PeersRow(model="test_resnet", weights="w"),
-    ]
+    assert found == (
+        ModelEntry(name="test_vit", recipe="generic_linears"),
+        ModelEntry(name="test_resnet", weights=str(tmp_path / "w.pth")),
+    )
     base = StudyConfig(model="x", data=str(tmp_path), weights="random", calib=8, recipe="r")
     a, b = (row_config(base, r) for r in found)
     assert (a.model, a.recipe, a.weights, a.calib) == ("test_vit", "generic_linears", "random", 8)
-    assert (b.model, b.recipe, b.weights) == ("test_resnet", "r", "w")
+    assert (b.model, b.recipe, b.weights) == ("test_resnet", "r", str(tmp_path / "w.pth"))
     for text, message in (
-        ("rows: []\n", "rows: List should have at least 1 item"),
-        ("rows:\n  - {model: test_vit, recpie: x}\n", "rows.0.recpie: Extra inputs"),
-        ("rows:\n  - {model: test_vit}\n  - {model: test_vit}\n", "test_vit is listed twice"),
+        ("models: []\n", "line 1: models: is empty"),
+        ("models:\n  - {name: test_vit, recpie: x}\n", "line 2: models.0.recpie: unknown key"),
+        ("rows:\n  - {model: test_vit}\n  - {model: test_vit}\n", "rows.1.name: test_vit is"),
         # a name timm does not have, refused as the file is read, not when its row starts
-        ("rows:\n  - {model: test_vit}\n  - {model: test_vitt}\n", "rows.1.model: unknown timm"),
+        ("models:\n  - {name: test_vit}\n  - {name: test_vitt}\n", "line 3: models.1.name: unk"),
+        ("models:\n  - {name: test_vit, weights: gone.pth}\n", "models.0.weights: checkpoint"),
+        ("models:\n  - {name: test_vit, recipe: no_such}\n", "models.0.recipe: unknown recipe"),
     ):
         rows.write_text(text)
         with pytest.raises(UserError, match=message):

@@ -169,8 +169,8 @@ def _products_arguments(p: argparse.ArgumentParser) -> None:
     from quantstudy.bench.product_row import PEER_ROWS
 
     p.add_argument(
-        "rows", nargs="*", default=list(PEER_ROWS),
-        help="model[:recipe] (default: the peers rows: " + " ".join(PEER_ROWS) + ")",
+        "rows", nargs="*", default=[str(row) for row in PEER_ROWS],
+        help="model[:recipe] (default: the peers rows: " + " ".join(map(str, PEER_ROWS)) + ")",
     )  # fmt: skip
     p.add_argument("--batches", type=batches, default=(1, 128), help="default 1,128")
     p.add_argument("--sweep", action="store_true", help="also every tile on every I/O path")
@@ -190,11 +190,13 @@ def _products_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run_products(args: argparse.Namespace, context: Context) -> None:
     from quantstudy.bench.products import bench_products
+    from quantstudy.study.model_list import parse_model_args
 
     if min(args.batches) < 1:
         raise UserError(f"--batches must be at least 1, got {args.batches}")
     record = bench_products(
-        args.rows, args.batches, sweep=args.sweep, other_sums=not args.no_other_sums,
+        parse_model_args(args.rows), args.batches, sweep=args.sweep,
+        other_sums=not args.no_other_sums,
         persistent=not args.no_persistent,
         resume=args.resume, budget_s=args.budget, argv=context.argv, out=args.record,
     )  # fmt: skip

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, PrivateAttr
 
 from quantstudy.record.base import Section
+from quantstudy.study.model_list import ModelEntry
 
 CUBLASLT = "cuBLASLt"  # the variant every product is judged against (`bench/products.py`)
 # the label of a variant that sums otherwise than the engines (`ProductRow.ours_promote`): all of
@@ -16,12 +17,13 @@ OTHER_SUMS = {0: "fast-accum", 128: "promote128"}
 CUBLASLT_FAST = f"{CUBLASLT} {OTHER_SUMS[0]}"  # torch._scaled_mm with use_fast_accum
 FP16_MM, FP16_CONV = "fp16 cuBLAS", "fp16 cuDNN"  # the fp16 engine's product, by kind
 # The models of the peers rows (docs/peers.md) whose products are benched by default, and the
-# recipes they are studied with; here, where the command line reads it without torch.
+# recipes they are studied with (a model list's entries, `study/model_list.py`); here, where the
+# command line reads it without torch.
 PEER_ROWS = (
-    "vit_base_patch16_224:generic_linears",
-    "convnext_tiny:generic_linears",
-    "crossvit_9_240",
-    "resnet50:generic_dense_convs",
+    ModelEntry(name="vit_base_patch16_224", recipe="generic_linears"),
+    ModelEntry(name="convnext_tiny", recipe="generic_linears"),
+    ModelEntry(name="crossvit_9_240"),
+    ModelEntry(name="resnet50", recipe="generic_dense_convs"),
 )
 
 

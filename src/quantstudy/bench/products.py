@@ -58,6 +58,7 @@ from quantstudy.quant.formats.fp8 import to_fp8
 from quantstudy.quant.layers.fused_matmul import act_reference
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Activation
+from quantstudy.study.model_list import ModelEntry
 
 TIMED = (
     "us per call, mean of CUDA-graph replays (triton.testing.do_bench_cudagraph, rep 20 ms) after "
@@ -85,7 +86,7 @@ class Variants:
 
 
 def bench_products(
-    rows: Sequence[str],
+    rows: Sequence[ModelEntry],
     batches: Sequence[int],
     *,
     sweep: bool = False,
@@ -96,9 +97,10 @@ def bench_products(
     argv: list[str] | None = None,
     out: Path | None = None,
 ) -> ProductsBench:
-    """Time every distinct product of `rows` ("model[:recipe]") at `batches`; rows of `resume`
-    (an earlier record of the same command) are kept and not timed again. With `budget_s`, no
-    product starts after that many seconds: the record is then marked unfinished."""
+    """Time every distinct product of `rows` (models and their recipes) at `batches`; rows of
+    `resume` (an earlier record of the same command) are kept and not timed again. With
+    `budget_s`, no product starts after that many seconds: the record is then marked
+    unfinished."""
     device = need_cuda("bench products", " (kernel timings need a GPU)")
     from quantstudy.speed.ideal import peaks_for
 
@@ -112,7 +114,8 @@ def bench_products(
 
     def record(unfinished: str | None = None) -> ProductsBench:
         return ProductsBench(
-            provenance=provenance, meaningful=True, models=list(rows), batches=list(batches),
+            provenance=provenance, meaningful=True, models=[str(r) for r in rows],
+            batches=list(batches),
             peak_fp8_tflops=peaks.fp8_tflops if peaks else None,
             peak_fp16_tflops=peaks.fp16_tflops if peaks else None,
             timed=TIMED, results=results, unfinished=unfinished,
@@ -152,15 +155,15 @@ def _resumed(path: Path | None) -> list[ProductRow]:
     return old.results
 
 
-def _distinct(rows: Sequence[str], batches: Sequence[int]) -> list[ProductRow]:
+def _distinct(rows: Sequence[ModelEntry], batches: Sequence[int]) -> list[ProductRow]:
     """The untimed rows: each distinct product of the models' recipes at each batch."""
     found: dict[Key, ProductRow] = {}
-    for spec in rows:
-        model, _, recipe = spec.partition(":")
+    for entry in rows:
+        model = entry.name
         for batch in batches:
             shapes: list[Product | ConvProduct] = [
-                *fp8_products(model, recipe or None, batch),
-                *kxk_products(model, recipe or None, batch),
+                *fp8_products(model, entry.recipe, batch),
+                *kxk_products(model, entry.recipe, batch),
             ]
             for p in shapes:
                 row = _untimed(p, batch, model)

@@ -23,7 +23,7 @@ def run_peers(
         configs = [study_config()]
     else:
         rows = read_rows(args.rows)
-        args.model = rows[0].model  # the command's options, validated once with a real model
+        args.model = rows[0].name  # the command's options, validated once with a real model
         base = study_config()
         configs = [row_config(base, row) for row in rows]
     return bench_peers(
