@@ -323,12 +323,14 @@ def test_zoo_rows_keeps_its_rows_in_the_cache_seeded_without_overwriting(tmp_pat
     (committed / "a.json").write_text("committed a")
     (committed / "b.json").write_text("committed b")
     (cached / "a.json").write_text("measured a")
-    command = spec.run.replace("bash tools/device/quantstudy.sh", "echo") + " > args"
+    command = spec.run.replace("bash tools/device/quantstudy.sh", "echo >> args")
     env = {**os.environ, "JOB_BUDGET_S": "560"}
     subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, check=True)
     assert (cached / "a.json").read_text() == "measured a"
     assert (cached / "b.json").read_text() == "committed b"
-    args = (tmp_path / "args").read_text().split()
+    zoo, table = (tmp_path / "args").read_text().splitlines()
+    assert table == "tuning-table bench tuning-table"  # after the zoo: this GPU's table again
+    args = zoo.split()
     assert args[args.index("--rows") + 1] == ".cache/zoo-rows"
     assert args[args.index("--out") + 1].startswith(".cache/")
     assert args[args.index("--check-alone") + 1] == "resnet50"

@@ -116,13 +116,19 @@ def test_tiles_rank_by_programs_up_to_the_gpus_multiprocessors(monkeypatch):
 # --- The tuning path with a fake kernel and timing: what is stored, read and compiled ---------
 
 
+def fake_body(x, M, OPT, BLOCK):
+    """What a fake kernel computes, as a shipped table hashes it (`kernel_source.py`)."""
+    return x * OPT + BLOCK
+
+
 class FakeKernel:
     """Records its launches (the config's block) and its compiles ahead of timing."""
 
     cache_key = "fake kernel source"
     arg_names = ("x", "M", "OPT", "BLOCK")
 
-    def __init__(self) -> None:
+    def __init__(self, fn=fake_body) -> None:
+        self.fn = fn
         self.launched: list[int] = []
         self.warmed: list[tuple[int, bool]] = []
 
@@ -187,7 +193,12 @@ def test_a_second_process_launches_the_stored_choice_without_tuning(store: Path,
     assert (row["kernel"], row["M"], row["OPT"], row["configs"]) == ("fake", 100, 1, 3)
     assert (row["screened"], row["finalists"], row["failed"]) == (0, 3, 0)  # three: no screen
     data = json.loads(store.read_text())
-    assert data["format"] == choices.FORMAT and list(data["choices"].values()) == [{"config": 1}]
+    assert data["format"] == choices.FORMAT
+    [entry] = data["choices"].values()
+    assert entry["config"] == 1 and entry["chosen"] == str(
+        fake.configs[1]
+    )  # and what a table needs
+    assert (entry["kernel"], entry["launch"], entry["gpu"]) == ("fake", {"M": 100, "OPT": 1}, "cpu")
     choices.forget()  # what a new process finds: the file alone
     fake.kernel.launched.clear()
     assert _launch(fake) == 32 and len(timed) == 3
@@ -218,7 +229,8 @@ def test_a_store_of_another_format_or_damaged_is_cold_and_replaced(store: Path):
         choices.forget()
         assert choices.lookup(key, 4) is None
     _launch(fake)
-    assert json.loads(store.read_text())["choices"] == {key: {"config": 1}}
+    assert list(json.loads(store.read_text())["choices"]) == [key]
+    assert json.loads(store.read_text())["choices"][key]["config"] == 1
 
 
 def test_a_stored_index_holds_only_under_the_same_config_list(store: Path):

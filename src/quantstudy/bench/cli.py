@@ -17,6 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from quantstudy.bench import tuning_table
 from quantstudy.bench.peers.configs import Peer
 from quantstudy.record.command import Command, batches, command_line
 from quantstudy.record.errors import UserError
@@ -389,6 +390,11 @@ BENCHES: dict[str, Bench] = {
         _run_peers_merge,
     ),
     "report": Bench("render a folder of bench records as Markdown", _report_arguments, _run_report),
+    "tuning-table": Bench(
+        "the shipped tuning table of each GPU in a machine's store of tuned choices",
+        tuning_table.arguments,
+        tuning_table.run,
+    ),
 }
 
 

@@ -73,6 +73,8 @@ Schema history:
      engines ran, so null means what it meant before: promote128, or a lab interval its
      lab_switches name (`quant/accumulation.py: recorded`).
  22: StageTime.lock_held_s (seconds the stage held the GPU lock, zoo --jobs).
+ 23: StageTime.choices (where the stage's autotuned launches took their configs: the shipped
+     tuning table, the machine's store, or tuned; `quant/kernels/table.py`).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -82,7 +84,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 22
+SCHEMA_VERSION = 23
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -6,6 +6,7 @@ from quantstudy.record.base import Section
 
 SPENT_SINCE = 19  # the schema version whose stages say their tile tuning and lock waits
 HELD_SINCE = 22  # the schema version whose stages say how long they held the GPU lock
+CHOSEN_SINCE = 23  # the schema version whose stages say where their tiles came from
 
 
 class StageTuning(Section):
@@ -19,6 +20,24 @@ class StageTuning(Section):
     timing_s: float  # the configs' timing, with its waits for the GPU lock
 
 
+class TileChoices(Section):
+    """Where the autotuned launches first made in one stage took their configs
+    (`quant/kernels/tuning.py`: `CHOICE_LOG`, each distinct launch once per process): the
+    shipped table of this GPU (`quant/kernels/table.py`), this machine's store of earlier
+    tunes, or tuned here (those are `StageTuning.launches`)."""
+
+    table: int
+    store: int
+    tuned: int
+
+    def __add__(self, other: TileChoices) -> TileChoices:
+        return TileChoices(
+            table=self.table + other.table,
+            store=self.store + other.store,
+            tuned=self.tuned + other.tuned,
+        )
+
+
 class StageTime(Section):
     """One stage, timed with a monotonic clock around the stage's code."""
 
@@ -30,6 +49,8 @@ class StageTime(Section):
     tuning: StageTuning | None = None
     lock_wait_s: float | None = None
     lock_held_s: float | None = None
+    # (schema 23) where the stage's launches took their tiles (None: it chose none)
+    choices: TileChoices | None = None
 
 
 class TimingsSection(Section):

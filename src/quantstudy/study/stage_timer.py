@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from quantstudy.record.timing_lock import held_s, waited_s
-from quantstudy.record.timings import StageTime, StageTuning, TimingsSection
+from quantstudy.record.timings import StageTime, StageTuning, TileChoices, TimingsSection
 from quantstudy.study.cache import console
 
 
@@ -40,6 +40,7 @@ class StageTimer:
     def stage(self, name: str) -> Iterator[None]:
         """Time the body as `name`; a stage that raises is not recorded (the run failed)."""
         t0, tuned, waited, held = time.perf_counter(), len(_tune_log()), waited_s(), held_s()
+        chosen = len(_log("CHOICE_LOG"))
         yield
         seconds = round(time.perf_counter() - t0, 3)
         wait, hold = round(waited_s() - waited, 3), held_s() - held
@@ -47,6 +48,7 @@ class StageTimer:
         stage = StageTime(
             stage=name, seconds=seconds, tuning=tuning, lock_wait_s=wait or None,
             lock_held_s=round(hold, 3) if hold > 0 else None,  # None: never taken in the stage
+            choices=_choices(_log("CHOICE_LOG")[chosen:]),
         )  # fmt: skip
         self._stages.append(stage)
         if self._echo is not None:
@@ -65,11 +67,25 @@ class StageTimer:
 
 
 def _tune_log() -> list[dict[str, Any]]:
-    """This process's tile tuning log (`quant/kernels/tuning.py: TUNE_LOG`); empty while that
-    module is not loaded, for then nothing was tuned (not importing it keeps Triton out of a
-    CPU study)."""
+    """This process's tile tuning log (`quant/kernels/tuning.py: TUNE_LOG`)."""
+    return _log("TUNE_LOG")
+
+
+def _log(name: str) -> list[dict[str, Any]]:
+    """A log of `quant/kernels/tuning.py` (`TUNE_LOG`, `CHOICE_LOG`); empty while that module
+    is not loaded, for then nothing was tuned (not importing it keeps Triton out of a CPU
+    study)."""
     module = sys.modules.get("quantstudy.quant.kernels.tuning")
-    return module.TUNE_LOG if module is not None else []
+    return getattr(module, name) if module is not None else []
+
+
+def _choices(rows: list[dict[str, Any]]) -> TileChoices | None:
+    """Where the launches of `rows` (`CHOICE_LOG`'s) took their configs; None: none chose."""
+    if not rows:
+        return None
+    from quantstudy.quant.kernels.tuning import choice_counts  # loaded: it wrote the rows
+
+    return TileChoices(**choice_counts(rows))
 
 
 def _tuning(rows: list[dict[str, Any]]) -> StageTuning | None:
@@ -97,6 +113,9 @@ def _spent(stage: StageTime) -> str:
             f"tile tuning {t.launches} launches, {t.configs} configs: compile "
             f"{t.compile_s:.2f} s, timing {t.timing_s:.2f} s"
         )
+    if stage.choices is not None:
+        c = stage.choices
+        said.append(f"tiles: {c.table} from the table, {c.store} stored, {c.tuned} tuned")
     if stage.lock_wait_s is not None:
         said.append(f"GPU lock wait {stage.lock_wait_s:.2f} s")
     if stage.lock_held_s is not None:

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from quantstudy.record import StudyRecord
 from quantstudy.record.switches import switches_said
-from quantstudy.record.timings import HELD_SINCE, SPENT_SINCE
+from quantstudy.record.timings import CHOSEN_SINCE, HELD_SINCE, SPENT_SINCE, TileChoices
 from quantstudy.record.vocab import Engine, RowStatus
 from quantstudy.report.claims import XClaim
 from quantstudy.speed.stats import relative_spread
@@ -100,6 +100,9 @@ class ZooRow(StudyRow):
     tune_s: float | None = None
     lock_wait_s: float | None = None
     lock_held_s: float | None = None  # the seconds its studies held the GPU lock
+    # where its studies' autotuned launches took their tiles: the shipped table, the machine's
+    # store, tuned (`record/timings.py`); None: not recorded (a study before schema 23)
+    tile_choices: TileChoices | None = None
     # status no_layer: why FP8 has nothing to speed up, and the recipe whose study gave the
     # figures above (one that does select layers of the model); `recipe` stays the refused one.
     # Status pending or interrupted after a refusal: which fallback is to answer it.
@@ -284,12 +287,12 @@ def _measured(record: StudyRecord) -> dict[str, object]:
     if record.timings is not None:
         stages = {s.stage: s.seconds for s in record.timings.stages}
         found["stages"] = stages
-        found["build_s"] = round(sum(v for k, v in stages.items() if _is_build(k)), 3)
+        found["build_s"] = round(sum(v for k, v in stages.items() if is_build(k)), 3)
         found |= _spent(record)
     return found
 
 
-def _spent(record: StudyRecord) -> dict[str, float]:
+def _spent(record: StudyRecord) -> dict[str, object]:
     """Of the record's stage seconds, the tile tuning's, the waits for the GPU lock and the
     holds of it; none of them for a record written before its stages said so."""
     if record.timings is None or record.schema_version < SPENT_SINCE:
@@ -297,14 +300,17 @@ def _spent(record: StudyRecord) -> dict[str, float]:
     stages = record.timings.stages
     tuned = sum(s.tuning.compile_s + s.tuning.timing_s for s in stages if s.tuning is not None)
     waited = sum(s.lock_wait_s for s in stages if s.lock_wait_s is not None)
-    spent = {"tune_s": round(tuned, 3), "lock_wait_s": round(waited, 3)}
+    spent: dict[str, object] = {"tune_s": round(tuned, 3), "lock_wait_s": round(waited, 3)}
     if record.schema_version >= HELD_SINCE:
         held = sum(s.lock_held_s for s in stages if s.lock_held_s is not None)
         spent["lock_held_s"] = round(held, 3)
+    if record.schema_version >= CHOSEN_SINCE:
+        chosen = [s.choices for s in stages if s.choices is not None]
+        spent["tile_choices"] = sum(chosen, TileChoices(table=0, store=0, tuned=0))
     return spent
 
 
-def _is_build(stage: str) -> bool:
+def is_build(stage: str) -> bool:
     """An engine's build, or its compilation and tuning at a batch (`study/speed_only.py`)."""
     return stage.startswith("engine ") and (": build" in stage or ": compile" in stage)
 

@@ -5,8 +5,11 @@ One JSON file beside Inductor's cache (`engines/builders.py` sets its directory)
 per-layer kernel choice is: {"format": FORMAT, "choices": {key: {"config": index}}}. A key is
 the kernel's search space (`space_id`: GPU, Triton version, the kernel's source and its config
 list) and the launch as the autotuner keys it (`launch_key`); the entry is the chosen config's
-index in that list, valid only under the same space. A file of another format, or a damaged
-one, is a cold store: never misread, replaced by the next store.
+index in that list, valid only under the same space. Beside the index an entry keeps what a
+shipped table needs to hold the choice on another machine (`table.py`): the kernel's name and
+source hash, the launch's key values and dtypes, the GPU, Triton and the config itself; an entry
+without them (written before) still launches here. A file of another format, or a damaged one,
+is a cold store: never misread, replaced by the next store.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import hashlib
 import inspect
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import triton
@@ -62,25 +65,47 @@ def _source_id(kernel: Any) -> str:
 
 
 @functools.cache
+def device_name(device: torch.device) -> str:
+    """The GPU's name (what a shipped table is named for, `table.py`), else the device type."""
+    return str(torch.cuda.get_device_name(device)) if device.type == "cuda" else device.type
+
+
+@functools.cache
 def space_id(tuned: Tunable, device: torch.device) -> str:
     """GPU, Triton, and the kernel's source and config list: a stored index means a config only
     under all four. Once per kernel and device: every launch's key holds it."""
     blob = f"{_source_id(tuned.kernel)}|{'|'.join(str(c) for c in tuned.configs)}".encode()
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    where = device_name(device)
     return f"{where}|triton {triton.__version__}|{hashlib.sha256(blob).hexdigest()[:16]}"
 
 
-def launch_key(tuned: Tunable, args: tuple[Any, ...], meta: dict[str, Any]) -> str:
-    """The launch as Triton's autotuner keys it in memory: its key names' values (from the
-    arguments or the compile-time options), then each argument's dtype; under `space_id`."""
+class Launch(NamedTuple):
+    """A launch as the autotuner keys it: its key names' values, its arguments' dtypes, and
+    the device it runs on."""
+
+    values: dict[str, Any]
+    dtypes: list[str]
+    device: torch.device
+
+
+def launch_of(tuned: Tunable, args: tuple[Any, ...], meta: dict[str, Any]) -> Launch:
+    """The key names' values (from the arguments or the compile-time options), each argument's
+    dtype, and the device."""
     named = dict(zip(tuned.arg_names, args, strict=False))
-    values = [named[k] if k in named else meta.get(k) for k in tuned.keys]
+    values = {k: named[k] if k in named else meta.get(k) for k in tuned.keys}
     dtypes = [str(a.dtype) for a in args if hasattr(a, "dtype")]
     device = next(a.device for a in args if isinstance(a, torch.Tensor))
-    return json.dumps([space_id(tuned, device), values, dtypes])
+    return Launch(values, dtypes, device)
 
 
-def _read(path: Path) -> dict[str, dict[str, Any]]:
+def launch_key(tuned: Tunable, args: tuple[Any, ...], meta: dict[str, Any]) -> str:
+    """The launch as Triton's autotuner keys it in memory (`launch_of`), under `space_id`."""
+    launch = launch_of(tuned, args, meta)
+    values = list(launch.values.values())
+    return json.dumps([space_id(tuned, launch.device), values, launch.dtypes])
+
+
+def read_store(path: Path) -> dict[str, dict[str, Any]]:
     """The choices in `path`; none where it is absent, damaged or of another format."""
     try:
         data = json.loads(path.read_text()) if path.is_file() else {}
@@ -94,7 +119,7 @@ def _read(path: Path) -> dict[str, dict[str, Any]]:
 
 def _memory() -> dict[str, dict[str, Any]]:
     if not _MEMORY:
-        _MEMORY.append(_read(store_path()))
+        _MEMORY.append(read_store(store_path()))
     return _MEMORY[0]
 
 
@@ -105,15 +130,16 @@ def lookup(key: str, n_configs: int) -> int | None:
     return index if isinstance(index, int) and 0 <= index < n_configs else None
 
 
-def store(key: str, index: int) -> None:
+def store(key: str, index: int, about: dict[str, Any] | None = None) -> None:
     """Keep the choice in memory and on disk, merged with what other processes stored since;
-    written atomically. Where the file cannot be written the next process tunes again."""
+    written atomically. Where the file cannot be written the next process tunes again. `about`
+    is kept beside the index: what a shipped table is built from (`table.py: build_tables`)."""
     choices = _memory()
-    choices[key] = {"config": index}
+    choices[key] = {"config": index, **(about or {})}
     path = store_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        merged = {**_read(path), **choices}
+        merged = {**read_store(path), **choices}
         write_json_atomic(path, {"format": FORMAT, "choices": merged})
     except OSError:
         pass

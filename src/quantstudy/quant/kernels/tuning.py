@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from quantstudy.quant.kernels import choices, search
+from quantstudy.quant.kernels import choices, search, table
 from quantstudy.quant.kernels.tiles import Config, config_words
 from quantstudy.quant.private_api import async_compile_mode
 from quantstudy.record import timing_lock
@@ -37,7 +37,9 @@ Prune = Callable[..., list[Config]]  # Triton's early_config_prune: (configs, na
 # 1. The choice is stored per GPU, Triton version, kernel source and config list in a JSON file
 #    beside the Inductor cache (`choices.py`): a later process launches the stored config
 #    directly. (Triton's own disk cache of tuning results refuses configs with a pre-hook, and
-#    the product's sets its descriptors' block shapes.)
+#    the product's sets its descriptors' block shapes.) Before the store, the shipped table of
+#    this GPU (`table.py`, package data built from a machine's store) gives the choices a zoo
+#    run made, so a bare machine of a listed GPU tunes only what the table lacks.
 # 2. On a miss the pruned configs are compiled in parallel threads first (Triton's
 #    `AsyncCompileMode`, where the installed Triton has it), then timed.
 # 3. The timing screens every config from a short graph and times only the fastest few at full
@@ -58,6 +60,14 @@ Prune = Callable[..., list[Config]]  # Triton's early_config_prune: (configs, na
 
 TUNE_LOG: list[dict[str, Any]] = []
 _UNTIMED: list[bool] = [False]
+
+# Where each distinct launch of this process took its config, the first time it was launched
+# timed: the shipped table (`table.py`), this machine's store (`choices.py`) or tuned here.
+# A launch only ever untimed is in none (it took a config without a choice). The study record
+# counts them per stage (`record/timings.py: TileChoices`), so a run says how much it tuned.
+ORIGINS = ("table", "store", "tuned")
+CHOICE_LOG: list[dict[str, str]] = []
+_CHOSEN: set[str] = set()
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,15 +156,20 @@ def _check_key(tuned: Tuned, meta: dict[str, Any]) -> None:
 
 
 def tuned_launch(tuned: Tuned, grid: Grid, args: Args, meta: dict[str, Any]) -> Config:
-    """Launch `tuned`'s kernel: the stored choice where there is one (module comment), else tune
-    (compiling the pruned configs in parallel first) and store the choice; returns the config
-    it launched."""
+    """Launch `tuned`'s kernel: the shipped table's choice, else the stored one, where there is
+    one (module comment), else tune (compiling the pruned configs in parallel first) and store
+    the choice; returns the config it launched."""
     _check_key(tuned, meta)
     configs = tuned.configs
     key = choices.launch_key(tuned, args, meta)
-    index = choices.lookup(key, len(configs))
+    index = table.lookup(tuned, key, args, meta)
+    origin = "table"
+    if index is None:
+        index, origin = choices.lookup(key, len(configs)), "store"
     named = dict(zip(tuned.arg_names, args, strict=False))
-    if index is None and _UNTIMED[-1]:  # not stored: a timed launch of this shape still tunes
+    if index is not None:
+        _chosen(tuned, key, origin)
+    elif _UNTIMED[-1]:  # not stored: a timed launch of this shape still tunes
         index = configs.index(tuned.prune(configs, named, **meta)[0])
     if index is not None:
         config = configs[index]
@@ -174,7 +189,8 @@ def tuned_launch(tuned: Tuned, grid: Grid, args: Args, meta: dict[str, Any]) -> 
     row |= {"failed": found.failed, "threads": threads, "compile_s": round(compiled - start, 3)}
     row |= {"tune_s": round(timed - compiled, 3), "best": str(best), "tile": config_words(best)}
     _log(row)
-    choices.store(key, configs.index(best))
+    choices.store(key, configs.index(best), table.about(tuned, args, meta, best))
+    _chosen(tuned, key, "tuned")
     return best
 
 
@@ -184,6 +200,21 @@ def _launcher(tuned: Tuned, grid: Grid, args: Args, meta: dict[str, Any], config
     return functools.partial(
         tuned.kernel[grid], *_bound(tuned, args, config), **meta, **config.all_kwargs()
     )
+
+
+def _chosen(tuned: Tuned, key: str, origin: str) -> None:
+    """Note where a launch's config came from, the first time this process launches it."""
+    if key not in _CHOSEN:
+        _CHOSEN.add(key)
+        CHOICE_LOG.append({"kernel": tuned.name, "origin": origin})
+
+
+def choice_counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """`CHOICE_LOG` rows counted by where their config came from (`ORIGINS`, each present)."""
+    counts = dict.fromkeys(ORIGINS, 0)
+    for row in rows:
+        counts[row["origin"]] += 1
+    return counts
 
 
 def _log(row: dict[str, Any]) -> None:
