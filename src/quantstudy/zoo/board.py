@@ -33,7 +33,10 @@ from quantstudy.zoo.catalogue import ZooEntry
 # 6: each batch keeps its study's speed warnings and what a table needs to mark an x
 #    (`report/claims.py`): each engine's IQR / median and the rounds; older rows read without
 #    them (None), their x still marked from its own interval and medians.
-LEADERBOARD_VERSION = 6
+# 7: rows say how their engine sources were hashed (`Measured.sources_hashed`: "ast", what the
+#    code computes; a row without it was hashed by bytes and reads stale) and where their
+#    studies' launches took their tiles (`tile_choices`: the shipped table, the store, tuned).
+LEADERBOARD_VERSION = 7
 
 
 class ZooBatch(Strict):
