@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"study"},
     {"search", "bench", "sweep", "bridge"},
     {"package", "zoo"},
-    {"cli_crash"},
+    {"api", "cli_crash"},
     {"cli", "__main__"},
 ]
 ROOT = Path(quantstudy.__file__).parent

@@ -105,8 +105,10 @@ def plan_of(record: StudyRecord) -> QuantPlan:
         value = getattr(recipe, option, supported)
         if value != supported:
             raise UserError(
-                f"study {record.name}: its recipe's {option} is {value}; export writes static "
-                f"per-tensor FP8 Q/DQ and supports only {option} {supported}"
+                f"study {record.name}: its recipe's {option} is {value}; its engines are rebuilt "
+                "from its record (export, package, load_engine), which holds static per-tensor "
+                f"FP8 scales, not what {value} computed from the images: only {option} "
+                f"{supported} rebuilds"
             )
     layers = [d.name for d in recipe.selected]
     missing = [n for n in layers if not any(n in c for c in calibration.groups.values())]

@@ -19,7 +19,7 @@ measure the same model, images and FP8 plan:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import cached_property
@@ -37,7 +37,7 @@ from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.options import quant_options
 from quantstudy.recipe.schema import Recipe
-from quantstudy.record import CalibrationInfo, ModelInfo, Preprocessing
+from quantstudy.record import CalibrationInfo, ModelInfo, Preprocessing, RecipeInfo
 from quantstudy.record.errors import UserError
 from quantstudy.study.calib_stats import SharedStats, shared_stats
 from quantstudy.study.config import StudyConfig
@@ -149,17 +149,30 @@ def _calibrate(
             f"{calib_x.shape[0]} calibration images (keeps fp16 activations finite)"
         )
         info = info.model_copy(update={"weights_detail": detail})
-    layers = [d.name for d in inputs.recipe_info.selected]
     with stats_source(_shared_stats(config, inputs, device)):
-        plan = build_plan(
+        plan = calibrated_plan(
             model,
-            layers,
+            inputs.recipe,
+            inputs.recipe_info,
             lambda: batches(calib_x, config.eval_batch, device),
             inputs.example,
-            quant_options(inputs.recipe),
         )
     model.cpu()
     return plan, info
+
+
+def calibrated_plan(
+    model: nn.Module,
+    recipe: Recipe,
+    info: RecipeInfo,
+    calibration: Callable[[], Iterable[torch.Tensor]],
+    example: torch.Tensor,
+) -> QuantPlan:
+    """The FP8 plan of `recipe` (resolved against `model` as `info`): the fp32 `model`
+    calibrated over `calibration()` (on the device its batches are on), then the recipe's
+    fitting options. A study and `quantstudy.quantize` plan through here."""
+    layers = [d.name for d in info.selected]
+    return build_plan(model, layers, calibration, example, quant_options(recipe))
 
 
 def _shared_stats(
