@@ -299,9 +299,10 @@ def test_gpus_beyond_the_hosts_are_refused():
 def test_the_committed_jobs_file_reads_and_covers_the_work_waiting():
     specs = BATCH.read_jobs(TOOLS / "device" / "jobs" / "records.yaml")
     names = [s.name for s in specs]
-    # the suite's parts first (one commit), then the last package, then the product benchmark
+    # the cuBLASLt probe first (what the backend may use), then the suite's parts (one commit),
+    # the last package, the product benchmark
     suite = ["gpu-kernels", "gpu-package", "gpu-bench-data", "gpu-merge"]
-    assert names[:6] == [*suite, "res2net-package", "products"]
+    assert names[:7] == ["lt-probe", *suite, "res2net-package", "products"]
     assert {f"zoo-{i}" for i in range(1, 9)} <= set(names) and "zoo-board" in names
     assert "zoo-rows" in names
     rows = yaml.safe_load((TOOLS / "lab" / "bench" / "peers-rows.yaml").read_text())["rows"]
