@@ -40,6 +40,10 @@ ESTIMATORS = (
     "is that engine's median over the same rounds, so fp16 ms / FP8 ms need not equal x."
 )
 # What each mark means, in words only: a study report may print no number its record lacks
+X_ONLY = (
+    "x is the median over round pairs of fp16 ms / the engine's ms, over the same interleaved "
+    "rounds."
+)
 LEGEND = {
     NOT_SETTLED: "the interval [q1, q3] reaches both sides of x = one, so these rounds do not "
     "support the sign of the gain: not ranked, left out of every median and most / least claim",
@@ -168,9 +172,11 @@ def claim_of(b: BatchSpeed) -> XClaim:
     )
 
 
-def legend(claims: list[XClaim]) -> list[str]:
-    """The lines under a table: the estimators, then what each mark the table uses means."""
+def legend(claims: list[XClaim], ms_shown: bool = True) -> list[str]:
+    """The lines under a table: the estimators (`ESTIMATORS`; `X_ONLY` for a table that shows
+    no ms beside x), then what each mark the table uses means."""
     used = {t.split(" ")[0] if t.startswith("noisy") else t for c in claims for t in c.tags()}
     said = [f"*{tag}*: {why}" for tag, why in LEGEND.items() if tag in used]
-    return [ESTIMATORS + (" Marks: " + "; ".join(said) + "." if said else "")]
+    lead = ESTIMATORS if ms_shown else X_ONLY
+    return [lead + (" Marks: " + "; ".join(said) + "." if said else "")]
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from quantstudy.report.claims import legend
 from quantstudy.sweep.summary import SweepRow, SweepSummary
 
 
 def _x(row: SweepRow, batch: int) -> str:
+    """x (q1-q3) with its marks (`report/claims.py`)."""
     b = next((b for b in row.x if b.batch == batch), None)
-    return "-" if b is None else f"{b.median:.3f} ({b.q1:.3f}-{b.q3:.3f})"
+    return "-" if b is None else b.claim().cell(f"{b.median:.3f} ({b.q1:.3f}-{b.q3:.3f})")
 
 
 def _agreement(row: SweepRow) -> str:
@@ -77,6 +79,8 @@ def render_markdown(s: SweepSummary) -> str:
         cells += [_agreement(r), _num(r.kl_mean, ".4g"), _top1(r), decision]
         cells += [_num(r.study_s, ".1f"), r.folder]
         lines.append("| " + " | ".join(cells) + " |")
+    if batches:
+        lines += ["", *legend([b.claim() for r in s.rows for b in r.x])]
     failed = [r for r in s.rows if r.status == "failed"]
     if failed:
         lines += ["", "## Failed points", ""]

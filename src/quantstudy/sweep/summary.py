@@ -12,20 +12,36 @@ from typing import Any
 
 from pydantic import Field
 
-from quantstudy.record import StudyRecord
+from quantstudy.record import BatchSpeed, StudyRecord
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.vocab import Engine, KernelOption, Outcome
+from quantstudy.report.claims import XClaim
+from quantstudy.speed.stats import relative_spread
 from quantstudy.sweep.events import Job
 from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
 
 
 class BatchX(Strict):
-    """x = fp16 ms / FP8 ms at one batch: median and quartiles over the timing rounds."""
+    """x = fp16 ms / FP8 ms at one batch: median and quartiles over the timing rounds, and what
+    a table needs to mark it (`report/claims.py`); None: a sweep.json written before they were
+    kept, whose x is still marked from its own interval."""
 
     batch: int
     median: float
     q1: float
     q3: float
+    fp16_ms: float | None = None  # each engine's median over the same rounds
+    fp8_ms: float | None = None
+    fp16_spread: float | None = None  # each engine's IQR / median
+    fp8_spread: float | None = None
+    rounds: int | None = None
+    warnings: list[str] | None = None  # the study's own (`speed/stats.py: speed_warnings`)
+
+    def claim(self) -> XClaim:
+        return XClaim(
+            x=self.median, q1=self.q1, q3=self.q3, fp16_ms=self.fp16_ms, fp8_ms=self.fp8_ms,
+            fp16_spread=self.fp16_spread, fp8_spread=self.fp8_spread, rounds=self.rounds,
+        )  # fmt: skip
 
 
 class SweepRow(StudyRow):
@@ -87,10 +103,7 @@ def _measured(record: StudyRecord) -> dict[str, Any]:
     if record.recipe is not None:
         found["calibrator"] = record.recipe.calibrator
     if record.speed is not None:
-        found["x"] = [
-            BatchX(batch=b.batch, median=b.ratio.median, q1=b.ratio.q1, q3=b.ratio.q3)
-            for b in record.speed.batches
-        ]
+        found["x"] = [_batch_x(b) for b in record.speed.batches]
     if record.quality is not None:
         fp8 = next((e for e in record.quality.engines if e.engine == Engine.FP8), None)
         found["quality_meaningful"] = record.quality.meaningful
@@ -107,18 +120,41 @@ def _measured(record: StudyRecord) -> dict[str, Any]:
     return found
 
 
+def _batch_x(b: BatchSpeed) -> BatchX:
+    return BatchX(
+        batch=b.batch,
+        median=b.ratio.median,
+        q1=b.ratio.q1,
+        q3=b.ratio.q3,
+        fp16_ms=b.fp16_ms.median,
+        fp8_ms=b.fp8_ms.median,
+        fp16_spread=relative_spread(b.fp16_ms),
+        fp8_spread=relative_spread(b.fp8_ms),
+        rounds=b.ratio.n,
+        warnings=list(b.warnings),
+    )
+
+
+def _none_why(complete: int, shipping: int) -> str:
+    """Why no study of a model is best."""
+    if shipping:
+        return f"none of {shipping} shipping studies has a settled x at its largest batch"
+    if complete:
+        return f"none of {complete} complete studies ships under the policy"
+    return "no study of this model completed"
+
+
 def best_per_model(rows: list[SweepRow]) -> list[ModelBest]:
-    """Per model, the shipping study with the largest x at the largest batch."""
+    """Per model, the shipping study with the largest x at the largest batch, among those whose
+    x there is settled (`report/claims.py`: an x whose rounds do not support its sign is not
+    ranked)."""
     best = []
     for model in dict.fromkeys(r.model for r in rows):
         mine = [r for r in rows if r.model == model and r.status == "complete"]
-        ships = [r for r in mine if r.decision == Outcome.SHIP and r.x_last is not None]
+        shipping = [r for r in mine if r.decision == Outcome.SHIP and r.x_last is not None]
+        ships = [r for r in shipping if r.x_last is not None and r.x_last.claim().settled]
         if not ships:
-            why = (
-                f"none of {len(mine)} complete studies ships under the policy"
-                if mine
-                else "no study of this model completed"
-            )
+            why = _none_why(len(mine), len(shipping))
             best.append(ModelBest(model=model, folder=None, why=why))
             continue
         top = max(ships, key=lambda r: (r.x_last.median, r.agreement or 0.0))  # type: ignore[union-attr]
@@ -127,6 +163,8 @@ def best_per_model(rows: list[SweepRow]) -> list[ModelBest]:
         why = (
             f"ships; largest median x at batch {x.batch} ({x.median:.3f}) of {len(ships)} shipping"
         )
+        if len(ships) < len(shipping):
+            why += f" with a settled x ({len(shipping) - len(ships)} more, x not settled)"
         best.append(
             ModelBest(
                 model=model,

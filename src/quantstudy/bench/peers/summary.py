@@ -4,6 +4,10 @@ Per model, the median x at each batch of our engines (`fused`, `fastest`, whatev
 timed) and of torchao's best config at that batch, and how far our best engine is ahead of
 torchao's best (negative: behind). A cell the row did not time is a dash; a model torchao
 refused entirely says so. Every figure is a field of the record, as in `table.py`'s full table.
+
+Each x is read through `report/claims.py`: one whose [q1, q3] contains 1.0 is marked "not
+settled" and takes no part in "best" or "ahead" (where no engine's x at a batch is settled,
+the cell says so); the estimator is stated under the table.
 """
 
 from __future__ import annotations
@@ -11,11 +15,13 @@ from __future__ import annotations
 from quantstudy.bench.peers.configs import LABEL
 from quantstudy.bench.schema import PeerEngine, PeersBench, PeersResult
 from quantstudy.record.vocab import PeerFamily
+from quantstudy.report.claims import NOT_SETTLED, XClaim, claim_of, legend
 from quantstudy.report.format import table
 
 
 def summary_table(rec: PeersBench) -> list[str]:
-    """One line per model: our engines' x, torchao's best x, our lead over it, per batch."""
+    """One line per model: our engines' x, torchao's best x, our lead over it, per batch; then
+    the estimator and the marks the table uses."""
     ours = list(dict.fromkeys(e.name for r in rec.results for e in r.engines if _ours(e)))
     batches = " / ".join(str(b) for b in rec.batches)
     head = [
@@ -24,36 +30,41 @@ def summary_table(rec: PeersBench) -> list[str]:
         f"best torchao x at {batches}",
         "our best engine ahead of it",
     ]
-    return table(head, [_line(rec.batches, ours, r) for r in rec.results])
+    claims = [c for r in rec.results for e in r.engines for c in _claims(e).values()]
+    lines = table(head, [_line(rec.batches, ours, r) for r in rec.results])
+    return [*lines, "", *legend(claims, ms_shown=False)]
 
 
 def _line(batches: list[int], ours: list[str], r: PeersResult) -> list[str]:
-    by_name = {e.name: _medians(e) for e in r.engines}
+    by_name = {e.name: _claims(e) for e in r.engines}
     cells = [" / ".join(_fmt(by_name.get(name, {}).get(b)) for b in batches) for name in ours]
     theirs = [e for e in r.engines if e.family == PeerFamily.TORCHAO and e.speed is not None]
     if not theirs:
         return [f"{r.model} ({r.recipe})", *cells, "refused", "-"]
     best_theirs: list[tuple[float, str] | None] = []
-    leads = []
+    xs, leads = [], []
     for b in batches:
-        timed = [(x, e.name.removeprefix(LABEL)) for e in theirs if (x := _medians(e).get(b))]
-        best = max(timed, default=None)
+        found = [(c, e.name.removeprefix(LABEL)) for e in theirs if (c := _claims(e).get(b))]
+        best = max(((c.x, name) for c, name in found if c.settled), default=None)
         best_theirs.append(best)
-        mine = [x for name in ours if (x := by_name.get(name, {}).get(b)) is not None]
-        leads.append(f"{max(mine) / best[0] - 1:+.0%}" if best and mine else "-")
+        xs.append(f"{best[0]:.2f}" if best else NOT_SETTLED if found else "-")
+        mine = [c for name in ours if (c := by_name.get(name, {}).get(b)) is not None]
+        sure = [c.x for c in mine if c.settled]
+        lead = f"{max(sure) / best[0] - 1:+.0%}" if best and sure else "-"
+        leads.append(NOT_SETTLED if lead == "-" and (found or mine) else lead)
     names = list(dict.fromkeys(best[1] for best in best_theirs if best))
-    xs = " / ".join(_fmt(best[0] if best else None) for best in best_theirs)
-    return [f"{r.model} ({r.recipe})", *cells, f"{xs} ({', '.join(names)})", " / ".join(leads)]
+    said = " / ".join(xs) + (f" ({', '.join(names)})" if names else "")
+    return [f"{r.model} ({r.recipe})", *cells, said, " / ".join(leads)]
 
 
 def _ours(e: PeerEngine) -> bool:
     return e.family == PeerFamily.QUANTSTUDY
 
 
-def _medians(e: PeerEngine) -> dict[int, float]:
-    """The engine's median x by batch; none for the fp16 engine."""
-    return {b.batch: b.ratio.median for b in e.speed.batches} if e.speed is not None else {}
+def _claims(e: PeerEngine) -> dict[int, XClaim]:
+    """The engine's x by batch, each with its claim; none for the fp16 engine."""
+    return {b.batch: claim_of(b) for b in e.speed.batches} if e.speed is not None else {}
 
 
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
+def _fmt(claim: XClaim | None) -> str:
+    return "-" if claim is None else claim.cell(f"{claim.x:.2f}")

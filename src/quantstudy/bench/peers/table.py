@@ -14,6 +14,7 @@ from quantstudy.bench.peers.summary import summary_table
 from quantstudy.bench.schema import PeerEngine, PeersBench, PeersResult, RowPhase
 from quantstudy.record import BatchSpeed, TimingStats
 from quantstudy.record.vocab import PeerFamily
+from quantstudy.report.claims import NOT_SETTLED, claim_of, legend
 from quantstudy.report.format import code, fmt_ms, fmt_ratio, fmt_sig, table
 
 
@@ -60,7 +61,10 @@ def peers_section(name: str, rec: PeersBench, provenance: list[str]) -> list[str
         "",
     ]
     parts = [line for r in rec.results if r.phases for line in ["", *phase_table(r)]]
-    return [*lines, *summary_table(rec), "", *peers_table(rec), *parts, ""]
+    claims = [claim_of(b) for r in rec.results for e in r.engines if e.speed
+              for b in e.speed.batches]  # fmt: skip
+    peers = [*peers_table(rec), "", *legend(claims, ms_shown=False)]
+    return [*lines, *summary_table(rec), "", *peers, *parts, ""]
 
 
 def _model_rows(batches: list[int], r: PeersResult) -> tuple[list[list[str]], list[str]]:
@@ -101,8 +105,8 @@ def _fp16_speeds(r: PeersResult) -> dict[int, BatchSpeed]:
 def _x_cells(batches: list[int], e: PeerEngine, fp16: dict[int, BatchSpeed]) -> list[str]:
     if e.speed is None:  # the fp16 engine: its own time, against which the others are x
         return [f"{fmt_ms(fp16[b].fp16_ms.median)} ms" if b in fp16 else "-" for b in batches]
-    found = {b.batch: b.ratio for b in e.speed.batches}
-    return [_x(t) if (t := found.get(b)) else "-" for b in batches]
+    found = {b.batch: b for b in e.speed.batches}
+    return [claim_of(t).cell(_x(t.ratio)) if (t := found.get(b)) else "-" for b in batches]
 
 
 def _x(t: TimingStats) -> str:
@@ -110,11 +114,24 @@ def _x(t: TimingStats) -> str:
 
 
 def _ideal_cells(batches: list[int], e: PeerEngine) -> list[str]:
-    ideal = {i.batch: i for i in (e.speed.ideal or [])} if e.speed is not None else {}
-    return [
-        f"{fmt_ratio(i.ideal_x)} ({100 * i.fraction:.0f}%)" if (i := ideal.get(b)) else "-"
-        for b in batches
-    ]
+    """The ideal x and the fraction of it reached: withheld for an x that is not settled, and
+    never over 100% (`report/claims.py`)."""
+    if e.speed is None:
+        return ["-"] * len(batches)
+    ideal = {i.batch: i for i in e.speed.ideal or []}
+    claims = {b.batch: claim_of(b) for b in e.speed.batches}
+    cells = []
+    for b in batches:
+        i, claim = ideal.get(b), claims.get(b)
+        if i is None:
+            cells.append("-")
+        elif claim is not None and not claim.settled:
+            cells.append(f"{fmt_ratio(i.ideal_x)} (x {NOT_SETTLED})")
+        elif i.fraction >= 1:
+            cells.append(f"{fmt_ratio(i.ideal_x)} (reached or passed)")
+        else:
+            cells.append(f"{fmt_ratio(i.ideal_x)} ({100 * i.fraction:.0f}%)")
+    return cells
 
 
 def _agreement(e: PeerEngine) -> str:
