@@ -305,7 +305,7 @@ def test_the_committed_jobs_file_reads_and_covers_the_work_waiting():
     assert names[:7] == ["lt-probe", *suite, "res2net-package", "products"]
     assert {f"zoo-{i}" for i in range(1, 9)} <= set(names) and "zoo-board" in names
     assert "zoo-rows" in names
-    rows = yaml.safe_load((TOOLS / "lab" / "bench" / "peers-rows.yaml").read_text())["rows"]
+    rows = yaml.safe_load((TOOLS / "lab" / "bench" / "peers-rows.yaml").read_text())["models"]
     peers = [f"peers-{i}" for i in range(1, len(rows) + 1)]
     assert [n for n in names if n.startswith("peers-")] == [*peers, "peers-merge"]
     assert set(next(s for s in specs if s.name == "peers-merge").after) == set(peers)
