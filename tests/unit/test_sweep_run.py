@@ -1,6 +1,7 @@
 """Real sweeps on the CPU: three studies of a tiny random-weight model on a few generated images,
 through the local executor and through Ray on a local cluster (127.0.0.1), a sweep stopped
-mid-way and resumed, and a grid point with a bad recipe that fails while the others finish."""
+mid-way and resumed, and a grid point whose recipe fails on its model (a family recipe naming
+layers the model lacks) while the others finish."""
 
 from __future__ import annotations
 
@@ -52,7 +53,9 @@ def sweep_dir(tmp_path_factory) -> Path:
         recipes="[generic_pointwise]", calibrators="calibrators: [max, percentile, mse]"
     )
     (root / "three.yaml").write_text(three)
-    bad = SWEEP.format(recipes="[generic_pointwise, no_such_recipe]", calibrators="")
+    # xception's family recipe names a stem that an EfficientNet lacks: it loads as the file is
+    # read, and fails in its study (an unknown recipe is refused as the file is read)
+    bad = SWEEP.format(recipes="[generic_pointwise, xception_pointwise]", calibrators="")
     (root / "bad.yaml").write_text(bad)
     return root
 
@@ -168,10 +171,10 @@ def test_stopped_sweep_resumes_and_a_bad_recipe_fails_alone(sweep_dir, capsys):
     point = json.loads((good / "point.json").read_text())
     assert point["status"] == "complete" and point["attempts"] == 2
     assert "resumed stress-fp32" in (good / "run.log").read_text()
-    (bad,) = out.glob("*no_such_recipe*")
+    (bad,) = out.glob("*xception_pointwise*")
     failed = json.loads((bad / "point.json").read_text())
-    assert failed["status"] == "failed" and "no_such_recipe" in failed["error"]
-    assert "no_such_recipe" in (bad / "run.log").read_text()
+    assert failed["status"] == "failed" and "'stem' matches no conv2d" in failed["error"]
+    assert "xception_pointwise" in (bad / "run.log").read_text()
     md = (out / "sweep.md").read_text()
     assert "## Failed points" in md and failed["error"] in md
 

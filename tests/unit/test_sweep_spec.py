@@ -65,7 +65,7 @@ def test_grid_is_the_product_with_family_defaults_and_per_model_recipes(tmp_path
         "generic_all",
     }
     assert {p.recipe for p in points if p.config.model == "test_resnet"} == {"generic_dense_convs"}
-    assert spec.data == str((tmp_path / "images").resolve())  # relative to the sweep file
+    assert spec.settings["data"] == str((tmp_path / "images").resolve())  # relative to the file
     assert len({p.folder_name for p in points}) == len(points)
 
 
@@ -103,7 +103,7 @@ def test_editing_a_recipe_file_gives_new_folders(tmp_path):
         ),
         (
             GOOD.replace("    weights: random\n", "    weigths: random\n"),
-            "line 4: models.1.weigths: unknown key 'weigths' (known: name, weights, strip_prefix,",
+            "line 4: models.1.weigths: unknown key 'weigths' (known: name, weights, recipe, s",
         ),
         (GOOD.replace("seeds: [0, 1]", "seeds: [0, 0]"), "line 8: seeds: 0 is listed twice"),
         (GOOD.replace("calib: 4", "calib: -4"), "line 10: calib: Input should be greater than 0"),

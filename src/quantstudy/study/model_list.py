@@ -175,14 +175,15 @@ def with_paths(entry: ModelEntry, base: Path) -> ModelEntry:
     runs in its own folder)."""
     changes = {}
     weights = entry.weights
-    if weights is not None and weights not in WEIGHT_WORDS and _is_path(weights, base):
+    if weights is not None and weights not in WEIGHT_WORDS and is_path(weights, base):
         changes["weights"] = str((base / weights).resolve())
     if entry.recipe is not None and _recipe_is_file(entry.recipe):
         changes["recipe"] = str((base / entry.recipe).resolve())
     return entry.model_copy(update=changes)
 
 
-def _is_path(weights: str, base: Path) -> bool:
+def is_path(weights: str, base: Path) -> bool:
+    """Whether `weights` names a file (rather than a word or named source)."""
     return "/" in weights or "\\" in weights or (base / weights).is_file()
 
 
@@ -195,23 +196,31 @@ def check_models(entries: Sequence[tuple[int, ModelEntry]], at: Callable[[Loc], 
     """Every model known to timm, every recipe loadable and every checkpoint file present, so a
     list that would fail in its studies fails as it is read, `--dry-run` too; `at((i, field))`
     names entry i's field. Imports torch and timm."""
-    from quantstudy.model.loading import NAMED_SOURCES, check_model_name
+    from quantstudy.model.loading import check_model_name
 
     for i, entry in entries:
         _refused(check_model_name, entry.name, at((i, "name")))
         if entry.recipe is not None:
             _refused(load_recipe, entry.recipe, at((i, "recipe")))
-        weights = entry.weights
-        if weights is None or weights in WEIGHT_WORDS or weights in NAMED_SOURCES:
-            continue
-        kind = not_a_file(weights)
-        if kind is not None:
-            said = "does not exist" if kind == "missing" else f"is {kind}, not a file"
-            raise UserError(
-                f"{at((i, 'weights'))}: checkpoint {weights} {said} (files are relative to the "
-                "list); give a checkpoint file, 'cache', 'random' or a named source "
-                f"({', '.join(sorted(NAMED_SOURCES))})"
-            )
+        if entry.weights is not None:
+            check_weights(entry.weights, at((i, "weights")))
+
+
+def check_weights(weights: str, where: str) -> None:
+    """`weights` names random or cached weights, a named source or a checkpoint file that is
+    there (`where` says whose); imports torch."""
+    from quantstudy.model.loading import NAMED_SOURCES
+
+    if weights in WEIGHT_WORDS or weights in NAMED_SOURCES:
+        return
+    kind = not_a_file(weights)
+    if kind is not None:
+        said = "does not exist" if kind == "missing" else f"is {kind}, not a file"
+        raise UserError(
+            f"{where}: checkpoint {weights} {said} (files are relative to the list); give a "
+            f"checkpoint file, 'cache', 'random' or a named source "
+            f"({', '.join(sorted(NAMED_SOURCES))})"
+        )
 
 
 def _refused(check: Callable[[str], object], value: str, where: str) -> None:
@@ -261,6 +270,9 @@ def problem(err: ValidationError, lines: dict[Loc, int], origin: str, key: str =
         message = f"required key {loc[-1]!r} is missing"
     elif kind == "too_short":
         message = "is empty: list at least one"
+    elif kind in ("literal_error", "enum"):
+        expected = first.get("ctx", {}).get("expected", "")
+        message = f"{first['input']!r} is not allowed (known: {expected})"
     else:
         message = str(first["msg"]).removeprefix("Value error, ")
         if kind != "value_error":

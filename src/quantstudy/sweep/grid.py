@@ -12,9 +12,10 @@ import itertools
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.family import architecture_of
@@ -24,6 +25,7 @@ from quantstudy.record.vocab import Calibrator
 from quantstudy.sweep.spec import DEFAULT_RECIPE, SweepSpec
 
 DERIVED_RECIPE = "recipe.yaml"  # in a point's folder: its recipe with the sweep's calibrator
+FIXED_AXES = ("recipe", "seed", "fp8_kernel")  # every point's folder name and label say these
 
 
 class GridPoint(BaseModel):
@@ -37,6 +39,9 @@ class GridPoint(BaseModel):
     config: StudyConfig
     calibrator: Calibrator | None = None  # None: the recipe's own
     recipe_sha256: str | None = None  # of a recipe file's bytes when the grid was expanded
+    # the sweep's axes beyond `FIXED_AXES`, named in the point's label; not part of its key (a
+    # point's settings are its config), so a folder's name is the same however it was swept
+    swept: tuple[str, ...] = Field((), exclude=True)
 
     @property
     def recipe(self) -> str:
@@ -67,7 +72,8 @@ class GridPoint(BaseModel):
         """Short name for progress lines: model / recipe / calibrator / seed / kernel."""
         c = self.config
         parts = (c.model, _recipe_name(self.recipe), self.calibrator or "own", f"s{c.seed}")
-        return " / ".join((*parts, str(c.fp8_kernel)))
+        more = [f"{o}={getattr(c, o)}" for o in self.swept]
+        return " / ".join((*parts, str(c.fp8_kernel), *more))
 
     def recipe_arg(self, folder: Path) -> str:
         """The recipe of this point's study; writes the derived recipe when the sweep sets the
@@ -107,43 +113,39 @@ def _recipe_name(recipe: str) -> str:
 
 
 def expand(spec: SweepSpec, device: str) -> list[GridPoint]:
-    """The grid, in the order models x recipes x calibrators x seeds x kernels."""
+    """The grid, in the order models x recipes x calibrators x seeds x kernels x the other
+    axes (`spec.axes`); every point's config takes the sweep's study options as they are, so a
+    study option needs nothing here to be shared or swept."""
     points = []
+    calibrators: list[Calibrator | None] = [*spec.calibrators] if spec.calibrators else [None]
+    swept = tuple(o for o in spec.axes if o not in FIXED_AXES)
     for m in spec.models:
-        recipes = [
-            default_recipe_for(m.name) if r == DEFAULT_RECIPE else r
-            for r in (m.recipes or spec.recipes)
-        ]
-        calibrators: list[Calibrator | None] = [*spec.calibrators] if spec.calibrators else [None]
-        for recipe, calibrator, seed, kernel in itertools.product(
-            dict.fromkeys(recipes), calibrators, spec.seeds, spec.fp8_kernels
+        own = m.model_dump(exclude={"name", "recipe"}, exclude_none=True)
+        recipes = [m.recipe] if m.recipe is not None else spec.axes["recipe"]
+        recipes = [default_recipe_for(m.name) if r == DEFAULT_RECIPE else r for r in recipes]
+        axes = {**spec.axes, "recipe": tuple(dict.fromkeys(recipes))}
+        for recipe, calibrator, *values in itertools.product(
+            axes["recipe"], calibrators, *(axes[o] for o in axes if o != "recipe")
         ):
-            config = StudyConfig(
-                model=m.name,
-                weights=m.weights,
-                strip_prefix=m.strip_prefix,
-                recipe=recipe,
-                seed=seed,
-                fp8_kernel=kernel,
-                data=spec.data,
-                calib_data=spec.calib_data,
-                class_list=spec.class_list,
-                calib=spec.calib,
-                heldout=spec.heldout,
-                batches=tuple(spec.batches),
-                policy=spec.policy,
-                device=device,
-                compile_mode=spec.compile_mode,
-                speed=spec.speed,
-                quality=spec.quality,
-                test_settings=spec.test_settings,
-            )
+            chosen = dict(zip([o for o in axes if o != "recipe"], values, strict=True))
+            fields = spec.settings | own | chosen | {"recipe": recipe}
+            config = _config(fields | {"model": m.name, "device": device}, spec.source)
             sha = recipe_file_sha256(recipe)
-            points.append(GridPoint(config=config, calibrator=calibrator, recipe_sha256=sha))
+            points.append(
+                GridPoint(config=config, calibrator=calibrator, recipe_sha256=sha, swept=swept)
+            )
     names = [p.folder_name for p in points]
     if len(set(names)) != len(names):
         raise UserError("two grid points have the same settings; list each value once")
     return points
+
+
+def _config(fields: dict[str, Any], source: str) -> StudyConfig:
+    """One point's config; options that do not go together are refused naming the file."""
+    try:
+        return StudyConfig(**fields)
+    except UserError as err:
+        raise UserError(f"{source}: the study of {fields['model']}: {err}") from None
 
 
 def recipe_file_sha256(recipe: str) -> str | None:

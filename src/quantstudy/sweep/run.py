@@ -65,7 +65,9 @@ def _state(out: Path, job: Job) -> str:
 
 def grid_table(jobs: list[Job], out: Path) -> Table:
     table = Table(title=f"grid: {len(jobs)} studies", title_justify="left")
-    for col in ("#", "model", "weights", "recipe", "calibrator", "seed", "kernel", "state"):
+    swept = list(dict.fromkeys(o for job in jobs for o in job.point.swept))
+    columns = ("#", "model", "weights", "recipe", "calibrator", "seed", "kernel", *swept, "state")
+    for col in columns:
         table.add_column(col)
     for i, job in enumerate(jobs, 1):
         p, c = job.point, job.point.config
@@ -78,6 +80,7 @@ def grid_table(jobs: list[Job], out: Path) -> Table:
             p.calibrator or "recipe's own",
             str(c.seed),
             str(c.fp8_kernel),
+            *(str(getattr(c, o)) for o in swept),
             _state(out, job),
         )
     return table
@@ -137,7 +140,6 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> int:
     device = resolve_device(spec.device)
     jobs = [Job(p, p.folder_name) for p in expand(spec, device)]
     out = options.out.resolve()  # studies run in other working directories
-    out.mkdir(parents=True, exist_ok=True)
     todo = [j for j in jobs if not is_finished(out / j.folder)]
     executor, workers = make_executor(
         options.executor, device, options.address, options.transfer, options.workers
@@ -148,8 +150,9 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> int:
         f"{len(todo)} to run on {device}; out: {out}"
     )
     console.print(estimate([j.point for j in todo], out, min(workers, max(1, len(todo)))).line())
-    if options.dry_run:
+    if options.dry_run:  # nothing written: a dry run leaves no folder behind
         return 0
+    out.mkdir(parents=True, exist_ok=True)
     interrupted = run_jobs(todo, out, executor, console)
     summary = write_summary(options, jobs, device, executor.description or options.executor)
     console.print(_counts_line(summary))
