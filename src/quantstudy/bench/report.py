@@ -21,7 +21,6 @@ from quantstudy.bench.schema import (
     EngineSpeed,
     GemmBench,
     KernelsBench,
-    LoggedBatch,
     PeersBench,
     ProductsBench,
     PublishedBench,
@@ -30,10 +29,11 @@ from quantstudy.bench.schema import (
     SpeedResult,
     read_folder,
 )
+from quantstudy.bench.speed_claims import engine_claims, logged_claim, x_cell
 from quantstudy.record import TimingStats
 from quantstudy.record.io import write_text_atomic
 from quantstudy.record.vocab import Engine, KernelGroup, KernelOption
-from quantstudy.report.claims import XClaim, claim_of, legend
+from quantstudy.report.claims import claim_of, legend
 from quantstudy.report.format import code, table
 
 REPORT_NAME = "README.md"
@@ -150,25 +150,8 @@ def _provenance(rec: Record) -> list[str]:
 # --- speed ---------------------------------------------------------------------------------
 
 
-def _claims(e: EngineSpeed) -> list[tuple[int, XClaim]]:
-    """Each batch's x of the engine with its claim (`report/claims.py`), a logged one too."""
-    found = [(b.batch, claim_of(b)) for b in e.speed.batches] if e.speed is not None else []
-    return found + [(b.batch, _logged_claim(b)) for b in e.logged or []]
-
-
-def _logged_claim(b: LoggedBatch) -> XClaim:
-    return XClaim(
-        x=b.ratio_median, q1=b.ratio_q1, q3=b.ratio_q3, fp16_ms=b.fp16_ms, fp8_ms=b.fp8_ms
-    )
-
-
-def _x_cell(claim: XClaim) -> str:
-    """x [q1-q3] with its marks: "not settled" where [q1, q3] contains 1.0, noisy engines."""
-    return claim.cell(f"{claim.x:.2f} [{claim.q1:.2f}-{claim.q3:.2f}]")
-
-
 def _fused_ratios(r: SpeedResult, e: EngineSpeed) -> Iterable[tuple[int, str]]:
-    return ((batch, _x_cell(claim)) for batch, claim in _claims(e))
+    return ((batch, x_cell(claim)) for batch, claim in engine_claims(e))
 
 
 def _speed_summary(speed: list[tuple[str, SpeedBench]]) -> list[str]:
@@ -187,7 +170,8 @@ def _speed_summary(speed: list[tuple[str, SpeedBench]]) -> list[str]:
         for x, name in rows[(model, batch, kernel)]
     ]
     head = ["model", "batch", "FP8 kernel", "x median [q1-q3]", "record"]
-    claims = [c for _, rec in speed for r in rec.results for e in r.engines for _, c in _claims(e)]
+    claims = [c for _, rec in speed for r in rec.results for e in r.engines
+              for _, c in engine_claims(e)]  # fmt: skip
     return [
         "### Every measured x per model and batch, newest first",
         "",
@@ -258,7 +242,7 @@ def _speed_section(name: str, rec: SpeedBench) -> list[str]:
         "kernels fp16/FP8",
     ]
     rows = [row for r in rec.results for e in r.engines for row in _speed_rows(r, e)]
-    claims = [c for r in rec.results for e in r.engines for _, c in _claims(e)]
+    claims = [c for r in rec.results for e in r.engines for _, c in engine_claims(e)]
     out += [*table(head, rows), "", *legend(claims), ""]
     kernel_rows = _kernel_rows(rec)
     if kernel_rows:
@@ -294,7 +278,7 @@ def _speed_rows(r: SpeedResult, e: EngineSpeed) -> list[list[str]]:
                     str(b.batch),
                     _spread(b.fp16_ms, 3),
                     _spread(b.fp8_ms, 3),
-                    _x_cell(claim_of(b)),
+                    x_cell(claim_of(b)),
                     f"{_opt(k16)}/{_opt(k8)}",
                 ]
             )
@@ -305,7 +289,7 @@ def _speed_rows(r: SpeedResult, e: EngineSpeed) -> list[list[str]]:
                 str(logged.batch),
                 f"{logged.fp16_ms:.3f}",
                 f"{logged.fp8_ms:.3f}",
-                _x_cell(_logged_claim(logged)),
+                x_cell(logged_claim(logged)),
                 f"{logged.fp16_kernels}/{logged.fp8_kernels}",
             ]
         )
