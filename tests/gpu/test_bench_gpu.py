@@ -6,6 +6,7 @@ import pytest
 from quantstudy.bench.report import render_folder
 from quantstudy.bench.schema import read_record
 from quantstudy.cli import main
+from tests.fp8_steps import more_than_one_e4m3_step
 
 
 def test_gemm_times_every_variant_of_lite0s_products(tmp_path):
@@ -54,7 +55,9 @@ def test_peers_runs_every_torchao_config_beside_our_engine(tmp_path, tiny_imagen
     """`bench peers` on test_vit's linears: our two engines by default on the GPU (the fused
     kernel and `fastest`) and every torchao config build, compile, run their FP8 products on
     the GPU (each profile's FP8 group is not empty) and are scored; seconds, not a
-    measurement. torchao travels as a carried wheel (tools/device/README.md)."""
+    measurement. `fastest` may keep some layers in fp16 where that timed faster
+    (`engines/kernel_choice.py`), not all of them: an engine that runs no FP8 layer is no FP8
+    engine of the row. torchao travels as a carried wheel (tools/device/README.md)."""
     torchao = pytest.importorskip("torchao")
     out = tmp_path / "peers.json"
     args = ["bench", "peers", "test_vit", "--recipe", "generic_linears", "--weights", "random"]
@@ -69,14 +72,14 @@ def test_peers_runs_every_torchao_config_beside_our_engine(tmp_path, tiny_imagen
                      "torchao dynamic per-tensor", "torchao static per-tensor"]  # fmt: skip
     assert row.selected == 24
     for e in row.engines[1:]:
-        # `fastest` keeps a layer in fp16 where that timed faster (`engines/kernel_choice.py`),
-        # which test_vit's products of a few microseconds may well do; the others run all 24
+        # `fastest` may step some of test_vit's products of a few microseconds aside; the
+        # others run all 24
         fastest = e.name == "quantstudy fastest"
-        assert e.fp8_layers <= 24 if fastest else e.fp8_layers == 24, e.name
+        assert 1 <= e.fp8_layers <= 24 if fastest else e.fp8_layers == 24, e.name
         assert e.speed.meaningful, e.name
         fp8 = next(k for k in e.speed.kernels if k.engine == "fp8")
         fp8_us = next((g.time_us for g in fp8.groups if g.group == "fp8_matmul"), 0.0)
-        assert fp8_us > 0 or e.fp8_layers == 0, (e.name, fp8.top_kernels)
+        assert fp8_us > 0, (e.name, fp8.top_kernels)
         assert (e.speed.ideal is None) == (e.ideal_missing is not None), e.name
         assert e.quality.n_images == 8
     assert "## Side by side" in render_folder(tmp_path)
@@ -86,7 +89,8 @@ def test_cublaslt_then_the_inductor_epilogue_writes_what_our_fused_epilogue_writ
     """`bench products`' "cuBLASLt + Inductor with-gelu fp8-out" is the engine's fc1 with
     cuBLASLt's product: the same FP8 hand-off as our fused kernel's, up to where the two
     products' float32 sums differ (1e-5 to 5e-5 of the outputs on the H200, docs/fp8-kernel.md)
-    and move an FP8 rounding: at most one FP8 step apart. Both promote every 128 products
+    and move an FP8 rounding: at most one FP8 step apart (the E4M3 spacing at the smaller value,
+    tests/fp8_steps.py). Both promote every 128 products
     (cuBLASLt without fast accumulation; ours within `accumulating`): what the bound above was
     measured for. Inductor's kernel rounds the activation once, to FP8, where ours rounds it to
     fp16 first (tests/unit/test_bench.py): the two part where the fp16 value lands on a midpoint
@@ -118,10 +122,10 @@ def test_cublaslt_then_the_inductor_epilogue_writes_what_our_fused_epilogue_writ
     )
     theirs = _compiled_epilogue(Activation.GELU, True)(y16, out_scale)
     assert theirs.dtype == ours.dtype == torch.float8_e4m3fn and theirs.shape == ours.shape
-    a, b = ours.float(), theirs.float()
+    a, b = ours.float().cpu(), theirs.float().cpu()
     equal = (a == b).float().mean().item()
-    step = (a - b).abs() / a.abs().clamp_min(2**-9 * 1.0)  # relative; E4M3's subnormal step
-    assert equal >= 1 - 2**-8 and step.max().item() <= 0.125 + 1e-6, (equal, step.max().item())
+    assert equal >= 1 - 2**-8, equal
+    assert not (far := more_than_one_e4m3_step(a, b)), far
 
 
 def test_products_time_the_persistent_tiles_only_where_asked():

@@ -88,6 +88,17 @@ def test_package_checks_without_quantstudy_and_agrees(packaged):
     assert {r[0] for r in rows if len(r) >= 6} == {"2"}, printed
 
 
+def test_the_fp8_package_computes_the_study_engines_logits_bit_for_bit(packaged):
+    """The check gates on the floor; the claim is stronger: the package's launches, tuned again
+    among the pointer tiles, write the bits the study's engine writes at the package's batch
+    (every tile the prune keeps writes the same bits: docs/package.md), so every logit is the
+    study's (0 differ and a largest difference of 0, as the check prints it)."""
+    _, status, printed = packaged
+    assert status == 0, printed
+    (line,) = [x for x in printed.splitlines() if "package vs FP8 engine (fp8-b2.pt2)" in x]
+    assert " (0 of " in line and "max |logit diff| 0;" in line, line
+
+
 def test_cpp_loader_matches_python(packaged, cpp_build):
     out, status, printed = packaged
     assert status == 0, printed

@@ -1,6 +1,8 @@
 """The fused product's persistent programs on a Hopper GPU: one wave of programs walking the
-tiles through tensor descriptors writes the bits of one tile per program, with every epilogue
-the engine uses, and warp specialization is refused where the installed Triton cannot build it.
+tiles through tensor descriptors writes the bits of one tile per program, with two of the
+engine's epilogues (GELU; ReLU with a residual sum and its FP8 copy). Every epilogue, per-row
+scales and an FP8 output included, runs under Triton's interpreter (tests/unit/test_persistent.py);
+warp specialization is not run here.
 """
 
 import pytest

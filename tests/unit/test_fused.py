@@ -164,11 +164,14 @@ def test_kernel_rounds_where_the_unfused_engine_stores_under_the_interpreter():
             moved += int((y != unrounded).sum())
             if act != "gelu":
                 same = min(same, (y == ref).float().mean().item())
-                worst = max(worst, ((y - ref).abs() / ref.abs().clamp_min(2**-14)).max().item())
+                # fp16 steps: the spacing at the smaller magnitude, 2^(e-11) for 2^(e-1) <= |v|
+                _, e = torch.frexp(torch.minimum(y.abs(), ref.abs()))
+                step = torch.exp2((e - 11).clamp_min(-24).float())
+                worst = max(worst, ((y - ref).abs() / step).max().item())
         print(same, worst, moved)
         """
     )
-    assert float(same) > 0.999 and float(worst) <= 2**-10  # at most one fp16 step
+    assert float(same) > 0.999 and float(worst) <= 1  # at most one fp16 step
     assert int(moved) > 0  # the rounding place changes some outputs: the path is exercised
 
 
@@ -245,10 +248,18 @@ def _both_engines(m, x, layers):
     return fused, build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="scaled_mm")
 
 
-def _assert_same_output(a_engine, b_engine, x):
+def _assert_within_float32_rounding(a_engine, b_engine, x):
+    """The fused and the unfused engine agree to a few float32 ulps of the output's scale, not
+    bit for bit: both quantize the same float32 values to the same FP8 operands, then the fused
+    product (torch's matmul, scale, bias) and torch._scaled_mm (its own kernel, the bias inside)
+    sum and scale them in other orders. Measured here at most one ulp of the largest output (torch
+    2.14); 16 leave room for another CPU kernel's order and stay far below one FP8 step (2^-4 of
+    a value), so an FP8 rounding that moved between the engines would fail. The rewrites
+    themselves are checked bit for bit (tests/unit/test_rewrite_check.py)."""
     with torch.no_grad():
         a, b = a_engine(x), b_engine(x)
-    assert torch.allclose(a, b, rtol=1e-4, atol=1e-4), (a - b).abs().max()
+    ulps = 16 * torch.finfo(torch.float32).eps * a.abs().max()
+    assert ((a - b).abs() <= ulps).all(), ((a - b).abs().max(), ulps)
 
 
 def test_absorption_takes_only_what_keeps_the_output():
@@ -284,7 +295,7 @@ def test_absorption_check_sees_what_an_all_positive_example_hides():
     assert absorbable_activations(m, ["pw"], example) == {}
 
 
-def test_fused_engine_equals_unfused_in_fp32():
+def test_fused_engine_agrees_with_unfused_in_fp32():
     torch.manual_seed(0)
     m = Block().eval()
     m.bn1.running_mean.normal_()
@@ -299,7 +310,7 @@ def test_fused_engine_equals_unfused_in_fp32():
     assert fused.info().layout.scaled_mm_output is None
     assert unfused.info().layout.scaled_mm_output.startswith("float32, bias ")
     assert isinstance(fused.eager.pw1, FusedFP8Matmul) and isinstance(fused.eager.act1, nn.Identity)
-    _assert_same_output(fused, unfused, x)
+    _assert_within_float32_rounding(fused, unfused, x)
 
 
 def test_activation_names():
@@ -415,9 +426,10 @@ def test_handoff_takes_the_mlp_pair_and_not_a_reused_output():
     assert fp8_handoffs(m, layers, x, absorbed) == {"fc1": "fc2", "fc2": "fc3"}
 
 
-def test_fp8_engine_with_handoff_matches_the_engine_without():
-    """The hand-off moves the consumer's quantize into the producer's epilogue: same FP8 values
-    (fp32 compute on CPU quantizes the same float32 numbers), same output."""
+def test_fp8_engine_with_handoff_agrees_with_the_unfused_engine_without():
+    """The hand-off moves the consumer's quantize into the producer's epilogue: the same FP8
+    values (fp32 compute on CPU quantizes the same float32 numbers), so the fused engine with
+    hand-offs agrees with the unfused one, which has none, to float32 rounding."""
     torch.manual_seed(0)
     m = MlpPair().eval()
     x = torch.randn(4, 16, 3, 3)
@@ -426,7 +438,7 @@ def test_fp8_engine_with_handoff_matches_the_engine_without():
     assert fused.info().layout.handoff == {"fc1": "fc2", "fc2": "fc3"}
     assert unfused.info().layout.handoff == {}
     assert fused.eager.fc1.out_scale is not None and fused.eager.fc2.fp8_input
-    _assert_same_output(fused, unfused, x)
+    _assert_within_float32_rounding(fused, unfused, x)
 
 
 class ResidualBlock(nn.Module):
@@ -491,7 +503,7 @@ def test_conv_to_conv_handoff_runs_channels_last_fp8_between_them():
     fused, unfused = _both_engines(m, x, layers)
     assert fused.info().layout.handoff == {"pw_exp": "pw_proj"}
     assert fused.info().layout.epilogue == {"pw_exp": "relu"}
-    _assert_same_output(fused, unfused, x)
+    _assert_within_float32_rounding(fused, unfused, x)
 
 
 def test_fp8_io_is_refused_where_it_cannot_be_right():

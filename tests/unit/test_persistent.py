@@ -53,23 +53,30 @@ def test_persistent_programs_write_the_bits_of_one_tile_per_program():
     assert (int(runs), int(differ)) == (2 * 5 * 2, 0)
 
 
-def test_persistent_programs_need_descriptor_loads_and_a_fixed_tile():
+def test_persistent_options_are_refused_where_they_cannot_run():
+    """A persistent launch through pointer loads, and a subtiled epilogue or warp specialization
+    without persistent programs, each refused with its own reason (a ValueError of another
+    check, a misaligned descriptor say, would not do)."""
     require_triton()
-    (refused,) = run_interpreted(
+    (said,) = run_interpreted(
         """
         import torch
         from quantstudy.quant.kernels.gemm import fp8_gemm_triton
         xq = torch.zeros(64, 24).to(torch.float8_e4m3fn)  # 24-byte rows: no descriptor loads
         w8 = torch.zeros(32, 24).to(torch.float8_e4m3fn)
         ws, xs = torch.ones(32), torch.tensor(1.0)
-        refused = 0
+        said = []
         for extra in (dict(persistent=True), dict(subtile=True), dict(warp_spec=True)):
             try:
                 fp8_gemm_triton(xq, w8, ws, xs, None, "none", torch.float16, (32, 32, 32),
                                 "pointer", "pointer", **extra)
-            except ValueError:
-                refused += 1
-        print(refused)
+                said.append("ran")
+            except ValueError as e:
+                said.append(str(e))
+        print("|".join(said).replace(" ", "_"))
         """
     )
-    assert int(refused) == 3
+    persistent, subtile, warp_spec = said.replace("_", " ").split("|")
+    assert persistent == "persistent programs load through tensor descriptors, one tile at a time"
+    only_persistent = "a subtiled epilogue and warp specialization are persistent programs'"
+    assert subtile == warp_spec == only_persistent

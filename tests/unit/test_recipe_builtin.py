@@ -26,6 +26,7 @@ from quantstudy.recipe.builtin import (
     load_recipe,
 )
 from quantstudy.recipe.resolve import Resolution, resolve
+from quantstudy.recipe.show import format_recipe_list
 from quantstudy.record.errors import UserError
 
 torch.set_num_threads(1)
@@ -227,16 +228,26 @@ def test_builtin_files_comment_their_exclusions():
         assert text.startswith("#"), f"{name}.yaml has no header comment"
 
 
-def variants_of(name: str) -> list[str]:
-    """Built-in recipes that declare `variant_of: <name>`, sorted."""
-    return [n for n in builtin_names() if load_recipe(n)[0].variant_of == name]
-
-
 def test_variants_are_listed_with_their_base():
-    assert variants_of("res2net_all_after_stem") == ["res2net_no_layer1"]
-    assert variants_of("crossvit_encoder_cross") == ["crossvit_mlp_only"]
-    assert variants_of("ghostnet_pointwise") == ["ghostnet_pointwise_depthwise"]
-    assert variants_of("xception_pointwise") == ["xception_pointwise_depthwise"]
+    """`quantstudy recipes` marks each variant with its base (and nothing else as a variant)."""
+    listed = format_recipe_list().splitlines()
+    marked = {
+        line.split()[0]: line.split("[variant of ")[1].split("]")[0]
+        for line in listed
+        if "[variant of " in line
+    }
+    assert marked == {
+        "res2net_no_layer1": "res2net_all_after_stem",
+        "crossvit_mlp_only": "crossvit_encoder_cross",
+        "ghostnet_pointwise_depthwise": "ghostnet_pointwise",
+        "xception_pointwise_depthwise": "xception_pointwise",
+        "mobilenetv4_pointwise_depthwise": "mobilenetv4_pointwise",
+        "generic_pointwise_bc": "generic_pointwise",
+        "generic_pointwise_compensated": "generic_pointwise",
+        "generic_pointwise_depthwise": "generic_pointwise",
+        "generic_pointwise_sequential": "generic_pointwise",
+    }
+    assert set(marked.values()) <= set(builtin_names())
 
 
 def test_builtin_sha256_is_of_the_packaged_file():

@@ -11,6 +11,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from torch import nn
 from quantstudy.model.random_fill import fill_zero_layers
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import EXIT_NOTHING_SELECTED
-from quantstudy.record.timing_lock import LOCK_ENV, timing
+from quantstudy.record.timing_lock import LOCK_ENV, held_s, timing, waited_s
 from quantstudy.record.vocab import RowStatus
 from quantstudy.study.sources import engine_sources_sha256
 from quantstudy.sweep.events import Job
@@ -68,10 +69,19 @@ def test_the_lock_keeps_two_processes_timed_sections_apart(tmp_path, monkeypatch
     assert not overlaps, overlaps
 
 
-def test_without_the_variable_timing_is_a_no_op(monkeypatch):
+def test_without_the_variable_timing_is_a_no_op(tmp_path, monkeypatch):
+    """Unset, the block runs (nested too) and neither a wait nor a hold is counted; set, the
+    same block takes the lock file and counts its hold."""
     monkeypatch.delenv(LOCK_ENV, raising=False)
+    before = (waited_s(), held_s())
+    ran = []
     with timing(), timing():
-        pass
+        ran.append(True)
+    assert ran == [True] and (waited_s(), held_s()) == before
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu.lock"))
+    with timing(), timing():
+        time.sleep(0.01)
+    assert held_s() >= before[1] + 0.01 and (tmp_path / "gpu.lock").is_file()
 
 
 def test_jobs_share_one_gpu_behind_one_lock(tmp_path, monkeypatch):

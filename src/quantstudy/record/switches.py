@@ -13,7 +13,8 @@ import os
 GEMM_CONFIGS = "QUANTSTUDY_GEMM_CONFIGS"  # `quant/kernels/tiles.py: gemm_config_limit`
 FP8_PROMOTE = "QUANTSTUDY_FP8_PROMOTE"  # `quant/accumulation.py: engine_promote`
 TUNE_SCREEN = "QUANTSTUDY_TUNE_SCREEN"  # `quant/kernels/search.py: screening`
-LAB_SWITCHES = (GEMM_CONFIGS, FP8_PROMOTE, TUNE_SCREEN)
+GELU_ERF = "QUANTSTUDY_GELU_ERF"  # `quant/kernels/epilogue.py: gelu_erf_form`
+LAB_SWITCHES = (GEMM_CONFIGS, FP8_PROMOTE, TUNE_SCREEN, GELU_ERF)
 
 
 def lab_switches() -> dict[str, str]:

@@ -7,15 +7,49 @@ one definition keeps their outputs bit-equal to the unfused engine's in the same
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import torch
 import triton
 import triton.language as tl
 
+from quantstudy.record.errors import UserError
+from quantstudy.record.switches import GELU_ERF
 from quantstudy.record.vocab import Activation
 
+# The erf of GELU's epilogue (lab switch QUANTSTUDY_GELU_ERF): "exact" is libdevice's erff, as
+# torch's nn.GELU computes it, so the engine matches its emulation bit for bit; "approx" is
+# `gelu_erf_approx`, to time before it becomes an option (docs/fp8-kernel.md, "GELU's erf").
+GELU_ERF_FORMS = ("exact", "approx")
+# Kernel-only activation code of GELU through `gelu_erf_approx`. Not an `Activation`: a layer's
+# record names what it computes, and this is GELU to within the FP8 rounding; it stands past the
+# `Activation` codes so that no new member takes it.
+GELU_ERF_APPROX = 64
+_GELU_ERF_APPROX = tl.constexpr(GELU_ERF_APPROX)
+
+
+def gelu_erf_form(environ: Mapping[str, str] = os.environ) -> str:
+    """The switch's form of GELU's erf ("exact" where unset); another value is one clear line."""
+    form = environ.get(GELU_ERF) or "exact"
+    if form not in GELU_ERF_FORMS:
+        raise UserError(f"{GELU_ERF}={form!r}: give one of {', '.join(GELU_ERF_FORMS)}")
+    return form
+
+
 # Activation codes of the epilogue; `quant.layers.fused_matmul.ACTIVATIONS` maps modules to them.
+# Read at import, as the switch is set for a whole process (a bench run and its record).
 ACT_CODES: dict[str, int] = {act: code for code, act in enumerate(Activation)}
+if gelu_erf_form() == "approx":
+    ACT_CODES[Activation.GELU] = GELU_ERF_APPROX
+
+# P(a) ~ log2 Phi(-a) on [0, 5.5], Phi the standard normal CDF, highest power first: the float32
+# minimax fit of `tools/lab/gelu_erf_fit.py` (degree 7, max error 4.6e-6 in log2, a relative
+# error of 3.2e-6 in Phi(-a)). Past 5.5 it keeps falling, so GELU goes on to -0 there.
+GELU_LOG2_PHI = (
+    -1.79345272e-06, 6.09041235e-05, -0.000926028646, 0.00849375594,
+    -0.0539378449, -0.458480507, -1.15124679, -0.99999553,
+)  # fmt: skip
+_P7, _P6, _P5, _P4, _P3, _P2, _P1, _P0 = (tl.constexpr(c) for c in GELU_LOG2_PHI)
 
 
 @triton.jit
@@ -32,7 +66,30 @@ def activation(y, ACT: tl.constexpr):
         y = y * tl.minimum(tl.maximum(y + 3.0, 0.0), 6.0) / 6.0
     elif ACT == 5:
         y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    elif ACT == _GELU_ERF_APPROX:
+        y = gelu_erf_approx(y)
     return y
+
+
+@triton.jit
+def gelu_erf_approx(x):
+    """GELU(x) = x Phi(x) with h = Phi(-|x|) = 2^P(|x|) (`GELU_LOG2_PHI`): Phi(x) is h below
+    zero and 1 - h above: one exp2, seven FMAs, a select and no division or branch (libdevice's
+    erff picks one of two coefficient sets, branches to its exp, and GELU adds three operations
+    around it). Fitting the lower tail keeps h's relative accuracy where 1 + erf(x / sqrt 2)
+    cancels (x below -3). The FP8 codes it leads to are checked against float64 erf-GELU's
+    (`tests/unit/test_gelu_erf.py`). Past the fit's range h falls to 0 (-0 out); +-inf and NaN
+    come out as the exact form's do."""
+    a = tl.abs(x)
+    p = _P7 * a + _P6
+    p = p * a + _P5
+    p = p * a + _P4
+    p = p * a + _P3
+    p = p * a + _P2
+    p = p * a + _P1
+    p = p * a + _P0
+    h = tl.math.exp2(p)
+    return x * tl.where(x < 0.0, h, 1.0 - h)
 
 
 @triton.jit
