@@ -30,6 +30,7 @@ from _reference import assert_matches_reference
 from quantstudy.engines.builders import build_fakequant, build_fp8
 from quantstudy.engines.run import run_engine
 from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.study.prepare import prepare_study
 
@@ -119,7 +120,12 @@ def fp32_engines(lite0):
     out = {}
     for kernel, n in (("fused", lite0["n"]), ("scaled_mm", min(lite0["n"], SECOND_IMAGES))):
         fp8 = build_fp8(
-            lite0["model"], CPU, lite0["example"], lite0["plan"], dtype=torch.float32, kernel=kernel
+            lite0["model"],
+            CPU,
+            lite0["example"],
+            lite0["plan"],
+            dtype=torch.float32,
+            spec=BuildSpec(kernel=kernel),
         )
         # all 32 real: scaled_mm pads 8 of them to multiples of 16; fused needs no padding
         assert len(fp8.applied.real) == 32 and not fp8.applied.emulated

@@ -91,7 +91,7 @@ def test_cublaslt_then_the_inductor_epilogue_writes_what_our_fused_epilogue_writ
     products' float32 sums differ (1e-5 to 5e-5 of the outputs on the H200, docs/fp8-kernel.md)
     and move an FP8 rounding: at most one FP8 step apart (the E4M3 spacing at the smaller value,
     tests/fp8_steps.py). Both promote every 128 products
-    (cuBLASLt without fast accumulation; ours within `accumulating`): what the bound above was
+    (cuBLASLt without fast accumulation; ours with `promote=PROMOTE`): what the bound above was
     measured for. Inductor's kernel rounds the activation once, to FP8, where ours rounds it to
     fp16 first (tests/unit/test_bench.py): the two part where the fp16 value lands on a midpoint
     of the FP8 grid, at most about 2^-8 of the outputs (0.0023 on the H100 at 5b38c3c), which
@@ -99,9 +99,9 @@ def test_cublaslt_then_the_inductor_epilogue_writes_what_our_fused_epilogue_writ
     import torch
 
     from quantstudy.bench.products import _compiled_epilogue
-    from quantstudy.quant.accumulation import accumulating
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
-    from quantstudy.record.vocab import Accumulation, Activation
+    from quantstudy.record.build_spec import PROMOTE
+    from quantstudy.record.vocab import Activation
 
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
@@ -112,11 +112,10 @@ def test_cublaslt_then_the_inductor_epilogue_writes_what_our_fused_epilogue_writ
     one = torch.tensor(1.0, device=dev)
     bias = torch.randn(n, device=dev, generator=g).half().float()  # as an engine holds it
     out_scale = torch.tensor(0.01, device=dev)
-    with accumulating(Accumulation.PROMOTE128):
-        ours = fp8_gemm_triton(
-            a8, w8, w_scale, one, bias, Activation.GELU, torch.float8_e4m3fn,
-            out_scale=out_scale, round_to=torch.float16,
-        )  # fmt: skip
+    ours = fp8_gemm_triton(
+        a8, w8, w_scale, one, bias, Activation.GELU, torch.float8_e4m3fn,
+        out_scale=out_scale, round_to=torch.float16, promote=PROMOTE,
+    )  # fmt: skip
     y16 = torch._scaled_mm(
         a8, w8.t(), scale_a=one, scale_b=w_scale[0], bias=bias.half(), out_dtype=torch.float16
     )

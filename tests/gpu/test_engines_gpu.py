@@ -7,6 +7,7 @@ from torch import nn
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_half
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.speed.kernels import profile_kernels
 
 
@@ -34,7 +35,7 @@ def test_fp8_engine_on_cuda_runs_fp8_kernels_and_matches_emulation(kernel):
     layers = ["pw1", "dw", "pw2", "fc"]
     plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
     cuda = torch.device("cuda")
-    fp8 = build_fp8(m, cuda, x[:1], plan, kernel=kernel)
+    fp8 = build_fp8(m, cuda, x[:1], plan, spec=BuildSpec(kernel=kernel))
     assert fp8.info().layout.kernel == kernel
     # the fused kernel runs the depthwise conv as a real FP8 kernel
     # (`quant/layers/fused_depthwise.py`); torch._scaled_mm has no conv, so there it stays emulated
@@ -99,7 +100,7 @@ def test_fp8_handoff_on_cuda_matches_the_emulation(net, shape, layers, handoff):
     m = net().eval()
     x = torch.randn(shape)
     plan = QuantPlan(layers, True, calibrate(m, layers, [x]))
-    fp8 = build_fp8(m, torch.device("cuda"), x[:1], plan, kernel="fused")
+    fp8 = build_fp8(m, torch.device("cuda"), x[:1], plan, spec=BuildSpec(kernel="fused"))
     assert fp8.info().layout.handoff == handoff
     out = fp8(x)
     ref = build_fakequant(m, torch.device("cpu"), x[:1], plan)(x)

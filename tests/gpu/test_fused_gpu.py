@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from quantstudy.quant.accumulation import PROMOTE, accumulating
 from quantstudy.quant.layers.fused_matmul import act_reference
 from quantstudy.quant.layers.spec import FP8LayerSpec
+from quantstudy.record.build_spec import INTERVALS, PROMOTE
 from quantstudy.record.vocab import Accumulation
 from tests.fp8_steps import more_than_one_e4m3_step, within_one_e4m3_step
 
@@ -146,10 +146,11 @@ def _fused_and_unfused(mode: Accumulation) -> tuple[torch.Tensor, torch.Tensor, 
     torch.manual_seed(0)
     lin = nn.Linear(256, 384)
     x = torch.randn(4096, 256).half().cuda()
-    with accumulating(mode), torch.no_grad():
-        unfused = FP8Matmul(lin, FP8LayerSpec(0.02, True, torch.float16)).cuda()
+    spec = FP8LayerSpec(0.02, True, torch.float16, promote=INTERVALS[mode])
+    with torch.no_grad():
+        unfused = FP8Matmul(lin, spec).cuda()
         unfused.use_device(x.device)
-        fused = FusedFP8Matmul(lin, FP8LayerSpec(0.02, True, torch.float16)).cuda()
+        fused = FusedFP8Matmul(lin, spec).cuda()
         return unfused(x).float(), fused(x).float(), unfused.mm_dtype
 
 
@@ -222,10 +223,10 @@ def test_promotion_interval_that_reproduces_scaled_mm(k):
                 promote=promote, round_to=torch.float16,
             ).float()  # fmt: skip
             rows[(promote, bk)] = (got == want).float().mean().item()
-    with accumulating(Accumulation.PROMOTE128):  # the engines' interval where they promote
-        auto = fp8_gemm_triton(
-            xq, w8, w_scale, x_scale, bias.float(), "none", torch.float16, round_to=torch.float16
-        ).float()
+    auto = fp8_gemm_triton(  # the engines' interval where they promote
+        xq, w8, w_scale, x_scale, bias.float(), "none", torch.float16, round_to=torch.float16,
+        promote=PROMOTE,
+    ).float()  # fmt: skip
     same_auto = (auto == want).float().mean().item()
     print(f"\nK {k}: identical to torch._scaled_mm (promote, BLOCK_K): "
           + ", ".join(f"{p}/{bk} {v:.4f}" for (p, bk), v in rows.items())

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from quantstudy.quant.accumulation import accumulating
+from quantstudy.record.build_spec import INTERVALS
 from quantstudy.record.vocab import Accumulation
 
 pytestmark = pytest.mark.skipif(
@@ -50,7 +50,6 @@ def _one_per_loop(configs: list) -> list:
 # ViT-B's qkv at 8192 tokens: a grid deep enough for the persistent tiles
 @pytest.mark.parametrize("mode", [Accumulation.FAST, Accumulation.PROMOTE128])
 def test_every_way_of_walking_k_writes_the_same_bits(mode):
-    from quantstudy.quant.accumulation import engine_promote
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
     from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM
 
@@ -60,16 +59,17 @@ def test_every_way_of_walking_k_writes_the_same_bits(mode):
     w8 = (torch.randn(n, k, device="cuda", generator=g) * 4).to(E4M3)
     ws = torch.rand(n, device="cuda", generator=g) / 50 + 1e-3
     xs, bias = torch.tensor(0.05, device="cuda"), torch.randn(n, device="cuda", generator=g)
-    with accumulating(mode):
-        named = {"M": m, "N": n, "K": k, "PROMOTE": engine_promote()}
-        kept = FP8_GEMM.prune(FP8_GEMM.configs, named | {"tma_loads_ok": 1, "tma_store_ok": 1})
-        picked = _one_per_loop(kept)
-        outs = {}
-        for config in picked:
-            args = _launch_args(config)
-            outs[str(args)] = fp8_gemm_triton(
-                xq, w8, ws, xs, bias, "gelu", torch.float16, round_to=torch.float16, **args
-            )
+    promote = INTERVALS[mode]
+    named = {"M": m, "N": n, "K": k, "PROMOTE": promote}
+    kept = FP8_GEMM.prune(FP8_GEMM.configs, named | {"tma_loads_ok": 1, "tma_store_ok": 1})
+    picked = _one_per_loop(kept)
+    outs = {}
+    for config in picked:
+        args = _launch_args(config)
+        outs[str(args)] = fp8_gemm_triton(
+            xq, w8, ws, xs, bias, "gelu", torch.float16, round_to=torch.float16,
+            promote=promote, **args,
+        )  # fmt: skip
     # BLOCK_K 32 to 128, pointer and descriptor loads; summing fast, persistent tiles as well
     assert len(picked) >= (5 if mode == Accumulation.FAST else 3), [c.kwargs for c in picked]
     first, *rest = outs.items()

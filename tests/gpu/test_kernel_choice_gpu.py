@@ -20,6 +20,7 @@ from quantstudy.engines.unfused import Unfused
 from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import KernelChoice
+from quantstudy.record.build_spec import BuildSpec
 
 pytestmark = pytest.mark.gpu
 
@@ -53,7 +54,9 @@ class _Setup:
         self.cache = cache
 
     def build(self, kernel):
-        return build_fp8(self.model, torch.device("cuda"), self.example, self.plan, kernel=kernel)
+        """The engine of `kernel`: a backend's name, or a `KernelChoice` ("fastest")."""
+        spec = BuildSpec.made(kernel, switches={})
+        return build_fp8(self.model, torch.device("cuda"), self.example, self.plan, spec=spec)
 
     def forced(self, timings: Callable[[bool], dict[str, float]]):
         """The fastest engine built from stored timings rewritten by `timings(is_conv)`."""

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from quantstudy.engines.builders import build_fp8
+from quantstudy.record.build_spec import BuildSpec
 from tests.unit.test_pad_handoff import _setup
 
 
@@ -37,7 +38,7 @@ def test_padded_engine_equals_the_engine_with_padding_passes(compiled):
     model, x, plan = _setup(16, 16)
     cuda = torch.device("cuda")
     on = build_fp8(model, cuda, x, plan)
-    off = build_fp8(model, cuda, x, plan, pad_outputs=False)
+    off = build_fp8(model, cuda, x, plan, spec=BuildSpec(pad_outputs=False))
     assert on.info().layout.padded_output == {"pw": "dw", "pwl": "pad"}
     xs = torch.randn(8, 16, 16, 16, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

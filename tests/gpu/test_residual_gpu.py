@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from quantstudy.engines.builders import build_fp8
+from quantstudy.record.build_spec import BuildSpec
 from tests.unit.test_residual import _setup
 
 
@@ -39,7 +40,7 @@ def test_residual_engine_equals_the_separate_add_engine_eagerly():
     model, x, plan = _setup()
     cuda = torch.device("cuda")
     on = build_fp8(model, cuda, x, plan)
-    off = build_fp8(model, cuda, x, plan, residual=False)
+    off = build_fp8(model, cuda, x, plan, spec=BuildSpec(residual=False))
     assert len(on.info().layout.residual) == 3 and off.info().layout.residual == {}
     xs = torch.randn(8, 3, 8, 8, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -76,8 +77,8 @@ def test_sum_handoff_engine_equals_the_separate_passes_eagerly():
     input, against the engine with adds and quantizes apart: the same bits."""
     model, x, plan = _setup()
     cuda = torch.device("cuda")
-    on = build_fp8(model, cuda, x, plan, sum_handoff=True)
-    off = build_fp8(model, cuda, x, plan, residual=False)
+    on = build_fp8(model, cuda, x, plan, spec=BuildSpec(sum_handoff=True))
+    off = build_fp8(model, cuda, x, plan, spec=BuildSpec(residual=False))
     assert len(on.info().layout.sum_handoff) == 2
     xs = torch.randn(8, 3, 8, 8, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():

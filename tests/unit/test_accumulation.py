@@ -1,5 +1,6 @@
-"""The engines' accumulation and its lab switch (`quant/accumulation.py`), and the record of
-every lab switch a study or bench ran under (`record/switches.py`)."""
+"""The engines' accumulation and its lab switch, as the build spec holds them
+(`record/build_spec.py`), and the record of every lab switch a study or bench ran under
+(`record/switches.py`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import torch
 from _interpreter import require_triton, run_interpreted
 from torch import nn
 
-from quantstudy.quant.accumulation import PROMOTE, engine_promote, fast_accumulation
 from quantstudy.quant.layers.matmul import FP8Matmul
 from quantstudy.quant.layers.spec import FP8LayerSpec
+from quantstudy.record.build_spec import PROMOTE, BuildSpec
 from quantstudy.record.errors import UserError
 from quantstudy.record.switches import FP8_PROMOTE
 from quantstudy.study.environment import collect_environment
@@ -22,32 +23,37 @@ def test_the_switch_sets_the_interval(monkeypatch, value, promote):
         monkeypatch.delenv(FP8_PROMOTE, raising=False)
     else:
         monkeypatch.setenv(FP8_PROMOTE, value)
-    assert engine_promote() == promote
-    assert fast_accumulation() is (promote == 0)
+    spec = BuildSpec.made()  # the switch read once, here
+    assert spec.promote == promote and spec.fast_accumulation is (promote == 0)
+    monkeypatch.setenv(FP8_PROMOTE, "32")
+    assert spec.promote == promote  # a switch set later changes no spec already built
 
 
 @pytest.mark.parametrize("value", ["-1", "8", "100", "fast", "1.5"])
 def test_a_bad_interval_is_one_clear_line(monkeypatch, value):
     monkeypatch.setenv(FP8_PROMOTE, value)
     with pytest.raises(UserError, match=f"{FP8_PROMOTE}='{value}'"):
-        engine_promote()
+        BuildSpec.made()
 
 
-def test_the_unfused_layer_and_the_study_record_take_the_switch(monkeypatch):
-    """torch._scaled_mm's layer reads it once, when built; the study's environment names it."""
+def test_the_unfused_layer_takes_its_spec_and_the_study_record_the_switch(monkeypatch):
+    """torch._scaled_mm's layer sums as its `FP8LayerSpec.promote` says, whatever the
+    environment; the study's environment names the switch."""
     layer = nn.Linear(32, 16)
     spec = FP8LayerSpec(x_scale=0.1, per_channel=True, dtype=torch.float16)
     monkeypatch.delenv(FP8_PROMOTE, raising=False)
-    assert FP8Matmul(layer, spec).fast_accum is True  # the default, `accumulation.DEFAULT`
+    assert FP8Matmul(layer, spec).fast_accum is True  # the default, `DEFAULT_ACCUMULATION`
     assert collect_environment(torch.device("cpu")).lab_switches is None
     monkeypatch.setenv(FP8_PROMOTE, "128")
-    assert FP8Matmul(layer, spec).fast_accum is False
+    assert FP8Matmul(layer, spec).fast_accum is True  # no ambient setting
+    assert FP8Matmul(layer, FP8LayerSpec(0.1, True, torch.float16, promote=128)).fast_accum is False
     assert collect_environment(torch.device("cpu")).lab_switches == {FP8_PROMOTE: "128"}
 
 
-def test_the_fused_launch_takes_the_switch(monkeypatch):
-    """Under Triton's interpreter: a tile deeper than the interval is refused at 128, taken with
-    all of K in the tensor cores (0, the default), and its sums match float32's."""
+def test_the_fused_launch_takes_its_interval(monkeypatch):
+    """Under Triton's interpreter: a tile deeper than the interval is refused at 128, whatever
+    the lab switch says, and taken with all of K in the tensor cores (0, the default), its sums
+    matching float32's."""
     require_triton()
     script = """
         import os, torch
@@ -57,13 +63,12 @@ def test_the_fused_launch_takes_the_switch(monkeypatch):
         w8 = torch.randn(24, 512, generator=g).to(torch.float8_e4m3fn)
         ws, xs = torch.rand(24, generator=g) + 0.5, torch.tensor(0.5)
         args = (xq, w8, ws, xs, None, "none", torch.float32, (32, 32, 256))
-        os.environ["QUANTSTUDY_FP8_PROMOTE"] = "128"
         try:
-            fp8_gemm_triton(*args)
+            fp8_gemm_triton(*args, promote=128)
             refused = 0
         except ValueError:
             refused = 1
-        del os.environ["QUANTSTUDY_FP8_PROMOTE"]
+        os.environ["QUANTSTUDY_FP8_PROMOTE"] = "128"  # read by no launch
         y = fp8_gemm_triton(*args)
         ref = (xq.float() @ w8.float().t()) * (ws * xs)
         print(refused, ((y - ref).abs() / (ref.abs() + 1)).max().item())
@@ -119,18 +124,19 @@ def test_a_config_is_named_by_its_tile_paths_and_loop():
     assert config_words(gemm_config(128, 64, 32, 4, 3, per_sm=2)) == "128x64x32 w4 s3 stream2"
 
 
-def test_accumulating_sets_the_interval_for_its_block(monkeypatch):
-    from quantstudy.quant.accumulation import accumulating
+def test_the_spec_takes_the_option_over_the_switch_over_the_default():
+    """`StudyConfig.build_spec`: `--fp8-accumulate` wins over the lab switch, which wins over
+    the default (fast); the spec names the accumulation it runs (None: a lab interval)."""
+    from quantstudy.record.inputs import StudyConfig
     from quantstudy.record.vocab import Accumulation
 
-    monkeypatch.setenv(FP8_PROMOTE, "64")
-    with accumulating(Accumulation.FAST):
-        assert engine_promote() == 0 and fast_accumulation()
-        with accumulating(Accumulation.PROMOTE128):
-            assert engine_promote() == PROMOTE
-        with accumulating(None):  # a study that does not say: the switch or the default
-            assert engine_promote() == 0
-    assert engine_promote() == 64
+    config = StudyConfig(model="m", data="d")
+    assert config.build_spec(switches={}).promote == 0
+    assert config.build_spec(switches={FP8_PROMOTE: "64"}).promote == 64
+    assert config.build_spec(switches={FP8_PROMOTE: "64"}).accumulation is None
+    chosen = config.replace(fp8_accumulate=Accumulation.PROMOTE128)
+    assert chosen.build_spec(switches={FP8_PROMOTE: "64"}).promote == PROMOTE
+    assert chosen.build_spec(switches={}).accumulation == Accumulation.PROMOTE128
 
 
 @pytest.mark.parametrize(
@@ -145,20 +151,21 @@ def test_a_study_sums_as_its_option_says(
     tiny_imagenet, tmp_path, monkeypatch, option, switch, promote, said
 ):
     """Every FP8 product the study builds sums as `--fp8-accumulate` says (over the lab switch),
-    else as the switch says, else fast (here the unfused layers, which read it when built); the
-    config records what ran and the report says it."""
+    else as the switch says, else fast (here the unfused layers, built from the study's spec);
+    the config records what ran and the report says it."""
     import json
 
     import quantstudy.quant.layers.matmul as matmul
     from quantstudy.cli import main
 
     seen: list[int] = []
+    built = matmul.FP8Matmul.__init__
 
-    def spied() -> bool:
-        seen.append(engine_promote())
-        return fast_accumulation()
+    def spied(self, layer, spec) -> None:
+        seen.append(spec.promote)
+        built(self, layer, spec)
 
-    monkeypatch.setattr(matmul, "fast_accumulation", spied)
+    monkeypatch.setattr(matmul.FP8Matmul, "__init__", spied)
     if switch is None:
         monkeypatch.delenv(FP8_PROMOTE, raising=False)
     else:
@@ -173,20 +180,18 @@ def test_a_study_sums_as_its_option_says(
     record = json.loads((out / "study.json").read_text())
     assert record["config"]["fp8_accumulate"] == said
     assert f"| FP8 accumulation | {said} |" in (out / "report.md").read_text()
-    monkeypatch.delenv(FP8_PROMOTE, raising=False)
-    assert engine_promote() == 0  # the study's setting ends with it
 
 
 def test_a_record_without_an_accumulation_is_rebuilt_as_it_ran():
-    """`accumulation.recorded`: a package or extension of a record before version 21 promotes
-    every 128 products as its engines did; one made under the lab switch leaves the switch to
-    decide; a record that names its accumulation is taken at its word."""
-    from quantstudy.quant.accumulation import recorded
+    """`StudyConfig.build_spec(recorded=True)`: a package or extension of a record before
+    version 21 promotes every 128 products as its engines did; one made under the lab switch
+    sums as the switch it ran under said; a record that names its accumulation is taken at its
+    word."""
     from quantstudy.record.inputs import StudyConfig
     from quantstudy.record.vocab import Accumulation
 
     old = StudyConfig(model="resnet18", data="images")
-    assert recorded(old, None) is Accumulation.PROMOTE128
-    assert recorded(old, {FP8_PROMOTE: "64"}) is None
+    assert old.build_spec(switches={}, recorded=True).promote == PROMOTE
+    assert old.build_spec(switches={FP8_PROMOTE: "64"}, recorded=True).promote == 64
     fast = old.replace(fp8_accumulate=Accumulation.FAST)
-    assert recorded(fast, None) is recorded(fast, {FP8_PROMOTE: "128"}) is Accumulation.FAST
+    assert fast.build_spec(switches={FP8_PROMOTE: "128"}, recorded=True).promote == 0

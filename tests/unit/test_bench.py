@@ -14,7 +14,7 @@ from quantstudy.bench.schema import GemmBench, SpeedBench, read_folder, read_rec
 from quantstudy.bench.shapes import fp8_products
 from quantstudy.cli import main
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import Activation, KernelOption
+from quantstudy.record.vocab import FASTEST, Activation
 from tests.fp8_steps import more_than_one_e4m3_step
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
@@ -192,7 +192,7 @@ def test_layers_kept_in_fp16_are_counted_beside_the_fp8_layers(tmp_path):
     record = read_record(RESULTS / "speed-tf_efficientnet_lite0-fused.json")
     assert isinstance(record, SpeedBench)
     result = record.results[0]
-    update = {"fp8_kernel": KernelOption.FASTEST, "fp8_stepped_aside": 3}
+    update = {"fp8_kernel": FASTEST, "fp8_stepped_aside": 3}
     engine = result.engines[0].model_copy(update=update)
     kept = result.model_copy(update={"engines": [engine]})
     write_record(tmp_path / "speed.json", record.model_copy(update={"results": [kept]}))

@@ -12,6 +12,7 @@ from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.fitting.bias_correction import correct_biases, output_shift
 from quantstudy.quant.formats.fp8 import dequantize_weight, quantize_weight
 from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.record.build_spec import BuildSpec
 
 CPU = torch.device("cpu")
 
@@ -92,7 +93,7 @@ def test_calibration_records_input_means_and_engines_share_the_corrected_biases(
     assert fq.eager.pw2.inner.bias is not None  # created where the layer had none
     assert not torch.equal(fq.eager.pw1.inner.bias, plain.eager.pw1.inner.bias)
     for kernel in ("fused", "scaled_mm"):
-        fp8 = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel=kernel)
+        fp8 = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, spec=BuildSpec(kernel=kernel))
         with torch.no_grad():
             assert torch.allclose(fp8(x), fq(x), rtol=1e-3, atol=1e-3)
     # activation-only runs keep float weights: nothing to correct

@@ -11,6 +11,7 @@ from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul, activation_name
 from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.rewrites.absorb import absorbable_activations
+from quantstudy.record.build_spec import BuildSpec
 
 CPU = torch.device("cpu")
 
@@ -244,8 +245,9 @@ def _plan(m, x, layers):
 def _both_engines(m, x, layers):
     """The fused and the unfused FP8 engine of `m` in fp32 on CPU, from one calibration."""
     plan = _plan(m, x, layers)
-    fused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="fused")
-    return fused, build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, kernel="scaled_mm")
+    fused = build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, spec=BuildSpec(kernel="fused"))
+    unfused = BuildSpec(kernel="scaled_mm")
+    return fused, build_fp8(m, CPU, x[:1], plan, dtype=torch.float32, spec=unfused)
 
 
 def _assert_within_float32_rounding(a_engine, b_engine, x):

@@ -16,6 +16,7 @@ from quantstudy.quant.layers.fused_matmul import act_reference
 from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import QuantPlan, apply_fp8, real_layers
+from quantstudy.record.build_spec import BuildSpec
 
 CASES = [  # (channels, size, kernel, stride, padding or "same", act)
     (32, 9, 3, 1, 1, "relu6"),
@@ -121,7 +122,7 @@ def test_fused_engine_runs_the_depthwise_conv_real_with_fp8_on_both_sides():
     assert real_layers(model, layers, "scaled_mm") == ["expand", "project"]
     plan = QuantPlan(layers, True, calibrate(model, layers, [x]))
     cpu = torch.device("cpu")
-    engine = build_fp8(model, cpu, x[:1], plan, kernel="fused", dtype=torch.float32)
+    engine = build_fp8(model, cpu, x[:1], plan, spec=BuildSpec(kernel="fused"), dtype=torch.float32)
     info = engine.info()
     assert info.fp8_real == layers and not info.fp8_emulated
     assert info.layout.epilogue.get("dw") == "relu6"

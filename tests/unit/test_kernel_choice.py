@@ -15,6 +15,7 @@ from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import FP8Matmul
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import KernelChoice
+from quantstudy.record.build_spec import BuildSpec
 
 CPU = torch.device("cpu")
 
@@ -54,7 +55,14 @@ def _setup():
 
 def test_off_cuda_nothing_is_timed_and_every_layer_stays_fused():
     model, x, plan = _setup()
-    engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.timed([128]))
+    engine = build_fp8(
+        model,
+        CPU,
+        x,
+        plan,
+        dtype=torch.float32,
+        spec=BuildSpec(kernel="fastest", choice=KernelChoice.timed([128])),
+    )
     info = engine.info()
     assert info.layout.kernel_option == "fastest"
     assert [(c.name, c.kernel, c.why) for c in info.layout.kernel_choice] == [
@@ -70,7 +78,7 @@ def test_faster_scaled_mm_replaces_the_fused_layer_with_its_activation_after(tmp
     (fused against fp16 only); the MLP pair hands FP8 over: not timed. The swapped engine
     computes what the fused one did."""
     model, x, plan = _setup()
-    m = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fused").eager
+    m = build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=BuildSpec(kernel="fused")).eager
     with torch.no_grad():
         want = m(x)
     times = iter([1.0, 11.0, 100.0, 2.0, 12.0, 7.0, 100.0, 3.0, 13.0, 12.9, 100.0])
@@ -93,7 +101,7 @@ def test_faster_scaled_mm_replaces_the_fused_layer_with_its_activation_after(tmp
         assert torch.allclose(m(x), want, rtol=1e-5, atol=1e-6)
     assert len(json.loads(cache.read_text())) == 3
     # a rebuilt engine reads the cache: the timer is not called again
-    m2 = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fused").eager
+    m2 = build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=BuildSpec(kernel="fused")).eager
     again = choose_kernels(m2, model, plan, torch.float32, x, CPU, 4, cache, lambda fn: 1 / 0)
     assert again == got
 
@@ -105,7 +113,7 @@ def test_the_choice_is_made_per_batch_and_a_split_layer_runs_both_by_batch(tmp_p
     that runs scaled_mm at its winning batch, one record per layer and batch; the engine
     computes what the fused one did at both sizes, and an untimed batch takes the nearest."""
     model, x, plan = _setup()
-    m = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fused").eager
+    m = build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=BuildSpec(kernel="fused")).eager
     x4 = x.repeat(2, 1, 1, 1)
     with torch.no_grad():
         want1, want4 = m(x[:1]), m(x4)
@@ -125,8 +133,10 @@ def test_the_choice_is_made_per_batch_and_a_split_layer_runs_both_by_batch(tmp_p
         ("pw", 4): ("fused", 5.0, 10.0), ("proj", 4): ("scaled_mm", 10.0, 3.0),
     }  # fmt: skip
     assert isinstance(m.pw, ByBatch) and isinstance(m.proj, ByBatch)
-    assert (m.pw.wins, m.proj.wins, m.pw.timed) == ([1], [4], [1, 4])
-    assert isinstance(m.pw.fused, FusedFP8Matmul) and isinstance(m.pw.scaled_mm.layer, FP8Matmul)
+    assert m.pw.picks == {1: "scaled_mm", 4: "fused"}
+    assert m.proj.picks == {1: "fused", 4: "scaled_mm"}
+    pw = m.pw.backends
+    assert isinstance(pw["fused"], FusedFP8Matmul) and isinstance(pw["scaled_mm"].layer, FP8Matmul)
     with torch.no_grad():
         assert torch.allclose(m(x[:1]), want1, rtol=1e-5, atol=1e-6)
         assert torch.allclose(m(x4), want4, rtol=1e-5, atol=1e-6)
@@ -176,10 +186,17 @@ def test_a_hand_off_is_given_up_where_both_its_layers_run_scaled_mm_faster(monke
     from quantstudy.engines import kernel_choice
 
     model, x, plan = _setup()
-    fused = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel="fused")
+    fused = build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=BuildSpec(kernel="fused"))
     assert fused.info().layout.handoff == {"fc1": "fc2"}
     monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _screen_timer(4.0, 5.0))
-    engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.timed([4]))
+    engine = build_fp8(
+        model,
+        CPU,
+        x,
+        plan,
+        dtype=torch.float32,
+        spec=BuildSpec(kernel="fastest", choice=KernelChoice.timed([4])),
+    )
     layout = engine.info().layout
     assert layout.handoff == {}
     rows = {c.name: (str(c.kernel), c.why) for c in layout.kernel_choice}
@@ -198,7 +215,12 @@ def test_a_hand_off_is_given_up_where_both_its_layers_run_scaled_mm_faster(monke
         assert torch.allclose(m(x), fused.eager(x), rtol=1e-5, atol=1e-6)
     monkeypatch.setattr(kernel_choice, "clock_for", lambda device: lambda fn: 1 / 0)
     again = build_fp8(
-        model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.replayed(layout.kernel_choice)
+        model,
+        CPU,
+        x,
+        plan,
+        dtype=torch.float32,
+        spec=BuildSpec(kernel="fastest", choice=KernelChoice.replayed(layout.kernel_choice)),
     )
     assert (
         again.info().layout.handoff == {}
@@ -214,7 +236,14 @@ def test_a_hand_off_stays_where_only_one_of_its_layers_runs_scaled_mm_faster(mon
 
     model, x, plan = _setup()
     monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _screen_timer(4.0, 9.9))
-    engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.timed([4]))
+    engine = build_fp8(
+        model,
+        CPU,
+        x,
+        plan,
+        dtype=torch.float32,
+        spec=BuildSpec(kernel="fastest", choice=KernelChoice.timed([4])),
+    )
     layout = engine.info().layout
     assert layout.handoff == {"fc1": "fc2"}
     rows = {c.name: (str(c.kernel), c.why) for c in layout.kernel_choice}

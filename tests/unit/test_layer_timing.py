@@ -9,6 +9,7 @@ from quantstudy.engines import layer_timing
 from quantstudy.engines.builders import build_fp8
 from quantstudy.engines.kernel_choice import choose_kernels
 from quantstudy.engines.layer_timing import LayerTimes, time_layer
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.search import layer_speed
 
 torch.set_num_threads(1)
@@ -48,7 +49,7 @@ def test_the_search_and_the_kernel_choice_time_through_one_routine(monkeypatch, 
 
     calls.clear()
     model, ex, plan = _setup()
-    m = build_fp8(model, CPU, ex, plan, dtype=torch.float32, kernel="fused").eager
+    m = build_fp8(model, CPU, ex, plan, dtype=torch.float32, spec=BuildSpec(kernel="fused")).eager
     choice = choose_kernels(m, model, plan, torch.float32, ex, CPU, 4, tmp_path / "c.json",
                             lambda fn: 1 / 0)  # fmt: skip
     k3 = calls[0]  # the first layer reads the example itself, tiled to the batch

@@ -13,6 +13,7 @@ from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.padding import OutputPad, same_pad
 from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.record.build_spec import BuildSpec
 from tests.unit._interpreter import require_triton, run_interpreted
 
 CPU = torch.device("cpu")
@@ -68,7 +69,7 @@ def test_padded_outputs_leave_the_engine_bit_identical(dtype, h, w):
     output equals the engine that pads in passes of its own, bit for bit."""
     model, x, plan = _setup(h, w)
     padded = build_fp8(model, CPU, x, plan, dtype=dtype)
-    apart = build_fp8(model, CPU, x, plan, dtype=dtype, pad_outputs=False)
+    apart = build_fp8(model, CPU, x, plan, dtype=dtype, spec=BuildSpec(pad_outputs=False))
     assert padded.info().layout.padded_output == {"pw": "dw", "pwl": "pad"}
     assert apart.info().layout.padded_output == {}
     m = padded.eager
@@ -199,6 +200,8 @@ def test_a_reader_the_plan_quantizes_keeps_its_own_padding():
     assert built.eager.pw.out_pad is None and type(built.eager.dw) is not nn.Conv2d
     with torch.no_grad():
         assert torch.isfinite(built.eager(built.prepare(x))).all()
-    engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, pad_outputs=False).eager
+    engine = build_fp8(
+        model, CPU, x, plan, dtype=torch.float32, spec=BuildSpec(pad_outputs=False)
+    ).eager
     with pytest.raises(ValueError, match="not the same zero padding"):
         fuse_padded(engine, model, {"pwl": "conv"})

@@ -13,6 +13,7 @@ from quantstudy.quant.fitting.propagated import bias_shift, execution_order
 from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.options import quant_options
 from quantstudy.recipe.schema import parse_recipe
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.errors import UserError
 from quantstudy.record.quant_options import QuantOptions
 
@@ -110,7 +111,9 @@ def test_every_engine_stores_the_fitted_weights_and_biases():
     plan = _plan(propagated=True, bias_correction=True, rounding="compensating")
     fq = run_engine(build_fakequant(net, CPU, x[:1], plan), x)
     for kernel in ("fused", "scaled_mm"):
-        out = run_engine(build_fp8(net, CPU, x[:1], plan, dtype=torch.float32, kernel=kernel), x)
+        out = run_engine(
+            build_fp8(net, CPU, x[:1], plan, dtype=torch.float32, spec=BuildSpec(kernel=kernel)), x
+        )
         assert torch.allclose(out, fq, rtol=1e-4, atol=1e-4), kernel
 
 

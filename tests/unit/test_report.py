@@ -11,7 +11,6 @@ from _records import FIXTURE, build_record, fixture_json
 
 from quantstudy.record import SCHEMA_VERSION, StudyRecord
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import FP8Kernel
 from quantstudy.report.markdown import render_markdown
 from quantstudy.report.plots import KERNELS_PNG, KL_PNG, LATENCY_PNG, write_plots
 from quantstudy.report.render import render_study
@@ -409,7 +408,7 @@ def test_fused_engine_sentence_names_absorptions_handoffs_and_residual_sums(reco
             real = e.fp8_real[:3]
             e = e.model_copy(
                 update={
-                    "fp8_kernel": FP8Kernel.FUSED,  # model_copy does not validate
+                    "fp8_kernel": "fused",  # model_copy does not validate
                     "fp8_epilogue": {real[0]: "relu"},
                     "fp8_handoff": {real[1]: real[2]},
                     "fp8_residual": {real[0]: "relu", real[2]: "none"},

@@ -9,6 +9,7 @@ from quantstudy.quant.calibration.calibrate import calibrate
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.rewrites.residual import residual_sites
+from quantstudy.record.build_spec import BuildSpec
 from tests.unit._interpreter import require_triton, run_interpreted
 
 CPU = torch.device("cpu")
@@ -163,7 +164,7 @@ def test_residual_sums_move_into_the_layer_and_change_no_number(dtype):
     terms and the sum where the separate pass stores them)."""
     model, x, plan = _setup()
     fused = build_fp8(model, CPU, x, plan, dtype=dtype)
-    apart = build_fp8(model, CPU, x, plan, dtype=dtype, residual=False)
+    apart = build_fp8(model, CPU, x, plan, dtype=dtype, spec=BuildSpec(residual=False))
     assert fused.info().layout.residual == {
         "blocks.0.conv3": "relu", "blocks.1.conv3": "relu", "blocks.2.pwl": "none",
     }  # fmt: skip
@@ -190,7 +191,7 @@ def test_no_site_where_the_sum_cannot_move(tail):
     assert not any(name.startswith("tail.") for name in found)
     assert set(found) == {"blocks.0.conv3", "blocks.1.conv3", "blocks.2.pwl"}
     engine = build_fp8(model, CPU, x, plan, dtype=torch.float32)
-    apart = build_fp8(model, CPU, x, plan, dtype=torch.float32, residual=False)
+    apart = build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=BuildSpec(residual=False))
     with torch.no_grad():
         assert torch.equal(engine.eager(x), apart.eager(x))
 

@@ -17,6 +17,7 @@ from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.inputs import StudyConfig
 
 CPU = torch.device("cpu")
@@ -86,12 +87,10 @@ def _timed_by(timer):
     return mock.patch.object(kernel_choice, "clock_for", lambda device: timer)
 
 
-def _fastest(model, x, plan, table, **kw):
+def _fastest(model, x, plan, table):
+    spec = BuildSpec(kernel="fastest", choice=KernelChoice.timed(sorted(table)))
     with _timed_by(_timer(table)):
-        return build_fp8(
-            model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.timed(sorted(table)),
-            **kw,
-        )  # fmt: skip
+        return build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=spec)
 
 
 def test_a_layer_steps_aside_only_where_fp16_wins_at_every_timed_batch():
@@ -159,7 +158,9 @@ def test_every_layer_stepped_aside_is_the_fp16_engine_bit_for_bit():
                  "head": (10.0, 10.0, 1.0)}}  # fmt: skip
     timer = _timer(table, plan.layers)
     with _timed_by(timer):
-        engine = build_fp8(model, CPU, x, plan, kernel=KernelChoice.timed([1]))
+        engine = build_fp8(
+            model, CPU, x, plan, spec=BuildSpec(kernel="fastest", choice=KernelChoice.timed([1]))
+        )
     assert engine.dtype == torch.bfloat16
     assert engine.info().layout.stepped_aside == plan.layers and engine.info().fp8_real == []
     half = build_half(model, CPU, x)
@@ -214,7 +215,14 @@ def test_a_conv_that_reads_a_hand_off_in_the_engine_may_still_step_aside():
     # per layer: the shared quantize, fused, scaled_mm (1x1 only), fp16
     times = iter([0.0, 10.0, 10.0, SLOW, 0.0, 10.0, 1.0])
     with _timed_by(lambda fn: next(times)):
-        engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.timed([1]))
+        engine = build_fp8(
+            model,
+            CPU,
+            x,
+            plan,
+            dtype=torch.float32,
+            spec=BuildSpec(kernel="fastest", choice=KernelChoice.timed([1])),
+        )
     info = engine.info()
     assert info.layout.stepped_aside == ["conv2"] and info.fp8_real == ["conv1"]
     assert info.layout.handoff == {} and info.layout.epilogue == {"conv1": "relu"}
@@ -235,7 +243,8 @@ def test_the_emulations_leave_the_stepped_aside_layers_float(monkeypatch):
                  "head": (10.0, 10.0, 1.0)}}  # fmt: skip
     monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _timer(table))
     config = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=[1])
-    builders = study_engines.study_builders(config, model, x, plan, True, CPU)
+    spec = config.build_spec()
+    builders = study_engines.study_builders(config, model, x, plan, True, CPU, spec)
     layout = builders["fp8"](FP8Layout()).info().layout
     assert layout.stepped_aside == ["stem", "head"]
     for name in ("fakequant", "fakequant_weights", "fakequant_activations"):
@@ -272,7 +281,9 @@ def test_a_study_keys_the_outputs_of_its_fp8_engine_by_the_layers_kept_in_fp16(
         loaded=types.SimpleNamespace(model=model), example=x, heldout_items=[0, 1],
     )  # fmt: skip
     cache = StageCache.keyed(tmp_path, ["a study"])
-    built = study_run.build_engines(config, inputs, plan, cache, CPU, StageTimer(echo=None))
+    built = study_run.build_engines(
+        config, inputs, plan, cache, CPU, StageTimer(echo=None), config.build_spec()
+    )
     assert built.cache == cache.refined(["head", "stem"]) != cache
     keys = {p.stem.split("-")[1]: p.stem.rsplit("-", 1)[1] for p in tmp_path.glob("stress-*")}
     assert {keys["fp32"], keys["fp16"]} == {cache.key[:16]}
@@ -293,7 +304,12 @@ def test_a_recorded_choice_is_rebuilt_without_timing():
     choice = first.info().layout.kernel_choice
     with _timed_by(lambda fn: 1 / 0):
         again = build_fp8(
-            model, CPU, x, plan, dtype=torch.float32, kernel=KernelChoice.replayed(choice)
+            model,
+            CPU,
+            x,
+            plan,
+            dtype=torch.float32,
+            spec=BuildSpec(kernel="fastest", choice=KernelChoice.replayed(choice)),
         )
     assert again.info().layout.kernel_choice == choice
     assert again.info().layout.stepped_aside == ["stem"]
@@ -339,7 +355,8 @@ def test_a_study_rebuilt_from_its_record_replays_the_choice(monkeypatch):
 
     monkeypatch.setattr(kernel_choice, "clock_for", lambda device: lambda fn: 1 / 0)
     config = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=[1])
-    builders = study_engines.study_builders(config, model, x, plan, True, CPU, choice)
+    spec = config.build_spec(choice)
+    builders = study_engines.study_builders(config, model, x, plan, True, CPU, spec)
     layout = builders["fp8"](FP8Layout()).info().layout
     assert layout.stepped_aside == ["k3b"]
     assert type(builders["fakequant"](layout).eager.k3b) is nn.Conv2d

@@ -8,6 +8,7 @@ from _interpreter import require_triton
 from quantstudy.engines.builders import build_fp8
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.record.build_spec import BuildSpec
 from tests.unit._interpreter import run_interpreted
 from tests.unit.test_residual import _setup
 
@@ -23,8 +24,8 @@ def test_a_sum_read_by_the_next_fp8_layer_is_also_written_as_its_input(dtype):
     (Off by default, it made res2net slower on the H200: the default engine has sums, no copies.)"""
     model, x, plan = _setup()
     assert build_fp8(model, CPU, x, plan, dtype=dtype).info().layout.sum_handoff == {}
-    fused = build_fp8(model, CPU, x, plan, dtype=dtype, sum_handoff=True)
-    apart = build_fp8(model, CPU, x, plan, dtype=dtype, residual=False)
+    fused = build_fp8(model, CPU, x, plan, dtype=dtype, spec=BuildSpec(sum_handoff=True))
+    apart = build_fp8(model, CPU, x, plan, dtype=dtype, spec=BuildSpec(residual=False))
     assert fused.info().layout.sum_handoff == {
         "blocks.0.conv3": "blocks.1.conv1", "blocks.1.conv3": "blocks.2.pw",
     }  # fmt: skip
@@ -42,7 +43,9 @@ def test_no_hand_off_to_a_reader_in_fp16_or_one_that_cannot_read_fp8():
     model, x, plan = _setup()
     kept = [n for n in plan.layers if n not in ("blocks.1.conv1", "blocks.2.pw")]
     fewer = QuantPlan(kept, True, plan.calibration)
-    info = build_fp8(model, CPU, x, fewer, dtype=torch.float32, sum_handoff=True).info()
+    info = build_fp8(
+        model, CPU, x, fewer, dtype=torch.float32, spec=BuildSpec(sum_handoff=True)
+    ).info()
     assert set(info.layout.residual) == {"blocks.0.conv3", "blocks.1.conv3", "blocks.2.pwl"}
     assert info.layout.sum_handoff == {}
 

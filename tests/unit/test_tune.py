@@ -15,6 +15,7 @@ from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.schema import parse_recipe
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.errors import UserError
 from quantstudy.record.quant_options import QuantOptions
 
@@ -54,7 +55,7 @@ def test_tuning_lowers_the_heldout_kl_and_engines_compute_what_it_measured():
     emulated = run_engine(build_fakequant(_net(), CPU, x[:1], plan), held)
     # the stored scales (times the gains) and biases give what tuning scored
     assert float(kl_per_image(ref, emulated).mean()) == pytest.approx(after, rel=2e-3)
-    fp8 = build_fp8(_net(), CPU, x[:1], plan, dtype=torch.float32, kernel="fused")
+    fp8 = build_fp8(_net(), CPU, x[:1], plan, dtype=torch.float32, spec=BuildSpec(kernel="fused"))
     assert torch.allclose(run_engine(fp8, held), emulated, rtol=1e-4, atol=1e-4)
 
 

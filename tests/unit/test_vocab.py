@@ -5,7 +5,7 @@ docstrings and the literal text of f-strings (prose may name an engine), and fai
 is a value of a checked vocabulary, outside `record/vocab.py` and the allow-list below.
 
 Checked: the vocabularies whose values are not ordinary words, so a hit is almost surely the
-vocabulary: Engine (and Baseline, whose values are engine names), KernelGroup, FP8Kernel,
+vocabulary: Engine (and Baseline, whose values are engine names), KernelGroup,
 Calibrator and Activation. Activation's "none" is left out: "none" is also what the report prints
 for an empty list, and Tuning and Migration spell their off state with it. Not checked:
 Device ("cpu", "cuda" are torch's device strings too), GateKind ("speed", "quality" are section
@@ -22,7 +22,6 @@ from quantstudy.record.vocab import (
     Baseline,
     Calibrator,
     Engine,
-    FP8Kernel,
     KernelGroup,
 )
 
@@ -30,7 +29,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "quantstudy"
 VOCAB_FILE = "record/vocab.py"
 CHECKED = {
     m.value: e.__name__
-    for e in (Baseline, Engine, KernelGroup, FP8Kernel, Calibrator, Activation)
+    for e in (Baseline, Engine, KernelGroup, Calibrator, Activation)
     for m in e
     if m is not Activation.NONE
 }
@@ -53,8 +52,6 @@ ALLOWED = {
     ("bridge/trt_json.py", "fp32"): "a TensorRT layer's precision, parsed from trtexec's JSON",
     ("bridge/trt_import.py", "fp8"): "a TensorRT layer's precision, parsed from trtexec's JSON",
     ("report/lookups.py", "fp16"): "the fp16 engine's display label",
-    ("bench/gemm.py", "scaled_mm"): "the torch._scaled_mm reference row of the GEMM bench",
-    ("bench/report.py", "scaled_mm"): "the torch._scaled_mm reference row of the GEMM bench",
     ("decision/schema.py", "max"): "a version-1 policy's KL threshold key",
     ("recipe/schema.py", "percentile"): "the percentile calibrator's parameter name",
     ("bench/options/variants.py", "percentile"): "the percentile calibrator's parameter name",
@@ -91,7 +88,7 @@ def vocabulary_literals(source: str) -> list[tuple[int, str]]:
 
 def test_checker_flags_a_literal_and_not_prose() -> None:
     assert vocabulary_literals('def f(x):\n    return x == "fp16"\n') == [(2, "fp16")]
-    assert vocabulary_literals("x = {'scaled_mm': 1}") == [(1, "scaled_mm")]
+    assert vocabulary_literals("x = {'fakequant': 1}") == [(1, "fakequant")]
     prose = '"""Times the fp16 engine."""\ndef f(x):\n    """fp16 or fp8."""\n    return x\n'
     assert vocabulary_literals(prose) == []
     assert vocabulary_literals('f"{n} fp16 ms"') == []

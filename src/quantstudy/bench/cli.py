@@ -22,7 +22,7 @@ from quantstudy.bench.peers.configs import Peer
 from quantstudy.record.command import Command, batches, command_line
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
-from quantstudy.record.vocab import FP8Kernel, KernelOption, choices
+from quantstudy.record.vocab import choices
 from quantstudy.study.cli_options import (
     MODEL_DATA_OPTIONS,
     STUDY_OPTIONS,
@@ -37,7 +37,6 @@ BENCH_STUDY_OPTIONS = MODEL_DATA_OPTIONS + tuple(
     for o in STUDY_OPTIONS
     if o not in ("fp8_kernel", "float32_engine", "policy", "speed", "quality", "package", "out")
 )
-TIMED = (FP8Kernel.FUSED, FP8Kernel.SCALED_MM)
 # The study options of `bench peers`: a speed bench's, and the FP8 kernel of our engine.
 PEERS_STUDY_OPTIONS = (*BENCH_STUDY_OPTIONS, "fp8_kernel")
 # Compute dtypes of `bench options --engine-dtypes`; the half ones are its storage dtypes
@@ -53,22 +52,29 @@ OPTIONS_STUDY_OPTIONS = tuple(
 E = TypeVar("E", bound=StrEnum)
 
 
-def _distinct(text: str, vocab: type[E], flag: str, none_ok: bool = False) -> tuple[E, ...]:
-    """`text`, comma-separated distinct names of `vocab` (or `none` where `none_ok`), as members;
-    anything else is an argparse error naming the flag and the names it takes."""
+def _distinct_names(text: str, known: list[str], flag: str, none_ok: bool = False) -> list[str]:
+    """`text`, comma-separated distinct names of `known` (or `none` where `none_ok`); anything
+    else is an argparse error naming the flag and the names it takes."""
     names = [] if none_ok and text == "none" else text.split(",")
-    unknown = [n for n in names if n not in choices(vocab)]
+    unknown = [n for n in names if n not in known]
     if unknown or len(set(names)) != len(names):
         alternatives = ", or none;" if none_ok else ","
         raise argparse.ArgumentTypeError(
-            f"{flag} takes distinct names from {','.join(choices(vocab))}{alternatives} "
-            f"not '{text}'"
+            f"{flag} takes distinct names from {','.join(known)}{alternatives} not '{text}'"
         )
-    return tuple(vocab(n) for n in names)
+    return names
 
 
-def _kernels(text: str) -> tuple[KernelOption, ...]:
-    return _distinct(text, KernelOption, "--kernels")
+def _distinct(text: str, vocab: type[E], flag: str, none_ok: bool = False) -> tuple[E, ...]:
+    """`_distinct_names` of a vocabulary, as its members."""
+    return tuple(vocab(n) for n in _distinct_names(text, choices(vocab), flag, none_ok))
+
+
+def _kernels(text: str) -> tuple[str, ...]:
+    """FP8 kernel options (`quant/backends/`: the backends' names and "fastest")."""
+    from quantstudy.quant import backends
+
+    return tuple(_distinct_names(text, backends.options(), "--kernels"))
 
 
 def _out(p: argparse.ArgumentParser, what: str) -> None:
@@ -111,8 +117,9 @@ def _speed_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kernels",
         type=_kernels,
-        default=TIMED,
-        help="FP8 engines to time against fp16, comma-separated (default fused,scaled_mm)",
+        default=None,
+        help="FP8 engines to time against fp16, comma-separated (default: every backend, "
+        f"{','.join(_kernel_options()[:-1])})",
     )
     p.add_argument("--rounds", type=int, default=30, help="timing rounds (default 30)")
     p.add_argument("--iters", type=int, default=20, help="calls per round (default 20)")
@@ -134,7 +141,8 @@ def _run_speed(args: argparse.Namespace, context: Context) -> None:
 
     _at_least_one(args, "rounds", "iters")
     record = bench_speed(
-        context.study_config(), args.kernels, rounds=args.rounds, iters=args.iters,
+        context.study_config(), args.kernels or tuple(_kernel_options()[:-1]),
+        rounds=args.rounds, iters=args.iters,
         agreement=args.agreement, autotune_batch=args.fp16_autotune_batch, argv=context.argv,
     )  # fmt: skip
     _write(args.record, record)
@@ -219,7 +227,7 @@ def _kernels_arguments(p: argparse.ArgumentParser) -> None:
     add_config_args(p, BENCH_STUDY_OPTIONS)
     p.add_argument(
         "--fp8-kernel",
-        choices=choices(KernelOption),
+        choices=_kernel_options(),
         default=DEFAULT_FP8_KERNEL,
         help="the FP8 engine's",
     )
@@ -236,7 +244,7 @@ def _run_kernels(args: argparse.Namespace, context: Context) -> None:
 
     _at_least_one(args, "batch", "compiles")
     record = bench_kernels(
-        context.study_config(), KernelOption(args.fp8_kernel), args.batch, args.record.parent,
+        context.study_config(), args.fp8_kernel, args.batch, args.record.parent,
         compiles=args.compiles, sources=args.sources, argv=context.argv,
     )  # fmt: skip
     _write(args.record, record)
@@ -288,8 +296,17 @@ def _peers(text: str) -> tuple[Peer, ...]:
     return _distinct(text, Peer, "--torchao", none_ok=True)
 
 
-def _options(text: str) -> tuple[KernelOption, ...]:
-    return _distinct(text, KernelOption, "--ours")
+def _options(text: str) -> tuple[str, ...]:
+    from quantstudy.quant import backends
+
+    return tuple(_distinct_names(text, backends.options(), "--ours"))
+
+
+def _kernel_options() -> list[str]:
+    """What `--fp8-kernel` takes (`quant/backends/`), read when the parser is built."""
+    from quantstudy.quant import backends
+
+    return backends.options()
 
 
 def _peers_arguments(p: argparse.ArgumentParser) -> None:

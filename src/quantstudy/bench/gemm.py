@@ -149,9 +149,9 @@ def time_product(p: Product, sweep: bool) -> dict[str, Any]:
     `best_triton` and `refused` (tiles the compiler refuses for lack of shared memory)."""
     from triton.runtime.errors import OutOfResources
 
-    from quantstudy.quant.accumulation import PROMOTE
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
     from quantstudy.quant.layers.fused_matmul import act_reference
+    from quantstudy.record.build_spec import PROMOTE
 
     m, k, n = p.m, p.k, p.n
     dev = torch.device("cuda")

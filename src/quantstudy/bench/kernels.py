@@ -19,16 +19,15 @@ import torch
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import KernelsBench, KernelTime
 from quantstudy.engines.builders import build_fp8, build_half, set_numerics
-from quantstudy.record.engines import fp8_build
 from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.vocab import Engine, KernelOption
+from quantstudy.record.vocab import Engine
 from quantstudy.speed.kernels import group_kernel, kernel_events
 from quantstudy.study.prepare import prepare_study
 
 
 def bench_kernels(
     config: StudyConfig,
-    kernel: KernelOption,
+    kernel: str,
     batch: int,
     out_dir: Path,
     *,
@@ -49,11 +48,10 @@ def bench_kernels(
         cache = Path(tempfile.mkdtemp(prefix=f"inductor-{i}-"))
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)  # nothing carries over
         torch._dynamo.reset()
+        spec = config.replace(fp8_kernel=kernel, batches=(batch,)).build_spec()
         engines = {
             Engine.FP16: build_half(model, device, example, fold=fold),
-            Engine.FP8: build_fp8(
-                model, device, example, prepared.plan, fold=fold, kernel=fp8_build(kernel, [batch])
-            ),
+            Engine.FP8: build_fp8(model, device, example, prepared.plan, fold=fold, spec=spec),
         }
         entry: dict[str, list[KernelTime]] = {}
         for name, engine in engines.items():

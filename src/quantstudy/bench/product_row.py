@@ -49,7 +49,7 @@ class ProductRow(Section):
     # a variant absent: a fixed tile, or a choice stored by an earlier process on the machine;
     # None: a record from before this was kept
     tiles: dict[str, str] | None = None
-    # the promotion interval of our variants whose label names none (`quant/accumulation.py`;
+    # the promotion interval of our variants whose label names none (`record/build_spec.py`;
     # 0: fast accumulation); None: a record from before it was kept (`_promote_read`)
     ours_promote: int | None = None
     # what a reader takes for a row without `ours_promote`: set from the record's provenance

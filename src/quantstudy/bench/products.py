@@ -14,7 +14,7 @@ timed from CUDA-graph replays (`gemm.time_us`) with random N(0, 1) operands and 
   layer of ours that hands off would cost with cuBLASLt's main loop and the activation and the
   next layer's FP8 input moved into a kernel of their own (torchao's layout, with our fusion);
 - "ours": the fused Triton kernel autotuned as an engine runs it (summing as the engines do,
-  `quant/accumulation.py`: fast by default); "ours promote128" (or, where the engines promote,
+  `record/build_spec.py`: fast by default); "ours promote128" (or, where the engines promote,
   "ours fast-accum") the same with the other sums (`product_row.OTHER_SUMS`); "ours fp16-rounds",
   "ours with-gelu", "ours fp8-out" and "ours with-gelu fp8-out" with the engine's epilogues
   part by part (a transformer's fc1 has all: GELU, then the next layer's FP8 input written);
@@ -53,11 +53,11 @@ from quantstudy.bench.product_row import (
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import ProductsBench, read_record, write_record
 from quantstudy.bench.shapes import ConvProduct, Product, fp8_products, kxk_products
-from quantstudy.quant.accumulation import PROMOTE, engine_promote
 from quantstudy.quant.formats.fp8 import to_fp8
 from quantstudy.quant.layers.fused_matmul import act_reference
+from quantstudy.record.build_spec import PROMOTE, BuildSpec
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import Activation
+from quantstudy.record.vocab import Activation, Epilogue
 from quantstudy.study.model_list import ModelEntry
 
 TIMED = (
@@ -108,6 +108,7 @@ def bench_products(
     peaks = peaks_for(provenance.gpu_name or "")
     todo = _distinct(rows, batches)
     variants = Variants(sweep, other_sums, persistent)
+    spec = BuildSpec.made()  # how the engines sum here: the lab switch, else the default
     done = {_key(r): r for r in _resumed(resume)}
     results: list[ProductRow] = []
     start = time.monotonic()
@@ -131,7 +132,7 @@ def bench_products(
             if out is not None:
                 write_record(out, final)
             return final
-        results.append(_timed(row, variants))
+        results.append(_timed(row, variants, spec))
         so_far = record(f"{len(todo) - i - 1} of {len(todo)} products not timed yet")
         print(_line(so_far, results[-1]), flush=True)
         if out is not None:
@@ -189,13 +190,13 @@ def _untimed(p: Product | ConvProduct, batch: int, model: str) -> ProductRow:
     )  # fmt: skip
 
 
-def _timed(row: ProductRow, variants: Variants) -> ProductRow:
+def _timed(row: ProductRow, variants: Variants, spec: BuildSpec) -> ProductRow:
     from triton.compiler.errors import CompilationError
     from triton.runtime.errors import OutOfResources
 
     from quantstudy.quant.kernels.tuning import TUNE_LOG
 
-    calls, ref = _calls(row, variants)  # each call returns a tensor
+    calls, ref = _calls(row, variants, spec)  # each call returns a tensor
     us: dict[str, float] = {}
     errors: dict[str, float] = {}
     refused: dict[str, str] = {}
@@ -216,14 +217,15 @@ def _timed(row: ProductRow, variants: Variants) -> ProductRow:
     ours = {k: t for k, t in us.items() if k.startswith("ours") and not any(p in k for p in plain)}
     best = min(ours, key=ours.__getitem__) if ours else None
     update = {"us": us, "max_rel_error": errors, "refused": refused, "best_ours": best}
-    update |= {"tiles": tiles, "ours_promote": engine_promote()}
+    update |= {"tiles": tiles, "ours_promote": spec.promote}
     return row.model_copy(update=update)
 
 
 def _calls(
-    row: ProductRow, variants: Variants
+    row: ProductRow, variants: Variants, spec: BuildSpec
 ) -> tuple[dict[str, Callable[[], object]], torch.Tensor]:
-    """Every variant of one product as a call, and the float32 reference of our variants."""
+    """Every variant of one product as a call, and the float32 reference of our variants;
+    "ours" sums as the engines of `spec` do."""
     from quantstudy.quant.kernels.conv import fp8_conv2d_triton, tap_major
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
     from quantstudy.quant.kernels.tiles import PERSISTENT_TILES
@@ -231,7 +233,7 @@ def _calls(
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     m, k, n = row.m, row.k, row.n
-    engine = engine_promote()  # the engines' interval; `other` the other numerics timed beside
+    engine = spec.promote  # the engines' interval; `other` the other numerics timed beside
     other = PROMOTE if engine == 0 else 0
     w16 = torch.randn(n, k, device=dev, generator=g, dtype=torch.float16) / k**0.5
     w8, w_scale = w16.mul(64).to(torch.float8_e4m3fn), torch.full((n,), 1 / 64, device=dev)
@@ -257,6 +259,7 @@ def _calls(
             torch.float16,
             (s, s),
             (p, p),
+            promote=engine,
         )
         w32 = w_taps.float().reshape(n, kh, kw, c).permute(0, 3, 1, 2)
         with torch.backends.cudnn.flags(allow_tf32=False):  # float32 sums, not TF32's
@@ -269,7 +272,7 @@ def _calls(
         calls[FP16_MM] = lambda: F.linear(a16, w16, bias.half())
 
         def ours(**kw: Any) -> Callable[[], object]:
-            kw = {"act": Activation.NONE, "out_dtype": torch.float16, **kw}
+            kw = {"act": Activation.NONE, "out_dtype": torch.float16, "promote": engine, **kw}
             return lambda: fp8_gemm_triton(a8, w8, w_scale, x_scale, bias, **kw)
 
         calls["ours"] = ours()
@@ -299,7 +302,42 @@ def _calls(
                 calls[f"ours {label}"] = ours(tile=cfg, loads=loads, store=store, stream=per_sm)
         ref = (a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias
     calls.update(_cublaslt(a16, w16, bias, fast=engine == 0))
+    if row.conv is None:
+        from quantstudy.quant.backends.base import Product
+
+        calls.update(_registered(Product(a8, w8, x_scale, w_scale, bias, torch.float16,
+                                         promote=engine)))  # fmt: skip
     return calls, ref
+
+
+def _registered(plain: Any) -> dict[str, Callable[[], object]]:
+    """The columns of every backend this machine runs that has a `bench_label`
+    (`quant/backends/`): its plain product (fp16 out), then each engine epilogue its kernel
+    computes (`EPILOGUES`), each a variant of `plain` (a `Product`: fp16 out, summing as the
+    engines do). The built-in backends have none: their columns are "ours" and cuBLASLt's."""
+    from dataclasses import replace
+
+    from quantstudy.quant import backends
+
+    calls: dict[str, Callable[[], object]] = {}
+    for name in backends.usable():
+        backend = backends.get(name)
+        if backend.bench_label is None:
+            continue
+        takes = backend.support.takes
+        for label, act, fp8_out in (("", Activation.NONE, False), *EPILOGUES):
+            if (act != Activation.NONE and not takes(Epilogue.ACTIVATION, act)) or (
+                fp8_out and not takes(Epilogue.FP8_OUTPUT)
+            ):
+                continue
+            product = replace(
+                plain, act=act, out_dtype=torch.float8_e4m3fn if fp8_out else torch.float16,
+                out_scale=plain.x_scale if fp8_out else None,
+                round_to=torch.float16 if label else None,
+            )  # fmt: skip
+            column = f"{backend.bench_label} {label}".strip()
+            calls[column] = functools.partial(backend.launch, product)
+    return calls
 
 
 def cublaslt_epilogue(

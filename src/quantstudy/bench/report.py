@@ -30,9 +30,10 @@ from quantstudy.bench.schema import (
     read_folder,
 )
 from quantstudy.bench.speed_claims import engine_claims, logged_claim, x_cell
+from quantstudy.quant import backends
 from quantstudy.record import TimingStats
 from quantstudy.record.io import write_text_atomic
-from quantstudy.record.vocab import Engine, KernelGroup, KernelOption
+from quantstudy.record.vocab import Engine, KernelGroup
 from quantstudy.report.claims import claim_of, legend
 from quantstudy.report.format import code, table
 
@@ -156,14 +157,16 @@ def _fused_ratios(r: SpeedResult, e: EngineSpeed) -> Iterable[tuple[int, str]]:
 
 def _speed_summary(speed: list[tuple[str, SpeedBench]]) -> list[str]:
     """Every measured x per model, batch and FP8 kernel, newest record first."""
-    rows: dict[tuple[str, int, KernelOption], list[tuple[str, str]]] = {}
+    rows: dict[tuple[str, int, str], list[tuple[str, str]]] = {}
     for name, rec in speed:
         for r in rec.results:
             for e in r.engines:
                 for batch, x in _fused_ratios(r, e):
                     key = (r.model, batch, e.fp8_kernel)
                     rows.setdefault(key, []).insert(0, (x, name))
-    ordered = sorted(rows, key=lambda k: (k[0], k[1], list(KernelOption).index(k[2])))
+    order = backends.options()  # a record's backend this install lacks goes last
+    rank = {k: i for i, k in enumerate(order)}
+    ordered = sorted(rows, key=lambda k: (k[0], k[1], rank.get(k[2], len(order)), k[2]))
     body = [
         [model, str(batch), kernel, x, name]
         for model, batch, kernel in ordered

@@ -29,7 +29,7 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.readers import not_a_file, read_bytes
 from quantstudy.record.switches import FP8_PROMOTE, switches_read
-from quantstudy.record.vocab import CompileMode, KernelGroup, KernelOption, PeerFamily
+from quantstudy.record.vocab import CompileMode, KernelGroup, PeerFamily
 
 BENCH_SCHEMA_VERSION = 1
 
@@ -88,7 +88,7 @@ class LoggedBatch(Section):
 class EngineSpeed(Section):
     """One FP8 engine of a model timed against the fp16 engine."""
 
-    fp8_kernel: KernelOption
+    fp8_kernel: str  # an FP8 backend's name or "fastest" (`quant/backends/`)
     fp8_real: int | None = None  # layers running a real FP8 product (None: not recorded)
     fp8_emulated: int | None = None  # layers quantize-dequantized around an fp16 op
     fp8_stepped_aside: int | None = None  # recipe layers the fastest choice kept in fp16
@@ -228,7 +228,7 @@ class KernelsBench(Record):
     model: str
     recipe: str
     batch: int
-    fp8_kernel: KernelOption
+    fp8_kernel: str  # an FP8 backend's name or "fastest" (`quant/backends/`)
     # per fresh compile: engine ("fp16", "fp8") -> every kernel of one call, slowest first
     compiles: list[dict[str, list[KernelTime]]]
     # files of generated kernel source written beside the record

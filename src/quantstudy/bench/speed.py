@@ -20,11 +20,10 @@ from quantstudy.bench.provenance import CPU_REASON, collect_provenance
 from quantstudy.bench.schema import Agreement, EngineSpeed, SpeedBench, SpeedResult
 from quantstudy.engines.builders import build_fp8, build_half, set_numerics
 from quantstudy.engines.run import run_engine
-from quantstudy.record.engines import fp8_build
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.speed import SpeedSection
-from quantstudy.record.vocab import CompileMode, Engine, KernelOption
+from quantstudy.record.vocab import CompileMode, Engine
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
@@ -32,7 +31,7 @@ from quantstudy.study.prepare import Prepared, prepare_study
 
 def bench_speed(
     config: StudyConfig,
-    kernels: Sequence[KernelOption],
+    kernels: Sequence[str],
     *,
     rounds: int = 30,
     iters: int = 20,
@@ -41,7 +40,7 @@ def bench_speed(
     argv: list[str] | None = None,
 ) -> SpeedBench:
     """Prepare `config`'s study and time its fp16 engine against one FP8 engine per kernel."""
-    if agreement and set(kernels) != {KernelOption.FUSED, KernelOption.SCALED_MM}:
+    if agreement and set(kernels) != {"fused", "scaled_mm"}:
         raise UserError("--agreement compares the fused and scaled_mm engines: time both")
     if autotune_batch is not None and config.device != "cuda":
         raise UserError("--fp16-autotune-batch needs a CUDA GPU (max-autotune tunes GPU kernels)")
@@ -68,7 +67,7 @@ def bench_speed(
 
 def _time_model(
     prepared: Prepared,
-    kernels: Sequence[KernelOption],
+    kernels: Sequence[str],
     rounds: int,
     iters: int,
     agreement: bool,
@@ -86,7 +85,7 @@ def _time_model(
             prepared.plan,
             fold=fold,
             compile_mode=mode,
-            kernel=fp8_build(k, config.batches),
+            spec=config.replace(fp8_kernel=k).build_spec(),
         )
         for k in kernels
     }
@@ -121,7 +120,7 @@ def _time_model(
             top = {k: run_engine(e, x, config.eval_batch).argmax(1) for k, e in built.items()}
         same = Agreement(
             n_images=int(x.shape[0]),
-            same_top1=int((top[KernelOption.FUSED] == top[KernelOption.SCALED_MM]).sum()),
+            same_top1=int((top["fused"] == top["scaled_mm"]).sum()),
         )
     tuned = None
     if autotune_batch is not None:

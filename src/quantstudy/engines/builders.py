@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.base import Engine, in_memory_format
-from quantstudy.engines.fp8_assembly import FP8Assembler, FP8Assembly, FP8Options
+from quantstudy.engines.fp8_assembly import FP8Assembler, FP8Assembly
 from quantstudy.engines.kernel_choice import (
     choose_kernels,
     replay_kernels,
@@ -28,15 +28,15 @@ from quantstudy.engines.kernel_choice import (
 )
 from quantstudy.engines.size import weight_bytes
 from quantstudy.model.eval_caches import drop_eval_caches
+from quantstudy.quant import backends
 from quantstudy.quant.fitting.bias_correction import correct_biases, set_biases
 from quantstudy.quant.graph.edit import replace_module
-from quantstudy.quant.layers.matmul import scaled_mm_output_of
 from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fake_quant
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel
-from quantstudy.record.engines import built_kernel, stepped_aside
-from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
-from quantstudy.record.vocab import CompileMode, FP8Kernel
+from quantstudy.record.build_spec import BuildSpec
+from quantstudy.record.engines import stepped_aside
+from quantstudy.record.vocab import CompileMode
 from quantstudy.record.vocab import Engine as EngineName
 
 
@@ -225,35 +225,35 @@ def build_fp8(
     fold: bool = True,
     compile_mode: str = "default",
     dtype: torch.dtype | None = None,
-    kernel: FP8Kernel | KernelChoice = DEFAULT_FP8_KERNEL,
-    residual: bool = True,
-    sum_handoff: bool = False,
-    pad_outputs: bool = True,
+    spec: BuildSpec | None = None,
 ) -> BuiltEngine:
     """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules; its
-    `layout` says how (`record/engines.py: FP8Layout`).
+    `layout` says how (`record/engines.py: FP8Layout`). `spec` (`record/build_spec.py`; default
+    `BuildSpec()`: fused, fast accumulation, no lab switch) says what it computes: its kernel,
+    how its products sum (every FP8 layer is built with `spec.promote`) and its rewrites.
 
-    `kernel` "fused" (default): each real FP8 layer is one fused product that also applies the
-    activation that consumes it (`quant/rewrites/absorb.py` finds and checks those); "scaled_mm":
-    the unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both); a
-    `KernelChoice`: the fused engine with each layer timed in place at the choice's batches (the
-    batches the engine will run) against the unfused one and its float layer, or replayed from
-    a recorded choice (`engines/kernel_choice.py`), the faster FP8 kernel kept per batch and the
-    float layer where it beat both at every batch (`engines/step_aside.py`). With `residual`
-    (default) fused 1x1/linear layers that feed a residual sum also compute it
-    (`quant/rewrites/residual.py`); False keeps the add a separate pass (benchmarks run both).
-    With `sum_handoff` too, where the next fused layer reads such a sum, the epilogue also writes
-    that layer's FP8 input (`quant/rewrites/sum_handoff.py`): off by default, the second output
-    costs the product its tile shape (docs/fp8-kernel.md). With `pad_outputs` (default) a fused
-    1x1 conv whose output only a zero-padding conv reads writes it padded, and that conv pads no
-    more (`quant/rewrites/pad_handoff.py`); False keeps the pad a pass (benchmarks run both).
+    `spec.kernel` "fused" (default): each real FP8 layer is one fused product that also applies
+    the activation that consumes it (`quant/rewrites/absorb.py` finds and checks those);
+    "scaled_mm": the unfused `torch._scaled_mm` layer, kept for comparison (benchmarks run both);
+    "fastest" with a `KernelChoice`: the fused engine with each layer timed in place at the
+    choice's batches (the batches the engine will run) against the unfused one and its float
+    layer, or replayed from a recorded choice (`engines/kernel_choice.py`), the faster FP8 kernel
+    kept per batch and the float layer where it beat both at every batch
+    (`engines/step_aside.py`). With `spec.residual` (default) fused 1x1/linear layers that feed a
+    residual sum also compute it (`quant/rewrites/residual.py`); False keeps the add a separate
+    pass (benchmarks run both). With `spec.sum_handoff` too, where the next fused layer reads
+    such a sum, the epilogue also writes that layer's FP8 input (`quant/rewrites/sum_handoff.py`):
+    off by default, the second output costs the product its tile shape (docs/fp8-kernel.md). With
+    `spec.pad_outputs` (default) a fused 1x1 conv whose output only a zero-padding conv reads
+    writes it padded, and that conv pads no more (`quant/rewrites/pad_handoff.py`); False keeps
+    the pad a pass (benchmarks run both).
     """
     dtype = dtype or half_dtype(device)
+    spec = spec or BuildSpec()
     source = deployed_copy(model, example, fold, plan)
-    options = FP8Options(residual, sum_handoff, pad_outputs)
-    chosen = kernel if isinstance(kernel, KernelChoice) else None
-    built = built_kernel(kernel)
-    parts = FP8Assembler(source, plan, dtype, device, example, built, options)
+    chosen = spec.choice
+    built = spec.backend
+    parts = FP8Assembler(source, plan, dtype, device, example, spec)
     rows: list[LayerKernel] | None = None
     if chosen is None:
         fp8 = parts.assemble()
@@ -269,7 +269,7 @@ def build_fp8(
         residual={layer: site.act for layer, site in fp8.sites.items() if layer not in aside},
         sum_handoff={layer: pair.reader for layer, pair in fp8.sum_handoff.items()},
         padded_output=fp8.padded,
-        scaled_mm_output=scaled_mm_output_of(m),
+        scaled_mm_output=output_notes(m),
         kernel_choice=rows,
         stepped_aside=stepped_aside(rows or []),
         rewrites_skipped=fp8.skipped,
@@ -286,6 +286,13 @@ def build_fp8(
     )
 
 
+def output_notes(model: nn.Module) -> str | None:
+    """What the backends' layers of `model` write, where a backend has something to say
+    (`Backend.output_note`; torch._scaled_mm's output dtype and bias)."""
+    notes = [n for b in backends.names() if (n := backends.get(b).output_note(model))]
+    return "; ".join(notes) or None
+
+
 def _assemble_chosen(
     parts: FP8Assembler, choice: KernelChoice, plain: nn.Module
 ) -> tuple[FP8Assembly, list[LayerKernel]]:
@@ -298,8 +305,9 @@ def _assemble_chosen(
     else:
         screen = p.assemble(handoffs=False).model
         rows = choose_kernels(
-            screen, p.source, p.plan, p.dtype, p.example, p.device, choice.batches, plain=plain
-        )
+            screen, p.source, p.plan, p.dtype, p.example, p.device, choice.batches, plain=plain,
+            spec=p.spec,
+        )  # fmt: skip
     aside = set(stepped_aside(rows))
     fp8 = p.assemble(aside=aside)
     given_up = scaled_mm_pairs(rows, fp8.handoff)
@@ -308,7 +316,8 @@ def _assemble_chosen(
         readers = {c: p_ for p_, c in given_up.items()}
         rows = [_given_up(r, given_up, readers) for r in rows]
     m = fp8.model
-    return fp8, replay_kernels(m, p.source, plain, p.plan, p.dtype, p.device, settled(rows, m))
+    rows = settled(rows, m)
+    return fp8, replay_kernels(m, p.source, plain, p.plan, p.dtype, p.device, rows, p.spec)
 
 
 def _given_up(row: LayerKernel, producers: dict[str, str], readers: dict[str, str]) -> LayerKernel:

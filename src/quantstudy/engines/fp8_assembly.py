@@ -21,8 +21,8 @@ from torch import nn
 
 from quantstudy.engines.base import in_memory_format
 from quantstudy.model.eval_caches import drop_eval_caches
+from quantstudy.quant import backends
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
-from quantstudy.quant.layers.matmul import bind_scaled_mm
 from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fp8, real_layers
 from quantstudy.quant.rewrites.absorb import (
     absorbable_activations,
@@ -44,16 +44,8 @@ from quantstudy.quant.rewrites.sum_handoff import (
     fuse_sum_handoffs,
     sum_handoffs,
 )
-from quantstudy.record.vocab import FP8Kernel
-
-
-@dataclass(frozen=True)
-class FP8Options:
-    """Which rewrites an assembly makes (`builders.build_fp8` documents each)."""
-
-    residual: bool = True
-    sum_handoff: bool = False
-    pad_outputs: bool = True
+from quantstudy.record.build_spec import BuildSpec
+from quantstudy.record.vocab import Activation, Epilogue
 
 
 @dataclass
@@ -80,15 +72,19 @@ class FP8Assembler:
     dtype: torch.dtype
     device: torch.device
     example: torch.Tensor
-    kernel: FP8Kernel  # the product built: "fused" or "scaled_mm"
-    options: FP8Options = FP8Options()
+    spec: BuildSpec  # the backend built, how it sums, which rewrites it makes
 
     def __post_init__(self) -> None:
-        self.real: list[str] = []
+        self.kernel = self.spec.backend
+        self.backend = backends.get(self.kernel)
+        takes = self.backend.support.takes
+        self.real = real_layers(self.source, self.plan.layers, self.kernel)
         self.absorbed: dict[str, tuple[str, str]] = {}
-        if self.kernel == FP8Kernel.FUSED:
-            self.real = real_layers(self.source, self.plan.layers, self.kernel)
-            self.absorbed = absorbable_activations(self.source, self.real, self.example)
+        if Epilogue.ACTIVATION in self.backend.support.epilogues:
+            found = absorbable_activations(self.source, self.real, self.example)
+            self.absorbed = {
+                n: a for n, a in found.items() if takes(Epilogue.ACTIVATION, Activation(a[1]))
+            }
         self._sites: tuple[dict[str, Site], dict[str, str]] | None = None
 
     def assemble(
@@ -103,8 +99,8 @@ class FP8Assembler:
         producer of `unlinked` hands its output to the next layer in FP8 (both run
         torch._scaled_mm, `kernel_choice.scaled_mm_pairs`)."""
         source, plan, example = self.source, self.plan, self.example
-        fused_kernel = self.kernel == FP8Kernel.FUSED
-        linked = handoffs and fused_kernel
+        takes = self.backend.support.takes
+        linked = handoffs and takes(Epilogue.FP8_OUTPUT)
         tied = [n for n in self.real if n not in aside]
         handoff = fp8_handoffs(source, tied, example, self.absorbed) if linked else {}
         handoff = {
@@ -116,12 +112,15 @@ class FP8Assembler:
         remove_activations(m, self.absorbed)
         m = drop_eval_caches(m.to(self.dtype))
         epilogue = {layer: act for layer, (_, act) in self.absorbed.items()}
-        applied = apply_fp8(m, source, plan, self.dtype, self.kernel, epilogue, handoff)
+        applied = apply_fp8(
+            m, source, plan, self.dtype, self.kernel, epilogue, handoff, build=self.spec
+        )
         fused = [n for n in applied.real if isinstance(m.get_submodule(n), FusedFP8Matmul)]
-        sites, skipped = self._residual_sites(fused) if fused_kernel else ({}, {})
+        sums = takes(Epilogue.RESIDUAL)
+        sites, skipped = self._residual_sites(fused) if sums else ({}, {})
         fuse_residuals(m, sites, fused)
         pairs: dict[str, SumHandoff] = {}
-        if sites and linked and self.options.sum_handoff:
+        if sites and linked and self.spec.sum_handoff and takes(Epilogue.FP8_PAIR):
             readers = {
                 n
                 for n in fused
@@ -134,12 +133,12 @@ class FP8Assembler:
             pairs = sum_handoffs(summed, writers, fused, readers, example)
             m = fuse_sum_handoffs(m, pairs, fused)
         padded: dict[str, str] = {}
-        if linked and self.options.pad_outputs:
+        if linked and self.spec.pad_outputs and takes(Epilogue.PADDED_OUTPUT):
             pad_writers = [n for n in applied.real if n not in aside]
             padded = padded_outputs(m, source, pad_writers, example, self.absorbed)
             fuse_padded(m, source, padded)
         m = in_memory_format(m.to(self.device), torch.channels_last)
-        bind_scaled_mm(m, self.device)
+        self.backend.bind(m, self.device)
         return FP8Assembly(m, applied, epilogue, handoff, sites, pairs, padded, dict(skipped))
 
     @functools.cached_property
@@ -151,7 +150,7 @@ class FP8Assembler:
     def _residual_sites(self, fused: list[str]) -> tuple[dict[str, Site], dict[str, str]]:
         """The residual sums of the fused 1x1/linear layers, found once (every assembly has the
         same fused layers: the hand-offs change how they are fed, not which they are)."""
-        if not self.options.residual:
+        if not self.spec.residual:
             return {}, {}
         if self._sites is None:
             try:

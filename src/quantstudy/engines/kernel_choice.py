@@ -4,7 +4,7 @@ torch._scaled_mm and, stepped aside, its float layer, timed in place while the e
 
 Why measured: the fused product beats cuBLASLt on thin products and loses on large-K ones, and
 which a layer is depends on its shape and batch (docs/fp8-kernel.md). Both FP8 kernels sum as
-the engines' accumulation says (`quant/accumulation.py`): promoting every 128 products they
+the engine's build spec says (`record/build_spec.py`): promoting every 128 products they
 write the same fp16 numbers but for a few outputs in 10^5, one ulp apart; summing fast, each in
 its own order, within the accumulator's bound. Stepping aside changes more, so it is decided for
 every timed batch at once (`engines/step_aside.py`).
@@ -34,17 +34,18 @@ from quantstudy.engines.layer_timing import Timer, fp16_side
 from quantstudy.engines.step_aside import MARGIN, fp16_blocker, steps_aside
 from quantstudy.engines.unfused import Unfused
 from quantstudy.model.eval_caches import drop_eval_caches
+from quantstudy.quant import backends
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.graph.trace import PreHook, pre_hooks
 from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
-from quantstudy.quant.layers.matmul import bind_scaled_mm
 from quantstudy.quant.plan.apply import QuantPlan, apply_fp8
 from quantstudy.record import LayerKernel
+from quantstudy.record.build_spec import DEFAULT_BACKEND, BuildSpec
+from quantstudy.record.engines import FP16
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import beside_inductor_cache, write_json_atomic
-from quantstudy.record.vocab import ChosenKernel, FP8Kernel
 
 FUSED_LAYERS = (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise)
 ROUNDS, ITERS, WARMUP = 10, 10, 3
@@ -80,68 +81,63 @@ def nearest_batch(batch: int, timed: Sequence[int]) -> int:
 
 
 class ByBatch(nn.Module):
-    """One FP8 layer as two equal computations, the fused product and the unfused
-    torch._scaled_mm layer, and the batches at which the unfused one was timed faster."""
+    """One FP8 layer as equal computations on several backends (`modules`, by name) and the
+    backend each timed batch chose (`picks`): a call runs the one its nearest timed batch chose."""
 
-    def __init__(self, fused: nn.Module, scaled_mm: nn.Module, wins: set[int], timed: list[int]):
+    def __init__(self, modules: dict[str, nn.Module], picks: dict[int, str]):
         super().__init__()
-        self.fused, self.scaled_mm = fused, scaled_mm
-        self.wins, self.timed = sorted(wins), sorted(timed)
+        self.backends = nn.ModuleDict(modules)
+        self.picks = dict(sorted(picks.items()))
 
     def forward(self, x: torch.Tensor, *residual: torch.Tensor) -> torch.Tensor:
-        pick = nearest_batch(x.shape[0], self.timed)
-        return self.scaled_mm(x, *residual) if pick in self.wins else self.fused(x, *residual)
+        pick = self.picks[nearest_batch(x.shape[0], list(self.picks))]
+        return self.backends[pick](x, *residual)
 
     def extra_repr(self) -> str:
-        return f"scaled_mm at batches {self.wins} of timed {self.timed}"
+        return f"by timed batch: {self.picks}"
 
 
 @dataclass(frozen=True)
 class Timing:
-    """One layer's in-place times at one batch, in us, the shared input quantize subtracted
-    from the FP8 sides; None: that side was not timed (no unfused kernel for a conv)."""
+    """One layer's in-place times at one batch, in us, by backend name and "fp16" (its float
+    layer), the shared input quantize subtracted from the FP8 sides; a name absent: not timed
+    (no such kernel for the layer). The base backend (`DEFAULT_BACKEND`, which the engine is
+    assembled with) is always timed."""
 
-    fused: float
-    scaled_mm: float | None
-    fp16: float | None
+    us: dict[str, float]
 
-    def to_json(self) -> dict[str, float | None]:
-        """The cache's entry: each time under its kernel's name."""
-        return {
-            ChosenKernel.FUSED.value: self.fused,
-            ChosenKernel.SCALED_MM.value: self.scaled_mm,
-            ChosenKernel.FP16.value: self.fp16,
-        }
+    def to_json(self) -> dict[str, float]:
+        """The cache's entry: each time under its name."""
+        return dict(self.us)
 
     @classmethod
     def of_json(cls, entry: dict[str, float | None]) -> Timing:
-        fused = entry[ChosenKernel.FUSED]
-        if fused is None:
-            raise ValueError("a timed layer has its fused time")
-        return cls(fused, entry[ChosenKernel.SCALED_MM], entry[ChosenKernel.FP16])
+        if entry.get(DEFAULT_BACKEND) is None:
+            raise ValueError("a timed layer has its base backend's time")
+        return cls({k: v for k, v in entry.items() if v is not None})
 
-    def fp8(self) -> tuple[ChosenKernel, float]:
-        """The faster FP8 kernel and its time: scaled_mm only when faster by `MARGIN`."""
-        if self.scaled_mm is not None and self.scaled_mm < (1 - MARGIN) * self.fused:
-            return ChosenKernel.SCALED_MM, self.scaled_mm
-        return ChosenKernel.FUSED, self.fused
+    @property
+    def fp16(self) -> float | None:
+        return self.us.get(FP16)
+
+    def fp8(self) -> tuple[str, float]:
+        """The fastest FP8 backend and its time: another than the base one only where faster
+        than it by `MARGIN` (ties and noise keep the engine as assembled)."""
+        base = self.us[DEFAULT_BACKEND]
+        name, us = min(((n, t) for n, t in self.us.items() if n != FP16), key=lambda p: p[1])
+        if name != DEFAULT_BACKEND and us < (1 - MARGIN) * base:
+            return name, us
+        return DEFAULT_BACKEND, base
 
 
 def layer_rows(name: str, timings: dict[int, Timing]) -> list[LayerKernel]:
     """The choice for one timed layer, one row per batch: "fp16" at every batch where it
-    steps aside (`step_aside.steps_aside`), else the faster FP8 kernel at each."""
+    steps aside (`step_aside.steps_aside`), else the fastest FP8 backend at each."""
     batches = sorted(timings)
     picks = {b: timings[b].fp8() for b in batches}
     aside = steps_aside([timings[b].fp16 for b in batches], [picks[b][1] for b in batches])
     return [
-        LayerKernel(
-            name=name,
-            kernel=ChosenKernel.FP16 if aside else picks[b][0],
-            fused_us=timings[b].fused,
-            scaled_mm_us=timings[b].scaled_mm,
-            fp16_us=timings[b].fp16,
-            batch=b,
-        )
+        LayerKernel(name=name, kernel=FP16 if aside else picks[b][0], us=timings[b].us, batch=b)
         for b in batches
     ]
 
@@ -149,8 +145,9 @@ def layer_rows(name: str, timings: dict[int, Timing]) -> list[LayerKernel]:
 @dataclass
 class Candidates:
     """The modules that may replace a fused layer of `model`, built once each, so the module
-    timed is the module installed: the unfused scaled_mm layer (from an engine of the same plan
-    built with torch._scaled_mm, made on first use) and the float layer of `plain`."""
+    timed is the module installed: another backend's layer (from an engine of the same plan
+    built with that backend, made on first use), followed by the fused layer's epilogue as
+    separate ops (`Unfused`), and the float layer of `plain`."""
 
     model: nn.Module
     source: nn.Module
@@ -158,46 +155,56 @@ class Candidates:
     plan: QuantPlan
     dtype: torch.dtype
     device: torch.device
+    spec: BuildSpec  # the engine's: every candidate sums as it says
 
     def __post_init__(self) -> None:
-        self._alt: nn.Module | None = None
-        self._built: dict[tuple[str, ChosenKernel], nn.Module] = {}
+        self._alt: dict[str, nn.Module] = {}
+        self._built: dict[tuple[str, str], nn.Module] = {}
 
-    def _scaled_mm_engine(self) -> nn.Module:
-        if self._alt is None:
+    def others(self, layer: nn.Module) -> list[str]:
+        """The backends besides the base one that may time `layer` here: those this machine
+        runs, for a fused 1x1/linear layer (the kxk and depthwise convs have the fused kernel
+        only)."""
+        if not isinstance(layer, FusedFP8Matmul):
+            return []
+        return [n for n in backends.usable() if n != DEFAULT_BACKEND]
+
+    def _engine(self, kernel: str) -> nn.Module:
+        if kernel not in self._alt:
             alt = drop_eval_caches(copy.deepcopy(self.source).to(self.dtype))
-            apply_fp8(alt, self.source, self.plan, self.dtype, FP8Kernel.SCALED_MM)
-            self._alt = alt.to(self.device)
-            bind_scaled_mm(self._alt, self.device)
-        return self._alt
+            build = self.spec.but(kernel=kernel, choice=None)
+            apply_fp8(alt, self.source, self.plan, self.dtype, kernel, build=build)
+            self._alt[kernel] = alt.to(self.device)
+            backends.get(kernel).bind(self._alt[kernel], self.device)
+        return self._alt[kernel]
 
-    def get(self, name: str, kernel: ChosenKernel, fused: nn.Module) -> nn.Module:
+    def get(self, name: str, kernel: str, fused: nn.Module) -> nn.Module:
         """The module that runs `kernel` in place of the fused layer `fused` named `name`."""
         key = (name, kernel)
         if key not in self._built:
-            if kernel == ChosenKernel.SCALED_MM:
-                layer = self._scaled_mm_engine().get_submodule(name)
-                self._built[key] = Unfused.like(layer, fused)
-            else:
+            if kernel == FP16:
                 layer = self.plain.get_submodule(name)
                 self._built[key] = fp16_side(layer, fused, self.dtype, self.device)
+            else:
+                layer = self._engine(kernel).get_submodule(name)
+                self._built[key] = Unfused.like(layer, fused)
         return self._built[key]
 
 
 def apply_choice(candidates: Candidates, choice: list[LayerKernel]) -> None:
     """Swap in place the layers of `candidates.model` whose rows choose another module than the
-    fused layer: the float layer where every row says "fp16", the unfused layer where every row
-    says "scaled_mm", a `ByBatch` pair where some do."""
+    fused layer: the float layer where every row says "fp16", another backend's layer where
+    every row names it, a `ByBatch` where the rows differ."""
     model = candidates.model
-    rows: dict[str, dict[int, ChosenKernel]] = {}
+    rows: dict[str, dict[int, str]] = {}
     for c in choice:
         if c.batch is not None:
             rows.setdefault(c.name, {})[c.batch] = c.kernel
     for name, kernels in rows.items():
         fused = model.get_submodule(name)
         kinds = set(kernels.values())
-        if ChosenKernel.FP16 in kinds:
-            if kinds != {ChosenKernel.FP16}:
+        if FP16 in kinds:
+            if kinds != {FP16}:
                 raise ValueError(f"{name}: a layer steps aside at every timed batch or at none")
             blocker = fp16_blocker(fused)
             if blocker is not None:
@@ -205,14 +212,16 @@ def apply_choice(candidates: Candidates, choice: list[LayerKernel]) -> None:
                     f"{name} was kept in fp16, but in the engine this quantstudy builds it "
                     f"cannot be ({blocker}); run the study again"
                 )
-            replace_module(model, name, candidates.get(name, ChosenKernel.FP16, fused))
+            replace_module(model, name, candidates.get(name, FP16, fused))
             continue
-        wins = {b for b, k in kernels.items() if k == ChosenKernel.SCALED_MM}
-        if wins:
-            unfused = candidates.get(name, ChosenKernel.SCALED_MM, fused)
-            both = wins != set(kernels)
-            new = ByBatch(fused, unfused, wins, sorted(kernels)) if both else unfused
-            replace_module(model, name, new)
+        if kinds == {DEFAULT_BACKEND}:
+            continue
+        modules = {
+            k: fused if k == DEFAULT_BACKEND else candidates.get(name, k, fused)
+            for k in sorted(kinds)
+        }
+        new = modules[kinds.pop()] if len(kinds) == 1 else ByBatch(modules, kernels)
+        replace_module(model, name, new)
 
 
 def _untimed_why(layer: nn.Module) -> str:
@@ -232,22 +241,23 @@ def choose_kernels(
     timer: Timer | None = None,
     *,
     plain: nn.Module | None = None,
+    spec: BuildSpec | None = None,
 ) -> list[LayerKernel]:
     """Time and choose every real FP8 layer of the fused engine `model` (on `device`,
     channels-last) at each of `batches` (the module docstring), swap in place the layers another
     kernel wins, and return the choice per FP8 layer and timed batch. `plain` is the float32
     model the fp16 engine is built from (default `source`, the same where the plan corrects or
     fits no bias). `timer`: a callable's time in us, default `clock_for(device)`; off CUDA that
-    is None: nothing is timed and every layer stays fused."""
+    is None: nothing is timed and every layer stays fused. `spec`: the engine's build spec
+    (default `BuildSpec()`), which every candidate is built with and the cache keys on."""
     batches = sorted({batches} if isinstance(batches, int) else set(batches))
     fused = {n: m for n, m in model.named_modules() if isinstance(m, FUSED_LAYERS)}
     real = [n for n in plan.layers if isinstance(model.get_submodule(n), FUSED_LAYERS)]
     clock = timer or clock_for(device)
     if clock is None and device.type != "cuda":
-        return [
-            LayerKernel(name=n, kernel=ChosenKernel.FUSED, why="not timed off CUDA") for n in real
-        ]
-    options = Candidates(model, source, plain if plain is not None else source, plan, dtype, device)
+        return [LayerKernel(name=n, kernel=DEFAULT_BACKEND, why="not timed off CUDA") for n in real]
+    plain = plain if plain is not None else source
+    options = Candidates(model, source, plain, plan, dtype, device, spec or BuildSpec())
     timed = _time_layers(options, fused, example, batches, cache or cache_path(), clock)
     choice = []
     for name in real:
@@ -255,7 +265,7 @@ def choose_kernels(
             choice += layer_rows(name, timed[name])
         else:
             why = _untimed_why(model.get_submodule(name))
-            choice.append(LayerKernel(name=name, kernel=ChosenKernel.FUSED, why=why))
+            choice.append(LayerKernel(name=name, kernel=DEFAULT_BACKEND, why=why))
     apply_choice(options, choice)
     return choice
 
@@ -278,22 +288,22 @@ def _time_layers(
         def pre(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
             x, rest = args[0], args[1:]  # rest: the residual of a residual layer
             key = json.dumps([versions, list(x.shape), layer.extra_repr(), layer.bias is not None,
-                              options.plan.per_channel, str(options.dtype)])  # fmt: skip
+                              options.plan.per_channel, str(options.dtype),
+                              options.spec.key()])  # fmt: skip
             if key not in stored:
                 # forward, not __call__: this hook must not run again inside its own timing
-                fp8: dict[str, Callable[..., object]] = {ChosenKernel.FUSED: layer.forward}
-                if isinstance(layer, FusedFP8Matmul):
-                    fp8[ChosenKernel.SCALED_MM] = options.get(name, ChosenKernel.SCALED_MM, layer)
-                half = options.get(name, ChosenKernel.FP16, layer)
+                fp8: dict[str, Callable[..., object]] = {DEFAULT_BACKEND: layer.forward}
+                for other in options.others(layer):
+                    fp8[other] = options.get(name, other, layer)
+                half = options.get(name, FP16, layer)
                 # the real input, captured in place; the quantize subtracted: in the engine the
                 # producer's epilogue does it (module docstring)
                 t = layer_timing.time_layer(
                     half, fp8, (x, *rest), quantize_scale=layer.x_scale, rounds=ROUNDS,
                     iters=ITERS, warmup=WARMUP, device=options.device, timer=clock,
                 )  # fmt: skip
-                fused_us = t.stats(ChosenKernel.FUSED).median
-                mm_us = t.median(ChosenKernel.SCALED_MM)
-                stored[key] = Timing(fused_us, mm_us, t.median(ChosenKernel.FP16)).to_json()
+                us = {k: t.median(k) for k in (*fp8, FP16)}
+                stored[key] = Timing({k: v for k, v in us.items() if v is not None}).to_json()
             timed.setdefault(name, {})[batch] = Timing.of_json(stored[key])
 
         return pre
@@ -321,7 +331,7 @@ def settled(choice: list[LayerKernel], model: nn.Module) -> list[LayerKernel]:
             out.append(c)
         else:
             why = f"{blocker}: runs fused (timed alone, without it)"
-            out.append(c.model_copy(update={"kernel": ChosenKernel.FUSED, "why": why}))
+            out.append(c.model_copy(update={"kernel": DEFAULT_BACKEND, "why": why}))
     return out
 
 
@@ -331,11 +341,12 @@ def scaled_mm_pairs(choice: list[LayerKernel], handoff: dict[str, str]) -> dict[
     the fused kernel (`settled`); given up, each runs cuBLASLt's product, and the pass the
     hand-off saved, the reader's input quantize, follows the producer's activation, where
     Inductor can fuse the two (torchao's layout, with per-channel weight scales)."""
-    kernels: dict[str, set[ChosenKernel]] = {}
+    kernels: dict[str, set[str]] = {}
     for c in choice:
         if c.batch is not None:
-            kernels.setdefault(c.name, set()).add(ChosenKernel(c.kernel))
-    scaled = {n for n, k in kernels.items() if k == {ChosenKernel.SCALED_MM}}
+            kernels.setdefault(c.name, set()).add(c.kernel)
+    # another backend than the base one at every timed batch (and not the float layer)
+    scaled = {n for n, k in kernels.items() if len(k) == 1 and not k & {DEFAULT_BACKEND, FP16}}
     given = {p: c for p, c in handoff.items() if p in scaled and c in scaled}
     while True:  # a layer still tied by a kept hand-off (a chain's next link) runs fused
         tied = {n for p, c in handoff.items() if p not in given for n in (p, c)}
@@ -353,9 +364,11 @@ def replay_kernels(
     dtype: torch.dtype,
     device: torch.device,
     choice: list[LayerKernel],
+    spec: BuildSpec | None = None,
 ) -> list[LayerKernel]:
     """The fused engine `model` rebuilt as a recorded `choice` made it (nothing timed), so a
-    study extended later computes what its engine computed; returns `choice`."""
+    study extended later computes what its engine computed (`spec`: its build spec); returns
+    `choice`."""
     real = {n for n in plan.layers if isinstance(model.get_submodule(n), FUSED_LAYERS)}
     unknown = sorted({c.name for c in choice} - real)
     if unknown:
@@ -363,5 +376,5 @@ def replay_kernels(
             f"the recorded FP8 kernel choice names layers this engine has no FP8 layer for "
             f"({unknown[:3]}); run the study again"
         )
-    apply_choice(Candidates(model, source, plain, plan, dtype, device), choice)
+    apply_choice(Candidates(model, source, plain, plan, dtype, device, spec or BuildSpec()), choice)
     return list(choice)

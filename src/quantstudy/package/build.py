@@ -32,10 +32,10 @@ from quantstudy.engines.builders import BuiltEngine, build_fp8, build_half
 from quantstudy.model.preprocess import build_transform
 from quantstudy.package import manifest as mf
 from quantstudy.package.graph import export_engine, retarget
-from quantstudy.quant.accumulation import accumulating, recorded
 from quantstudy.quant.kernels import launches
 from quantstudy.quant.private_api import aoti_compile_and_package
 from quantstudy.record import StudyRecord
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.engines import EngineInfo
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
@@ -169,6 +169,13 @@ class Engines:
     fp8: BuiltEngine
 
 
+def study_spec(record: StudyRecord) -> BuildSpec:
+    """The build spec of the study's FP8 engine: its config, summing as it did, under the lab
+    switches it ran under (`StudyConfig.build_spec`, `recorded`)."""
+    switches = record.environment.lab_switches or {}
+    return record.config.build_spec(switches=switches, recorded=True)
+
+
 def build_engines(rebuilt: Rebuilt, device: torch.device) -> Engines:
     """The study's fp16 and FP8 engines as the study built them: `eager` is what gets
     exported, `module` the engine compiled as the study compiled it (on CUDA)."""
@@ -178,7 +185,7 @@ def build_engines(rebuilt: Rebuilt, device: torch.device) -> Engines:
     fp16 = build_half(rebuilt.model, device, example, fold=rebuilt.fold_bn, compile_mode=mode)
     fp8 = build_fp8(
         rebuilt.model, device, example, rebuilt.plan, fold=rebuilt.fold_bn, compile_mode=mode,
-        kernel=record.config.fp8_build(),
+        spec=study_spec(record),
     )  # fmt: skip
     return Engines(fp16, fp8)
 
@@ -264,10 +271,9 @@ def _staging(out: Path) -> Iterator[Path]:
 
 def package_study(options: PackageOptions) -> Path:
     """Write the packages, the sample images, the check script and the manifest; return the
-    folder. The packaged FP8 products sum as the study's did (`fp8_accumulate`)."""
+    folder. The packaged FP8 engine computes what the study's did (`study_spec`)."""
     record = load_record(Path(options.study_dir) / RECORD_FILE)
-    with accumulating(recorded(record.config, record.environment.lab_switches)):
-        return _package(options, record)
+    return _package(options, record)
 
 
 def _package(options: PackageOptions, record: StudyRecord) -> Path:
@@ -291,7 +297,9 @@ def _package(options: PackageOptions, record: StudyRecord) -> Path:
         entries: list[dict[str, Any]] = []
         counts: dict[str, int] = {}
         for batch, timed in plan:
-            size = batch or max(timed)
+            # a dynamic package is exported at a batch of at least 2: torch.export makes a
+            # dimension of size 1 a constant, and then refuses the range (MAX >= 2: commands.py)
+            size = batch or max(*timed, 2)
             tag = f"b{batch}" if options.dynamic is None else "b{}-{}".format(*options.dynamic)
             for engine in (engines.fp8, engines.fp16):
                 x = engine.prepare(tile_images(images, size))

@@ -86,7 +86,7 @@ def study_part(record: StudyRecord) -> dict[str, Any]:
         "random_weights": record.model.random_weights,
         "recipe": recipe.name if recipe else None,
         "fp8_layers": [d.name for d in recipe.selected] if recipe else [],
-        "fp8_kernel": str(record.config.fp8_build()),
+        "fp8_kernel": record.config.build_spec(switches={}).kernel,
         "study_device": str(record.config.device),
         "study_gpu": record.environment.gpu_name,
         "study_x": {str(b.batch): b.ratio.median for b in (speed.batches if speed else [])},

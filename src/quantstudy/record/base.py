@@ -71,10 +71,14 @@ Schema history:
      (how the FP8 products sum: "promote128", what older records ran, or "fast").
  21: StudyConfig.fp8_accumulate defaults to "fast" and a study records the accumulation its
      engines ran, so null means what it meant before: promote128, or a lab interval its
-     lab_switches name (`quant/accumulation.py: recorded`).
+     lab_switches name (`record/build_spec.py: promote_of`).
  22: StageTime.lock_held_s (seconds the stage held the GPU lock, zoo --jobs).
  23: StageTime.choices (where the stage's autotuned launches took their configs: the shipped
      tuning table, the machine's store, or tuned; `quant/kernels/table.py`).
+ 24: LayerKernel.us (each timing of a per-layer kernel choice by backend name, "fp16" for the
+     float layer; `quant/backends/`) replaces fused_us, scaled_mm_us and fp16_us, which older
+     records' rows read into it; EngineInfo.fp8_kernel and LayerKernel.kernel name a backend
+     of the registry.
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -84,7 +88,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 23
+SCHEMA_VERSION = 24
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -8,26 +8,56 @@ from typing import Any, Self
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from quantstudy.record.base import Section
-from quantstudy.record.vocab import FASTEST, ChosenKernel, CompileMode, FP8Kernel, KernelOption
+from quantstudy.record.vocab import FASTEST, CompileMode, Engine
+
+# What a kernel choice names a layer kept in its float layer (stepped aside), beside the FP8
+# backends' names (`quant/backends/`).
+FP16 = Engine.FP16.value
+# The timings of records before schema 23, one field per kernel, read into `LayerKernel.us`.
+_TIMING_FIELDS = {"fused_us": "fused", "scaled_mm_us": "scaled_mm", "fp16_us": FP16}
 
 
 class LayerKernel(Section):
     """What one real FP8 layer runs at one timed batch, and the in-place timings that chose it
-    (`engines/kernel_choice.py`; schema 6 on, "fp16" and `fp16_us` schema 17 on)."""
+    (`engines/kernel_choice.py`; schema 6 on, "fp16" schema 17 on, `us` schema 23 on)."""
 
     name: str
-    kernel: ChosenKernel  # "fused", "scaled_mm" or "fp16" (stepped aside: the float layer)
-    fused_us: float | None = None  # None: not timed (see why)
-    scaled_mm_us: float | None = None  # None: not timed (no unfused kernel for the layer)
-    # the float layer and its epilogue in the engine's dtype; None: not timed (an FP8 hand-off)
-    fp16_us: float | None = None
+    kernel: str  # an FP8 backend's name (`quant/backends/`), or "fp16" (stepped aside)
+    # microseconds by backend name, and "fp16" for the float layer with its epilogue in the
+    # engine's dtype; a name absent: not timed (see why; no such kernel for the layer, an FP8
+    # hand-off)
+    us: dict[str, float] = Field(default_factory=dict)
     batch: int | None = None  # the batch size the layer was timed at
     why: str | None = None  # why it was not timed (FP8 hand-off, not on CUDA)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_field_per_kernel(cls, data: Any) -> Any:
+        """A row of a record before schema 23: `fused_us`, `scaled_mm_us`, `fp16_us` into `us`."""
+        if not isinstance(data, dict) or not any(k in data for k in _TIMING_FIELDS):
+            return data
+        us = dict(data.get("us") or {})
+        for key, name in _TIMING_FIELDS.items():
+            if data.get(key) is not None:
+                us[name] = data[key]
+        return {k: v for k, v in data.items() if k not in _TIMING_FIELDS} | {"us": us}
+
+    @property
+    def fused_us(self) -> float | None:
+        return self.us.get("fused")
+
+    @property
+    def scaled_mm_us(self) -> float | None:
+        return self.us.get("scaled_mm")
+
+    @property
+    def fp16_us(self) -> float | None:
+        return self.us.get(FP16)
 
 
 def stepped_aside(choice: list[LayerKernel]) -> list[str]:
     """The layers a kernel choice keeps in the engine's dtype ("fp16" rows), in its order."""
-    return list(dict.fromkeys(c.name for c in choice if c.kernel == ChosenKernel.FP16))
+    return list(dict.fromkeys(c.name for c in choice if c.kernel == FP16))
 
 
 class KernelChoice(Section):
@@ -53,31 +83,16 @@ class KernelChoice(Section):
         return cls(replay=tuple(rows))
 
 
-def fp8_build(
-    option: KernelOption | str, batches: tuple[int, ...] | list[int]
-) -> FP8Kernel | KernelChoice:
-    """What `--fp8-kernel option` builds (`engines/builders.py: build_fp8`): the kernel, or for
-    "fastest" the fused engine with its choice timed at `batches`."""
-    if option == FASTEST:
-        return KernelChoice.timed(batches)
-    return FP8Kernel(option)
-
-
-def built_kernel(spec: FP8Kernel | KernelChoice) -> FP8Kernel:
-    """The product an engine of `spec` is built with: its kernel, or, for a choice per layer,
-    the fused one (the choice swaps in another module where it wins)."""
-    return FP8Kernel.FUSED if isinstance(spec, KernelChoice) else FP8Kernel(spec)
-
-
 class FP8Layout(Section):
     """How an FP8 engine's real layers were assembled (`engines/builders.py: build_fp8`): one
     section, written by the build and read unchanged by the emulations, `quantstudy extend`, the
     package and the report; empty for an engine that is not an FP8 one. `EngineInfo.layout` in
     code, written flat in study.json as every schema wrote it, each field `fp8_<field>`."""
 
-    # Which FP8 product ran the real layers: "fused" (Triton on CUDA, torch on CPU) or
-    # "scaled_mm" (torch._scaled_mm plus a separate cast/bias pass); None: no real FP8 layer.
-    kernel: FP8Kernel | None = None
+    # Which FP8 backend built the real layers (`quant/backends/`): "fused" (Triton on CUDA,
+    # torch on CPU), "scaled_mm" (torch._scaled_mm plus a separate cast/bias pass), ...; None:
+    # no real FP8 layer.
+    kernel: str | None = None
     epilogue: dict[str, str] = Field(default_factory=dict)  # layer -> absorbed activation
     # producer -> consumer: the producer writes the consumer's FP8 input (schema 4 on)
     handoff: dict[str, str] = Field(default_factory=dict)
@@ -107,12 +122,12 @@ class FP8Layout(Section):
         return self
 
     @property
-    def kernel_option(self) -> KernelOption | None:
+    def kernel_option(self) -> str | None:
         """What `--fp8-kernel` named: the kernel, or "fastest" for a choice per layer; None:
         no real FP8 layer."""
         if self.kernel is None:
             return None
-        return FASTEST if self.kernel_choice is not None else KernelOption(self.kernel)
+        return FASTEST if self.kernel_choice is not None else self.kernel
 
     def replay(self) -> KernelChoice | None:
         """This engine's choice, to build it again without timing; None: it made none."""
@@ -147,7 +162,7 @@ class EngineInfo(Section):
             return data
         flat = {k.removeprefix("fp8_"): v for k, v in data.items() if k in _FLAT}
         if flat.get("kernel") == FASTEST:
-            flat["kernel"] = FP8Kernel.FUSED
+            flat["kernel"] = "fused"  # what every "fastest" engine then was built with
         rest = {k: v for k, v in data.items() if k not in _FLAT}
         return rest | {"layout": flat}
 

@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PositiveInt, ValidationError, model_validator
 
 from quantstudy.record.base import Section
-from quantstudy.record.engines import KernelChoice, fp8_build
+from quantstudy.record.build_spec import DEFAULT_BACKEND, BuildSpec
+from quantstudy.record.engines import KernelChoice
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import read_json
 from quantstudy.record.vocab import (
@@ -17,8 +18,6 @@ from quantstudy.record.vocab import (
     Accumulation,
     CompileMode,
     Device,
-    FP8Kernel,
-    KernelOption,
 )
 
 
@@ -136,10 +135,15 @@ def _heldout_size(value: Any) -> Any:
     )
 
 
+KernelName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+"""What `--fp8-kernel` names: an FP8 backend (`quant/backends/`; the command line and
+`study/guard.py` check it is registered) or "fastest". A record keeps the name it ran, so one
+made with a backend this install lacks still loads."""
+
 HeldoutSize = Annotated[int | str, BeforeValidator(_heldout_size)]
 """Held-out images: a count (fixed N), or `auto[:MAX]` (rounds until the quality gates settle)."""
 
-DEFAULT_FP8_KERNEL = FP8Kernel.FUSED
+DEFAULT_FP8_KERNEL = DEFAULT_BACKEND  # a backend's name (`quant/backends/`)
 
 
 # Bounds of the numeric study options, checked when the config is built (before any file is
@@ -191,7 +195,7 @@ class StudyConfig(Section):
         (1, 32, 128), min_length=1, description="timed batch sizes, comma-separated"
     )
     compile_mode: CompileMode = Field(CompileMode.DEFAULT, description="Inductor compile mode")
-    fp8_kernel: KernelOption | None = Field(
+    fp8_kernel: KernelName | None = Field(
         None,
         description="FP8 layer kernel: fused (one Triton kernel with scale, bias and "
         "activation) or scaled_mm (torch._scaled_mm, then a separate pass); fastest: the fused "
@@ -205,7 +209,7 @@ class StudyConfig(Section):
         "torchao's float8 configs; faster on large products, its cost in quality is the "
         "study's to measure); default fast",
     )  # None in a record: promote128, what every engine before version 21 ran, or a lab interval
-    # its environment's lab_switches name (`quant/accumulation.py: recorded`)
+    # its environment's lab_switches name (`record/build_spec.py: promote_of`)
     test_settings: bool = Field(
         False, description="use the checkpoint's test-time input size and crop"
     )
@@ -273,14 +277,23 @@ class StudyConfig(Section):
         _, _, bound = self.heldout.partition(":")
         return int(bound) if bound else None
 
-    def fp8_build(self, replay: KernelChoice | None = None) -> FP8Kernel | KernelChoice:
-        """What the study's FP8 engine is built with (`engines/builders.py: build_fp8`): its
-        kernel, or for "fastest" the choice per layer, timed at the study's batches unless
-        `replay` gives the choice a study recorded."""
+    def build_spec(
+        self,
+        replay: KernelChoice | None = None,
+        switches: dict[str, str] | None = None,
+        *,
+        recorded: bool = False,
+    ) -> BuildSpec:
+        """What the study's FP8 engine computes (`record/build_spec.py`): its kernel, or for
+        "fastest" the choice per layer, timed at the study's batches unless `replay` gives the
+        choice a study recorded; summing as `fp8_accumulate` says, else as the lab switch does.
+        `switches`: the lab switches (default: this process's); `recorded`: the spec of a
+        recorded study built again (its package, its extension), `switches` those it ran under."""
         option = self.fp8_kernel or DEFAULT_FP8_KERNEL
-        if option == FASTEST and replay is not None:
-            return replay
-        return fp8_build(option, self.batches)
+        kernel: str | KernelChoice = str(option)
+        if option == FASTEST:
+            kernel = replay if replay is not None else KernelChoice.timed(self.batches)
+        return BuildSpec.made(kernel, self.fp8_accumulate, switches=switches, recorded=recorded)
 
     def replace(self, **changes: Any) -> StudyConfig:
         """A copy with `changes`, validated again (`model_copy` does not validate)."""
@@ -289,8 +302,8 @@ class StudyConfig(Section):
     def resolved(self, recipe: str, policy: str, accumulate: Accumulation | None) -> StudyConfig:
         """This config as a study records it: the recipe source and policy label it read, and the
         FP8 kernel and accumulation it ran (`accumulate`: the engines', where it names none:
-        `quant/accumulation.py: in_effect`)."""
-        kernel = self.fp8_kernel or KernelOption(DEFAULT_FP8_KERNEL)
+        `BuildSpec.accumulation`)."""
+        kernel = self.fp8_kernel or DEFAULT_FP8_KERNEL
         summed = self.fp8_accumulate or accumulate
         return self.replace(recipe=recipe, policy=policy, fp8_kernel=kernel, fp8_accumulate=summed)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 GEMM_CONFIGS = "QUANTSTUDY_GEMM_CONFIGS"  # `quant/kernels/tiles.py: gemm_config_limit`
-FP8_PROMOTE = "QUANTSTUDY_FP8_PROMOTE"  # `quant/accumulation.py: engine_promote`
+FP8_PROMOTE = "QUANTSTUDY_FP8_PROMOTE"  # `record/build_spec.py: promote_of`
 TUNE_SCREEN = "QUANTSTUDY_TUNE_SCREEN"  # `quant/kernels/search.py: screening`
 GELU_ERF = "QUANTSTUDY_GELU_ERF"  # `quant/kernels/epilogue.py: gelu_erf_form`
 LAB_SWITCHES = (GEMM_CONFIGS, FP8_PROMOTE, TUNE_SCREEN, GELU_ERF)

@@ -31,15 +31,8 @@ class CompileMode(StrEnum):
         return {"default": None, "max-autotune": "max-autotune-no-cudagraphs"}[self.value]
 
 
-class FP8Kernel(StrEnum):
-    """The product a real FP8 layer runs (`--fp8-kernel`)."""
-
-    FUSED = "fused"  # one Triton kernel: FP8 product, scale, bias, absorbed activation
-    SCALED_MM = "scaled_mm"  # torch._scaled_mm, then a separate cast/bias pass
-
-
 class Accumulation(StrEnum):
-    """How the FP8 products sum (`quant/accumulation.py`): in float32 every 128 products, as
+    """How the FP8 products sum (`record/build_spec.py`): in float32 every 128 products, as
     cuBLASLt without fast accumulation (the fused and unfused engines then write the same
     bits), or all of K in the tensor cores, as torchao's float8 configs do by default."""
 
@@ -47,31 +40,30 @@ class Accumulation(StrEnum):
     FAST = "fast"
 
 
-class KernelOption(StrEnum):
-    """What `--fp8-kernel` takes: a kernel of `FP8Kernel`, or "fastest", no kernel but a choice
-    per layer (kept as an alias, and read in records before schema 18): the fused engine with
-    each real layer's kernel timed in place, the faster of the two kept, or its float layer where
-    both are slower (`record/engines.py: KernelChoice`)."""
-
-    FUSED = FP8Kernel.FUSED.value
-    SCALED_MM = FP8Kernel.SCALED_MM.value
-    FASTEST = "fastest"
+# `--fp8-kernel`'s one option that names no backend (`quant/backends/`): each real layer's
+# backend chosen by timing (`record/engines.py: KernelChoice`; kept in records before schema 18
+# as an engine's kernel).
+FASTEST = "fastest"
 
 
-FASTEST = KernelOption.FASTEST
+class ProductOp(StrEnum):
+    """A layer an FP8 product backend may run (`quant/backends/`), by its shape as a product."""
+
+    LINEAR = "linear"
+    CONV1X1 = "conv1x1"  # a dense 1x1 conv, any stride, no padding: a product over pixels
+    CONV_KXK = "conv_kxk"  # a dense kxk conv, as an implicit GEMM
+    DEPTHWISE = "depthwise"  # one channel per group
 
 
-class ChosenKernel(StrEnum):
-    """What one real FP8 layer of a `KernelChoice` engine runs, chosen per layer by timing
-    (`engines/kernel_choice.py`): one of the two FP8 products, or, stepped aside, the float layer
-    in the engine's dtype (`engines/step_aside.py`). A per-layer outcome, not an engine-wide
-    `--fp8-kernel` choice: "fp16" is no FP8 kernel a user could ask every layer to run."""
+class Epilogue(StrEnum):
+    """What an FP8 product backend may do beside the product, in its own kernel."""
 
-    FUSED = FP8Kernel.FUSED.value
-    SCALED_MM = FP8Kernel.SCALED_MM.value
-    FP16 = (
-        "fp16"  # the float layer, in the engine's dtype (bf16 on CPU), as the fp16 engine runs it
-    )
+    BIAS = "bias"
+    ACTIVATION = "activation"  # one of `Activation`, after the bias (`Support.activations`)
+    RESIDUAL = "residual"  # a residual sum added after the activation
+    FP8_OUTPUT = "fp8_output"  # the next layer's FP8 input, with its scale (a hand-off)
+    FP8_PAIR = "fp8_pair"  # the output and its FP8 copy, from one epilogue (a sum hand-off)
+    PADDED_OUTPUT = "padded_output"  # written inside the next conv's zero padding
 
 
 class Activation(StrEnum):

@@ -36,6 +36,7 @@ from torch import nn
 from quantstudy.engines import layer_timing
 from quantstudy.engines.builders import allow_recompiles
 from quantstudy.engines.layer_timing import fp16_side
+from quantstudy.quant import backends
 from quantstudy.quant.calibration.calibrate import Calibration
 from quantstudy.quant.formats.fp8 import E4M3_MAX
 from quantstudy.quant.graph.trace import input_shapes
@@ -44,10 +45,10 @@ from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import fp8_module, real_layers
 from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.quant.rewrites.fold import fold_batchnorm
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.readers import read_json
-from quantstudy.record.vocab import Activation, CompileMode, Engine, FP8Kernel, choices
+from quantstudy.record.vocab import Activation, CompileMode, Engine, Epilogue, choices
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
 from quantstudy.speed.stats import summarize_batch
@@ -102,9 +103,11 @@ def measure_layer_speed(
     iters: int = 20,
     warmup: int = 10,
     device: torch.device | str = "cuda",
-    kernel: str = DEFAULT_FP8_KERNEL,
+    spec: BuildSpec | None = None,
 ) -> LayerSpeedSection:
-    """Time every layer of `layers` in fp16 and in FP8 at its real input shape with `batch`.
+    """Time every layer of `layers` in fp16 and in FP8 at its real input shape with `batch`,
+    each FP8 layer built as `spec` says (default `BuildSpec()`): its backend (for "fastest",
+    the one the choice starts from) and how its products sum.
 
     Raises `UserError` without a CUDA GPU: CPU timings of single layers are not evidence.
     """
@@ -114,16 +117,16 @@ def measure_layer_speed(
         raise UserError(f"per-layer speed batch must be positive, got {batch}")
     if compile_mode not in choices(CompileMode):
         raise UserError(f"compile mode must be one of {', '.join(choices(CompileMode))}")
-    if kernel not in choices(FP8Kernel):
-        raise UserError(f"FP8 kernel must be one of {', '.join(choices(FP8Kernel))}")
-    fp8_kernel = FP8Kernel(kernel)
+    spec = spec or BuildSpec()
+    fp8_kernel = spec.backend
     allow_recompiles()
     source = copy.deepcopy(model).eval()
     if fold:
         fold_batchnorm(source, example)
     shapes = layer_input_shapes(source, example, layers)
     real = real_layers(source, layers, fp8_kernel)
-    absorbed = absorbable_activations(source, real, example) if kernel == FP8Kernel.FUSED else {}
+    fused = Epilogue.ACTIVATION in backends.get(fp8_kernel).support.epilogues
+    absorbed = absorbable_activations(source, real, example) if fused else {}
     gen = torch.Generator(device="cpu").manual_seed(0)
     rows: list[LayerSpeed] = []
     for name in layers:
@@ -137,8 +140,10 @@ def measure_layer_speed(
         else:
             scale = float(x.float().abs().amax()) / E4M3_MAX
         _, act = absorbed.get(name, (None, Activation.NONE))
-        spec = FP8LayerSpec(scale, per_channel, torch.float16, act=Activation(act))
-        fp8, blocker = fp8_module(layer, spec, fp8_kernel)
+        one = FP8LayerSpec(
+            scale, per_channel, torch.float16, act=Activation(act), promote=spec.promote
+        )
+        fp8, blocker = fp8_module(layer, one, fp8_kernel, spec)
         f16, f8 = _compiled_pair(layer, fp8, device, compile_mode)
         # a random input of the layer's shape; the quantize counts: a layer chosen alone pays it
         t = layer_timing.time_layer(
@@ -168,7 +173,7 @@ def measure_layer_speed(
         meaningful=True,
         batch=batch,
         compile_mode=compile_mode,
-        timed_region=_timed_region(compile_mode, rounds, iters, warmup, kernel),
+        timed_region=_timed_region(compile_mode, rounds, iters, warmup, fp8_kernel),
         rounds=rounds,
         iters_per_round=iters,
         warmup=warmup,

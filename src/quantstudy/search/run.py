@@ -31,13 +31,11 @@ import torch
 from rich.console import Console
 
 from quantstudy.data.split import ids_sha256
-from quantstudy.quant.accumulation import accumulates_as
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.recipe.options import quant_options, with_quant_options
 from quantstudy.recipe.schema import Recipe
 from quantstudy.record import OptionStep, StudyRecord, Variant
-from quantstudy.record.engines import built_kernel
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.vocab import Engine
@@ -178,7 +176,6 @@ def _save(
     )
 
 
-@accumulates_as(lambda config: config.study.fp8_accumulate)  # its timings and studies
 def run_search(config: SearchConfig) -> SearchResult:
     """Run the whole search (module docstring); returns its tables and folder."""
     study = config.study
@@ -286,7 +283,7 @@ def _measure_gains(
         calibration=plan.calibration,
         fold=base.weights.fold_bn,
         compile_mode=study.compile_mode,
-        kernel=built_kernel(study.fp8_build()),  # "fastest" is chosen over the fused engine
+        spec=study.build_spec(),  # "fastest" is chosen over the fused engine
     )
 
 

@@ -4,6 +4,7 @@ flag, type, choices, default and help. `run`, `demo`, `search` and the benches t
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from types import UnionType
@@ -11,6 +12,7 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
+from quantstudy.quant import backends
 from quantstudy.record.command import batches
 from quantstudy.record.errors import EXIT_COMMON
 from quantstudy.record.inputs import PathText, StudyConfig, option
@@ -35,6 +37,8 @@ STUDY_OPTIONS = (
     "package",
     "out",
 )
+# Options whose choices are no vocabulary but a registry, read when the parser is built.
+CLI_CHOICES: dict[str, Callable[[], list[str]]] = {"fp8_kernel": backends.options}
 # --device alone defaults to what this machine has, not to the config's default.
 CLI_DEFAULTS: dict[str, Any] = {"device": None}
 CLI_HELP = {
@@ -50,12 +54,15 @@ EXIT_STATUS = (
 )
 
 
-def _argument(name: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
-    """The argparse flag(s) and keywords of one config field."""
+def _argument(
+    name: str, field: FieldInfo, defaults: Mapping[str, Any] = CLI_DEFAULTS
+) -> tuple[list[str], dict[str, Any]]:
+    """The argparse flag(s) and keywords of one config field (`defaults`: the command's own
+    defaults, where they are not the config's)."""
     optional = get_origin(field.annotation) in (Union, UnionType)
     types = [t for t in get_args(field.annotation) if t is not type(None)] if optional else []
     kind = types[0] if types else field.annotation
-    default = CLI_DEFAULTS.get(name, field.default)
+    default = defaults.get(name, field.default)
     help_text = CLI_HELP.get(name, field.description or "")
     kw: dict[str, Any] = {"dest": name}
     if kind is bool:
@@ -68,7 +75,9 @@ def _argument(name: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
     elif default is not None and name not in CLI_HELP:
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
         help_text += f" (default {shown})"
-    if isinstance(kind, type) and issubclass(kind, StrEnum):
+    if name in CLI_CHOICES:
+        kw["choices"] = CLI_CHOICES[name]()
+    elif isinstance(kind, type) and issubclass(kind, StrEnum):
         kw["choices"] = choices(kind)
         default = None if default is None else str(default)
     elif get_origin(kind) is tuple:
@@ -83,12 +92,17 @@ def _argument(name: str, field: FieldInfo) -> tuple[list[str], dict[str, Any]]:
 
 
 def add_config_args(
-    p: argparse.ArgumentParser, names: tuple[str, ...], optional: tuple[str, ...] = ()
+    p: argparse.ArgumentParser,
+    names: tuple[str, ...],
+    optional: tuple[str, ...] = (),
+    defaults: Mapping[str, Any] | None = None,
 ) -> None:
     """One option per `StudyConfig` field of `names`; those in `optional` are not required
-    (another option can stand in for them)."""
+    (another option can stand in for them); `defaults`: the command's own, shown in the help."""
     for name in names:
-        flags, kw = _argument(name, StudyConfig.model_fields[name])
+        flags, kw = _argument(
+            name, StudyConfig.model_fields[name], CLI_DEFAULTS | dict(defaults or {})
+        )
         if name in optional:
             kw |= {"required": False, "default": None}
         p.add_argument(*flags, **kw)

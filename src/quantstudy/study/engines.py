@@ -15,7 +15,8 @@ from torch import nn
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, build_half
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.record import FP8Layout, KernelChoice
+from quantstudy.record import FP8Layout
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.study.config import StudyConfig
 
@@ -38,16 +39,16 @@ def study_builders(
     plan: QuantPlan,
     fold: bool,
     device: torch.device,
-    replay: KernelChoice | None = None,
+    spec: BuildSpec,
 ) -> dict[str, Builder]:
     """Every engine of the study, built lazily, in the order they run (the FP8 engine before
-    its emulations, which take its layout). `replay`: the per-layer kernel choice a study
-    recorded, rebuilt as it was (`quantstudy extend`), not timed again."""
+    its emulations, which take its layout). `spec`: what the FP8 engine computes
+    (`StudyConfig.build_spec`; with a recorded per-layer kernel choice, rebuilt as it was by
+    `quantstudy extend`, not timed again)."""
     mode = config.compile_mode
 
     def fp8(_: FP8Layout) -> Engine:
-        kernel = config.fp8_build(replay)
-        return build_fp8(model, device, example, plan, fold=fold, compile_mode=mode, kernel=kernel)
+        return build_fp8(model, device, example, plan, fold=fold, compile_mode=mode, spec=spec)
 
     def fakequant(name: str, weights: bool, activations: bool, like: FP8Layout) -> Engine:
         return build_fakequant(

@@ -30,7 +30,6 @@ from quantstudy.decision.policy import decide, load_policy
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quality.rows import RowSet
 from quantstudy.quality.stress import stress_inputs
-from quantstudy.quant.accumulation import accumulating, recorded
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_record
@@ -57,11 +56,11 @@ from quantstudy.study.stage_timer import StageTimer
 
 def extend_study(study_dir: Path, more: Path, skip_used: bool = False) -> tuple[StudyRecord, Path]:
     """Add the images of `more` to the finished study in `study_dir`; the record and report.
-    Its engines sum their FP8 products as the study's did (`fp8_accumulate`)."""
+    Its engines compute what the study's did: built from the study's config and the lab
+    switches it ran under (`StudyConfig.build_spec`, `recorded`)."""
     study_dir = Path(study_dir)
     record = load_record(study_dir / RECORD_FILE)
-    with accumulating(recorded(record.config, record.environment.lab_switches)):
-        return _extend(study_dir, more, skip_used, record)
+    return _extend(study_dir, more, skip_used, record)
 
 
 def _extend(
@@ -96,7 +95,9 @@ def _extend(
     # layer kept in fp16 computes other numbers, and the new images must meet the engine scored
     fp8 = record.engine(Engine.FP8)
     replay = fp8.layout.replay() if fp8 is not None else None
-    built = build_engines(config, prepared.inputs, prepared.plan, None, device, timer, replay)
+    switches = record.environment.lab_switches or {}
+    spec = record.config.build_spec(replay, switches, recorded=True)
+    built = build_engines(config, prepared.inputs, prepared.plan, None, device, timer, spec)
     rounds = Rounds(policy, list(record.sequential.looks) if record.sequential else [])
     if not rounds.looks:  # a fixed-N study: its first look is at every image it had
         rounds(previous.rows, previous.labels)

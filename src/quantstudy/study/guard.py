@@ -37,6 +37,7 @@ from rich.console import Console
 
 from quantstudy.data.folders import read_class_list
 from quantstudy.decision.policy import load_policy
+from quantstudy.quant import backends
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
@@ -51,6 +52,7 @@ from quantstudy.record.io import (
 )
 from quantstudy.record.load import RECORD_FILE, schema_problem
 from quantstudy.record.readers import not_a_file, read_json
+from quantstudy.record.vocab import Device
 from quantstudy.report.plots import PLOT_FILES
 from quantstudy.report.render import REPORT_FILE
 
@@ -86,6 +88,7 @@ class StudyFolder:
 
 def preflight(config: StudyConfig) -> None:
     """The checks a study can make before loading anything heavy (module docstring)."""
+    _check_package(config)
     if config.out is not None:
         _check_out(Path(config.out))
     _check_cache_settings()
@@ -100,6 +103,8 @@ def preflight(config: StudyConfig) -> None:
     if config.recipe is not None:
         load_recipe(config.recipe)
     load_policy(config.policy)
+    if config.fp8_kernel is not None:
+        backends.check_option(config.fp8_kernel)  # a --config file's, or a sweep point's
 
 
 def _check_not_own_outputs(config: StudyConfig) -> None:
@@ -123,6 +128,22 @@ def _check_not_own_outputs(config: StudyConfig) -> None:
                 "would be read as images by the next study of that folder; give an --out "
                 "outside it"
             )
+
+
+def _check_package(config: StudyConfig) -> None:
+    """`--package` builds the CUDA engines' packages beside their timings: with no timings, or
+    on the CPU, it would be dropped unsaid. (A record keeps the flag as it was given, so this is
+    a check of a new study, not of the config.)"""
+    if config.package and not config.speed:
+        raise UserError(
+            "--package builds its packages beside the timings, and --no-speed times nothing; "
+            "drop one of them"
+        )
+    if config.package and config.device != Device.CUDA:
+        raise UserError(
+            f"--package builds CUDA packages, and this study runs on the {config.device}; drop "
+            "it, or package the CPU emulation afterwards: quantstudy package STUDY --device cpu"
+        )
 
 
 def _check_out(out_dir: Path) -> None:

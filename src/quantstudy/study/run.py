@@ -39,7 +39,6 @@ from quantstudy.engines.run import half_storage, reordered, run_engine
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quality.gap import gap_pairs
 from quantstudy.quality.stress import stress_inputs
-from quantstudy.quant.accumulation import accumulates_as, in_effect
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import (
     EngineInfo,
@@ -52,8 +51,9 @@ from quantstudy.record import (
     StudyRecord,
     Variant,
 )
+from quantstudy.record.build_spec import BuildSpec
+from quantstudy.record.engines import FP16
 from quantstudy.record.io import write_record
-from quantstudy.record.vocab import ChosenKernel
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.report.render import render_study
 from quantstudy.speed.harness import measure_speed, speed_not_run
@@ -110,7 +110,6 @@ class RecordExtras:
 NO_EXTRAS = RecordExtras()
 
 
-@accumulates_as(lambda config, *_, **__: config.fp8_accumulate)  # every engine of the study
 def run_study(
     config: StudyConfig,
     force: bool = False,
@@ -125,7 +124,7 @@ def run_study(
     nothing is read twice. `extras`: sections the record holds beside the study's own."""
     if prepared is not None and prepared.config != config:
         raise ValueError("run_study: `prepared` was made for another config")
-    timer = StageTimer()
+    timer, spec = StageTimer(), config.build_spec()  # the FP8 engine's, read once
     set_numerics()
     device = study_device(config.device)
     with timer.stage("load"):
@@ -140,7 +139,7 @@ def run_study(
     record = StudyRecord(
         name=config.study_name(inputs.recipe.name),
         status="partial",
-        config=config.resolved(inputs.recipe_source, inputs.policy_label, in_effect()),
+        config=config.resolved(inputs.recipe_source, inputs.policy_label, spec.accumulation),
         environment=collect_environment(device),
         model=inputs.loaded.info,
         preprocessing=inputs.pre,
@@ -163,7 +162,7 @@ def run_study(
             inputs.data.calibration.ids_sha256,
             inputs.data.heldout.ids_sha256,
             inputs.pre.model_dump(mode="json"),
-            record.environment.lab_switches,  # a switch builds other engines (`record/switches`)
+            spec.key(),  # kernel, sums, lab switches, rewrites (`record/build_spec.py`)
         ],
     )
 
@@ -174,13 +173,13 @@ def run_study(
     )
     _save(record, out_dir)
     if config.quality:
-        timed, record = _measure_quality(config, inputs, prepared.plan, cache, record, timer)
+        timed, record = _measure_quality(config, inputs, prepared.plan, cache, record, timer, spec)
         _save(record, out_dir)
         images = None
     else:  # speed only: the two timed engines, each compiled at every timed batch
         with timer.stage("images: timing"):
             images = timing_images(config, inputs)
-        timed, infos = build_timed(config, inputs, prepared.plan, images, device, timer)
+        timed, infos = build_timed(config, inputs, prepared.plan, images, device, timer, spec)
         record = record.model_copy(update={"engines": infos})
         _save(record, out_dir)
 
@@ -207,11 +206,13 @@ def _measure_quality(
     cache: StageCache,
     record: StudyRecord,
     timer: StageTimer,
+    spec: BuildSpec,
 ) -> tuple[dict[str, Engine], StudyRecord]:
     """Every engine through the held-out images, then the quality section; returns the two timed
     engines and the record with engines, quality and per-image results."""
     out_dir = config.out_dir(inputs.recipe.name)
-    outputs, infos = _run_engines(config, inputs, plan, cache, study_device(config.device), timer)
+    device = study_device(config.device)
+    outputs, infos = _run_engines(config, inputs, plan, cache, device, timer, spec)
     record = record.model_copy(update={"engines": infos, **_sequential(config, inputs, outputs)})
     _save(record, out_dir)
     with timer.stage("score"):
@@ -242,17 +243,15 @@ def build_engines(
     cache: StageCache | None,
     device: torch.device,
     timer: StageTimer,
-    replay: KernelChoice | None = None,
+    spec: BuildSpec,
 ) -> Built:
     """Build every engine and run each on the stress inputs (cached per engine); the passes
-    and pairs the held-out images go through (`study/heldout.py`). `replay`: a recorded
-    per-layer kernel choice to rebuild (`study_builders`). The FP8 engine's layout goes, as
-    built, to the engines after it (its emulations, its float32 twin)."""
+    and pairs the held-out images go through (`study/heldout.py`). `spec`: the FP8 engine's
+    (a recorded per-layer kernel choice replayed, `quantstudy extend`). The FP8 engine's layout
+    goes, as built, to the engines after it (its emulations, its float32 twin)."""
     stress_x = torch.stack([t for _, t in stress_inputs(inputs.pre)])
     fold = inputs.recipe.weights.fold_bn
-    builders = study_builders(
-        config, inputs.loaded.model, inputs.example, plan, fold, device, replay
-    )
+    builders = study_builders(config, inputs.loaded.model, inputs.example, plan, fold, device, spec)
     # the stress inputs in the held-out batches' shape: a compiled engine compiles once for both
     batch = min(config.eval_batch, len(inputs.heldout_items))
     built = Built([], [], {}, {}, [], cache)
@@ -285,7 +284,7 @@ def build_engines(
             ]
     if config.float32_engine:
         with timer.stage("engine fp8 in float32: build"):
-            fp8 = _float32_fp8(config, inputs, plan, device, layout)
+            fp8 = _float32_fp8(spec, inputs, plan, device, layout)
             built.passes.append(EnginePass("fp8_float32", fp8))
     names = [p.name for p in built.passes]
     built.pairs = [(EngineName.FP32, n) for n in built.stress if n != EngineName.FP32]
@@ -300,9 +299,10 @@ def _run_engines(
     cache: StageCache,
     device: torch.device,
     timer: StageTimer,
+    spec: BuildSpec,
 ) -> tuple[EngineOutputs, list[EngineInfo]]:
     """Build every engine, then stream the held-out images through all of them at once."""
-    built = build_engines(config, inputs, plan, cache, device, timer)
+    built = build_engines(config, inputs, plan, cache, device, timer, spec)
     passes, pairs, stress, timed = built.passes, built.pairs, built.stress, built.timed
     cache = built.cache or cache
     infos = built.infos
@@ -353,7 +353,7 @@ def _stage_name(name: str, timed: dict[str, Engine]) -> str:
 
 
 def _float32_fp8(
-    config: StudyConfig,
+    spec: BuildSpec,
     inputs: StudyInputs,
     plan: QuantPlan,
     device: torch.device,
@@ -362,13 +362,12 @@ def _float32_fp8(
     """The study's FP8 engine, of `layout`, built in float32 and run eagerly (quality only):
     its kernel, fused where it chose per layer, and the float layers it kept in fp16
     (`engines/step_aside.py`)."""
-    kernel = config.fp8_build()
     if layout.kernel_choice is not None:
-        kept = [c for c in layout.kernel_choice if c.kernel == ChosenKernel.FP16]
-        kernel = KernelChoice.replayed(kept)
+        kept = [c for c in layout.kernel_choice if c.kernel == FP16]
+        spec = spec.but(choice=KernelChoice.replayed(kept))
     fp8 = build_fp8(
         inputs.loaded.model, device, inputs.example, plan,
-        fold=inputs.recipe.weights.fold_bn, kernel=kernel, dtype=torch.float32,
+        fold=inputs.recipe.weights.fold_bn, spec=spec, dtype=torch.float32,
     )  # fmt: skip
     return fp8.eagerly()
 

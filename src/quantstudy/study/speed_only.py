@@ -18,6 +18,7 @@ from quantstudy.engines.base import Engine
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import EngineInfo, FP8Layout
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.speed.harness import MAX_INPUT_BUFFERS, tile_images
 from quantstudy.study.cache import console
@@ -49,12 +50,13 @@ def build_timed(
     images: torch.Tensor,
     device: torch.device,
     timer: StageTimer,
+    spec: BuildSpec,
 ) -> tuple[dict[str, Engine], list[EngineInfo]]:
     """The fp16 and FP8 engines, each built, then called once at every timed batch (a compiled
-    engine compiles, and the FP8 kernels tune, on the first call of each shape)."""
-    builders = study_builders(
-        config, inputs.loaded.model, inputs.example, plan, inputs.recipe.weights.fold_bn, device
-    )
+    engine compiles, and the FP8 kernels tune, on the first call of each shape); the FP8
+    engine's as `spec` says."""
+    fold = inputs.recipe.weights.fold_bn
+    builders = study_builders(config, inputs.loaded.model, inputs.example, plan, fold, device, spec)
     timed: dict[str, Engine] = {}
     infos = []
     for name in TIMED:

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from quantstudy.record import BatchSpeed, StudyRecord
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
-from quantstudy.record.vocab import Engine, KernelOption, Outcome
+from quantstudy.record.vocab import Engine, Outcome
 from quantstudy.report.claims import XClaim
 from quantstudy.speed.stats import relative_spread
 from quantstudy.sweep.events import Job
@@ -49,7 +49,7 @@ class SweepRow(StudyRow):
     recipe: str  # the recipe the study ran (a sweep-derived one is named <recipe>-<calibrator>)
     calibrator: str | None  # the one the study used; None when it did not get that far
     seed: int
-    fp8_kernel: KernelOption
+    fp8_kernel: str  # an FP8 backend's name or "fastest"
     x: list[BatchX] = Field(default_factory=list)
     n_images: int | None = None
     differ_count: int | None = None
@@ -92,7 +92,7 @@ def collect_row(job: Job, out: Path) -> SweepRow:
         "recipe": Path(p.recipe).stem if "/" in p.recipe else p.recipe,
         "calibrator": p.calibrator,
         "seed": c.seed,
-        "fp8_kernel": KernelOption(c.fp8_kernel or DEFAULT_FP8_KERNEL),
+        "fp8_kernel": c.fp8_kernel or DEFAULT_FP8_KERNEL,
     }
     return read_row(out / job.folder, SweepRow, base, _measured)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from quantstudy.model.loading import has_cached_weights
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
-from quantstudy.record.vocab import Device, KernelOption
+from quantstudy.record.vocab import Device
 from quantstudy.sweep.events import ExecutorKind, Transfer
 from quantstudy.sweep.grid import GridPoint, recipe_file_sha256
 from quantstudy.zoo.catalogue import ALL, Shard, WeightsMode, ZooEntry
@@ -77,7 +77,7 @@ def zoo_point(entry: ZooEntry, options: ZooOptions, device: str) -> GridPoint:
         heldout=options.heldout,
         batches=options.batches,
         device=device,
-        fp8_kernel=KernelOption.FUSED,
+        fp8_kernel=DEFAULT_FP8_KERNEL,
         speed=True,
         quality=weights != "random",
     )

@@ -40,10 +40,11 @@ from quantstudy.model.preprocess import resolve_preprocessing
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
-from quantstudy.record.engines import fp8_build
+from quantstudy.record.build_spec import BuildSpec
+from quantstudy.record.engines import KernelChoice
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import Engine, FP8Kernel, KernelGroup, KernelOption
+from quantstudy.record.vocab import FASTEST, Engine, KernelGroup
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study
@@ -57,7 +58,7 @@ MODELS = {
     "ghostnet_100": "random",
     "tf_efficientnet_lite0": "efficientnet-lite0",
 }
-KERNELS = (KernelOption.FUSED, KernelOption.FASTEST, KernelOption.SCALED_MM)
+KERNELS = ("fused", FASTEST, "scaled_mm")
 HEADER = (
     "model | kernel | FP8 real/emulated | scaled_mm layers | batch | fp16 ms | FP8 ms | "
     "x [q1-q3] | ideal x | of ideal | FP8 products us | top-1 vs emulation"
@@ -143,13 +144,14 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
     if args.pad_apart and "sums" in variants:
         variants.insert(variants.index("sums") + 1, "padapart")
     for kernel, variant in ((k, v) for k in args.kernels for v in variants):
-        if variant != "sums" and kernel == FP8Kernel.SCALED_MM:
+        if variant != "sums" and kernel == "scaled_mm":
             continue  # the unfused engine never sums in its epilogue
-        fp8 = build_fp8(
-            model, device, x[:1], plan, fold=fold, kernel=fp8_build(kernel, args.batches),
-            residual=variant != "apart", sum_handoff=variant == "handoff",
+        chosen = KernelChoice.timed(args.batches) if kernel == FASTEST else kernel
+        spec = BuildSpec.made(
+            chosen, residual=variant != "apart", sum_handoff=variant == "handoff",
             pad_outputs=variant != "padapart",
         )  # fmt: skip
+        fp8 = build_fp8(model, device, x[:1], plan, fold=fold, spec=spec)
         suffix = {"sums": "", "apart": "/residual-apart", "handoff": "/sum-handoff",
                   "padapart": "/pad-apart"}[variant]  # fmt: skip
         label = kernel if args.residual == "off" and variant == "apart" else kernel + suffix
@@ -192,7 +194,7 @@ def bench_model(name: str, args: argparse.Namespace, save) -> dict:
 def print_rows(name: str, kernel: str, row: dict) -> None:
     ideal = {i["batch"]: i for i in row["ideal"]}
     groups = {(k["engine"], k["batch"]): k for k in row["speed"]["kernels"]}
-    chosen = sum(c["kernel"] == FP8Kernel.SCALED_MM for c in row["kernel_choice"])
+    chosen = sum(c["kernel"] == "scaled_mm" for c in row["kernel_choice"])
     for b in row["speed"]["batches"]:
         i = ideal.get(b["batch"])
         fp8mm = next(
@@ -201,7 +203,7 @@ def print_rows(name: str, kernel: str, row: dict) -> None:
         )  # fmt: skip
         print(
             f"{name} | {kernel} | {row['fp8_real']}/{row['fp8_emulated']} | "
-            f"{chosen if kernel == KernelOption.FASTEST else '-'} | {b['batch']} | "
+            f"{chosen if kernel == FASTEST else '-'} | {b['batch']} | "
             f"{b['fp16_ms']['median']:.3f} | {b['fp8_ms']['median']:.3f} | "
             f"{b['ratio']['median']:.2f} [{b['ratio']['q1']:.2f}-{b['ratio']['q3']:.2f}] | "
             f"{i['ideal_x'] if i else float('nan'):.2f} | "
@@ -241,7 +243,7 @@ def ideal_of_records(paths: list[Path]) -> str:
             folded = copy.deepcopy(loaded.model).eval()
             if recipe.weights.fold_bn:
                 fold_batchnorm(folded, example)
-            pointwise = real_layers(folded, names, FP8Kernel.SCALED_MM)
+            pointwise = real_layers(folded, names, "scaled_mm")
             absorbed = absorbable_activations(folded, pointwise, example)
             for e in res.engines:
                 if e.speed is None:
@@ -279,7 +281,7 @@ def render(paths: list[Path]) -> str:
                 row = m["kernels"][kernel]
                 ideal = {i["batch"]: i for i in row["ideal"]}
                 prof = {(k["engine"], k["batch"]): k for k in row["speed"]["kernels"]}
-                picked = sum(c["kernel"] == FP8Kernel.SCALED_MM for c in row["kernel_choice"])
+                picked = sum(c["kernel"] == "scaled_mm" for c in row["kernel_choice"])
                 for b in row["speed"]["batches"]:
                     i, r = ideal.get(b["batch"]), b["ratio"]
 
@@ -293,7 +295,7 @@ def render(paths: list[Path]) -> str:
                         kernel,
                         str(b["batch"]),
                         f"{row['fp8_real']}/{row['fp8_emulated']}",
-                        str(picked) if kernel.startswith(KernelOption.FASTEST) else "-",
+                        str(picked) if kernel.startswith(FASTEST) else "-",
                         f"{b['fp16_ms']['median']:.3f}",
                         f"{b['fp8_ms']['median']:.3f}",
                         f"{r['median']:.2f} [{r['q1']:.2f}-{r['q3']:.2f}]",

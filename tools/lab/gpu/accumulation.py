@@ -2,7 +2,7 @@
 
 The engines sum their FP8 products all of K in the tensor cores by default ("fast", as torchao
 does) or promote them to float32 every 128 products ("promote128", as cuBLASLt does without
-fast accumulation; `quant/accumulation.py`). This runs the same study (EfficientNet-Lite0 with
+fast accumulation; `record/build_spec.py`). This runs the same study (EfficientNet-Lite0 with
 its real weights by default: random weights leave many logits near ties, which says little
 about the kernels) with each `--fp8-accumulate` of --accumulate named on its command line,
 each in a folder of its own under --work (a finished study is kept,

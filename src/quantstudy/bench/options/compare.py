@@ -39,6 +39,7 @@ from quantstudy.quant.calibration.choice import choose_calibrators
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.options import quant_options
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_json_atomic
@@ -147,7 +148,7 @@ def _row(
     for dtype in [None, *extra] if engines else []:
         # None: the engine's own half dtype, the one a study times
         key = EngineName.FP8 if dtype is None else "fp8_" + str(dtype).removeprefix("torch.")
-        fp8 = build_fp8(model, dev, example, plan, dtype=dtype)
+        fp8 = build_fp8(model, dev, example, plan, dtype=dtype, spec=BuildSpec.made())
         logits = run_engine(fp8.eagerly(), x, eval_batch).float().cpu()
         row[key] = score(ref, logits, labels)
         row[key + "_vs_fakequant"] = score(emulated, logits, labels)

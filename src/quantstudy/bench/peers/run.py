@@ -55,8 +55,8 @@ from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import score_engine
 from quantstudy.record import EngineInfo, EngineQuality
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
+from quantstudy.record.vocab import FASTEST, PeerFamily
 from quantstudy.record.vocab import Engine as EngineName
-from quantstudy.record.vocab import KernelOption, PeerFamily
 from quantstudy.speed.harness import cpu_counts, measure_speed, tile_images
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.prepare import Prepared, prepare_study, study_device
@@ -75,7 +75,7 @@ def bench_peers(
     append: bool = False,
     max_rows: int | None = None,
     argv: list[str] | None = None,
-    ours: Sequence[KernelOption] = (),
+    ours: Sequence[str] = (),
 ) -> PeersBench:
     """The record of `configs`' rows (one per model; module docstring). With `append`, the
     rows join the record at `out` (measured alike, `rows.check_alike`), skipping its rows;
@@ -135,7 +135,7 @@ def peers_row(
     provenance: Provenance,
     rounds: int,
     iters: int,
-    ours: Sequence[KernelOption] = (),
+    ours: Sequence[str] = (),
 ) -> PeersResult:
     """One model's row (module docstring); `status`: `torchao_status()`."""
     start, clock = time.perf_counter(), RowClock()
@@ -197,7 +197,7 @@ def _engines(
     prepared: Prepared,
     peers: Sequence[Peer],
     status: str | None,
-    ours: Sequence[KernelOption],
+    ours: Sequence[str],
     clock: RowClock,
 ) -> tuple[dict[str, BuiltEngine], dict[str, Layers], list[PeerRefused]]:
     """fp16, ours (one engine per kernel option: by default the config's and `fastest`), and
@@ -210,15 +210,15 @@ def _engines(
         built = {FP16: build_half(model, device, example, fold=fold, compile_mode=mode)}
     _first_calls(FP16, built[FP16], x, batches, clock)
     layers: dict[str, Layers] = {FP16: ([], {})}
-    default = KernelOption(config.fp8_kernel or DEFAULT_FP8_KERNEL)
+    default = config.fp8_kernel or DEFAULT_FP8_KERNEL
     # `fastest` times each layer's kernels on the GPU: beside the default there only
-    both = (default, KernelOption.FASTEST) if device.type == "cuda" else (default,)
+    both = (default, FASTEST) if device.type == "cuda" else (default,)
     for option in dict.fromkeys(ours or both):
         name = f"quantstudy {option}"
         with clock.phase(RowStep.BUILD, name):
             ours_engine = build_fp8(
                 model, device, example, prepared.plan, fold=fold, compile_mode=mode,
-                kernel=config.replace(fp8_kernel=option).fp8_build(),
+                spec=config.replace(fp8_kernel=option).build_spec(),
             )  # fmt: skip
         _first_calls(name, ours_engine, x, batches, clock)
         built[name] = ours_engine

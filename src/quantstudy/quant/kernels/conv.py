@@ -28,7 +28,6 @@ import torch
 import triton
 import triton.language as tl
 
-from quantstudy.quant.accumulation import PROMOTE, engine_promote
 from quantstudy.quant.kernels import launches, tuning
 from quantstudy.quant.kernels.epilogue import (
     ACT_CODES,
@@ -40,6 +39,7 @@ from quantstudy.quant.kernels.epilogue import (
 )
 from quantstudy.quant.kernels.gemm_kernel import grouped_tile, mma_step
 from quantstudy.quant.kernels.tiles import Config, bounded
+from quantstudy.record.build_spec import PROMOTE
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): BLOCK_K is channels of one tap per K step. The
 # order is the tie-break of `_prune`'s ranking: first the shapes that won the fused product's
@@ -181,7 +181,7 @@ def fp8_conv2d_triton(
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
     tile: tuple[int, ...] | None = None,
-    promote: int | None = None,
+    promote: int = 0,
 ) -> torch.Tensor:
     """Launch the conv: xq (B, C, H, W) FP8 E4M3 in any layout (channels-last reads
     coalesce), `w_taps` (N, KH * KW * C) FP8 from `tap_major`, w_scale (N,) and bias (N,)
@@ -191,9 +191,8 @@ def fp8_conv2d_triton(
     BLOCK_K[, warps, stages]) fixes the tile; by default the autotuner picks it
     (`tuning.tuned_launch`: the stored choice, else tuned and stored).
     `promote` as in `gemm.fp8_gemm_triton` (tests set it to BLOCK_K to check the epilogue
-    against float32 sums; None: the engines' interval, `quant/accumulation.py`). The launch record
+    against float32 sums; a layer passes its `FP8LayerSpec.promote`). The launch record
     as in `gemm.fp8_gemm_triton` (`quant/kernels/launches.py`)."""
-    promote = engine_promote() if promote is None else promote
     if promote < 0 or (promote and promote & (promote - 1)):
         raise ValueError(f"promote must be 0 or a power of two, got {promote}")
     if xq.dtype != torch.float8_e4m3fn or w_taps.dtype != torch.float8_e4m3fn:

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 import triton
 
-from quantstudy.quant.accumulation import engine_promote
 from quantstudy.quant.kernels import launches
 from quantstudy.quant.kernels.epilogue import ACT_CODES, ROUND_CODES
 from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM
@@ -147,7 +146,7 @@ def fp8_gemm_triton(
     stream: int = 0,
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
-    promote: int | None = None,
+    promote: int = 0,
     residual: torch.Tensor | None = None,
     res_act: str = Activation.NONE,
     pair: torch.Tensor | None = None,
@@ -173,7 +172,7 @@ def fp8_gemm_triton(
     `out_scale` writes the output as FP8 with that scale (`out_dtype` E4M3), or with `pair`
     ((M, N) FP8) a copy beside the `out_dtype` output. `round_to` is where the epilogue rounds
     (`_finish`); `promote` how many products the tensor cores sum before float32 takes over
-    (`mma_step`; 0: all of K; None: the engines' interval, `quant/accumulation.py`).
+    (`mma_step`; 0: all of K; a layer passes its `FP8LayerSpec.promote`).
     `residual` ((M, N), any strides) is added after the activation, then `res_act`. `out`
     (B, H, W, N), B x H x W = M, any strides (a padded buffer's interior,
     `quant/rewrites/pad_handoff.py`) receives the output pixel by pixel, through `out_base` (the
@@ -181,7 +180,6 @@ def fp8_gemm_triton(
 
     Each launch notes its tile in the launch record; within `launches.replaying` it takes the
     tile recorded for it, through pointers and torch's `wrap_triton` (`kernels/launches.py`)."""
-    promote = engine_promote() if promote is None else promote
     out = _checked_output(
         xq, w8, out_dtype, out_scale, promote, loads, store, residual, pair, x_inv_divisor, out
     )

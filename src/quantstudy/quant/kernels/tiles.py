@@ -17,7 +17,7 @@ from typing import Any
 
 import triton
 
-from quantstudy.quant.accumulation import PROMOTE
+from quantstudy.record.build_spec import PROMOTE
 from quantstudy.record.errors import UserError
 from quantstudy.record.switches import GEMM_CONFIGS
 

@@ -79,17 +79,18 @@ def fp8_conv2d(
     dilation: typing.Sequence[int],
     out_scale: torch.Tensor | None = None,
     round_to: torch.dtype | None = None,
+    promote: int = 0,
 ) -> torch.Tensor:
     """act(conv(xq, w8) * x_scale * w_scale + bias), channels-last (B, N, HO, WO) in
     `out_dtype` (the next layer's FP8 input with `out_scale`); xq (B, C, H, W) and `w_taps`
     (N, KH * KW * C, tap-major, `quant.kernels.conv.tap_major`) FP8. `round_to` as in
-    `fused_matmul.fp8_gemm`."""
+    `fused_matmul.fp8_gemm`, and `promote`."""
     if xq.is_cuda:
         from quantstudy.quant.kernels.conv import fp8_conv2d_triton
 
         return fp8_conv2d_triton(
             xq, w_taps, tuple(kernel_hw), w_scale, x_scale, bias, act, out_dtype,
-            tuple(stride), tuple(padding), tuple(dilation), out_scale, round_to,
+            tuple(stride), tuple(padding), tuple(dilation), out_scale, round_to, promote=promote,
         )  # fmt: skip
 
     def rounded(t: torch.Tensor) -> torch.Tensor:
@@ -135,6 +136,7 @@ class FusedFP8Conv2d(DropIn):
         self.register_buffer("w_scale", w_scale.expand(w8.shape[0]).contiguous())
         self.register_buffer("x_scale", torch.tensor(x_scale, dtype=torch.float32))
         take_epilogue(self, layer, dtype, act, out_scale, fp8_input)
+        self.promote = spec.promote  # how the products sum (`record/build_spec.py`)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fp8_input:
@@ -149,6 +151,7 @@ class FusedFP8Conv2d(DropIn):
         return fp8_conv2d(
             xq, self.w_taps, self.kernel_hw, self.w_scale, self.x_scale, self.bias, self.act,
             out_dtype, self.stride, self.padding, self.dilation, self.out_scale, self.dtype,
+            self.promote,
         )  # fmt: skip
 
     def extra_repr(self) -> str:

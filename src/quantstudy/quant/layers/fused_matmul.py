@@ -82,6 +82,7 @@ def fp8_gemm(
     residual: torch.Tensor | None = None,
     res_act: str = Activation.NONE,
     x_inv_divisor: torch.Tensor | None = None,
+    promote: int = 0,
 ) -> torch.Tensor:
     """act((xq @ w8^T) * x_scale * w_scale + bias) in `out_dtype`; xq (M, K), w8 (N, K) FP8,
     x_scale a scalar or one scale per row (M, 1). An xq in the engine's dtype is quantized here
@@ -92,7 +93,8 @@ def fp8_gemm(
     With `out_scale` the result is written as the next layer's FP8 input (`to_fp8`).
     `round_to` (the engine's dtype) rounds the sum before the activation and the activated
     value before an FP8 write, where the unfused engine stores them: both engines then
-    quantize the same numbers."""
+    quantize the same numbers. `promote`: products the tensor cores sum before float32 takes
+    over (0: all of K; the layer's `FP8LayerSpec.promote`); off CUDA the sums are exact."""
     if xq.is_cuda:
         from quantstudy.quant.kernels.gemm import fp8_gemm_triton
 
@@ -100,6 +102,7 @@ def fp8_gemm(
         return fp8_gemm_triton(
             xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=out_scale,
             round_to=round_to, residual=residual, res_act=res_act, x_inv_divisor=x_inv_divisor,
+            promote=promote,
         )  # fmt: skip
     return _gemm_reference(
         xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale, round_to, residual, res_act,
@@ -161,6 +164,7 @@ def fp8_gemm_pair(
     round_to: torch.dtype | None,
     residual: torch.Tensor | None,
     res_act: str,
+    promote: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`fp8_gemm` writing two outputs from one epilogue: the result in `out_dtype` and its
     FP8 copy quantized with `pair_scale`, the next FP8 layer's input (a residual sum read
@@ -172,7 +176,7 @@ def fp8_gemm_pair(
         q = torch.empty((xq.shape[0], w8.shape[0]), device=xq.device, dtype=E4M3)
         y = fp8_gemm_triton(
             xq, w8, w_scale, x_scale, bias, act, out_dtype, out_scale=pair_scale,
-            round_to=round_to, residual=residual, res_act=res_act, pair=q,
+            round_to=round_to, residual=residual, res_act=res_act, pair=q, promote=promote,
         )  # fmt: skip
         return y, q
     y = _torch_epilogue(xq, w8, w_scale, x_scale, bias, act, round_to, residual, res_act)
@@ -199,6 +203,7 @@ def fp8_gemm_padded(
     x_inv_divisor: torch.Tensor | None,
     size: typing.Sequence[int],
     pads: typing.Sequence[int],
+    promote: int = 0,
 ) -> torch.Tensor:
     """`fp8_gemm` of a conv's B x H x W pixels (`size`) written into the interior of a
     zero-padded (B, H + top + bottom, W + left + right, N) buffer, `pads` (left, right, top,
@@ -229,7 +234,7 @@ def fp8_gemm_padded(
         fp8_gemm_triton(
             xq.contiguous(), w8, w_scale, x_scale, bias, act, out_dtype, round_to=round_to,
             x_inv_divisor=x_inv_divisor, out=out[:, top : top + h, left : left + w],
-            out_base=out if launches.is_replaying() else None,
+            out_base=out if launches.is_replaying() else None, promote=promote,
         )  # fmt: skip
         return out
     y = _gemm_reference(xq, w8, w_scale, x_scale, bias, act, out_dtype, None, round_to, None,
@@ -299,6 +304,7 @@ class FusedFP8Matmul(PointwiseMatmul):
         self.register_buffer("w_scale", w_scale.expand(weight.shape[0]).contiguous())
         self._take_input_quant(x_scale, row_scales, x_divisor, self.k_pad)
         take_epilogue(self, layer, dtype, act, out_scale, fp8_input)
+        self.promote = spec.promote  # how the products sum (`record/build_spec.py`)
         # The activation after a residual sum in the epilogue; None: no residual (set by
         # `quant/rewrites/residual.py` when it moves a block's add into this layer).
         self.res_act: str | None = None
@@ -335,7 +341,7 @@ class FusedFP8Matmul(PointwiseMatmul):
         xq, x_scale, divisor = self._operand(self._rows(x))
         y = fp8_gemm_padded(
             xq, self.w8, self.w_scale, x_scale, self.bias, self.act, self.dtype, self.dtype,
-            divisor, [b, h, w], list(self.out_pad.pads(h, w)),
+            divisor, [b, h, w], list(self.out_pad.pads(h, w)), self.promote,
         )  # fmt: skip
         return y.permute(0, 3, 1, 2)
 
@@ -347,6 +353,7 @@ class FusedFP8Matmul(PointwiseMatmul):
             return fp8_gemm_pair(
                 xq, self.w8, self.w_scale, x_scale, self.bias, self.act, self.dtype,
                 self.pair_scale, self.dtype, residual, self.res_act or Activation.NONE,
+                self.promote,
             )  # fmt: skip
         out_dtype = E4M3 if self.out_scale is not None else self.dtype
         return fp8_gemm(
@@ -362,6 +369,7 @@ class FusedFP8Matmul(PointwiseMatmul):
             residual,
             self.res_act or Activation.NONE,
             divisor,
+            self.promote,
         )
 
     def extra_repr(self) -> str:

@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quantstudy.quant.accumulation import fast_accumulation
 from quantstudy.quant.formats.fp8 import (
     E4M3,
     dequantize_weight,
@@ -237,7 +236,9 @@ class FP8Matmul(PointwiseMatmul):
             self.mm_dtype = torch.bfloat16
         self.register_buffer("mm_bias", None)  # the bias as torch._scaled_mm takes it
         self.emulated = False  # row-wise product in float32 (`cpu_rowwise_product`)
-        self.fast_accum = fast_accumulation()  # read once: traced code sees a constant
+        # all of K in the tensor cores (`record/build_spec.py`); any promotion but 0 is cuBLASLt's
+        # own 128
+        self.fast_accum = spec.promote == 0
 
     def use_device(self, device: torch.device) -> None:
         """Take the best output `torch._scaled_mm` supports on `device` (`scaled_mm_output`),
@@ -273,7 +274,7 @@ class FP8Matmul(PointwiseMatmul):
                 scale_b=self.w_scale,
                 bias=self.mm_bias,
                 out_dtype=self.mm_dtype,
-                use_fast_accum=self.fast_accum,  # `quant/accumulation.py`
+                use_fast_accum=self.fast_accum,
             )
         y = y[:, : self.n]
         if self.bias is not None and self.mm_bias is None:  # float32, one rounding below

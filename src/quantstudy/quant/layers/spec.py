@@ -26,7 +26,8 @@ class FP8LayerSpec:
     given when this layer writes that input already quantized (a hand-off); `fp8_input`: this
     layer reads its own input that way. `weight`: the plan's stored FP8 weight and scale (None:
     rounded to nearest here). `row_scales`, `x_divisor`: dynamic per-row input scales and the
-    migration divisor (`QuantPlan.input_quant`)."""
+    migration divisor (`QuantPlan.input_quant`). `promote`: how many products the tensor cores
+    sum before float32 takes over (0: all of K), the engine's `BuildSpec.promote`."""
 
     x_scale: float | None
     per_channel: bool
@@ -37,6 +38,7 @@ class FP8LayerSpec:
     weight: tuple[torch.Tensor, torch.Tensor] | None = None
     row_scales: bool = False
     x_divisor: torch.Tensor | None = None
+    promote: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "act", Activation(self.act))  # a misspelt name fails here

@@ -10,15 +10,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from quantstudy.quant import backends
 from quantstudy.quant.calibration.calibrate import Calibration
 from quantstudy.quant.fitting.rounding import Search, compensable, fp8_weights
 from quantstudy.quant.graph.edit import replace_module
-from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d, kxk_fp8_blocker
-from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise, depthwise_fp8_blocker
-from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
-from quantstudy.quant.layers.matmul import QDQ, FP8Matmul, FP8Weight, real_fp8_blocker
+from quantstudy.quant.layers.matmul import QDQ, FP8Weight
 from quantstudy.quant.layers.spec import FP8LayerSpec
-from quantstudy.record.vocab import Activation, FP8Kernel, choices
+from quantstudy.record.build_spec import BuildSpec
+from quantstudy.record.vocab import Activation, Epilogue
 
 if TYPE_CHECKING:  # fitting/propagated.py builds on this module
     from quantstudy.quant.fitting.propagated import Fitted
@@ -123,48 +122,35 @@ class Applied:
     emulated: list[tuple[str, str]]
 
 
-def fp8_blocker(layer: nn.Module, kernel: FP8Kernel) -> str | None:
-    """Why `layer` cannot run real FP8 with `kernel`; None when it can. The fused kernel also
-    runs dense kxk convs (`quant/layers/fused_conv.py`) and depthwise convs on FP8 storage
-    (`quant/layers/fused_depthwise.py`); torch._scaled_mm has no conv."""
-    blocker = real_fp8_blocker(layer)
-    if blocker is not None and kernel == FP8Kernel.FUSED and isinstance(layer, nn.Conv2d):
-        if kxk_fp8_blocker(layer) is None or depthwise_fp8_blocker(layer) is None:
-            return None
-    return blocker
+def fp8_blocker(layer: nn.Module, kernel: str) -> str | None:
+    """Why `layer` cannot run real FP8 with the backend `kernel`; None when it can
+    (`quant/backends/`: what each backend runs, `Backend.blocker`)."""
+    return backends.get(kernel).blocker(layer)
 
 
-def real_layers(model: nn.Module, layers: list[str], kernel: FP8Kernel) -> list[str]:
-    """The layers of `layers` that can run a real FP8 product with `kernel`."""
-    return [n for n in layers if fp8_blocker(model.get_submodule(n), kernel) is None]
+def real_layers(model: nn.Module, layers: list[str], kernel: str) -> list[str]:
+    """The layers of `layers` that can run a real FP8 product with the backend `kernel`."""
+    backend = backends.get(kernel)
+    return [n for n in layers if backend.blocker(model.get_submodule(n)) is None]
 
 
 def fp8_module(
-    layer: nn.Module, spec: FP8LayerSpec, kernel: FP8Kernel
+    layer: nn.Module, spec: FP8LayerSpec, kernel: str, build: BuildSpec | None = None
 ) -> tuple[nn.Module, str | None]:
     """The module an FP8 engine puts in `layer`'s place, and why it is emulated (None: it runs a
     real FP8 product). The one place that chooses it: engines and per-layer timing alike.
 
-    `kernel` "fused": `FusedFP8Matmul` (linears, 1x1 convs), `FusedFP8Conv2d` (dense kxk
-    convs) or `FusedFP8Depthwise` (depthwise convs, FP8 storage, the plan's stored weight), with
-    `spec.act` in the epilogue and, given `spec.out_scale`, writing the next layer's FP8 input
-    (`spec.fp8_input`: reading its own that way); otherwise `FP8Matmul` (torch._scaled_mm). A
-    layer no FP8 kernel takes gets the quantize-dequantize `QDQ` in `spec.dtype`. Each module
-    gets the fields it computes with: the epilogue's only where there is one, the stored weight
-    and dynamic input scales only where the kernel reads them (kxk convs: nearest weights,
-    static per-tensor input)."""
-    unfused = replace(spec, act=Activation.NONE, out_scale=None, fp8_input=False)
-    blocker = fp8_blocker(layer, kernel)
+    The backend `kernel` builds it (`Backend.build_layer`, in an engine of `build`, default
+    `BuildSpec()` of that backend), with `spec.act` in the epilogue and, given
+    `spec.out_scale`, writing the next layer's FP8 input where the backend takes them. A layer
+    the backend cannot run (`Backend.blocker`) gets the quantize-dequantize `QDQ` in
+    `spec.dtype`."""
+    backend = backends.get(kernel)
+    blocker = backend.blocker(layer)
     if blocker is not None:
+        unfused = replace(spec, act=Activation.NONE, out_scale=None, fp8_input=False)
         return QDQ(layer, unfused), blocker
-    if kernel != FP8Kernel.FUSED:
-        return FP8Matmul(layer, unfused), None
-    if depthwise_fp8_blocker(layer) is None:
-        return FusedFP8Depthwise(layer, replace(spec, row_scales=False, x_divisor=None)), None
-    if real_fp8_blocker(layer) is not None:  # a kxk conv (`quant/layers/fused_conv.py`)
-        static = replace(spec, weight=None, row_scales=False, x_divisor=None)
-        return FusedFP8Conv2d(layer, static), None
-    return FusedFP8Matmul(layer, spec), None
+    return backend.build_layer(layer, spec, build or BuildSpec(kernel=kernel)), None
 
 
 def apply_fp8(
@@ -172,9 +158,11 @@ def apply_fp8(
     source: nn.Module,
     plan: QuantPlan,
     dtype: torch.dtype,
-    kernel: FP8Kernel,
+    kernel: str,
     epilogue: dict[str, str] | None = None,
     handoff: dict[str, str] | None = None,
+    *,
+    build: BuildSpec | None = None,
 ) -> Applied:
     """Swap the plan's layers of `model` (already in `dtype`) for FP8 modules built from `source`.
 
@@ -183,14 +171,16 @@ def apply_fp8(
     "fused" builds `FusedFP8Matmul` layers with the activations of `epilogue` (layer -> name)
     in their epilogue; the caller has removed those activation modules from `model`. `handoff`
     (producer -> consumer, `quant/rewrites/handoff.py`) makes each producer write its consumer's FP8
-    input and the consumer read it as is.
+    input and the consumer read it as is. `build`: the engine's build spec (default
+    `BuildSpec()`); every FP8 product sums as its `promote` says (0: all of K in the tensor
+    cores).
     """
-    if kernel not in choices(FP8Kernel):
-        raise ValueError(f"FP8 kernel must be one of {choices(FP8Kernel)}, not {kernel!r}")
+    backend = backends.get(kernel)
+    build = build or BuildSpec()
     epilogue = epilogue or {}
     handoff = handoff or {}
-    if handoff and kernel != FP8Kernel.FUSED:
-        raise ValueError("FP8 hand-offs need the fused kernel")
+    if handoff and not backend.support.takes(Epilogue.FP8_OUTPUT):
+        raise ValueError(f"FP8 hand-offs need a backend that writes FP8, not {kernel}")
     consumers = set(handoff.values())
     weights = plan.stored_weights(source)
     real: list[str] = []
@@ -206,9 +196,10 @@ def apply_fp8(
             out_scale=plan.calibration.scale_of(nxt) if nxt is not None else None,
             fp8_input=name in consumers,
             weight=weights[name],
+            promote=build.promote,
             **plan.input_quant(name, layer),
         )
-        new, blocker = fp8_module(layer, spec, kernel)
+        new, blocker = fp8_module(layer, spec, kernel, build)
         replace_module(model, name, new)
         if blocker is None:
             real.append(name)

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from quantstudy.record import IdealSpeed, LayerKernel
-from quantstudy.record.vocab import ChosenKernel
 from quantstudy.report.claims import NOT_SETTLED, XClaim
 from quantstudy.report.format import NOT_MEASURED, code, fmt_ms, fmt_pct, fmt_ratio, fmt_us
 from quantstudy.report.sections.tables import TableSpec, columns
@@ -113,7 +112,7 @@ def kernel_choice_lines(
         return []
     layers = len({c.name for c in choice} - set(stepped_aside))
     batches = sorted({c.batch for c in choice if c.batch is not None})
-    scaled_mm = [c for c in choice if c.kernel == ChosenKernel.SCALED_MM]
+    scaled_mm = [c for c in choice if c.kernel == "scaled_mm"]
     picked = [sum(c.batch == b for c in scaled_mm) for b in batches]
     runs = "; ".join(f"at batch {b}, {n} of {layers}" for b, n in zip(batches, picked, strict=True))
     lines = [

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from quantstudy.quant import backends
 from quantstudy.record import StudyRecord
 from quantstudy.record.switches import switches_said
-from quantstudy.record.vocab import FASTEST, FP8Kernel
+from quantstudy.record.vocab import FASTEST
 from quantstudy.report.format import (
     NOT_MEASURED,
     code,
@@ -122,17 +123,20 @@ def _method_model(r: StudyRecord) -> list[str]:
     return lines
 
 
-KERNELS = {
-    FP8Kernel.FUSED: "one fused kernel per real FP8 layer (Triton on CUDA, the same arithmetic "
-    "in torch elsewhere): FP8 operands, float32 sums, per-channel scale, folded-BatchNorm bias "
-    "and any absorbed activation applied before one write",
-    FP8Kernel.SCALED_MM: "torch._scaled_mm (cuBLASLt on CUDA) per real FP8 layer, writing the "
-    "engine's dtype with the bias in its epilogue where the device's torch._scaled_mm supports "
-    "that (bf16, biased after, where it does not), activated by the engine's other kernels",
-    FASTEST: "per layer the faster of the fused kernel and torch._scaled_mm, timed in "
+# What an engine of the option "fastest" ran; a backend's own line is its `Backend.summary`.
+FASTEST_SUMMARY = (
+    "per layer the faster of the fused kernel and torch._scaled_mm, timed in "
     "place when the engine was built; a selected layer whose float layer was faster than both "
-    "at every timed batch stayed in the engine's dtype (the speed section lists each layer)",
-}
+    "at every timed batch stayed in the engine's dtype (the speed section lists each layer)"
+)
+
+
+def kernel_summary(kernel: str) -> str:
+    """What an engine of `--fp8-kernel kernel` ran, in one line: the backend's own summary
+    (`quant/backends/`), "not described" for a backend this install does not have."""
+    if kernel == FASTEST:
+        return FASTEST_SUMMARY
+    return backends.get(kernel).summary if kernel in backends.names() else "not described"
 
 
 def _kernel_lines(r: StudyRecord) -> list[str]:
@@ -147,7 +151,7 @@ def _kernel_lines(r: StudyRecord) -> list[str]:
         lines += [
             "",
             f"The {label(e.name)} engine's real FP8 layers ran the {code(kernel)} kernel: "
-            f"{KERNELS.get(kernel, 'not described')}. Activations computed in the FP8 "
+            f"{kernel_summary(kernel)}. Activations computed in the FP8 "
             f"layers' epilogue ({len(fp8.epilogue)} of {len(e.fp8_real)} layers): {absorbed}.",
         ]
         if fp8.scaled_mm_output:
