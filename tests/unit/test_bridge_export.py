@@ -192,11 +192,27 @@ def test_check_refuses_an_onnxruntime_that_cannot_run_the_graph(
     monkeypatch.setattr(
         runtime, "refusal", lambda p, o: "Tensor type mismatch" if o == 23 else None
     )
+    monkeypatch.setattr(runtime.ort, "__version__", "1.30.0")  # before the recorded floor
     out = tmp_path / "x.onnx"
     assert main(["export", str(study), "--check", "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "onnxruntime>=1.32" in err and "opset 23" in err
     assert not out.exists() and not (tmp_path / "trtexec.sh").exists()
+
+
+def test_an_opset_the_installed_onnxruntime_lacks_names_one_it_runs(monkeypatch):
+    """An onnxruntime at the floor or newer that lacks the opset: the advice is an opset it runs
+    (probed), never to install the onnxruntime that is installed."""
+    from quantstudy.bridge import runtime
+    from quantstudy.record.errors import UserError
+
+    monkeypatch.setattr(runtime, "refusal", lambda p, o: "NOT_IMPLEMENTED" if o > 26 else None)
+    monkeypatch.setattr(runtime.ort, "__version__", runtime.ORT_FOR_MIXED_SCALES + ".0")
+    with pytest.raises(UserError) as said:
+        runtime.require_runtime("fp16", 28)
+    line = str(said.value)
+    assert "at opset 28" in line and "--opset 26, the newest it runs" in line
+    assert f">={runtime.ORT_FOR_MIXED_SCALES}" not in line
 
 
 def test_check_at_opset_19_passes_on_every_supported_onnxruntime(study, tmp_path, capsys):

@@ -188,3 +188,60 @@ def test_a_study_without_a_recipe_is_refused_in_one_line(study, exports, tmp_pat
     onnx.save(model, bare)
     assert _import(partial, exports, tmp_path / "o", onnx_file=bare) == 1
     assert "has no recipe section" in _one_error(capsys)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (1e308, "entry 0 has computeMs 1e+308; a GPU inference takes 0.0001 to 1e+06 ms"),
+        (1e-320, "entry 0 has computeMs 9.99989e-321; a GPU inference takes 0.0001 to 1e+06"),
+        (0.0, "entry 0 has computeMs 0; a GPU inference takes"),
+    ],
+)
+def test_an_implausible_time_is_refused_before_a_ratio_is_taken(
+    study, exports, tmp_path, capsys, value, said
+):
+    """1e-320 ms made x infinite and passed the speed gate; 1e308 ms overflowed the plots."""
+    path = exports / "fp8" / "b1.times.json"
+    rows = json.loads(path.read_text())
+    rows[0]["computeMs"] = value
+    path.write_text(json.dumps(rows))
+    assert _import(study, exports, tmp_path / "o") == 1
+    assert said in _one_error(capsys)
+    assert not (tmp_path / "o" / "study.json").exists()
+
+
+def test_an_export_that_is_a_pipe_is_refused_unopened(study, exports, tmp_path, capsys):
+    import os
+
+    path = exports / "fp16" / "b1.times.json"
+    path.unlink()
+    os.mkfifo(path)  # opened, it would wait for a writer
+    assert _import(study, exports, tmp_path / "o") == 1
+    assert f"{path}: it is a named pipe, not a file" in _one_error(capsys)
+
+
+def test_a_relative_policy_path_of_a_record_is_refused_not_read_from_here(
+    study, exports, tmp_path, capsys, monkeypatch
+):
+    """A decision recorded with a relative policy file (before labels were absolute): another
+    file of that name in this folder must not decide the TensorRT study."""
+    copy = tmp_path / "study"
+    shutil.copytree(study, copy)
+    record = json.loads((copy / "study.json").read_text())
+    record["decision"]["policy"] = "mine.yaml"  # the decision is outside the seal
+    (copy / "study.json").write_text(json.dumps(record))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("version: 1\nspeed:\n  min_speedup: 1.01\n")
+    assert _import(copy, exports, tmp_path / "o", onnx_file=study / "tensorrt" / "model.onnx") == 1
+    assert "policy file mine.yaml, a path relative to" in _one_error(capsys)
+    assert not (tmp_path / "o" / "study.json").exists()
+
+
+def test_a_policy_file_is_recorded_by_its_absolute_path(tmp_path, monkeypatch):
+    from quantstudy.decision.policy import load_policy
+
+    (tmp_path / "mine.yaml").write_text("version: 1\n")
+    monkeypatch.chdir(tmp_path)
+    _, label = load_policy("mine.yaml")
+    assert label == str(tmp_path / "mine.yaml")

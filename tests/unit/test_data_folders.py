@@ -265,3 +265,24 @@ def test_demo_data_prefers_shared_data(tmp_path, monkeypatch):
     monkeypatch.setenv(demo.SHARED_ENV, str(tmp_path / "absent"))
     with pytest.raises(UserError, match="no val-1300"):
         demo.demo_data(cache_dir=tmp_path / "unused")
+
+
+def test_an_image_over_pillows_pixel_limit_is_skipped_with_the_reason_and_no_warning(
+    tmp_path, monkeypatch
+):
+    """Pillow warns of an image above its decompression-bomb limit at every open (the scan's and
+    the load's: twice on the console); the scan skips it with that reason instead, said once."""
+    import warnings
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 40 * 40)  # a 50x50 image is over it
+    _jpeg(tmp_path / "small.jpg", size=(30, 30))
+    _jpeg(tmp_path / "huge.jpg", size=(50, 50))  # over the limit: warned (1x to 2x)
+    _jpeg(tmp_path / "bomb.jpg", size=(80, 80))  # over twice the limit: Pillow's error
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        scan = scan_folder(tmp_path)
+    assert [i.id for i in scan.items] == ["small.jpg"]
+    reasons = {s.id: s.reason for s in scan.skipped}
+    assert set(reasons) == {"huge.jpg", "bomb.jpg"}
+    assert all("decompression-bomb limit" in r for r in reasons.values())
+    assert not [w for w in seen if issubclass(w.category, Image.DecompressionBombWarning)]

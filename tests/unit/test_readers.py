@@ -125,3 +125,42 @@ def test_a_number_that_is_not_finite_is_refused_in_yaml_naming_its_line(literal)
     with pytest.raises(UserError, match=said):
         parse_yaml(f"version: 1\nquality:\n  max_kl_mean: {literal}\n", "p.yaml")
     assert parse_yaml("a: nan\nb: 1.5\n", "p.yaml")[1] == {"a": "nan", "b": 1.5}  # a string
+
+
+def _read_in_time(path, seconds: float = 10.0) -> str:
+    """`read_json(path)`'s refusal, from a thread given `seconds`: a reader that opened a named
+    pipe would wait for a writer, and the test would hang instead of failing."""
+    import threading
+
+    said: list[str] = []
+
+    def read() -> None:
+        try:
+            read_json(path, "zoo row")
+        except UserError as e:
+            said.append(str(e))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(seconds)
+    assert not reader.is_alive(), f"reading {path} blocked"
+    assert said, f"{path} was read"
+    return said[0]
+
+
+def test_a_pipe_a_folder_and_a_missing_path_are_refused_unopened_naming_what_they_are(tmp_path):
+    import os
+
+    pipe = tmp_path / "row.json"
+    os.mkfifo(pipe)
+    assert (
+        _read_in_time(pipe)
+        == f"cannot read zoo row {pipe}: it is a named pipe, not a file; name a file"
+    )
+    (tmp_path / "dir.json").mkdir()
+    assert "it is a folder, not a file" in _read_in_time(tmp_path / "dir.json")
+    assert "it does not exist" in _read_in_time(tmp_path / "missing.json")
+    (tmp_path / "link.json").symlink_to(tmp_path / "gone.json")
+    assert "it is a broken symbolic link" in _read_in_time(tmp_path / "link.json")
+    (tmp_path / "to-pipe.json").symlink_to(pipe)  # followed: what it points at is read
+    assert "it is a named pipe" in _read_in_time(tmp_path / "to-pipe.json")

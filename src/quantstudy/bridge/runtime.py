@@ -90,10 +90,22 @@ def require_runtime(precision: str, opset: int) -> None:
         why = refusal(p, o)
         if why is None:
             continue
-        mixed = p != "fp32" and o >= MIXED_SCALE_OPSET
-        need = f">={ORT_FOR_MIXED_SCALES}" if mixed else "newer than this one"
-        raise UserError(
-            f"export --check: onnxruntime {ort.__version__} cannot run the {p} FP8 Q/DQ graph "
-            f"at opset {o} ({why}); the check needs onnxruntime{need}"
-            + (" (or export with --opset 19, fp16 scales)" if mixed else "")
-        )
+        said = f"export --check: onnxruntime {ort.__version__} cannot run the {p} FP8 Q/DQ graph"
+        if (
+            p != "fp32"
+            and o >= MIXED_SCALE_OPSET
+            and _version(ort.__version__) < _version(ORT_FOR_MIXED_SCALES)
+        ):
+            raise UserError(
+                f"{said} at opset {o} ({why}); the check needs onnxruntime>="
+                f"{ORT_FOR_MIXED_SCALES} (or export with --opset 19, fp16 scales)"
+            )
+        # an onnxruntime new enough for the scales that lacks the opset: a lower one it runs
+        runs = next((q for q in range(o - 1, FP8_QDQ_OPSET - 1, -1) if refusal(p, q) is None), None)
+        fix = f"export with --opset {runs}, the newest it runs, or " if runs else ""
+        raise UserError(f"{said} at opset {o} ({why}); {fix}install an onnxruntime that does")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """The release numbers of a version (`1.32.0rc1` -> (1, 32, 0))."""
+    return tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in text.split(".")[:3])

@@ -9,6 +9,7 @@ study can say how many images it did not use and why.
 from __future__ import annotations
 
 import re
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,8 +150,14 @@ def _usable(
             skipped.append(_skip(root, path, reason))
         else:
             images.append((path, label, wnid))
-    with ThreadPoolExecutor(max_workers=min(16, usable_cores())) as pool:
-        problems = list(pool.map(_decode_problem, [path for path, _, _ in images]))
+    # Pillow warns (once per open, so again at load time) of an image above its decompression
+    # -bomb limit and refuses one above twice that: both are skipped here with that reason,
+    # said once in the skipped-files line. The filter is set around the pool, in this thread:
+    # the worker threads read it, and nothing else changes it meanwhile.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with ThreadPoolExecutor(max_workers=min(16, usable_cores())) as pool:
+            problems = list(pool.map(_decode_problem, [path for path, _, _ in images]))
     items = []
     for (path, label, wnid), problem in zip(images, problems, strict=True):
         if problem:
@@ -175,7 +182,10 @@ def _decode_problem(path: Path) -> str | None:
             to_rgb(image)
     except UnusableImage as e:
         return f"unusable image: {e}"
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError):
+        limit = (Image.MAX_IMAGE_PIXELS or 0) / 1e6
+        return f"over {limit:.0f} million pixels (Pillow's decompression-bomb limit); resize it"
+    except (OSError, SyntaxError, ValueError) as e:
         return f"cannot decode image: {type(e).__name__}: {e}"
     return None
 

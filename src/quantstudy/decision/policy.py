@@ -19,7 +19,7 @@ from quantstudy.decision.schema import Policy, QualityPolicy, SpeedPolicy
 from quantstudy.decision.sequential_gates import decision_gates
 from quantstudy.record import Decision, Gate, StudyRecord
 from quantstudy.record.errors import UserError
-from quantstudy.record.readers import parse_yaml, read_text
+from quantstudy.record.readers import not_a_file, parse_yaml, read_text
 from quantstudy.record.vocab import GateKind, GateStatus, Outcome
 
 __all__ = [
@@ -94,7 +94,7 @@ def load_policy(name_or_path: str | Path | None) -> tuple[Policy, str]:
         label = f"builtin:{name}"
         return parse_policy(preset_text(name), label), label
     path = Path(name)
-    if not path.is_file():
+    if not_a_file(path) == "missing":  # a pipe or a folder: refused by `read_text`, unopened
         raise UserError(
             f"policy not found: {name} is neither a file nor a preset "
             f"({', '.join(PRESETS)}); omit --policy for the default"

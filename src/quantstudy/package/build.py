@@ -149,6 +149,13 @@ def batch_plan(record: StudyRecord, options: PackageOptions) -> list[tuple[int |
     return [(b, [b]) for b in batches]
 
 
+def export_batch(batch: int | None, timed: list[int]) -> int:
+    """The batch a package is exported at: its own, or the dynamic package's largest timed
+    batch and at least 2: torch.export makes a dimension of size 1 a constant and then refuses
+    the range (a range's MAX is at least 2: `commands.py`)."""
+    return batch or max(*timed, 2)
+
+
 def inductor_configs(record: StudyRecord) -> dict[str, object]:
     """AOTInductor's options for the study's compile mode (max-autotune: tuned templates).
 
@@ -297,9 +304,7 @@ def _package(options: PackageOptions, record: StudyRecord) -> Path:
         entries: list[dict[str, Any]] = []
         counts: dict[str, int] = {}
         for batch, timed in plan:
-            # a dynamic package is exported at a batch of at least 2: torch.export makes a
-            # dimension of size 1 a constant, and then refuses the range (MAX >= 2: commands.py)
-            size = batch or max(*timed, 2)
+            size = export_batch(batch, timed)
             tag = f"b{batch}" if options.dynamic is None else "b{}-{}".format(*options.dynamic)
             for engine in (engines.fp8, engines.fp16):
                 x = engine.prepare(tile_images(images, size))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 
 from quantstudy.record.command import Command, batches
@@ -12,13 +13,19 @@ from quantstudy.record.vocab import Device
 
 
 def _range(text: str) -> tuple[int, int]:
+    """`--dynamic-batch MIN:MAX`: 1 <= MIN < MAX (one batch is a static package: --batches)."""
     low, sep, high = text.partition(":")
     try:
         if not sep:
             raise ValueError
-        return int(low), int(high)
+        found = int(low), int(high)
     except ValueError:
         raise argparse.ArgumentTypeError(f"a batch range looks like 1:128, not '{text}'") from None
+    if not 1 <= found[0] < found[1]:
+        raise argparse.ArgumentTypeError(
+            f"a batch range needs 1 <= MIN < MAX, not {text} (one batch: --batches B)"
+        )
+    return found
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -51,11 +58,22 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from quantstudy.package import manifest as mf
-    from quantstudy.package.build import PackageOptions, package_study
+    from quantstudy.study.guard import holding
 
     if args.images is not None and args.images < 1:
         raise UserError("--images must be at least 1")
+    with holding(args.study_dir):  # as `run` holds it: never binds to a record being written
+        return _package(args)
+
+
+def _package(args: argparse.Namespace) -> int:
+    from quantstudy.package import manifest as mf
+    from quantstudy.package.build import PackageOptions, package_study
+
+    if args.device == Device.CPU:
+        # torch's C++ extension helper warns that it found no CUDA runtime as AOTInductor
+        # imports it: true, and beside the point of a CPU package
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     options = PackageOptions(
         args.study_dir, args.out, args.batches, args.dynamic_batch, Device(args.device), args.data,
         args.calib_data,

@@ -20,7 +20,7 @@ from pathlib import Path
 from quantstudy.recipe.family import architecture_of, family_of
 from quantstudy.recipe.schema import Recipe, parse_recipe
 from quantstudy.record.errors import UserError
-from quantstudy.record.readers import read_bytes
+from quantstudy.record.readers import not_a_file, read_bytes
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -131,6 +131,6 @@ def _builtin_or_fail(name: str) -> tuple[Recipe, str]:
 
 
 def _from_file(path: Path) -> tuple[Recipe, str]:
-    if not path.is_file():
+    if not_a_file(path) == "missing":  # a pipe or a folder: refused by `read_bytes`, unopened
         raise UserError(f"recipe file not found: {path}; check the path")
     return parse_recipe(read_bytes(path, "config", "recipe"), str(path)), str(path)

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    model_validator,
+)
 
 from quantstudy.record.base import Section
 from quantstudy.record.build_spec import DEFAULT_BACKEND, BuildSpec
@@ -183,15 +191,15 @@ class StudyConfig(Section):
     recipe: str | None = Field(
         None, description="built-in recipe name or YAML file (default: family default)"
     )
-    calib: PositiveInt = Field(500, le=MAX_IMAGES, description="calibration images")
+    calib: StrictInt = Field(500, gt=0, le=MAX_IMAGES, description="calibration images")
     heldout: HeldoutSize = Field(
         1500,
         description="held-out images: a count, or auto[:MAX] to take rounds of images until "
         "every quality gate settles (at most MAX, default every image left)",
     )
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="split and random-weight seed")
+    seed: StrictInt = Field(0, ge=0, le=MAX_SEED, description="split and random-weight seed")
     device: Device = Field(Device.CUDA, description="where the engines run")
-    batches: tuple[Annotated[int, Field(ge=1, le=MAX_BATCH)], ...] = Field(
+    batches: tuple[Annotated[StrictInt, Field(ge=1, le=MAX_BATCH)], ...] = Field(
         (1, 32, 128), min_length=1, description="timed batch sizes, comma-separated"
     )
     compile_mode: CompileMode = Field(CompileMode.DEFAULT, description="Inductor compile mode")
@@ -210,10 +218,10 @@ class StudyConfig(Section):
         "study's to measure); default fast",
     )  # None in a record: promote128, what every engine before version 21 ran, or a lab interval
     # its environment's lab_switches name (`record/build_spec.py: promote_of`)
-    test_settings: bool = Field(
+    test_settings: StrictBool = Field(
         False, description="use the checkpoint's test-time input size and crop"
     )
-    float32_engine: bool = Field(
+    float32_engine: StrictBool = Field(
         False,
         description="also score the FP8 engine built in float32 against its emulation, which "
         "tells the FP8 arithmetic from the half-precision storage between layers",
@@ -223,27 +231,30 @@ class StudyConfig(Section):
         None, description="wnids in label order, one a line (default: the 1000 ImageNet classes)"
     )
     strip_prefix: str | None = Field(None, description="strip this prefix from checkpoint keys")
-    eval_batch: PositiveInt = Field(64, le=MAX_BATCH, description="batch of the quality passes")
-    speed: bool = Field(True, description="time fp16 against FP8")
-    quality: bool = Field(
+    eval_batch: StrictInt = Field(64, gt=0, le=MAX_BATCH, description="batch of the quality passes")
+    speed: StrictBool = Field(True, description="time fp16 against FP8")
+    quality: StrictBool = Field(
         True,
         description="score quality: the fp32 reference and the FP8 emulations against every "
         "engine on the held-out images (off: a speed-only study, as for random weights; its "
         "decision is then inconclusive)",
     )
-    package: bool = Field(
+    package: StrictBool = Field(
         False,
         description="also build AOTInductor packages (CUDA) and record their size; minutes",
     )
     out: PathText | None = Field(None, description="study folder (default studies/<model>/<name>/)")
 
     def __init__(self, **data: Any) -> None:
-        """Validate; a bad value is a `UserError` naming the option (records load through
-        `model_validate`, which keeps pydantic's own error)."""
+        """Validate; a bad value is a `ConfigProblem` naming the option (pydantic calls this
+        for `model_validate` too, so a record's config is refused alike). Numbers and switches
+        are strict:
+        a boolean is not a number (`"seed": true` would run seed 1), and neither a number nor
+        a string is a boolean; a file or a YAML list that says otherwise is refused."""
         try:
             super().__init__(**data)
         except ValidationError as err:
-            raise UserError(_first_problem(err)) from None
+            raise ConfigProblem(err) from None
 
     @model_validator(mode="after")
     def _distinct_batches(self) -> StudyConfig:
@@ -322,7 +333,19 @@ def read_config(path: Path | str) -> StudyConfig:
     data = read_json(path, "study config", kind="config")
     if not isinstance(data, dict):
         raise UserError(f"study config {path} must be a JSON object of the study's options")
-    return StudyConfig(**data)
+    try:
+        return StudyConfig(**data)
+    except ConfigProblem as problem:  # named by the file's key, not by an option not given
+        raise UserError(f"study config {path}: {_first_problem(problem.error, str)}") from None
+
+
+class ConfigProblem(UserError):
+    """A config value refused, said by its option; `error` keeps pydantic's problems, so a
+    reader of a config file can name the file's key instead."""
+
+    def __init__(self, error: ValidationError) -> None:
+        super().__init__(_first_problem(error))
+        self.error = error
 
 
 def option(field: str) -> str:
@@ -330,17 +353,20 @@ def option(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def _first_problem(err: ValidationError) -> str:
-    """One line for the first problem pydantic found, naming the option."""
+def _first_problem(err: ValidationError, name: Callable[[str], str] = option) -> str:
+    """One line for the first problem pydantic found, naming the option (`name` of the field:
+    its option, or the key of a config file)."""
     e = err.errors()[0]
-    where = option(str(e["loc"][0])) if e["loc"] else "study config"
+    where = name(str(e["loc"][0])) if e["loc"] else "study config"
     if e["type"] == "enum":
         expected = e["ctx"]["expected"].replace("'", "")
         return f"{where} must be {expected}, not {e['input']}"
     msg = e["msg"].removeprefix("Value error, ")
     if not e["loc"]:
         return msg
-    why = BOUND_REASONS.get(str(e["loc"][0]), "") if "than or equal" in msg else ""
+    # the reason of an upper bound only: a batch of 0 is refused for being below 1, not for
+    # not fitting a GPU
+    why = BOUND_REASONS.get(str(e["loc"][0]), "") if e["type"] == "less_than_equal" else ""
     return f"{where}: {msg[0].lower()}{msg[1:]} (got {e['input']!r}){why}"
 
 

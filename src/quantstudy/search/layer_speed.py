@@ -47,7 +47,7 @@ from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.errors import UserError
-from quantstudy.record.readers import read_json
+from quantstudy.record.readers import not_a_file, read_json
 from quantstudy.record.vocab import Activation, CompileMode, Engine, Epilogue, choices
 from quantstudy.search.sensitivity import kind_of
 from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
@@ -223,7 +223,7 @@ def load_layer_gains(path: Path) -> LayerSpeedSection:
     writes) or the short form `{"batch": B, "saved_ms": {layer: ms}}`. Every number is finite
     (the reader refuses NaN and Infinity) and every saving within `MAX_SAVED_MS`."""
     path = Path(path)
-    if not path.is_file():
+    if not_a_file(path) == "missing":  # a pipe or a folder: refused by `read_json`, unopened
         raise UserError(f"gains file not found: {path}")
     data = read_json(path, "gains file")
     table = _gains_table(data, path)
@@ -241,7 +241,9 @@ def _gains_table(data: object, path: Path) -> LayerSpeedSection:
         try:
             table = LayerSpeedSection.model_validate(data)
         except ValidationError as err:
-            raise UserError(f"gains file {path}: not a per-layer speed table: {err}") from None
+            raise UserError(
+                f"gains file {path}: not a per-layer speed table ({_first(err)})"
+            ) from None
         return table.model_copy(
             update={"source_detail": f"{table.source_detail}; read from {path}"}
         )
@@ -250,7 +252,7 @@ def _gains_table(data: object, path: Path) -> LayerSpeedSection:
     except ValidationError as err:
         raise UserError(
             f'gains file {path}: expected {{"batch": B, "saved_ms": {{layer: ms}}}} or a '
-            f"per-layer speed table written by quantstudy: {err}"
+            f"per-layer speed table written by quantstudy ({_first(err)})"
         ) from None
     rows = [
         LayerSpeed(layer=name, batch=plain.batch, rank=0, saved_ms=ms)
@@ -263,6 +265,13 @@ def _gains_table(data: object, path: Path) -> LayerSpeedSection:
         batch=plain.batch,
         layers=rank_by_saving(rows),
     )
+
+
+def _first(err: ValidationError) -> str:
+    """pydantic's first problem in one line: where, and what (its own text is many lines)."""
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "the top level"
+    return f"{where}: {first['msg']}"
 
 
 def gains_for(section: LayerSpeedSection, layers: list[str]) -> dict[str, float]:

@@ -189,6 +189,8 @@ def run_search(config: SearchConfig) -> SearchResult:
     budget = budget_from_policy(prepared.inputs.policy, policy_label, config.margin)
     recipe_name = study.recipe or default_recipe_for(prepared.inputs.loaded.info.architecture)
     folder = config.out_dir(base.name)
+    if gains_table is not None:  # a figure for every candidate layer, before minutes of work
+        gains_for(gains_table, prepared.layers)
 
     # --- 1. the candidate study ------------------------------------------------------------
     console.print(f"search: candidate study of [bold]{base.name}[/bold]")
