@@ -195,3 +195,23 @@ def test_readme_quotes_the_peers_record():
         assert line in readme, line
     commits = {r.git_commit or record.provenance.git_commit for r in record.results}
     assert all(c and f"at {c[:7]}," in _readme() for c in commits), commits
+
+
+DIAGNOSE = "docs/results/package/diagnose-lite0.json"
+
+
+@pytest.mark.committed(PACKAGE_DOC, PACKAGE, DIAGNOSE)
+def test_package_doc_quotes_the_lite0_records_bit_for_bit():
+    """package.md's two Lite0 tables say "bit for bit, 200 of 200" at both batches: the H100
+    check's largest logit difference is 0 for each package, and the H200 diagnosis found the
+    package's logits bitwise equal to the study's FP8 engine's at batches 128 and 1."""
+    check = json.loads((ROOT / PACKAGE).read_text())["check"]
+    for file, found in check["per_package"].items():
+        assert found["max_abs_logit_diff"] == 0.0 and found["differ_count"] == 0, file
+    diagnosis = json.loads((ROOT / DIAGNOSE).read_text())
+    for batch in ("128", "1"):
+        stage = diagnosis["batches"][batch]["stages"]["package default"]
+        assert stage["bitwise_equal"] and stage["max_abs_logit_diff"] == 0.0, batch
+    row = "bit for bit, 200 of 200 | bit for bit, 200 of 200 |"
+    for heading in ("## Measured on the H200: where", "## The check on the H100: Lite0"):
+        assert row in _section(PACKAGE_DOC, heading), heading
