@@ -121,11 +121,17 @@ def test_unknown_fp8_accumulation_is_refused(tiny_imagenet, capsys):
 
 
 def test_study_config_refuses_an_unknown_fp8_kernel(tiny_imagenet):
+    """A config names a backend as a word (a record made with a backend this install lacks
+    still loads); a study refuses one the registry does not have before anything heavy
+    (`study/guard.py: preflight`, which a --config file's study also passes)."""
     from quantstudy.record.errors import UserError
     from quantstudy.study.config import StudyConfig
+    from quantstudy.study.guard import preflight
 
-    with pytest.raises(UserError, match=r"--fp8-kernel must be fused, .*, not cutlass"):
-        StudyConfig(model="m", data=tiny_imagenet, fp8_kernel="cutlass")
+    with pytest.raises(UserError, match=r"--fp8-kernel must be fused, .* or fastest, not cutlass"):
+        preflight(StudyConfig(model="m", data=tiny_imagenet, fp8_kernel="cutlass"))
+    with pytest.raises(UserError, match=r"--fp8-kernel: string should match pattern"):
+        StudyConfig(model="m", data=tiny_imagenet, fp8_kernel="Cut lass")
     with pytest.raises(UserError, match=r"--fp8-accumulate must be promote128 or fast, not slow"):
         StudyConfig(model="m", data=tiny_imagenet, fp8_accumulate="slow")  # a --config file's
 

@@ -89,6 +89,8 @@ def options() -> list[str]:
 
 def check_option(option: str) -> str:
     """`option` if `--fp8-kernel` takes it, else one line naming what it takes."""
-    if option not in options():
-        raise UserError(f"--fp8-kernel must be one of {', '.join(options())}, not {option!r}")
+    known = options()
+    if option not in known:
+        said = f"{', '.join(known[:-1])} or {known[-1]}"
+        raise UserError(f"--fp8-kernel must be {said}, not {option}")
     return option
