@@ -98,7 +98,7 @@ def test_bad_list_names_the_line(tmp_path):
 
 def test_points_are_speed_only_with_random_weights_and_full_with_real_ones(tmp_path):
     entry = ZooEntry(name="tf_efficientnet_lite0", weights="w")
-    options = ZooOptions(data=tmp_path, out=tmp_path / "out", batches=(1, 128))
+    options = ZooOptions(data=tmp_path, out=tmp_path / "out", study={"batches": (1, 128)})
     random_point = zoo_point(entry, options, "cuda").config
     assert random_point.weights == "random" and not random_point.quality and random_point.speed
     assert random_point.recipe is None  # the study picks the model's default
@@ -165,7 +165,7 @@ def _point_folder(out: Path, job: Job, status: str, error: str | None = None) ->
 
 
 def test_leaderboard_files_from_records_and_a_failed_model(tmp_path):
-    options = ZooOptions(data=tmp_path, out=tmp_path / "out", batches=(1, 32, 128))
+    options = ZooOptions(data=tmp_path, out=tmp_path / "out", study={"batches": (1, 32, 128)})
     entries = [
         ZooEntry(name="mobilenetv4_conv_large"),
         ZooEntry(name="ghostnet_100"),

@@ -38,7 +38,6 @@ from typing import Annotated, Any, Union, cast, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from quantstudy.decision.policy import PRESETS, load_policy
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.schema import Loc, compose_yaml, key_lines
 from quantstudy.record.errors import UserError
@@ -249,9 +248,15 @@ def _path_value(option: str, value: Any, base: Path) -> Any:
         return _recipe_path(value, base)
     if option == "weights":
         return str((base / value).resolve()) if is_path(value, base) else value
-    if not _is_path_option(option) or (option == "policy" and value in PRESETS):
+    if not _is_path_option(option) or (option == "policy" and value in _presets()):
         return value
     return str((base / value).resolve())
+
+
+def _presets() -> tuple[str, ...]:
+    from quantstudy.decision.policy import PRESETS  # imports scipy: not for the parser
+
+    return tuple(PRESETS)
 
 
 def _is_path_option(option: str) -> bool:
@@ -285,6 +290,8 @@ def _check_files(
         if recipe != DEFAULT_RECIPE:
             _said(load_recipe, recipe, _recipe_loc(i, lines), lines, origin)
     if settings.get("policy") is not None:
+        from quantstudy.decision.policy import load_policy  # imports scipy: not for the parser
+
         _said(load_policy, settings["policy"], ("policy",), lines, origin)
     if settings.get("weights") is not None:
         check_weights(settings["weights"], _at(("weights",), lines, origin))

@@ -40,8 +40,8 @@ class Shard:
         empty selection is a mistake, never "the whole list")."""
         if self.index > len(items):
             raise UserError(
-                f"--shard {self}: the list has {len(items)} models, so shard {self.index} "
-                f"holds none; give at most --shard {len(items)}/{self.count}"
+                f"--shard {self}: the list holds {len(items)} model(s), so shard "
+                f"{self.index} would hold none; give I at most {len(items)}"
             )
         return list(items[self.index - 1 :: self.count])
 

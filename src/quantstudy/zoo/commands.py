@@ -6,11 +6,12 @@ import argparse
 from pathlib import Path
 from typing import get_args
 
-from quantstudy.record.command import Command, batches, command_line, positive
+from quantstudy.record.command import Command, command_line, positive
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import Device, choices
+from quantstudy.study.cli_options import add_config_args
 from quantstudy.sweep.events import ExecutorKind, Transfer
 from quantstudy.zoo.catalogue import WeightsMode, parse_shard
+from quantstudy.zoo.points import ZOO_DEFAULTS, ZOO_STUDY_OPTIONS, ZooOptions
 
 
 def _arguments(zoo: argparse.ArgumentParser) -> None:
@@ -20,8 +21,6 @@ def _arguments(zoo: argparse.ArgumentParser) -> None:
         type=Path,
         help="images to calibrate and time on (required, except to write the page from --rows)",
     )
-    zoo.add_argument("--calib-data", type=Path, help="calibration images from another folder")
-    zoo.add_argument("--class-list", type=Path, help="wnids in label order, one a line")
     zoo.add_argument("--models", type=Path, help="zoo list YAML (default: the committed list)")
     zoo.add_argument(
         "--shard",
@@ -36,18 +35,6 @@ def _arguments(zoo: argparse.ArgumentParser) -> None:
         help="random (default): every study speed only; cache: real weights where present (a "
         "list entry's own, else the local timm cache), with quality and a decision; random and "
         "speed only for the others",
-    )
-    zoo.add_argument("--device", choices=choices(Device), help="default: cuda when available")
-    zoo.add_argument(
-        "--batches", type=batches, default=(1, 128), help="timed batch sizes (default 1,128)"
-    )
-    zoo.add_argument("--calib", type=int, default=64, help="calibration images (default 64)")
-    zoo.add_argument(
-        "--heldout",
-        type=int,
-        default=256,
-        help="held-out images: the timing inputs, and with real weights the quality images "
-        "(default 256)",
     )
     zoo.add_argument("--out", type=Path, default=Path("zoo"), help="zoo folder (default zoo/)")
     zoo.add_argument("--executor", choices=get_args(ExecutorKind), default="local")
@@ -81,6 +68,8 @@ def _arguments(zoo: argparse.ArgumentParser) -> None:
         "its x agrees with its row's (repeatable; writes alone-check.json in --out)",
     )
     zoo.add_argument("--transfer", choices=get_args(Transfer), default="auto")
+    # every other study option, as `quantstudy run` takes it, with the zoo's own defaults
+    add_config_args(zoo, ZOO_STUDY_OPTIONS, defaults=ZOO_DEFAULTS)
     zoo.add_argument("--dry-run", action="store_true", help="print the shard and stop")
     zoo.add_argument(
         "--leaderboard-only",
@@ -91,7 +80,6 @@ def _arguments(zoo: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     """Run `quantstudy zoo` with the parsed `args`; its command line is recorded as provenance."""
-    from quantstudy.zoo.points import ZooOptions
     from quantstudy.zoo.run import run_zoo, write_board
 
     if args.data is None and (args.rows is None or args.page is None):
@@ -99,18 +87,20 @@ def _run(args: argparse.Namespace) -> int:
                         "to write the leaderboard page from the committed rows")  # fmt: skip
     if args.page is not None and args.page.exists() and not args.page.is_file():
         raise UserError(f"--page {args.page} is not a file; name the Markdown page to write")
-    options = ZooOptions(
+    options = zoo_options(args)
+    return write_board(options) if args.data is None else run_zoo(options)
+
+
+def zoo_options(args: argparse.Namespace) -> ZooOptions:
+    """The zoo's options from its parsed `args`: every study option given (`ZOO_STUDY_OPTIONS`)
+    goes to the studies as it is."""
+    return ZooOptions(
         data=args.data or Path("."),
         out=args.out,
-        calib_data=args.calib_data,
-        class_list=args.class_list,
         models=args.models,
         shard=parse_shard(args.shard),
         weights=args.weights,
-        device=args.device,
-        batches=args.batches,
-        calib=args.calib,
-        heldout=args.heldout,
+        study={n: v for n in ZOO_STUDY_OPTIONS if (v := getattr(args, n)) is not None},
         executor=args.executor,
         address=args.address,
         transfer=args.transfer,
@@ -123,7 +113,6 @@ def _run(args: argparse.Namespace) -> int:
         run=not args.leaderboard_only,
         command=("quantstudy", *command_line(args)),
     )
-    return write_board(options) if args.data is None else run_zoo(options)
 
 
 ZOO = Command(

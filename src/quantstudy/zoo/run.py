@@ -67,6 +67,7 @@ def run_zoo(options: ZooOptions, console: Console | None = None) -> int:
     holds `--out`'s lock throughout (`study/guard.py: holding`): two zoo runs into one folder
     would run the same studies at once, each reading the other's half-written folders."""
     catalogue = load_catalogue(options.models)
+    options.shard.take(catalogue.entries)  # a shard of no model is refused before --out is made
     device = resolve_device(options.device)
     if options.rows is not None and device == "cpu":
         raise UserError(
