@@ -50,3 +50,18 @@ def test_the_fix_names_the_cache_variable_below_which_the_fault_is(tmp_path, mon
     assert "set $QUANTSTUDY_CALIB_STATS_DIR to another folder" in line and "--out" not in line
     line = filesystem_message(OSError(errno.ENOENT, "No such file", str(tmp_path / "out")))
     assert "cannot be created" in line and line.endswith("give another --out")
+
+
+def test_a_fault_in_a_study_folder_a_command_rewrites_names_no_out(tmp_path):
+    """`report` and `decide` rewrite the study folder they are given and have no --out: a fault
+    there says to copy the folder (`record/io.py: in_place`); elsewhere --out as before."""
+    from quantstudy.record.io import IN_PLACE_FIX, in_place
+
+    denied = OSError(errno.EACCES, "Permission denied", str(tmp_path / "study" / "report.md"))
+    with in_place(tmp_path / "study"):
+        line = filesystem_message(denied)
+    assert line is not None and line.endswith(IN_PLACE_FIX) and "--out" not in line
+    full = OSError(errno.ENOSPC, "No space left", str(tmp_path / "study" / "report.md"))
+    with in_place(tmp_path / "study"):
+        assert "--out" not in (filesystem_message(full) or "--out")
+    assert (filesystem_message(denied) or "").endswith("give another --out you can write")

@@ -97,7 +97,7 @@ def read_class_list(class_list: Path | None = None) -> list[str]:
 
         return list(timm.data.ImageNetInfo().label_names())
     path = Path(class_list).expanduser()
-    if not path.is_file():
+    if not_a_file(path) == "missing":  # a pipe or a folder: refused by `read_text`, unopened
         raise UserError(f"class list {path} does not exist; pass a file with one wnid a line")
     # a byte-order mark is not part of a wnid
     text = read_text(path, "class list", "class list", bom=True)

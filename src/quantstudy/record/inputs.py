@@ -364,9 +364,12 @@ def _first_problem(err: ValidationError, name: Callable[[str], str] = option) ->
     msg = e["msg"].removeprefix("Value error, ")
     if not e["loc"]:
         return msg
-    # the reason of an upper bound only: a batch of 0 is refused for being below 1, not for
-    # not fitting a GPU
-    why = BOUND_REASONS.get(str(e["loc"][0]), "") if e["type"] == "less_than_equal" else ""
+    # the reason of an upper bound (a batch of 0 is refused for being below 1, not for not
+    # fitting a GPU), or of a range, said for either end
+    field = str(e["loc"][0])
+    upper = e["type"] == "less_than_equal"
+    lower = e["type"] == "greater_than_equal" and field in RANGE_REASONS
+    why = BOUND_REASONS.get(field, "") if upper or lower else ""
     return f"{where}: {msg[0].lower()}{msg[1:]} (got {e['input']!r}){why}"
 
 
@@ -378,3 +381,4 @@ BOUND_REASONS = {
     "calib": "; more than any image folder holds (a study uses all there are)",
     "heldout": "; more than any image folder holds (a study uses all there are)",
 }
+RANGE_REASONS = frozenset({"seed"})  # whose reason speaks of the whole range
