@@ -7,6 +7,7 @@ import pytest
 
 from quantstudy.quant.cublaslt import abi
 from quantstudy.quant.cublaslt.problem import LtEpilogue, LtOut, Problem, epilogue_for
+from quantstudy.record.vocab import Activation
 
 
 def test_the_header_numbers_are_cublasLt_h_s() -> None:
@@ -79,7 +80,7 @@ def test_aligned_shapes_are_taken_whatever_m() -> None:
 @pytest.mark.parametrize(
     ("bias", "act", "residual", "fp8_out", "want"),
     [
-        (True, "none", False, False, LtEpilogue.BIAS),  # qkv
+        (True, Activation.NONE, False, False, LtEpilogue.BIAS),  # qkv
         (False, "none", False, False, LtEpilogue.BIAS),  # a zero bias
         (True, "none", True, False, LtEpilogue.BIAS_RESIDUAL),  # proj, fc2
         (True, "gelu", False, True, LtEpilogue.GELU_BIAS),  # fc1, FP8 out for fc2

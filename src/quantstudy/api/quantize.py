@@ -57,7 +57,9 @@ class FP8Plan:
         real, emulated = set(self.engine.fp8_real), set(self.engine.fp8_emulated)
         rows = []
         for d in [*self.recipe.selected, *self.recipe.excluded]:
-            kind = "fp8" if d.name in real else "fp8 emulated" if d.name in emulated else "float"
+            kind = "float"
+            if d.name in real or d.name in emulated:
+                kind = Engine.FP8 + (" emulated" if d.name in emulated else "")
             if d.name in self.engine.layout.stepped_aside:
                 kind = "fp16 (stepped aside)"
             rows.append((d.name, kind, self.scale(d.name) if d.selected else None, d.reason))

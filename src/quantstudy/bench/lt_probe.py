@@ -26,7 +26,13 @@ import torch.nn.functional as F
 
 from quantstudy.quant.cublaslt.library import LtError, unavailable, version
 from quantstudy.quant.cublaslt.matmul import LtMatmul
-from quantstudy.quant.cublaslt.problem import ChannelScale, LtEpilogue, LtOut, Problem
+from quantstudy.quant.cublaslt.problem import (
+    GELU_EPILOGUES,
+    ChannelScale,
+    LtEpilogue,
+    LtOut,
+    Problem,
+)
 
 # ViT-B/16's linears, (N, K), and its tokens per image
 SHAPES = {"qkv": (2304, 768), "proj": (768, 768), "fc1": (3072, 768), "fc2": (768, 3072)}
@@ -99,11 +105,12 @@ def reference(
 
 def compare(got: torch.Tensor, ops: dict[str, torch.Tensor], case: Case) -> dict[str, Any]:
     epi, out, _, how = case
-    forms = ["tanh", "none"] if "gelu" in epi.value else ["none"]
+    gelu = epi in GELU_EPILOGUES
+    forms = ["tanh", "none"] if gelu else ["none"]
     found: dict[str, Any] = {}
-    for gelu in forms:
-        ref = reference(ops, epi, gelu, how is not ChannelScale.NONE)
-        key = "tanh" if gelu == "tanh" else ("erf" if "gelu" in epi.value else "exact")
+    for form in forms:
+        ref = reference(ops, epi, form, how is not ChannelScale.NONE)
+        key = "tanh" if form == "tanh" else ("erf" if gelu else "exact")
         if out is LtOut.FP8:
             want = (ref * ops["d_scale"]).clamp(-448, 448).to(E4M3)
             dist = steps(got, want)
@@ -154,7 +161,11 @@ def run_case(ops: dict[str, torch.Tensor], m: int, n: int, k: int, case: Case) -
     try:
         mm = LtMatmul(Problem(m, n, k, epi, out, fast, channel_scale=how))
         d = torch.empty(m, n, device="cuda", dtype=E4M3 if out is LtOut.FP8 else torch.half)
-        aux = torch.empty(m, n, device="cuda", dtype=torch.half) if "aux" in epi.value else None
+        aux = (
+            torch.empty(m, n, device="cuda", dtype=torch.half)
+            if epi is LtEpilogue.GELU_AUX_BIAS
+            else None
+        )
         w8, w_scale = ops["w8"], ops["sw"]
         if how is ChannelScale.ALPHA_VECTOR:
             w8, w_scale = ops["w8c"], ops["alpha"]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from quantstudy.quant.cublaslt import abi
+from quantstudy.record.vocab import Activation
 
 
 class LtEpilogue(StrEnum):
@@ -32,9 +33,9 @@ class LtEpilogue(StrEnum):
 class LtOut(StrEnum):
     """D's type: the engine's 16-bit dtype, or FP8 e4m3 scaled for the next FP8 layer."""
 
-    FP16 = "fp16"
-    BF16 = "bf16"
-    FP8 = "fp8"
+    FP16 = "float16"  # torch's dtype names, as `Support.out_dtypes` spells them
+    BF16 = "bfloat16"
+    FP8 = "float8_e4m3fn"
 
 
 class ChannelScale(StrEnum):
@@ -47,6 +48,8 @@ class ChannelScale(StrEnum):
     ALPHA_VECTOR = "alpha-vector"
     OUTER_VEC = "outer-vector"
 
+
+GELU_EPILOGUES = frozenset({LtEpilogue.GELU_BIAS, LtEpilogue.GELU_AUX_BIAS})
 
 # The GELU each epilogue computes (the cuBLAS documentation of cublasLtEpilogue_t).
 GELU_FORM = "tanh"
@@ -121,24 +124,24 @@ class Problem:
 
 
 def epilogue_for(
-    bias: bool, activation: str, residual: bool, fp8_out: bool
+    bias: bool, activation: Activation, residual: bool, fp8_out: bool
 ) -> tuple[LtEpilogue | None, str]:
     """The epilogue a layer asks for, from what its fused form computes: a bias (a layer
     without one passes zeros), an activation, a residual sum after it, an FP8 output for the
     next layer. None with the reason where cuBLASLt has no such epilogue; the layer then runs
     another backend."""
     del bias  # cuBLASLt's bias epilogues take a zero bias as well as any other
-    act = activation or "none"
-    if residual and act != "none":
+    act = Activation(activation)
+    if residual and act != Activation.NONE:
         return None, f"an activation ({act}) with the residual sum: cuBLASLt adds C last"
     if residual and fp8_out:
         return None, "a residual sum that is also the next layer's FP8 input needs two outputs"
     if residual:
         return LtEpilogue.BIAS_RESIDUAL, "bias, the residual stream as C"
-    if act == "none":
+    if act == Activation.NONE:
         return LtEpilogue.BIAS, "bias"
-    if act == "relu":
+    if act == Activation.RELU:
         return LtEpilogue.RELU_BIAS, "relu with bias"
-    if act == "gelu":
+    if act == Activation.GELU:
         return LtEpilogue.GELU_BIAS, f"gelu ({GELU_FORM} form) with bias"
     return None, f"cuBLASLt has no {act} epilogue"
