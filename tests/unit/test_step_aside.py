@@ -266,7 +266,7 @@ def test_a_study_keys_the_outputs_of_its_fp8_engine_by_the_layers_kept_in_fp16(
     another machine may keep others. So the stage cache that the FP8 engine and everything
     built after it (its emulations, the held-out chunks) read and write is keyed by them too,
     while the fp32 and fp16 engines keep the study's key."""
-    from quantstudy.study import run as study_run
+    from quantstudy.study import quality_stage
     from quantstudy.study.cache import StageCache
     from quantstudy.study.stage_timer import StageTimer
 
@@ -274,14 +274,14 @@ def test_a_study_keys_the_outputs_of_its_fp8_engine_by_the_layers_kept_in_fp16(
     table = {1: {"stem": (10.0, None, 1.0), "k3": (10.0, None, SLOW), "k3b": (10.0, None, SLOW),
                  "head": (10.0, 10.0, 1.0)}}  # fmt: skip
     monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _timer(table))
-    monkeypatch.setattr(study_run, "stress_inputs", lambda pre: [("x", x[0])])
+    monkeypatch.setattr(quality_stage, "stress_inputs", lambda pre: [("x", x[0])])
     config = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=[1], eval_batch=2)
     inputs = types.SimpleNamespace(
         pre=None, recipe=types.SimpleNamespace(weights=types.SimpleNamespace(fold_bn=True)),
         loaded=types.SimpleNamespace(model=model), example=x, heldout_items=[0, 1],
     )  # fmt: skip
     cache = StageCache.keyed(tmp_path, ["a study"])
-    built = study_run.build_engines(
+    built = quality_stage.build_engines(
         config, inputs, plan, cache, CPU, StageTimer(echo=None), config.build_spec()
     )
     assert built.cache == cache.refined(["head", "stem"]) != cache

@@ -1,7 +1,8 @@
 """The engines of one study, each built lazily, in the order a study runs them.
 
-One table, read by a full study (every engine, `run.py: build_engines`) and by a speed-only
-study (the two timed engines, `speed_only.py`), so both build the fp16 and FP8 engines alike.
+One table, read by a full study (every engine, `quality_stage.py: build_engines`) and by a
+speed-only study (the two timed engines, `speed_only.py`), so both build the fp16 and FP8 engines
+alike.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from quantstudy.study.per_image import (
 )
 from quantstudy.study.prepare import prepare_study, study_device
 from quantstudy.study.rounds import ROUND_IMAGES, Rounds
-from quantstudy.study.run import build_engines
+from quantstudy.study.quality_stage import build_engines
 from quantstudy.study.stage_timer import StageTimer
 
 
