@@ -44,8 +44,8 @@ def fake():
 
 
 def test_the_built_in_backends_declare_what_they_run():
-    assert backends.names() == ["fused", "scaled_mm"]  # the default first
-    assert backends.options() == ["fused", "scaled_mm", "fastest"]
+    assert backends.names() == ["fused", "cublaslt", "scaled_mm"]  # the default first
+    assert backends.options() == ["fused", "cublaslt", "scaled_mm", "fastest"]
     fused, scaled = backends.get("fused"), backends.get("scaled_mm")
     assert fused.support.ops == frozenset(ProductOp) and scaled.support.ops == {
         ProductOp.LINEAR, ProductOp.CONV1X1}  # fmt: skip
@@ -54,7 +54,12 @@ def test_the_built_in_backends_declare_what_they_run():
     assert not scaled.support.takes(Epilogue.FP8_OUTPUT) and scaled.support.takes(Epilogue.BIAS)
     assert scaled.blocker(nn.Conv2d(16, 16, 3)) == "kernel 3x3 has no FP8 conv kernel"
     assert fused.blocker(nn.Conv2d(16, 16, 3)) is None and fused.blocker(nn.Linear(5, 3)) is None
-    assert all(ok for ok, _ in backends.available().values())  # both run on the CPU too
+    # fused and scaled_mm run on the CPU too; cuBLASLt says in one line why it does not
+    available = backends.available()
+    assert available["fused"] == available["scaled_mm"] == (True, "")
+    if not torch.cuda.is_available():
+        ok, why = available["cublaslt"]
+        assert not ok and "CUDA" in why and "\n" not in why
     with pytest.raises(UserError, match="no FP8 backend 'cublas'; the backends are fused"):
         backends.get("cublas")
 
@@ -91,18 +96,18 @@ def test_listing_the_backends_imports_no_torch():
     assert out.stdout.strip() == "False"
 
 
-def test_a_fourth_backend_reaches_the_command_line_and_the_spec(fake):
+def test_another_backend_reaches_the_command_line_and_the_spec(fake):
     from quantstudy.cli import _parser
     from quantstudy.record.inputs import StudyConfig
 
     run = _parser()._subparsers._group_actions[0].choices["run"]
     kernel = next(a for a in run._actions if a.dest == "fp8_kernel")
-    assert kernel.choices == ["fused", "fake", "scaled_mm", "fastest"]
+    assert kernel.choices == ["fused", "cublaslt", "fake", "scaled_mm", "fastest"]
     config = StudyConfig(model="m", data="d", fp8_kernel="fake")
     assert config.build_spec(switches={}).backend == "fake"
     backends.check_option("fake")
     backends.unregister("fake")
-    with pytest.raises(UserError, match="--fp8-kernel must be fused, scaled_mm or fastest, not"):
+    with pytest.raises(UserError, match="--fp8-kernel must be fused, cublaslt, scaled_mm or fastest, not"):
         backends.check_option("fake")
     backends.register(fake)
 

@@ -43,10 +43,26 @@ class Unfused(nn.Module):
 
     @classmethod
     def like(cls, layer: nn.Module, fused: nn.Module) -> Unfused:
-        """`layer` with the epilogue of the FP8 layer `fused` (none for an unfused one)."""
-        return cls(layer, getattr(fused, "act", Activation.NONE), getattr(fused, "res_act", None))
+        """`layer` with the epilogue of the FP8 layer `fused` (none for an unfused one) that
+        `layer` does not compute itself: a backend whose kernel took the activation or the
+        residual sum (`Support`) holds it as the fused layer does (`act`, `res_act`)."""
+        act = getattr(fused, "act", Activation.NONE)
+        res_act = getattr(fused, "res_act", None)
+        unfused = cls(
+            layer,
+            act if getattr(layer, "act", Activation.NONE) == Activation.NONE else Activation.NONE,
+            res_act if getattr(layer, "res_act", None) is None else None,
+        )
+        unfused.layer_sums = getattr(layer, "res_act", None) is not None
+        if unfused.layer_sums and not isinstance(unfused.act, nn.Identity):
+            raise ValueError("a layer that adds the residual must compute the activation before")
+        return unfused
+
+    layer_sums = False  # the layer adds the residual itself (and its activation after)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        if self.layer_sums:
+            return self.act(self.layer(x, residual))
         if (residual is None) != (self.res_act is None):
             raise ValueError("a residual layer takes its residual, and no other layer takes one")
         y = self.act(self.layer(x))

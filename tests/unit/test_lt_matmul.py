@@ -1,0 +1,71 @@
+"""The cuBLASLt layer on the CPU: which epilogue each fused layer state asks of cuBLASLt (or
+why it falls back to the fused kernel), which GELU it states, and that off CUDA it computes the
+fused layer's bits (its fallback is the fused layer's own code)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from quantstudy.engines.unfused import Unfused
+from quantstudy.quant.cublaslt.problem import LtEpilogue
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+from quantstudy.quant.layers.lt_matmul import LtFP8Matmul
+from quantstudy.quant.layers.spec import FP8LayerSpec
+from quantstudy.record.vocab import Activation
+
+
+def _layers(act: Activation = Activation.NONE, **kw: object) -> tuple[LtFP8Matmul, FusedFP8Matmul]:
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 32)
+    spec = FP8LayerSpec(x_scale=0.02, per_channel=True, dtype=torch.float32, act=act, **kw)  # type: ignore[arg-type]
+    return LtFP8Matmul(linear, spec), FusedFP8Matmul(linear, spec)
+
+
+@pytest.mark.parametrize(
+    ("act", "out_scale", "res_act", "want"),
+    [
+        (Activation.NONE, None, None, LtEpilogue.BIAS),
+        (Activation.GELU, 0.1, None, LtEpilogue.GELU_BIAS),
+        (Activation.RELU, None, None, LtEpilogue.RELU_BIAS),
+        (Activation.NONE, None, Activation.NONE, LtEpilogue.BIAS_RESIDUAL),
+        (Activation.SILU, None, None, None),
+        (Activation.NONE, None, Activation.RELU, None),  # ResNet's add then ReLU
+    ],
+)
+def test_each_state_gets_cuBLASLt_s_epilogue_or_the_fused_kernel(
+    act: Activation, out_scale: float | None, res_act: Activation | None, want: LtEpilogue | None
+) -> None:
+    lt, _ = _layers(act, out_scale=out_scale)
+    lt.res_act = res_act
+    epilogue, why = lt.lt_plan()
+    assert epilogue == want
+    assert lt.lt_answer.startswith("cuBLASLt" if want else "fused kernel: ")
+    assert why
+
+
+def test_the_gelu_it_runs_is_stated() -> None:
+    lt, _ = _layers(Activation.GELU)
+    assert lt.gelu_form == "tanh"
+    lt.res_act = Activation.RELU  # now the fused kernel runs the layer, with erf
+    assert lt.gelu_form == "erf"
+    assert _layers()[0].gelu_form is None
+
+
+def test_off_cuda_it_computes_the_fused_layer_s_bits() -> None:
+    lt, fused = _layers(Activation.GELU)
+    x = torch.randn(5, 64)
+    assert torch.equal(lt(x), fused(x))
+
+
+def test_unfused_adds_only_what_the_candidate_layer_does_not_compute() -> None:
+    lt, fused = _layers(Activation.GELU)
+    assert isinstance(Unfused.like(lt, fused).act, nn.Identity)  # the layer took the GELU
+    plain = nn.Linear(64, 32)
+    assert isinstance(Unfused.like(plain, fused).act, nn.GELU)
+    lt_res, fused_res = _layers()
+    lt_res.res_act = fused_res.res_act = Activation.NONE
+    wrapped = Unfused.like(lt_res, fused_res)
+    x, r = torch.randn(5, 64), torch.randn(5, 32)
+    assert wrapped.layer_sums and torch.equal(wrapped(x, r), fused_res(x, r))
