@@ -14,7 +14,8 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.load import load_record
 from quantstudy.report.markdown import render_markdown
 from quantstudy.report.selfcheck import check_markdown
-from quantstudy.search.run import SearchConfig, run_search, summary_lines
+from quantstudy.search.compare import summary_lines
+from quantstudy.search.run import SearchConfig, run_search
 from quantstudy.study.config import StudyConfig
 
 torch.set_num_threads(1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from quantstudy.record.command import Command
+from quantstudy.cli_base.command import Command
 from quantstudy.study.cli_options import (
     MODEL_DATA_OPTIONS,
     STUDY_OPTIONS,
@@ -54,7 +54,8 @@ def _run(args: argparse.Namespace) -> None:
 
     study = model_config(args)
     preflight(study)  # the same checks as `run`, before torch is imported
-    from quantstudy.search.run import SearchConfig, run_search, summary_lines
+    from quantstudy.search.compare import summary_lines
+    from quantstudy.search.run import SearchConfig, run_search
 
     result = run_search(
         SearchConfig(

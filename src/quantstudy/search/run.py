@@ -23,7 +23,6 @@ them and nothing edits the record afterwards.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -35,11 +34,11 @@ from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.recipe.options import quant_options, with_quant_options
 from quantstudy.recipe.schema import Recipe
-from quantstudy.record import OptionStep, StudyRecord, Variant
+from quantstudy.record import OptionStep
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
-from quantstudy.record.vocab import Engine
 from quantstudy.report.search_plots import write_sensitivity_plot
+from quantstudy.search.compare import candidate_variant, measured, with_verified
 from quantstudy.search.emit import write_recipe
 from quantstudy.search.layer_speed import (
     NEEDS_CUDA,
@@ -47,7 +46,7 @@ from quantstudy.search.layer_speed import (
     load_layer_gains,
     measure_layer_speed,
 )
-from quantstudy.search.options import explore_options, for_layers, option_lines
+from quantstudy.search.options import explore_options, for_layers
 from quantstudy.search.select import (
     DEFAULT_MARGIN,
     LayerEvidence,
@@ -59,6 +58,7 @@ from quantstudy.search.sensitivity import measure_sensitivity
 from quantstudy.search.tables import (
     LayerSpeedSection,
     Measured,
+    SearchBudget,
     SearchSection,
     SensitivitySection,
 )
@@ -134,32 +134,6 @@ def _heldout_subset(prepared: Prepared, n: int) -> tuple[torch.Tensor, str, str]
     return prepared.heldout_x[subset], what, ids_sha
 
 
-def measured(record: StudyRecord, folder: Path, batch: int) -> Measured:
-    """The figures a finished study measured, for the prediction table."""
-    if record.quality is None or record.recipe is None:
-        raise RuntimeError(f"study {folder} is not complete")
-    by_engine = {e.engine: e for e in record.quality.engines}
-    fp8, fq = by_engine[Engine.FP8], by_engine.get(Engine.FAKEQUANT)
-    bs = None
-    if record.speed is not None:
-        bs = next((b for b in record.speed.batches if b.batch == batch), None)
-    return Measured(
-        study=str(folder),
-        recipe=record.recipe.name,
-        n_layers=len(record.recipe.selected),
-        kl_mean=fp8.kl_mean,
-        agreement=fp8.agreement,
-        fakequant_kl_mean=fq.kl_mean if fq else None,
-        fakequant_agreement=fq.agreement if fq else None,
-        batch=batch if bs else None,
-        fp16_ms=bs.fp16_ms.median if bs else None,
-        fp8_ms=bs.fp8_ms.median if bs else None,
-        speedup=bs.ratio.median if bs else None,
-        speed_meaningful=bool(record.speed and record.speed.meaningful),
-        ship=record.decision.ship if record.decision is not None else None,
-    )
-
-
 def _save(
     folder: Path,
     sensitivity: SensitivitySection,
@@ -197,7 +171,7 @@ def run_search(config: SearchConfig) -> SearchResult:
     # the same preparation: naming the recipe and the folder changes nothing it read
     cand_config = study.replace(recipe=recipe_name, out=folder / "candidate")
     candidate, _ = run_study(cand_config, prepared=replace(prepared, config=cand_config))
-    model, example, plan, layers = prepared.model, prepared.example, prepared.plan, prepared.layers
+    plan, layers = prepared.plan, prepared.layers
 
     # --- 1b. the FP8 quality options (`search/options.py`) -----------------------------------
     images, what, ids_sha = _heldout_subset(prepared, config.sensitivity_images)
@@ -207,19 +181,7 @@ def run_search(config: SearchConfig) -> SearchResult:
         option_steps = []
 
     # --- 2. sensitivity --------------------------------------------------------------------
-    console.print(f"search: sensitivity of {len(layers)} layers on {images.shape[0]} images")
-    sensitivity = measure_sensitivity(
-        model,
-        example,
-        plan,
-        images,
-        fold=base.weights.fold_bn,
-        all_but=config.all_but,
-        batch=study.eval_batch,
-        device=study.device,
-        subset=what,
-        ids_sha256=ids_sha,
-    )
+    sensitivity = _sensitivity(config, prepared, plan, base, (images, what, ids_sha))
     _save(folder, sensitivity, None, None)
     write_sensitivity_plot(sensitivity, folder)
 
@@ -230,22 +192,10 @@ def run_search(config: SearchConfig) -> SearchResult:
 
     # --- 4. the choice ---------------------------------------------------------------------
     evidence = _evidence(sensitivity, gains, layers)
-    choices, method = select_layers(evidence, budget)
-    chosen = [c.layer for c in choices if c.chosen]
     cand_measured = measured(candidate, folder / "candidate", batch)
-    fp16_ms = cand_measured.fp16_ms if cand_measured.speed_meaningful else None
-    search = SearchSection(
-        candidate_recipe=recipe_name,
-        method=f"{method}. {OVERLAP_NOTE}",
-        budget=budget,
-        choices=choices,
-        predicted=predict(evidence, chosen, batch, fp16_ms),
-        candidate_predicted=predict(evidence, layers, batch, fp16_ms),
-        candidate_measured=cand_measured,
-        options=option_steps,
-    )
+    search = _choose(evidence, budget, recipe_name, cand_measured, batch, option_steps)
     _save(folder, sensitivity, gains_table, search)
-    if not chosen:
+    if not any(c.chosen for c in search.choices):
         raise UserError(
             f"no layer pays under the quality budget ({budget.margin:g} of the policy's); no "
             f"recipe written. The tables are in {folder / SEARCH_JSON}"
@@ -259,8 +209,8 @@ def run_search(config: SearchConfig) -> SearchResult:
         sensitivity=sensitivity,
         layer_speed=gains_table,
         search=search,
-        variants=(_candidate_variant(candidate, search),),
-        complete=_with_verified(folder / "searched", batch),
+        variants=(candidate_variant(candidate, search),),
+        complete=with_verified(folder / "searched", batch),
     )
     searched = study.replace(recipe=str(path), out=folder / "searched")
     verified, _ = run_study(searched, extras=extras)
@@ -268,6 +218,57 @@ def run_search(config: SearchConfig) -> SearchResult:
     search = verified.search
     _save(folder, sensitivity, gains_table, search)
     return SearchResult(folder, sensitivity, gains_table, search)
+
+
+def _sensitivity(
+    config: SearchConfig,
+    prepared: Prepared,
+    plan: QuantPlan,
+    base: Recipe,
+    subset: tuple[torch.Tensor, str, str],
+) -> SensitivitySection:
+    """Each candidate layer quantized alone (or all but it) on the held-out `subset`
+    (`_heldout_subset`: images, description, ids hash)."""
+    images, what, ids_sha = subset
+    study = config.study
+    n = len(prepared.layers)
+    console.print(f"search: sensitivity of {n} layers on {images.shape[0]} images")
+    return measure_sensitivity(
+        prepared.model,
+        prepared.example,
+        plan,
+        images,
+        fold=base.weights.fold_bn,
+        all_but=config.all_but,
+        batch=study.eval_batch,
+        device=study.device,
+        subset=what,
+        ids_sha256=ids_sha,
+    )
+
+
+def _choose(
+    evidence: list[LayerEvidence],
+    budget: SearchBudget,
+    recipe_name: str,
+    cand_measured: Measured,
+    batch: int,
+    option_steps: list[OptionStep],
+) -> SearchSection:
+    """The budgeted choice (`select.py`) and its prediction beside the candidate's."""
+    choices, method = select_layers(evidence, budget)
+    chosen = [c.layer for c in choices if c.chosen]
+    fp16_ms = cand_measured.fp16_ms if cand_measured.speed_meaningful else None
+    return SearchSection(
+        candidate_recipe=recipe_name,
+        method=f"{method}. {OVERLAP_NOTE}",
+        budget=budget,
+        choices=choices,
+        predicted=predict(evidence, chosen, batch, fp16_ms),
+        candidate_predicted=predict(evidence, [e.layer for e in evidence], batch, fp16_ms),
+        candidate_measured=cand_measured,
+        options=option_steps,
+    )
 
 
 def _measure_gains(
@@ -356,93 +357,3 @@ def _write_searched(
         ],
     )
     return path
-
-
-def _with_verified(searched_dir: Path, batch: int) -> Callable[[StudyRecord], StudyRecord]:
-    """How the verifying study completes its record: its own figures in its search section."""
-
-    def complete(record: StudyRecord) -> StudyRecord:
-        assert record.search is not None
-        verified = measured(record, searched_dir, batch)
-        return record.model_copy(
-            update={"search": record.search.model_copy(update={"verified": verified})}
-        )
-
-    return complete
-
-
-def _candidate_variant(candidate: StudyRecord, search: SearchSection) -> Variant:
-    """The candidate recipe as a variant of the verifying study: its own study's FP8 quality
-    and speed, with the search's prediction for it."""
-    assert candidate.recipe is not None and candidate.quality is not None
-    fp8 = next((e for e in candidate.quality.engines if e.engine == Engine.FP8), None)
-    return Variant(
-        name="candidate",
-        recipe=candidate.recipe.source,
-        selected_count=len(candidate.recipe.selected),
-        quality=fp8,
-        speed=candidate.speed.batches if candidate.speed and candidate.speed.batches else None,
-        predicted=search.candidate_predicted,
-        measured=search.candidate_measured,
-    )
-
-
-def _fmt(v: float | None, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def summary_lines(search: SearchSection) -> list[str]:
-    """Prediction next to measurement, for the terminal: candidate recipe and searched recipe
-    (after the FP8 quality options the search tried, when it tried any)."""
-    lines = [*option_lines(search.options), ""] if search.options else []
-    lines += [
-        f"{'':30} {'layers':>6} {'KL mean':>10} {'agreement':>9} {'saved ms':>9} "
-        f"{'fp8 ms':>8} {'x':>6}",
-    ]
-
-    def row(
-        label: str,
-        n: int,
-        kl: float,
-        agree: float,
-        saved: float | None,
-        fp8: float | None,
-        x: float | None,
-    ) -> str:
-        return (
-            f"{label:30} {n:>6} {kl:>10.3g} {100 * agree:>8.2f}% {_fmt(saved, '.4f'):>9} "
-            f"{_fmt(fp8, '.4f'):>8} {_fmt(x, '.3f'):>6}"
-        )
-
-    for label, pred, meas in (
-        ("candidate", search.candidate_predicted, search.candidate_measured),
-        ("searched", search.predicted, search.verified),
-    ):
-        lines.append(
-            row(
-                f"{label} predicted",
-                len(pred.layers),
-                pred.kl_mean,
-                pred.agreement,
-                pred.saved_ms,
-                pred.fp8_ms,
-                pred.speedup,
-            )
-        )
-        if meas is not None:
-            saved = None
-            if meas.fp16_ms is not None and meas.fp8_ms is not None:
-                saved = meas.fp16_ms - meas.fp8_ms
-            note = "" if meas.speed_meaningful else " (CPU time)"
-            lines.append(
-                row(
-                    f"{label} measured{note}",
-                    meas.n_layers,
-                    meas.kl_mean,
-                    meas.agreement,
-                    saved,
-                    meas.fp8_ms,
-                    meas.speedup,
-                )
-            )
-    return lines
