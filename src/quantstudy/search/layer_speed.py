@@ -45,6 +45,7 @@ from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import fp8_module, real_layers
 from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.quant.rewrites.fold import fold_batchnorm
+from quantstudy.record import BatchSpeed
 from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import not_a_file, read_json
@@ -132,9 +133,7 @@ def measure_layer_speed(
     for name in layers:
         layer = source.get_submodule(name)
         shape = (batch, *shapes[name][1:])
-        x = torch.randn(shape, generator=gen).to(device, torch.float16)
-        if x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
+        x = _random_input(shape, gen, device)
         if calibration is not None:
             scale = calibration.scale_of(name)
         else:
@@ -151,21 +150,7 @@ def measure_layer_speed(
             warmup=warmup, device=device,
         )  # fmt: skip
         bs = summarize_batch(batch, t.ms(Engine.FP16), t.ms(Engine.FP8))
-        rows.append(
-            LayerSpeed(
-                layer=name,
-                kind=kind_of(layer),
-                batch=batch,
-                input_shape=list(shape),
-                fp8_path="real" if blocker is None else "emulated",
-                rank=0,
-                saved_ms=bs.fp16_ms.median - bs.fp8_ms.median,
-                fp16_ms=bs.fp16_ms,
-                fp8_ms=bs.fp8_ms,
-                ratio=bs.ratio,
-                warnings=bs.warnings,
-            )
-        )
+        rows.append(_row(name, layer, shape, bs, real=blocker is None))
     torch._dynamo.reset()
     return LayerSpeedSection(
         source="measured",
@@ -178,6 +163,35 @@ def measure_layer_speed(
         iters_per_round=iters,
         warmup=warmup,
         layers=rank_by_saving(rows),
+    )
+
+
+def _random_input(
+    shape: tuple[int, ...], gen: torch.Generator, device: torch.device
+) -> torch.Tensor:
+    """A seeded fp16 random input of the layer's shape (channels-last for a conv's)."""
+    x = torch.randn(shape, generator=gen).to(device, torch.float16)
+    if x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def _row(
+    name: str, layer: nn.Module, shape: tuple[int, ...], bs: BatchSpeed, *, real: bool
+) -> LayerSpeed:
+    """One layer's row: its fp16 and FP8 times at `shape` (ranked later)."""
+    return LayerSpeed(
+        layer=name,
+        kind=kind_of(layer),
+        batch=shape[0],
+        input_shape=list(shape),
+        fp8_path="real" if real else "emulated",
+        rank=0,
+        saved_ms=bs.fp16_ms.median - bs.fp8_ms.median,
+        fp16_ms=bs.fp16_ms,
+        fp8_ms=bs.fp8_ms,
+        ratio=bs.ratio,
+        warnings=bs.warnings,
     )
 
 

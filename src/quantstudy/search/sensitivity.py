@@ -90,6 +90,41 @@ def _ranked(
     return rows
 
 
+def _check(plan: QuantPlan, images: torch.Tensor, batch: int) -> None:
+    """The user's inputs to a sensitivity run, refused in one line each."""
+    if not plan.layers:
+        raise UserError("sensitivity needs at least one candidate layer; the recipe selects none")
+    if images.ndim != 4 or images.shape[0] < 1:
+        raise UserError(
+            f"sensitivity needs a non-empty NCHW image batch, got {tuple(images.shape)}"
+        )
+    if batch < 1:
+        raise UserError(f"sensitivity batch must be positive, got {batch}")
+
+
+def _quantized(
+    model: nn.Module, example: torch.Tensor, fold: bool, plan: QuantPlan, device: torch.device
+) -> dict[str, nn.Module]:
+    """Each candidate layer as its FP8 emulation (QDQ): the quantized layers' float32 source,
+    biases as every engine deploys them (corrected, or fitted sequentially), and their FP8
+    weights as every engine stores them."""
+    source = deployed_copy(model, example, fold, plan)
+    stored = plan.stored_weights(source)
+    return {
+        name: QDQ(
+            source.get_submodule(name),
+            FP8LayerSpec(
+                plan.calibration.scale_of(name),
+                plan.per_channel,
+                torch.float32,
+                weight=stored[name],
+                **plan.input_quant(name, source.get_submodule(name)),
+            ),
+        ).to(device)
+        for name in plan.layers
+    }
+
+
 def measure_sensitivity(
     model: nn.Module,
     example: torch.Tensor,
@@ -109,39 +144,15 @@ def measure_sensitivity(
     BatchNorm folding), `images` float32 NCHW held-out images on the CPU. With `all_but`, each
     layer also gets the run with every other candidate quantized.
     """
-    if not plan.layers:
-        raise UserError("sensitivity needs at least one candidate layer; the recipe selects none")
-    if images.ndim != 4 or images.shape[0] < 1:
-        raise UserError(
-            f"sensitivity needs a non-empty NCHW image batch, got {tuple(images.shape)}"
-        )
-    if batch < 1:
-        raise UserError(f"sensitivity batch must be positive, got {batch}")
+    _check(plan, images, batch)
     device = torch.device(device)
     ref_model = copy.deepcopy(model).eval().to(device)
     ref = _logits(ref_model, images, batch, device)
     del ref_model
 
-    work = deployed_copy(model, example, fold)
-    # the quantized layers' float32 source, biases as every engine deploys them (corrected, or
-    # fitted sequentially), and their FP8 weights as every engine stores them
-    source = deployed_copy(model, example, fold, plan)
-    stored = plan.stored_weights(source)
-    work = work.to(device)
+    work = deployed_copy(model, example, fold).to(device)
     originals = {name: work.get_submodule(name) for name in plan.layers}
-    quantized = {
-        name: QDQ(
-            source.get_submodule(name),
-            FP8LayerSpec(
-                plan.calibration.scale_of(name),
-                plan.per_channel,
-                torch.float32,
-                weight=stored[name],
-                **plan.input_quant(name, source.get_submodule(name)),
-            ),
-        ).to(device)
-        for name in plan.layers
-    }
+    quantized = _quantized(model, example, fold, plan, device)
 
     def score(label: str) -> EngineQuality:
         return score_engine(label, ref, _logits(work, images, batch, device), None)
