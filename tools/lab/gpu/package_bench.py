@@ -22,16 +22,34 @@ import os
 import subprocess
 import sys
 import time
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from study_run import run_cuda_study
 
-MODELS = {
-    # name: (timm model, weights, recipe or None for the family default)
-    "lite0": ("tf_efficientnet_lite0", "efficientnet-lite0", "generic_pointwise"),
-    "xception41": ("xception41", "random", None),
-    "res2net50_26w_4s": ("res2net50_26w_4s", "random", None),
-}
+if TYPE_CHECKING:
+    from quantstudy.study.model_list import ModelEntry
+
+LIST = Path(__file__).with_name("package-models.yaml")  # a model list
+# The names records already go by (docs/results/package/package-bench-<name>.json, the jobs of
+# tools/device/jobs/records.yaml); a model not here goes by its timm name.
+SHORT = {"tf_efficientnet_lite0": "lite0"}
+
+
+@cache
+def models() -> dict[str, ModelEntry]:
+    """The list's models (`package-models.yaml`, read by the one model-list reader) by the name
+    their records take."""
+    from quantstudy.study.model_list import read_model_list
+
+    listed = read_model_list(LIST, "package bench list").entries
+    return {SHORT.get(e.name, e.name): e for e in listed}
+
+
+def record_name(given: str) -> str:
+    """`--model`'s value as its records' name: a timm name of the list reads as its short one."""
+    return SHORT.get(given, given)
 
 
 def _provenance() -> dict:
@@ -83,19 +101,22 @@ def _study(args: argparse.Namespace, name: str, work: Path) -> tuple[Path, dict]
     """The study, run once per work folder: a finished one (its `bench-study.json` beside
     study.json) is reused, so a second command on the same machine goes on where a first one
     was stopped."""
-    model, weights, recipe = MODELS[name]
+    entry = models()[name]
     out = work / f"study-{name}"
     done_file = work / f"bench-study-{name}.json"
     if done_file.is_file() and (out / "study.json").is_file():
         return out, json.loads(done_file.read_text()) | {"reused": True}
-    info = run_cuda_study(args, model, weights, recipe, out)
+    info = run_cuda_study(args, entry.name, entry.weights or "random", entry.recipe, out)
     done_file.write_text(json.dumps(info))
     return out, info
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=sorted(MODELS), required=True, nargs="+")
+    p.add_argument(
+        "--model", type=record_name, choices=sorted(models()), required=True, nargs="+",
+        help=f"models of {LIST.name}, by their records' name or their timm name",
+    )  # fmt: skip
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--calib-data", type=Path)
     p.add_argument("--class-list", type=Path)
@@ -103,7 +124,11 @@ def main() -> int:
     p.add_argument("--heldout", type=int, default=300)
     p.add_argument("--images", type=int, default=300, help="held-out images the check runs")
     p.add_argument("--work", type=Path, default=Path("/tmp/package-bench"))
-    args = p.parse_args()
+    return p
+
+
+def main() -> int:
+    args = parser().parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     codes = []
     for name in args.model:

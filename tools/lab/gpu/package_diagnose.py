@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from package_bench import MODELS, _provenance
+from package_bench import _provenance, models, record_name
 
 # Inductor options tried on top of `quantstudy package`'s own (`build.inductor_configs`).
 CONFIGS: dict[str, dict[str, object]] = {  # `no-padding`: Inductor's stride padding off
@@ -46,7 +46,8 @@ CONFIGS: dict[str, dict[str, object]] = {  # `no-padding`: Inductor's stride pad
 
 
 def _study(args: argparse.Namespace, work: Path) -> Path:
-    model, weights, recipe = MODELS[args.model]
+    entry = models()[args.model]
+    model, weights, recipe = entry.name, entry.weights or "random", entry.recipe
     out = work / f"study-{args.model}"
     if (out / "study.json").is_file():
         return out
@@ -115,7 +116,7 @@ def _kernel_times(fn, x: torch.Tensor, calls: int = 10, top: int = 12) -> list[d
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=sorted(MODELS), default="lite0")
+    p.add_argument("--model", type=record_name, choices=sorted(models()), default="lite0")
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--class-list", type=Path)
     p.add_argument("--calib", type=int, default=100)
