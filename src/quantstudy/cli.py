@@ -1,6 +1,6 @@
 """The `quantstudy` command: a thin argparse layer over the library.
 
-Every subcommand is one `Command` (`record/command.py`) in `REGISTRY`, declared in the
+Every subcommand is one `Command` (`cli_base/command.py`) in `REGISTRY`, declared in the
 `commands.py` of the package that does its work (the benches in `bench/cli.py`); this module
 builds the parser from that table and runs the chosen command.
 
@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from quantstudy.bench.cli import BENCH
 from quantstudy.bridge.commands import EXPORT, IMPORT_TRT
+from quantstudy.cli_base.command import Command
 from quantstudy.cli_crash import after_readers, guard_readers, reader_gone, report_crash
 from quantstudy.package.commands import PACKAGE
-from quantstudy.record.command import Command
 from quantstudy.record.errors import EXIT_INTERRUPTED, EXIT_USER, UserError
 from quantstudy.record.io import filesystem_message
 from quantstudy.search.commands import SEARCH

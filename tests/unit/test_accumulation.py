@@ -1,6 +1,6 @@
 """The engines' accumulation and its lab switch, as the build spec holds them
 (`record/build_spec.py`), and the record of every lab switch a study or bench ran under
-(`record/switches.py`)."""
+(`env/switches.py`)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import torch
 from _interpreter import require_triton, run_interpreted
 from torch import nn
 
+from quantstudy.env.switches import FP8_PROMOTE
 from quantstudy.quant.layers.matmul import FP8Matmul
 from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.record.build_spec import PROMOTE, BuildSpec
 from quantstudy.record.errors import UserError
-from quantstudy.record.switches import FP8_PROMOTE
 from quantstudy.study.environment import collect_environment
 
 

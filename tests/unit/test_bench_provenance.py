@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from quantstudy.bench.provenance import collect_provenance
-from quantstudy.record.switches import switches_read
+from quantstudy.env.switches import switches_read
 
 
 def test_a_lab_switch_set_is_named_in_the_record(monkeypatch):

@@ -12,8 +12,8 @@ import pytest
 import torch
 from _interpreter import require_triton, run_interpreted
 
+from quantstudy.env.switches import GELU_ERF, LAB_SWITCHES
 from quantstudy.record.errors import UserError
-from quantstudy.record.switches import GELU_ERF, LAB_SWITCHES
 from tests.gelu_erf_cases import (
     E4M3_MAX,
     MIN_EQUAL,

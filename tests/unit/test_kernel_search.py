@@ -9,9 +9,9 @@ require_triton()  # CUDA builds of torch ship Triton: skip only on a build witho
 
 from triton.runtime.errors import OutOfResources  # noqa: E402
 
+from quantstudy.env.switches import TUNE_SCREEN  # noqa: E402
 from quantstudy.quant.kernels import search  # noqa: E402
 from quantstudy.record.errors import UserError  # noqa: E402
-from quantstudy.record.switches import TUNE_SCREEN  # noqa: E402
 
 
 def _timings(monkeypatch, screen: dict, full: dict) -> list[tuple[str, str]]:

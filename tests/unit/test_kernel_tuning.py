@@ -15,10 +15,10 @@ require_triton()  # CUDA builds of torch ship Triton: skip only on a build witho
 import triton  # noqa: E402
 from triton.runtime import _async_compile  # noqa: E402
 
+from quantstudy.env.switches import GEMM_CONFIGS  # noqa: E402
 from quantstudy.quant.kernels import choices, search, tiles, tuning  # noqa: E402
 from quantstudy.quant.kernels.conv import FP8_CONV  # noqa: E402
 from quantstudy.quant.kernels.depthwise import DEPTHWISE  # noqa: E402
-from quantstudy.record.switches import GEMM_CONFIGS  # noqa: E402
 
 # resnet50's dense kxk convs at 224 px: (CIN padded to 16 as the layer pads it, N, HO, WO).
 RESNET50 = [

@@ -19,10 +19,10 @@ import torch
 from rich.console import Console
 from torch import nn
 
+from quantstudy.gpu.timing_lock import LOCK_ENV, held_s, timing, waited_s
 from quantstudy.model.random_fill import fill_zero_layers
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import EXIT_NOTHING_SELECTED
-from quantstudy.record.timing_lock import LOCK_ENV, held_s, timing, waited_s
 from quantstudy.record.vocab import RowStatus
 from quantstudy.study.sources import engine_sources_sha256
 from quantstudy.sweep.events import Job
@@ -43,7 +43,7 @@ BOARD_ARGV = ("quantstudy", "zoo", "--rows", "docs/results/zoo", "--page", "docs
 
 HOLDER = """
 import json, os, sys, time
-from quantstudy.record.timing_lock import timing
+from quantstudy.gpu.timing_lock import timing
 spans = []
 for _ in range(4):
     with timing():
@@ -238,7 +238,7 @@ def test_the_page_marks_rows_of_other_engine_sources_stale(tmp_path):
 
 def test_a_row_names_the_lab_switches_its_study_ran_under(tmp_path):
     """`recorded_environment` keeps the study's switches, and the page says them."""
-    from quantstudy.record.switches import GEMM_CONFIGS
+    from quantstudy.env.switches import GEMM_CONFIGS
     from quantstudy.zoo.board import recorded_environment
 
     record = _speed_record()

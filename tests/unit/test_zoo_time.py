@@ -13,10 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+from quantstudy.gpu.timing_lock import LOCK_ENV, timing
 from quantstudy.quant.kernels import tuning
 from quantstudy.record import StageTime, StudyRecord, TimingsSection
 from quantstudy.record.load import load_record
-from quantstudy.record.timing_lock import LOCK_ENV, timing
 from quantstudy.record.timings import StageTuning
 from quantstudy.study.stage_timer import StageTimer
 from quantstudy.zoo.board import Leaderboard, Provenance, Throughput, ZooRow, collect_row, summed
@@ -29,7 +29,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "study_example.json
 HOLDER = """
 import sys, time
 from pathlib import Path
-from quantstudy.record.timing_lock import timing
+from quantstudy.gpu.timing_lock import timing
 with timing():
     Path(sys.argv[1]).write_text("held")
     time.sleep(float(sys.argv[2]))

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from quantstudy.bench import tuning_table
 from quantstudy.bench.peers.configs import Peer
-from quantstudy.record.command import Command, batches, command_line
+from quantstudy.cli_base.command import Command, batches, command_line
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
 from quantstudy.record.vocab import choices

@@ -9,8 +9,8 @@ import sys
 import torch
 
 from quantstudy.bench.schema import Provenance
+from quantstudy.env.switches import lab_switches, switches_said
 from quantstudy.record.errors import UserError
-from quantstudy.record.switches import lab_switches, switches_said
 from quantstudy.study.environment import collect_environment
 
 CPU_REASON = "measured on a CPU: timings do not predict GPU engines"

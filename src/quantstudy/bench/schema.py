@@ -23,12 +23,12 @@ from typing import Annotated, Literal
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from quantstudy.bench.product_row import FP16_CONV, FP16_MM, ProductRow
+from quantstudy.env.switches import FP8_PROMOTE, switches_read
 from quantstudy.record import EngineQuality, SpeedSection
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.readers import not_a_file, read_bytes
-from quantstudy.record.switches import FP8_PROMOTE, switches_read
 from quantstudy.record.vocab import CompileMode, KernelGroup, PeerFamily
 
 BENCH_SCHEMA_VERSION = 1
@@ -53,7 +53,7 @@ class Provenance(Section):
     python: str | None = None
     torchao: str | None = None  # set by the benchmarks that run it (`peers`)
     code: str | None = None  # what the code under test did, where the commit alone does not say
-    # the lab switches set for the run (`record/switches.py`), as NAME=VALUE words; None: none
+    # the lab switches set for the run (`env/switches.py`), as NAME=VALUE words; None: none
     lab_switches: str | None = None
     note: str | None = None
 

@@ -6,7 +6,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from quantstudy.record.command import Command
+from quantstudy.cli_base.command import Command
 from quantstudy.record.errors import EXIT_COMMON, UserError
 
 

@@ -18,9 +18,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from quantstudy.gpu.timing_lock import timing
 from quantstudy.record import TimingStats
 from quantstudy.record.errors import UserError
-from quantstudy.record.timing_lock import timing
 
 CAPTURE_WARMUP_MIN = 3
 """Eager calls of each callable before its CUDA graph capture, at least (PyTorch docs: a few)."""

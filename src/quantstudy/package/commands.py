@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from quantstudy.record.command import Command, batches
+from quantstudy.cli_base.command import Command, batches
 from quantstudy.record.errors import EXIT_COMMON, UserError
 from quantstudy.record.vocab import Device
 

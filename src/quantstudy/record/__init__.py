@@ -1,7 +1,8 @@
 """The study record: the schema every stage writes into, its atomic IO and its error type.
 
-This package is the ground floor: it imports nothing else of quantstudy, and every stage
-imports its sections from here (`from quantstudy.record import StudyRecord`).
+The ground every stage writes into: it imports nothing else of quantstudy but the lab switches
+it names (`env/switches.py`), and every stage imports its sections from here (`from
+quantstudy.record import StudyRecord`).
 """
 
 from quantstudy.record.base import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, Section

@@ -66,7 +66,7 @@ Schema history:
      flat as before.
  19: StageTime.tuning (the Triton tile tuning inside a stage: launches, configs, compile and
      timing seconds) and StageTime.lock_wait_s (seconds waiting for the GPU lock, zoo --jobs).
- 20: Environment.lab_switches (the lab switches the study ran under, `record/switches.py`:
+ 20: Environment.lab_switches (the lab switches the study ran under, `env/switches.py`:
      engines computed or tuned otherwise than the commit alone says); StudyConfig.fp8_accumulate
      (how the FP8 products sum: "promote128", what older records ran, or "fast").
  21: StudyConfig.fp8_accumulate defaults to "fast" and a study records the accumulation its

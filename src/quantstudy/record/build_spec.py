@@ -29,10 +29,10 @@ from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from quantstudy.env.switches import FP8_PROMOTE, lab_switches
 from quantstudy.record.base import Section
 from quantstudy.record.engines import KernelChoice
 from quantstudy.record.errors import UserError
-from quantstudy.record.switches import FP8_PROMOTE, lab_switches
 from quantstudy.record.vocab import FASTEST, Accumulation
 
 # Products summed in the tensor cores before float32 takes over: one K tile of cuBLASLt's FP8
@@ -80,7 +80,7 @@ class BuildSpec(Section):
     `kernel`: the product backend every real layer runs (a name of `quant/backends/`), or
     "fastest" with its `choice` (timed at some batches, or a recorded choice replayed).
     `promote`: products the tensor cores sum before float32 takes over (0: all of K, fast
-    accumulation). `switches`: the lab switches (`record/switches.py`) set when the spec was
+    accumulation). `switches`: the lab switches (`env/switches.py`) set when the spec was
     built, by name. `residual`, `sum_handoff`, `pad_outputs`: the rewrites
     (`engines/builders.py: build_fp8` documents each)."""
 

@@ -46,7 +46,7 @@ class Environment(Section):
     quantstudy: str
     git_commit: str | None = None
     created_utc: str
-    # `record/switches.py`: lab switches set for the study (name -> value); None: none
+    # `env/switches.py`: lab switches set for the study (name -> value); None: none
     lab_switches: dict[str, str] | None = None
 
 

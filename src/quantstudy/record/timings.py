@@ -44,7 +44,7 @@ class StageTime(Section):
     stage: str  # e.g. "load", "calibrate", "engine fp16: build", "engine fp16: run", "score"
     seconds: float
     # Of `seconds` (schema 19): the tile tuning inside the stage (None: nothing tuned), and the
-    # seconds spent waiting for the GPU lock (`record/timing_lock.py`; None: no wait); (schema
+    # seconds spent waiting for the GPU lock (`gpu/timing_lock.py`; None: no wait); (schema
     # 22) the seconds the stage held it, keeping the GPU from the other studies (None: not held)
     tuning: StageTuning | None = None
     lock_wait_s: float | None = None

@@ -52,9 +52,9 @@ from quantstudy.engines.interleaved import (
     time_interleaved,
 )
 from quantstudy.engines.size import package_bytes, weight_bytes
+from quantstudy.gpu.timing_lock import timing
 from quantstudy.record import BatchSpeed, KernelBreakdown, SpeedSection
 from quantstudy.record.errors import UserError
-from quantstudy.record.timing_lock import timing
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.speed.clocks import gpu_clocks
 from quantstudy.speed.kernels import profile_kernels

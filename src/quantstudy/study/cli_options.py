@@ -12,8 +12,8 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 
+from quantstudy.cli_base.command import batches
 from quantstudy.quant import backends
-from quantstudy.record.command import batches
 from quantstudy.record.errors import EXIT_COMMON
 from quantstudy.record.inputs import PathText, StudyConfig, option
 from quantstudy.record.vocab import choices

@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quantstudy.record.command import Command
+from quantstudy.cli_base.command import Command
 from quantstudy.record.errors import EXIT_COMMON, UserError
 from quantstudy.record.inputs import StudyConfig, option, read_config
 from quantstudy.study.cli_options import (

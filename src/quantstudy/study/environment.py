@@ -12,8 +12,8 @@ import numpy
 import timm
 import torch
 
+from quantstudy.env.switches import lab_switches
 from quantstudy.record import Environment
-from quantstudy.record.switches import lab_switches
 from quantstudy.record.version import __version__
 
 

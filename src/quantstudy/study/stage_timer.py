@@ -4,7 +4,7 @@ Wall time (`time.perf_counter`) around each stage's code, not CPU or GPU time: w
 waiting for the study, or a sweep planning its grid, needs. GPU work inside a stage is finished
 by the stage's own synchronising calls (results copied to the host), so it is inside the stage.
 Each stage also says how much of it was Triton tile tuning (the tuning log's rows it added) and
-waiting for the GPU lock and holding it (`record/timing_lock.waited_s`, `held_s`), where there
+waiting for the GPU lock and holding it (`gpu/timing_lock.waited_s`, `held_s`), where there
 was any.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from quantstudy.record.timing_lock import held_s, waited_s
+from quantstudy.gpu.timing_lock import held_s, waited_s
 from quantstudy.record.timings import StageTime, StageTuning, TileChoices, TimingsSection
 from quantstudy.study.cache import console
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from quantstudy.record.command import Command
+from quantstudy.cli_base.command import Command
 from quantstudy.record.errors import EXIT_COMMON, UserError
 
 

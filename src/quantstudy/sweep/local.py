@@ -7,7 +7,7 @@ torch reads at start-up), so N studies do not oversubscribe the cores.
 
 `jobs` > 1 on a GPU host puts that many workers on each GPU, so one study's compiles and tile
 tuning overlap another's: the cores are divided between them (torch, Inductor's and Triton's
-compile threads), and every timing takes the GPU's lock file (`record/timing_lock.py`), so no
+compile threads), and every timing takes the GPU's lock file (`gpu/timing_lock.py`), so no
 two timings share the GPU.
 """
 
@@ -19,8 +19,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantstudy.gpu.timing_lock import LOCK_ENV
 from quantstudy.record.errors import UserError
-from quantstudy.record.timing_lock import LOCK_ENV
 from quantstudy.sweep.caches import host_cache_env
 from quantstudy.sweep.events import Job, SweepEvents
 from quantstudy.sweep.point import run_point

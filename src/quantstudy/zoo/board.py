@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import Field
 
+from quantstudy.env.switches import switches_said
 from quantstudy.record import StudyRecord
-from quantstudy.record.switches import switches_said
 from quantstudy.record.timings import CHOSEN_SINCE, HELD_SINCE, SPENT_SINCE, TileChoices
 from quantstudy.record.vocab import Engine, RowStatus
 from quantstudy.report.claims import XClaim
@@ -99,7 +99,7 @@ class ZooRow(StudyRow):
     stages: dict[str, float] = Field(default_factory=dict)  # every stage of the run, seconds
     # Of the stages' seconds: Triton tile tuning (its compiles and its config timing, which
     # includes the timing's own waits for the GPU lock), and every wait for the GPU lock
-    # (`record/timing_lock.py`: with --jobs, another study was timing); None: not recorded
+    # (`gpu/timing_lock.py`: with --jobs, another study was timing); None: not recorded
     tune_s: float | None = None
     lock_wait_s: float | None = None
     lock_held_s: float | None = None  # the seconds its studies held the GPU lock
@@ -221,7 +221,7 @@ ENVIRONMENT_KEYS = (
     "python",
     "quantstudy",
     "git_commit",
-    "lab_switches",  # `record/switches.py`, as `switches_said` words; None: none set
+    "lab_switches",  # `env/switches.py`, as `switches_said` words; None: none set
 )
 
 

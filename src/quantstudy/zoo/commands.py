@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import get_args
 
-from quantstudy.record.command import Command, command_line, positive
+from quantstudy.cli_base.command import Command, command_line, positive
 from quantstudy.record.errors import UserError
 from quantstudy.study.cli_options import add_config_args
 from quantstudy.sweep.events import ExecutorKind, Transfer

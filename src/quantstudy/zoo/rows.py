@@ -25,7 +25,7 @@ from quantstudy.study.sources import HASHED_BY
 from quantstudy.zoo.board import ZooRow, is_answer
 
 # A row measured under others is stale (lab_switches: a tuning bound or another accumulation
-# makes other engines, `record/switches.py`).
+# makes other engines, `env/switches.py`).
 ROW_ENVIRONMENT = ("gpu_name", "torch", "triton", "lab_switches")
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from quantstudy.env.switches import lab_switches, switches_said
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import make_folder, write_json_atomic, write_text_atomic
-from quantstudy.record.switches import lab_switches, switches_said
 from quantstudy.record.vocab import RowStatus, choices
 from quantstudy.study.guard import holding
 from quantstudy.study.sources import engine_sources_sha256

@@ -13,8 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from quantstudy.env.switches import GELU_ERF
 from quantstudy.record.errors import UserError
-from quantstudy.record.switches import GELU_ERF
 from quantstudy.record.vocab import Activation
 
 # The erf of GELU's epilogue (lab switch QUANTSTUDY_GELU_ERF): "exact" is libdevice's erff, as

@@ -2,7 +2,7 @@
 few fastest timed at full length, and the fastest of those kept.
 
 Timing is most of what a cold tune holds the GPU for, and in a zoo run on one GPU the studies
-queue for it (`record/timing_lock.py`): resnet50 alone tuned 26 product launches with 666
+queue for it (`gpu/timing_lock.py`): resnet50 alone tuned 26 product launches with 666
 configs on the H100, 16.8 s of timing (docs/fp8-kernel.md, "What a cold tune costs"). A full
 timing (`tiles.bench_config`) captures about 5 ms of launches in a graph and replays it ten
 times; ranking two dozen configs that differ by tens of percent needs far less. So every config
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import triton
 
+from quantstudy.env.switches import TUNE_SCREEN
 from quantstudy.quant.kernels.tiles import Config, bench_config
 from quantstudy.record.errors import UserError
-from quantstudy.record.switches import TUNE_SCREEN
 
 # How many screened configs are timed at full length.
 FINALISTS = 3

@@ -17,9 +17,9 @@ from typing import Any
 
 import triton
 
+from quantstudy.env.switches import GEMM_CONFIGS
 from quantstudy.record.build_spec import PROMOTE
 from quantstudy.record.errors import UserError
-from quantstudy.record.switches import GEMM_CONFIGS
 
 # A Triton `triton.Config` (triton is not read by the type checker: its objects are Any there).
 Config = Any

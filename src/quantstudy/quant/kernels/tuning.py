@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from quantstudy.gpu import timing_lock
 from quantstudy.quant.kernels import choices, search, table
 from quantstudy.quant.kernels.tiles import Config, config_words
 from quantstudy.quant.private_api import async_compile_mode
-from quantstudy.record import timing_lock
 
 Args = tuple[Any, ...]  # a kernel's positional arguments (tensors, descriptors, sizes)
 Grid = Callable[[dict[str, Any]], tuple[Any, ...]]  # launch grid from a config's meta

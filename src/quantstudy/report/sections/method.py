@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from quantstudy.env.switches import switches_said
 from quantstudy.quant import backends
 from quantstudy.record import StudyRecord
-from quantstudy.record.switches import switches_said
 from quantstudy.record.vocab import FASTEST
 from quantstudy.report.format import (
     NOT_MEASURED,
@@ -57,7 +57,7 @@ def _method_environment(r: StudyRecord) -> list[str]:
     ]
     said = switches_said(env.lab_switches)  # engines computed or tuned otherwise than the commit
     if said:
-        rows.append(["Lab switches (`record/switches.py`)", said])
+        rows.append(["Lab switches (`env/switches.py`)", said])
     lines += table(["Item", "Value"], rows)
     c = r.config
     lines += ["", "Study configuration as recorded:", ""]

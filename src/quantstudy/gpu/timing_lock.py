@@ -5,8 +5,7 @@ times (the speed harness's rounds, the autotuner's config timing, the per-layer 
 runs inside `timing()`, which takes an exclusive `fcntl.flock` on the file `$QUANTSTUDY_TIMING_LOCK`
 names, so no two timings share the GPU. Unset (one study, a plain `quantstudy run`): a no-op.
 Re-entrant within a process (a harness round may launch a kernel that tunes), and only the
-outermost block holds the file. Here at the ground floor because the kernels (`quant/`) and the
-harness (`speed/`) both take it.
+outermost block holds the file.
 
 `waited_s()` is how long this process has waited to take the file so far, `held_s()` how long
 it has held it: a study's stage timer reads both around each stage (`study/stage_timer.py`), so

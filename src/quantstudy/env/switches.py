@@ -1,9 +1,9 @@
 """The lab switches: environment variables that change what the engines compute or how they are
 tuned, set only to measure a change before it becomes an option (docs/fp8-kernel.md).
 
-Named here, at the bottom of the package, so that every record a switched process writes can
-say so (a study's environment, a bench record's provenance) without importing the kernels. A
-switch's meaning and its check live with the code it changes.
+Named here, below the record, so that every record a switched process writes can say so (a
+study's environment, a bench record's provenance) without importing the kernels. A switch's
+meaning and its check live with the code it changes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""One `quantstudy` subcommand as the registry in `cli.py: COMMANDS` holds it.
+"""One `quantstudy` subcommand as the registry in `cli.py` holds it.
 
 Each package's `commands.py` declares its `Command`s (help, arguments, run); `cli.py` lists
-them, builds one parser from them and runs the chosen one. Here, beside `option` and `choices`,
-because every layer that owns a command imports it and it imports nothing but argparse.
+them, builds one parser from them and runs the chosen one. The argparse types below are those
+several commands' options share.
 """
 
 from __future__ import annotations
