@@ -43,6 +43,31 @@ def test_limit_takes_a_recipe_for_every_model(tiny_imagenet, tmp_path):
     assert fused["fp8_handoffs"] > 0  # FP8 storage around the depthwise convs
 
 
+def test_limit_reads_its_models_through_the_one_model_list_reader(tiny_imagenet, tmp_path):
+    """The seeds are a model list (`study/model_list.py`); `--list` names another, whose
+    entries' recipes and weights each model takes."""
+    from quantstudy.record.errors import UserError
+    from quantstudy.study.model_list import read_model_list
+
+    seeds = {e.name: e for e in read_model_list(_limit.SEEDS).entries}
+    assert len(seeds) == 6 and seeds["tf_efficientnet_lite0"].weights == "efficientnet-lite0"
+    listed = tmp_path / "list.yaml"
+    listed.write_text(
+        "models:\n  - {name: test_efficientnet, recipe: generic_pointwise_depthwise}\n"
+    )
+    out = tmp_path / "limit.json"
+    main(["--images", str(tiny_imagenet), "--out", str(out), "--list", str(listed),
+          "--device", "cpu", "--batches", "2", "--n-images", "4", "--rounds", "1",
+          "--iters", "1", "--kernels", "fused"])  # fmt: skip
+    (model,) = json.loads(out.read_text())["models"]
+    assert model["model"] == "test_efficientnet"
+    assert model["recipe"] == "builtin:generic_pointwise_depthwise"  # the entry's, not the family's
+    listed.write_text("models:\n  - {name: test_efficientnet, family: x, kernel: fused}\n")
+    with pytest.raises(UserError, match=r"line 2: models\.0\.kernel: unknown key"):
+        main(["--images", str(tiny_imagenet), "--out", str(out), "--list", str(listed),
+              "--device", "cpu"])  # fmt: skip
+
+
 def test_limit_times_each_residual_variant_under_its_own_name(tiny_imagenet, tmp_path):
     """`--residual both --sum-handoff --pad-apart`: the fused engine with its sums, with their
     FP8 copies too, with its padding passes kept, and with the adds apart; the unfused engine

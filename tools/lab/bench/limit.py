@@ -2,25 +2,27 @@
 side, with the ideal x at the FP8 roofline and measured x as a fraction of it.
 
     python tools/lab/bench/limit.py --images DIR --out limit.json \
-        [--models a,b] [--kernels fused,scaled_mm,fastest] [--batches 1,128] [--agreement] \
-        [--recipe NAME] [--residual on|off|both] [--sum-handoff] [--pad-apart]
+        [--list FILE] [--models a,b] [--kernels fused,scaled_mm,fastest] [--batches 1,128] \
+        [--agreement] [--recipe NAME] [--residual on|off|both] [--sum-handoff] [--pad-apart]
 
-Per model: its family's built-in recipe (or `--recipe`, a built-in name or YAML file, for every
-model named), prepared as a study prepares it (`study.prepare.prepare_study`: the recipe's plan
-with every option it sets, calibrated on `--n-images` images of `--images` and timed on as many
-others), the fp16 engine and one FP8 engine per kernel, all compiled with Inductor (default
-mode), timed against fp16 with the study's harness (`speed.harness.measure_speed`: CUDA-graph
-replay, interleaved rounds, kernel profile per batch), and the ideal x from the same record
-(`speed.ideal`). `--agreement` adds, on the timed images, the top-1 agreement of each FP8 engine
-(eager, so no extra compile) with the recipe's fp32 fake-quant emulation, beside the emulation
-against itself run channels-last (its fp32 sums reordered): the reassociation floor. Prints one
-table and writes JSON after every engine, so a run cut short keeps what it finished. `--residual
-off` builds the fused engines with residual sums as separate passes (`quant/rewrites/residual.py`),
-`both` times each fused engine both ways (the second as "<kernel>/residual-apart").
-`--sum-handoff` adds, for each fused engine with the sums, one whose sums also write the next FP8
-layer's input (`quant/rewrites/sum_handoff.py`), as "<kernel>/sum-handoff". `--pad-apart` adds, for
-each fused engine with the sums, one whose 1x1 convs do not write the next conv's zero padding
-(`quant/rewrites/pad_handoff.py`; the pad is then a pass of its own), as "<kernel>/pad-apart".
+Per model of `--list` (a model list, default `seed-models.yaml` beside this script) or of `--models`
+(a model not listed takes random weights): its entry's recipe or its family's built-in one (or
+`--recipe`, a built-in name or YAML file, for every model named), prepared as a study prepares it
+(`study.prepare.prepare_study`: the recipe's plan with every option it sets, calibrated on
+`--n-images` images of `--images` and timed on as many others), the fp16 engine and one FP8 engine
+per kernel, all compiled with Inductor (default mode), timed against fp16 with the study's harness
+(`speed.harness.measure_speed`: CUDA-graph replay, interleaved rounds, kernel profile per batch),
+and the ideal x from the same record (`speed.ideal`). `--agreement` adds, on the timed images, the
+top-1 agreement of each FP8 engine (eager, so no extra compile) with the recipe's fp32 fake-quant
+emulation, beside the emulation against itself run channels-last (its fp32 sums reordered): the
+reassociation floor. Prints one table and writes JSON after every engine, so a run cut short keeps
+what it finished. `--residual off` builds the fused engines with residual sums as separate passes
+(`quant/rewrites/residual.py`), `both` times each fused engine both ways (the second as
+"<kernel>/residual-apart"). `--sum-handoff` adds, for each fused engine with the sums, one whose
+sums also write the next FP8 layer's input (`quant/rewrites/sum_handoff.py`), as
+"<kernel>/sum-handoff". `--pad-apart` adds, for each fused engine with the sums, one whose 1x1 convs
+do not write the next conv's zero padding (`quant/rewrites/pad_handoff.py`; the pad is then a pass
+of its own), as "<kernel>/pad-apart".
 """
 
 from __future__ import annotations
@@ -47,17 +49,11 @@ from quantstudy.record.io import write_json_atomic
 from quantstudy.record.vocab import FASTEST, Engine, KernelGroup
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed
+from quantstudy.study.model_list import read_model_list
 from quantstudy.study.prepare import Prepared, prepare_study
 
-# model -> weights: the seed families with random weights (speed only), Lite0 with its own
-MODELS = {
-    "res2net50_26w_4s": "random",
-    "crossvit_9_240": "random",
-    "mobilenetv4_conv_large.e500_r256_in1k": "random",
-    "xception41": "random",
-    "ghostnet_100": "random",
-    "tf_efficientnet_lite0": "efficientnet-lite0",
-}
+# the models timed by default, each with its weights: a model list (`study/model_list.py`)
+SEEDS = Path(__file__).with_name("seed-models.yaml")
 KERNELS = ("fused", FASTEST, "scaled_mm")
 HEADER = (
     "model | kernel | FP8 real/emulated | scaled_mm layers | batch | fp16 ms | FP8 ms | "
@@ -89,11 +85,12 @@ def prepare_model(name: str, args: argparse.Namespace) -> Prepared:
     recipe's plan with every option the recipe sets (rounding, bias correction, sequential fit,
     migration, headroom), calibrated on `--n-images` images and timed on `--n-images` others of
     `--images` (BatchNorm re-estimated first for random weights)."""
+    entry = args.listed.get(name)  # a model not in the list: random weights, its family's recipe
     config = StudyConfig(
         model=name,
-        weights=MODELS.get(name, "random"),
+        weights=entry.weights if entry is not None and entry.weights else "random",
         data=args.images,
-        recipe=args.recipe,
+        recipe=args.recipe or (entry.recipe if entry is not None else None),
         calib=args.n_images,
         heldout=args.n_images,
         device=args.device.type,
@@ -319,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--images", type=Path)
     p.add_argument("--out", type=Path)
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--list", type=Path, default=SEEDS, help="a model list (default: the seeds)")
+    p.add_argument("--models", help="comma-separated timm names (default: every one listed)")
     p.add_argument("--kernels", default=",".join(KERNELS))
     p.add_argument("--batches", default="1,128")
     p.add_argument(
@@ -353,6 +351,8 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--images and --out are required to run")
     if args.recipe:
         load_recipe(args.recipe)  # a bad name or file is refused before any model loads
+    args.listed = {e.name: e for e in read_model_list(args.list, "limit list").entries}
+    names = args.models.split(",") if args.models else list(args.listed)
     args.kernels = args.kernels.split(",")
     args.batches = [int(b) for b in args.batches.split(",")]
     args.device = torch.device(args.device)
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     env = environment(args.device)
     result = {"environment": env, "command": " ".join(sys.argv), "models": []}
     print(HEADER, flush=True)
-    for name in args.models.split(","):
+    for name in names:
 
         def save(partial: dict, name: str = name) -> None:
             done = [m for m in result["models"] if m["model"] != name]
