@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Literal
 
 import yaml
 from pydantic import (
@@ -58,8 +58,9 @@ from pydantic import (
 )
 
 from quantstudy.recipe.selectors import Selector
+from quantstudy.recipe.yaml_lines import compose_yaml, explain, key_lines, line_for, loc_path
 from quantstudy.record.errors import UserError
-from quantstudy.record.readers import decode_utf8, parse_yaml
+from quantstudy.record.readers import decode_utf8
 from quantstudy.record.vocab import (
     ActivationGranularity,
     Calibrator,
@@ -68,9 +69,6 @@ from quantstudy.record.vocab import (
     Tuning,
     WeightGranularity,
 )
-
-# Where in a YAML document: keys and list indices from the top (pydantic's error `loc` too).
-Loc = tuple[str | int, ...]
 
 # Formats the schema knows; a message means "reserved, not implemented yet".
 FORMATS: dict[str, str | None] = {
@@ -311,9 +309,9 @@ class Recipe(Strict):
 
     def where(self, loc: tuple[str | int, ...]) -> str:
         """`<file> line N: rules[2].include.name_glob` for messages about part of this recipe."""
-        line = _line_for(loc, self._lines)
+        line = line_for(loc, self._lines)
         at = f" line {line}" if line is not None else ""
-        return f"{self._origin}{at}: {_path(loc)}"
+        return f"{self._origin}{at}: {loc_path(loc)}"
 
 
 def parse_recipe(raw: bytes, origin: str) -> Recipe:
@@ -328,103 +326,8 @@ def parse_recipe(raw: bytes, origin: str) -> Recipe:
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as err:
-        raise UserError(_explain(err, lines, origin)) from None
+        raise UserError(explain(err, lines, origin, Recipe, {Selector: "selector"})) from None
     recipe._sha256 = hashlib.sha256(raw).hexdigest()
     recipe._origin = origin
     recipe._lines = lines
     return recipe
-
-
-# --- YAML node marks -> line numbers ------------------------------------------------------------
-
-
-def compose_yaml(text: str, origin: str) -> tuple[yaml.Node | None, object]:
-    """The node tree (for line numbers) and the data of YAML `text`, by the tool's one strict
-    YAML reader (`record/readers.py`: no aliases, bounded nesting); mistakes are a `UserError`
-    naming `origin` and, where the parser knows it, the line."""
-    return parse_yaml(text, origin)
-
-
-def key_lines(node: yaml.Node, path: Loc) -> dict[Loc, int]:
-    """Line (1-based) of every mapping key and list item, by path (a repeated key was refused
-    by the reader). Shared by every YAML file the tool reads (recipes, sweeps), so their errors
-    name lines alike."""
-    lines: dict[Loc, int] = {path: node.start_mark.line + 1}
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else key_node.tag
-            lines.update(key_lines(value_node, (*path, key)))
-            lines[(*path, key)] = key_node.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            lines.update(key_lines(item, (*path, i)))
-    return lines
-
-
-def _line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
-    """Line of the longest prefix of `loc` that exists in the file."""
-    for end in range(len(loc), -1, -1):
-        if loc[:end] in lines:
-            return lines[loc[:end]]
-    return None
-
-
-def _path(loc: Loc) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "top level"
-
-
-def _model_at(loc: Loc) -> type[BaseModel] | None:
-    """The model class that validates the mapping at `loc` (to list its known keys)."""
-    model: type[BaseModel] | None = Recipe
-    for part in loc:
-        if isinstance(part, int):
-            continue  # a list item: the list's item model is already current
-        if model is None or part not in model.model_fields:
-            return None
-        model = _find_model(model.model_fields[part].annotation)
-    return model
-
-
-def _find_model(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _find_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _explain(err: ValidationError, lines: dict[Loc, int], origin: str) -> str:
-    """The first validation problem as `<file> line N: <path>: <what is wrong and how to fix>`."""
-    errors = err.errors(include_url=False)
-    first = errors[0]
-    loc = tuple(first["loc"])
-    line = _line_for(loc, lines)
-    at = f"{origin} line {line}" if line is not None else origin
-    kind = first["type"]
-    if kind == "extra_forbidden":
-        parent, key = loc[:-1], loc[-1]
-        model = _model_at(parent)
-        known = ", ".join(model.model_fields) if model is not None else "?"
-        what = "selector" if model is Selector else "key"
-        message = f"{_path(parent)}: unknown {what} {key!r} (known: {known})"
-    elif kind == "missing":
-        message = f"{_path(loc[:-1])}: required key {loc[-1]!r} is missing"
-    elif kind.startswith("literal_error"):
-        expected = first.get("ctx", {}).get("expected", "")
-        message = f"{_path(loc)}: {_short(first['input'])} is not allowed (known: {expected})"
-    elif kind == "value_error":  # raised by our validators, which name the bad value themselves
-        message = f"{_path(loc)}: {str(first['msg']).removeprefix('Value error, ')}"
-    else:
-        message = f"{_path(loc)}: {first['msg']} (got {_short(first['input'])})"
-    more = len(errors) - 1
-    return f"{at}: {message}" + (f" [and {more} more problem(s)]" if more else "")
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.family import family_of
-from quantstudy.recipe.schema import Loc, compose_yaml, key_lines
+from quantstudy.recipe.yaml_lines import Loc, compose_yaml, key_lines
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import decode_utf8, not_a_file, read_bytes
 

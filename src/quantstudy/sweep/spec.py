@@ -39,7 +39,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from quantstudy.recipe.builtin import load_recipe
-from quantstudy.recipe.schema import Loc, compose_yaml, key_lines
+from quantstudy.recipe.yaml_lines import Loc, compose_yaml, key_lines
 from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import BOUND_REASONS, DEFAULT_FP8_KERNEL, PathText, StudyConfig
 from quantstudy.record.readers import read_text
