@@ -117,6 +117,20 @@ def test_a_page_that_shows_the_unsettled_x_as_settled_fails_the_check(board, tam
     assert check_page(bad, board), tamper
 
 
+def test_an_unsettled_x_without_an_ideal_renders_and_passes_the_check():
+    """No ideal (the CPU, an unknown GPU): the ideal cell is "-", no fraction is claimed, and
+    the page's check passes it; a percentage put there still fails."""
+    at = ZooBatch(batch=128, fp16_ms=5.0, fp8_ms=4.9, x=1.02, x_q1=0.97, x_q3=1.06)
+    row = ZooRow(model="m", family="f", folder="-", status="complete", batches=[at])
+    md = render_markdown(_board([row]))  # raised before: "-" read as a settled fraction
+    line = _line(md, "m")
+    assert f"1.02 [0.97, 1.06] ({NOT_SETTLED})" in line and "| - |" in line
+    assert check_page(md, _board([row])) == []
+    priced = row.model_copy(update={"batches": [at.model_copy(update={"ideal_x": 1.5})]})
+    shown = render_markdown(_board([priced]))
+    assert check_page(shown.replace(f"x {NOT_SETTLED}", "68% of 1.50"), _board([priced]))
+
+
 def test_a_nan_x_reads_not_measured():
     nan = ZooBatch(batch=128, fp16_ms=5.0, fp8_ms=4.0, x=math.nan, x_q1=1.05, x_q3=1.06)
     row = ZooRow(model="m", family="f", folder="-", status="complete", batches=[nan])

@@ -17,7 +17,7 @@ from quantstudy.gpu.timing_lock import LOCK_ENV, timing
 from quantstudy.quant.kernels import tuning
 from quantstudy.record import StageTime, StudyRecord, TimingsSection
 from quantstudy.record.load import load_record
-from quantstudy.record.timings import StageTuning
+from quantstudy.record.timings import StageTuning, TileChoices
 from quantstudy.study.stage_timer import StageTimer
 from quantstudy.zoo.board import Leaderboard, Provenance, Throughput, ZooRow, collect_row, summed
 from quantstudy.zoo.catalogue import ZooEntry
@@ -195,3 +195,53 @@ def test_runs_into_one_folder_add_up_under_the_same_engine_sources(tmp_path):
     assert (
         "The 2 runs into this folder under these engine sources: 8 rows measured in 5.0 min" in text
     )
+
+
+def test_the_run_and_the_page_say_what_share_of_the_launches_was_tuned(tmp_path):
+    """Schema 23 stages say where their launches took their tiles; the run's throughput adds
+    them up over its rows (so zoo.json says the share tuned, the measure of a re-run with a
+    shipped table), and the page adds them up over every row that says it."""
+    stages = [
+        StageTime(
+            stage="engine fp8: compile at batch 1", seconds=30.0,
+            choices=TileChoices(table=14, store=2, tuned=1),
+        ),
+        StageTime(
+            stage="engine fp8: compile at batch 128", seconds=20.0,
+            choices=TileChoices(table=3, store=0, tuned=0),
+        ),
+        StageTime(stage="timing", seconds=12.0),
+    ]  # fmt: skip
+    row = _row(tmp_path, _record(stages, 23))
+    assert row.tile_choices == TileChoices(table=17, store=2, tuned=1)
+    older = _row(tmp_path, _record(stages, 22))  # before schema 23: not recorded, not zero
+    assert older.tile_choices is None
+    older = older.model_copy(update={"model": "resnet18"})
+    run = measured_throughput([row, row], Timed(frozenset(), 60.0, 4))
+    assert run.tile_choices == TileChoices(table=34, store=4, tuned=2)
+    assert run.line().endswith(
+        "; of their 40 autotuned launches, 34 took their tile from the shipped table, 4 from "
+        "the machine's store and 2 were tuned (5% of them)"
+    )
+    mixed = measured_throughput([row, older], Timed(frozenset(), 60.0, 4))
+    assert mixed.tile_choices is None and "autotuned" not in mixed.line()
+    total = summed([run, run])
+    assert total is not None and total.tile_choices == TileChoices(table=68, store=8, tuned=4)
+    assert summed([run, mixed]).tile_choices is None  # type: ignore[union-attr]
+
+    provenance = Provenance(
+        command=["quantstudy", "zoo"], created_utc="t", models_file="models.yaml",
+        models_sha256="0" * 64, shard="1/1", weights="random", device="cuda", driver={},
+        environments=[], throughput=run,
+    )  # fmt: skip
+    board = Leaderboard(provenance=provenance, batches=[1], counts={}, rows=[row, older])
+    read = Leaderboard.model_validate_json(board.model_dump_json())
+    assert read.provenance.throughput == run  # the record keeps the run's count
+    text = render_markdown(read)
+    assert f"This run: {run.line()}." in text
+    assert (
+        "The rows' studies (1 row that says it): of their 20 autotuned launches, 17 took their "
+        "tile from the shipped table, 2 from the machine's store and 1 were tuned (5% of them)."
+    ) in text
+    untuned = Leaderboard(provenance=provenance, batches=[1], counts={}, rows=[older])
+    assert "The rows' studies" not in render_markdown(untuned)

@@ -36,7 +36,9 @@ from quantstudy.zoo.catalogue import ZooEntry
 # 7: rows say how their engine sources were hashed (`Measured.sources_hashed`: "ast", what the
 #    code computes; a row without it was hashed by bytes and reads stale) and where their
 #    studies' launches took their tiles (`tile_choices`: the shipped table, the store, tuned).
-LEADERBOARD_VERSION = 7
+# 8: the run's throughput adds up its rows' `tile_choices` (`Throughput.tile_choices`), so the
+#    record says what share of a run's launches were tuned; older boards read without it.
+LEADERBOARD_VERSION = 8
 
 
 class ZooBatch(Strict):
@@ -132,6 +134,9 @@ class Throughput(Strict):
     lock_wait_s: float | None = None
     # Over the same rows where every one says it: the seconds their studies held the GPU lock
     lock_held_s: float | None = None
+    # Over the same rows where every one says it: where their studies' autotuned launches took
+    # their tiles (`ZooRow.tile_choices` added up); None: a row does not say (before schema 23)
+    tile_choices: TileChoices | None = None
 
     @property
     def rows_per_minute(self) -> float:
@@ -156,7 +161,32 @@ class Throughput(Strict):
                 f"; the GPU lock held {held:.0f} s, {held / self.wall_s:.0%} of the wall time "
                 "(by the rows' finished studies)"
             )
+        if self.tile_choices is not None and launches(self.tile_choices):
+            said += f"; {tiles_said(self.tile_choices)}"
         return said
+
+
+def launches(choices: TileChoices) -> int:
+    """The autotuned launches `choices` counts, wherever their tiles came from."""
+    return choices.table + choices.store + choices.tuned
+
+
+def tiles_said(choices: TileChoices) -> str:
+    """Where the launches took their tiles, and the share tuned: what a re-run on a bare
+    machine with a shipped table (`quant/kernels/table.py`) should keep small."""
+    n = launches(choices)
+    share = f" ({choices.tuned / n:.0%} of them)" if n else ""
+    return (
+        f"of their {n} autotuned launches, {choices.table} took their tile from the shipped "
+        f"table, {choices.store} from the machine's store and {choices.tuned} were tuned{share}"
+    )
+
+
+def added(choices: list[TileChoices | None]) -> TileChoices | None:
+    """`choices` added up; None where any is None (not recorded is not zero) or for none."""
+    if not choices or None in choices:
+        return None
+    return sum((c for c in choices if c is not None), TileChoices(table=0, store=0, tuned=0))
 
 
 def summed(runs: list[Throughput]) -> Throughput | None:
@@ -177,6 +207,7 @@ def summed(runs: list[Throughput]) -> Throughput | None:
         tune_s=total([r.tune_s for r in runs]),
         lock_wait_s=total([r.lock_wait_s for r in runs]),
         lock_held_s=total([r.lock_held_s for r in runs]),
+        tile_choices=added([r.tile_choices for r in runs]),
     )
 
 

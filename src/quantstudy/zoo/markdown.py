@@ -5,7 +5,7 @@ from __future__ import annotations
 from quantstudy.record.vocab import RowStatus
 from quantstudy.report.claims import legend
 from quantstudy.report.render import ReportCheckError
-from quantstudy.zoo.board import Leaderboard, ZooRow, summed
+from quantstudy.zoo.board import Leaderboard, ZooRow, added, launches, summed, tiles_said
 from quantstudy.zoo.page_check import check_page
 from quantstudy.zoo.render import family_medians, ranked, unsettled
 
@@ -105,6 +105,7 @@ def _provenance(board: Leaderboard) -> list[str]:
     if len(runs) > 1 and (total := summed(runs)) is not None:
         said = f"The {len(runs)} runs into this folder under these engine sources"
         lines.append(f"{said}: {total.line()}.")
+    lines += _tiles(board)
     driver = p.driver
     if not driver:  # rendered from committed rows (`zoo/run.py: write_board`)
         lines.append(
@@ -118,6 +119,17 @@ def _provenance(board: Leaderboard) -> list[str]:
         f"{driver.get('triton') or '-'}."
     )
     return lines
+
+
+def _tiles(board: Leaderboard) -> list[str]:
+    """Where the launches of the page's rows took their tiles, over the rows that say it
+    (committed rows kept from earlier runs included, unlike the runs' lines)."""
+    said = [r for r in board.rows if r.tile_choices is not None]
+    total = added([r.tile_choices for r in said])
+    if total is None or not launches(total):
+        return []
+    rows = f"{len(said)} rows that say it" if len(said) > 1 else "1 row that says it"
+    return [f"The rows' studies ({rows}): {tiles_said(total)}."]
 
 
 def _families(board: Leaderboard, batch: int) -> list[str]:

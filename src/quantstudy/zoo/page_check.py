@@ -9,6 +9,7 @@ median: each family the family line names counts exactly its settled rows, at th
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 
@@ -32,6 +33,13 @@ def _unsupported(row: ZooRow, batch: int) -> bool:
     return at is not None and unsupported(at.claim(), at.warnings or [])
 
 
+def _has_ideal(row: ZooRow, batch: int) -> bool:
+    """The row has an ideal x at `batch` to take a fraction of (`XClaim.ideal`)."""
+    at = row.at(batch)
+    ideal = None if at is None else at.ideal_x
+    return ideal is not None and math.isfinite(ideal) and ideal > 0
+
+
 def check_page(md: str, board: Leaderboard) -> list[str]:
     """Problems of a rendered zoo page against its board; an empty list means it passes."""
     last = max(board.batches, default=None)
@@ -42,7 +50,8 @@ def check_page(md: str, board: Leaderboard) -> list[str]:
         for b in board.batches:
             if _unsupported(r, b):
                 cells.append(Unsettled("model", r.model, x_column(b)))
-                if b == last:
+                # without an ideal (the CPU, an unknown GPU) the cell is "-": nothing claimed
+                if b == last and _has_ideal(r, b):
                     cells.append(Unsettled("model", r.model, ideal_column(last)))
     problems = unsettled_shown(md, cells, "the zoo page")
     return problems + _ranking(md, board, last) + _families(md, board)

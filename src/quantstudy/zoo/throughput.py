@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import read_text
-from quantstudy.zoo.board import Leaderboard, Throughput, ZooRow
+from quantstudy.zoo.board import Leaderboard, Throughput, ZooRow, added
 
 
 class Timed(NamedTuple):
@@ -22,7 +22,8 @@ class Timed(NamedTuple):
 def measured_throughput(rows: list[ZooRow], timed: Timed) -> Throughput:
     """The run's answered `rows` over its wall time; over those whose records say their tile
     tuning and GPU-lock waits (schema 19), their studies' seconds and, of those, these two;
-    where every row says it (schema 22), the seconds their studies held the GPU lock."""
+    where every row says it (schema 22), the seconds their studies held the GPU lock, and
+    (schema 23) where their launches took their tiles."""
     said = [r for r in rows if r.tune_s is not None and r.lock_wait_s is not None]
 
     def total(values: list[float | None]) -> float | None:
@@ -39,6 +40,7 @@ def measured_throughput(rows: list[ZooRow], timed: Timed) -> Throughput:
         tune_s=total([r.tune_s for r in said]),
         lock_wait_s=total([r.lock_wait_s for r in said]),
         lock_held_s=held,
+        tile_choices=added([r.tile_choices for r in rows]),
     )
 
 
