@@ -168,28 +168,38 @@ def render_revisit(r: StudyRecord) -> list[str]:
             "",
         ]
 
-    def detailed(lead: str, gs: list[Gate], verb: str = "Failed") -> list[str]:
-        return [f"- {lead} {verb} here:", *(f"  - {_gate_line(g)}." for g in gs)]
-
-    def shared(lead: str, gs: list[Gate]) -> list[str]:
-        return [f"- {lead} For: {', '.join(g.name for g in gs)}."]
-
     open_ = [g for g in d.gates if not g.passed]
+    return [*lines, *_missing_lines(open_), *_evaluated_lines(open_), ""]
+
+
+def _detailed(lead: str, gs: list[Gate], verb: str = "Failed") -> list[str]:
+    """A lead, then each gate on its own line."""
+    return [f"- {lead} {verb} here:", *(f"  - {_gate_line(g)}." for g in gs)]
+
+
+def _shared(lead: str, gs: list[Gate]) -> list[str]:
+    """A lead shared by the gates it names."""
+    return [f"- {lead} For: {', '.join(g.name for g in gs)}."]
+
+
+def _missing_lines(open_: list[Gate]) -> list[str]:
+    """The open gates that lack evidence, by what is missing."""
+    lines: list[str] = []
     by_missing = {m: [g for g in open_ if g.missing == m] for m in Missing}
     off_gpu = by_missing[Missing.NOT_ON_GPU]
     if off_gpu:
-        lines += shared(
+        lines += _shared(
             "Run the study on a GPU: the speed gates cannot pass without GPU timings "
             f"({off_gpu[0].skipped_reason}).",
             off_gpu,
         )
     if by_missing[Missing.RANDOM_WEIGHTS]:
-        lines += shared(
+        lines += _shared(
             "With pretrained weights: quality measured on random weights is not evidence.",
             by_missing[Missing.RANDOM_WEIGHTS],
         )
     if by_missing[Missing.NOT_RECORDED]:
-        lines += detailed(
+        lines += _detailed(
             "Re-run the study with this version: the record predates numbers these gates need.",
             by_missing[Missing.NOT_RECORDED],
             "Open",
@@ -205,18 +215,24 @@ def render_revisit(r: StudyRecord) -> list[str]:
         for g in by_missing[m]
     ]
     if unmeasured:
-        lines += detailed("When the missing measurements exist.", unmeasured, "Open")
+        lines += _detailed("When the missing measurements exist.", unmeasured, "Open")
+    return lines
+
+
+def _evaluated_lines(open_: list[Gate]) -> list[str]:
+    """The open gates whose evidence exists: what would move each."""
+    lines: list[str] = []
     evaluated = [g for g in open_ if g.missing is None]
     speed_fail = [g for g in evaluated if g.kind == "speed" and g.status == GateStatus.FAIL]
     if speed_fail:
-        lines += detailed(
+        lines += _detailed(
             "Speed: when an FP8 matrix-product kernel (1x1 convolution or linear) is faster "
             "than fp16 at these shapes and the activation quantize fuses into its producer.",
             speed_fail,
         )
     speed_open = [g for g in evaluated if g.kind == "speed" and g.status != GateStatus.FAIL]
     if speed_open:
-        lines += detailed(
+        lines += _detailed(
             "Speed: the timing rounds straddle the threshold; more rounds on a quieter GPU "
             "would settle it, or a faster FP8 kernel would move it.",
             speed_open,
@@ -235,5 +251,5 @@ def render_revisit(r: StudyRecord) -> list[str]:
                 if g.metric
                 else (f"When {g.name} passes.")
             )
-            lines += detailed(lead, [g], "Failed" if g.status == GateStatus.FAIL else "Open")
-    return [*lines, ""]
+            lines += _detailed(lead, [g], "Failed" if g.status == GateStatus.FAIL else "Open")
+    return lines
