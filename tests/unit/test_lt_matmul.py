@@ -69,3 +69,17 @@ def test_unfused_adds_only_what_the_candidate_layer_does_not_compute() -> None:
     wrapped = Unfused.like(lt_res, fused_res)
     x, r = torch.randn(5, 64), torch.randn(5, 32)
     assert wrapped.layer_sums and torch.equal(wrapped(x, r), fused_res(x, r))
+
+
+def test_the_record_s_note_names_the_tanh_layers_and_the_fallbacks() -> None:
+    from quantstudy.quant.layers.lt_matmul import lt_note
+
+    fc1, _ = _layers(Activation.GELU, out_scale=0.1)
+    fc2, _ = _layers()
+    fc2.res_act = Activation.RELU
+    model = nn.Sequential(fc1, fc2)
+    assert lt_note(model) == (
+        "cuBLASLt ran 1 layers' epilogues (GELU in its tanh form on 1: 0), the fused kernel 1: "
+        "1 (an activation (relu) after the residual sum)"
+    )
+    assert lt_note(nn.Sequential(nn.Linear(2, 2))) is None

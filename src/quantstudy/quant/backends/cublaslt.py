@@ -52,6 +52,13 @@ class CublasLtBackend(Backend):
         spec.refuse("LtFP8Matmul", "row_scales", "x_divisor")
         return LtFP8Matmul(layer, spec)
 
+    def output_note(self, model: nn.Module) -> str | None:
+        """Which layers cuBLASLt's epilogues ran and which GELU they computed, which fell back
+        to the fused kernel and why: the record's per-layer answer, in words."""
+        from quantstudy.quant.layers.lt_matmul import lt_note
+
+        return lt_note(model)
+
     def launch(self, product: Product) -> torch.Tensor:
         """One cuBLASLt product with its epilogue (`quantstudy::lt_linear`), what `bench
         products` times: per-channel scales as the alpha vector, the bias in fp16."""

@@ -51,6 +51,10 @@ class ChannelScale(StrEnum):
 
 GELU_EPILOGUES = frozenset({LtEpilogue.GELU_BIAS, LtEpilogue.GELU_AUX_BIAS})
 
+# How the backend's note in an engine's record begins (`FP8Layout.scaled_mm_output`, which
+# holds every backend's note): the report prints it whole.
+LT_NOTE_HEAD = "cuBLASLt ran"
+
 # The GELU each epilogue computes (the cuBLAS documentation of cublasLtEpilogue_t).
 GELU_FORM = "tanh"
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from quantstudy.quant.cublaslt.problem import GELU_FORM, LtEpilogue, epilogue_for
+from quantstudy.quant.cublaslt.problem import GELU_FORM, LT_NOTE_HEAD, LtEpilogue, epilogue_for
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.record.vocab import Activation
 
@@ -92,3 +92,20 @@ class LtFP8Matmul(FusedFP8Matmul):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, {self.lt_answer}"
+
+
+def lt_note(model: torch.nn.Module) -> str | None:
+    """ "cuBLASLt ran N layers' epilogues (GELU in its tanh form on k: names); the fused kernel
+    ran m: name (why), ...", or None for a model without cuBLASLt layers."""
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, LtFP8Matmul)]
+    if not layers:
+        return None
+    ran = [n for n, m in layers if m.lt_plan()[0] is not None]
+    tanh = [n for n, m in layers if m.gelu_form == GELU_FORM]
+    fell = [f"{n} ({m.lt_plan()[1]})" for n, m in layers if m.lt_plan()[0] is None]
+    note = f"{LT_NOTE_HEAD} {len(ran)} layers' epilogues"
+    if tanh:
+        note += f" (GELU in its {GELU_FORM} form on {len(tanh)}: {', '.join(tanh)})"
+    if fell:
+        note += f", the fused kernel {len(fell)}: {', '.join(fell)}"
+    return note
