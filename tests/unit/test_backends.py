@@ -98,7 +98,7 @@ def test_listing_the_backends_imports_no_torch():
 
 def test_another_backend_reaches_the_command_line_and_the_spec(fake):
     from quantstudy.cli import _parser
-    from quantstudy.record.inputs import StudyConfig
+    from quantstudy.record import StudyConfig
 
     run = _parser()._subparsers._group_actions[0].choices["run"]
     kernel = next(a for a in run._actions if a.dest == "fp8_kernel")
@@ -107,7 +107,9 @@ def test_another_backend_reaches_the_command_line_and_the_spec(fake):
     assert config.build_spec(switches={}).backend == "fake"
     backends.check_option("fake")
     backends.unregister("fake")
-    with pytest.raises(UserError, match="--fp8-kernel must be fused, cublaslt, scaled_mm or fastest, not"):
+    with pytest.raises(
+        UserError, match="--fp8-kernel must be fused, cublaslt, scaled_mm or fastest, not"
+    ):
         backends.check_option("fake")
     backends.register(fake)
 
@@ -149,11 +151,12 @@ def test_the_kernel_choice_times_and_picks_a_fourth_backend(fake, monkeypatch, t
     # backend, then the others in the registry's order), then the float layer
     times = {"quantize": 0.0, "fused": 10.0, "fake": 2.0, "scaled_mm": 9.0, "fp16": 100.0}
     order = iter(list(times.values()) * 2)
-    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: lambda fn: next(order))
     monkeypatch.setattr(kernel_choice, "cache_path", lambda: tmp_path / "choice.json")
     model, x, plan = _net_and_plan()
     spec = BuildSpec(kernel="fastest", choice=KernelChoice.timed([2]))
-    engine = build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=spec)
+    engine = build_fp8(
+        model, CPU, x, plan, dtype=torch.float32, spec=spec, timer=lambda fn: next(order)
+    )
     rows = engine.info().layout.kernel_choice
     assert [r.kernel for r in rows] == ["fake", "fake"]
     timed = {k: v for k, v in times.items() if k != "quantize"}

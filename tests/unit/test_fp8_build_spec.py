@@ -112,14 +112,14 @@ def test_two_specs_never_share_a_kernel_choice_timing(tmp_path, monkeypatch):
         timed.append("t")
         return 1.0
 
-    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: clock)
     monkeypatch.setattr(kernel_choice, "cache_path", lambda: tmp_path / "choice.json")
     monkeypatch.setattr(kernel_choice, "_versions", lambda device: "cpu")
     choice = KernelChoice.timed([2])
     counts, specs = [], [BuildSpec(kernel="fastest", choice=choice, promote=p) for p in (0, 128)]
     for spec in specs + specs:
         before = len(timed)
-        build_fp8(model, torch.device("cpu"), x[:1], plan, dtype=torch.float32, spec=spec)
+        cpu = torch.device("cpu")
+        build_fp8(model, cpu, x[:1], plan, dtype=torch.float32, spec=spec, timer=clock)
         counts.append(len(timed) - before)
     assert counts[0] > 0 and counts[1] > 0  # each spec timed its layers
     assert counts[2] == counts[3] == 0  # and read its own entries back

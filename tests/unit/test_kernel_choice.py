@@ -178,17 +178,14 @@ def _screen_timer(fc1_mm: float, fc2_mm: float):
     return lambda fn: next(times)
 
 
-def test_a_hand_off_is_given_up_where_both_its_layers_run_scaled_mm_faster(monkeypatch):
+def test_a_hand_off_is_given_up_where_both_its_layers_run_scaled_mm_faster():
     """fc1 hands its GELU output to fc2 in FP8 in the fused engine. Timed where no layer hands
     off, both run torch._scaled_mm faster: the engine gives the hand-off up, so each runs
     scaled_mm (fc1's GELU after it, fc2 quantizing its own input), says why, and computes what
     the fused engine computes; replayed, the recorded choice builds the same engine untimed."""
-    from quantstudy.engines import kernel_choice
-
     model, x, plan = _setup()
     fused = build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=BuildSpec(kernel="fused"))
     assert fused.info().layout.handoff == {"fc1": "fc2"}
-    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _screen_timer(4.0, 5.0))
     engine = build_fp8(
         model,
         CPU,
@@ -196,6 +193,7 @@ def test_a_hand_off_is_given_up_where_both_its_layers_run_scaled_mm_faster(monke
         plan,
         dtype=torch.float32,
         spec=BuildSpec(kernel="fastest", choice=KernelChoice.timed([4])),
+        timer=_screen_timer(4.0, 5.0),
     )
     layout = engine.info().layout
     assert layout.handoff == {}
@@ -213,7 +211,6 @@ def test_a_hand_off_is_given_up_where_both_its_layers_run_scaled_mm_faster(monke
     assert isinstance(m.fc1.act, nn.GELU) and isinstance(m.fc2, Unfused)
     with torch.no_grad():
         assert torch.allclose(m(x), fused.eager(x), rtol=1e-5, atol=1e-6)
-    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: lambda fn: 1 / 0)
     again = build_fp8(
         model,
         CPU,
@@ -221,6 +218,7 @@ def test_a_hand_off_is_given_up_where_both_its_layers_run_scaled_mm_faster(monke
         plan,
         dtype=torch.float32,
         spec=BuildSpec(kernel="fastest", choice=KernelChoice.replayed(layout.kernel_choice)),
+        timer=lambda fn: 1 / 0,
     )
     assert (
         again.info().layout.handoff == {}
@@ -229,13 +227,10 @@ def test_a_hand_off_is_given_up_where_both_its_layers_run_scaled_mm_faster(monke
     assert isinstance(again.eager.fc1, Unfused) and isinstance(again.eager.fc2, Unfused)
 
 
-def test_a_hand_off_stays_where_only_one_of_its_layers_runs_scaled_mm_faster(monkeypatch):
+def test_a_hand_off_stays_where_only_one_of_its_layers_runs_scaled_mm_faster():
     """fc1 is faster with scaled_mm, fc2 is not (inside the margin): the hand-off stays and
     both run fused, fc1 with why."""
-    from quantstudy.engines import kernel_choice
-
     model, x, plan = _setup()
-    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _screen_timer(4.0, 9.9))
     engine = build_fp8(
         model,
         CPU,
@@ -243,6 +238,7 @@ def test_a_hand_off_stays_where_only_one_of_its_layers_runs_scaled_mm_faster(mon
         plan,
         dtype=torch.float32,
         spec=BuildSpec(kernel="fastest", choice=KernelChoice.timed([4])),
+        timer=_screen_timer(4.0, 9.9),
     )
     layout = engine.info().layout
     assert layout.handoff == {"fc1": "fc2"}

@@ -2,13 +2,11 @@
 (`engines/step_aside.py`), on CPU with stand-in timers."""
 
 import types
-from unittest import mock
 
 import pytest
 import torch
 from torch import nn
 
-from quantstudy.engines import kernel_choice
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_half
 from quantstudy.engines.unfused import Unfused
 from quantstudy.quant.calibration.calibrate import calibrate
@@ -82,15 +80,9 @@ def _timer(table: dict[int, dict[str, tuple[float, float | None, float]]], layer
     return lambda fn: next(it)
 
 
-def _timed_by(timer):
-    """`kernel_choice.clock_for` standing in `timer` for the GPU's clock, on the CPU too."""
-    return mock.patch.object(kernel_choice, "clock_for", lambda device: timer)
-
-
 def _fastest(model, x, plan, table):
     spec = BuildSpec(kernel="fastest", choice=KernelChoice.timed(sorted(table)))
-    with _timed_by(_timer(table)):
-        return build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=spec)
+    return build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=spec, timer=_timer(table))
 
 
 def test_a_layer_steps_aside_only_where_fp16_wins_at_every_timed_batch():
@@ -156,11 +148,8 @@ def test_every_layer_stepped_aside_is_the_fp16_engine_bit_for_bit():
     model, x, plan = _setup(("stem", "k3", "k3b", "head"))
     table = {1: {"stem": (10.0, None, 1.0), "k3": (10.0, None, 1.0), "k3b": (10.0, None, 1.0),
                  "head": (10.0, 10.0, 1.0)}}  # fmt: skip
-    timer = _timer(table, plan.layers)
-    with _timed_by(timer):
-        engine = build_fp8(
-            model, CPU, x, plan, spec=BuildSpec(kernel="fastest", choice=KernelChoice.timed([1]))
-        )
+    spec = BuildSpec(kernel="fastest", choice=KernelChoice.timed([1]))
+    engine = build_fp8(model, CPU, x, plan, spec=spec, timer=_timer(table, plan.layers))
     assert engine.dtype == torch.bfloat16
     assert engine.info().layout.stepped_aside == plan.layers and engine.info().fp8_real == []
     half = build_half(model, CPU, x)
@@ -214,15 +203,10 @@ def test_a_conv_that_reads_a_hand_off_in_the_engine_may_still_step_aside():
     assert fused.info().layout.handoff == {"conv1": "conv2"}
     # per layer: the shared quantize, fused, scaled_mm (1x1 only), fp16
     times = iter([0.0, 10.0, 10.0, SLOW, 0.0, 10.0, 1.0])
-    with _timed_by(lambda fn: next(times)):
-        engine = build_fp8(
-            model,
-            CPU,
-            x,
-            plan,
-            dtype=torch.float32,
-            spec=BuildSpec(kernel="fastest", choice=KernelChoice.timed([1])),
-        )
+    spec = BuildSpec(kernel="fastest", choice=KernelChoice.timed([1]))
+    engine = build_fp8(
+        model, CPU, x, plan, dtype=torch.float32, spec=spec, timer=lambda fn: next(times)
+    )
     info = engine.info()
     assert info.layout.stepped_aside == ["conv2"] and info.fp8_real == ["conv1"]
     assert info.layout.handoff == {} and info.layout.epilogue == {"conv1": "relu"}
@@ -232,18 +216,18 @@ def test_a_conv_that_reads_a_hand_off_in_the_engine_may_still_step_aside():
         assert torch.equal(engine.eager(x), want(x))
 
 
-def test_the_emulations_leave_the_stepped_aside_layers_float(monkeypatch):
+def test_the_emulations_leave_the_stepped_aside_layers_float():
     """The study's emulations are built after its FP8 engine and take the layers it stepped
-    aside: each is the float32 layer of the deployed model, not a quantize-dequantize one, and
-    is counted as such; the others stay emulated."""
+    aside (here as a timed choice replayed): each is the float32 layer of the deployed model,
+    not a quantize-dequantize one, and is counted as such; the others stay emulated."""
     from quantstudy.study import engines as study_engines
 
     model, x, plan = _setup()
     table = {1: {"stem": (10.0, None, 1.0), "k3": (10.0, None, SLOW), "k3b": (10.0, None, SLOW),
                  "head": (10.0, 10.0, 1.0)}}  # fmt: skip
-    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _timer(table))
+    choice = _fastest(model, x, plan, table).info().layout.replay()
     config = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=[1])
-    spec = config.build_spec()
+    spec = config.build_spec(choice)
     builders = study_engines.study_builders(config, model, x, plan, True, CPU, spec)
     layout = builders["fp8"](FP8Layout()).info().layout
     assert layout.stepped_aside == ["stem", "head"]
@@ -264,8 +248,8 @@ def test_a_study_keys_the_outputs_of_its_fp8_engine_by_the_layers_kept_in_fp16(
 ):
     """The layers kept in fp16 are timed, not given by the study's inputs: a study resumed on
     another machine may keep others. So the stage cache that the FP8 engine and everything
-    built after it (its emulations, the held-out chunks) read and write is keyed by them too,
-    while the fp32 and fp16 engines keep the study's key."""
+    built after it (its emulations, the held-out chunks) read and write is keyed by them too
+    (here a timed choice, replayed), while the fp32 and fp16 engines keep the study's key."""
     from quantstudy.study import quality_stage
     from quantstudy.study.cache import StageCache
     from quantstudy.study.stage_timer import StageTimer
@@ -273,7 +257,7 @@ def test_a_study_keys_the_outputs_of_its_fp8_engine_by_the_layers_kept_in_fp16(
     model, x, plan = _setup()
     table = {1: {"stem": (10.0, None, 1.0), "k3": (10.0, None, SLOW), "k3b": (10.0, None, SLOW),
                  "head": (10.0, 10.0, 1.0)}}  # fmt: skip
-    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: _timer(table))
+    choice = _fastest(model, x, plan, table).info().layout.replay()
     monkeypatch.setattr(quality_stage, "stress_inputs", lambda pre: [("x", x[0])])
     config = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=[1], eval_batch=2)
     inputs = types.SimpleNamespace(
@@ -282,7 +266,7 @@ def test_a_study_keys_the_outputs_of_its_fp8_engine_by_the_layers_kept_in_fp16(
     )  # fmt: skip
     cache = StageCache.keyed(tmp_path, ["a study"])
     built = quality_stage.build_engines(
-        config, inputs, plan, cache, CPU, StageTimer(echo=None), config.build_spec()
+        config, inputs, plan, cache, CPU, StageTimer(echo=None), config.build_spec(choice)
     )
     assert built.cache == cache.refined(["head", "stem"]) != cache
     keys = {p.stem.split("-")[1]: p.stem.rsplit("-", 1)[1] for p in tmp_path.glob("stress-*")}
@@ -302,15 +286,8 @@ def test_a_recorded_choice_is_rebuilt_without_timing():
     }  # fmt: skip
     first = _fastest(model, x, plan, table)
     choice = first.info().layout.kernel_choice
-    with _timed_by(lambda fn: 1 / 0):
-        again = build_fp8(
-            model,
-            CPU,
-            x,
-            plan,
-            dtype=torch.float32,
-            spec=BuildSpec(kernel="fastest", choice=KernelChoice.replayed(choice)),
-        )
+    spec = BuildSpec(kernel="fastest", choice=KernelChoice.replayed(choice))
+    again = build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=spec, timer=lambda fn: 1 / 0)
     assert again.info().layout.kernel_choice == choice
     assert again.info().layout.stepped_aside == ["stem"]
     assert type(again.eager.head).__name__ == "Unfused"  # scaled_mm at both batches
@@ -343,7 +320,7 @@ def test_the_record_holds_the_stepped_aside_layers_and_old_records_still_read():
     assert EngineInfo.model_validate(old).layout.stepped_aside == []  # schema 16: no such field
 
 
-def test_a_study_rebuilt_from_its_record_replays_the_choice(monkeypatch):
+def test_a_study_rebuilt_from_its_record_replays_the_choice():
     """`quantstudy extend` hands the recorded choice to the study's builders: the FP8 engine
     is rebuilt from it without timing, and the emulations leave the same layers float."""
     from quantstudy.study import engines as study_engines
@@ -352,8 +329,6 @@ def test_a_study_rebuilt_from_its_record_replays_the_choice(monkeypatch):
     table = {1: {"stem": (10.0, None, SLOW), "k3": (10.0, None, SLOW), "k3b": (10.0, None, 1.0),
                  "head": (10.0, 10.0, SLOW)}}  # fmt: skip
     choice = _fastest(model, x, plan, table).info().layout.replay()
-
-    monkeypatch.setattr(kernel_choice, "clock_for", lambda device: lambda fn: 1 / 0)
     config = StudyConfig(model="m", data="d", fp8_kernel="fastest", batches=[1])
     spec = config.build_spec(choice)
     builders = study_engines.study_builders(config, model, x, plan, True, CPU, spec)

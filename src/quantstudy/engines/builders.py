@@ -26,6 +26,7 @@ from quantstudy.engines.kernel_choice import (
     scaled_mm_pairs,
     settled,
 )
+from quantstudy.engines.layer_timing import Timer
 from quantstudy.engines.size import weight_bytes
 from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant import backends
@@ -226,6 +227,7 @@ def build_fp8(
     compile_mode: str = "default",
     dtype: torch.dtype | None = None,
     spec: BuildSpec | None = None,
+    timer: Timer | None = None,
 ) -> BuiltEngine:
     """The FP8 engine: the fp16 engine with the plan's layers replaced by FP8 modules; its
     `layout` says how (`record/engines.py: FP8Layout`). `spec` (`record/build_spec.py`; default
@@ -246,7 +248,8 @@ def build_fp8(
     off by default, the second output costs the product its tile shape (docs/fp8-kernel.md). With
     `spec.pad_outputs` (default) a fused 1x1 conv whose output only a zero-padding conv reads
     writes it padded, and that conv pads no more (`quant/rewrites/pad_handoff.py`); False keeps
-    the pad a pass (benchmarks run both).
+    the pad a pass (benchmarks run both). `timer` times the layers of a timed choice
+    (`kernel_choice.choose_kernels`: None, on CUDA its interleaved rounds).
     """
     dtype = dtype or half_dtype(device)
     spec = spec or BuildSpec()
@@ -258,7 +261,7 @@ def build_fp8(
     if chosen is None:
         fp8 = parts.assemble()
     else:  # the fp16 engine's layers, for those kept in fp16
-        fp8, rows = _assemble_chosen(parts, chosen, deployed_copy(model, example, fold))
+        fp8, rows = _assemble_chosen(parts, chosen, deployed_copy(model, example, fold), timer)
     aside = set(stepped_aside(rows or []))
     m = fp8.model
     real = [n for n in fp8.applied.real if n not in aside]
@@ -294,7 +297,7 @@ def output_notes(model: nn.Module) -> str | None:
 
 
 def _assemble_chosen(
-    parts: FP8Assembler, choice: KernelChoice, plain: nn.Module
+    parts: FP8Assembler, choice: KernelChoice, plain: nn.Module, timer: Timer | None
 ) -> tuple[FP8Assembly, list[LayerKernel]]:
     """The fused engine with `choice` applied, and the choice as it runs there. A timed choice
     is timed where no layer hands off, so any may step aside (`engines/fp8_assembly.py`); the
@@ -305,8 +308,8 @@ def _assemble_chosen(
     else:
         screen = p.assemble(handoffs=False).model
         rows = choose_kernels(
-            screen, p.source, p.plan, p.dtype, p.example, p.device, choice.batches, plain=plain,
-            spec=p.spec,
+            screen, p.source, p.plan, p.dtype, p.example, p.device, choice.batches,
+            timer=timer, plain=plain, spec=p.spec,
         )  # fmt: skip
     aside = set(stepped_aside(rows))
     fp8 = p.assemble(aside=aside)

@@ -69,12 +69,6 @@ def _versions(device: torch.device) -> str:
     )
 
 
-def clock_for(device: torch.device) -> Timer | None:
-    """A stand-in clock for the layers' sides on `device` (tests stand one in here); None: on
-    CUDA the interleaved rounds of `layer_timing.time_layer`, elsewhere nothing is timed."""
-    return None
-
-
 def nearest_batch(batch: int, timed: Sequence[int]) -> int:
     """The timed batch closest to `batch` by ratio (the larger on a tie)."""
     return min(sorted(timed, reverse=True), key=lambda t: abs(math.log(batch / t)))
@@ -247,18 +241,18 @@ def choose_kernels(
     channels-last) at each of `batches` (the module docstring), swap in place the layers another
     kernel wins, and return the choice per FP8 layer and timed batch. `plain` is the float32
     model the fp16 engine is built from (default `source`, the same where the plan corrects or
-    fits no bias). `timer`: a callable's time in us, default `clock_for(device)`; off CUDA that
-    is None: nothing is timed and every layer stays fused. `spec`: the engine's build spec
-    (default `BuildSpec()`), which every candidate is built with and the cache keys on."""
+    fits no bias). `timer`: a callable's time in us (a stand-in clock); None: on CUDA the
+    interleaved rounds of `layer_timing.time_layer`, elsewhere nothing is timed and every layer
+    stays fused. `spec`: the engine's build spec (default `BuildSpec()`), which every candidate
+    is built with and the cache keys on."""
     batches = sorted({batches} if isinstance(batches, int) else set(batches))
     fused = {n: m for n, m in model.named_modules() if isinstance(m, FUSED_LAYERS)}
     real = [n for n in plan.layers if isinstance(model.get_submodule(n), FUSED_LAYERS)]
-    clock = timer or clock_for(device)
-    if clock is None and device.type != "cuda":
+    if timer is None and device.type != "cuda":
         return [LayerKernel(name=n, kernel=DEFAULT_BACKEND, why="not timed off CUDA") for n in real]
     plain = plain if plain is not None else source
     options = Candidates(model, source, plain, plan, dtype, device, spec or BuildSpec())
-    timed = _time_layers(options, fused, example, batches, cache or cache_path(), clock)
+    timed = _time_layers(options, fused, example, batches, cache or cache_path(), timer)
     choice = []
     for name in real:
         if name in timed:
