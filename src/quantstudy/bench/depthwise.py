@@ -3,7 +3,8 @@ Triton kernel of `quant/kernels/depthwise.py` reading and writing fp16 or FP8.
 
 FP8 storage around the depthwise convs saves bytes only if a depthwise kernel that reads FP8 runs
 about as fast as cuDNN's fp16 one on the same map (docs/fp8-kernel.md). For every unique
-depthwise conv (`shapes.py`; random weights) at one batch, timed from CUDA-graph replays:
+depthwise conv (`shapes.py`; random weights) at one batch, timed by the kernel timer
+(`gpu/timer.py`: the mean of CUDA-graph replays, 20 ms of calls each, after one eager call):
 
 - "cudnn fp16": the conv module in fp16 on a channels-last input, as the fp16 engine runs it;
 - "triton fp16": the Triton kernel on the same input, fp16 out;
@@ -20,15 +21,16 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from quantstudy.bench.gemm import time_us
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import DepthwiseBench, DepthwiseRow, write_unfinished
 from quantstudy.bench.shapes import DepthwiseConv, depthwise_convs, roofline_bandwidth
+from quantstudy.gpu.timer import time_us
 from quantstudy.record.vocab import Activation
 
 # variant -> (input bytes, output bytes) per element
@@ -122,7 +124,7 @@ def time_conv(row: DepthwiseConv) -> dict[str, Any]:
         "triton fp8 in": (x8, x_scale, None, torch.float16),
         "triton fp8 in/out": (x8, x_scale, out_scale, torch.float8_e4m3fn),
     }
-    us = {"cudnn fp16": time_us(lambda: conv(x16))}
+    us = {"cudnn fp16": _us(lambda: conv(x16))}
     best_tile: dict[str, list[int]] = {}
     errors: dict[str, float] = {}
     for label, (x, xs, os_, dtype) in variants.items():
@@ -134,9 +136,14 @@ def time_conv(row: DepthwiseConv) -> dict[str, Any]:
                 x, taps, (kh, kw), bias, s, pad, hw, Activation.NONE, xs, os_, dtype, tile
             )
 
-        times = {tile: time_us(functools.partial(call, tile)) for tile in TILES}
+        times = {tile: _us(functools.partial(call, tile)) for tile in TILES}
         tile = min(times, key=lambda t: times[t])
         us[label], best_tile[label] = times[tile], list(tile)
         y = call(tile).float() * (os_ if os_ is not None else 1.0)
         errors[label] = float(((y - ref).abs() / (ref.abs() + 1)).max())
     return {"us": us, "best_tile": best_tile, "max_rel_error": errors}
+
+
+def _us(fn: Callable[[], object]) -> float:
+    """One variant's time per call (the module docstring)."""
+    return time_us(fn, rep=20, stat="mean", eager=True)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from quantstudy.gpu.timer import time_us
 from quantstudy.quant.cublaslt.library import LtError, unavailable, version
 from quantstudy.quant.cublaslt.matmul import LtMatmul
 from quantstudy.quant.cublaslt.problem import (
@@ -64,13 +65,10 @@ CASES = [(*case, ChannelScale.NONE) for case in PER_TENSOR] + PER_CHANNEL
 E4M3 = torch.float8_e4m3fn
 
 
-def time_us(fn: Any, rep: int = 20) -> float:
-    """Median of CUDA-graph replays, after one eager call (heuristics, lazy loads)."""
-    from triton.testing import do_bench_cudagraph
-
-    fn()
-    torch.cuda.synchronize()
-    return float(do_bench_cudagraph(fn, rep=rep, return_mode="median")) * 1e3
+def probe_us(fn: Any, rep: int = 20) -> float:
+    """The kernel timer (`gpu/timer.py`) as this probe reads it: the median of CUDA-graph
+    replays of `rep` ms of calls, after one eager call (heuristics, lazy loads)."""
+    return time_us(fn, rep=rep, stat="median", eager=True)
 
 
 def quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,9 +171,9 @@ def run_case(ops: dict[str, torch.Tensor], m: int, n: int, k: int, case: Case) -
             w8, w_scale = ops["w8c"], ops["swc"]
         mm.bind(w_scale, ops["sx"], ops["bias"], ops["d_scale"], aux)
         c = ops["res"] if epi is LtEpilogue.BIAS_RESIDUAL else None
-        times = mm.choose(lambda fn: time_us(fn, rep=5), w8, ops["x8"], d, c)
+        times = mm.choose(lambda fn: probe_us(fn, rep=5), w8, ops["x8"], d, c)
         row["candidates_us"] = [round(t, 2) for t in times]
-        row["us"] = round(time_us(lambda: mm.launch(w8, ops["x8"], d, c)), 2)
+        row["us"] = round(probe_us(lambda: mm.launch(w8, ops["x8"], d, c)), 2)
         mm.launch(w8, ops["x8"], d, c)
         torch.cuda.synchronize()
         row["status"] = "ok"
@@ -196,7 +194,7 @@ def peers(ops: dict[str, torch.Tensor], m: int, n: int, k: int) -> dict[str, flo
     w8t = ops["w8"].T
     return {
         "scaled_mm_bias_us": round(
-            time_us(
+            probe_us(
                 lambda: torch._scaled_mm(
                     ops["x8"],
                     w8t,
@@ -209,7 +207,7 @@ def peers(ops: dict[str, torch.Tensor], m: int, n: int, k: int) -> dict[str, flo
             ),
             2,
         ),
-        "fp16_linear_bias_us": round(time_us(lambda: F.linear(x16, w16, ops["bias"])), 2),
+        "fp16_linear_bias_us": round(probe_us(lambda: F.linear(x16, w16, ops["bias"])), 2),
     }
 
 

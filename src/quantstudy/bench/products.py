@@ -3,7 +3,8 @@ every way it can run, beside cuBLASLt and cuBLAS: the yardstick of every kernel 
 
 A product is a linear or 1x1 conv as M x K x N (`shapes.fp8_products`) or a kxk conv as its
 implicit GEMM (`shapes.kxk_products`), deduplicated across the models and kept per batch. Each is
-timed from CUDA-graph replays (`gemm.time_us`) with random N(0, 1) operands and a bias, fp16 out:
+timed by the kernel timer (`gpu/timer.py`: the mean of CUDA-graph replays, `REP_MS` of calls
+each, after one eager call) with random N(0, 1) operands and a bias, fp16 out:
 
 - "fp16 cuBLAS" (a linear's matmul) or "fp16 cuDNN" (a kxk conv, channels-last): the fp16 engine;
 - "cuBLASLt" and "cuBLASLt fast-accum": `torch._scaled_mm` with per-tensor scales and the bias,
@@ -18,10 +19,9 @@ timed from CUDA-graph replays (`gemm.time_us`) with random N(0, 1) operands and 
   "ours fast-accum") the same with the other sums (`product_row.OTHER_SUMS`); "ours fp16-rounds",
   "ours with-gelu", "ours fp8-out" and "ours with-gelu fp8-out" with the engine's epilogues
   part by part (a transformer's fc1 has all: GELU, then the next layer's FP8 input written);
-- "ours persistent ..." (matmuls): each tile of `tiles.PERSISTENT_TILES`, fixed, with and
-  without warp specialization ("ws"); with `other_sums`, also with the other sums; left out with
-  `persistent` False;
-- with `sweep`: every tile of `tiles.TILES` on every I/O path (`gemm.launch_variants`).
+- "ours persistent ..." (matmuls): each tile of `tiles.PERSISTENT_TILES`, fixed; with
+  `other_sums`, also with the other sums; left out with `persistent` False;
+- with `sweep`: every tile of `tiles.TILES` on every I/O path (`tile_sweep.sweep_launches`).
 
 TFLOP/s is 2MNK over the time; the fraction of peak is against the GPU's dense FP8 rate for FP8
 variants and its fp16 rate for fp16 ones (`speed.ideal.PEAKS`). Every one of our variants is
@@ -34,14 +34,12 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import product
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from quantstudy.bench.gemm import time_us
 from quantstudy.bench.product_row import (
     CUBLASLT,
     CUBLASLT_FAST,
@@ -53,6 +51,7 @@ from quantstudy.bench.product_row import (
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import ProductsBench, read_record, write_record
 from quantstudy.bench.shapes import ConvProduct, Product, fp8_products, kxk_products
+from quantstudy.gpu.timer import time_us
 from quantstudy.quant.formats.fp8 import to_fp8
 from quantstudy.quant.layers.fused_matmul import act_reference
 from quantstudy.record.build_spec import PROMOTE, BuildSpec
@@ -60,6 +59,7 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Activation, Epilogue
 from quantstudy.study.model_list import ModelEntry
 
+REP_MS = 20  # milliseconds of calls per replayed graph (`gpu/timer.py`)
 TIMED = (
     "us per call, mean of CUDA-graph replays (triton.testing.do_bench_cudagraph, rep 20 ms) after "
     "one eager call; random N(0,1) operands, bias, fp16 out; no input quantize"
@@ -207,7 +207,7 @@ def _timed(row: ProductRow, variants: Variants, spec: BuildSpec) -> ProductRow:
             if label.startswith("ours") and not any(e[0] in label for e in EPILOGUES):
                 y = torch.as_tensor(call()).float().reshape(ref.shape)
                 errors[label] = float(((y - ref).abs() / (ref.abs() + 1)).max())
-            us[label] = time_us(call)
+            us[label] = time_us(call, rep=REP_MS, stat="mean", eager=True)
             if label.startswith("ours") and len(TUNE_LOG) > tuned:  # the autotuner chose
                 tiles[label] = TUNE_LOG[-1]["tile"]
         except (OutOfResources, CompilationError, RuntimeError, ValueError) as exc:
@@ -289,16 +289,16 @@ def _calls(
             name = f"{bm}x{bn}x{bk} w{warps} s{stages}" + (" sub" if sub else "")
             tile = (bm, bn, bk, warps, stages)
             promotes = (engine, other) if variants.other_sums else (engine,)
-            for promote, ws in product(promotes, (False, True)):
-                label = f"ours persistent {name}" + (" ws" if ws else "")
+            for promote in promotes:
+                label = f"ours persistent {name}"
                 calls[label + ("" if promote == engine else f" {OTHER_SUMS[other]}")] = ours(
                     tile=tile, loads="tma", store="tma", persistent=True, subtile=sub,
-                    promote=promote, warp_spec=ws,
+                    promote=promote,
                 )  # fmt: skip
         if variants.sweep:
-            from quantstudy.bench.gemm import launch_variants
+            from quantstudy.bench.tile_sweep import sweep_launches
 
-            for label, cfg, loads, store, per_sm, _ in launch_variants(a8, w8, True)[3:]:
+            for label, cfg, loads, store, per_sm in sweep_launches(a8, w8):
                 calls[f"ours {label}"] = ours(tile=cfg, loads=loads, store=store, stream=per_sm)
         ref = (a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias
     calls.update(_cublaslt(a16, w16, bias, fast=engine == 0))

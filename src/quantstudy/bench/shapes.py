@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from quantstudy.gpu.timer import time_ms
 from quantstudy.model.loading import load_model
 from quantstudy.model.preprocess import resolve_preprocessing
 from quantstudy.quant.graph.trace import input_shapes
@@ -37,13 +38,11 @@ def roofline_bandwidth(device: torch.device) -> float:
 
 
 def copy_bandwidth(device: torch.device) -> float:
-    """Bytes read and written per second by a copy of `COPY_BYTES` on `device`, timed from
-    CUDA-graph replays."""
-    from triton.testing import do_bench_cudagraph
-
+    """Bytes read and written per second by a copy of `COPY_BYTES` on `device`, timed by the
+    kernel timer (`gpu/timer.py`: the mean of CUDA-graph replays of about 50 ms of copies)."""
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    ms = float(do_bench_cudagraph(lambda: dst.copy_(src), rep=50))
+    ms = time_ms(lambda: dst.copy_(src), rep=50, stat="mean")
     return 2 * COPY_BYTES / (ms * 1e-3)
 
 

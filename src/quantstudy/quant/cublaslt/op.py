@@ -12,8 +12,11 @@ inside a capture takes the heuristic's first kernel.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
+from quantstudy.gpu.timer import time_us
 from quantstudy.quant.cublaslt.matmul import LtMatmul
 from quantstudy.quant.cublaslt.problem import ChannelScale, LtEpilogue, LtOut, Problem
 
@@ -45,10 +48,9 @@ def problem_of(
     )
 
 
-def _time_us(fn: object) -> float:
-    from triton.testing import do_bench_cudagraph
-
-    return float(do_bench_cudagraph(fn, rep=5, return_mode="median")) * 1e3
+def _time_us(fn: Callable[[], object]) -> float:
+    """A candidate algorithm's time, as the autotuner times a config (`gpu/timer.py`)."""
+    return time_us(fn, rep=5, stat="median")
 
 
 def matmul_for(problem: Problem, device: torch.device) -> LtMatmul:

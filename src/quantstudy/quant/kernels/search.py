@@ -4,7 +4,7 @@ few fastest timed at full length, and the fastest of those kept.
 Timing is most of what a cold tune holds the GPU for, and in a zoo run on one GPU the studies
 queue for it (`gpu/timing_lock.py`): resnet50 alone tuned 26 product launches with 666
 configs on the H100, 16.8 s of timing (docs/fp8-kernel.md, "What a cold tune costs"). A full
-timing (`tiles.bench_config`) captures about 5 ms of launches in a graph and replays it ten
+timing (`gpu/timer.py`, `FULL_MS`) captures about 5 ms of launches in a graph and replays it ten
 times; ranking two dozen configs that differ by tens of percent needs far less. So every config
 is first timed from a graph of about `SCREEN_MS` of launches, and only the `FINALISTS` fastest
 are timed as before: the choice among close configs is made at full precision, and a config the
@@ -21,16 +21,18 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import triton
-
 from quantstudy.env.switches import TUNE_SCREEN
-from quantstudy.quant.kernels.tiles import Config, bench_config
+from quantstudy.gpu.timer import time_ms
+from quantstudy.quant.kernels.tiles import Config
 from quantstudy.record.errors import UserError
 
 # How many screened configs are timed at full length.
 FINALISTS = 3
-# Milliseconds of launches in a screening graph (a full timing's hold 5, `tiles.bench_config`).
+# Milliseconds of launches in a screening graph, and in a full timing's (`gpu/timer.py: rep`):
+# short, since a cold tune times a few dozen configs per product, each graph captured from
+# Python one launch at a time.
 SCREEN_MS = 1
+FULL_MS = 5
 
 Call = Callable[[], object]  # one launch of a config, arguments bound
 Timer = Callable[[Call], float]  # its time per launch, in ms
@@ -38,12 +40,12 @@ Timer = Callable[[Call], float]  # its time per launch, in ms
 
 def screen_time(fn: Call) -> float:
     """A config's median time from a graph of about `SCREEN_MS` of launches."""
-    return float(triton.testing.do_bench_cudagraph(fn, rep=SCREEN_MS, return_mode="median"))
+    return time_ms(fn, rep=SCREEN_MS, stat="median")
 
 
 def full_time(fn: Call) -> float:
-    """A config's median time as a full timing measures it (`tiles.bench_config`)."""
-    return float(bench_config(fn, quantiles=(0.5,)))
+    """A config's median time from a graph of about `FULL_MS` of launches."""
+    return time_ms(fn, rep=FULL_MS, stat="median")
 
 
 def screening() -> bool:

@@ -1,9 +1,10 @@
-"""The fused FP8 product's tile tables, and how the autotuner prunes and times them.
+"""The fused FP8 product's tile tables, and how the autotuner prunes and ranks them (it times
+them in `search.py`, with the kernel timer `gpu/timer.py`).
 
 Which tiles the autotuner may try per I/O path, and which of those fit a given product, are
 decisions about search cost as much as speed; keeping them apart from the kernel keeps the
-kernel's arithmetic readable and lets the convolution kernels share the timing rule and the
-bound on how many tiles a launch tries (`bounded`). Why each table holds what it does is in
+kernel's arithmetic readable and lets the convolution kernels share the bound on how many tiles
+a launch tries (`bounded`). Why each table holds what it does is in
 docs/fp8-kernel.md.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import triton
@@ -256,15 +257,6 @@ def config_words(c: Config) -> str:
 def block_volume(c: Config) -> int:
     """The product of a tile's block sizes: the smallest tile is the fallback where none fits."""
     return math.prod(int(v) for k, v in c.kwargs.items() if k.startswith("BLOCK_"))
-
-
-def bench_config(fn: Callable[[], object], quantiles: Sequence[float] | None = None) -> Any:
-    """Time a config as the engines run it: replayed from a CUDA graph. Timed from the host
-    (triton's default), a product of a few microseconds measures its launch, and descriptor
-    configs, whose launch encodes the tensor maps, lose to slower pointer tiles
-    (docs/fp8-kernel.md). Each graph holds about `rep` ms of launches, captured from Python one
-    launch at a time: a short `rep` keeps a search over a few dozen configs quick per product."""
-    return triton.testing.do_bench_cudagraph(fn, rep=5, quantiles=quantiles)
 
 
 def set_block_shapes(nargs: dict[str, Any]) -> None:
