@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from quantstudy.record.base import Section
 from quantstudy.record.vocab import Baseline, CompileMode, Engine
 
 
-class _PolicyPart(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SpeedPolicy(_PolicyPart):
+class SpeedPolicy(Section):
     min_speedup: float = Field(1.05, ge=1.0, le=100.0)
     batches: list[int] | None = None
     compile_mode: CompileMode | None = None
@@ -37,7 +34,7 @@ class SpeedPolicy(_PolicyPart):
         return v
 
 
-class Top1Policy(_PolicyPart):
+class Top1Policy(Section):
     baseline: Baseline = Baseline.FP16
     margin_points: float = Field(0.5, le=100.0)
     require_labels: bool = False
@@ -58,17 +55,17 @@ class Top1Policy(_PolicyPart):
         return -self.margin_points / 100.0
 
 
-class AgreementPolicy(_PolicyPart):
+class AgreementPolicy(Section):
     baseline: Baseline = Baseline.FP32
     min: float = Field(0.97, gt=0.0, le=1.0)
 
 
-class KlPolicy(_PolicyPart):
+class KlPolicy(Section):
     baseline: Baseline = Baseline.FP32
     max: float = Field(0.02, ge=0.0)
 
 
-class QualityPolicy(_PolicyPart):
+class QualityPolicy(Section):
     top1: Top1Policy = Top1Policy()
     agreement: AgreementPolicy = AgreementPolicy()
     kl_mean: KlPolicy = KlPolicy()
@@ -82,7 +79,7 @@ class QualityPolicy(_PolicyPart):
         return self.kl_mean.max
 
 
-class Policy(_PolicyPart):
+class Policy(Section):
     """A decision policy; the defaults are the built-in `default` preset's."""
 
     version: Literal[2] = 2

@@ -47,8 +47,6 @@ from typing import Literal
 import yaml
 from pydantic import (
     AliasChoices,
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
@@ -59,6 +57,7 @@ from pydantic import (
 
 from quantstudy.recipe.selectors import Selector
 from quantstudy.recipe.yaml_lines import compose_yaml, explain, key_lines, line_for, loc_path
+from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import decode_utf8
 from quantstudy.record.vocab import (
@@ -110,11 +109,7 @@ CALIBRATORS: dict[str, dict[str, CalibParam]] = {
 }
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class WeightSpec(Strict):
+class WeightSpec(Section):
     """Weight scales: per output channel or per tensor, amax / 448 of the (BN-folded) kernel.
 
     `bias_correction`: fold the expected output shift of FP8 weight rounding, (Wq - W) . E[x]
@@ -182,7 +177,7 @@ class WeightSpec(Strict):
 CalibratorName = Calibrator
 
 
-class ActivationSpec(Strict):
+class ActivationSpec(Section):
     """Activation scales; one shared quantizer per tensor.
 
     `granularity`: `per_tensor`, one static scale per tensor from a calibrator; `per_row`, one
@@ -247,7 +242,7 @@ class ActivationSpec(Strict):
         return {key: float(params.get(key, p.default)) for key, p in spec.items()}
 
 
-class Rule(Strict):
+class Rule(Section):
     """One ordered rule: `include` or `exclude` the layers its selector matches, and why."""
 
     include: Selector | None = None
@@ -274,7 +269,7 @@ class Rule(Strict):
         return selector
 
 
-class Recipe(Strict):
+class Recipe(Section):
     """A validated recipe. Built from a file by `parse_recipe`, which also keeps its sha256 and
     the line of every key, so later errors (a pattern matching no layer) can name the line."""
 

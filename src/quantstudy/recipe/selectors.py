@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
+
+from quantstudy.record.base import Section
 
 Op = Literal["conv2d", "linear"]
 GroupKind = Literal["dense", "depthwise", "grouped"]
@@ -97,15 +99,13 @@ Pair = Annotated[tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]]
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
-class Selector(BaseModel):
+class Selector(Section):
     """Conditions on one layer; every key given must hold. An empty selector matches every layer.
 
     Name patterns (`name_glob`, `name_regex`, `stage`) and `module_class` must each match some
     candidate layer of the model: a pattern that matches nothing is a typo, reported as an error.
     Input-size selectors never match a layer the example pass did not run (`input_hw` None).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     op: Ops | None = None
     kernel: Pair | None = None  # 1 means 1x1; [3, 1] means 3x1

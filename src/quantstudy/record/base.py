@@ -93,6 +93,7 @@ OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 
 class Section(BaseModel):
-    """Base of every record section: immutable, unknown keys rejected."""
+    """Base of every record section, and of every other strict model the package reads or writes
+    (recipes, policies, model lists, sweep and zoo rows): immutable, unknown keys rejected."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.family import family_of
 from quantstudy.recipe.yaml_lines import Loc, compose_yaml, key_lines
+from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import decode_utf8, not_a_file, read_bytes
 
@@ -44,10 +45,8 @@ OLD_LIST_KEY = "rows"  # a peers rows file's
 WEIGHT_WORDS = ("random", "cache")  # `--weights` values that name no file
 
 
-class ModelEntry(BaseModel):
+class ModelEntry(Section):
     """One model of a list and the study options that are its own (None: the command's)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1)  # timm name, optionally with pretrained tag
     weights: str | None = Field(None, min_length=1)
@@ -98,9 +97,7 @@ class _Entry(ModelEntry):
         return [ModelEntry(**fields | {"recipe": r}) for r in dict.fromkeys(self.recipes)]
 
 
-class _Listed(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class _Listed(Section):
     models: list[_Entry] = Field(min_length=1)
 
 

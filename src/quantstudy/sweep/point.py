@@ -25,8 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
+from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic, write_text_atomic
 from quantstudy.record.load import RECORD_FILE, load_record
@@ -43,10 +44,8 @@ ERROR_PREFIX = "quantstudy: error: "  # how the CLI prints a user mistake (cli.p
 Status = Literal["running", "complete", "failed", "interrupted"]
 
 
-class PointStatus(BaseModel):
+class PointStatus(Section):
     """`point.json`: one grid point's settings and the outcome of its last attempt."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     folder: str  # name of the point's folder inside the sweep's --out
     settings: GridPoint

@@ -12,20 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
-
 from quantstudy.record import StudyRecord
+from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.record.vocab import Engine, Outcome, RowStatus
 from quantstudy.sweep.point import read_status
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class StudyRow(Strict):
+class StudyRow(Section):
     """What every row says of its study: where it is, how it went, the headline figures."""
 
     folder: str  # the study's folder inside --out

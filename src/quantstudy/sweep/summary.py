@@ -13,15 +13,16 @@ from typing import Any
 from pydantic import Field
 
 from quantstudy.record import BatchSpeed, StudyRecord
+from quantstudy.record.base import Section
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.vocab import Engine, Outcome
 from quantstudy.report.claims import XClaim
 from quantstudy.speed.stats import relative_spread
 from quantstudy.sweep.events import Job
-from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
+from quantstudy.sweep.row import StudyRow, fp8_quality, read_row
 
 
-class BatchX(Strict):
+class BatchX(Section):
     """x = fp16 ms / FP8 ms at one batch: median and quartiles over the timing rounds, and what
     a table needs to mark it (`report/claims.py`); None: a sweep.json written before they were
     kept, whose x is still marked from its own interval."""
@@ -65,7 +66,7 @@ class SweepRow(StudyRow):
         return max(self.x, key=lambda b: b.batch) if self.x else None
 
 
-class ModelBest(Strict):
+class ModelBest(Section):
     model: str
     folder: str | None  # None: no study of this model ships
     recipe: str | None = None
@@ -73,7 +74,7 @@ class ModelBest(Strict):
     why: str
 
 
-class SweepSummary(Strict):
+class SweepSummary(Section):
     sweep_file: str
     executor: str
     device: str

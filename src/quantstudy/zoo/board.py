@@ -14,12 +14,13 @@ from pydantic import Field
 
 from quantstudy.env.switches import switches_said
 from quantstudy.record import StudyRecord
+from quantstudy.record.base import Section
 from quantstudy.record.timings import CHOSEN_SINCE, HELD_SINCE, SPENT_SINCE, TileChoices
 from quantstudy.record.vocab import Engine, RowStatus
 from quantstudy.report.claims import XClaim
 from quantstudy.speed.stats import relative_spread
 from quantstudy.study.sources import HASHED_BY, SourcesHash
-from quantstudy.sweep.row import Strict, StudyRow, fp8_quality, read_row
+from quantstudy.sweep.row import StudyRow, fp8_quality, read_row
 from quantstudy.zoo.catalogue import ZooEntry
 
 # 2: rows carry where and with which sources they were measured.
@@ -41,7 +42,7 @@ from quantstudy.zoo.catalogue import ZooEntry
 LEADERBOARD_VERSION = 8
 
 
-class ZooBatch(Strict):
+class ZooBatch(Section):
     """fp16 against FP8 at one batch size: medians over the timing rounds, the quartiles of x,
     and the tool's roofline for the FP8 engine (`speed/ideal.py`)."""
 
@@ -74,7 +75,7 @@ class ZooBatch(Strict):
         )
 
 
-class Measured(Strict):
+class Measured(Section):
     """Where a row was measured: what decides whether a later run may keep it (`zoo/rows.py`)."""
 
     commit: str | None  # the git commit the study ran at
@@ -119,7 +120,7 @@ class ZooRow(StudyRow):
         return next((b for b in self.batches if b.batch == batch), None)
 
 
-class Throughput(Strict):
+class Throughput(Section):
     """What one `quantstudy zoo` run measured and how fast: rows it measured (answers of the
     shard, not those kept from committed rows or finished before), its studies' wall time from
     the first start to the last end, and the studies it ran at a time."""
@@ -211,7 +212,7 @@ def summed(runs: list[Throughput]) -> Throughput | None:
     )
 
 
-class Provenance(Strict):
+class Provenance(Section):
     command: list[str]
     created_utc: str
     models_file: str
@@ -234,7 +235,7 @@ class Provenance(Strict):
         return [*self.earlier, *([self.throughput] if self.throughput is not None else [])]
 
 
-class Leaderboard(Strict):
+class Leaderboard(Section):
     version: int = LEADERBOARD_VERSION
     provenance: Provenance
     batches: list[int]
