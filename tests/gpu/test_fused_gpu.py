@@ -197,7 +197,7 @@ def test_fused_and_unfused_layers_summing_fast_stay_within_the_accumulators_boun
 )
 @pytest.mark.parametrize("k", [96, 256, 1024])
 def test_promotion_interval_that_reproduces_scaled_mm(k):
-    """Which promotion interval (`gemm_kernel.mma_step`) writes torch._scaled_mm's numbers (row-wise
+    """Which promotion interval (`mma.mma_step`) writes torch._scaled_mm's numbers (row-wise
     scales, fp16 out, bias in its epilogue, use_fast_accum=False): printed for every interval
     and tile depth, asserted for the default."""
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton

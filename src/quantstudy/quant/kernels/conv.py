@@ -11,7 +11,7 @@ pixels straight from the channels-last FP8 map (pixels outside it read zero, whi
 zero padding). The epilogue is the fused product's (`gemm_kernel._finish`): per-output-channel
 weight scale x the per-tensor input scale, folded-BN bias, activation, one write of the
 channels-last output in the engine's dtype or as the next layer's FP8 input. Sums move to
-float32 every PROMOTE products (`gemm_kernel.mma_step`), as in the fused 1x1 product.
+float32 every PROMOTE products (`mma.mma_step`), as in the fused 1x1 product.
 
 The kernel's name says "conv2d" and "fp8", so the profiler's grouping (`speed/kernels.py`)
 counts it as an FP8 matrix product.
@@ -37,7 +37,7 @@ from quantstudy.quant.kernels.epilogue import (
     loop_bound,
     rounded,
 )
-from quantstudy.quant.kernels.gemm_kernel import grouped_tile, mma_step
+from quantstudy.quant.kernels.mma import grouped_tile, mma_step
 from quantstudy.quant.kernels.tiles import Config, bounded
 from quantstudy.record.build_spec import PROMOTE
 

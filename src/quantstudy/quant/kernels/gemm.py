@@ -194,18 +194,65 @@ def fp8_gemm_triton(
     tensors = (xq, w8, out, *(t for t in (residual, pair) if t is not None))
     key = launches.launch_key("fp8_gemm", {"M": m, "N": n, "K": k}, meta, tensors)
     tile, stream = _replayed(key, tile, stream)
-    default = "tma" if tile is None and launches.descriptors_allowed() else "pointer"
-    use_loads = (loads or default) == "tma" and tma_ok(xq) and tma_ok(w8) and not quant_a
-    use_store = (store or default) == "tma" and not mapped and tma_ok(out)
-    if (loads == "tma" and not use_loads) or (store == "tma" and not use_store):
-        raise ValueError("tensor descriptors need 16-byte aligned rows on a Hopper GPU")
-
+    use_loads, use_store = _io_paths(xq, w8, out, tile is None, loads, store)
     descs = {
         "a_desc": _descriptor(xq, use_loads),
         "b_desc": _descriptor(w8, use_loads),
         "c_desc": _descriptor(out, use_store),
     }
-    args = (
+    args = _kernel_args(
+        xq, w8, out, target, origin, descs, (w_scale, x_scale, bias, out_scale),
+        (residual, pair, x_inv_divisor), (use_loads, use_store),
+    )  # fmt: skip
+    grid = functools.partial(_grid, m, n, xq.device)
+    if tile is None:
+        launches.note(key, launches.Tile.of(tuned_launch(FP8_GEMM, grid, args, meta)))
+        return out
+    loop = {"PERSISTENT": persistent, "SUBTILE": subtile, "WARP_SPEC": warp_spec}
+    _fixed_launch(grid, args, descs, meta | loop, tile, stream, (n, k))
+    launches.note(key, launches.Tile.given(BLOCKS, tile, stream, use_loads or use_store))
+    return out
+
+
+def _io_paths(
+    xq: torch.Tensor,
+    w8: torch.Tensor,
+    out: torch.Tensor,
+    tuned: bool,
+    loads: str | None,
+    store: str | None,
+) -> tuple[bool, bool]:
+    """Whether the loads and the store go through tensor descriptors: where asked (by default
+    when tuned and allowed) and where the tensors permit it; an asked path they refuse is an
+    error, not a quiet fallback."""
+    quant_a, mapped = xq.dtype != torch.float8_e4m3fn, out.dim() == 4
+    default = "tma" if tuned and launches.descriptors_allowed() else "pointer"
+    use_loads = (loads or default) == "tma" and tma_ok(xq) and tma_ok(w8) and not quant_a
+    use_store = (store or default) == "tma" and not mapped and tma_ok(out)
+    if (loads == "tma" and not use_loads) or (store == "tma" and not use_store):
+        raise ValueError("tensor descriptors need 16-byte aligned rows on a Hopper GPU")
+    return use_loads, use_store
+
+
+def _kernel_args(
+    xq: torch.Tensor,
+    w8: torch.Tensor,
+    out: torch.Tensor,
+    target: torch.Tensor,
+    origin: int,
+    descs: dict[str, Any],
+    scales: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+    extras: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None],
+    paths: tuple[bool, bool],
+) -> tuple[Any, ...]:
+    """The kernel's positional arguments in its signature's order (`gemm_kernel.py`): an
+    absent tensor passed as one that is there (its flag keeps it unread), then the sizes,
+    strides and the pixel map of a 4-D `out`."""
+    w_scale, x_scale, bias, out_scale = scales
+    residual, pair, x_inv_divisor = extras
+    mapped = out.dim() == 4
+    (m, k), n = xq.shape, w8.shape[0]
+    return (
         xq, descs["a_desc"], w8, descs["b_desc"], target, descs["c_desc"],
         w_scale, x_scale, bias if bias is not None else w_scale,
         out_scale if out_scale is not None else x_scale,
@@ -218,17 +265,8 @@ def fp8_gemm_triton(
         *(residual.stride() if residual is not None else (0, 0)),
         *((out.shape[2], out.shape[1] * out.shape[2], out.stride(0), out.stride(1), origin)
           if mapped else (1, 1, 0, 0, 0)),
-        int(use_loads), int(use_store),
+        int(paths[0]), int(paths[1]),
     )  # fmt: skip
-
-    grid = functools.partial(_grid, m, n, xq.device)
-    if tile is None:
-        launches.note(key, launches.Tile.of(tuned_launch(FP8_GEMM, grid, args, meta)))
-        return out
-    loop = {"PERSISTENT": persistent, "SUBTILE": subtile, "WARP_SPEC": warp_spec}
-    _fixed_launch(grid, args, descs, meta | loop, tile, stream, (n, k))
-    launches.note(key, launches.Tile.given(BLOCKS, tile, stream, use_loads or use_store))
-    return out
 
 
 def _grid(m: int, n: int, device: torch.device, meta: dict[str, Any]) -> tuple[int]:

@@ -1,9 +1,10 @@
 """The fused FP8 matrix product's Triton kernel: FP8 operands, float32 accumulation, epilogue.
 
-The arithmetic only (module docstring of `kernels/gemm.py` for what it computes): tile order,
-the per-row quantizing prologue, the promoted tensor-core sums and the epilogue's writes, plus
-the autotuned wrapper over `kernels/tiles.py`'s tables. Launching, argument checks and the
-tuning cache live beside it.
+The arithmetic only (module docstring of `kernels/gemm.py` for what it computes): the tile
+walks (one tile, streaming programs, persistent programs) and the epilogue's writes, plus the
+autotuned wrapper over `kernels/tiles.py`'s tables. The tile order and promoted tensor-core sums
+it shares with the conv kernel are in `kernels/mma.py`, the per-row quantizing prologue in
+`kernels/row_prologue.py`; launching, argument checks and the tuning cache live beside it.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from quantstudy.quant.formats import fp8
 from quantstudy.quant.kernels.epilogue import activation, fp8_range, loop_bound, rounded
+from quantstudy.quant.kernels.mma import grouped_tile, mma_step
+from quantstudy.quant.kernels.row_prologue import a_tile, row_amax, row_scales, to_e4m3
 from quantstudy.quant.kernels.tiles import (
     PATH_TILES,
     PERSISTENT_TILES,
@@ -21,78 +23,6 @@ from quantstudy.quant.kernels.tiles import (
     prune_gemm,
 )
 from quantstudy.quant.kernels.tuning import autotuned
-
-E4M3_INV = tl.constexpr(fp8.E4M3_INV)  # per-row scales are max |x| times it (`_row_scales`)
-
-
-@triton.jit
-def grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """Grouped tile order: GROUP_M row-tiles share each weight tile while it is in L2."""
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * grid_n
-    first_m = (pid // per_group) * GROUP_M
-    group_m = min(grid_m - first_m, GROUP_M)
-    return first_m + (pid % per_group) % group_m, (pid % per_group) // group_m
-
-
-@triton.jit
-def _a_tile(a_ptrs, mask, d_ptrs, k_mask, HAS_DIV: tl.constexpr):
-    """One tile of an unquantized input (QUANT_A) times the reciprocal of the migration
-    divisor (`d_ptrs`, float32), rounded back to the input's dtype
-    (`quant.formats.fp8.quantize_rows`)."""
-    a = tl.load(a_ptrs, mask=mask, other=0.0)
-    if HAS_DIV:
-        d = tl.load(d_ptrs, mask=k_mask, other=1.0)
-        a = (a.to(tl.float32) * d[None, :]).to(a.dtype, fp_downcast_rounding="rtne")
-    return a
-
-
-@triton.jit
-def _row_amax(a, amax):
-    """The running max |a| of each row."""
-    return tl.maximum(amax, tl.max(tl.abs(a.to(tl.float32)), axis=1))
-
-
-@triton.jit
-def _row_scales(amax):
-    """`quant.formats.fp8.row_scale`: max |row| x float32(1/448), 1 for an all-zero row."""
-    rows = amax * E4M3_INV
-    return tl.where(rows > 0.0, rows, 1.0)
-
-
-@triton.jit
-def _to_e4m3(a, inv_rows):
-    """`quant.formats.fp8.to_fp8_rows` of a tile: times each row's reciprocal scale, saturate at
-    +-448, round to nearest even."""
-    q = a.to(tl.float32) * inv_rows[:, None]
-    q = tl.minimum(tl.maximum(q, -448.0), 448.0)
-    return q.to(tl.float8e4nv, fp_downcast_rounding="rtne")
-
-
-@triton.jit
-def mma_step(a, b, acc, part, step, BLOCK_K: tl.constexpr, PROMOTE: tl.constexpr):
-    """One K step: `part` += a @ b in the tensor cores, moved into the float32 `acc` after
-    every PROMOTE products (K step `step`, from 0); returns (acc, part), the caller adds the
-    last `part`.
-
-    Hopper's FP8 tensor cores align each MMA's products and the running sum to the largest
-    exponent and keep about 14 bits, and Triton leaves the whole K loop in them on sm90 unless
-    told otherwise; cuBLASLt promotes once per K tile. Only promoting at the same K as
-    cuBLASLt (every 128 products, whatever BLOCK_K) makes the kernel write torch._scaled_mm's
-    values for every output (tests/gpu/test_fused_gpu.py checks it): both engines must promote
-    at the same K, hence PROMOTE. Tiles have BLOCK_K <= PROMOTE or PROMOTE == 0 (`prune_gemm`).
-    The price, some speed against Triton's default, is measured in docs/fp8-kernel.md."""
-    if PROMOTE == 0:
-        part = tl.dot(a, b, part)
-    elif BLOCK_K == PROMOTE:
-        acc = tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE)
-    else:
-        part = tl.dot(a, b, part)
-        if (step + 1) % (PROMOTE // BLOCK_K) == 0:
-            acc += part
-            part = tl.zeros_like(part)
-    return acc, part
 
 
 @triton.jit
@@ -206,8 +136,8 @@ def _pointer_sums(
             a_mask = (offs_m[:, None] < M) & k_mask[None, :]
             ptrs = a_ptrs + k0 * BLOCK_K * stride_ak
             d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
-            amax = _row_amax(_a_tile(ptrs, a_mask, d_ptrs, k_mask, HAS_DIV), amax)
-        x_rows = _row_scales(amax)
+            amax = row_amax(a_tile(ptrs, a_mask, d_ptrs, k_mask, HAS_DIV), amax)
+        x_rows = row_scales(amax)
         inv_rows = tl.math.div_rn(1.0, x_rows)  # torch.reciprocal: IEEE, once per row
     else:
         x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
@@ -217,8 +147,8 @@ def _pointer_sums(
         b_mask = (offs_n[None, :] < N) & (offs_k[:, None] < k_left)
         if QUANT_A:
             d_ptrs = d_ptr + k0 * BLOCK_K + offs_k
-            a = _a_tile(a_ptrs, a_mask, d_ptrs, offs_k < k_left, HAS_DIV)
-            a = _to_e4m3(a, inv_rows)
+            a = a_tile(a_ptrs, a_mask, d_ptrs, offs_k < k_left, HAS_DIV)
+            a = to_e4m3(a, inv_rows)
         else:
             a = tl.load(a_ptrs, mask=a_mask, other=0.0)
         b = tl.load(b_ptrs, mask=b_mask, other=0.0)
@@ -305,6 +235,48 @@ def _finish_cols(
     )  # fmt: skip
 
 
+@triton.jit
+def _stream(
+    a_ptr, b_ptr, d_ptr, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
+    res_ptr, q_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
+    stride_rm, stride_rn, out_w, out_hw, stride_cb, stride_ch, out_origin,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, TMA_STORE: tl.constexpr, OUT_FP8: tl.constexpr,
+    ROUND: tl.constexpr, PROMOTE: tl.constexpr, ROW_SCALE: tl.constexpr, HAS_RES: tl.constexpr,
+    RES_ACT: tl.constexpr, PAIR: tl.constexpr, QUANT_A: tl.constexpr, HAS_DIV: tl.constexpr,
+    MAP_OUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """A streaming program, for thin products (K <= BLOCK_K, N <= BLOCK_N, see `prune_gemm`):
+    it keeps the whole weight, its scales and bias in registers and walks over row tiles, so
+    the loads of the next tile are in flight (software-pipelined loop) while this one is
+    finished and stored."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    b = tl.load(b_ptrs, mask=(offs_n[None, :] < N) & (offs_k[:, None] < K), other=0.0)
+    scale, bias = _channel_terms(offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS, ROW_SCALE)
+    first, tiles, step = tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)
+    for tile in tl.range(loop_bound(first), loop_bound(tiles), loop_bound(step)):
+        offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+        a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+        a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
+        if QUANT_A:
+            a = a_tile(a_ptrs, a_mask, d_ptr + offs_k, offs_k < K, HAS_DIV)
+            x_rows = row_scales(row_amax(a, tl.zeros((BLOCK_M,), dtype=tl.float32)))
+            a = to_e4m3(a, tl.math.div_rn(1.0, x_rows))
+        else:
+            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+            x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc, part = mma_step(a, b, acc, tl.zeros_like(acc), 0, BLOCK_K, PROMOTE)
+        acc += part
+        _finish(
+            acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
+            out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
+            x_rows, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
+            q_ptr, PAIR, out_w, out_hw, stride_cb, stride_ch, out_origin, MAP_OUT,
+        )  # fmt: skip
+
+
 # QUANT_A: `a` is the unquantized input in the engine's dtype (pointer loads only); each row's
 # scale is its max |x| x float32(1/448) (a first pass over K), its tiles quantized in registers
 # in the main loop (a second pass, from L2 where K spans several tiles), and the epilogue
@@ -335,37 +307,13 @@ def _fp8_gemm_kernel(
             MAP_OUT, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SUBTILE, WARP_SPEC,
         )  # fmt: skip
     elif STREAM:
-        # Thin products (K <= BLOCK_K, N <= BLOCK_N, see `prune_gemm`): each program keeps the whole
-        # weight, its scales and bias in registers and walks over row tiles, so the loads of the
-        # next tile are in flight (software-pipelined loop) while this one is finished and stored.
-        offs_n = tl.arange(0, BLOCK_N)
-        offs_k = tl.arange(0, BLOCK_K)
-        b_ptrs = b_ptr + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
-        b = tl.load(b_ptrs, mask=(offs_n[None, :] < N) & (offs_k[:, None] < K), other=0.0)
-        scale, bias = _channel_terms(
-            offs_n, N, w_scale_ptr, x_scale_ptr, bias_ptr, HAS_BIAS, ROW_SCALE
-        )
-        first, tiles, step = tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0)
-        for tile in tl.range(loop_bound(first), loop_bound(tiles), loop_bound(step)):
-            offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
-            a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-            a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < K)
-            if QUANT_A:
-                a = _a_tile(a_ptrs, a_mask, d_ptr + offs_k, offs_k < K, HAS_DIV)
-                x_rows = _row_scales(_row_amax(a, tl.zeros((BLOCK_M,), dtype=tl.float32)))
-                a = _to_e4m3(a, tl.math.div_rn(1.0, x_rows))
-            else:
-                a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-                x_rows = _rows_of(x_scale_ptr, offs_m, M, ROW_SCALE, BLOCK_M)
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            acc, part = mma_step(a, b, acc, tl.zeros_like(acc), 0, BLOCK_K, PROMOTE)
-            acc += part
-            _finish(
-                acc, scale, bias, tile * BLOCK_M, 0, M, N, c_ptr, c_desc, stride_cm, stride_cn,
-                out_scale_ptr, ACT, TMA_STORE, OUT_FP8, ROUND, BLOCK_M, BLOCK_N,
-                x_rows, ROW_SCALE, res_ptr, stride_rm, stride_rn, HAS_RES, RES_ACT,
-                q_ptr, PAIR, out_w, out_hw, stride_cb, stride_ch, out_origin, MAP_OUT,
-            )  # fmt: skip
+        _stream(
+            a_ptr, b_ptr, d_ptr, c_ptr, c_desc, w_scale_ptr, x_scale_ptr, bias_ptr, out_scale_ptr,
+            res_ptr, q_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk, stride_cm,
+            stride_cn, stride_rm, stride_rn, out_w, out_hw, stride_cb, stride_ch, out_origin,
+            ACT, HAS_BIAS, TMA_STORE, OUT_FP8, ROUND, PROMOTE, ROW_SCALE, HAS_RES, RES_ACT, PAIR,
+            QUANT_A, HAS_DIV, MAP_OUT, BLOCK_M, BLOCK_N, BLOCK_K,
+        )  # fmt: skip
     else:
         pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
