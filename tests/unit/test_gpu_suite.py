@@ -17,6 +17,8 @@ pytestmark = pytest.mark.committed("tools/gpu_suite.py")
 
 
 def _tool():
+    if str(TOOL.parent) not in sys.path:  # as when it runs as a script: its sibling modules
+        sys.path.insert(0, str(TOOL.parent))
     spec = importlib.util.spec_from_file_location("gpu_suite", TOOL)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
