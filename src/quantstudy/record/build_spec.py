@@ -2,21 +2,20 @@
 
 An FP8 engine's numbers and speed depend on more than its plan: which product backend runs its
 real layers (or "fastest", a choice per layer), how the products sum, the lab switches set when
-it was built and which rewrites it makes. Each of those was once read where it was used (a
-process-wide accumulation stack, environment variables read at launch, keyword flags): a build
-option nobody passed. The spec holds them all; a study builds it once from its config and the
-environment (`StudyConfig.build_spec`), and the engine builders, the layers and the kernel
-launches receive it or the field they need (a layer's `FP8LayerSpec.promote`). Every cache
-that holds something measured or tuned for an engine keys on `BuildSpec.key()`.
+it was built and which rewrites it makes. Each of those read where it is used (a process-wide
+stack, an environment variable read at launch, a keyword flag) would be a build option nobody
+passed, which no cache could key on. The spec holds them all; a study builds it once from its
+config and the environment (`StudyConfig.build_spec`), and the engine builders, the layers and
+the kernel launches receive it or the field they need (a layer's `FP8LayerSpec.promote`). Every
+cache that holds something measured or tuned for an engine keys on `BuildSpec.key()`.
 
 How the products sum (the accumulation). Hopper's FP8 tensor cores keep about 14 bits of a
 running sum. Left there for the whole of K (interval 0: cuBLASLt's fast accumulation, what
-torchao's float8 configs use) the products run 3 to 20% faster on large K (docs/fp8-kernel.md);
-moved to float32 every 128 products (`PROMOTE`, cuBLASLt with `use_fast_accum=False`,
-DeepSeek-V3's scheme) the sums keep float32's precision past the first K tile. The engines sum
-fast by default (`DEFAULT_ACCUMULATION`): on the H100, Lite0 with its real weights agreed with
-fp32 on 1,232 of 1,300 held-out images summing fast and 1,227 promoting
-(`docs/results/checks/accumulation-lite0-h100-760cbc9.json`), and every study measures its own
+torchao's float8 configs use) the products run faster on large K; moved to float32 every 128
+products (`PROMOTE`, cuBLASLt with `use_fast_accum=False`, DeepSeek-V3's scheme) the sums keep
+float32's precision past the first K tile. The engines sum fast by default
+(`DEFAULT_ACCUMULATION`): faster, and no worse in quality where both were compared (why:
+docs/fp8-kernel.md, "Fast accumulation as the default"), and every study measures its own
 engine's quality anyway. A study chooses with `--fp8-accumulate`, a bench with the lab switch
 `QUANTSTUDY_FP8_PROMOTE` (any power of two from 16, for the lab).
 """

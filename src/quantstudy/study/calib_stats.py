@@ -9,7 +9,7 @@ from those observations alone, so a study that reads them computes the scales, m
 that its own pass would have computed, bit for bit. Not an amax per (layer set, calibrator):
 that would be shared only by points that differ in their kernel. Which layers read one tensor
 (the scale groups) depends on the recipe's layer set and is found by each study on its first
-batch, as before.
+batch, as without the cache.
 
 One entry per layer (`<root>/<key>/<layer>.pt`), keyed by everything that decides the fp32
 inputs of that layer: the model and its weights digest (BatchNorm re-estimation for random

@@ -37,10 +37,9 @@ from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.options import quant_options
 from quantstudy.recipe.schema import Recipe
-from quantstudy.record import CalibrationInfo, ModelInfo, Preprocessing, RecipeInfo
+from quantstudy.record import CalibrationInfo, ModelInfo, Preprocessing, RecipeInfo, StudyConfig
 from quantstudy.record.errors import UserError
 from quantstudy.study.calib_stats import SharedStats, shared_stats
-from quantstudy.study.config import StudyConfig
 from quantstudy.study.inputs import StudyInputs, prepare_inputs
 
 FP8_CAPABILITY = (8, 9)  # Ada and newer: FP8 tensor cores (cuBLASLt FP8, Triton fp8 dot)
@@ -201,7 +200,7 @@ def _shared_stats(
 def study_device(name: str) -> torch.device:
     """The device of `--device`, refused with a clear message where it cannot run FP8. On the CPU
     every pass runs on host tensors of tens of MiB: the process keeps the memory they free
-    rather than mapping fresh pages for each (engines/host_memory: 4.6x on a Lite0 pass)."""
+    rather than mapping fresh pages for each (why: `engines/host_memory.py`)."""
     if name == "cpu":
         keep_freed_memory()
     if name == "cuda" and not torch.cuda.is_available():

@@ -24,14 +24,20 @@ from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quality.gap import gap_pairs
 from quantstudy.quality.stress import stress_inputs
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, QualitySection, StudyRecord
+from quantstudy.record import (
+    EngineInfo,
+    FP8Layout,
+    KernelChoice,
+    QualitySection,
+    StudyConfig,
+    StudyRecord,
+)
 from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.engines import FP16
 from quantstudy.record.io import write_record
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.study.cache import StageCache, console
 from quantstudy.study.checks import require_sound_reference
-from quantstudy.study.config import StudyConfig
 from quantstudy.study.engines import study_builders
 from quantstudy.study.heldout import EnginePass, HeldoutResult, chunk_batches, run_heldout
 from quantstudy.study.inputs import StudyInputs
@@ -199,7 +205,7 @@ def _sequential(config: StudyConfig, inputs: StudyInputs, outputs: EngineOutputs
 
 
 def _stage_name(name: str, timed: dict[str, Engine]) -> str:
-    """The timings' name of a held-out pass (the half-storage run by its dtype, as before)."""
+    """The timings' name of a held-out pass (the half-storage one by its dtype, as records say)."""
     if name == "fakequant_half":
         return "fakequant " + str(timed[EngineName.FP8].dtype).removeprefix("torch.") + " storage"
     return name

@@ -104,12 +104,11 @@ def fp8_range(y, out_scale_ptr):
 @triton.jit
 def scaled_down(y, s, FMA: tl.constexpr):
     """y / s as torch's division rounds it. IEEE division per value (`/` is approximate on the
-    GPU) cost ViT-B's FP8-writing products 4 to 12% of their time; with FMA the scale's
-    reciprocal is taken once and each value gets a product and one Markstein correction (two
-    FMAs). On an H100, for 4,134 scales: the same float32 quotient for every fp16 input (what an
-    fp16 engine's FP8 write divides), and for random float32 inputs the same E4M3 byte after
-    saturation, though 0.2% of their float32 quotients differ (`tools/lab/gpu/fp8_div_check.py`,
-    docs/fp8-kernel.md). Infinite or NaN remainders (overflow, infinite y) keep the product, an
+    GPU) is a slow path in every FP8-writing product; with FMA the scale's reciprocal is taken
+    once and each value gets a product and one Markstein correction (two FMAs): the same float32
+    quotient for every fp16 input (what an fp16 engine's FP8 write divides), and the same E4M3
+    byte after saturation for float32 ones (the check and its cost: docs/fp8-kernel.md, "The FP8
+    write's division"). Infinite or NaN remainders (overflow, infinite y) keep the product, an
     exact one keeps its sign; a scale whose reciprocal overflows takes the division."""
     if FMA:
         r = tl.math.div_rn(1.0, s)

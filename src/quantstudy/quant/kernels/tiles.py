@@ -146,21 +146,18 @@ def ranked(configs: list[Config], named_args: dict[str, Any]) -> list[Config]:
 def persistent_pays(promote: int, k: int, programs: int) -> bool:
     """Whether a persistent tile is worth timing for a launch: only with all of K in the tensor
     cores (`promote` 0, the launch's PROMOTE), K beyond one promotion, and a grid of the tile's
-    `programs` at least two waves deep (`fill_programs`). Promoting every 128 products they were
-    level with the one-tile kernel at best; with fast accumulation the 128x256 subtiled tile beat
-    it by 7 to 8% on ViT-B's fc1 and fc2 (`products-h100-f2445f4-variants.json`); on thin-K
-    products they lost everywhere (docs/fp8-kernel.md). Tuned among the rest on ViT-B's and
-    ConvNeXt-T's products (`products-h100-760cbc9-fast.json`), they won 16 of 120 columns, all
-    at batch 128 on grids of 294 tiles or more, none at batch 1: a shallower grid leaves them
-    nothing to overlap, and leaving them out spares a cold tune 10 of 42 configs there."""
+    `programs` at least two waves deep (`fill_programs`). Elsewhere they do not win: promoting,
+    they are level with the one-tile kernel at best, on thin K they lose, and a shallow grid
+    leaves them nothing to overlap; leaving them out there spares a cold tune their configs
+    (why: docs/fp8-kernel.md, "The products against cuBLASLt", persistent programs)."""
     return promote == 0 and k > PROMOTE and programs >= 2 * fill_programs()
 
 
 def gemm_config_limit() -> int | None:
     """At most this many of the product's pruned configs per launch, ranked by `bounded`, where
     `$QUANTSTUDY_GEMM_CONFIGS` says so; None (the default): every one. A lab setting, not a
-    default: six per launch cost ViT-B's products 6% at batch 128, its winners on deep grids
-    ranking lower (docs/fp8-kernel.md, "What a cold tune costs")."""
+    default: the winners on deep grids rank lower, so a bound costs the products that matter
+    most (why: docs/fp8-kernel.md, "What a cold tune costs", "Measured, and not taken")."""
     value = os.environ.get(GEMM_CONFIGS)
     if not value:
         return None
@@ -173,8 +170,8 @@ def gemm_config_limit() -> int | None:
 # tries (in parallel where Triton can, `tuning._precompile`) and times each from a CUDA graph, and
 # a study tunes each distinct layer shape at each timed batch: four keeps a parallel compile to
 # about one config's time on a machine with four or more cores, and each layer still gets the
-# tiles its shape ranks best. Not yet measured on the GPU (docs/fp8-kernel.md, "What a cold tune
-# costs").
+# tiles its shape ranks best. Its cost on the GPU is an open question (docs/fp8-kernel.md, "What a
+# cold tune costs").
 CONV_CONFIGS = 4
 
 # A grid of fewer programs than the GPU has streaming multiprocessors leaves some idle, so
@@ -213,11 +210,9 @@ def bounded(
     the grid (the blocks named in `grid`), counted up to `fill_programs()`, more first (a batch-1
     layer wants small tiles that fill the GPU); the share of the tile's work that is real rather
     than padding past a dimension's end, to a tenth (a few percent of padding does not outrank
-    the table), more first; the product's descriptor paths, loads then store, first (94 of the
-    120 tuned columns of `products-h100-760cbc9-fast.json` took descriptor loads, 63 a
-    descriptor store; so ordered, a bound of six keeps 81 of those winners where the table's
-    order kept 50); the table's order (its best-measured tiles first). Where none fits, the
-    smallest tile alone."""
+    the table), more first; the product's descriptor paths, loads then store, first (most tuned
+    winners take them: docs/fp8-kernel.md, "What a cold tune costs"); the table's order (its
+    best tiles first). Where none fits, the smallest tile alone."""
 
     def fits(c: Config) -> bool:
         return all(
