@@ -49,8 +49,8 @@ from quantstudy.study.per_image import (
     without_ids,
 )
 from quantstudy.study.prepare import prepare_study, study_device
-from quantstudy.study.rounds import ROUND_IMAGES, Rounds
 from quantstudy.study.quality_stage import build_engines
+from quantstudy.study.rounds import ROUND_IMAGES, Rounds
 from quantstudy.study.stage_timer import StageTimer
 
 
