@@ -70,6 +70,7 @@ def _without_version_3(full: dict) -> dict:
         assert out.pop(key) is None
     environment = dict(out["environment"])
     assert environment.pop("lab_switches") is None  # schema 20
+    assert environment.pop("triton") is None  # schema 25
     out["environment"] = environment
     data = dict(out["data"])
     assert data.pop("extended") == []  # schema 14: images added by `quantstudy extend`

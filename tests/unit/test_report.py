@@ -62,7 +62,9 @@ def _as_version_1(data: dict) -> str:
     assert out["config"]["quality"] is True and out["model"]["macs"] is None
     out["model"] = {k: v for k, v in out["model"].items() if k != "macs"}  # schema 16
     assert out["environment"]["lab_switches"] is None  # schema 20
-    out["environment"] = {k: v for k, v in out["environment"].items() if k != "lab_switches"}
+    assert out["environment"]["triton"] is None  # schema 25
+    later = ("lab_switches", "triton")
+    out["environment"] = {k: v for k, v in out["environment"].items() if k not in later}
     out["config"] = {k: v for k, v in out["config"].items() if k not in (*added_to_config, "out")}
     assert out["recipe"]["bias_correction"] is False
     # schema 6: the FP8 quality options (their defaults: the version-1 behaviour)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from quantstudy.env.machine import Machine
 from quantstudy.gpu.timer import time_us
 from quantstudy.quant.cublaslt.library import LtError, unavailable, version
 from quantstudy.quant.cublaslt.matmul import LtMatmul
@@ -212,13 +213,12 @@ def peers(ops: dict[str, torch.Tensor], m: int, n: int, k: int) -> dict[str, flo
 
 
 def environment() -> dict[str, Any]:
-    import triton
-
+    machine = Machine.of(torch.device("cuda"))
     return {
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "triton": triton.__version__,
+        "gpu": machine.gpu_name,
+        "torch": machine.torch,
+        "cuda": machine.cuda,
+        "triton": machine.triton,
         "cublaslt_version": version(),
         "commit": os.environ.get("QUANTSTUDY_GIT_COMMIT", "unknown"),
         "command": "python -m quantstudy.bench.lt_probe " + " ".join(sys.argv[1:]),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import shlex
 import sys
 
@@ -34,18 +33,11 @@ def collect_provenance(
         cuda=env.cuda,
         cudnn=env.cudnn,
         torch=env.torch,
-        triton=_version("triton"),
+        triton=env.triton,
         timm=env.timm,
         python=env.python,
         lab_switches=switches_said(lab_switches()),
     )
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def need_cuda(what: str, hint: str = "") -> torch.device:

@@ -33,6 +33,7 @@ from quantstudy.engines import layer_timing
 from quantstudy.engines.layer_timing import Timer, fp16_side
 from quantstudy.engines.step_aside import MARGIN, fp16_blocker, steps_aside
 from quantstudy.engines.unfused import Unfused
+from quantstudy.env.machine import device_label, torch_version, triton_version
 from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant import backends
 from quantstudy.quant.graph.edit import replace_module
@@ -59,12 +60,10 @@ def cache_path() -> Path:
 
 
 def _versions(device: torch.device) -> str:
-    import triton
-
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
+    gpu = device_label(device)
     # the last field names how layers are timed, so entries timed another way are not reused
     return (
-        f"{gpu}|torch {torch.__version__}|triton {triton.__version__}|"
+        f"{gpu}|torch {torch_version()}|triton {triton_version()}|"
         f"layer_timing rounds {ROUNDS}x{ITERS}, quantize subtracted per round, fp16"
     )
 

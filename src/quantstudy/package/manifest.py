@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from quantstudy.env.machine import Machine, torch_version, triton_version
 from quantstudy.record import StudyRecord
 
 MANIFEST_FILE = "manifest.json"
@@ -30,28 +31,22 @@ SAMPLE_FILE = "sample_images.pt"
 
 def bound_to(device: torch.device) -> dict[str, str]:
     """This machine as a package built here is bound to it (`shipped_check.machine`'s keys)."""
-    bound = {"device": device.type, "torch": torch.__version__}
+    machine = Machine.of(device)
+    bound = {"device": device.type, "torch": machine.torch}
     if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
         bound |= {
-            "cuda": str(torch.version.cuda),
-            "gpu": torch.cuda.get_device_name(device),
-            "capability": f"{major}.{minor}",
+            "cuda": str(machine.cuda),
+            "gpu": str(machine.gpu_name),
+            "capability": str(machine.gpu_capability),
         }
     return bound
 
 
 def versions() -> dict[str, str | None]:
     """The software the packages were compiled with (recorded; only torch and CUDA bind)."""
-    try:
-        import triton
-
-        triton_version: str | None = triton.__version__
-    except ImportError:
-        triton_version = None
     return {
-        "torch": torch.__version__,
-        "triton": triton_version,
+        "torch": torch_version(),
+        "triton": triton_version(),
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
         "platform": platform.platform(),

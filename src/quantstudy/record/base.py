@@ -79,6 +79,8 @@ Schema history:
      float layer; `quant/backends/`) replaces fused_us, scaled_mm_us and fp16_us, which older
      records' rows read into it; EngineInfo.fp8_kernel and LayerKernel.kernel name a backend
      of the registry.
+ 25: Environment.triton (the Triton version the study imported, `env/machine.py`; None: none
+     installed, or recorded before).
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -88,7 +90,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 24
+SCHEMA_VERSION = 25
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

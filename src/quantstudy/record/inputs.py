@@ -38,6 +38,7 @@ class Environment(Section):
     torch: str
     timm: str
     numpy: str
+    triton: str | None = None  # None: no Triton here, or recorded before schema 25
     cuda: str | None = None
     cudnn: str | None = None
     gpu_name: str | None = None

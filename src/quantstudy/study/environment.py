@@ -12,6 +12,7 @@ import numpy
 import timm
 import torch
 
+from quantstudy.env.machine import Machine
 from quantstudy.env.switches import lab_switches
 from quantstudy.record import Environment
 from quantstudy.record.version import __version__
@@ -70,23 +71,24 @@ def _gpu_driver() -> str | None:
 
 
 def collect_environment(device: torch.device) -> Environment:
-    """Versions, hardware and time of this run; the GPU fields only when it uses CUDA."""
-    gpu = device.type == "cuda"
-    cap = torch.cuda.get_device_capability(device) if gpu else None
+    """Versions, hardware and time of this run; the GPU fields only when it uses CUDA (the
+    device and torch's and Triton's versions as `env/machine.py` names them)."""
+    machine = Machine.of(device)
     return Environment(
         python=platform.python_version(),
         platform=platform.platform(),
         cpu=_cpu_name(),
         cpu_count=os.cpu_count() or 0,
         torch_threads=torch.get_num_threads(),
-        torch=torch.__version__,
+        torch=machine.torch,
         timm=timm.__version__,
         numpy=numpy.__version__,
-        cuda=torch.version.cuda if gpu else None,
-        cudnn=str(torch.backends.cudnn.version()) if gpu else None,
-        gpu_name=torch.cuda.get_device_name(device) if gpu else None,
-        gpu_driver=_gpu_driver() if gpu else None,
-        gpu_capability=f"{cap[0]}.{cap[1]}" if cap else None,
+        triton=machine.triton,
+        cuda=machine.cuda,
+        cudnn=machine.cudnn,
+        gpu_name=machine.gpu_name,
+        gpu_driver=_gpu_driver() if machine.gpu_name is not None else None,
+        gpu_capability=machine.gpu_capability,
         quantstudy=__version__,
         git_commit=_git_commit(),
         created_utc=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),

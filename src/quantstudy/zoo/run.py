@@ -13,7 +13,6 @@ folder and in the leaderboard), 130 when stopped (finished models are kept; reru
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import shutil
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from quantstudy.env.machine import gpu_name, torch_version, triton_version
 from quantstudy.env.switches import lab_switches, switches_said
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import make_folder, write_json_atomic, write_text_atomic
@@ -136,8 +136,8 @@ def current_state(device: str) -> Current:
     """The engine sources and environment this run would measure a row with."""
     import torch
 
-    gpu = torch.cuda.get_device_name() if device == "cuda" else None
-    env = {"gpu_name": gpu, "torch": torch.__version__, "triton": _version("triton")}
+    gpu = gpu_name(torch.device(device))
+    env = {"gpu_name": gpu, "torch": torch_version(), "triton": triton_version()}
     env |= {"lab_switches": switches_said(lab_switches())}
     return Current(engine_sources_sha256(), env)
 
@@ -221,7 +221,7 @@ def row_writer(
     writes them all again, the same rows."""
     rows = options.rows
     roots = {step.folder: (entry, job) for entry, job in listed for step in chain(job)}
-    triton = _version("triton")
+    triton = triton_version()
 
     def write(done: Job) -> None:
         if rows is None or done.folder not in roots:
@@ -312,7 +312,7 @@ def write_leaderboard(
     the run's throughput: its answered rows over its studies' wall time; rows measured under
     other engine sources than `current`'s (default: this tree's) read stale."""
     kept = kept or {}
-    triton = _version("triton")
+    triton = triton_version()
     rows = [kept.get(e.name) or _row(e, j, out, triton) for e, j in listed]
     throughput = None
     if timed is not None:
@@ -362,13 +362,6 @@ def write_page(board: Leaderboard, out: Path, page: Path) -> None:
     write_text_atomic(page, render_markdown(board.model_copy(update={"plot": plot})))
 
 
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _driver() -> dict[str, str | None]:
     """The zoo command's own environment: the commit and versions the leaderboard was made with
     (the studies record theirs; on one host they are the same install)."""
@@ -383,6 +376,6 @@ def _driver() -> dict[str, str | None]:
         "python": env.python,
         "torch": env.torch,
         "timm": env.timm,
+        "triton": env.triton,
     }
-    found["triton"] = _version("triton")
     return found

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import torch
-import triton
 
+from quantstudy.env.machine import device_label, triton_version
 from quantstudy.record.io import beside_inductor_cache, write_json_atomic
 
 FORMAT = 2  # 1: the fused product's alone, keyed by its own launch fields (fp8_gemm_tuning.json)
@@ -67,7 +67,7 @@ def _source_id(kernel: Any) -> str:
 @functools.cache
 def device_name(device: torch.device) -> str:
     """The GPU's name (what a shipped table is named for, `table.py`), else the device type."""
-    return str(torch.cuda.get_device_name(device)) if device.type == "cuda" else device.type
+    return device_label(device)
 
 
 @functools.cache
@@ -76,7 +76,7 @@ def space_id(tuned: Tunable, device: torch.device) -> str:
     under all four. Once per kernel and device: every launch's key holds it."""
     blob = f"{_source_id(tuned.kernel)}|{'|'.join(str(c) for c in tuned.configs)}".encode()
     where = device_name(device)
-    return f"{where}|triton {triton.__version__}|{hashlib.sha256(blob).hexdigest()[:16]}"
+    return f"{where}|triton {triton_version()}|{hashlib.sha256(blob).hexdigest()[:16]}"
 
 
 class Launch(NamedTuple):

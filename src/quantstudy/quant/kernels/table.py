@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import triton
-
+from quantstudy.env import machine
 from quantstudy.quant.kernels import choices
 from quantstudy.quant.kernels.kernel_source import kernel_source_sha
 from quantstudy.quant.kernels.tiles import Config, config_words
@@ -82,7 +81,7 @@ def _entries(gpu: str, folder: Path) -> dict[str, str]:
     """The config of each entry of `gpu`'s table under this Triton, by `entry_key`; none where
     the table is missing, unreadable, of another GPU or of another Triton."""
     data = read_table(table_file(gpu, folder))
-    if data is None or data.get("gpu") != gpu or data.get("triton") != triton.__version__:
+    if data is None or data.get("gpu") != gpu or data.get("triton") != machine.triton_version():
         return {}
     return {entry_key(e): str(e["config"]) for e in data["entries"]}
 
@@ -124,7 +123,7 @@ def about(tuned: Any, args: tuple[Any, ...], meta: dict[str, Any], best: Config)
         "chosen": str(best),  # the index beside it means a config only under one config list
         "words": config_words(best),
         "gpu": choices.device_name(launch.device),
-        "triton": triton.__version__,
+        "triton": machine.triton_version(),
     }
 
 
@@ -142,16 +141,18 @@ def build_tables(
     store: Path,
     out: Path,
     current: dict[str, str],
-    triton_version: str = triton.__version__,
+    triton_version: str | None = None,
 ) -> tuple[list[Built], dict[str, int]]:
     """One table per GPU in `store` (a `choices.py` file) into the folder `out`, for the
-    kernels of `current` (name -> today's source hash) under `triton_version`; an existing
+    kernels of `current` (name -> today's source hash) under `triton_version` (default: this
+    process's, `env/machine.py`); an existing
     table of the same GPU and Triton keeps its entries the store does not replace. Returns the
     tables written and, by reason, the store entries left out."""
+    version = triton_version or machine.triton_version() or ""
     skipped: dict[str, int] = {}
     by_gpu: dict[str, dict[str, dict[str, Any]]] = {}
     for entry in choices.read_store(store).values():
-        reason = _left_out(entry, current, triton_version)
+        reason = _left_out(entry, current, version)
         if reason:
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
@@ -163,14 +164,14 @@ def build_tables(
         path = table_file(gpu, out)
         older = read_table(path)
         kept: dict[str, dict[str, Any]] = {}
-        if older is not None and older.get("gpu") == gpu and older.get("triton") == triton_version:
+        if older is not None and older.get("gpu") == gpu and older.get("triton") == version:
             kept = {
                 entry_key(e): e for e in older["entries"] if current.get(e["kernel"]) == e["source"]
             }
         merged = kept | rows
         ordered = sorted(merged.values(), key=entry_key)
         out.mkdir(parents=True, exist_ok=True)
-        table = {"format": FORMAT, "gpu": gpu, "triton": triton_version, "entries": ordered}
+        table = {"format": FORMAT, "gpu": gpu, "triton": version, "entries": ordered}
         write_json_atomic(path, table)
         built.append(Built(path, gpu, len(ordered), len(rows)))
     return built, skipped
