@@ -200,6 +200,26 @@ def test_two_zoo_runs_never_share_their_out_folder(workspace, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [".lock"]  # no study started
 
 
+def test_two_sweeps_never_share_their_out_folder(workspace, tmp_path):
+    """A second sweep into a folder a sweep is running in is refused at once, naming the folder
+    and the holder, as the zoo's is; nothing of the first is touched."""
+    out = tmp_path / "out"
+    out.mkdir()
+    sweep = _file(
+        tmp_path, "sweep.yaml",
+        f"models:\n  - {{name: {MODEL}, weights: random}}\nrecipes: [default]\n"
+        f"data: {workspace / 'data'}\ncalib: 4\nheldout: 6\ndevice: cpu\n",
+    )  # fmt: skip
+    with (out / ".lock").open("a+") as held:  # what a running sweep holds
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write(f"pid {os.getpid()}\n")
+        held.flush()
+        r = quantstudy("sweep", sweep, "--out", str(out), cwd=workspace, timeout=120)
+    line = assert_one_line_error(r, str(out), "in use by another quantstudy run", "--out")
+    assert f"pid {os.getpid()}" in line
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]  # no study started, no summary
+
+
 @pytest.mark.parametrize("command", ["report", "decide", "package"])
 def test_a_study_command_never_advises_an_out_it_does_not_have(study, tmp_path, command):
     """`report`, `decide` and `package` act on a study folder, which a run's lock keeps from

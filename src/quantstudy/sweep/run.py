@@ -16,7 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from quantstudy.record.io import write_json_atomic, write_text_atomic
+from quantstudy.record.io import make_folder, write_json_atomic, write_text_atomic
+from quantstudy.study.guard import holding
 from quantstudy.sweep.estimate import estimate
 from quantstudy.sweep.events import Executor, ExecutorKind, Job, Transfer
 from quantstudy.sweep.grid import expand
@@ -134,7 +135,8 @@ def sweep_console() -> Console:
 
 
 def run_sweep(options: SweepOptions, console: Console | None = None) -> int:
-    """Run the sweep of `options`; returns the exit status."""
+    """Run the sweep of `options`; returns the exit status. The run holds `--out`'s lock
+    while its studies run and its summary is written."""
     console = console or sweep_console()
     spec = load_sweep(options.sweep_file)
     device = resolve_device(spec.device)
@@ -152,9 +154,13 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> int:
     console.print(estimate([j.point for j in todo], out, min(workers, max(1, len(todo)))).line())
     if options.dry_run:  # nothing written: a dry run leaves no folder behind
         return 0
-    out.mkdir(parents=True, exist_ok=True)
-    interrupted = run_jobs(todo, out, executor, console)
-    summary = write_summary(options, jobs, device, executor.description or options.executor)
+    make_folder(out)
+    # two sweeps into one folder would run the same studies at once, each reading the other's
+    # half-written folders: the second is refused in one line (`study/guard.py: holding`)
+    with holding(out, "--out"):
+        todo = [j for j in todo if not is_finished(out / j.folder)]  # another may have ended
+        interrupted = run_jobs(todo, out, executor, console)
+        summary = write_summary(options, jobs, device, executor.description or options.executor)
     console.print(_counts_line(summary))
     console.print(f"summary: {out / 'sweep.md'}")
     if interrupted:
