@@ -1,8 +1,7 @@
 """The fused product's persistent programs on a Hopper GPU: one wave of programs walking the
 tiles through tensor descriptors writes the bits of one tile per program, with two of the
 engine's epilogues (GELU; ReLU with a residual sum and its FP8 copy). Every epilogue, per-row
-scales and an FP8 output included, runs under Triton's interpreter (tests/unit/test_persistent.py);
-warp specialization is not run here.
+scales and an FP8 output included, runs under Triton's interpreter (tests/unit/test_persistent.py).
 """
 
 import pytest

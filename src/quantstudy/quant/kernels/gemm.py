@@ -155,7 +155,6 @@ def fp8_gemm_triton(
     out_base: torch.Tensor | None = None,
     persistent: bool = False,
     subtile: bool = False,
-    warp_spec: bool = False,
 ) -> torch.Tensor:
     """Launch the kernel: xq (M, K) and w8 (N, K) in FP8 E4M3, w_scale (N,) and bias (N,)
     float32, x_scale a float32 scalar tensor or one scale per row ((M, 1)); returns (M, N) in
@@ -168,7 +167,7 @@ def fp8_gemm_triton(
     descriptors). `tile` (BLOCK_M, BLOCK_N, BLOCK_K[, warps, stages]) fixes it, with pointers
     unless "tma" is asked; `stream` > 0 runs it as that many streaming programs per SM; with
     "tma" loads, `persistent` runs one wave of programs that walk the tiles, `subtile` finishing
-    each in two halves, `warp_spec` warp-specializing their loop (`_persistent`).
+    each in two halves (`_persistent`).
     `out_scale` writes the output as FP8 with that scale (`out_dtype` E4M3), or with `pair`
     ((M, N) FP8) a copy beside the `out_dtype` output. `round_to` is where the epilogue rounds
     (`_finish`); `promote` how many products the tensor cores sum before float32 takes over
@@ -208,7 +207,7 @@ def fp8_gemm_triton(
     if tile is None:
         launches.note(key, launches.Tile.of(tuned_launch(FP8_GEMM, grid, args, meta)))
         return out
-    loop = {"PERSISTENT": persistent, "SUBTILE": subtile, "WARP_SPEC": warp_spec}
+    loop = {"PERSISTENT": persistent, "SUBTILE": subtile}
     _fixed_launch(grid, args, descs, meta | loop, tile, stream, (n, k))
     launches.note(key, launches.Tile.given(BLOCKS, tile, stream, use_loads or use_store))
     return out
@@ -338,8 +337,8 @@ def _fixed_launch(
     the benchmarks), checking the tile fits the launch: no autotuner here to prune it."""
     promote, use_loads = meta["PROMOTE"], descs["a_desc"] is not None
     n, k = nk
-    if not meta["PERSISTENT"] and (meta["SUBTILE"] or meta["WARP_SPEC"]):
-        raise ValueError("a subtiled epilogue and warp specialization are persistent programs'")
+    if not meta["PERSISTENT"] and meta["SUBTILE"]:
+        raise ValueError("a subtiled epilogue needs persistent programs")
     if meta["PERSISTENT"] and (not use_loads or stream):
         raise ValueError("persistent programs load through tensor descriptors, one tile at a time")
     bm, bn, bk, *launch = tile

@@ -167,7 +167,7 @@ def _persistent(
     ROUND: tl.constexpr, PROMOTE: tl.constexpr, ROW_SCALE: tl.constexpr, HAS_RES: tl.constexpr,
     RES_ACT: tl.constexpr, PAIR: tl.constexpr, MAP_OUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SUBTILE: tl.constexpr, WARP_SPEC: tl.constexpr,
+    SUBTILE: tl.constexpr,
 ):  # fmt: skip
     """Persistent programs (a grid of at most one wave): each walks the output tiles in grouped
     order, its loads through tensor descriptors, so that one launch's programs stay resident and
@@ -177,7 +177,6 @@ def _persistent(
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for t in tl.range(
         loop_bound(tl.program_id(0)), loop_bound(tiles), loop_bound(tl.num_programs(0)),
-        warp_specialize=WARP_SPEC,
     ):  # fmt: skip
         pid_m, pid_n = grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -296,7 +295,6 @@ def _fp8_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     STREAM: tl.constexpr, PER_SM: tl.constexpr,  # PER_SM: programs per SM (grid), STREAM only
     PERSISTENT: tl.constexpr, SUBTILE: tl.constexpr,  # persistent tile loop (`_persistent`)
-    WARP_SPEC: tl.constexpr,  # its loop warp-specialized (loads and MMAs in their own warps)
 ):  # fmt: skip
     if PERSISTENT:
         _persistent(
@@ -304,7 +302,7 @@ def _fp8_gemm_kernel(
             res_ptr, q_ptr, M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
             out_w, out_hw, stride_cb, stride_ch, out_origin,
             ACT, HAS_BIAS, TMA_STORE, OUT_FP8, ROUND, PROMOTE, ROW_SCALE, HAS_RES, RES_ACT, PAIR,
-            MAP_OUT, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SUBTILE, WARP_SPEC,
+            MAP_OUT, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SUBTILE,
         )  # fmt: skip
     elif STREAM:
         _stream(

@@ -278,5 +278,5 @@ def gemm_config(
     meta: dict[str, int | bool] = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
     meta |= {"TMA_LOADS": loads, "TMA_STORE": store}
     meta |= {"STREAM": per_sm > 0, "PER_SM": per_sm}
-    meta |= {"PERSISTENT": persistent, "SUBTILE": subtile, "WARP_SPEC": False}
+    meta |= {"PERSISTENT": persistent, "SUBTILE": subtile}
     return triton.Config(meta, num_warps=warps, num_stages=stages, pre_hook=set_block_shapes)
