@@ -132,11 +132,13 @@ def test_products_time_the_persistent_tiles_only_where_asked():
     the engine's kernel, its epilogues, cuBLASLt and cuBLASLt with the Inductor epilogues."""
     from quantstudy.bench.product_row import ProductRow
     from quantstudy.bench.products import Variants, _calls
+    from quantstudy.quant.kernels.tiles import PERSISTENT_TILES
+    from quantstudy.record.build_spec import BuildSpec
 
     row = ProductRow(kind="matmul", batch=1, m=256, k=128, n=256, models=["m"], layers=1,
                      flop=2.0 * 256 * 128 * 256)  # fmt: skip
-    every, _ = _calls(row, Variants(other_sums=False))
-    fewer, _ = _calls(row, Variants(other_sums=False, persistent=False))
+    every, _ = _calls(row, Variants(other_sums=False), BuildSpec())
+    fewer, _ = _calls(row, Variants(other_sums=False, persistent=False), BuildSpec())
     persistent = {k for k in every if k.startswith("ours persistent")}
-    assert len(persistent) == 10 and set(fewer) == set(every) - persistent
+    assert len(persistent) == len(PERSISTENT_TILES) and set(fewer) == set(every) - persistent
     assert {"ours", "cuBLASLt", "cuBLASLt + Inductor with-gelu fp8-out"} <= set(fewer)
