@@ -220,6 +220,20 @@ def test_two_sweeps_never_share_their_out_folder(workspace, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [".lock"]  # no study started, no summary
 
 
+@pytest.mark.parametrize("kind", ["pipe", "folder"])
+def test_package_check_refuses_a_manifest_that_is_not_a_file(study, tmp_path, kind):
+    """`package --check` of a folder whose manifest.json is a pipe or a folder: refused unopened
+    in one line, naming it (a pipe would block the reader); nothing is packaged over it."""
+    out = tmp_path / "package"
+    out.mkdir()
+    manifest = out / "manifest.json"
+    os.mkfifo(manifest) if kind == "pipe" else manifest.mkdir()
+    argv = ["package", str(study), "--check", "--out", str(out), "--device", "cpu"]
+    r = quantstudy(*argv, cwd=tmp_path, timeout=120)
+    assert_one_line_error(r, f"package manifest {manifest}", "not a file")
+    assert [p.name for p in out.iterdir()] == ["manifest.json"]
+
+
 @pytest.mark.parametrize("command", ["report", "decide", "package"])
 def test_a_study_command_never_advises_an_out_it_does_not_have(study, tmp_path, command):
     """`report`, `decide` and `package` act on a study folder, which a run's lock keeps from

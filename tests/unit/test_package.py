@@ -262,6 +262,25 @@ def test_standalone_refuses_another_torch_in_one_line(tmp_path):
     ]
 
 
+@pytest.mark.parametrize("kind", ["missing", "pipe", "folder", "not json"])
+def test_standalone_refuses_a_manifest_it_cannot_read_in_one_line(tmp_path, kind):
+    """The shipped check reads manifest.json without quantstudy's readers: a pipe in its place
+    is refused unopened (it would block), as are a folder, no file and a file that is not JSON."""
+    manifest = tmp_path / MANIFEST_FILE
+    if kind == "pipe":
+        os.mkfifo(manifest)
+    elif kind == "folder":
+        manifest.mkdir()
+    elif kind == "not json":
+        manifest.write_text("{not json")
+    done = _standalone(tmp_path)
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("package check: error: ") and str(manifest) in line
+    said = {"missing": "No such file", "pipe": "is not a file", "folder": "is not a file"}
+    assert said.get(kind, "is not valid JSON") in line
+
+
 def test_an_older_torch_refuses_a_cpu_package(study, monkeypatch):
     record = load_record(study / "study.json")
     monkeypatch.setattr(torch, "__version__", "2.11.0+cpu")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 
 from quantstudy.cli_base.command import Command, batches
 from quantstudy.record.errors import EXIT_COMMON, UserError
+from quantstudy.record.readers import read_json
 from quantstudy.record.vocab import Device
 
 
@@ -79,9 +79,11 @@ def _package(args: argparse.Namespace) -> int:
         args.calib_data,
     )  # fmt: skip
     folder = options.out_dir
-    if not (args.check and (folder / mf.MANIFEST_FILE).is_file()):
+    # --check of a folder holding a manifest: checked, never packaged over (a pipe or folder in
+    # its place is refused by the check's reader, in one line)
+    if not (args.check and (folder / mf.MANIFEST_FILE).exists()):
         folder = package_study(options)
-        manifest = json.loads((folder / mf.MANIFEST_FILE).read_text())
+        manifest = read_json(folder / mf.MANIFEST_FILE, "package manifest", "record")
         for entry in manifest["packages"]:
             print(f"{folder / entry['file']}: {entry['engine']}, {entry['bytes']} bytes")
         print(f"tiles: {len(manifest['tiles'])} FP8 launches, {manifest['tma_replaced']} moved "

@@ -25,6 +25,8 @@ import argparse
 import importlib.abc
 import importlib.machinery
 import json
+import os
+import stat
 import statistics
 import sys
 import time
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 BOUND_EXIT = 2
+INPUT_EXIT = 1  # the folder holds no readable manifest
 Model = Callable[[Any], Any]  # a loaded package: called with a batch, returns its logits
 
 
@@ -215,9 +218,35 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def read_manifest(folder: Path) -> dict[str, Any] | str:
+    """`folder`'s manifest.json, or why it cannot be read, in one line. Opened without blocking
+    and refused unless a regular file: a pipe in its place would block the check (quantstudy's
+    own readers do the same, `record/readers.py`, which this script may not import)."""
+    path = folder / "manifest.json"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        return f"cannot read {path}: {e.strerror or e}; give the folder `quantstudy package` wrote"
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return f"{path} is not a file; give the folder `quantstudy package` wrote"
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    try:
+        manifest = json.loads(data)
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        return f"{path} is not valid JSON ({e}); package the study again"
+    if not isinstance(manifest, dict):
+        return f"{path} is not a package manifest (a JSON object); package the study again"
+    return manifest
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
-    manifest = json.loads((args.folder / "manifest.json").read_text())
+    manifest = read_manifest(args.folder)
+    if isinstance(manifest, str):
+        print(f"package check: error: {manifest}", file=sys.stderr)
+        return INPUT_EXIT
     problem = binding_problem(manifest)
     if problem is not None:
         print(f"package check: error: {problem}", file=sys.stderr)

@@ -23,7 +23,6 @@ Inductor's code as well and sits far below that floor.
 from __future__ import annotations
 
 import contextlib
-import json
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from quantstudy.package.loader import run_script
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.load import RECORD_FILE, load_record
+from quantstudy.record.readers import read_json
 from quantstudy.record.vocab import Engine
 
 # Within this share of the study's x (or above it) the package keeps the speed the study reported.
@@ -135,9 +135,10 @@ def check_package(
 ) -> PackageCheck:
     """Run the packages without quantstudy and compare them with the study (module text)."""
     manifest_path = Path(folder) / mf.MANIFEST_FILE
-    if not manifest_path.is_file():
+    if not manifest_path.exists():
         raise UserError(f"{folder} holds no {mf.MANIFEST_FILE}: not a `quantstudy package` folder")
-    manifest = json.loads(manifest_path.read_text())
+    # a folder or a pipe in its place is refused unopened, in one line
+    manifest = read_json(manifest_path, "package manifest", "record")
     record, x, engine_logits, floor = _reference(
         folder, manifest, study_dir, data, calib_data, images
     )

@@ -63,6 +63,7 @@ import torch
 
 from quantstudy.engines.base import Engine
 from quantstudy.record import KernelBreakdown, KernelGroupTime
+from quantstudy.record.readers import read_bytes
 from quantstudy.record.vocab import KernelGroup
 
 Group = KernelGroup
@@ -255,7 +256,8 @@ def kernel_events(engine: Engine, x: torch.Tensor, batch: int) -> list[tuple[str
     with tempfile.TemporaryDirectory(prefix="quantstudy-trace-") as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
-        trace = json.loads(path.read_text(encoding="utf-8"))
+        # parsed as the profiler wrote it (Kineto's JSON, not held to our files' rules)
+        trace = json.loads(read_bytes(path, "json", "profiler trace"))
     kernels = kernels_from_trace(trace)
     if not kernels:
         raise RuntimeError(
