@@ -144,17 +144,12 @@ def _progress(name: str, stage: str, seconds: float) -> None:
     print(f"{name}: {stage} in {seconds:.1f} s", flush=True)
 
 
-def bench_one(args: argparse.Namespace, name: str) -> int:
-    """One model: study, packages, check, record; 0 when the check passed, 3 when not. Each
-    stage done is kept in the work folder (and a partial record written to $OUT), so a
-    command stopped at its limit loses only the stage it was in."""
+def _packages(args: argparse.Namespace, name: str, study: Path) -> tuple[Path, float | None]:
+    """The study's packages at batches 1 and 128 in the work folder (kept from an earlier
+    command where its manifest is there), and the seconds packaging took (None: packaged by a
+    command stopped before it wrote its time)."""
     from quantstudy.package.build import PackageOptions, package_study
-    from quantstudy.package.verify import X_TOLERANCE, check_package
 
-    target = Path(os.environ.get("OUT", ".")) / f"package-bench-{name}.json"
-    study, study_info = _study(args, name, args.work)
-    _progress(name, "study (kept from an earlier command)" if "reused" in study_info else "study",
-              study_info["wall_s"])  # fmt: skip
     out = args.work / f"package-{name}"
     package_file = args.work / f"bench-package-{name}.json"
     kept = (out / "manifest.json").is_file()
@@ -163,23 +158,22 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
         options = PackageOptions(study, out, (1, 128), None, "cuda", args.data, args.calib_data)
         package_study(options)
         package_file.write_text(json.dumps({"package_s": round(time.perf_counter() - start, 1)}))
-    package_s = None  # packaged by a command stopped before it wrote its time
+    package_s = None
     if package_file.is_file():
         package_s = json.loads(package_file.read_text())["package_s"]
     _progress(name, "packages (kept from an earlier command)" if kept else "packages",
               package_s or 0.0)  # fmt: skip
-    partial = {"provenance": _provenance(), "model": name, "study": study_info,
-               "package_s": package_s, "check": "not finished"}  # fmt: skip
-    target.write_text(json.dumps(partial, indent=1))
-    start = time.perf_counter()
-    checked = check_package(out, study, args.data, args.calib_data, args.images)
-    check_s = round(time.perf_counter() - start, 1)
-    _progress(name, "check", check_s)
-    manifest = json.loads((out / "manifest.json").read_text())
-    study_x = manifest["study"]["study_x"]
-    study_ms = _study_ms(study)
+    return out, package_s
+
+
+def _speed_rows(
+    timing: dict, study_x: dict, study_ms: dict[int, tuple[float, float]]
+) -> list[dict]:
+    """Per packaged batch, the packaged x beside the study's, and both engines' medians."""
+    from quantstudy.package.verify import X_TOLERANCE
+
     rows = []
-    for batch, t in checked.timing.items():
+    for batch, t in timing.items():
         theirs = study_x.get(batch)
         rows.append({
             "batch": int(batch), "study_x": theirs, "packaged_x": t["x"],
@@ -191,6 +185,29 @@ def bench_one(args: argparse.Namespace, name: str) -> int:
             "within_5pct_or_better": None if theirs is None
             else t["x"] >= theirs * (1 - X_TOLERANCE),
         })  # fmt: skip
+    return rows
+
+
+def bench_one(args: argparse.Namespace, name: str) -> int:
+    """One model: study, packages, check, record; 0 when the check passed, 3 when not. Each
+    stage done is kept in the work folder (and a partial record written to $OUT), so a
+    command stopped at its limit loses only the stage it was in."""
+    from quantstudy.package.verify import check_package
+
+    target = Path(os.environ.get("OUT", ".")) / f"package-bench-{name}.json"
+    study, study_info = _study(args, name, args.work)
+    _progress(name, "study (kept from an earlier command)" if "reused" in study_info else "study",
+              study_info["wall_s"])  # fmt: skip
+    out, package_s = _packages(args, name, study)
+    partial = {"provenance": _provenance(), "model": name, "study": study_info,
+               "package_s": package_s, "check": "not finished"}  # fmt: skip
+    target.write_text(json.dumps(partial, indent=1))
+    start = time.perf_counter()
+    checked = check_package(out, study, args.data, args.calib_data, args.images)
+    check_s = round(time.perf_counter() - start, 1)
+    _progress(name, "check", check_s)
+    manifest = json.loads((out / "manifest.json").read_text())
+    rows = _speed_rows(checked.timing, manifest["study"]["study_x"], _study_ms(study))
     record = {
         "provenance": _provenance(),
         "model": name,
