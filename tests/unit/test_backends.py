@@ -192,7 +192,7 @@ def test_a_fourth_backend_reaches_the_benches(fake, monkeypatch):
     its launch under its `bench_label`, plain and with each engine epilogue it computes (here
     only the rounding to fp16 where the unfused engine stores: no activation, no FP8 output)."""
     from quantstudy.bench.cli import _kernels, _options
-    from quantstudy.bench.products import _registered
+    from quantstudy.bench.product_columns import registered_columns
 
     assert _options("fake,fastest") == ("fake", "fastest") and _kernels("fake") == ("fake",)
     monkeypatch.setattr(Fake, "bench_label", "fake-lt")
@@ -200,7 +200,7 @@ def test_a_fourth_backend_reaches_the_benches(fake, monkeypatch):
     xq = torch.randn(32, 32, generator=g).to(torch.float8_e4m3fn)
     w8 = torch.randn(16, 32, generator=g).to(torch.float8_e4m3fn)
     one, bias = torch.tensor(1.0), torch.zeros(16)
-    calls = _registered(Product(xq, w8, one, one, bias, torch.float32))
+    calls = registered_columns(Product(xq, w8, one, one, bias, torch.float32))
     assert list(calls) == ["fake-lt", "fake-lt fp16-rounds"]
     want = xq.float() @ w8.float().t()  # exact FP8 products; the column writes fp16 (11 bits)
     assert torch.allclose(calls["fake-lt"]().float(), want, rtol=2**-10, atol=2**-10)

@@ -269,7 +269,7 @@ def test_products_table_shows_cublaslt_with_the_engine_epilogues():
 def test_cublaslt_epilogue_is_the_fused_epilogue_after_its_scales_and_bias():
     """On cuBLASLt's fp16 product: the activation in float32, rounded to fp16, then the next
     layer's FP8 input; no FP8 out gives the fp16 activation (the fused kernel's order)."""
-    from quantstudy.bench.products import cublaslt_epilogue
+    from quantstudy.bench.product_columns import cublaslt_epilogue
     from quantstudy.quant.formats.fp8 import to_fp8
 
     g = torch.Generator().manual_seed(0)
@@ -292,7 +292,7 @@ def test_the_compiled_cublaslt_epilogue_rounds_once_at_most_a_step_off():
     first. The two part only where the fp16 value lands on a midpoint of the FP8 grid, one fp16
     value in 2^7 between FP8 steps and half of those rounding the other way: at most about 2^-8
     of the outputs, one FP8 step each. Measured here 0.0018 (torch 2.11 and 2.14, CPU)."""
-    from quantstudy.bench.products import _compiled_epilogue, cublaslt_epilogue
+    from quantstudy.bench.product_columns import _compiled_epilogue, cublaslt_epilogue
 
     g = torch.Generator().manual_seed(0)
     y16 = (torch.randn(1024, 512, generator=g) * 3).half()

@@ -11,7 +11,7 @@ each, after one eager call) with random N(0, 1) operands and a bias, fp16 out:
   K and N padded to 16, promoting to float32 every K tile or never (`use_fast_accum`); for a conv,
   on its implicit GEMM's shape with no im2col: the rate our conv should reach, not a conv;
 - "cuBLASLt + Inductor with-gelu", "... fp8-out", "... with-gelu fp8-out" (matmuls): cuBLASLt's
-  fp16 product, then the engine's epilogue as one Inductor kernel (`cublaslt_epilogue`): what a
+  fp16 product, then the engine's epilogue as one Inductor kernel (`product_columns.py`): what a
   layer of ours that hands off would cost with cuBLASLt's main loop and the activation and the
   next layer's FP8 input moved into a kernel of their own (torchao's layout, with our fusion);
 - "ours": the fused Triton kernel autotuned as an engine runs it (summing as the engines do,
@@ -30,7 +30,6 @@ checked against float32 sums of the same FP8 operands (`max_rel_error`).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from quantstudy.bench.product_columns import (
+    EPILOGUES,
+    cublaslt_columns,
+    registered_columns,
+)
 from quantstudy.bench.product_row import (
     CUBLASLT,
     CUBLASLT_FAST,
@@ -52,25 +56,15 @@ from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import ProductsBench, read_record, write_record
 from quantstudy.bench.shapes import ConvProduct, Product, fp8_products, kxk_products
 from quantstudy.gpu.timer import time_us
-from quantstudy.quant.formats.fp8 import to_fp8
-from quantstudy.quant.layers.fused_matmul import act_reference
 from quantstudy.record.build_spec import PROMOTE, BuildSpec
 from quantstudy.record.errors import UserError
-from quantstudy.record.vocab import Activation, Epilogue
+from quantstudy.record.vocab import Activation
 from quantstudy.study.model_list import ModelEntry
 
 REP_MS = 20  # milliseconds of calls per replayed graph (`gpu/timer.py`)
 TIMED = (
     "us per call, mean of CUDA-graph replays (triton.testing.do_bench_cudagraph, rep 20 ms) after "
     "one eager call; random N(0,1) operands, bias, fp16 out; no input quantize"
-)
-# (label, activation, FP8 output) of the engine epilogues timed beside the plain one, all
-# rounding to fp16 where the unfused engine stores
-EPILOGUES = (
-    ("fp16-rounds", Activation.NONE, False),
-    ("with-gelu", Activation.GELU, False),
-    ("fp8-out", Activation.NONE, True),
-    ("with-gelu fp8-out", Activation.GELU, True),
 )
 
 
@@ -226,7 +220,6 @@ def _calls(
 ) -> tuple[dict[str, Callable[[], object]], torch.Tensor]:
     """Every variant of one product as a call, and the float32 reference of our variants;
     "ours" sums as the engines of `spec` do."""
-    from quantstudy.quant.kernels.conv import fp8_conv2d_triton, tap_major
     from quantstudy.quant.kernels.gemm import fp8_gemm_triton
     from quantstudy.quant.kernels.tiles import PERSISTENT_TILES
 
@@ -240,31 +233,7 @@ def _calls(
     x_scale, bias = torch.tensor(1.0, device=dev), torch.randn(n, device=dev, generator=g)
     calls: dict[str, Callable[[], object]] = {}
     if row.conv is not None:
-        c, h, w, kh, kw, s, p = row.conv
-        x16 = torch.randn(row.batch, c, h, w, device=dev, generator=g, dtype=torch.float16)
-        x16 = x16.contiguous(memory_format=torch.channels_last)
-        x8 = x16.to(torch.float8_e4m3fn)
-        w4 = w16.reshape(n, kh, kw, c).permute(0, 3, 1, 2)  # (N, C, KH, KW), tap-major storage
-        w4_16 = w4.contiguous(memory_format=torch.channels_last)
-        w_taps = tap_major(w4.mul(64).to(torch.float8_e4m3fn))
-        calls[FP16_CONV] = lambda: F.conv2d(x16, w4_16, bias.half(), s, p)
-        calls["ours"] = lambda: fp8_conv2d_triton(
-            x8,
-            w_taps,
-            (kh, kw),
-            w_scale,
-            x_scale,
-            bias,
-            Activation.NONE,
-            torch.float16,
-            (s, s),
-            (p, p),
-            promote=engine,
-        )
-        w32 = w_taps.float().reshape(n, kh, kw, c).permute(0, 3, 1, 2)
-        with torch.backends.cudnn.flags(allow_tf32=False):  # float32 sums, not TF32's
-            ref = F.conv2d(x8.float(), w32, None, s, p)
-        ref = ref * w_scale[None, :, None, None] + bias[None, :, None, None]
+        calls, ref = _conv_calls(row, w16, (w_scale, x_scale, bias), engine, g)
         a16 = torch.randn(m, k, device=dev, generator=g, dtype=torch.float16)
     else:
         a16 = torch.randn(m, k, device=dev, generator=g, dtype=torch.float16)
@@ -301,99 +270,57 @@ def _calls(
             for label, cfg, loads, store, per_sm in sweep_launches(a8, w8):
                 calls[f"ours {label}"] = ours(tile=cfg, loads=loads, store=store, stream=per_sm)
         ref = (a8.float() @ w8.float().t()) * (w_scale * x_scale) + bias
-    calls.update(_cublaslt(a16, w16, bias, fast=engine == 0))
+    calls.update(cublaslt_columns(a16, w16, bias, fast=engine == 0))
     if row.conv is None:
         from quantstudy.quant.backends.base import Product
 
-        calls.update(_registered(Product(a8, w8, x_scale, w_scale, bias, torch.float16,
+        calls.update(registered_columns(Product(a8, w8, x_scale, w_scale, bias, torch.float16,
                                          promote=engine)))  # fmt: skip
     return calls, ref
 
 
-def _registered(plain: Any) -> dict[str, Callable[[], object]]:
-    """The columns of every backend this machine runs that has a `bench_label`
-    (`quant/backends/`): its plain product (fp16 out), then each engine epilogue its kernel
-    computes (`EPILOGUES`), each a variant of `plain` (a `Product`: fp16 out, summing as the
-    engines do). The built-in backends have none: their columns are "ours" and cuBLASLt's."""
-    from dataclasses import replace
+def _conv_calls(
+    row: ProductRow,
+    w16: torch.Tensor,
+    terms: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    engine: int,
+    g: torch.Generator,
+) -> tuple[dict[str, Callable[[], object]], torch.Tensor]:
+    """A kxk conv product's calls (cuDNN fp16 and ours, summing every `engine` products) and
+    the float32 reference of ours, from the weight `w16` (N, K) and `terms` (weight scales,
+    input scale, bias)."""
+    from quantstudy.quant.kernels.conv import fp8_conv2d_triton, tap_major
 
-    from quantstudy.quant import backends
-
+    assert row.conv is not None
+    w_scale, x_scale, bias = terms
+    dev, n = w16.device, row.n
     calls: dict[str, Callable[[], object]] = {}
-    for name in backends.usable():
-        backend = backends.get(name)
-        if backend.bench_label is None:
-            continue
-        takes = backend.support.takes
-        for label, act, fp8_out in (("", Activation.NONE, False), *EPILOGUES):
-            if (act != Activation.NONE and not takes(Epilogue.ACTIVATION, act)) or (
-                fp8_out and not takes(Epilogue.FP8_OUTPUT)
-            ):
-                continue
-            product = replace(
-                plain, act=act, out_dtype=torch.float8_e4m3fn if fp8_out else torch.float16,
-                out_scale=plain.x_scale if fp8_out else None,
-                round_to=torch.float16 if label else None,
-            )  # fmt: skip
-            column = f"{backend.bench_label} {label}".strip()
-            calls[column] = functools.partial(backend.launch, product)
-    return calls
-
-
-def cublaslt_epilogue(
-    y16: torch.Tensor, out_scale: torch.Tensor, act: Activation, fp8_out: bool
-) -> torch.Tensor:
-    """The fused epilogue's steps after its scales and bias (`quant/kernels/gemm_kernel.py:
-    _finish`) on cuBLASLt's fp16 product `y16` (which holds them, rounded to fp16): the
-    activation in float32, rounded to fp16, then the next layer's FP8 input (`to_fp8`)."""
-    y = act_reference(y16.float(), act).to(torch.float16)
-    return to_fp8(y, out_scale) if fp8_out else y
-
-
-@functools.cache
-def _compiled_epilogue(act: Activation, fp8_out: bool) -> Callable[..., torch.Tensor]:
-    """`cublaslt_epilogue` as one Inductor kernel, compiled once for every shape. Compiled as an
-    engine is: Inductor keeps the fused steps in float32 and drops the activation's rounding to
-    fp16, so the FP8 write rounds once where the eager steps and the fused kernel round twice
-    (about 0.2% of FP8 outputs a step apart; tests/unit/test_bench.py)."""
-    return torch.compile(  # type: ignore[no-any-return]
-        functools.partial(cublaslt_epilogue, act=act, fp8_out=fp8_out), dynamic=True
+    c, h, w, kh, kw, s, p = row.conv
+    x16 = torch.randn(row.batch, c, h, w, device=dev, generator=g, dtype=torch.float16)
+    x16 = x16.contiguous(memory_format=torch.channels_last)
+    x8 = x16.to(torch.float8_e4m3fn)
+    w4 = w16.reshape(n, kh, kw, c).permute(0, 3, 1, 2)  # (N, C, KH, KW), tap-major storage
+    w4_16 = w4.contiguous(memory_format=torch.channels_last)
+    w_taps = tap_major(w4.mul(64).to(torch.float8_e4m3fn))
+    calls[FP16_CONV] = lambda: F.conv2d(x16, w4_16, bias.half(), s, p)
+    calls["ours"] = lambda: fp8_conv2d_triton(
+        x8,
+        w_taps,
+        (kh, kw),
+        w_scale,
+        x_scale,
+        bias,
+        Activation.NONE,
+        torch.float16,
+        (s, s),
+        (p, p),
+        promote=engine,
     )
-
-
-def _cublaslt(
-    a16: torch.Tensor, w16: torch.Tensor, bias: torch.Tensor, fast: bool
-) -> dict[str, Callable[[], object]]:
-    """`torch._scaled_mm` on the product's shape, per-tensor scales, K and N padded to 16, with
-    fast accumulation and without; and, summing as the engines do (`fast`), followed by each
-    engine epilogue but the plain rounding (its fp16 out already is)."""
-    k, n = a16.shape[1], w16.shape[0]
-    kp, np_ = -(-k // 16) * 16, -(-n // 16) * 16
-    a8 = F.pad(a16, (0, kp - k)).to(torch.float8_e4m3fn)
-    w8 = F.pad(w16.mul(64), (0, kp - k, 0, np_ - n)).to(torch.float8_e4m3fn)
-    one = torch.tensor(1.0, device=a16.device)
-    w_scale = torch.tensor(1 / 64, device=a16.device)
-    b16 = F.pad(bias, (0, np_ - n)).half()
-
-    def call(fast: bool) -> Callable[[], object]:
-        return lambda: torch._scaled_mm(
-            a8, w8.t(), scale_a=one, scale_b=w_scale, bias=b16, out_dtype=torch.float16,
-            use_fast_accum=fast,
-        )  # fmt: skip
-
-    calls = {CUBLASLT: call(False), CUBLASLT_FAST: call(True)}
-    for label, act, fp8_out in EPILOGUES[1:]:
-        calls[f"{CUBLASLT} + Inductor {label}"] = _then(
-            call(fast), _compiled_epilogue(act, fp8_out), one
-        )
-    return calls
-
-
-def _then(
-    product: Callable[[], object], epilogue: Callable[..., torch.Tensor], scale: torch.Tensor
-) -> Callable[[], object]:
-    """One call: the product, then the epilogue on its output."""
-    return lambda: epilogue(product(), scale)
+    w32 = w_taps.float().reshape(n, kh, kw, c).permute(0, 3, 1, 2)
+    with torch.backends.cudnn.flags(allow_tf32=False):  # float32 sums, not TF32's
+        ref = F.conv2d(x8.float(), w32, None, s, p)
+    ref = ref * w_scale[None, :, None, None] + bias[None, :, None, None]
+    return calls, ref
 
 
 def _line(rec: ProductsBench, r: ProductRow) -> str:
