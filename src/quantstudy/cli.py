@@ -24,12 +24,12 @@ from quantstudy.package.commands import PACKAGE
 from quantstudy.record.errors import EXIT_INTERRUPTED, EXIT_USER, UserError
 from quantstudy.record.io import filesystem_message
 from quantstudy.search.commands import SEARCH
-from quantstudy.study.cli_options import MODEL_DATA_OPTIONS, STUDY_OPTIONS, model_config
+from quantstudy.study.cli_options import model_config
 from quantstudy.study.commands import DECIDE, DEMO, EXTEND, RECIPES, REPORT, RUN
 from quantstudy.sweep.commands import SWEEP
 from quantstudy.zoo.commands import ZOO
 
-__all__ = ["COMMANDS", "MODEL_DATA_OPTIONS", "REGISTRY", "STUDY_OPTIONS", "main", "model_config"]
+__all__ = ["COMMANDS", "REGISTRY", "main"]
 
 # Every subcommand, in the order `quantstudy --help` lists them.
 REGISTRY: dict[str, Command] = {

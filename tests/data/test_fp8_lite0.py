@@ -30,8 +30,8 @@ from _reference import assert_matches_reference
 from quantstudy.engines.builders import build_fakequant, build_fp8
 from quantstudy.engines.run import run_engine
 from quantstudy.quant.plan.apply import QuantPlan
+from quantstudy.record import StudyConfig
 from quantstudy.record.build_spec import BuildSpec
-from quantstudy.record.inputs import StudyConfig
 from quantstudy.study.prepare import prepare_study
 
 pytestmark = pytest.mark.shared("val-1300", "calib-1000")

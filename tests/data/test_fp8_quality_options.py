@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from quantstudy.bench.options.compare import compare_options
-from quantstudy.record.inputs import StudyConfig
+from quantstudy.record import StudyConfig
 
 pytestmark = pytest.mark.shared("val-1300", "calib-1000")
 MODEL, WEIGHTS = "tf_efficientnet_lite0", "efficientnet-lite0"

@@ -127,7 +127,7 @@ def test_a_config_is_named_by_its_tile_paths_and_loop():
 def test_the_spec_takes_the_option_over_the_switch_over_the_default():
     """`StudyConfig.build_spec`: `--fp8-accumulate` wins over the lab switch, which wins over
     the default (fast); the spec names the accumulation it runs (None: a lab interval)."""
-    from quantstudy.record.inputs import StudyConfig
+    from quantstudy.record import StudyConfig
     from quantstudy.record.vocab import Accumulation
 
     config = StudyConfig(model="m", data="d")
@@ -187,7 +187,7 @@ def test_a_record_without_an_accumulation_is_rebuilt_as_it_ran():
     version 21 promotes every 128 products as its engines did; one made under the lab switch
     sums as the switch it ran under said; a record that names its accumulation is taken at its
     word."""
-    from quantstudy.record.inputs import StudyConfig
+    from quantstudy.record import StudyConfig
     from quantstudy.record.vocab import Accumulation
 
     old = StudyConfig(model="resnet18", data="images")

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import quantstudy
-from quantstudy.record.inputs import StudyConfig
+from quantstudy.record import StudyConfig
 
 torch.set_num_threads(1)
 

@@ -36,9 +36,15 @@ from quantstudy.bench.schema import (
 from quantstudy.cli import main
 from quantstudy.engines.base import Engine
 from quantstudy.quality.metrics import score_engine
-from quantstudy.record import BatchSpeed, IdealSpeed, LayerDecision, SpeedSection, TimingStats
+from quantstudy.record import (
+    BatchSpeed,
+    IdealSpeed,
+    LayerDecision,
+    SpeedSection,
+    StudyConfig,
+    TimingStats,
+)
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
 from quantstudy.speed.harness import measure_speed
 from quantstudy.study.model_list import ModelEntry
 

@@ -124,8 +124,8 @@ def test_study_config_refuses_an_unknown_fp8_kernel(tiny_imagenet):
     """A config names a backend as a word (a record made with a backend this install lacks
     still loads); a study refuses one the registry does not have before anything heavy
     (`study/guard.py: preflight`, which a --config file's study also passes)."""
+    from quantstudy.record import StudyConfig
     from quantstudy.record.errors import UserError
-    from quantstudy.study.config import StudyConfig
     from quantstudy.study.guard import preflight
 
     with pytest.raises(UserError, match=r"--fp8-kernel must be fused, .* or fastest, not cutlass"):

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from quantstudy.record import StudyConfig
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig, read_config
+from quantstudy.record.inputs import read_config
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import pytest
 from _records import build_record
 from scipy.stats import norm
 
+from quantstudy.decision import confseq, sequential_gates
 from quantstudy.decision import sequential as seq
-from quantstudy.decision import sequential_gates
 from quantstudy.decision.gates import AGREEMENT, FINITE, KL_MEAN, TOP1
 from quantstudy.decision.policy import decide
 from quantstudy.decision.schema import Policy
@@ -46,7 +46,7 @@ def _reference_bounds(x: np.ndarray, alpha: float, block: int) -> tuple[float, f
         m = (0.5 + seen.sum()) / (start + 1)
         s2 = (0.25 + ((seen - seen.mean()) ** 2).sum() if start else 0.25) / (start + 1)
         end = min(start + block, x.size)
-        lam = min(math.sqrt(2 * log_term / (s2 * end * math.log(1 + end))), seq.TRUNCATION)
+        lam = min(math.sqrt(2 * log_term / (s2 * end * math.log(1 + end))), confseq.TRUNCATION)
         psi = -math.log(1 - lam) - lam
         for xi in x[start:end]:
             lam_sum += lam
@@ -60,8 +60,8 @@ def _reference_bounds(x: np.ndarray, alpha: float, block: int) -> tuple[float, f
 @pytest.mark.parametrize("p", [0.03, 0.5, 0.97])
 def test_the_sequence_follows_the_papers_formula(p):
     x = (np.random.default_rng(1).random(1234) < p).astype(float)
-    lower, upper = seq.confidence_sequence(*seq.block_stats(x), 0.05)
-    low, high = _reference_bounds(x, 0.05, seq.BET_BLOCK)
+    lower, upper = confseq.confidence_sequence(*confseq.block_stats(x), 0.05)
+    low, high = _reference_bounds(x, 0.05, confseq.BET_BLOCK)
     assert lower[-1] == pytest.approx(low, abs=1e-12)
     assert upper[-1] == pytest.approx(high, abs=1e-12)
 
@@ -70,10 +70,10 @@ def test_the_interval_narrows_and_is_wider_than_a_fixed_n_one():
     """Time-uniform validity costs width: at every look the sequence is wider than the
     fixed-n normal interval at the same level, and it never widens."""
     x = (np.random.default_rng(2).random(20_000) < 0.97).astype(float)
-    lower, upper = seq.confidence_sequence(*seq.block_stats(x), 0.05)
+    lower, upper = confseq.confidence_sequence(*confseq.block_stats(x), 0.05)
     assert np.all(np.diff(lower) >= 0) and np.all(np.diff(upper) <= 0)
-    n = np.arange(1, lower.size + 1) * seq.BET_BLOCK
-    mean = np.cumsum(seq.block_stats(x)[1]) / n
+    n = np.arange(1, lower.size + 1) * confseq.BET_BLOCK
+    mean = np.cumsum(confseq.block_stats(x)[1]) / n
     wald = norm.ppf(0.975) * np.sqrt(mean * (1 - mean) / n)
     assert np.all(upper - lower > 2 * wald)
 

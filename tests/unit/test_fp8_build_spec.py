@@ -8,9 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from quantstudy.env.switches import FP8_PROMOTE, GEMM_CONFIGS, TUNE_SCREEN
-from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel
+from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel, StudyConfig
 from quantstudy.record.build_spec import BuildSpec
-from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.vocab import FASTEST
 
 # rows of a kernel choice as schema 17 to 23 wrote them, one timing field per kernel

@@ -7,8 +7,8 @@ import errno
 
 import pytest
 
+from quantstudy.record import StudyConfig
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import filesystem_message
 from quantstudy.study.guard import check_batch_memory
 

@@ -10,9 +10,9 @@ from _records import build_record
 from pydantic import ValidationError
 
 from quantstudy.decision import policy as pol
-from quantstudy.decision.policy import EXIT_CODES, PRESETS, Policy, decide, load_policy
+from quantstudy.decision.policy import EXIT_CODES, PRESETS, decide, load_policy
 from quantstudy.decision.preview import heldout_preview
-from quantstudy.decision.schema import AgreementPolicy, KlPolicy, SpeedPolicy, Top1Policy
+from quantstudy.decision.schema import AgreementPolicy, KlPolicy, Policy, SpeedPolicy, Top1Policy
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Baseline, GateStatus, Missing, Outcome

@@ -11,10 +11,10 @@ from quantstudy.quality.metrics import (
     KL_BIN_EDGES,
     RANDOM_WEIGHTS_REASON,
     build_quality_section,
-    kl_per_image,
     score_engine,
 )
 from quantstudy.quality.nonfinite import scan_nonfinite
+from quantstudy.quality.rows import kl_per_image
 
 torch.set_num_threads(1)
 

@@ -18,9 +18,8 @@ import pytest
 from _records import build_record
 
 from quantstudy.cli import main
-from quantstudy.record import SCHEMA_VERSION
+from quantstudy.record import SCHEMA_VERSION, StudyConfig
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_record
 from quantstudy.record.load import RECORD_FILE, load_record, load_record_data
 from quantstudy.study.guard import claim_study_folder

@@ -239,7 +239,8 @@ def test_kernel_choice_times_and_swaps_residual_layers_with_their_sum(tmp_path):
     (both layers refuse to run without it); the engine computes what the fused one did."""
     from itertools import cycle
 
-    from quantstudy.engines.kernel_choice import Unfused, choose_kernels
+    from quantstudy.engines.kernel_choice import choose_kernels
+    from quantstudy.engines.unfused import Unfused
 
     model, x, plan = _setup()
     m = build_fp8(model, CPU, x, plan, dtype=torch.float32).eager

@@ -6,6 +6,7 @@ import pytest
 import torch
 from _search_nets import LAYERS, small_net
 
+from quantstudy.record import LayerSpeed, LayerSpeedSection
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.search.layer_speed import (
@@ -14,7 +15,6 @@ from quantstudy.search.layer_speed import (
     load_layer_gains,
     measure_layer_speed,
 )
-from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
 
 torch.set_num_threads(1)
 

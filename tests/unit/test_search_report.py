@@ -8,7 +8,7 @@ import random
 import pytest
 from _records import build_record, fixture_json
 
-from quantstudy.decision.policy import Policy, QualityPolicy
+from quantstudy.decision.schema import Policy, QualityPolicy
 from quantstudy.record import (
     SCHEMA_VERSION,
     LayerSensitivity,
@@ -24,8 +24,9 @@ from quantstudy.record import (
 from quantstudy.record.errors import UserError
 from quantstudy.record.load import load_record
 from quantstudy.report.markdown import render_markdown
-from quantstudy.report.plots import SENSITIVITY_PNG, available_plots
+from quantstudy.report.plots import available_plots
 from quantstudy.report.render import render_study
+from quantstudy.report.search_plots import SENSITIVITY_PNG
 from quantstudy.report.selfcheck import check_markdown
 from quantstudy.search.select import (
     LayerEvidence,
@@ -33,7 +34,6 @@ from quantstudy.search.select import (
     predict,
     select_layers,
 )
-from quantstudy.search.tables import SearchSection as ReExported
 
 POLICY = Policy(quality=QualityPolicy(agreement={"min": 0.97}, kl_mean={"max": 0.02}))
 
@@ -183,10 +183,6 @@ def _search_record(n_layers: int = 20, source: str = "measured", all_but: bool =
 
 def _results(md: str) -> str:
     return md.split("### Variants\n")[1].split("## Warnings")[0]
-
-
-def test_tables_module_re_exports_the_schema_models():
-    assert ReExported is SearchSection
 
 
 def test_search_record_round_trips_through_json():

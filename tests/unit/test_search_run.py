@@ -9,14 +9,13 @@ import yaml
 from quantstudy.model.loading import load_model
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.resolve import resolve
-from quantstudy.record import SCHEMA_VERSION
+from quantstudy.record import SCHEMA_VERSION, StudyConfig
 from quantstudy.record.errors import UserError
 from quantstudy.record.load import load_record
 from quantstudy.report.markdown import render_markdown
 from quantstudy.report.selfcheck import check_markdown
 from quantstudy.search.compare import summary_lines
 from quantstudy.search.run import SearchConfig, run_search
-from quantstudy.study.config import StudyConfig
 
 torch.set_num_threads(1)
 

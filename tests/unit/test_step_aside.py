@@ -14,9 +14,8 @@ from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel
+from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel, StudyConfig
 from quantstudy.record.build_spec import BuildSpec
-from quantstudy.record.inputs import StudyConfig
 
 CPU = torch.device("cpu")
 SLOW = 100.0

@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from quantstudy.cli import MODEL_DATA_OPTIONS, STUDY_OPTIONS, _parser, main
+from quantstudy.cli import _parser, main
 from quantstudy.quant import backends
 from quantstudy.record import StudyConfig, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Accumulation, CompileMode, choices
+from quantstudy.study.cli_options import MODEL_DATA_OPTIONS, STUDY_OPTIONS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

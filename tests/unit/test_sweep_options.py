@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from quantstudy.record import StudyConfig
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
 from quantstudy.sweep.grid import expand
 from quantstudy.sweep.spec import OPTIONS, load_sweep
 

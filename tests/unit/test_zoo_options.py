@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from quantstudy.record.inputs import StudyConfig, option
+from quantstudy.record import StudyConfig
+from quantstudy.record.inputs import option
 from quantstudy.zoo.catalogue import ZooEntry
 from quantstudy.zoo.commands import _arguments, zoo_options
 from quantstudy.zoo.points import ZOO_DEFAULTS, ZOO_OWN, ZOO_STUDY_OPTIONS, row_settings, zoo_point

@@ -24,10 +24,9 @@ from torch import nn
 
 from quantstudy.api.calibration import Calibration, calibration_batches
 from quantstudy.api.engine import EngineModule
-from quantstudy.record import CalibrationInfo, EngineInfo, FP8Layout, RecipeInfo
+from quantstudy.record import CalibrationInfo, EngineInfo, FP8Layout, RecipeInfo, StudyConfig
 from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.vocab import Engine
 
 if TYPE_CHECKING:

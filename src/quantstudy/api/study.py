@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quantstudy.record import Decision, QualitySection, SpeedSection, StudyRecord
-from quantstudy.record.inputs import StudyConfig
+from quantstudy.record import Decision, QualitySection, SpeedSection, StudyConfig, StudyRecord
 from quantstudy.record.load import RECORD_FILE, load_record
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn

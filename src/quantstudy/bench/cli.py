@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 from quantstudy.bench import tuning_table
 from quantstudy.bench.peers.configs import Peer
 from quantstudy.cli_base.command import Command, batches, command_line
+from quantstudy.record import StudyConfig
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.vocab import choices
 from quantstudy.study.cli_options import (
     MODEL_DATA_OPTIONS,

@@ -19,7 +19,7 @@ import torch
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.bench.schema import KernelsBench, KernelTime
 from quantstudy.engines.builders import build_fp8, build_half, set_numerics
-from quantstudy.record.inputs import StudyConfig
+from quantstudy.record import StudyConfig
 from quantstudy.record.vocab import Engine
 from quantstudy.speed.kernels import group_kernel, kernel_events
 from quantstudy.study.prepare import prepare_study

@@ -20,9 +20,8 @@ from quantstudy.bench.provenance import CPU_REASON, collect_provenance
 from quantstudy.bench.schema import Agreement, EngineSpeed, SpeedBench, SpeedResult
 from quantstudy.engines.builders import build_fp8, build_half, set_numerics
 from quantstudy.engines.run import run_engine
+from quantstudy.record import SpeedSection, StudyConfig
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
-from quantstudy.record.speed import SpeedSection
 from quantstudy.record.vocab import CompileMode, Engine
 from quantstudy.speed.harness import measure_speed
 from quantstudy.speed.ideal import ideal_speed

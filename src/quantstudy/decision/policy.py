@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from quantstudy.decision.gates import quality_gates, speed_gates
-from quantstudy.decision.schema import Policy, QualityPolicy, SpeedPolicy
+from quantstudy.decision.schema import Policy
 from quantstudy.decision.sequential_gates import decision_gates
 from quantstudy.record import Decision, Gate, StudyRecord
 from quantstudy.record.errors import UserError
@@ -26,9 +26,6 @@ __all__ = [
     "DEFAULT_POLICY_LABEL",
     "EXIT_CODES",
     "PRESETS",
-    "Policy",
-    "QualityPolicy",
-    "SpeedPolicy",
     "decide",
     "load_policy",
     "parse_policy",

@@ -57,7 +57,6 @@ from quantstudy.decision.confseq import (
     OPEN,
     PASS,
     SOURCE,
-    TRUNCATION,
     block_stats,
     confidence_sequence,
     first_verdicts,
@@ -363,15 +362,9 @@ def stop_reason(look: Look, data_left: bool, upper_bound: int | None) -> StopRea
 
 
 __all__ = [
-    "BET_BLOCK",
     "KL_CAP",
-    "METHOD",
-    "SOURCE",
-    "TRUNCATION",
     "PerImage",
     "Scale",
-    "confidence_sequence",
-    "first_verdicts",
     "gate_rule",
     "look",
     "make_section",

@@ -5,7 +5,7 @@ A simulated study draws per-image values i.i.d. from a small discrete distributi
 units (top-1 change: d in {-1, 0, 1} as lost / same / gained; agreement: 0 or 1; KL: a few
 values in nats), bet block by bet block, as block counts (conditional binomials: the counts of
 each value in a block of `BET_BLOCK` images), then runs the very functions a study's looks run
-(`sequential.confidence_sequence`, `first_verdicts`) on those block statistics. A study looks
+(`confseq.confidence_sequence`, `first_verdicts`) on those block statistics. A study looks
 after every round of `round_size` images (a multiple of the bet block) and stops at the first
 look where its gate is settled, or at `max_images`.
 
@@ -23,14 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from quantstudy.decision.confseq import BET_BLOCK, confidence_sequence, first_verdicts
 from quantstudy.decision.gates import AGREEMENT, KL_MEAN, TOP1
 from quantstudy.decision.schema import Policy
-from quantstudy.decision.sequential import (
-    BET_BLOCK,
-    confidence_sequence,
-    first_verdicts,
-    gate_rule,
-)
+from quantstudy.decision.sequential import gate_rule
 from quantstudy.record.vocab import Direction
 
 Intervals = Callable[[np.ndarray, np.ndarray, np.ndarray, float], tuple[np.ndarray, np.ndarray]]

@@ -34,9 +34,8 @@ from quantstudy.package import manifest as mf
 from quantstudy.package.graph import export_engine, retarget
 from quantstudy.quant.kernels import launches
 from quantstudy.quant.private_api import aoti_compile_and_package
-from quantstudy.record import StudyRecord
+from quantstudy.record import EngineInfo, StudyRecord
 from quantstudy.record.build_spec import BuildSpec
-from quantstudy.record.engines import EngineInfo
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.load import RECORD_FILE, load_record

@@ -1,14 +1,15 @@
 """The study record: the schema every stage writes into, its atomic IO and its error type.
 
 The ground every stage writes into: it imports nothing else of quantstudy but the lab switches
-it names (`env/switches.py`), and every stage imports its sections from here (`from
-quantstudy.record import StudyRecord`).
+it names (`env/switches.py`). The record's sections and values (`__all__`, `StudyConfig` among
+them) are imported from this package, and only from here outside it (`from quantstudy.record
+import StudyRecord`); everything else of record/ from the module that defines it (`UserError`
+from `errors.py`, `Section` from `base.py`, the vocabularies from `vocab.py`).
 """
 
-from quantstudy.record.base import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION, Section
+from quantstudy.record.base import OLDEST_SCHEMA_VERSION, SCHEMA_VERSION
 from quantstudy.record.decision import Decision, Gate, Redecision
 from quantstudy.record.engines import EngineInfo, FP8Layout, KernelChoice, LayerKernel
-from quantstudy.record.errors import UserError
 from quantstudy.record.inputs import (
     DataInfo,
     Environment,
@@ -90,7 +91,6 @@ __all__ = [
     "SearchBudget",
     "SearchPrediction",
     "SearchSection",
-    "Section",
     "SensitivitySection",
     "SequentialSection",
     "SkippedImage",
@@ -101,6 +101,5 @@ __all__ = [
     "TensorScale",
     "TimingStats",
     "TimingsSection",
-    "UserError",
     "Variant",
 ]

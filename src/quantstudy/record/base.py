@@ -1,4 +1,4 @@
-"""The study record (`study.json`): typed, frozen, versioned; the ground floor of the package.
+"""The study record (`study.json`): typed, frozen, versioned; the ground every stage writes into.
 
 Every number in a report is a field here; the Markdown renderer reads nothing else. Each pipeline
 stage produces its own section model, and `StudyRecord` composes them.

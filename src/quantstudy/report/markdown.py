@@ -4,7 +4,7 @@
 nothing else (no clock, no files), so `quantstudy report STUDY_DIR` can re-render at any time.
 
 Every number printed is a value of the record passed through one of the formatters of
-`report/format.py` (`FORMATTERS`, re-exported here); `report/selfcheck.py` applies the same
+`report/format.py` (`FORMATTERS`); `report/selfcheck.py` applies the same
 formatters to every numeric leaf of the record to verify that each number in the Markdown comes
 from it. So: no arithmetic on record values in the sections (no differences, ratios or sums
 printed), and no number typed into the prose. Strings of the record (gate thresholds, warnings,
@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 
 from quantstudy.record import StudyRecord
-from quantstudy.report.format import FORMATTERS
 from quantstudy.report.sections.closing import (
     render_not_tried,
     render_other_formats,
@@ -30,7 +29,7 @@ from quantstudy.report.sections.recipe import render_recipe
 from quantstudy.report.sections.results import render_results
 from quantstudy.report.sections.summary import render_summary, render_title
 
-__all__ = ["FORMATTERS", "render_markdown"]
+__all__ = ["render_markdown"]
 
 
 def render_markdown(record: StudyRecord) -> str:

@@ -32,7 +32,7 @@
    is reading it, not deriving a new figure, so a report may say how many entries it has
    whatever the collection's JSON shape. The number must equal a number found
    (by the rule above) in `F(v)` for some value `v` and some formatter `F` of
-   `quantstudy.report.markdown.FORMATTERS` (e.g. 0.8143 -> "81.43%" by `fmt_pct`, 0.48021 ->
+   `quantstudy.report.format.FORMATTERS` (e.g. 0.8143 -> "81.43%" by `fmt_pct`, 0.48021 ->
    "0.480" by `fmt_ms`, -0.0013 -> "-0.13" by `fmt_points`), or equal a number found in a
    string of the record, keys included (versions, gate thresholds and measurements, warnings).
    A `%` is part of the number, so "81.43" and "81.43%" are different numbers.
@@ -56,7 +56,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from quantstudy.record import StudyRecord
-from quantstudy.report.markdown import FORMATTERS
+from quantstudy.report.format import FORMATTERS
 from quantstudy.report.sections.results import TABLE_SPECS
 from quantstudy.report.selfcheck_x import cells as _cells
 from quantstudy.report.selfcheck_x import study_problems

@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from quantstudy.record import StudyRecord, Variant
+from quantstudy.record import Measured, SearchSection, StudyRecord, Variant
 from quantstudy.record.vocab import Engine
 from quantstudy.search.options import option_lines
-from quantstudy.search.tables import Measured, SearchSection
 
 
 def measured(record: StudyRecord, folder: Path, batch: int) -> Measured:

@@ -45,13 +45,12 @@ from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import fp8_module, real_layers
 from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.quant.rewrites.fold import fold_batchnorm
-from quantstudy.record import BatchSpeed
+from quantstudy.record import BatchSpeed, LayerSpeed, LayerSpeedSection
 from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import not_a_file, read_json
 from quantstudy.record.vocab import Activation, CompileMode, Engine, Epilogue, choices
 from quantstudy.search.sensitivity import kind_of
-from quantstudy.search.tables import LayerSpeed, LayerSpeedSection
 from quantstudy.speed.stats import summarize_batch
 
 NEEDS_CUDA = (

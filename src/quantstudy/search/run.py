@@ -34,7 +34,15 @@ from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.builtin import default_recipe_for
 from quantstudy.recipe.options import quant_options, with_quant_options
 from quantstudy.recipe.schema import Recipe
-from quantstudy.record import OptionStep
+from quantstudy.record import (
+    LayerSpeedSection,
+    Measured,
+    OptionStep,
+    SearchBudget,
+    SearchSection,
+    SensitivitySection,
+    StudyConfig,
+)
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.report.search_plots import write_sensitivity_plot
@@ -55,14 +63,6 @@ from quantstudy.search.select import (
     select_layers,
 )
 from quantstudy.search.sensitivity import measure_sensitivity
-from quantstudy.search.tables import (
-    LayerSpeedSection,
-    Measured,
-    SearchBudget,
-    SearchSection,
-    SensitivitySection,
-)
-from quantstudy.study.config import StudyConfig
 from quantstudy.study.prepare import Prepared, batches, prepare_study
 from quantstudy.study.run import RecordExtras, run_study
 

@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass
 
 from quantstudy.decision.schema import Policy
+from quantstudy.record import LayerChoice, SearchBudget, SearchPrediction
 from quantstudy.record.errors import UserError
-from quantstudy.search.tables import LayerChoice, SearchBudget, SearchPrediction
 
 EXACT_MAX = 12
 """Up to this many eligible layers the subset is found exactly (2^12 subsets)."""

@@ -26,10 +26,9 @@ from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.recipe.selectors import layer_kind
-from quantstudy.record import EngineQuality
+from quantstudy.record import EngineQuality, LayerSensitivity, Mode, SensitivitySection
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Engine
-from quantstudy.search.tables import LayerSensitivity, Mode, SensitivitySection
 
 RANKED_BY = (
     "KL mean with only the layer quantized, largest first (a non-finite result ranks first); "

@@ -14,8 +14,9 @@ from pydantic.fields import FieldInfo
 
 from quantstudy.cli_base.command import batches
 from quantstudy.quant import backends
+from quantstudy.record import StudyConfig
 from quantstudy.record.errors import EXIT_COMMON
-from quantstudy.record.inputs import PathText, StudyConfig, option
+from quantstudy.record.inputs import PathText, option
 from quantstudy.record.vocab import choices
 
 MODEL_DATA_OPTIONS = ("data", "calib_data", "class_list", "weights", "strip_prefix")

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quantstudy.cli_base.command import Command
+from quantstudy.record import StudyConfig
 from quantstudy.record.errors import EXIT_COMMON, UserError
-from quantstudy.record.inputs import StudyConfig, option, read_config
+from quantstudy.record.inputs import option, read_config
 from quantstudy.study.cli_options import (
     CLI_HELP,
     EXIT_STATUS,

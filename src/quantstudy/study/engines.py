@@ -16,10 +16,9 @@ from torch import nn
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, build_half
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.record import FP8Layout
+from quantstudy.record import FP8Layout, StudyConfig
 from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.vocab import Engine as EngineName
-from quantstudy.study.config import StudyConfig
 
 # Quality engines beyond the reference: name -> (fake-quant weights, fake-quant activations).
 ATTRIBUTION = {

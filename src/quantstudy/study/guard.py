@@ -39,9 +39,8 @@ from quantstudy.data.folders import read_class_list
 from quantstudy.decision.policy import load_policy
 from quantstudy.quant import backends
 from quantstudy.recipe.builtin import load_recipe
-from quantstudy.record import StudyRecord
+from quantstudy.record import StudyConfig, StudyRecord
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import (
     CACHE_SETTINGS,
     TMP_SUFFIX,

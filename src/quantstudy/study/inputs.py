@@ -13,14 +13,15 @@ from torch import nn
 
 from quantstudy.data.folders import FolderScan, ImageItem, scan_folder
 from quantstudy.data.split import check_disjoint_content, split_items, stream_order, summarize_set
-from quantstudy.decision.policy import Policy, load_policy
+from quantstudy.decision.policy import load_policy
+from quantstudy.decision.schema import Policy
 from quantstudy.model.loading import LoadedModel, load_model
 from quantstudy.model.macs import count_macs
 from quantstudy.model.preprocess import resolve_preprocessing
 from quantstudy.recipe.builtin import default_choice, load_recipe
 from quantstudy.recipe.resolve import resolve
 from quantstudy.recipe.schema import Recipe
-from quantstudy.record import DataInfo, Preprocessing, RecipeInfo
+from quantstudy.record import DataInfo, Preprocessing, RecipeInfo, StudyConfig
 from quantstudy.record.errors import UserError
 from quantstudy.study.cache import console
 from quantstudy.study.checks import (
@@ -29,7 +30,6 @@ from quantstudy.study.checks import (
     say_shortfall,
     say_skipped,
 )
-from quantstudy.study.config import StudyConfig
 
 
 @dataclass(frozen=True)

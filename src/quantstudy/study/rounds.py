@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from quantstudy.decision.policy import Policy
+from quantstudy.decision.schema import Policy
 from quantstudy.decision.sequential import PerImage, look, make_section, settled
 from quantstudy.quality.rows import RowSet
 from quantstudy.record import Look, SequentialSection

@@ -30,6 +30,7 @@ from quantstudy.record import (
     LayerSpeedSection,
     SearchSection,
     SensitivitySection,
+    StudyConfig,
     StudyRecord,
     Variant,
 )
@@ -40,7 +41,6 @@ from quantstudy.report.render import render_study
 from quantstudy.speed.harness import measure_speed, speed_not_run
 from quantstudy.speed.ideal import ideal_speed
 from quantstudy.study.cache import StageCache, console
-from quantstudy.study.config import StudyConfig
 from quantstudy.study.environment import collect_environment
 from quantstudy.study.guard import check_batch_memory, claim_study_folder, device_memory
 from quantstudy.study.inputs import StudyInputs, prepare_inputs

@@ -17,12 +17,11 @@ from quantstudy.data.stream import Uint8Transform
 from quantstudy.engines.base import Engine
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quant.plan.apply import QuantPlan
-from quantstudy.record import EngineInfo, FP8Layout
+from quantstudy.record import EngineInfo, FP8Layout, StudyConfig
 from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.speed.harness import MAX_INPUT_BUFFERS, tile_images
 from quantstudy.study.cache import console
-from quantstudy.study.config import StudyConfig
 from quantstudy.study.engines import study_builders
 from quantstudy.study.heldout import first_images
 from quantstudy.study.inputs import StudyInputs

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from quantstudy.gpu.timing_lock import held_s, waited_s
-from quantstudy.record.timings import StageTime, StageTuning, TileChoices, TimingsSection
+from quantstudy.record import StageTime, TimingsSection
+from quantstudy.record.timings import StageTuning, TileChoices
 from quantstudy.study.cache import console
 
 

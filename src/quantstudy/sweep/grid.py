@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
 from quantstudy.recipe.family import architecture_of
+from quantstudy.record import StudyConfig
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.vocab import Calibrator
 from quantstudy.sweep.spec import DEFAULT_RECIPE, SweepSpec
 

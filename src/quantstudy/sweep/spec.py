@@ -40,8 +40,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.recipe.yaml_lines import Loc, compose_yaml, key_lines
+from quantstudy.record import StudyConfig
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import BOUND_REASONS, DEFAULT_FP8_KERNEL, PathText, StudyConfig
+from quantstudy.record.inputs import BOUND_REASONS, DEFAULT_FP8_KERNEL, PathText
 from quantstudy.record.readers import read_text
 from quantstudy.record.vocab import Calibrator, Device
 from quantstudy.study.model_list import ModelEntry, check_weights, is_path, parse_models, problem

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
+from quantstudy.record import StudyConfig
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.sweep.events import ExecutorKind, Transfer
 from quantstudy.sweep.grid import GridPoint, recipe_file_sha256
 from quantstudy.zoo.catalogue import ALL, Shard, WeightsMode, ZooEntry

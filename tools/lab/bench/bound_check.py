@@ -26,7 +26,8 @@ from quantstudy.bench.schema import ProductsBench, read_record
 def winner_ranks(record: ProductsBench) -> list[tuple[str, str, int | None]]:
     """(row and column, winning tile, its rank under the bound's order; None: not in it)."""
     from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM
-    from quantstudy.quant.kernels.tiles import PROMOTE, config_words, prune_gemm, ranked
+    from quantstudy.quant.kernels.tiles import config_words, prune_gemm, ranked
+    from quantstudy.record.build_spec import PROMOTE
 
     found = []
     for row in record.results:

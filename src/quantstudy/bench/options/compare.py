@@ -39,9 +39,9 @@ from quantstudy.quant.calibration.choice import choose_calibrators
 from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.plan.build import build_plan
 from quantstudy.recipe.options import quant_options
+from quantstudy.record import StudyConfig
 from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.quant_options import QuantOptions
 from quantstudy.record.vocab import Engine as EngineName

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from quantstudy.bench.peers.rows import read_rows, row_config
 from quantstudy.bench.peers.run import bench_peers
 from quantstudy.bench.schema import PeersBench
+from quantstudy.record import StudyConfig
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
 
 
 def run_peers(

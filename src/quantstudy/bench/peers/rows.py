@@ -29,8 +29,8 @@ from typing import NamedTuple
 
 from quantstudy.bench.schema import PeersBench, PeersResult, Provenance, read_record
 from quantstudy.recipe.builtin import default_recipe_for, load_recipe
+from quantstudy.record import StudyConfig
 from quantstudy.record.errors import UserError
-from quantstudy.record.inputs import StudyConfig
 from quantstudy.study.model_list import ModelEntry, read_model_list
 from quantstudy.study.sources import ENGINE_SOURCES
 

@@ -53,8 +53,8 @@ from quantstudy.bench.schema import (
 from quantstudy.engines.builders import BuiltEngine, build_fp8, build_fp32, build_half, set_numerics
 from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import score_engine
-from quantstudy.record import EngineInfo, EngineQuality
-from quantstudy.record.inputs import DEFAULT_FP8_KERNEL, StudyConfig
+from quantstudy.record import EngineInfo, EngineQuality, StudyConfig
+from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.vocab import FASTEST, PeerFamily
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.speed.harness import cpu_counts, measure_speed, tile_images
