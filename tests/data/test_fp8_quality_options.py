@@ -1,7 +1,7 @@
 """EfficientNet-Lite0 (real weights, all 32 pointwise convs) under the FP8 quality options.
 
 The `evidence` tests re-measure the README's options table on the CPU: 500 calibration images of
-calib-1000, all of val-1300 (not timed; a 100-image sequential fit took 4 minutes on 2 cores, so
+calib-1000, all of val-1300 (not timed; a 100-image propagated fit took 4 minutes on 2 cores, so
 about half an hour, the fit most of it; not in CI).
 They write their table as JSON to $QUANTSTUDY_OPTIONS_OUT (default: the test's temporary folder)
 and print one line per variant. The `slow` test checks the direction of the weight option on a
@@ -9,7 +9,7 @@ subset (in CI).
 
 Targets (issue 18): agreement with fp32 >= 97.5% (at most 32 of 1300 images differ) and KL mean
 <= 0.010, for the fp32 emulation and the FP8 engine alike. The built-in recipe's options
-(`generic_pointwise_sequential`: the propagated fit, compensating rounding with 16 scale
+(`generic_pointwise_propagated`: the propagated fit, compensating rounding with 16 scale
 candidates and 4 refinement sweeps, headroom 4; no migration) as measured on a 2-core CPU and on
 the GPU are in docs/results/figures/fp8-options-lite0.json (rendered in docs/fp8-options.md): on the
 CPU the emulation met both targets with its count at the line, and the CPU FP8 engine, which

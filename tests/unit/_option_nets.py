@@ -1,5 +1,5 @@
 """Tiny CNNs and images shared by the quantization-option tests (rounding, migration,
-calibration statistics, the sequential fit): a 3x3 stem with BatchNorm and ReLU6, then 1x1 convs
+calibration statistics, the propagated fit): a 3x3 stem with BatchNorm and ReLU6, then 1x1 convs
 with BatchNorm and activations and a pooled linear head, as a MobileNet block; small enough for
 CPU."""
 

@@ -52,7 +52,7 @@ NEW_IN_VERSION_6_RECIPE = {
     "layer_calibrators": {},
     "migration": "none",
     "migration_alpha": None,
-    "sequential": False,  # schema 7
+    "propagated": False,  # schema 7 (as `sequential` until 26)
     "tune": "none",  # schema 9
     "tune_epochs": None,
     "per_row_max_channels": None,  # schema 10

@@ -11,8 +11,10 @@ from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, 
 from quantstudy.engines.run import run_engine
 from quantstudy.quant.fitting.propagated import bias_shift, execution_order
 from quantstudy.quant.plan.build import build_plan
+from quantstudy.recipe.builtin import RENAMED, builtin_names, load_recipe
 from quantstudy.recipe.options import quant_options
 from quantstudy.recipe.schema import parse_recipe
+from quantstudy.record import RecipeInfo
 from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.errors import UserError
 from quantstudy.record.quant_options import QuantOptions
@@ -148,8 +150,48 @@ def test_an_old_recipe_with_sequential_still_loads():
         parse_recipe(both.encode(), "both.yaml")
 
 
+def test_the_renamed_builtin_still_resolves_with_one_warning():
+    """`generic_pointwise_sequential` is `generic_pointwise_propagated` now: the old name, bare
+    or as a record's source, loads the new recipe with a one-line FutureWarning naming both."""
+    assert RENAMED == {"generic_pointwise_sequential": "generic_pointwise_propagated"}
+    assert "generic_pointwise_sequential" not in builtin_names()
+    new, source = load_recipe("generic_pointwise_propagated")
+    assert new.name == "generic_pointwise_propagated" and new.weights.propagated
+    for old in ("generic_pointwise_sequential", "builtin:generic_pointwise_sequential"):
+        with pytest.warns(FutureWarning) as caught:
+            assert load_recipe(old) == (new, source)
+        (warning,) = caught
+        message = str(warning.message)
+        assert "\n" not in message and "generic_pointwise_propagated" in message
+        assert warning.filename == __file__  # it points at the caller, not at the recipe code
+
+
+def test_an_old_record_with_sequential_loads_as_propagated():
+    """Records before schema 26 name the fit `sequential`: it reads into `propagated`, which a
+    record writes from then on."""
+    fields = {
+        "name": "t",
+        "source": "builtin:t",
+        "sha256": "0" * 64,
+        "description": "",
+        "format": "fp8_e4m3",
+        "weight_granularity": "per_channel",
+        "fold_bn": True,
+        "calibrator": "max",
+        "calibrator_params": {},
+        "selected": [],
+        "excluded": [],
+        "counts": {},
+    }
+    info = RecipeInfo.model_validate(fields | {"sequential": True})
+    assert info.propagated and info == RecipeInfo.model_validate(fields | {"propagated": True})
+    dumped = info.model_dump(mode="json")
+    assert dumped["propagated"] is True and "sequential" not in dumped
+    assert not RecipeInfo.model_validate(fields).propagated
+
+
 def test_sensitivity_scores_the_fitted_weights_and_biases():
-    """The search's sensitivity table quantizes with what engines deploy: with a sequential plan
+    """The search's sensitivity table quantizes with what engines deploy: with a propagated plan
     its all-layers score is the fp32 emulation's (fitted biases, not re-corrected ones)."""
     from quantstudy.engines.run import run_engine
     from quantstudy.quality.rows import kl_per_image

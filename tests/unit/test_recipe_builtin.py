@@ -245,7 +245,7 @@ def test_variants_are_listed_with_their_base():
         "generic_pointwise_bc": "generic_pointwise",
         "generic_pointwise_compensated": "generic_pointwise",
         "generic_pointwise_depthwise": "generic_pointwise",
-        "generic_pointwise_sequential": "generic_pointwise",
+        "generic_pointwise_propagated": "generic_pointwise",
     }
     assert set(marked.values()) <= set(builtin_names())
 

@@ -75,7 +75,7 @@ def _as_version_1(data: dict) -> str:
         "layer_calibrators",
         "migration",
         "migration_alpha",
-        "sequential",  # schema 7
+        "propagated",  # schema 7 (as `sequential` until 26)
         "tune",  # schema 9
         "tune_epochs",
         "per_row_max_channels",  # schema 10

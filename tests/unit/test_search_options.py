@@ -79,13 +79,13 @@ def test_options_the_recipe_has_are_not_tried_again():
         "scale candidates and refinement",
         "layer_calibrators: chosen",
         "headroom: 4",
-        "sequential fit",
+        "propagated fit",
     ]
     assert steps[0].kl_mean >= 0
 
 
-def test_a_kept_sequential_fit_is_the_plan_returned():
-    """The sequential fit is tried last, with bias correction, and when kept the returned plan
+def test_a_kept_propagated_fit_is_the_plan_returned():
+    """The propagated fit is tried last, with bias correction, and when kept the returned plan
     carries the fitted weights (so the searched recipe's engines deploy what was scored)."""
     net, x = _net(), _data()
     options, plan, steps = explore_options(
@@ -98,8 +98,8 @@ def test_a_kept_sequential_fit_is_the_plan_returned():
         batch=8,
         device="cpu",
     )
-    (step,) = [s for s in steps if s.option == "sequential fit"]
-    assert steps[-1] is step or steps[-1].option == "sequential fit"
+    (step,) = [s for s in steps if s.option == "propagated fit"]
+    assert steps[-1] is step or steps[-1].option == "propagated fit"
     assert options.propagated == step.kept
     assert (plan.fitted is not None) == step.kept
     if step.kept:

@@ -85,15 +85,15 @@ def calibration_of(record: StudyRecord) -> Calibration:
 
 # Recipe options the export writes as Q/DQ: field -> the one value it supports. Later options
 # (compensating weight rounding, dynamic per-row activation scales, scale migration) change what
-# the engines compute in ways a per-tensor Q/DQ pair does not express; sequentially fitted
-# or tuned weights and biases depend on the calibration images, which the record does not hold.
+# the engines compute in ways a per-tensor Q/DQ pair does not express; weights and biases set
+# by the propagated fit or tuned depend on the calibration images, which the record does not hold.
 SUPPORTED = {
     "rounding": "nearest",
     "scale_candidates": 1,
     "refine_sweeps": 0,
     "activation_granularity": "per_tensor",
     "migration": "none",
-    "sequential": False,
+    "propagated": False,
     "tune": "none",
 }
 

@@ -181,8 +181,8 @@ def deployed_copy(
     model: nn.Module, example: torch.Tensor, fold: bool, corrected: QuantPlan | None = None
 ) -> nn.Module:
     """A float32 copy, BatchNorm folded when asked, biases corrected for `corrected`'s FP8
-    weights when its recipe asks (`quant/fitting/bias_correction.py`), or set as fitted sequentially
-    (`quant/fitting/propagated.py`)."""
+    weights when its recipe asks (`quant/fitting/bias_correction.py`), or set by the propagated
+    fit (`quant/fitting/propagated.py`)."""
     m = copy.deepcopy(model).eval()
     if fold:
         fold_batchnorm(m, example)

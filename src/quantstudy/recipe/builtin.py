@@ -12,6 +12,7 @@ zoo's answers).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -23,6 +24,10 @@ from quantstudy.record.errors import UserError
 from quantstudy.record.readers import not_a_file, read_bytes
 
 BUILTIN_PREFIX = "builtin:"
+# Built-ins renamed, old name -> new: the old name still resolves to the new recipe, with a
+# one-line FutureWarning (as timm maps a deprecated model name), so older records and commands
+# that name it keep working; a new record names the new one.
+RENAMED = {"generic_pointwise_sequential": "generic_pointwise_propagated"}
 
 # family -> its built-in recipe. A family is a whole timm module unless `recipe/family.py: SPLITS`
 # names a finer one, so a family recipe covers every variant timm ships of it (ghostnet: v2 and
@@ -113,14 +118,24 @@ def load_recipe(source: str | Path) -> tuple[Recipe, str]:
         return _builtin_or_fail(source.removeprefix(BUILTIN_PREFIX))
     if isinstance(source, Path) or _is_path(source):
         return _from_file(Path(source))
-    if source in builtin_names():
+    if source in builtin_names() or source in RENAMED:
         return _builtin_or_fail(source)
     if Path(source).is_file():
         return _from_file(Path(source))
     return _builtin_or_fail(source)
 
 
+def _current(name: str) -> str:
+    """A built-in's name now: `name`, or what it was renamed to (`RENAMED`), with a warning."""
+    new = RENAMED.get(name)
+    if new is None:
+        return name
+    warnings.warn(f"recipe {name!r} is now named {new!r}; using {new!r}", FutureWarning, 4)
+    return new
+
+
 def _builtin_or_fail(name: str) -> tuple[Recipe, str]:
+    name = _current(name)
     names = builtin_names()
     if name not in names:
         raise UserError(

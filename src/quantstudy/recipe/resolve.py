@@ -57,7 +57,7 @@ class Resolution:
             rounding=recipe.weights.rounding,
             scale_candidates=recipe.weights.scale_candidates,
             refine_sweeps=recipe.weights.refine_sweeps,
-            sequential=recipe.weights.propagated,  # the record keeps its schema-7 name
+            propagated=recipe.weights.propagated,
             tune=recipe.weights.tune,
             tune_epochs=recipe.weights.tune_epochs if recipe.weights.tune != "none" else None,
             calibrator=recipe.activations.calibrator,

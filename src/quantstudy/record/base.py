@@ -81,6 +81,8 @@ Schema history:
      of the registry.
  25: Environment.triton (the Triton version the study imported, `env/machine.py`; None: none
      installed, or recorded before).
+ 26: RecipeInfo.sequential renamed RecipeInfo.propagated, the recipe's name for the fit;
+     older records' `sequential` reads into it.
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -90,7 +92,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 25
+SCHEMA_VERSION = 26
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

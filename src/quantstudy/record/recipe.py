@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from quantstudy.record.base import Section
 from quantstudy.record.vocab import WeightGranularity
@@ -38,7 +38,9 @@ class RecipeInfo(Section):
     # version 11: compensating rounding's scale candidates per channel and refinement sweeps
     scale_candidates: int = 1
     refine_sweeps: int = 0
-    sequential: bool = False  # version 7: rounding and bias fitted sequentially
+    # version 7 as `sequential`, `propagated` since 26: weights and biases fitted by the
+    # propagated fit (`quant/fitting/propagated.py`); an older record's key is still read
+    propagated: bool = Field(False, validation_alias=AliasChoices("propagated", "sequential"))
     # version 9: output tuning against the fp32 logits (none | bias | scale_bias) and its epochs
     tune: str = "none"
     tune_epochs: int | None = None

@@ -57,7 +57,7 @@ TRIED: dict[str, dict[str, Any]] = {
     "layer_calibrators: chosen": {"layer_calibrators": "choose"},
     "migration: smooth": {"migration": "smooth"},
     f"headroom: {HEADROOM_TRIED:g}": {"headroom": HEADROOM_TRIED},
-    "sequential fit": {"propagated": True, "bias_correction": True},
+    "propagated fit": {"propagated": True, "bias_correction": True},
 }
 
 

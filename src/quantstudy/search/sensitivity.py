@@ -105,7 +105,7 @@ def _quantized(
     model: nn.Module, example: torch.Tensor, fold: bool, plan: QuantPlan, device: torch.device
 ) -> dict[str, nn.Module]:
     """Each candidate layer as its FP8 emulation (QDQ): the quantized layers' float32 source,
-    biases as every engine deploys them (corrected, or fitted sequentially), and their FP8
+    biases as every engine deploys them (corrected, or set by the propagated fit), and their FP8
     weights as every engine stores them."""
     source = deployed_copy(model, example, fold, plan)
     stored = plan.stored_weights(source)

@@ -144,7 +144,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 # The propagated fit ("sequential" in the variant names, which name measured rows of
 # docs/results) with migration, the base of the searches and per-row variants below;
-# `generic_pointwise_sequential` itself is `f"{_NO_MIGRATION} + scale search + refinement +
+# `generic_pointwise_propagated` itself is `f"{_NO_MIGRATION} + scale search + refinement +
 # headroom 4"` (its recipe file says why migration is left out).
 _BUILT_IN = "sequential compensating + bc + smooth migration"
 # Compensating rounding's searches (quant/fitting/rounding.py), on their own and together.

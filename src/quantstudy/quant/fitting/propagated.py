@@ -6,8 +6,9 @@ Rounding and bias correction computed from the fp32 network (`quant/fitting/roun
 `quant/fitting/bias_correction.py`) fix each layer's own weight error as if its input were exact. In
 an FP8 network it is not: every earlier FP8 layer rounds its input activations and weights, and the
 nonlinearities between them turn that zero-mean noise into shifts that add up over the depth.
-Fitting sequentially sees them. For each selected layer L, in the order the forward pass first
-reaches them:
+Fitting layer by layer, each from the input the partly quantized network gives it, sees them
+(the error propagated through the earlier FP8 layers, hence the name). For each selected layer
+L, in the order the forward pass first reaches them:
 
 1. The calibration images run through two copies of the BatchNorm-folded float32 model: the
    reference, and the working copy whose earlier selected layers are already their fitted FP8
@@ -63,7 +64,7 @@ from quantstudy.record.vocab import Rounding
 
 @dataclass(frozen=True)
 class Fitted:
-    """Stored FP8 weight and float32 bias of every selected layer, fitted sequentially, for the
+    """Stored FP8 weight and float32 bias of every selected layer, fitted layer by layer, for the
     folded float32 model whose weights have `digest` (`QuantPlan.stored_weights` checks it)."""
 
     weights: dict[str, FP8Weight]

@@ -166,7 +166,7 @@ class Search:
 
 
 PLAIN = Search()  # the greedy pass alone, on amax/448
-# What the search's option step tries and `generic_pointwise_sequential` uses: 16 candidates
+# What the search's option step tries and `generic_pointwise_propagated` uses: 16 candidates
 # place the grid every 1/16 octave; 4 sweeps, each O(N K^2), take most of the greedy pass's
 # remaining error that refinement removes on Lite0's layers (docs/fp8-options.md), and a sweep
 # that moves nothing ends the search early.

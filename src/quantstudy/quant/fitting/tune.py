@@ -13,7 +13,7 @@ emulated network's logits match the fp32 network's on the calibration images:
 - The emulation is the plan's (`quant/layers/matmul.QDQ`: the stored weights, static or
   per-row input scales, migration divisors); the input quantizers pass the gradient straight
   through inside the FP8 range and none for values they saturate.
-- Start: the plan's stored weights and biases (fitted sequentially, or rounded and bias-corrected
+- Start: the plan's stored weights and biases (the propagated fit's, or rounded and bias-corrected
   as the recipe asks), g = 1.
 - Data: the calibration images, every `HOLDOUT`-th held out. Adam (`LR`), `BATCH` images a step,
   the training images in a seeded order each epoch; after each epoch the held-out KL mean, and

@@ -41,7 +41,7 @@ class QuantPlan:
     # compensating rounding's scale candidates per channel and refinement sweeps
     scale_candidates: int = 1
     refine_sweeps: int = 0
-    # weights and biases fitted sequentially (`quant/fitting/propagated.py`), when the recipe asks
+    # weights and biases set by the propagated fit (`quant/fitting/propagated.py`), when asked
     fitted: Fitted | None = field(default=None, compare=False, repr=False)
     # what output tuning (`quant/fitting/tune.py`) measured; its values are in `fitted`
     tuned: Tuned | None = field(default=None, compare=False, repr=False)
@@ -61,7 +61,8 @@ class QuantPlan:
     def stored_weights(self, source: nn.Module) -> dict[str, FP8Weight]:
         """The FP8 weight and scale of every plan layer of the float32 `source` (BatchNorm folded
         where the recipe folds), as every engine stores it: migrated by the layer's divisor,
-        then rounded the plan's way, or as fitted sequentially (`quant/fitting/propagated.py`).
+        then rounded the plan's way, or as the propagated fit set it
+        (`quant/fitting/propagated.py`).
         Deterministic, so each engine computes the same values."""
         if self.fitted is not None:
             if self.weights_digest(source) != self.fitted.digest:

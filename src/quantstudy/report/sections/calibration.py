@@ -85,7 +85,7 @@ def _weight_options(rc: RecipeInfo) -> list[str]:
             "each weight moved to the FP8 value nearest its optimum given the others, which "
             "never raises that output error."
         )
-    if rc.sequential:
+    if rc.propagated:
         fitted = (
             "the bias fitted so each layer's mean output (after the activation that consumes "
             "it, where one does) matches the fp32 network's"
@@ -93,9 +93,10 @@ def _weight_options(rc: RecipeInfo) -> list[str]:
             else "biases unchanged"
         )
         out.append(
-            "- Weights and biases fitted sequentially (`quant/fitting/propagated.py`): layer by "
-            "layer in execution order, from the input each layer receives in the network whose "
-            "earlier FP8 layers are already quantized (its own activation quantization included), "
+            "- Weights and biases set by the propagated fit (`quant/fitting/propagated.py`): "
+            "layer by layer in execution order, from the input each layer receives in the "
+            "network whose earlier FP8 layers are already quantized (its own activation "
+            "quantization included), "
             f"rounded {code(rc.rounding)}; {fitted}. Every engine stores these weights and "
             "biases."
         )
