@@ -9,17 +9,6 @@ from quantstudy.cli import main
 from tests.fp8_steps import more_than_one_e4m3_step
 
 
-def test_gemm_times_every_variant_of_lite0s_products(tmp_path):
-    out = tmp_path / "gemm.json"
-    assert main(["bench", "gemm", "tf_efficientnet_lite0", "--batch", "2", "--out", str(out)]) == 0
-    record = read_record(out)
-    assert record.meaningful and record.provenance.gpu_name and record.provenance.triton
-    for row in record.results:
-        assert {"fp16 mm", "scaled_mm", "autotuned", "autotuned pointer"} <= set(row.us)
-        assert row.best_triton is not None and row.max_rel_error["autotuned"] < 2e-2
-    assert "## FP8 products alone" in render_folder(tmp_path)
-
-
 def test_depthwise_times_cudnn_against_the_triton_kernel(tmp_path):
     out = tmp_path / "dw.json"
     assert (

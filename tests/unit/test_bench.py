@@ -1,5 +1,5 @@
 """`quantstudy bench`: the record schema, the committed results re-rendered, and the parts of each
-benchmark that run on a CPU (the speed harness as a check, shapes and bytes of gemm/depthwise)."""
+benchmark that run on a CPU (the speed harness as a check, shapes and bytes of depthwise)."""
 
 from __future__ import annotations
 
@@ -63,21 +63,15 @@ def test_gemm_shapes_match_the_products_the_h200_timed():
         assert p.fused_bytes == r.fused_bytes == p.m * p.k + p.n * p.k + 2 * p.m * p.n
 
 
-def test_gemm_and_depthwise_shapes_only_on_any_machine(tmp_path, capsys):
-    out = tmp_path / "gemm.json"
-    args = ["bench", "gemm", "tf_efficientnet_lite0", "--batch", "2", "--shapes-only"]
-    assert main([*args, "--out", str(out)]) == 0
-    gemm = read_record(out)
-    assert not gemm.meaningful and "nothing timed" in gemm.meaningless_reason
-    assert gemm.bandwidth == 4.8e12  # no GPU to measure: the H200's datasheet HBM rate
-    assert all(
-        r.us == {} and r.roofline_us == r.fused_bytes / gemm.bandwidth * 1e6 for r in gemm.results
-    )
-    assert gemm.provenance.command.startswith("quantstudy bench gemm tf_efficientnet_lite0")
+def test_depthwise_shapes_only_on_any_machine(tmp_path, capsys):
     dw_out = tmp_path / "dw.json"
     args = ["bench", "depthwise", "tf_efficientnet_lite0", "--batch", "2", "--shapes-only"]
     assert main([*args, "--out", str(dw_out)]) == 0
     dw = read_record(dw_out)
+    assert not dw.meaningful and "nothing timed" in dw.meaningless_reason
+    assert dw.bandwidth == 4.8e12  # no GPU to measure: the H200's datasheet HBM rate
+    assert all(r.us == {} for r in dw.results)
+    assert dw.provenance.command.startswith("quantstudy bench depthwise tf_efficientnet_lite0")
     assert sum(len(r.layers) for r in dw.results) == 16  # Lite0's 16 depthwise convs
     first = dw.results[0]
     assert first.input == [2, 32, 112, 112] and first.bytes["cudnn fp16"] == 2 * 2 * 32 * 112**2 * 2
@@ -87,17 +81,10 @@ def test_gemm_and_depthwise_shapes_only_on_any_machine(tmp_path, capsys):
 
 
 @NO_CUDA
-@pytest.mark.parametrize(
-    ("command", "needs"),
-    [
-        (["gemm", "tf_efficientnet_lite0"], "bench gemm"),
-        (["depthwise", "ghostnet_100"], "bench depthwise"),
-    ],
-)
-def test_gpu_timings_without_cuda_are_a_user_error(tmp_path, capsys, command, needs):
-    assert main(["bench", *command, "--out", str(tmp_path / "r.json")]) == 1
+def test_depthwise_timings_without_cuda_are_a_user_error(tmp_path, capsys):
+    assert main(["bench", "depthwise", "ghostnet_100", "--out", str(tmp_path / "r.json")]) == 1
     err = capsys.readouterr().err
-    assert f"{needs} needs a CUDA GPU" in err and "--shapes-only" in err
+    assert "bench depthwise needs a CUDA GPU" in err and "--shapes-only" in err
     assert not (tmp_path / "r.json").exists()
 
 

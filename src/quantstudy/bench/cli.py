@@ -149,12 +149,9 @@ def _run_speed(args: argparse.Namespace, context: Context) -> None:
     _write(args.record, record)
 
 
-def _product_arguments(p: argparse.ArgumentParser, recipe: bool) -> None:
-    """A per-layer product bench: the model's shapes at one batch (random weights)."""
+def _depthwise_arguments(p: argparse.ArgumentParser) -> None:
+    """The model's depthwise convs at one batch (random weights)."""
     p.add_argument("model", help="timm name (random weights: only shapes matter)")
-    if recipe:
-        p.add_argument("--recipe", help="built-in recipe or YAML (default: family default)")
-        p.add_argument("--sweep", action="store_true", help="also every tile on every path")
     p.add_argument("--batch", type=int, default=128, help="batch (default 128)")
     p.add_argument(
         "--shapes-only",
@@ -162,17 +159,6 @@ def _product_arguments(p: argparse.ArgumentParser, recipe: bool) -> None:
         help="list the shapes, bytes and rooflines without timing (any machine)",
     )
     _out(p, "record")
-
-
-def _run_gemm(args: argparse.Namespace, context: Context) -> None:
-    from quantstudy.bench.gemm import bench_gemm
-
-    _at_least_one(args, "batch")
-    record = bench_gemm(
-        args.model, args.recipe, args.batch, shapes_only=args.shapes_only,
-        sweep=args.sweep, argv=context.argv, out=args.record,
-    )  # fmt: skip
-    _write(args.record, record)
 
 
 def _products_arguments(p: argparse.ArgumentParser) -> None:
@@ -376,11 +362,6 @@ BENCHES: dict[str, Bench] = {
         _speed_arguments,
         _run_speed,
     ),
-    "gemm": Bench(
-        "each FP8 product of a recipe alone, every way it runs (GPU)",
-        lambda p: _product_arguments(p, recipe=True),
-        _run_gemm,
-    ),
     "products": Bench(
         "every FP8 product of several models and batches: ours beside cuBLASLt and cuBLAS (GPU)",
         _products_arguments,
@@ -388,7 +369,7 @@ BENCHES: dict[str, Bench] = {
     ),
     "depthwise": Bench(
         "each depthwise conv alone: cuDNN fp16 against the Triton kernel (GPU)",
-        lambda p: _product_arguments(p, recipe=False),
+        _depthwise_arguments,
         _run_depthwise,
     ),
     "kernels": Bench("every kernel of one engine call (GPU)", _kernels_arguments, _run_kernels),
