@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 
 from quantstudy.bench.cli import BENCH
 from quantstudy.bridge.commands import EXPORT, IMPORT_TRT
@@ -24,12 +23,11 @@ from quantstudy.package.commands import PACKAGE
 from quantstudy.record.errors import EXIT_INTERRUPTED, EXIT_USER, UserError
 from quantstudy.record.io import filesystem_message
 from quantstudy.search.commands import SEARCH
-from quantstudy.study.cli_options import model_config
 from quantstudy.study.commands import DECIDE, DEMO, EXTEND, RECIPES, REPORT, RUN
 from quantstudy.sweep.commands import SWEEP
 from quantstudy.zoo.commands import ZOO
 
-__all__ = ["COMMANDS", "REGISTRY", "main"]
+__all__ = ["REGISTRY", "main"]
 
 # Every subcommand, in the order `quantstudy --help` lists them.
 REGISTRY: dict[str, Command] = {
@@ -47,11 +45,6 @@ REGISTRY: dict[str, Command] = {
     "bench": BENCH,
     "package": PACKAGE,
 }
-# What `main` runs for each: the registry's runs (a test swaps one for a stand-in).
-COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
-    name: command.run for name, command in REGISTRY.items()
-}
-_model_config = model_config  # the name tests and older scripts import
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,14 +61,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    check = REGISTRY[args.command].check
+    command = REGISTRY[args.command]
+    check = command.check
     problem = None if check is None else check(args)
     if problem is not None:
         parser.error(problem)
     args.argv = argv  # the command line a record names (None: this process's)
     guard_readers()  # a reader that goes away (`| head`) ends the output, not the work
     try:
-        status = COMMANDS[args.command](args)
+        status = command.run(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit after the last print
     except UserError as e:
         print(f"quantstudy: error: {e}", file=sys.stderr)

@@ -5,9 +5,11 @@ ends a command quietly with 141, without a traceback."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,13 @@ def _refuse(_args: argparse.Namespace) -> int:
     raise UserError("bad input; fix it")
 
 
+def _stand_in(
+    monkeypatch: pytest.MonkeyPatch, name: str, run: Callable[[argparse.Namespace], int]
+) -> None:
+    """The registry's command `name` running `run` (its arguments and checks unchanged)."""
+    monkeypatch.setitem(cli.REGISTRY, name, dataclasses.replace(cli.REGISTRY[name], run=run))
+
+
 def _one_log(folder: Path) -> Path:
     logs = sorted(folder.glob(f"{LOG_PREFIX}*.log"))
     assert len(logs) == 1, logs
@@ -42,7 +51,7 @@ def _one_log(folder: Path) -> Path:
 
 
 def test_internal_error_logs_to_the_output_folder(monkeypatch, tmp_path, capsys) -> None:
-    monkeypatch.setitem(cli.COMMANDS, "report", _boom)
+    _stand_in(monkeypatch, "report", _boom)
     study = tmp_path / "study"
     status = cli.main(["report", str(study)])
     assert status == EXIT_INTERNAL == 5
@@ -60,7 +69,7 @@ def test_internal_error_logs_to_the_output_folder(monkeypatch, tmp_path, capsys)
 def test_internal_error_without_an_output_folder_goes_to_the_state_folder(
     monkeypatch, tmp_path, capsys
 ) -> None:
-    monkeypatch.setitem(cli.COMMANDS, "recipes", _boom)
+    _stand_in(monkeypatch, "recipes", _boom)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     assert cli.main(["recipes"]) == EXIT_INTERNAL
     log = _one_log(tmp_path / "state" / "quantstudy" / "crashes")
@@ -68,7 +77,7 @@ def test_internal_error_without_an_output_folder_goes_to_the_state_folder(
 
 
 def test_an_unwritable_output_folder_falls_back(monkeypatch, tmp_path, capsys) -> None:
-    monkeypatch.setitem(cli.COMMANDS, "report", _boom)
+    _stand_in(monkeypatch, "report", _boom)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -77,7 +86,7 @@ def test_an_unwritable_output_folder_falls_back(monkeypatch, tmp_path, capsys) -
 
 
 def test_a_user_error_stays_exit_one_without_a_log(monkeypatch, tmp_path, capsys) -> None:
-    monkeypatch.setitem(cli.COMMANDS, "report", _refuse)
+    _stand_in(monkeypatch, "report", _refuse)
     assert cli.main(["report", str(tmp_path)]) == 1
     assert not list(tmp_path.glob(f"{LOG_PREFIX}*"))
     assert capsys.readouterr().err.strip() == "quantstudy: error: bad input; fix it"

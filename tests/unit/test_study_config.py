@@ -10,7 +10,7 @@ from quantstudy.quant import backends
 from quantstudy.record import StudyConfig, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import Accumulation, CompileMode, choices
-from quantstudy.study.cli_options import MODEL_DATA_OPTIONS, STUDY_OPTIONS
+from quantstudy.study.cli_options import MODEL_DATA_OPTIONS, STUDY_OPTIONS, model_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -50,9 +50,7 @@ def test_parsed_options_build_the_config():
     args = _parser().parse_args(
         "run m --data d/ --calib 7 --batches 2,4 --fp8-kernel scaled_mm --no-speed".split()
     )
-    from quantstudy.cli import _model_config
-
-    config = _model_config(args)
+    config = model_config(args)
     assert config.data == "d"  # a Path, as the CLI parses it, stored as its text
     assert (config.calib, config.batches, config.speed) == (7, (2, 4), False)
     assert config.fp8_kernel == "scaled_mm" and config.heldout == 1500
