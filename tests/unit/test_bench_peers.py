@@ -135,8 +135,8 @@ def test_a_cpu_run_records_fp16_and_our_engine_and_refuses_torchao_in_one_line(
     )  # fmt: skip
     assert row.selected == 7 and (row.n_calib, row.n_images) == (4, 4)  # its 7 1x1 convs
     fp16, ours = row.engines
-    assert (fp16.name, fp16.family, fp16.speed) == ("fp16", "fp16", None)
-    assert (ours.name, ours.family, ours.fp8_layers, ours.half_layers) == (
+    assert (fp16.name, fp16.provider, fp16.speed) == ("fp16", "fp16", None)
+    assert (ours.name, ours.provider, ours.fp8_layers, ours.half_layers) == (
         "quantstudy fused", "quantstudy", 7, {}
     )  # fmt: skip
     assert fp16.compute_dtype == ours.compute_dtype == "bfloat16"  # the CPU's half dtype
@@ -344,7 +344,7 @@ def _timing(median, q1, q3):
     return TimingStats(median=median, q1=q1, q3=q3, min=q1, max=q3, n=30)
 
 
-def _peer(name, family, ratio, ideal=None, missing=None):
+def _peer(name, provider, ratio, ideal=None, missing=None):
     batch = BatchSpeed(
         batch=128, fp16_ms=_timing(2.5, 2.49, 2.51), fp8_ms=_timing(2.0, 1.99, 2.01),
         ratio=_timing(*ratio), warnings=[],
@@ -365,7 +365,7 @@ def _peer(name, family, ratio, ideal=None, missing=None):
     )  # fmt: skip
     quality = score_engine(name, torch.eye(4), torch.eye(4) + 0.01 * torch.arange(4.0), None)
     return PeerEngine(
-        name=name, family=family, built="b", compute_dtype="float16", fp8_layers=48,
+        name=name, provider=provider, built="b", compute_dtype="float16", fp8_layers=48,
         half_layers={}, speed=speed, ideal_missing=missing, quality=quality,
     )  # fmt: skip
 

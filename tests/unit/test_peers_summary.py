@@ -7,7 +7,7 @@ import pytest
 from quantstudy.bench.peers.summary import summary_table
 from quantstudy.bench.schema import PeersBench, read_record
 from quantstudy.record import BatchSpeed
-from quantstudy.record.vocab import PeerFamily
+from quantstudy.record.vocab import PeerProvider
 from quantstudy.report.claims import NOT_SETTLED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,10 +39,24 @@ def test_a_line_per_model_with_our_engines_torchaos_best_and_our_lead():
     assert blank == "" and estimator.startswith("x is the median over round pairs")
 
 
+def test_an_older_record_s_engine_family_reads_as_its_provider():
+    """A peers engine's builder is its `provider`; a record written when it was called `family`
+    reads the same (a family is a model's), and is written back under the new name."""
+    raw = (ROOT / RECORD).read_text()
+    assert '"family": "torchao"' in raw and '"provider"' not in raw  # written before the rename
+    (row,) = _record().results
+    said = {e.name: e.provider for e in row.engines}
+    assert said["fp16"] == PeerProvider.FP16 and said["quantstudy fused"] == PeerProvider.QUANTSTUDY
+    assert {p for n, p in said.items() if n.startswith("torchao ")} == {PeerProvider.TORCHAO}
+    again = _record().model_dump_json()
+    assert '"provider":"torchao"' in again and '"family"' not in again
+    assert PeersBench.model_validate_json(again) == _record()
+
+
 def test_a_model_torchao_refused_says_so():
     record = _record()
     (row,) = record.results
-    mine = [e for e in row.engines if e.family != PeerFamily.TORCHAO]
+    mine = [e for e in row.engines if e.provider != PeerProvider.TORCHAO]
     refused = record.model_copy(update={"results": [row.model_copy(update={"engines": mine})]})
     line = summary_table(refused)[2]
     assert line.endswith("| refused | - |")

@@ -9,7 +9,9 @@ Schema history:
      a peers row's own commit, engine-sources hash and phases (`PeersResult.git_commit`,
      `engine_sources`, `phases`: where its seconds went), absent from older rows; a product
      row's `ours_promote` (how our unlabelled variants summed), which an older record's reader
-     takes from the lab switch its provenance names, else 128 (`ProductsBench._sums_read`).
+     takes from the lab switch its provenance names, else 128 (`ProductsBench._sums_read`);
+     a peers engine's `provider` (fp16, quantstudy or torchao), which an older record names
+     `family` and still reads so (a family is a model's).
 
 `ProductRow` and the product variants' names live in `bench/product_row.py`.
 """
@@ -20,7 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError, model_validator
+from pydantic import AliasChoices, Field, TypeAdapter, ValidationError, model_validator
 
 from quantstudy.bench.product_row import FP16_CONV, FP16_MM, ProductRow
 from quantstudy.env.switches import FP8_PROMOTE, switches_read
@@ -29,7 +31,7 @@ from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.readers import not_a_file, read_bytes
-from quantstudy.record.vocab import CompileMode, KernelGroup, PeerFamily
+from quantstudy.record.vocab import CompileMode, KernelGroup, PeerProvider
 
 BENCH_SCHEMA_VERSION = 1
 
@@ -267,7 +269,8 @@ class PeerEngine(Section):
     images."""
 
     name: str  # "fp16", "quantstudy fused", "torchao dynamic per-row", ...
-    family: PeerFamily
+    # who built it; an older record names it `family` (read as this)
+    provider: PeerProvider = Field(validation_alias=AliasChoices("provider", "family"))
     built: str  # how: the builder and its settings, or torchao's config
     compute_dtype: str
     fp8_layers: int  # the recipe's layers that run a real FP8 product in this engine

@@ -231,8 +231,9 @@ class Migration(StrEnum):
     SMOOTH = "smooth"
 
 
-class PeerFamily(StrEnum):
-    """Who built an engine of `quantstudy bench peers` (`bench/peers/`)."""
+class PeerProvider(StrEnum):
+    """Who built an engine of `quantstudy bench peers` (`bench/peers/`): its provider. (A
+    family is a model's, `recipe/family.py`.)"""
 
     FP16 = "fp16"  # the study's fp16 engine: the baseline of every x
     QUANTSTUDY = "quantstudy"  # our FP8 engine

@@ -55,7 +55,7 @@ from quantstudy.engines.run import run_engine
 from quantstudy.quality.metrics import score_engine
 from quantstudy.record import EngineInfo, EngineQuality, StudyConfig
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
-from quantstudy.record.vocab import FASTEST, PeerFamily
+from quantstudy.record.vocab import FASTEST, PeerProvider
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.speed.harness import cpu_counts, measure_speed, tile_images
 from quantstudy.speed.ideal import ideal_speed
@@ -162,7 +162,7 @@ def peers_row(
         engines.append(
             PeerEngine(
                 name=name,
-                family=_family(name),
+                provider=_provider(name),
                 built=_built_text(name, engine),
                 compute_dtype=str(engine.dtype).removeprefix("torch."),
                 fp8_layers=len(real),
@@ -309,10 +309,10 @@ def _info(engine: BuiltEngine, left: dict[str, str]) -> EngineInfo:
     return info.model_copy(update={"fp8_emulated": emulated})
 
 
-def _family(name: str) -> PeerFamily:
+def _provider(name: str) -> PeerProvider:
     if name == FP16:
-        return PeerFamily.FP16
-    return PeerFamily.QUANTSTUDY if name.startswith("quantstudy") else PeerFamily.TORCHAO
+        return PeerProvider.FP16
+    return PeerProvider.QUANTSTUDY if name.startswith("quantstudy") else PeerProvider.TORCHAO
 
 
 def _built_text(name: str, engine: BuiltEngine) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from quantstudy.bench.peers.configs import LABEL
 from quantstudy.bench.schema import PeerEngine, PeersBench, PeersResult
-from quantstudy.record.vocab import PeerFamily
+from quantstudy.record.vocab import PeerProvider
 from quantstudy.report.claims import NOT_SETTLED, XClaim, claim_of, legend
 from quantstudy.report.format import table
 
@@ -38,7 +38,7 @@ def summary_table(rec: PeersBench) -> list[str]:
 def _line(batches: list[int], ours: list[str], r: PeersResult) -> list[str]:
     by_name = {e.name: _claims(e) for e in r.engines}
     cells = [" / ".join(_fmt(by_name.get(name, {}).get(b)) for b in batches) for name in ours]
-    theirs = [e for e in r.engines if e.family == PeerFamily.TORCHAO and e.speed is not None]
+    theirs = [e for e in r.engines if e.provider == PeerProvider.TORCHAO and e.speed is not None]
     if not theirs:
         return [f"{r.model} ({r.recipe})", *cells, "refused", "-"]
     best_theirs: list[tuple[float, str] | None] = []
@@ -58,7 +58,7 @@ def _line(batches: list[int], ours: list[str], r: PeersResult) -> list[str]:
 
 
 def _ours(e: PeerEngine) -> bool:
-    return e.family == PeerFamily.QUANTSTUDY
+    return e.provider == PeerProvider.QUANTSTUDY
 
 
 def _claims(e: PeerEngine) -> dict[int, XClaim]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from quantstudy.bench.peers.summary import summary_table
 from quantstudy.bench.schema import PeerEngine, PeersBench, PeersResult, RowPhase
 from quantstudy.record import BatchSpeed, TimingStats
-from quantstudy.record.vocab import PeerFamily
+from quantstudy.record.vocab import PeerProvider
 from quantstudy.report.claims import NOT_SETTLED, claim_of, legend
 from quantstudy.report.format import code, fmt_ms, fmt_ratio, fmt_sig, table
 
@@ -71,14 +71,14 @@ def _model_rows(batches: list[int], r: PeersResult) -> tuple[list[list[str]], li
     rows, notes = [], []
     fp16 = _fp16_speeds(r)
     for e in r.engines:
-        layers = "-" if e.family == PeerFamily.FP16 else f"{e.fp8_layers}/{r.selected}"
+        layers = "-" if e.provider == PeerProvider.FP16 else f"{e.fp8_layers}/{r.selected}"
         rows.append(
             [r.model, e.name, layers, *_x_cells(batches, e, fp16), *_ideal_cells(batches, e),
              _agreement(e), fmt_sig(e.quality.kl_mean)]
         )  # fmt: skip
         if e.ideal_missing and e.speed is not None:
             notes.append(f"- {r.model}, {e.name}: no {e.ideal_missing}")
-        if e.half_layers and e.family != PeerFamily.FP16:
+        if e.half_layers and e.provider != PeerProvider.FP16:
             reasons = sorted(set(e.half_layers.values()))
             notes.append(
                 f"- {r.model}, {e.name}: {len(e.half_layers)} of the recipe's {r.selected} "
