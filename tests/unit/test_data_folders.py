@@ -286,3 +286,10 @@ def test_an_image_over_pillows_pixel_limit_is_skipped_with_the_reason_and_no_war
     assert set(reasons) == {"huge.jpg", "bomb.jpg"}
     assert all("decompression-bomb limit" in r for r in reasons.values())
     assert not [w for w in seen if issubclass(w.category, Image.DecompressionBombWarning)]
+
+
+def test_shared_data_none_means_the_foolbox_images(monkeypatch: pytest.MonkeyPatch) -> None:
+    from quantstudy.data import demo
+
+    monkeypatch.setenv(demo.SHARED_ENV, "none")
+    assert demo.find_shared_data() is None

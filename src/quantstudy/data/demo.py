@@ -21,6 +21,7 @@ from quantstudy.data.folders import read_class_list
 from quantstudy.record.errors import UserError
 
 SHARED_ENV = "QUANTSTUDY_SHARED_DATA"
+NO_SHARED = "none"  # $QUANTSTUDY_SHARED_DATA=none: the foolbox images, wherever the shared data is
 WHEEL_ENV = "QUANTSTUDY_FOOLBOX_WHEEL"
 FOOLBOX = "foolbox==3.3.4"
 _WHEEL_GLOB = "foolbox-3.3.4-*.whl"
@@ -55,8 +56,12 @@ def demo_data(cache_dir: Path | None = None) -> DemoData:
 
 
 def find_shared_data() -> Path | None:
-    """$QUANTSTUDY_SHARED_DATA, else `<repo root>/../shared/data/imagenet`; None when absent."""
+    """$QUANTSTUDY_SHARED_DATA, else `<repo root>/../shared/data/imagenet`; None when absent,
+    or when the variable says `none` (the foolbox images even beside the shared data: CI's demo
+    step, which must be cheap and the same on every machine)."""
     configured = os.environ.get(SHARED_ENV)
+    if configured == NO_SHARED:
+        return None
     if configured:
         path = Path(configured).expanduser()
         if not (path / "val-1300").is_dir():
