@@ -20,6 +20,7 @@ from quantstudy.bridge.commands import EXPORT, IMPORT_TRT
 from quantstudy.cli_base.command import Command
 from quantstudy.cli_crash import after_readers, guard_readers, reader_gone, report_crash
 from quantstudy.package.commands import PACKAGE
+from quantstudy.quant.kernels.switches import check_lab_switches
 from quantstudy.record.errors import EXIT_INTERRUPTED, EXIT_USER, UserError
 from quantstudy.record.io import filesystem_message
 from quantstudy.search.commands import SEARCH
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # the command line a record names (None: this process's)
     guard_readers()  # a reader that goes away (`| head`) ends the output, not the work
     try:
+        check_lab_switches()  # a junk value refused before any work, on the CPU too
         status = command.run(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit after the last print
     except UserError as e:

@@ -28,6 +28,7 @@ from tests.reliability._drive import (
 ROWS = Path(__file__).resolve().parents[2] / "docs" / "results" / "zoo"
 LISTED = f"models:\n  - {{name: {MODEL}, family: efficientnet}}\n"
 PAGE = "the committed page\n"
+ONE_POINT = f"models:\n  - {{name: {MODEL}}}\nrecipes: [default]\ndata: data\n"
 
 
 def _pipe(folder: Path, name: str) -> str:
@@ -143,6 +144,13 @@ CASES: dict[str, Case] = {
         ("--page", "is not a file"),
     ),
     "zoo-jobs-0": Case(lambda f: _zoo(f, "--data", "data", "--jobs", "0"), ("--jobs",), code=2),
+    "zoo-workers-0": Case(
+        lambda f: _zoo(f, "--data", "data", "--workers", "0"), ("--workers",), code=2
+    ),
+    "sweep-workers-0": Case(
+        lambda f: ["sweep", _file(f, "s.yaml", ONE_POINT), "--workers", "0", "--dry-run"],
+        ("--workers must be at least 1",),
+    ),
     "zoo-jobs-negative": Case(
         lambda f: _zoo(f, "--data", "data", "--jobs", "-1", "--dry-run"), ("--jobs",), code=2
     ),
@@ -218,6 +226,25 @@ def test_two_sweeps_never_share_their_out_folder(workspace, tmp_path):
     line = assert_one_line_error(r, str(out), "in use by another quantstudy run", "--out")
     assert f"pid {os.getpid()}" in line
     assert sorted(p.name for p in out.iterdir()) == [".lock"]  # no study started, no summary
+
+
+SWITCHED: dict[str, Callable[[Path], list[str]]] = {
+    "run": lambda f: _run(f),
+    "zoo": lambda f: _zoo(f, "--data", "data", "--device", "cpu", "--dry-run"),
+    "sweep": lambda f: ["sweep", _file(f, "s.yaml", ONE_POINT), "--out", str(f / "o"), "--dry-run"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(SWITCHED))
+def test_a_junk_lab_switch_is_refused_on_the_cpu_too(workspace, tmp_path, command):
+    """A lab switch no kernel reads on the CPU would still be recorded as in effect: a value
+    its code does not take is refused in one line before anything runs (`quant/kernels/
+    switches.py`), `--dry-run` too."""
+    argv = SWITCHED[command](tmp_path)
+    env = {"QUANTSTUDY_GEMM_CONFIGS": "lots"}
+    r = quantstudy(*argv, cwd=workspace, timeout=120, env=env)
+    assert_one_line_error(r, "QUANTSTUDY_GEMM_CONFIGS='lots'", "a whole number of configs")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("kind", ["pipe", "folder"])

@@ -3,7 +3,8 @@
 `preflight(config)` refuses, in about a second and before torch is imported, what needs no
 model: a `--out` that is a file, or below a file, or in a folder that cannot be written, or in
 use by another run; a data folder that does not exist; a class list, recipe or policy file whose
-content is wrong. The study checks all of it again where it uses it.
+content is wrong; a lab switch set to a value its code does not take. The study checks all of it
+again where it uses it.
 
 `claim_study_folder(out_dir, record, force)` is called once a study knows its folder and its
 config, before it writes anything there. It refuses, with one line:
@@ -38,6 +39,7 @@ from rich.console import Console
 from quantstudy.data.folders import read_class_list
 from quantstudy.decision.policy import load_policy
 from quantstudy.quant import backends
+from quantstudy.quant.kernels.switches import check_lab_switches
 from quantstudy.recipe.builtin import load_recipe
 from quantstudy.record import StudyConfig, StudyRecord
 from quantstudy.record.errors import UserError
@@ -87,6 +89,7 @@ class StudyFolder:
 
 def preflight(config: StudyConfig) -> None:
     """The checks a study can make before loading anything heavy (module docstring)."""
+    check_lab_switches()  # the record would name a junk value as in effect (Python API too)
     _check_package(config)
     if config.out is not None:
         _check_out(Path(config.out))
