@@ -3,7 +3,8 @@ tuned, set only to measure a change before it becomes an option (docs/fp8-kernel
 
 Named here, below the record, so that every record a switched process writes can say so (a
 study's environment, a bench record's provenance) without importing the kernels. A switch's
-meaning and its check live with the code it changes.
+meaning and its check live with the code it changes; `quant/kernels/switches.py` runs every set
+switch's check before a command starts, so a junk value is never recorded as in effect.
 """
 
 from __future__ import annotations
