@@ -191,10 +191,10 @@ def test_a_fourth_backend_reaches_the_benches(fake, monkeypatch):
     """`bench peers --ours` and `bench speed --kernels` take its name; `bench products` times
     its launch under its `bench_label`, plain and with each engine epilogue it computes (here
     only the rounding to fp16 where the unfused engine stores: no activation, no FP8 output)."""
-    from quantstudy.bench.cli import _kernels, _options
+    from quantstudy.bench.arg_types import kernels, ours
     from quantstudy.bench.product_columns import registered_columns
 
-    assert _options("fake,fastest") == ("fake", "fastest") and _kernels("fake") == ("fake",)
+    assert ours("fake,fastest") == ("fake", "fastest") and kernels("fake") == ("fake",)
     monkeypatch.setattr(Fake, "bench_label", "fake-lt")
     g = torch.Generator().manual_seed(0)
     xq = torch.randn(32, 32, generator=g).to(torch.float8_e4m3fn)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from quantstudy.bench import tuning_table
+from quantstudy.bench import bound_check, tune_compare, tuning_table
+from quantstudy.bench.arg_types import kernel_options, kernels, ours, peers
 from quantstudy.bench.peers.configs import Peer
 from quantstudy.cli_base.command import Command, batches, command_line
 from quantstudy.record import StudyConfig
@@ -48,34 +48,6 @@ ENGINE_DTYPES = ("float32", "float16", "bfloat16")
 OPTIONS_STUDY_OPTIONS = tuple(
     o for o in BENCH_STUDY_OPTIONS if o not in ("batches", "compile_mode")
 )
-
-
-E = TypeVar("E", bound=StrEnum)
-
-
-def _distinct_names(text: str, known: list[str], flag: str, none_ok: bool = False) -> list[str]:
-    """`text`, comma-separated distinct names of `known` (or `none` where `none_ok`); anything
-    else is an argparse error naming the flag and the names it takes."""
-    names = [] if none_ok and text == "none" else text.split(",")
-    unknown = [n for n in names if n not in known]
-    if unknown or len(set(names)) != len(names):
-        alternatives = ", or none;" if none_ok else ","
-        raise argparse.ArgumentTypeError(
-            f"{flag} takes distinct names from {','.join(known)}{alternatives} not '{text}'"
-        )
-    return names
-
-
-def _distinct(text: str, vocab: type[E], flag: str, none_ok: bool = False) -> tuple[E, ...]:
-    """`_distinct_names` of a vocabulary, as its members."""
-    return tuple(vocab(n) for n in _distinct_names(text, choices(vocab), flag, none_ok))
-
-
-def _kernels(text: str) -> tuple[str, ...]:
-    """FP8 kernel options (`quant/backends/`: the backends' names and "fastest")."""
-    from quantstudy.quant import backends
-
-    return tuple(_distinct_names(text, backends.options(), "--kernels"))
 
 
 def _out(p: argparse.ArgumentParser, what: str) -> None:
@@ -117,10 +89,10 @@ def _speed_arguments(p: argparse.ArgumentParser) -> None:
     add_config_args(p, BENCH_STUDY_OPTIONS)
     p.add_argument(
         "--kernels",
-        type=_kernels,
+        type=kernels,
         default=None,
         help="FP8 engines to time against fp16, comma-separated (default: every backend, "
-        f"{','.join(_kernel_options()[:-1])})",
+        f"{','.join(kernel_options()[:-1])})",
     )
     p.add_argument("--rounds", type=int, default=30, help="timing rounds (default 30)")
     p.add_argument("--iters", type=int, default=20, help="calls per round (default 20)")
@@ -142,7 +114,7 @@ def _run_speed(args: argparse.Namespace, context: Context) -> None:
 
     _at_least_one(args, "rounds", "iters")
     record = bench_speed(
-        context.study_config(), args.kernels or tuple(_kernel_options()[:-1]),
+        context.study_config(), args.kernels or tuple(kernel_options()[:-1]),
         rounds=args.rounds, iters=args.iters,
         agreement=args.agreement, autotune_batch=args.fp16_autotune_batch, argv=context.argv,
     )  # fmt: skip
@@ -214,7 +186,7 @@ def _kernels_arguments(p: argparse.ArgumentParser) -> None:
     add_config_args(p, BENCH_STUDY_OPTIONS)
     p.add_argument(
         "--fp8-kernel",
-        choices=_kernel_options(),
+        choices=kernel_options(),
         default=DEFAULT_FP8_KERNEL,
         help="the FP8 engine's",
     )
@@ -279,23 +251,6 @@ def _run_options(args: argparse.Namespace, context: Context) -> None:
     print(f"options table: {args.out}")
 
 
-def _peers(text: str) -> tuple[Peer, ...]:
-    return _distinct(text, Peer, "--torchao", none_ok=True)
-
-
-def _options(text: str) -> tuple[str, ...]:
-    from quantstudy.quant import backends
-
-    return tuple(_distinct_names(text, backends.options(), "--ours"))
-
-
-def _kernel_options() -> list[str]:
-    """What `--fp8-kernel` takes (`quant/backends/`), read when the parser is built."""
-    from quantstudy.quant import backends
-
-    return backends.options()
-
-
 def _peers_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", help="timm name, optionally with tag (or --rows)")
     add_config_args(p, PEERS_STUDY_OPTIONS)
@@ -305,11 +260,11 @@ def _peers_arguments(p: argparse.ArgumentParser) -> None:
         "record, instead of MODEL",
     )  # fmt: skip
     p.add_argument(
-        "--torchao", type=_peers, default=tuple(Peer),
+        "--torchao", type=peers, default=tuple(Peer),
         help=f"torchao configs, comma-separated, or none (default {','.join(choices(Peer))})",
     )  # fmt: skip
     p.add_argument(
-        "--ours", type=_options, default=(),
+        "--ours", type=ours, default=(),
         help="our engines, comma-separated kernel options (default: --fp8-kernel's and fastest)",
     )  # fmt: skip
     p.add_argument("--rounds", type=int, default=30, help="timing rounds (default 30)")
@@ -393,6 +348,16 @@ BENCHES: dict[str, Bench] = {
         "the shipped tuning table of each GPU in a machine's store of tuned choices",
         tuning_table.arguments,
         tuning_table.run,
+    ),
+    "bound-check": Bench(
+        "where each tuned winner of a products record ranks in a config bound's order (records)",
+        bound_check.arguments,
+        bound_check.run,
+    ),
+    "tune-compare": Bench(
+        "two products records tuned two ways, column by column, and their tuning logs (records)",
+        tune_compare.arguments,
+        tune_compare.run,
     ),
 }
 

@@ -135,7 +135,7 @@ def prune_gemm(configs: list[Config], named_args: dict[str, Any], **kwargs: Any)
 
 def ranked(configs: list[Config], named_args: dict[str, Any]) -> list[Config]:
     """A product launch's pruned configs in the order a bound keeps them (`bounded`); a
-    `QUANTSTUDY_GEMM_CONFIGS` bound takes the first of them (`tools/lab/bench/bound_check.py`
+    `QUANTSTUDY_GEMM_CONFIGS` bound takes the first of them (`quantstudy bench bound-check`
     reads where each winner ranks)."""
     m, n, k = named_args["M"], named_args["N"], named_args["K"]
     sizes = {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}

@@ -1,4 +1,4 @@
-"""`tools/lab/bench/tune_compare.py`: two products records tuned two ways, compared column by
+"""`quantstudy bench tune-compare`: two products records tuned two ways, compared column by
 column, and their tuning logs added up. On the committed bound records of the H100 at 171574a,
 the figures docs/fp8-kernel.md quotes."""
 
@@ -6,23 +6,24 @@ import json
 from pathlib import Path
 
 import pytest
-from _tools import load_tool
 
 from quantstudy.bench.schema import read_record
+from quantstudy.bench.tune_compare import column_ratios, read_log
+from quantstudy.cli import main
 
 RESULTS = Path(__file__).parents[2] / "docs/results"
 ALL = RESULTS / "products-h100-171574a-bound-all.json"
 SIX = RESULTS / "products-h100-171574a-bound-6.json"
 pytestmark = pytest.mark.committed("docs/results", "docs/fp8-kernel.md")
+COMPARE = ["bench", "tune-compare"]
 
 
 def test_the_bounds_cost_per_column_is_what_the_docs_say(capsys):
-    tool = load_tool("lab/bench/tune_compare.py")
-    ratios = tool.column_ratios(read_record(ALL), read_record(SIX))
+    ratios = column_ratios(read_record(ALL), read_record(SIX))
     assert len(ratios) == 110  # every column of ours the cut unbounded run reached
     worst = max(ratios, key=lambda r: r[2])
     assert worst[:2] == ("matmul b128 25216x3072x768", "ours") and round(worst[2], 3) == 1.166
-    assert tool.main_with([str(ALL), str(SIX), "--worst", "1"]) == 0
+    assert main([*COMPARE, str(ALL), str(SIX), "--worst", "1"]) == 0
     printed = capsys.readouterr().out
     assert "110 columns both timed: B/A time 1.009 (geometric mean), 0.935 to 1.166" in printed
     page = " ".join((Path(__file__).parents[2] / "docs/fp8-kernel.md").read_text().split())
@@ -33,7 +34,6 @@ def test_the_bounds_cost_per_column_is_what_the_docs_say(capsys):
 def test_the_logs_add_up_over_all_launches_and_those_both_tuned(tmp_path, capsys):
     """A run cut by its budget tunes fewer launches: the shared ones are compared alike; a line
     cut by a killed run is skipped."""
-    tool = load_tool("lab/bench/tune_compare.py")
     launch = {"kernel": "fp8_gemm", "M": 197, "N": 768, "K": 768}
     full = {"configs": 30, "screened": 0, "finalists": 30, "compile_s": 4.0, "tune_s": 2.0}
     screened = {"configs": 30, "screened": 30, "finalists": 3, "compile_s": 4.0, "tune_s": 0.5}
@@ -44,8 +44,8 @@ def test_the_logs_add_up_over_all_launches_and_those_both_tuned(tmp_path, capsys
         "\n".join(json.dumps(r) for r in (launch | screened | {"tile": "y"}, other | screened))
         + '\n{"kernel": "fp8_g'
     )
-    assert len(tool.read_log(b)) == 2
-    assert tool.main_with([str(ALL), str(SIX), "--worst", "0", "--logs", str(a), str(b)]) == 0
+    assert len(read_log(b)) == 2
+    assert main([*COMPARE, str(ALL), str(SIX), "--worst", "0", "--logs", str(a), str(b)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-2] == (
         "A tuning, all 1 launches: 30 configs compiled, 0 screened, 30 timed in full; compile "
@@ -58,12 +58,13 @@ def test_the_logs_add_up_over_all_launches_and_those_both_tuned(tmp_path, capsys
 
 
 def test_a_file_that_is_not_a_products_record_or_log_is_one_line(tmp_path, capsys):
-    tool = load_tool("lab/bench/tune_compare.py")
     peers = RESULTS / "peers-h100-995cd5b-vit.json"
-    assert tool.main_with([str(ALL), str(peers)]) == 1
-    assert capsys.readouterr().err.strip() == f"{peers} is a peers record, not a products record"
-    assert tool.main_with([str(tmp_path / "nope.json"), str(SIX)]) == 1
+    assert main([*COMPARE, str(ALL), str(peers)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"quantstudy: error: {peers} is a peers record, not a products record"
+    assert main([*COMPARE, str(tmp_path / "nope.json"), str(SIX)]) == 1
     assert "cannot read" in capsys.readouterr().err
     missing = tmp_path / "a.jsonl"
-    assert tool.main_with([str(ALL), str(SIX), "--logs", str(missing), str(missing)]) == 1
-    assert capsys.readouterr().err.strip() == f"cannot read {missing}: No such file or directory"
+    assert main([*COMPARE, str(ALL), str(SIX), "--logs", str(missing), str(missing)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"quantstudy: error: cannot read {missing}: No such file or directory"

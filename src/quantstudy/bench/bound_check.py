@@ -1,5 +1,6 @@
-"""Would a bound on the configs a product launch times have kept the tile that won? Read from a
-`bench products` record that names each column's tuned tile (`ProductRow.tiles`).
+"""`quantstudy bench bound-check RECORD`: would a bound on the configs a product launch times
+have kept the tile that won? Read from a `bench products` record that names each column's tuned
+tile (`ProductRow.tiles`); no GPU needed.
 
 For each matmul row and each of our autotuned columns, the configs `tiles.prune_gemm` keeps for
 that launch are ranked as the bound ranks them (`tiles.bounded`, what `QUANTSTUDY_GEMM_CONFIGS`
@@ -8,19 +9,34 @@ The launch's options are the column's (fp8-out and GELU columns are their own la
 descriptor paths are taken as allowed where K and N are multiples of 16 (the bench's operands
 are dense, so their rows are 16-byte aligned exactly then). A winner the ranking does not hold
 (another table, or a persistent tile under the default promotion) is said, not ranked.
-
-Run from the repository root with quantstudy importable (PYTHONPATH=src); no GPU needed:
-  python tools/lab/bench/bound_check.py docs/results/products-h100-<commit>-<what>.json
+Arguments parse without torch or Triton; running imports the kernel's config table.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from quantstudy.bench.schema import ProductsBench, read_record
+from quantstudy.record.errors import UserError
+
+if TYPE_CHECKING:
+    from quantstudy.bench.schema import ProductsBench
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("record", type=Path, help="a bench products record")
+
+
+def products_record(path: Path) -> ProductsBench:
+    """The products record at `path`; any other file is a `UserError` naming it."""
+    from quantstudy.bench.schema import ProductsBench, read_record
+
+    record = read_record(path)
+    if not isinstance(record, ProductsBench):
+        raise UserError(f"{path} is a {record.kind} record, not a products record")
+    return record
 
 
 def winner_ranks(record: ProductsBench) -> list[tuple[str, str, int | None]]:
@@ -44,22 +60,10 @@ def winner_ranks(record: ProductsBench) -> list[tuple[str, str, int | None]]:
     return found
 
 
-def main() -> int:
-    return main_with(sys.argv[1:])
-
-
-def main_with(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("record", type=Path)
-    args = parser.parse_args(argv)
-    record = read_record(args.record)
-    if not isinstance(record, ProductsBench):
-        print(f"{args.record} is a {record.kind} record, not a products record", file=sys.stderr)
-        return 1
-    ranks = winner_ranks(record)
+def run(args: argparse.Namespace, _: Any = None) -> None:
+    ranks = winner_ranks(products_record(args.record))
     if not ranks:
-        print(f"{args.record} names no tuned tile (recorded before `ProductRow.tiles`)")
-        return 1
+        raise UserError(f"{args.record} names no tuned tile (recorded before `ProductRow.tiles`)")
     for where, tile, rank in ranks:
         print(f"{rank if rank is not None else '-':>3}  {tile:<48} {where}")
     held = [r for _, _, r in ranks if r is not None]
@@ -67,8 +71,3 @@ def main_with(argv: list[str]) -> int:
     print(f"{len(ranks)} winners, {len(ranks) - len(held)} outside the ranking; kept by a bound of")
     for bound in sorted({1, 2, 4, 6, 8, 12, *counts}):
         print(f"  {bound:>2}: {sum(r <= bound for r in held)} of {len(ranks)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
-"""Two `bench products` records of the same products, tuned two ways (a tuning change against its
-baseline: a config bound, the screen off and on): what the change cost our products, and, from
-the runs' tuning logs, what it saved the cold tune.
+"""`quantstudy bench tune-compare A B`: two `bench products` records of the same products, tuned
+two ways (a tuning change against its baseline: a config bound, the screen off and on): what
+the change cost our products, and, from the runs' tuning logs, what it saved the cold tune.
 
 Products: each of our autotuned columns (`ours` and its epilogue variants) that both records
 timed, B's time over A's: the geometric mean, the spread, and the columns B lost most on, with
@@ -8,10 +8,7 @@ the tile each record tuned. Tuning: from each run's `$QUANTSTUDY_TUNE_LOG` (JSON
 `quant/kernels/tuning.py`), launches tuned, configs compiled, screened and timed at full length,
 and the seconds of compiling and of timing, over all launches and over those both logs tuned
 (a run cut by its budget tunes fewer). This is what docs/fp8-kernel.md quotes for "What a cold
-tune costs".
-
-Run from the repository root with quantstudy importable (PYTHONPATH=src); no GPU needed:
-  python tools/lab/bench/tune_compare.py A.json B.json [--logs A.jsonl B.jsonl] [--worst 8]
+tune costs". No GPU needed.
 """
 
 from __future__ import annotations
@@ -20,14 +17,26 @@ import argparse
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from quantstudy.bench.schema import ProductsBench, read_record
+from quantstudy.bench.bound_check import products_record
 from quantstudy.record.errors import UserError
 
+if TYPE_CHECKING:
+    from quantstudy.bench.schema import ProductsBench
+
 Key = tuple[str, int, int, int, int]  # kind, batch, M, K, N
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("a", type=Path, help="the baseline products record")
+    p.add_argument("b", type=Path, help="the products record tuned the other way")
+    p.add_argument(
+        "--logs", type=Path, nargs=2, metavar=("A_LOG", "B_LOG"),
+        help="the runs' tuning logs ($QUANTSTUDY_TUNE_LOG), A's then B's",
+    )  # fmt: skip
+    p.add_argument("--worst", type=int, default=8, help="columns to list where B lost most")
 
 
 def column_ratios(a: ProductsBench, b: ProductsBench) -> list[tuple[str, str, float, str, str]]:
@@ -37,7 +46,7 @@ def column_ratios(a: ProductsBench, b: ProductsBench) -> list[tuple[str, str, fl
     found = []
     for row in a.results:
         other = theirs.get((row.kind, row.batch, row.m, row.k, row.n))
-        if other is None:
+        if other is None or not row.tiles or not other.tiles:  # untuned, or before tiles named
             continue
         for column, tile in row.tiles.items():
             if column in row.us and column in other.us and column in other.tiles:
@@ -49,8 +58,12 @@ def column_ratios(a: ProductsBench, b: ProductsBench) -> list[tuple[str, str, fl
 
 def read_log(path: Path) -> list[dict[str, Any]]:
     """A tuning log's rows (one JSON object a line; a line cut by a killed run is skipped)."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}") from None
     rows = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
             rows.append(json.loads(line))
         except ValueError:
@@ -72,24 +85,12 @@ def tuning_totals(rows: list[dict[str, Any]]) -> dict[str, float]:
     return total
 
 
-def main() -> int:
-    return main_with(sys.argv[1:])
-
-
-def main_with(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("a", type=Path, help="the baseline record")
-    parser.add_argument("b", type=Path, help="the record tuned the other way")
-    parser.add_argument("--logs", type=Path, nargs=2, metavar=("A_LOG", "B_LOG"))
-    parser.add_argument("--worst", type=int, default=8, help="columns to list where B lost most")
-    args = parser.parse_args(argv)
-    a, b = _products(args.a), _products(args.b)
-    if a is None or b is None:
-        return 1
-    ratios = column_ratios(a, b)
+def run(args: argparse.Namespace, _: Any = None) -> None:
+    if args.worst < 0:
+        raise UserError(f"--worst must be at least 0, got {args.worst}")
+    ratios = column_ratios(products_record(args.a), products_record(args.b))
     if not ratios:
-        print("no tuned column of ours is in both records", file=sys.stderr)
-        return 1
+        raise UserError("no tuned column of ours is in both records")
     values = [r for _, _, r, _, _ in ratios]
     geo = math.exp(statistics.fmean(math.log(v) for v in values))
     same = sum(ta == tb for *_, ta, tb in ratios)
@@ -100,33 +101,13 @@ def main_with(argv: list[str]) -> int:
     for where, column, ratio, ta, tb in sorted(ratios, key=lambda r: -r[2])[: args.worst]:
         print(f"  {ratio:.3f}  {where} {column}: {ta} -> {tb}")
     if args.logs:
-        try:
-            logs = [read_log(p) for p in args.logs]
-        except OSError as err:
-            print(f"cannot read {err.filename}: {err.strerror}", file=sys.stderr)
-            return 1
+        logs = [read_log(p) for p in args.logs]
         keys = [{launch_key(r) for r in log} for log in logs]
         both = keys[0] & keys[1]
         for name, log in zip(("A", "B"), logs, strict=True):
-            every, shared = (
-                tuning_totals(log),
-                tuning_totals([r for r in log if launch_key(r) in both]),
-            )
+            every = tuning_totals(log)
+            shared = tuning_totals([r for r in log if launch_key(r) in both])
             print(f"{name} tuning, all {_said(every)}; the {len(both)} both tuned {_said(shared)}")
-    return 0
-
-
-def _products(path: Path) -> ProductsBench | None:
-    """The products record at `path`; None, said on stderr, for a file that is not one."""
-    try:
-        record = read_record(path)
-    except UserError as err:
-        print(err, file=sys.stderr)
-        return None
-    if isinstance(record, ProductsBench):
-        return record
-    print(f"{path} is a {record.kind} record, not a products record", file=sys.stderr)
-    return None
 
 
 def _said(total: dict[str, float]) -> str:
@@ -135,7 +116,3 @@ def _said(total: dict[str, float]) -> str:
         f"{total['screened']:.0f} screened, {total['finalists']:.0f} timed in full; "
         f"compile {total['compile_s']:.1f} s, timing {total['tune_s']:.1f} s"
     )
-
-
-if __name__ == "__main__":
-    sys.exit(main())
