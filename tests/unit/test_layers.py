@@ -4,8 +4,8 @@ The layers, bottom to top (docs/DESIGN.md explains each). A module may import fr
 subpackage and from any lower layer; an import from the same or a higher layer fails here, so
 an uphill import cannot land unnoticed. Inside every package, its modules and subpackages
 import each other without a circle, and nothing imports the package root (it sits above every
-stage: its lazy entry points import them). Also the size limits: no source file over 450
-lines, no function over 100.
+stage: its lazy entry points import them). Also the size limits: no source file of src/ or
+tools/ over 400 lines, no function over 80 (a Triton kernel included).
 """
 
 from __future__ import annotations
@@ -173,18 +173,21 @@ def test_nothing_imports_the_package_root() -> None:
     assert not uphill, "imports of the package root:\n" + "\n".join(uphill)
 
 
-MAX_FILE_LINES = 450
-MAX_FUNCTION_LINES = 100
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 80
+TOOLS = ROOT.parents[1] / "tools"
 # Over the limits today, each in an area another change owns; remove an entry when it is split.
 # The test fails if one grows, or once it fits (so the entry cannot outlive the split).
 KNOWN_LONG: dict[str, int] = {}
 
 
 def _sizes() -> dict[str, int]:
-    """Line counts of every source file, and of every function over the limit ("file:name")."""
+    """Line counts of every source file of the package and of tools/ ("tools/..."), and of every
+    function over the limit ("file:name")."""
     sizes = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        rel = str(path.relative_to(ROOT))
+    paths = [(p, str(p.relative_to(ROOT))) for p in sorted(ROOT.rglob("*.py"))]
+    paths += [(p, f"tools/{p.relative_to(TOOLS)}") for p in sorted(TOOLS.rglob("*.py"))]
+    for path, rel in paths:
         text = path.read_text(encoding="utf-8")
         sizes[rel] = len(text.splitlines())
         for node in ast.walk(ast.parse(text)):
