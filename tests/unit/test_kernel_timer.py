@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from _interpreter import require_triton
 
 
@@ -63,4 +62,7 @@ def test_the_sweep_launches_every_tile_on_each_path_the_product_allows():
     assert not any(label.startswith("tma/") for label in labels)
     stream = [launch for launch in launches if launch[0].startswith("stream")]
     assert all(tile[1] in (64, 128) and tile[2] in (32, 64) for _, tile, *_ in stream)
-    assert {(loads, per_sm) for _, _, loads, _, per_sm in stream} == {("pointer", 2), ("pointer", 4)}
+    assert {(loads, per_sm) for _, _, loads, _, per_sm in stream} == {
+        ("pointer", 2),
+        ("pointer", 4),
+    }

@@ -28,7 +28,7 @@ def _committed(tmp_path: Path) -> tuple[Path, ZooRow]:
 
 
 def test_two_files_of_one_model_are_refused_naming_both(tmp_path):
-    rows, row = _committed(tmp_path)
+    rows, _row = _committed(tmp_path)
     copy = rows / "copy.json"
     copy.write_bytes((rows / "resnet50.json").read_bytes())
     with pytest.raises(UserError) as said:
@@ -67,8 +67,8 @@ def test_a_study_left_running_by_a_killed_run_reads_interrupted(tmp_path):
     folder = tmp_path / point.folder_name
     folder.mkdir()
     (folder / POINT_FILE).write_text(
-        '{"folder": "%s", "settings": %s, "argv": ["q"], "status": "running", "attempts": 1, '
-        '"host": "h", "started_utc": "t"}' % (point.folder_name, point.model_dump_json())
+        f'{{"folder": "{point.folder_name}", "settings": {point.model_dump_json()}, '
+        '"argv": ["q"], "status": "running", "attempts": 1, "host": "h", "started_utc": "t"}'
     )
     row = collect_row(entry, folder)
     assert row.status == RowStatus.INTERRUPTED and row.error is None

@@ -29,7 +29,6 @@ from quantstudy.bridge.qdq import INPUT
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import not_a_file, read_json
 
-
 # The plausible GPU time of one inference, in ms: no engine runs in under 0.1 us (a kernel
 # launch alone takes microseconds), none in over 1000 s. A time outside is a unit error or an
 # edited file; 1e-320 would make x infinite and 1e308 would overflow the report's plots.
