@@ -91,8 +91,8 @@ def _speed_arguments(p: argparse.ArgumentParser) -> None:
         "--kernels",
         type=kernels,
         default=None,
-        help="FP8 engines to time against fp16, comma-separated (default: every backend, "
-        f"{','.join(kernel_options()[:-1])})",
+        help="FP8 engines to time against fp16, comma-separated (default: every backend that "
+        f"runs on this machine, of {','.join(kernel_options()[:-1])})",
     )
     p.add_argument("--rounds", type=int, default=30, help="timing rounds (default 30)")
     p.add_argument("--iters", type=int, default=20, help="calls per round (default 20)")
@@ -111,10 +111,11 @@ def _speed_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run_speed(args: argparse.Namespace, context: Context) -> None:
     from quantstudy.bench.speed import bench_speed
+    from quantstudy.quant.backends import usable
 
     _at_least_one(args, "rounds", "iters")
     record = bench_speed(
-        context.study_config(), args.kernels or tuple(kernel_options()[:-1]),
+        context.study_config(), args.kernels or tuple(usable()),
         rounds=args.rounds, iters=args.iters,
         agreement=args.agreement, autotune_batch=args.fp16_autotune_batch, argv=context.argv,
     )  # fmt: skip
