@@ -267,3 +267,32 @@ def test_a_chain_gives_up_only_hand_offs_whose_layers_are_free_of_the_kept_ones(
     assert scaled_mm_pairs(rows("bc"), chain) == {}  # a's hand-off to b ties b
     split = [*rows("abc")[:-1], LayerKernel(name="c", kernel="fused", fused_us=1.0, batch=128)]
     assert scaled_mm_pairs(split, chain) == {}  # c runs scaled_mm at batch 1 only: fused, tied
+
+
+def test_a_backend_that_refuses_a_layer_is_not_timed_for_it(tmp_path):
+    """A usable backend whose blocker refuses every layer adds no candidate: the stand-in
+    timer is called exactly as without it (the sequence of the test above), and no row holds
+    a time under its name (it would time a fused layer under that name otherwise)."""
+    from quantstudy.quant import backends
+    from quantstudy.quant.backends.scaled_mm import ScaledMMBackend
+
+    class Refusing(ScaledMMBackend):
+        name = "refusing"
+
+        def blocker(self, layer: nn.Module) -> str | None:
+            return "refuses every layer"
+
+    backends.register(refusing := Refusing())
+    try:
+        model, x, plan = _setup()
+        spec = BuildSpec(kernel="fused")
+        m = build_fp8(model, CPU, x, plan, dtype=torch.float32, spec=spec).eager
+        times = iter([1.0, 11.0, 100.0, 2.0, 12.0, 7.0, 100.0, 3.0, 13.0, 12.9, 100.0])
+        got = choose_kernels(
+            m, model, plan, torch.float32, x, CPU, 4, tmp_path / "c.json", lambda fn: next(times)
+        )
+        assert next(times, None) is None  # every stand-in time used, none more asked for
+        assert all(refusing.name not in c.us for c in got)
+        assert {c.name: c.kernel for c in got}["pw"] == "scaled_mm"
+    finally:
+        backends.unregister(refusing.name)

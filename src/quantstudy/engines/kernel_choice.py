@@ -154,13 +154,19 @@ class Candidates:
         self._alt: dict[str, nn.Module] = {}
         self._built: dict[tuple[str, str], nn.Module] = {}
 
-    def others(self, layer: nn.Module) -> list[str]:
-        """The backends besides the base one that may time `layer` here: those this machine
-        runs, for a fused 1x1/linear layer (the kxk and depthwise convs have the fused kernel
-        only)."""
+    def others(self, name: str, layer: nn.Module) -> list[str]:
+        """The backends besides the base one that may time `layer` (named `name`) here: those
+        this machine runs whose blocker takes its float layer, for a fused 1x1/linear layer
+        (the kxk and depthwise convs have the fused kernel only). A backend that refuses the
+        layer (cuBLASLt's alignment) would time a fused layer under its own name."""
         if not isinstance(layer, FusedFP8Matmul):
             return []
-        return [n for n in backends.usable() if n != DEFAULT_BACKEND]
+        float_layer = self.plain.get_submodule(name)
+        return [
+            n
+            for n in backends.usable()
+            if n != DEFAULT_BACKEND and backends.get(n).blocker(float_layer) is None
+        ]
 
     def _engine(self, kernel: str) -> nn.Module:
         if kernel not in self._alt:
@@ -286,7 +292,7 @@ def _time_layers(
             if key not in stored:
                 # forward, not __call__: this hook must not run again inside its own timing
                 fp8: dict[str, Callable[..., object]] = {DEFAULT_BACKEND: layer.forward}
-                for other in options.others(layer):
+                for other in options.others(name, layer):
                     fp8[other] = options.get(name, other, layer)
                 half = options.get(name, FP16, layer)
                 # the real input, captured in place; the quantize subtracted: in the engine the
