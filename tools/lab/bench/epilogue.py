@@ -26,19 +26,11 @@ from pathlib import Path
 
 import torch
 
+from quantstudy.bench.epilogue_shapes import EPILOGUE_PROGRAM, SHAPES
 from quantstudy.bench.provenance import collect_provenance, need_cuda
 from quantstudy.quant.formats.fp8 import E4M3, to_fp8
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.vocab import Activation
-
-# (name, M, N, K): res2net50_26w_4s at batch 128, each stage's conv3 (K = 4 x width, N = 4 x 64 x
-# 2^stage channels, M = 128 x H x W)
-SHAPES = [
-    ("layer1 conv3", 128 * 56 * 56, 256, 104),
-    ("layer2 conv3", 128 * 28 * 28, 512, 208),
-    ("layer3 conv3", 128 * 14 * 14, 1024, 416),
-    ("layer4 conv3", 128 * 7 * 7, 2048, 832),
-]
 
 
 def _time(fn) -> float:
@@ -82,13 +74,11 @@ def bench(m: int, n: int, k: int, device: torch.device) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        prog="tools/lab/bench/epilogue.py", description=__doc__.split("\n")[0]
-    )
+    p = argparse.ArgumentParser(prog=EPILOGUE_PROGRAM, description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    device = need_cuda("tools/lab/bench/epilogue.py")
-    provenance = collect_provenance(device, argv, program="python tools/lab/bench/epilogue.py")
+    device = need_cuda(EPILOGUE_PROGRAM)
+    provenance = collect_provenance(device, argv, program=f"python {EPILOGUE_PROGRAM}")
     rows = []
     names = ["residual", "residual + quantize", "residual + pair"]
     names += ["residual pointer", "residual + pair pointer"]

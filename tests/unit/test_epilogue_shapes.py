@@ -1,25 +1,23 @@
-"""`tools/lab/bench/epilogue.py` on a machine without CUDA: one clear error, no file."""
+"""The epilogue probe's products (`bench/epilogue_shapes.py`) and its refusal on a machine
+without CUDA: one clear line, before any file is written (`tools/lab/bench/epilogue.py` asks
+`need_cuda` first)."""
 
 import itertools
 
 import pytest
 import torch
-from _tools import load_tool
 
+from quantstudy.bench.epilogue_shapes import EPILOGUE_PROGRAM, SHAPES
+from quantstudy.bench.provenance import need_cuda
 from quantstudy.record.errors import UserError
-
-_epilogue = load_tool("lab/bench/epilogue.py")
-SHAPES, main = _epilogue.SHAPES, _epilogue.main
 
 NO_GPU = "checks the refusal on a machine without CUDA"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason=NO_GPU)
-def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
-    out = tmp_path / "epilogue.json"
+def test_without_a_gpu_it_refuses_in_one_line():
     with pytest.raises(UserError, match=r"epilogue\.py needs a CUDA GPU"):
-        main(["--out", str(out)])
-    assert not out.exists()
+        need_cuda(EPILOGUE_PROGRAM)
 
 
 def test_the_shapes_are_res2net_block_ends_at_batch_128():
