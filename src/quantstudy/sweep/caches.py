@@ -22,16 +22,21 @@ from pathlib import Path
 from quantstudy.study.calib_stats import STATS_ENV
 
 CACHE_ENV = "QUANTSTUDY_CACHE_DIR"
+# Each cache's variable and its folder under the root
+CACHE_FOLDERS = {
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "TRITON_CACHE_DIR": "triton",
+    STATS_ENV: "calibration",
+}
 
 
 def host_cache_env() -> dict[str, str]:
     """Environment for a study subprocess: this host's Inductor and Triton cache folders."""
     root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "quantstudy")
-    env = {}
-    for var, sub in (
-        ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
-        ("TRITON_CACHE_DIR", "triton"),
-        (STATS_ENV, "calibration"),
-    ):
-        env[var] = os.environ.get(var) or str(root / sub)
-    return env
+    return {var: os.environ.get(var) or str(root / sub) for var, sub in CACHE_FOLDERS.items()}
+
+
+def caches_under(root: Path) -> dict[str, str]:
+    """Every cache under `root` whatever this process points them to: a study that must start
+    from caches it controls (cold, then warm from what the first left) gets these."""
+    return {CACHE_ENV: str(root)} | {var: str(root / sub) for var, sub in CACHE_FOLDERS.items()}

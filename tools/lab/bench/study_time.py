@@ -24,18 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from quantstudy.bench.study_time import stage_table
 from quantstudy.quant.kernels.tuning import summary
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.load import RECORD_FILE, load_record_data
-from quantstudy.study.calib_stats import STATS_ENV
+from quantstudy.sweep.caches import caches_under
 
 PROGRAM = "python tools/lab/bench/study_time.py"
 PHASES = ("cold", "warm")
-CACHE_FOLDERS = {
-    "TORCHINDUCTOR_CACHE_DIR": "inductor",
-    "TRITON_CACHE_DIR": "triton",
-    STATS_ENV: "calibration",
-}
 
 
 def parse_with_run_args(
@@ -49,10 +45,8 @@ def parse_with_run_args(
 
 def _env(cache: Path, tune_log: Path) -> dict[str, str]:
     """This process's environment with the host caches of `sweep/caches.py` all under `cache`."""
-    env = {**os.environ, "QUANTSTUDY_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **caches_under(cache), "PYTHONUNBUFFERED": "1"}
     env["QUANTSTUDY_TUNE_LOG"] = str(tune_log)
-    for var, sub in CACHE_FOLDERS.items():
-        env[var] = str(cache / sub)
     return env
 
 
@@ -83,40 +77,6 @@ def _tuning(path: Path) -> dict:
 def _quality(record: dict | None) -> object:
     """The quality section without anything that is allowed to differ between runs."""
     return None if record is None else record.get("quality")  # None: no study to compare
-
-
-def stage_table(phases: dict[str, dict]) -> str:
-    """Stage | seconds per phase, in the order the stages ran."""
-    names: list[str] = []
-    seconds: dict[str, dict[str, float]] = {}
-    for phase, result in phases.items():
-        timings = (result.get("record") or {}).get("timings") or {"stages": [], "total_s": None}
-        for s in timings["stages"]:
-            if s["stage"] not in names:
-                names.append(s["stage"])
-            seconds.setdefault(s["stage"], {})[phase] = s["seconds"]
-        seconds.setdefault("study total (record)", {})[phase] = timings["total_s"]
-        seconds.setdefault("process wall", {})[phase] = result["wall_s"]
-        t = result["tuning"]
-        seconds.setdefault("fp8 autotune: compile", {})[phase] = t["compile_s"]
-        seconds.setdefault("fp8 autotune: timing", {})[phase] = t["tune_s"]
-        seconds.setdefault("fp8 autotune: launches tuned", {})[phase] = t["tuned_launches"]
-    names += [
-        "study total (record)",
-        "process wall",
-        "fp8 autotune: compile",
-        "fp8 autotune: timing",
-        "fp8 autotune: launches tuned",
-    ]
-    width = max(len(n) for n in names)
-    lines = [f"{'stage':<{width}}  " + "  ".join(f"{p:>8}" for p in phases)]
-    for name in names:
-        cells = []
-        for phase in phases:
-            v = seconds.get(name, {}).get(phase)
-            cells.append(f"{'-' if v is None else f'{v:.1f}':>8}")
-        lines.append(f"{name:<{width}}  " + "  ".join(cells))
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:

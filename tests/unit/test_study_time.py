@@ -1,17 +1,11 @@
-"""`tools/lab/bench/study_time.py`: the stage table of a cold and a warm study, and its caches."""
+"""`bench/study_time.py`: the stage table of a cold and a warm study; `sweep/caches.py`: the host
+caches of a sweep, all under one folder (what `tools/lab/bench/study_time.py` gives each phase)."""
 
 from pathlib import Path
 
-from _tools import load_tool
-
+from quantstudy.bench.study_time import stage_table
 from quantstudy.study.calib_stats import STATS_ENV
-
-_study_time = load_tool("lab/bench/study_time.py")
-CACHE_FOLDERS, _env, stage_table = (
-    _study_time.CACHE_FOLDERS,
-    _study_time._env,
-    _study_time.stage_table,
-)
+from quantstudy.sweep.caches import CACHE_ENV, CACHE_FOLDERS, caches_under
 
 
 def _phase(stages: dict[str, float], wall: float, tuned: int) -> dict:
@@ -44,10 +38,11 @@ def test_the_table_lists_every_stage_of_both_phases_in_run_order():
     assert "57.0" in next(line for line in lines if "launches tuned" in line)
 
 
-def test_each_phase_gets_the_host_caches_of_a_sweep_under_one_folder(tmp_path: Path):
-    env = _env(tmp_path, tmp_path / "tune.jsonl")
-    assert env["QUANTSTUDY_CACHE_DIR"] == str(tmp_path)
+def test_each_phase_gets_the_host_caches_of_a_sweep_under_one_folder(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/elsewhere")  # the user's own is not kept here
+    env = caches_under(tmp_path)
+    assert env[CACHE_ENV] == str(tmp_path)
     assert {env[v] for v in CACHE_FOLDERS} == {
         str(tmp_path / s) for s in ("inductor", "triton", "calibration")
     }
-    assert STATS_ENV in CACHE_FOLDERS and env["QUANTSTUDY_TUNE_LOG"].endswith("tune.jsonl")
+    assert STATS_ENV in CACHE_FOLDERS
