@@ -21,8 +21,8 @@ from torch import nn
 
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import BuiltEngine
+from quantstudy.env.machine import gpu_name
 from quantstudy.record import EngineInfo, StudyRecord
-from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.errors import UserError
 from quantstudy.record.load import RECORD_FILE, load_record
 from quantstudy.record.vocab import Engine as EngineName
@@ -114,18 +114,9 @@ def load_engine(
         rebuilt.plan,
         rebuilt.fold_bn,
         where,
-        recorded_spec(record),
+        record.build_spec(),
     )
     return EngineModule(builders[name](fp8.layout))
-
-
-def recorded_spec(record: StudyRecord) -> BuildSpec:
-    """The build spec of the study's FP8 engine as it ran: its config, the lab switches it ran
-    under, summing as it summed, its per-layer kernel choice replayed."""
-    fp8 = record.engine(EngineName.FP8)
-    replay = fp8.layout.replay() if fp8 is not None else None
-    switches = record.environment.lab_switches or {}
-    return record.config.build_spec(replay, switches, recorded=True)
 
 
 def _engine_name(engine: str) -> EngineName:
@@ -171,7 +162,7 @@ def _check_choice(
         return
     timed_on = record.environment.gpu_name
     timed = any(r.fused_us is not None or r.scaled_mm_us is not None for r in rows)
-    here = torch.cuda.get_device_name(device) if device.type == "cuda" else "the CPU"
+    here = gpu_name(device) or "the CPU"
     if timed and here != timed_on:
         raise UserError(
             f"study {record.name} chose each layer's FP8 kernel by timing it on {timed_on} "

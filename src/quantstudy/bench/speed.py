@@ -20,6 +20,7 @@ from quantstudy.bench.provenance import CPU_REASON, collect_provenance
 from quantstudy.bench.schema import Agreement, EngineSpeed, SpeedBench, SpeedResult
 from quantstudy.engines.builders import build_fp8, build_half, set_numerics
 from quantstudy.engines.run import run_engine
+from quantstudy.env.machine import gpu_name
 from quantstudy.record import SpeedSection, StudyConfig
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import CompileMode, Engine
@@ -97,7 +98,7 @@ def _time_model(
     for kernel, fp8 in built.items():
         speed = sections[kernel]
         info = fp8.info()
-        gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+        gpu = gpu_name(device)
         ideal, _ = ideal_speed(speed, prepared.inputs.recipe_info, [info], gpu)
         speed = speed.model_copy(update={"ideal": ideal})  # None off the GPU: nothing timed
         engines.append(

@@ -41,6 +41,15 @@ def gpu_name(device: torch.device) -> str | None:
     return str(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
 
 
+def gpu_capability(device: torch.device) -> tuple[int, int]:
+    """The CUDA device's compute capability, (9, 0) on Hopper; `device` "cuda" is the current
+    one."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return int(major), int(minor)
+
+
 def device_label(device: torch.device) -> str:
     """What a cache keys a device by: the GPU's name, else the device type ("cpu")."""
     return gpu_name(device) or device.type
@@ -63,7 +72,7 @@ class Machine:
 
         if device.type != "cuda":
             return cls(torch_version(), triton_version())
-        major, minor = torch.cuda.get_device_capability(device)
+        major, minor = gpu_capability(device)
         return cls(
             torch=torch_version(),
             triton=triton_version(),

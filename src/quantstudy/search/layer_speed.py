@@ -36,6 +36,7 @@ from torch import nn
 from quantstudy.engines import layer_timing
 from quantstudy.engines.builders import allow_recompiles
 from quantstudy.engines.layer_timing import fp16_side
+from quantstudy.env.machine import gpu_name
 from quantstudy.quant import backends
 from quantstudy.quant.calibration.calibrate import Calibration
 from quantstudy.quant.formats.fp8 import E4M3_MAX
@@ -153,7 +154,7 @@ def measure_layer_speed(
     torch._dynamo.reset()
     return LayerSpeedSection(
         source="measured",
-        source_detail=f"{device} ({torch.cuda.get_device_name(device)})",
+        source_detail=f"{device} ({gpu_name(device)})",
         meaningful=True,
         batch=batch,
         compile_mode=compile_mode,

@@ -52,6 +52,7 @@ from quantstudy.engines.interleaved import (
     time_interleaved,
 )
 from quantstudy.engines.size import package_bytes, weight_bytes
+from quantstudy.env.machine import gpu_name
 from quantstudy.gpu.timing_lock import timing
 from quantstudy.record import BatchSpeed, KernelBreakdown, SpeedSection
 from quantstudy.record.errors import UserError
@@ -274,7 +275,7 @@ def measure_speed(
         on_gpu=on_gpu, compile_mode=compile_mode, rounds=rounds, iters=iters, warmup=warmup,
         buffers=buffers, n_images=int(images.shape[0]), engines=names,
     )  # fmt: skip
-    where = f"{device} ({torch.cuda.get_device_name(device)})" if on_gpu else str(device)
+    where = f"{device} ({gpu_name(device)})" if on_gpu else str(device)
     return {
         name: SpeedSection(
             device=where,

@@ -30,6 +30,7 @@ from torch import nn
 
 from quantstudy.data.images import load_images
 from quantstudy.engines.host_memory import keep_freed_memory
+from quantstudy.env.machine import device_label, gpu_capability, gpu_name, torch_version
 from quantstudy.model.batchnorm import reestimate_batchnorm
 from quantstudy.model.preprocess import build_transform
 from quantstudy.quant.calibration.calibrate import stats_source
@@ -181,7 +182,7 @@ def _shared_stats(
     everything that decides them is in the key), or None when sharing is off."""
     info = inputs.loaded.info
     folder = config.calib_data or config.data
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    gpu = device_label(device)
     return shared_stats(
         [
             config.model,
@@ -192,7 +193,7 @@ def _shared_stats(
             inputs.data.calibration.ids_sha256,
             config.eval_batch,
             gpu,
-            torch.__version__,
+            torch_version(),
         ]
     )
 
@@ -209,10 +210,11 @@ def study_device(name: str) -> torch.device:
             "(quality only; timings are then marked not meaningful) or on a machine with a GPU"
         )
     if name == "cuda":
-        major, minor = torch.cuda.get_device_capability()
+        cuda = torch.device(name)
+        major, minor = gpu_capability(cuda)
         if (major, minor) < FP8_CAPABILITY:
             raise UserError(
-                f"{torch.cuda.get_device_name()} (compute capability {major}.{minor}) has no FP8 "
+                f"{gpu_name(cuda)} (compute capability {major}.{minor}) has no FP8 "
                 "tensor cores: FP8 matrix products need compute capability 8.9 or newer (Ada, "
                 "Hopper, Blackwell). Run with --device cpu for quality only"
             )

@@ -52,6 +52,7 @@ from quantstudy.bench.schema import (
 )
 from quantstudy.engines.builders import BuiltEngine, build_fp8, build_fp32, build_half, set_numerics
 from quantstudy.engines.run import run_engine
+from quantstudy.env.machine import gpu_name
 from quantstudy.quality.metrics import score_engine
 from quantstudy.record import EngineInfo, EngineQuality, StudyConfig
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
@@ -150,7 +151,7 @@ def peers_row(
         )  # fmt: skip
     quality = _scores(prepared, built, max(config.batches), clock)
     device = prepared.device
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    gpu = gpu_name(device)
     recipe = prepared.inputs.recipe_info
     engines = []
     for name, engine in built.items():
