@@ -130,6 +130,22 @@ def read_model_list(path: Path, what: str = "model list") -> ModelList:
     return ModelList(entries, origin, hashlib.sha256(data_bytes).hexdigest())
 
 
+# Short names that committed records and device jobs go by instead of the timm name (the package
+# bench's: docs/results/package/package-bench-lite0.json, tools/device/jobs/records.yaml)
+RECORD_NAMES = {"tf_efficientnet_lite0": "lite0"}
+
+
+def record_name(name: str) -> str:
+    """The name a model's records go by: its short name where it has one, else `name` (a short
+    name given reads as itself)."""
+    return RECORD_NAMES.get(name, name)
+
+
+def by_record_name(path: Path, what: str = "model list") -> dict[str, ModelEntry]:
+    """The models of the list at `path` by the name their records go by (`record_name`)."""
+    return {record_name(e.name): e for e in read_model_list(path, what).entries}
+
+
 def parse_models(
     items: Any, lines: dict[Loc, int], origin: str, base: Path, key: str = LIST_KEY
 ) -> tuple[ModelEntry, ...]:

@@ -28,28 +28,19 @@ from typing import TYPE_CHECKING
 
 from study_run import run_cuda_study
 
+from quantstudy.study.model_list import by_record_name, record_name
+
 if TYPE_CHECKING:
     from quantstudy.study.model_list import ModelEntry
 
 LIST = Path(__file__).with_name("package-models.yaml")  # a model list
-# The names records already go by (docs/results/package/package-bench-<name>.json, the jobs of
-# tools/device/jobs/records.yaml); a model not here goes by its timm name.
-SHORT = {"tf_efficientnet_lite0": "lite0"}
 
 
 @cache
 def models() -> dict[str, ModelEntry]:
     """The list's models (`package-models.yaml`, read by the one model-list reader) by the name
-    their records take."""
-    from quantstudy.study.model_list import read_model_list
-
-    listed = read_model_list(LIST, "package bench list").entries
-    return {SHORT.get(e.name, e.name): e for e in listed}
-
-
-def record_name(given: str) -> str:
-    """`--model`'s value as its records' name: a timm name of the list reads as its short one."""
-    return SHORT.get(given, given)
+    their records take (`record_name`: Lite0's records go by `lite0`)."""
+    return by_record_name(LIST, "package bench list")
 
 
 def _provenance() -> dict:
