@@ -23,10 +23,11 @@ import time
 from pathlib import Path
 
 # this folder's: a script's own folder is on its path
-from study_time import CACHE_FOLDERS, parse_with_run_args
+from study_time import parse_with_run_args
 
 from quantstudy.record.io import write_json_atomic
 from quantstudy.record.load import RECORD_FILE, load_record_data
+from quantstudy.sweep.caches import CACHE_FOLDERS
 
 HELDOUT_STAGE = "held-out: "
 
