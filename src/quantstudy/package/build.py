@@ -178,8 +178,7 @@ class Engines:
 def study_spec(record: StudyRecord) -> BuildSpec:
     """The build spec of the study's FP8 engine: its config, summing as it did, under the lab
     switches it ran under (`StudyConfig.build_spec`, `recorded`)."""
-    switches = record.environment.lab_switches or {}
-    return record.config.build_spec(switches=switches, recorded=True)
+    return record.build_spec(replay_choice=False)
 
 
 def build_engines(rebuilt: Rebuilt, device: torch.device) -> Engines:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from quantstudy.record.base import SCHEMA_VERSION, Section
+from quantstudy.record.build_spec import BuildSpec
 from quantstudy.record.decision import Decision
 from quantstudy.record.engines import EngineInfo
 from quantstudy.record.errors import UserError
@@ -84,6 +85,16 @@ class StudyRecord(Section):
     def engine(self, name: str) -> EngineInfo | None:
         """The engine `name` ("fp8", ...) as built, or None where the study built none."""
         return next((e for e in self.engines if e.name == name), None)
+
+    def build_spec(self, replay_choice: bool = True) -> BuildSpec:
+        """The build spec of the study's FP8 engine as it ran: its config, summing as it
+        summed, under the lab switches it ran under; with `replay_choice` its per-layer kernel
+        choice replayed (the one place a rebuild from the record takes it: `load_engine`,
+        `extend`, `package`)."""
+        fp8 = self.engine("fp8")
+        replay = fp8.layout.replay() if fp8 is not None and replay_choice else None
+        switches = self.environment.lab_switches or {}
+        return self.config.build_spec(replay, switches, recorded=True)
 
 
 UNSEALED = frozenset({"digest", "decision"})

@@ -93,10 +93,7 @@ def _extend(
     device = study_device(config.device)
     # an FP8 engine that chose its kernels per layer is rebuilt as recorded, not timed again: a
     # layer kept in fp16 computes other numbers, and the new images must meet the engine scored
-    fp8 = record.engine(Engine.FP8)
-    replay = fp8.layout.replay() if fp8 is not None else None
-    switches = record.environment.lab_switches or {}
-    spec = record.config.build_spec(replay, switches, recorded=True)
+    spec = record.build_spec()
     built = build_engines(config, prepared.inputs, prepared.plan, None, device, timer, spec)
     rounds = Rounds(policy, list(record.sequential.looks) if record.sequential else [])
     if not rounds.looks:  # a fixed-N study: its first look is at every image it had
