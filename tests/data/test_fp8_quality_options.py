@@ -32,7 +32,7 @@ from quantstudy.record import StudyConfig
 pytestmark = pytest.mark.shared("val-1300", "calib-1000")
 MODEL, WEIGHTS = "tf_efficientnet_lite0", "efficientnet-lite0"
 RECIPE = "generic_pointwise_compensated"
-BEST = "sequential compensating + bias correction + scale search + refinement + headroom 4"
+BEST = "propagated compensating + bias correction + scale search + refinement + headroom 4"
 
 
 def _config(shared_data: Path, calib: int, heldout: int) -> StudyConfig:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from quantstudy.bench.options.scores import paired, row_line, score
-from quantstudy.bench.options.variants import VARIANTS
+from quantstudy.bench.options.variants import VARIANTS, variant_name
 from quantstudy.bench.provenance import collect_provenance
 from quantstudy.engines.base import Engine
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_half, half_dtype
@@ -64,8 +64,9 @@ def compare_options(
     """The options table of `config`'s study (module docstring): one row per variant, in the
     order given (default: every variant). With `out`, the result so far is written there after
     each variant, so a long table cut short keeps its finished rows."""
-    names = variants or list(VARIANTS)
-    unknown = [n for n in [*names, *(engine_variants or [])] if n not in VARIANTS]
+    names = [variant_name(n) for n in variants] if variants else list(VARIANTS)
+    engine_variants = [variant_name(n) for n in engine_variants or []]
+    unknown = [n for n in [*names, *engine_variants] if n not in VARIANTS]
     if unknown:
         raise UserError(
             f"no option variant '{unknown[0]}'; the variants are: " + "; ".join(VARIANTS)

@@ -8,6 +8,7 @@ knows a row's options without opening this file.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from quantstudy.quant.calibration.calibrate import HEADROOM_TRIED
@@ -37,61 +38,61 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "row_scales": True,
         "migration": Migration.SMOOTH,
     },
-    "sequential nearest + bias correction": {
+    "propagated nearest + bias correction": {
         "rounding": Rounding.NEAREST,
         "bias_correction": True,
         "propagated": True,
     },
-    "sequential compensating + bias correction": {
+    "propagated compensating + bias correction": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "propagated": True,
     },
-    "sequential nearest + bc + per-row scales": {
+    "propagated nearest + bc + per-row scales": {
         "rounding": Rounding.NEAREST,
         "bias_correction": True,
         "row_scales": True,
         "propagated": True,
     },
-    "sequential compensating + bc + per-row scales": {
+    "propagated compensating + bc + per-row scales": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "row_scales": True,
         "propagated": True,
     },
-    "sequential compensating + bc + smooth migration": {
+    "propagated compensating + bc + smooth migration": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
         "propagated": True,
     },
-    "sequential compensating + bc + per-layer calibrators": {
+    "propagated compensating + bc + per-layer calibrators": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "layer_calibrators": "choose",
         "propagated": True,
     },
-    "sequential compensating + bc + mse calibrator": {
+    "propagated compensating + bc + mse calibrator": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "calibrator": Calibrator.MSE,
         "propagated": True,
     },
-    "sequential compensating + bc + percentile calibrator": {
+    "propagated compensating + bc + percentile calibrator": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "calibrator": Calibrator.PERCENTILE,
         "params": {"percentile": 99.99},
         "propagated": True,
     },
-    "sequential compensating + bc + smooth migration + mse calibrator": {
+    "propagated compensating + bc + smooth migration + mse calibrator": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
         "calibrator": Calibrator.MSE,
         "propagated": True,
     },
-    "sequential compensating + bc + smooth migration + per-layer calibrators": {
+    "propagated compensating + bc + smooth migration + per-layer calibrators": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
@@ -108,14 +109,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "bias_correction": True,
         "tune": Tuning.SCALE_BIAS,
     },
-    "sequential compensating + bc + smooth migration + tuned biases": {
+    "propagated compensating + bc + smooth migration + tuned biases": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
         "propagated": True,
         "tune": Tuning.BIAS,
     },
-    "sequential compensating + bc + smooth migration + tuned biases, 30 epochs": {
+    "propagated compensating + bc + smooth migration + tuned biases, 30 epochs": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
@@ -123,7 +124,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "tune": Tuning.BIAS,
         "tune_epochs": 30,
     },
-    "sequential compensating + bc + smooth migration + tuned scales and biases": {
+    "propagated compensating + bc + smooth migration + tuned scales and biases": {
         "rounding": Rounding.COMPENSATING,
         "bias_correction": True,
         "migration": Migration.SMOOTH,
@@ -142,11 +143,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
 }
 
-# The propagated fit ("sequential" in the variant names, which name measured rows of
-# docs/results) with migration, the base of the searches and per-row variants below;
+# The propagated fit with migration, the base of the searches and per-row variants below;
 # `generic_pointwise_propagated` itself is `f"{_NO_MIGRATION} + scale search + refinement +
 # headroom 4"` (its recipe file says why migration is left out).
-_BUILT_IN = "sequential compensating + bc + smooth migration"
+_BUILT_IN = "propagated compensating + bc + smooth migration"
 # Compensating rounding's searches (quant/fitting/rounding.py), on their own and together.
 _SEARCHES = {
     "scale search": {"scale_candidates": SEARCHED.scales},
@@ -156,7 +156,7 @@ _SEARCHES = {
         "refine_sweeps": SEARCHED.sweeps,
     },
 }
-_NO_MIGRATION = "sequential compensating + bias correction"
+_NO_MIGRATION = "propagated compensating + bias correction"
 for _base in ("compensating + bias correction", _BUILT_IN, _NO_MIGRATION):
     for _label, _change in _SEARCHES.items():
         VARIANTS[f"{_base} + {_label}"] = {**VARIANTS[_base], **_change}
@@ -178,3 +178,23 @@ for _width in (48, 112, 320):
         "row_scales": True,
         "row_max_channels": _width,
     }
+
+# The fit's former name: the committed option records (docs/results/figures/fp8-options-lite0.json)
+# key their rows by these labels, so an old label still reads, with a warning.
+RENAMED: dict[str, str] = {
+    "sequential " + name.removeprefix("propagated "): name
+    for name in VARIANTS
+    if name.startswith("propagated ")
+}
+
+
+def variant_name(label: str) -> str:
+    """The current name of the variant `label`, an old "sequential ..." label mapped to its
+    "propagated ..." name with a DeprecationWarning; any other label is returned as given."""
+    new = RENAMED.get(label)
+    if new is None:
+        return label
+    warnings.warn(
+        f"option variant '{label}' is now named '{new}'", DeprecationWarning, stacklevel=2
+    )
+    return new
