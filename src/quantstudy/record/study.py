@@ -41,6 +41,7 @@ from quantstudy.record.sequential import SequentialSection
 from quantstudy.record.side import SideFile
 from quantstudy.record.speed import BatchSpeed, SpeedSection
 from quantstudy.record.timings import TimingsSection
+from quantstudy.record.vocab import Engine
 
 
 class Variant(Section):
@@ -91,7 +92,7 @@ class StudyRecord(Section):
         summed, under the lab switches it ran under; with `replay_choice` its per-layer kernel
         choice replayed (the one place a rebuild from the record takes it: `load_engine`,
         `extend`, `package`)."""
-        fp8 = self.engine("fp8")
+        fp8 = self.engine(Engine.FP8)
         replay = fp8.layout.replay() if fp8 is not None and replay_choice else None
         switches = self.environment.lab_switches or {}
         return self.config.build_spec(replay, switches, recorded=True)
