@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from quantstudy.cli_base.command import batches
 from quantstudy.env.machine import Machine
 from quantstudy.gpu.timer import time_us
 from quantstudy.quant.cublaslt.library import LtError, unavailable, version
@@ -228,7 +229,7 @@ def environment() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--batches", default="1,128")
+    parser.add_argument("--batches", type=batches, default=(1, 128))
     args = parser.parse_args(argv)
     why = unavailable()
     if why:
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     record: dict[str, Any] = {"kind": "cublaslt-probe", "environment": environment(), "rows": []}
     start = time.time()
-    for batch in [int(b) for b in args.batches.split(",")]:
+    for batch in args.batches:
         for name, (n, k) in SHAPES.items():
             m = TOKENS * batch
             ops = operands(m, n, k)

@@ -97,12 +97,12 @@ class LtFP8Matmul(FusedFP8Matmul):
 def lt_note(model: torch.nn.Module) -> str | None:
     """ "cuBLASLt ran N layers' epilogues (GELU in its tanh form on k: names); the fused kernel
     ran m: name (why), ...", or None for a model without cuBLASLt layers."""
-    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, LtFP8Matmul)]
-    if not layers:
+    plans = {n: m.lt_plan() for n, m in model.named_modules() if isinstance(m, LtFP8Matmul)}
+    if not plans:
         return None
-    ran = [n for n, m in layers if m.lt_plan()[0] is not None]
-    tanh = [n for n, m in layers if m.gelu_form == GELU_FORM]
-    fell = [f"{n} ({m.lt_plan()[1]})" for n, m in layers if m.lt_plan()[0] is None]
+    ran = [n for n, (epilogue, _) in plans.items() if epilogue is not None]
+    tanh = [n for n in ran if model.get_submodule(n).act == Activation.GELU]
+    fell = [f"{n} ({why})" for n, (epilogue, why) in plans.items() if epilogue is None]
     note = f"{LT_NOTE_HEAD} {len(ran)} layers' epilogues"
     if tanh:
         note += f" (GELU in its {GELU_FORM} form on {len(tanh)}: {', '.join(tanh)})"
