@@ -136,7 +136,8 @@ def _usable(
 ) -> list[ImageItem]:
     """The candidates that are images which decode; the others go to `skipped` with the reason.
     Every image is decoded in full, by a pool of threads (Pillow's decoders release the GIL):
-    at 50,000 images one thread spent about 30 s here before any model work began. At most 16
+    on one thread, decoding a large folder held up every study before any model work began
+    (docs/results.md, "Scale"). At most 16
     threads: each holds one decoded image, which for a large photo is tens of megabytes."""
     images = []
     for path, label, wnid in candidates:

@@ -5,9 +5,10 @@ torch._scaled_mm and, stepped aside, its float layer, timed in place while the e
 Why measured: the fused product beats cuBLASLt on thin products and loses on large-K ones, and
 which a layer is depends on its shape and batch (docs/fp8-kernel.md). Both FP8 kernels sum as
 the engine's build spec says (`record/build_spec.py`): promoting every 128 products they
-write the same fp16 numbers but for a few outputs in 10^5, one ulp apart; summing fast, each in
-its own order, within the accumulator's bound. Stepping aside changes more, so it is decided for
-every timed batch at once (`engines/step_aside.py`).
+write the same fp16 numbers but for rare outputs one ulp apart (docs/fp8-kernel.md, "What one
+FP8 layer computes"); summing fast, each in its own order, within the accumulator's bound.
+Stepping aside changes more, so it is decided for every timed batch at once
+(`engines/step_aside.py`).
 
 How: one eager forward of the fused engine per batch, a pre-hook timing each layer's sides on
 its own input (`engines/layer_timing.py`). The input quantize, which the compiled engine fuses

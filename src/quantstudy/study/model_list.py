@@ -131,7 +131,7 @@ def read_model_list(path: Path, what: str = "model list") -> ModelList:
 
 
 # Short names that committed records and device jobs go by instead of the timm name (the package
-# bench's: docs/results/package/package-bench-lite0.json, tools/device/jobs/records.yaml)
+# bench's records, docs/package.md; the jobs of tools/device/jobs/records.yaml)
 RECORD_NAMES = {"tf_efficientnet_lite0": "lite0"}
 
 

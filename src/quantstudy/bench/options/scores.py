@@ -1,9 +1,10 @@
 """Scores of one engine's logits against a reference, and two scores of the same images paired.
 
-The options table compares variants whose differing-image counts sit near 30 of 1300: such
-counts move by several images between two runs that differ only in a scale's last bit, so a
-variant is said to beat another only by the paired interval on the same images, never by the
-raw counts. A score therefore keeps its per-image KL and which images differ.
+The options table compares variants whose differing-image counts are a few dozen: such counts
+move by several images between two runs that differ only in a scale's last bit
+(docs/fp8-options.md, "The comparison: `quantstudy bench options`"), so a variant is said to
+beat another only by the paired interval on the same images, never by the raw counts. A score
+therefore keeps its per-image KL and which images differ.
 """
 
 from __future__ import annotations

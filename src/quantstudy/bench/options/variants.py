@@ -179,8 +179,9 @@ for _width in (48, 112, 320):
         "row_max_channels": _width,
     }
 
-# The fit's former name: the committed option records (docs/results/figures/fp8-options-lite0.json)
-# key their rows by these labels, so an old label still reads, with a warning.
+# The fit's former name: the committed option records key their rows by these labels
+# (docs/fp8-options.md, "What it measured on EfficientNet-Lite0"), so an old label still reads,
+# with a warning.
 RENAMED: dict[str, str] = {
     "sequential " + name.removeprefix("propagated "): name
     for name in VARIANTS

@@ -163,8 +163,8 @@ class MSECalibrator(_SearchCalibrator):
 class EntropyCalibrator(_SearchCalibrator):
     """Searches [max/16, max] by default, TensorRT's INT8 range: below it the clipped mass piled
     into one bin makes P and Q trivially close and the objective degenerates. On FP8's relative
-    grid the objective is weakly conditioned: on ReLU'd Gaussian samples the chosen clip moves
-    between about 0.3x and 1x max from seed to seed. Prefer max, percentile or mse for FP8."""
+    grid the objective is weakly conditioned: the chosen clip moves far with the sample
+    (docs/fp8-options.md, "Activations"). Prefer max, percentile or mse for FP8."""
 
     def __init__(self, num_candidates: float = 128, min_ratio: float = 1 / 16) -> None:
         super().__init__(num_candidates, min_ratio)

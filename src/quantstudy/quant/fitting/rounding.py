@@ -55,10 +55,9 @@ input, so the same H serves the folded layer. For 1x1 convs and linears only: a 
 im2col rows would need H of size (k^2 C)^2; such layers keep nearest rounding.
 
 Cost: collecting H is one K x K product per layer per batch during calibration (float32, summed in
-float64); rounding is O(N K^2 + K^3) per layer in float64 on the CPU, about a second for all 32
-pointwise convs of EfficientNet-Lite0; each scale candidate repeats it, and a refinement sweep
-costs O(N K^2) (about 2 s for four sweeps over Lite0's widest layer, K 1152). Engines run the
-stored FP8 weights, so speed is unchanged.
+float64); rounding is O(N K^2 + K^3) per layer in float64 on the CPU; each scale candidate
+repeats it, and a refinement sweep costs O(N K^2) (seconds on EfficientNet-Lite0:
+docs/fp8-options.md, "Weights"). Engines run the stored FP8 weights, so speed is unchanged.
 """
 
 from __future__ import annotations

@@ -3,14 +3,14 @@ few fastest timed at full length, and the fastest of those kept.
 
 Timing is most of what a cold tune holds the GPU for, and in a zoo run on one GPU the studies
 queue for it (`gpu/timing_lock.py`; what a cold tune costs: docs/fp8-kernel.md, "What a cold
-tune costs"). A full timing (`gpu/timer.py`, `FULL_MS`) captures about 5 ms of launches in a
-graph and replays it ten times; ranking two dozen configs that differ by tens of percent needs
-far less. So every config is first timed from a graph of about `SCREEN_MS` of launches, and
-only the `FINALISTS` fastest are timed at full length: the choice among close configs is made
-at full precision, and a config the screen puts outside them is one it measured slower than
-three others (where only by the screen's noise, it was close to them anyway). What the screen
-saves and costs on the GPU: docs/fp8-kernel.md, "The screen"; `QUANTSTUDY_TUNE_SCREEN=0` times
-every config at full length, to compare.
+tune costs"). A full timing captures about `FULL_MS` of launches in a graph and replays it
+ten times (`gpu/timer.py`); ranking configs that differ widely needs far less. So every config
+is first timed from a graph of about `SCREEN_MS` of launches, and only the `FINALISTS` fastest
+are timed at full length: the choice among close configs is made at full precision, and a
+config the screen puts outside them is one it timed slower than three others (where only by
+the screen's noise, it was close to them anyway). What the screen saves and costs on the GPU:
+docs/fp8-kernel.md, "The screen"; `QUANTSTUDY_TUNE_SCREEN=0` times every config at full
+length, to compare.
 """
 
 from __future__ import annotations

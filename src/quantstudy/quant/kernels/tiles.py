@@ -48,9 +48,9 @@ TILES = [
 # that autotuning stays at about 35 configs per product.
 _STORE_BOUND = [(256, 64, 32, 8, 3), (128, 64, 32, 4, 4), (256, 32, 64, 8, 4)]
 _TMA_LOADS = [(256, 128, 64, 8, 3), (128, 64, 128, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 4, 3)]
-# Deeper K steps for the wider linears of vision transformers (crossvit's lost to cuBLASLt with
-# the tiles above); not measured alone. A tile whose shared memory does not fit
-# is skipped by the autotuner.
+# Deeper K steps for the wider linears of vision transformers, the large-K products where the
+# tiles above trail cuBLASLt (docs/fp8-kernel.md, "Launch"); not benched alone. A tile whose
+# shared memory does not fit is skipped by the autotuner.
 _WIDE = [(128, 128, 128, 8, 4), (128, 256, 128, 8, 3)]
 PATH_TILES = {
     (False, False): TILES,
