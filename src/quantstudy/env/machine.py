@@ -1,6 +1,6 @@
-"""Which GPU, torch and Triton this process runs on: the one reader of the names every record and
-cache gives them (a study's environment, a bench record's provenance, a zoo row's, a package's
-manifest, the keys of the kernel choice's timings and of the tuned launches).
+"""Which GPU, torch, CUDA and Triton this process runs on: the one reader of the names every
+record and cache gives them (a study's environment, a bench record's provenance, a zoo row's, a
+package's manifest, the keys of the kernel choice's timings and of the tuned launches).
 
 Read here only, so that two records or caches made on one machine name it alike. torch and
 Triton are imported when asked for, not at import: this is the bottom floor.
@@ -32,6 +32,14 @@ def torch_version() -> str:
     import torch
 
     return str(torch.__version__)
+
+
+def cuda_version() -> str | None:
+    """The CUDA torch was built with ("12.8"); None: a CPU build of torch."""
+    import torch
+
+    cuda: str | None = torch.version.cuda
+    return cuda
 
 
 def gpu_name(device: torch.device) -> str | None:
@@ -76,7 +84,7 @@ class Machine:
         return cls(
             torch=torch_version(),
             triton=triton_version(),
-            cuda=torch.version.cuda,
+            cuda=cuda_version(),
             cudnn=str(torch.backends.cudnn.version()),
             gpu_name=gpu_name(device),
             gpu_capability=f"{major}.{minor}",

@@ -29,6 +29,7 @@ from quantstudy.bridge.rebuild import Rebuilt, rebuild
 from quantstudy.data.folders import ImageItem
 from quantstudy.data.images import load_images
 from quantstudy.engines.builders import BuiltEngine, build_fp8, build_half
+from quantstudy.env.machine import gpu_capability, gpu_name, torch_version
 from quantstudy.model.preprocess import build_transform
 from quantstudy.package import manifest as mf
 from quantstudy.package.graph import export_engine, retarget
@@ -83,10 +84,10 @@ def check_device(record: StudyRecord, device: Device) -> torch.device:
     """The device to package for, refused where it cannot carry the study's FP8 engine."""
     info = fp8_engine_info(record)
     if device == Device.CPU:
-        if torch.torch_version.TorchVersion(torch.__version__) < CPU_PACKAGE_TORCH:
+        if torch.torch_version.TorchVersion(torch_version()) < CPU_PACKAGE_TORCH:
             raise UserError(
                 f"packaging the CPU emulation needs torch {'.'.join(map(str, CPU_PACKAGE_TORCH))}"
-                f" or later (torch {torch.__version__}'s AOTInductor writes a CPU wrapper that "
+                f" or later (torch {torch_version()}'s AOTInductor writes a CPU wrapper that "
                 "cannot name float8 types); package on a GPU, or upgrade torch"
             )
         return torch.device("cpu")
@@ -98,13 +99,14 @@ def check_device(record: StudyRecord, device: Device) -> torch.device:
         )
     if not torch.cuda.is_available():
         raise UserError("no CUDA GPU here: package on the GPU the packages will run on")
-    capability = torch.cuda.get_device_capability()
+    cuda = torch.device("cuda")
+    capability = gpu_capability(cuda)
     if capability < FP8_CAPABILITY:
         raise UserError(
-            f"{torch.cuda.get_device_name()} (compute capability {capability[0]}.{capability[1]})"
+            f"{gpu_name(cuda)} (compute capability {capability[0]}.{capability[1]})"
             " has no FP8 tensor cores (8.9 or newer needed): package on the GPU that will run it"
         )
-    return torch.device("cuda")
+    return cuda
 
 
 def _refuse_options(record: StudyRecord) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from quantstudy.env.machine import Machine, torch_version, triton_version
+from quantstudy.env.machine import Machine, cuda_version, torch_version, triton_version
 from quantstudy.record import StudyRecord
 
 MANIFEST_FILE = "manifest.json"
@@ -47,7 +47,7 @@ def versions() -> dict[str, str | None]:
     return {
         "torch": torch_version(),
         "triton": triton_version(),
-        "cuda": torch.version.cuda,
+        "cuda": cuda_version(),
         "python": platform.python_version(),
         "platform": platform.platform(),
     }

@@ -28,6 +28,7 @@ from quantstudy.engines.builders import (
     deployed_copy,
     half_dtype,
 )
+from quantstudy.env.machine import gpu_capability, torch_version
 from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant.plan.apply import Applied
 from quantstudy.record.vocab import Engine as EngineName
@@ -47,7 +48,7 @@ def torchao_status() -> str | None:
     """Why torchao cannot run here (absent, too old, beside too old a torch, or failing to
     import its float8 configs), in one line; None when it can."""
     version = torchao_version()
-    refusal = torchao_refusal(version, torch.__version__)
+    refusal = torchao_refusal(version, torch_version())
     if refusal is not None:
         return refusal
     try:
@@ -62,7 +63,7 @@ def torchao_status() -> str | None:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         return (
             f"torchao {version} does not import its float8 configs with torch "
-            f"{torch.__version__}: {first}"
+            f"{torch_version()}: {first}"
         )
     return None
 
@@ -71,7 +72,7 @@ def conv_fp8(device: torch.device) -> bool:
     """Whether torchao runs FP8 convs here: the mslk package, compute capability 10.0 on."""
     if device.type != "cuda" or importlib.util.find_spec("mslk") is None:
         return False
-    return tuple(torch.cuda.get_device_capability(device)) >= CONV_CAPABILITY
+    return gpu_capability(device) >= CONV_CAPABILITY
 
 
 def peer_dtype(peer: Peer, device: torch.device) -> torch.dtype:

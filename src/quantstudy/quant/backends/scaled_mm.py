@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from quantstudy.env.machine import torch_version
 from quantstudy.quant.backends.base import Alignment, Availability, Backend, Product, Support
 from quantstudy.record.vocab import Activation, Epilogue, ProductOp
 
@@ -36,7 +37,7 @@ class ScaledMMBackend(Backend):
         import torch
 
         if not hasattr(torch, "_scaled_mm"):
-            return False, f"torch {torch.__version__} has no _scaled_mm"
+            return False, f"torch {torch_version()} has no _scaled_mm"
         return True, ""
 
     def build_layer(self, layer: nn.Module, spec: FP8LayerSpec, build: BuildSpec) -> nn.Module:

@@ -14,6 +14,7 @@ import glob
 import os
 import sys
 
+from quantstudy.env.machine import gpu_capability, gpu_name
 from quantstudy.quant.cublaslt import abi
 
 SONAMES = ("libcublasLt.so.13", "libcublasLt.so.12")
@@ -40,9 +41,9 @@ def unavailable() -> str | None:
         return "cuBLASLt needs torch"
     if not torch.cuda.is_available():
         return "cuBLASLt needs a CUDA GPU (torch.cuda.is_available() is False)"
-    if torch.cuda.get_device_capability() < (8, 9):
-        name = torch.cuda.get_device_name()
-        return f"cuBLASLt's FP8 products need compute capability 8.9 or newer ({name})"
+    cuda = torch.device("cuda")
+    if gpu_capability(cuda) < (8, 9):
+        return f"cuBLASLt's FP8 products need compute capability 8.9 or newer ({gpu_name(cuda)})"
     try:
         lib()
     except OSError as err:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import triton
 
+from quantstudy.env.machine import gpu_capability
 from quantstudy.quant.kernels import launches
 from quantstudy.quant.kernels.epilogue import ACT_CODES, ROUND_CODES
 from quantstudy.quant.kernels.gemm_kernel import FP8_GEMM
@@ -56,7 +57,7 @@ def tma_ok(t: torch.Tensor) -> bool:
     stride."""
     if TensorDescriptor is None:
         return False
-    if t.is_cuda and torch.cuda.get_device_capability(t.device)[0] < 9:
+    if t.is_cuda and gpu_capability(t.device)[0] < 9:
         return False
     if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         return False
