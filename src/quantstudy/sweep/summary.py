@@ -7,6 +7,7 @@ with the largest median x at the largest timed batch.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,9 @@ from quantstudy.record import BatchSpeed, StudyRecord
 from quantstudy.record.base import Section
 from quantstudy.record.inputs import DEFAULT_FP8_KERNEL
 from quantstudy.record.vocab import Engine, Outcome
-from quantstudy.report.claims import XClaim
-from quantstudy.speed.stats import relative_spread
+from quantstudy.report.claims import XClaim, claim_of
 from quantstudy.sweep.events import Job
-from quantstudy.sweep.row import StudyRow, fp8_quality, read_row
+from quantstudy.sweep.study_row import StudyRow, fp8_quality, read_row
 
 
 class BatchX(Section):
@@ -99,7 +99,7 @@ def collect_row(job: Job, out: Path) -> SweepRow:
 
 
 def _measured(record: StudyRecord) -> dict[str, Any]:
-    """The sweep's own figures from a study record, beyond `sweep/row.py`'s."""
+    """The sweep's own figures from a study record, beyond `sweep/study_row.py`'s."""
     found: dict[str, Any] = fp8_quality(record)
     if record.recipe is not None:
         found["calibrator"] = record.recipe.calibrator
@@ -122,18 +122,10 @@ def _measured(record: StudyRecord) -> dict[str, Any]:
 
 
 def _batch_x(b: BatchSpeed) -> BatchX:
-    return BatchX(
-        batch=b.batch,
-        median=b.ratio.median,
-        q1=b.ratio.q1,
-        q3=b.ratio.q3,
-        fp16_ms=b.fp16_ms.median,
-        fp8_ms=b.fp8_ms.median,
-        fp16_spread=relative_spread(b.fp16_ms),
-        fp8_spread=relative_spread(b.fp8_ms),
-        rounds=b.ratio.n,
-        warnings=list(b.warnings),
-    )
+    """One batch's x as the sweep keeps it: its claim's figures (`report/claims.py: claim_of`,
+    x kept as `median`) and the study's warnings."""
+    claim = asdict(claim_of(b))
+    return BatchX(batch=b.batch, median=claim.pop("x"), warnings=list(b.warnings), **claim)
 
 
 def _none_why(complete: int, shipping: int) -> str:

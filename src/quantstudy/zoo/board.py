@@ -7,20 +7,20 @@ studies that measured quality on real weights; a speed-only row says so instead.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from quantstudy.env.switches import switches_said
-from quantstudy.record import StudyRecord
+from quantstudy.record import BatchSpeed, IdealSpeed, StudyRecord
 from quantstudy.record.base import Section
 from quantstudy.record.timings import CHOSEN_SINCE, HELD_SINCE, SPENT_SINCE, TileChoices
 from quantstudy.record.vocab import Engine, RowStatus
-from quantstudy.report.claims import XClaim
-from quantstudy.speed.stats import relative_spread
+from quantstudy.report.claims import XClaim, claim_of
 from quantstudy.study.sources import HASHED_BY, SourcesHash
-from quantstudy.sweep.row import StudyRow, fp8_quality, read_row
+from quantstudy.sweep.study_row import StudyRow, fp8_quality, read_row
 from quantstudy.zoo.catalogue import ZooEntry
 
 # 2: rows carry where and with which sources they were measured.
@@ -76,7 +76,8 @@ class ZooBatch(Section):
 
 
 class Measured(Section):
-    """Where a row was measured: what decides whether a later run may keep it (`zoo/rows.py`)."""
+    """Where a row was measured: what decides whether a later run may keep it
+    (`zoo/row_files.py`)."""
 
     commit: str | None  # the git commit the study ran at
     created_utc: str  # when the row was written from its study
@@ -287,7 +288,7 @@ def collect_row(entry: ZooEntry, folder: Path, stamp: dict[str, Any] | None = No
 
 
 def _measured(record: StudyRecord) -> dict[str, object]:
-    """The zoo's own figures from a study record, beyond `sweep/row.py`'s."""
+    """The zoo's own figures from a study record, beyond `sweep/study_row.py`'s."""
     found: dict[str, object] = {
         "weights": record.model.weights,
         "params_m": record.model.num_params / 1e6,
@@ -301,23 +302,7 @@ def _measured(record: StudyRecord) -> dict[str, object]:
         found["fp8_layers"] = len(fp8.fp8_real)
     if record.speed is not None:
         ideal = {i.batch: i for i in record.speed.ideal or []}
-        found["batches"] = [
-            ZooBatch(
-                batch=b.batch,
-                fp16_ms=b.fp16_ms.median,
-                fp8_ms=b.fp8_ms.median,
-                x=b.ratio.median,
-                x_q1=b.ratio.q1,
-                x_q3=b.ratio.q3,
-                ideal_x=ideal[b.batch].ideal_x if b.batch in ideal else None,
-                ideal_fraction=ideal[b.batch].fraction if b.batch in ideal else None,
-                warnings=list(b.warnings),
-                fp16_spread=relative_spread(b.fp16_ms),
-                fp8_spread=relative_spread(b.fp8_ms),
-                rounds=b.ratio.n,
-            )
-            for b in record.speed.batches
-        ]
+        found["batches"] = [_zoo_batch(b, ideal.get(b.batch)) for b in record.speed.batches]
     found |= _quality(record)
     if record.timings is not None:
         stages = {s.stage: s.seconds for s in record.timings.stages}
@@ -325,6 +310,22 @@ def _measured(record: StudyRecord) -> dict[str, object]:
         found["build_s"] = round(sum(v for k, v in stages.items() if is_build(k)), 3)
         found |= _spent(record)
     return found
+
+
+def _zoo_batch(b: BatchSpeed, ideal: IdealSpeed | None) -> ZooBatch:
+    """One batch as the board keeps it: its claim's figures (`report/claims.py: claim_of`; x
+    and its quartiles kept as `x`, `x_q1`, `x_q3`), the ideal x and the study's warnings."""
+    claim = asdict(claim_of(b))
+    return ZooBatch(
+        batch=b.batch,
+        x=claim.pop("x"),
+        x_q1=claim.pop("q1"),
+        x_q3=claim.pop("q3"),
+        ideal_x=ideal.ideal_x if ideal is not None else None,
+        ideal_fraction=ideal.fraction if ideal is not None else None,
+        warnings=list(b.warnings),
+        **claim,
+    )
 
 
 def _spent(record: StudyRecord) -> dict[str, object]:
