@@ -7,44 +7,18 @@ same images, by the largest logit difference."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from PIL import Image
 
 import quantstudy
 from quantstudy.model.loading import load_model
+from tests.api_study import RECIPE, api_study_config
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
-RECIPE = "generic_default"
-
-
-def _folder(root: Path, seed: int) -> Path:
-    """An ImageNet-style folder of 2 classes with 8 random 64x64 JPEGs each."""
-    g = torch.Generator().manual_seed(seed)
-    for wnid in ("n01440764", "n01443537"):
-        (root / wnid).mkdir(parents=True)
-        for i in range(8):
-            pixels = (torch.rand(64, 64, 3, generator=g) * 255).to(torch.uint8).numpy()
-            Image.fromarray(pixels).save(root / wnid / f"img{i}.jpg")
-    return root
 
 
 def test_quantize_on_the_gpu_is_within_the_emulation_floor_of_the_study_engine(tmp_path):
-    config = quantstudy.StudyConfig(
-        model="test_vit",
-        weights="random",
-        data=_folder(tmp_path / "data", seed=1),
-        calib_data=_folder(tmp_path / "calib", seed=2),
-        calib=6,
-        heldout=12,
-        device="cuda",
-        batches=(1, 2),
-        speed=False,
-        recipe=RECIPE,
-        out=tmp_path / "study",
-    )
+    config = api_study_config(tmp_path, "cuda", per_class=8, size=64)
     study = quantstudy.run_study(config)
     model = load_model("test_vit", "random", seed=config.seed).model
     fp8, _ = quantstudy.quantize(

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from _tiny_data import write_tiny_imagenet
 
 import quantstudy
 from quantstudy.model.loading import load_model
@@ -23,28 +22,14 @@ from quantstudy.record.study import record_digest
 from quantstudy.record.vocab import Engine
 from quantstudy.study.engines import study_builders
 from quantstudy.study.prepare import prepare_study
+from tests.api_study import RECIPE, api_study_config
 
 torch.set_num_threads(1)
-RECIPE = "generic_default"
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory) -> quantstudy.Study:
-    root = tmp_path_factory.mktemp("api")
-    config = quantstudy.StudyConfig(
-        model="test_vit",
-        weights="random",
-        data=write_tiny_imagenet(root / "data", seed=1),
-        calib_data=write_tiny_imagenet(root / "calib", seed=2),
-        calib=6,
-        heldout=12,
-        device="cpu",
-        batches=(1, 2),
-        speed=False,
-        recipe=RECIPE,
-        out=root / "study",
-    )
-    return quantstudy.run_study(config)
+    return quantstudy.run_study(api_study_config(tmp_path_factory.mktemp("api"), "cpu"))
 
 
 @pytest.fixture(scope="module")
