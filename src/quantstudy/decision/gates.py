@@ -23,6 +23,7 @@ Size is never a gate: a smaller artifact alone never ships.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from quantstudy.decision import stats
 from quantstudy.decision.schema import Policy
@@ -179,20 +180,13 @@ def top1_gate(
         )
     if eq.gained is None or eq.lost is None:
         return _unevaluated(gate, Missing.NOT_RECORDED, "no paired top-1 counts in the record")
-    n, c = eq.n_images, policy.confidence
-    low, high = stats.paired_change_interval(eq.gained, eq.lost, n, c)
-    status = status_of(low, high, tp.threshold, Direction.AT_LEAST)
-    needed = None
-    if status == GateStatus.INCONCLUSIVE:
-        needed = stats.about(stats.images_for_change(eq.gained, eq.lost, n, tp.threshold, c))
-    return gate.model_copy(
-        update={
-            "value": (eq.gained - eq.lost) / n,
-            "low": low,
-            "high": high,
-            "status": status,
-            "images_needed": needed,
-        }
+    gained, lost, n, c = eq.gained, eq.lost, eq.n_images, policy.confidence
+    low, high = stats.paired_change_interval(gained, lost, n, c)
+    return _judged(
+        gate.model_copy(update={"value": (gained - lost) / n}),
+        (low, high),
+        (tp.threshold, Direction.AT_LEAST),
+        lambda: stats.images_for_change(gained, lost, n, tp.threshold, c),
     )
 
 
@@ -201,18 +195,11 @@ def _agreement_gate(eq: EngineQuality, policy: Policy, gate: Gate) -> Gate:
     n, c = eq.n_images, policy.confidence
     agree = n - eq.differ_count
     low, high = stats.proportion_interval(agree, n, c)
-    status = status_of(low, high, ap.min, Direction.AT_LEAST)
-    needed = None
-    if status == GateStatus.INCONCLUSIVE:
-        needed = stats.about(stats.images_for_proportion(agree, n, ap.min, c))
-    return gate.model_copy(
-        update={
-            "value": agree / n,
-            "low": low,
-            "high": high,
-            "status": status,
-            "images_needed": needed,
-        }
+    return _judged(
+        gate.model_copy(update={"value": agree / n}),
+        (low, high),
+        (ap.min, Direction.AT_LEAST),
+        lambda: stats.images_for_proportion(agree, n, ap.min, c),
     )
 
 
@@ -231,20 +218,29 @@ def _kl_gate(eq: EngineQuality, policy: Policy, gate: Gate) -> Gate:
         return _unevaluated(
             gate, Missing.NOT_RECORDED, f"no KL-mean interval at confidence {c:g}: {detail}"
         )
-    status = status_of(interval.low, interval.high, kp.max, Direction.AT_MOST)
-    needed = None
-    if status == GateStatus.INCONCLUSIVE:
-        needed = stats.about(
-            stats.images_for_mean(eq.kl_mean, interval.low, interval.high, eq.n_images, kp.max, c)
-        )
-    return gate.model_copy(
-        update={
-            "low": interval.low,
-            "high": interval.high,
-            "status": status,
-            "images_needed": needed,
-        }
+    low, high = interval.low, interval.high
+    return _judged(
+        gate,
+        (low, high),
+        (kp.max, Direction.AT_MOST),
+        lambda: stats.images_for_mean(eq.kl_mean, low, high, eq.n_images, kp.max, c),
     )
+
+
+def _judged(
+    gate: Gate,
+    interval: tuple[float, float],
+    limit: tuple[float, Direction],
+    images_for: Callable[[], int | None],
+) -> Gate:
+    """`gate` with its interval (low, high), its status against the threshold and its good side
+    (`limit`, `status_of`) and, only where that is inconclusive, about how many images would
+    settle it (`images_for`, computed then)."""
+    low, high = interval
+    status = status_of(low, high, *limit)
+    needed = stats.about(images_for()) if status == GateStatus.INCONCLUSIVE else None
+    update = {"low": low, "high": high, "status": status, "images_needed": needed}
+    return gate.model_copy(update=update)
 
 
 def finite_gate(quality: QualitySection | None, engine: str) -> Gate:
