@@ -14,6 +14,7 @@ from torch import nn
 
 import quantstudy.bench.peers.run as peers_run
 import quantstudy.bench.peers.torchao as peers_torchao
+from quantstudy.bench.peers.alike import read_rows, row_config
 from quantstudy.bench.peers.configs import (
     Peer,
     device_refusal,
@@ -21,7 +22,6 @@ from quantstudy.bench.peers.configs import (
     peer_layers,
     torchao_refusal,
 )
-from quantstudy.bench.peers.rows import read_rows, row_config
 from quantstudy.bench.peers.table import peers_table
 from quantstudy.bench.report import render_folder
 from quantstudy.bench.schema import (

@@ -11,8 +11,8 @@ import pytest
 
 import quantstudy.bench.peers.run as peers_run
 import quantstudy.bench.peers.torchao as peers_torchao
+from quantstudy.bench.peers.alike import ROW_SOURCES, check_code, merging
 from quantstudy.bench.peers.phases import RowClock
-from quantstudy.bench.peers.rows import ROW_SOURCES, check_code, merging
 from quantstudy.bench.peers.table import peers_section, peers_table, phase_table
 from quantstudy.bench.schema import PeersBench, PeersResult, RowStep, read_record, write_record
 from quantstudy.cli import main

@@ -11,7 +11,7 @@ from quantstudy.data.split import stream_order
 from quantstudy.data.stream import Uint8Transform
 from quantstudy.decision.policy import load_policy
 from quantstudy.model.preprocess import EvalTransform
-from quantstudy.quality.rows import PairRows, Predictions, RowSet
+from quantstudy.quality.image_scores import PairRows, Predictions, RowSet
 from quantstudy.record import StudyConfig
 from quantstudy.record.errors import UserError
 from quantstudy.record.vocab import GateStatus, StopReason

@@ -194,7 +194,7 @@ def test_sensitivity_scores_the_fitted_weights_and_biases():
     """The search's sensitivity table quantizes with what engines deploy: with a propagated plan
     its all-layers score is the fp32 emulation's (fitted biases, not re-corrected ones)."""
     from quantstudy.engines.run import run_engine
-    from quantstudy.quality.rows import kl_per_image
+    from quantstudy.quality.image_scores import kl_per_image
     from quantstudy.search.sensitivity import measure_sensitivity
 
     net, x = _net(), _data()

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from quantstudy.quality.gap import emulation_gap
+from quantstudy.quality.image_scores import kl_per_image
 from quantstudy.quality.metrics import (
     KL_BIN_EDGES,
     RANDOM_WEIGHTS_REASON,
@@ -14,7 +15,6 @@ from quantstudy.quality.metrics import (
     score_engine,
 )
 from quantstudy.quality.nonfinite import scan_nonfinite
-from quantstudy.quality.rows import kl_per_image
 
 torch.set_num_threads(1)
 

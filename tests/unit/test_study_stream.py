@@ -14,9 +14,9 @@ from quantstudy.engines.builders import BuiltEngine
 from quantstudy.engines.run import half_storage, reordered, run_engine
 from quantstudy.model.preprocess import EvalTransform
 from quantstudy.quality.gap import emulation_gap, emulation_gap_rows, gap_pairs
+from quantstudy.quality.image_scores import RowSet
 from quantstudy.quality.metrics import score_engine, score_rows
 from quantstudy.quality.nonfinite import scan_nonfinite, scan_rows
-from quantstudy.quality.rows import RowSet
 from quantstudy.record import Preprocessing
 from quantstudy.study import heldout
 from quantstudy.study.cache import StageCache

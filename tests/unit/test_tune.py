@@ -10,7 +10,7 @@ from torch import nn
 import quantstudy.quant.fitting.tune as tune
 from quantstudy.engines.builders import build_fakequant, build_fp8, build_fp32, deployed_copy
 from quantstudy.engines.run import run_engine
-from quantstudy.quality.rows import kl_per_image
+from quantstudy.quality.image_scores import kl_per_image
 from quantstudy.quant.layers.matmul import QDQ
 from quantstudy.quant.layers.spec import FP8LayerSpec
 from quantstudy.quant.plan.build import build_plan

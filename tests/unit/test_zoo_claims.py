@@ -19,7 +19,7 @@ from quantstudy.zoo.board import LEADERBOARD_VERSION, Leaderboard, Provenance, Z
 from quantstudy.zoo.markdown import render_markdown, render_unchecked
 from quantstudy.zoo.page_check import check_page
 from quantstudy.zoo.render import family_medians, ranked, render_csv
-from quantstudy.zoo.rows import read_rows
+from quantstudy.zoo.row_files import read_rows
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = REPO / "docs" / "results" / "zoo"

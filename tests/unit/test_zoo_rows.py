@@ -32,7 +32,7 @@ from quantstudy.zoo.answers import FALLBACKS, AnswerProgress, answered, chain, n
 from quantstudy.zoo.board import ZooRow, collect_row
 from quantstudy.zoo.catalogue import ZooEntry, load_catalogue
 from quantstudy.zoo.points import ZooOptions, row_settings, zoo_point
-from quantstudy.zoo.rows import Current, read_rows, stale_reasons, write_row
+from quantstudy.zoo.row_files import Current, read_rows, stale_reasons, write_row
 from quantstudy.zoo.run import write_board, write_leaderboard
 
 REPO = Path(__file__).resolve().parents[2]
@@ -328,7 +328,7 @@ def test_a_row_is_written_as_its_study_ends_once_it_answers(tmp_path):
     the fallback's end writes the model's no-layer row, before the run's own end."""
     import importlib.metadata
 
-    from quantstudy.zoo.rows import ROW_ENVIRONMENT
+    from quantstudy.zoo.row_files import ROW_ENVIRONMENT
     from quantstudy.zoo.run import row_writer
     from quantstudy.zoo.sources import write_marker
 

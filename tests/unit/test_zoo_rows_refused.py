@@ -1,6 +1,7 @@
 """The zoo's committed rows are never damaged by a mistake: two files of one model, a folder that
 is not there or holds no row, and a study folder left "running" by a killed run are each one
-line or a plain answer, never a guess or an internal error (`zoo/rows.py`, `sweep/row.py`)."""
+line or a plain answer, never a guess or an internal error (`zoo/row_files.py`,
+`sweep/study_row.py`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from quantstudy.sweep.point import POINT_FILE
 from quantstudy.zoo.board import ZooRow, collect_row
 from quantstudy.zoo.catalogue import ZooEntry
 from quantstudy.zoo.points import ZooOptions, zoo_point
-from quantstudy.zoo.rows import read_rows, write_row
+from quantstudy.zoo.row_files import read_rows, write_row
 from quantstudy.zoo.run import write_board
 
 ROWS = Path(__file__).resolve().parents[2] / "docs" / "results" / "zoo"

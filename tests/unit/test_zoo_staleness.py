@@ -14,7 +14,7 @@ import pytest
 from quantstudy.record.code_digest import file_form, python_form
 from quantstudy.study.sources import ENGINE_SOURCES, HASHED_BY, PACKAGE, engine_sources_sha256
 from quantstudy.zoo.board import ZooRow
-from quantstudy.zoo.rows import ROW_ENVIRONMENT, Current, read_rows, stale_reasons
+from quantstudy.zoo.row_files import ROW_ENVIRONMENT, Current, read_rows, stale_reasons
 from quantstudy.zoo.sources import MARKER, read_marker, write_marker
 
 ROWS = Path(__file__).resolve().parents[2] / "docs" / "results" / "zoo"

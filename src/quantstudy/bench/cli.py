@@ -293,7 +293,7 @@ def _peers_merge_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_peers_merge(args: argparse.Namespace, _: Context) -> None:
-    from quantstudy.bench.peers.rows import merge_records
+    from quantstudy.bench.peers.alike import merge_records
 
     _write(args.record, merge_records(args.records))
 

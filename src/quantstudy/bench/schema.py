@@ -327,9 +327,10 @@ class PeersResult(Section):
     seconds: float  # wall time of the row: preparation, builds, compiles, timing, scoring
     engines: list[PeerEngine]
     refused: list[PeerRefused] = Field(default_factory=list)
-    # the commit and the hash of the code that makes the row's numbers (`rows.py: ROW_SOURCES`):
-    # rows of several commits sit side by side where the hash is the same. None: an older row,
-    # measured at its record's commit (`provenance.git_commit`)
+    # the commit and the hash of the code that makes the row's numbers
+    # (`bench/peers/alike.py: ROW_SOURCES`): rows of several commits sit side by side where the
+    # hash is the same. None: an older row, measured at its record's commit
+    # (`provenance.git_commit`)
     git_commit: str | None = None
     engine_sources: str | None = None
     phases: list[RowPhase] | None = None  # where `seconds` went (None: not recorded)
@@ -338,7 +339,7 @@ class PeersResult(Section):
 class PeersBench(Record):
     """Rows of `quantstudy bench peers`, one per model, all measured in one environment (the
     provenance; `--append` refuses a row measured in another) with the same code (one commit, or
-    one engine-sources hash: `bench/peers/rows.py`); `provenance.git_commit` is the first row's."""
+    one engine-sources hash: `bench/peers/alike.py`); `provenance.git_commit` is the first row's."""
 
     kind: Literal["peers"] = "peers"
     batches: list[int]

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from quantstudy.quality.image_scores import Pair, Predictions, RowSet
 from quantstudy.quality.metrics import KLStats, check_logits
 from quantstudy.quality.paired import mcnemar_exact
-from quantstudy.quality.rows import Pair, Predictions, RowSet
 from quantstudy.record import EmulationGap
 from quantstudy.record.vocab import Engine
 

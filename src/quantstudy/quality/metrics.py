@@ -22,6 +22,9 @@ import numpy as np
 import torch
 
 from quantstudy.quality.balance import precision_warnings, sample_balance
+from quantstudy.quality.image_scores import PairRows, Predictions, RowSet
+from quantstudy.quality.image_scores import kl_per_image as kl_per_image  # where callers import it
+from quantstudy.quality.image_scores import topk_correct as topk_correct
 from quantstudy.quality.paired import (
     CI_LEVEL,
     BootstrapCI,
@@ -33,9 +36,6 @@ from quantstudy.quality.paired import (
     paired_ci,
     paired_counts,
 )
-from quantstudy.quality.rows import PairRows, Predictions, RowSet
-from quantstudy.quality.rows import kl_per_image as kl_per_image  # where callers import it
-from quantstudy.quality.rows import topk_correct as topk_correct
 from quantstudy.record import (
     EmulationGap,
     EngineQuality,
@@ -127,7 +127,7 @@ def score_rows(
     bootstrap_resamples: int = 2000,
     seed: int = 0,
 ) -> EngineQuality:
-    """`score_engine` from per-image rows (`quality/rows.py`): `rows` holds both engines and
+    """`score_engine` from per-image rows (`quality/image_scores.py`): `rows` holds both engines and
     the pair (reference, engine); the streamed held-out pass scores through this."""
     (quality,) = score_many(
         [(engine, reference)], rows, labels, bootstrap_resamples=bootstrap_resamples, seed=seed

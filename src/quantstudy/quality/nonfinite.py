@@ -52,7 +52,7 @@ def scan_rows(
     stress_logits: torch.Tensor,
     stress_names: list[str],
 ) -> NonFiniteScan:
-    """`scan_nonfinite` from the held-out rows' finite mask (`quality/rows.py`), for a pass
+    """`scan_nonfinite` from the held-out rows' finite mask (`quality/image_scores.py`), for a pass
     that keeps no held-out logits."""
     if len(heldout_valid) != len(heldout_ids):
         raise ValueError(f"{len(heldout_valid)} held-out rows but {len(heldout_ids)} ids")

@@ -115,7 +115,7 @@ class Outcome(StrEnum):
 
 
 class RowStatus(StrEnum):
-    """Where one study of a sweep or the zoo stands (`sweep/row.py`), in counting order."""
+    """Where one study of a sweep or the zoo stands (`sweep/study_row.py`), in counting order."""
 
     COMPLETE = "complete"
     FAILED = "failed"  # the study stopped on an error (its one line is the row's error)

@@ -36,8 +36,8 @@ from torch import nn
 
 from quantstudy.engines.builders import build_fakequant, build_fp32
 from quantstudy.engines.run import run_engine
+from quantstudy.quality.image_scores import kl_per_image
 from quantstudy.quality.paired import PAIRED_RESAMPLES, paired_mean_change
-from quantstudy.quality.rows import kl_per_image
 from quantstudy.quant.calibration.calibrate import HEADROOM_TRIED
 from quantstudy.quant.calibration.choice import choose_calibrators
 from quantstudy.quant.fitting.rounding import SEARCHED

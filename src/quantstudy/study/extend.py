@@ -28,7 +28,7 @@ from quantstudy.data.split import stream_order, summarize_set
 from quantstudy.data.stream import Uint8Transform
 from quantstudy.decision.policy import decide, load_policy
 from quantstudy.model.preprocess import EvalTransform
-from quantstudy.quality.rows import RowSet
+from quantstudy.quality.image_scores import RowSet
 from quantstudy.quality.stress import stress_inputs
 from quantstudy.record import StudyRecord
 from quantstudy.record.errors import UserError

@@ -3,7 +3,7 @@
 The images are decoded once (`data/stream.py`), chunk by chunk, and each chunk goes through
 every engine before the next is read, so every engine sees the same input tensors and host
 memory holds one uint8 chunk, not the whole set as float32. Of each engine's logits only the
-per-image rows the quality section reads are kept (`quality/rows.py`); a chunk's rows are
+per-image rows the quality section reads are kept (`quality/image_scores.py`); a chunk's rows are
 written to the study's cache as soon as the chunk is done, so an interrupted study resumes at
 the first chunk it has no rows for and loses at most the chunk in flight.
 
@@ -27,7 +27,7 @@ from quantstudy.data.folders import ImageItem
 from quantstudy.data.stream import Chunk, Uint8Transform, normalize, stream_chunks
 from quantstudy.engines.base import Engine
 from quantstudy.engines.run import device_logits, padded
-from quantstudy.quality.rows import Pair, RowSet
+from quantstudy.quality.image_scores import Pair, RowSet
 from quantstudy.record.vocab import Engine as EngineName
 from quantstudy.study.cache import StageCache, console
 

@@ -1,6 +1,6 @@
 """A study's per-image held-out results: scored into the quality section, kept in a side file.
 
-The rows (`quality/rows.py`) of every engine and pair, with the image ids in pass order and
+The rows (`quality/image_scores.py`) of every engine and pair, with the image ids in pass order and
 the labels, go into `per-image.pt` beside study.json, sealed by the record (`record/side.py`):
 `quantstudy extend` reads them back to add images to a finished study without running its
 first images again.
@@ -17,9 +17,9 @@ import torch
 
 from quantstudy.data.split import ids_sha256
 from quantstudy.quality.gap import emulation_gap_rows
+from quantstudy.quality.image_scores import RowSet
 from quantstudy.quality.metrics import build_quality_section, score_many
 from quantstudy.quality.nonfinite import scan_rows
-from quantstudy.quality.rows import RowSet
 from quantstudy.record import DataInfo, ImageSet, QualitySection, StudyRecord
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import read_side_file, write_side_file

@@ -15,7 +15,7 @@ import numpy as np
 
 from quantstudy.decision.schema import Policy
 from quantstudy.decision.sequential import PerImage, look, make_section, settled
-from quantstudy.quality.rows import RowSet
+from quantstudy.quality.image_scores import RowSet
 from quantstudy.record import Look, SequentialSection
 from quantstudy.record.vocab import StopReason
 

@@ -1,12 +1,12 @@
 """The hash of the code that makes a measurement's numbers, so a measurement can say "same code"
-without naming a commit: a zoo row measured under another hash is stale (`zoo/rows.py`), and
-a peers row joins a record of rows measured under its hash (`bench/peers/rows.py`).
+without naming a commit: a zoo row measured under another hash is stale (`zoo/row_files.py`), and
+a peers row joins a record of rows measured under its hash (`bench/peers/alike.py`).
 
 What is hashed is what the code computes, not its bytes (`record/code_digest.py`): each `.py`
 file's syntax tree without docstrings (comments and layout are not in it), each `.yaml` file's
 data. A reworded docstring, a comment or a reflowed line keeps every row fresh; a changed
 constant, name or statement makes them stale. Rows hashed by bytes, before this, read stale
-with that reason (`HASHED_BY`, `zoo/rows.py: stale_reasons`).
+with that reason (`HASHED_BY`, `zoo/row_files.py: stale_reasons`).
 
 What `ENGINE_SOURCES` covers, by path under `quantstudy/`, every `.py` and `.yaml` file inside:
 - `quant/`: the FP8 kernels, their tile tables and tuning, the FP8 layers, the plan and rewrites;

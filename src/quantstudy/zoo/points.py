@@ -64,7 +64,7 @@ class ZooOptions:
     transfer: Transfer = "auto"
     workers: int | None = None
     jobs: int | None = None  # studies sharing each GPU (`sweep/local.py`); None: the default
-    rows: Path | None = None  # the committed rows (`zoo/rows.py`): kept where fresh, updated
+    rows: Path | None = None  # the committed rows (`zoo/row_files.py`): kept where fresh, updated
     page: Path | None = None  # also write the leaderboard page here (its plot beside it)
     check_alone: tuple[str, ...] = ()  # models timed again alone after the run, to compare
     dry_run: bool = False

@@ -55,7 +55,7 @@ from quantstudy.zoo.markdown import render_markdown
 from quantstudy.zoo.order import longest_first
 from quantstudy.zoo.points import ZooOptions, row_settings, zoo_point
 from quantstudy.zoo.render import render_csv, write_plot
-from quantstudy.zoo.rows import Current, read_rows, stale_reasons, write_row
+from quantstudy.zoo.row_files import Current, read_rows, stale_reasons, write_row
 from quantstudy.zoo.sources import read_marker, write_marker
 from quantstudy.zoo.throughput import Timed, earlier_runs, measured_throughput
 
@@ -145,7 +145,7 @@ def current_state(device: str) -> Current:
 def _fresh_rows(
     options: ZooOptions, listed: Listed, current: Current, console: Console
 ) -> dict[str, ZooRow]:
-    """The committed rows this run keeps (`zoo/rows.py`), by model; each stale one is said."""
+    """The committed rows this run keeps (`zoo/row_files.py`), by model; each stale one is said."""
     if options.rows is None:
         return {}
     committed = read_rows(options.rows)

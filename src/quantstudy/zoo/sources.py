@@ -1,6 +1,6 @@
 """The marker a zoo study's folder keeps of the hash of the engine sources it ran under
 (`study/sources.py`): a zoo row measured under another hash is stale, so a run measures it
-again (`zoo/rows.py`).
+again (`zoo/row_files.py`).
 
 The marker names how its hash was made (`HASHED_BY`, then the hash); a marker of another kind
 (a bare hash: by bytes, before the hash of what the code computes) reads as no marker, so its

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from quantstudy.quality.image_scores import kl_per_image
 from quantstudy.quality.paired import PAIRED_RESAMPLES, paired_bootstrap, paired_mean_change
-from quantstudy.quality.rows import kl_per_image
 from quantstudy.record.vocab import Engine
 
 

@@ -8,7 +8,7 @@ each figure beside the ideal x of the recipe's layers (`speed/ideal.py`).
 - `configs.py`: torchao's configs as peers, which recipe layers each takes, which torchao runs
   (pure: no torch, no torchao).
 - `torchao.py`: a torchao engine built from the study's deployed model.
-- `rows.py`: the rows file, and adding rows to a record measured in the same environment with
+- `alike.py`: the rows file, and adding rows to a record measured in the same environment with
   the same code (one commit, or one hash of the sources that make a row's numbers).
 - `run.py`: one record of rows; `phases.py`: where a row's seconds went; `table.py`: its
   Markdown table.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from quantstudy.bench.peers.rows import read_rows, row_config
+from quantstudy.bench.peers.alike import read_rows, row_config
 from quantstudy.bench.peers.run import bench_peers
 from quantstudy.bench.schema import PeersBench
 from quantstudy.record import StudyConfig

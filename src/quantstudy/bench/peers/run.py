@@ -12,7 +12,7 @@ shapes. The record is written after each row, marked unfinished while rows of th
 remain, so a run cut short (or one that measures a row a command, `--max-rows`) keeps its rows
 and says which are still to come. Each engine is called once at each timed batch before the
 timing (its compile, a part of its own), and the row records where its seconds went
-(`phases.py`), with its commit and the hash of the code that makes its numbers (`rows.py`).
+(`phases.py`), with its commit and the hash of the code that makes its numbers (`alike.py`).
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from pathlib import Path
 
 import torch
 
-from quantstudy.bench.peers.configs import Peer, device_refusal, peer_layers
-from quantstudy.bench.peers.phases import RowClock
-from quantstudy.bench.peers.rows import (
+from quantstudy.bench.peers.alike import (
     ROW_SOURCES,
     check_alike,
     existing_record,
     has_row,
     with_commits,
 )
+from quantstudy.bench.peers.configs import Peer, device_refusal, peer_layers
+from quantstudy.bench.peers.phases import RowClock
 from quantstudy.bench.peers.table import phase_table, row_lines
 from quantstudy.bench.peers.torchao import (
     build_torchao,

@@ -88,7 +88,7 @@ def _model_rows(batches: list[int], r: PeersResult) -> tuple[list[list[str]], li
     for refused in r.refused:
         rows.append([r.model, refused.name, "refused", *blank])
         notes.append(f"- {r.model}, {refused.name}: refused: {refused.reason}")
-    if r.git_commit is not None:  # rows of several commits sit side by side (`rows.py`)
+    if r.git_commit is not None:  # rows of several commits sit side by side (`alike.py`)
         sources = f", engine sources {r.engine_sources[:12]}" if r.engine_sources else ""
         notes.append(f"- {r.model}: measured at commit {r.git_commit[:7]}{sources}")
     return rows, notes

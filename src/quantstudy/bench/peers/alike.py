@@ -1,4 +1,5 @@
-"""The rows of a peers record: the rows file, and adding rows to a record measured alike.
+"""Which rows share one peers record: the rows file, and adding rows to a record measured
+alike.
 
 A rows file names the models of one side-by-side table, each with its recipe and weights (the
 study options of the command apply to every row); it is a model list (`study/model_list.py`,

@@ -1,4 +1,5 @@
-"""Per-image results of the held-out pass: everything the quality section needs, nothing more.
+"""Per-image scores of the held-out pass: everything the quality section needs, nothing more.
+Its "rows" are the logits' rows, one per image.
 
 A study's quality figures are functions of a few values per image, not of the (images x classes)
 logits: each engine's top-1 class, whether its row is finite and whether the label is among its
