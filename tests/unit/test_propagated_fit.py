@@ -2,6 +2,8 @@
 the bias fit through an activation, what stays unchanged without bias correction, the in-sample
 mean match it promises, the engines storing the fitted values alike, and a bad option value."""
 
+import warnings
+
 import pytest
 import torch
 from _option_nets import LAYERS, deep_net, images
@@ -138,10 +140,18 @@ def test_a_bad_sequential_value_is_one_clear_line():
 
 def test_an_old_recipe_with_sequential_still_loads():
     """Recipes written before the fit was named `propagated` say `sequential`: the same fit,
-    the same plan options; a recipe giving both names is refused (one key, two spellings)."""
+    the same plan options, and one FutureWarning naming the file, the line and the new key (the
+    new key warns of nothing); a recipe giving both names is refused (one key, two spellings)."""
     rules = "rules:\n  - include: {op: conv2d}\n"
-    old = parse_recipe(f"name: t\nweights: {{sequential: true}}\n{rules}".encode(), "old.yaml")
-    new = parse_recipe(f"name: t\nweights: {{propagated: true}}\n{rules}".encode(), "new.yaml")
+    with pytest.warns(FutureWarning) as caught:
+        old = parse_recipe(f"name: t\nweights:\n  sequential: true\n{rules}".encode(), "old.yaml")
+    assert [str(w.message) for w in caught] == [
+        "old.yaml line 3: weights.sequential is now named weights.propagated (the same option); "
+        "rename the key"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = parse_recipe(f"name: t\nweights: {{propagated: true}}\n{rules}".encode(), "new.yaml")
     assert old.weights.propagated and old.weights == new.weights
     assert quant_options(old).propagated and quant_options(old) == quant_options(new)
     assert not parse_recipe(f"name: t\n{rules}".encode(), "r.yaml").weights.propagated

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,7 +57,14 @@ from pydantic import (
 )
 
 from quantstudy.recipe.selectors import Selector
-from quantstudy.recipe.yaml_lines import compose_yaml, explain, key_lines, line_for, loc_path
+from quantstudy.recipe.yaml_lines import (
+    Loc,
+    compose_yaml,
+    explain,
+    key_lines,
+    line_for,
+    loc_path,
+)
 from quantstudy.record.base import Section
 from quantstudy.record.errors import UserError
 from quantstudy.record.readers import decode_utf8
@@ -128,12 +136,12 @@ class WeightSpec(Section):
     lower the error further (`quant/fitting/rounding.py`). The stored weights and scales change; the
     engines and their speed do not.
 
-    `propagated` (`sequential` in older recipes, still read): fit both, layer by layer in
-    execution order, to the fp32 network's output of that layer from the input the partly
-    quantized network gives it (earlier FP8 layers and this layer's own activation quantization
-    included), instead of from the fp32 network's input alone (`quant/fitting/propagated.py`:
-    the fit, its cost). Changes what `rounding` and `bias_correction` are fitted to, not whether
-    they apply.
+    `propagated` (`sequential` in older recipes, read with a warning): fit both, layer by
+    layer in execution order, to the fp32 network's output of that layer from the input the
+    partly quantized network gives it (earlier FP8 layers and this layer's own activation
+    quantization included), instead of from the fp32 network's input alone
+    (`quant/fitting/propagated.py`: the fit, its cost). Changes what `rounding` and
+    `bias_correction` are fitted to, not whether they apply.
 
     `tune`: after all of the above, train every selected layer's bias (`bias`), and each output
     channel's gain folded into its weight scale (`scale_bias`, per-channel weights only),
@@ -309,8 +317,28 @@ class Recipe(Section):
         return f"{self._origin}{at}: {loc_path(loc)}"
 
 
+# Recipe keys renamed, (section, old key) -> new key: the old key still reads (the field's
+# `validation_alias`), with a FutureWarning naming the new one, as a renamed built-in does
+# (`builtin.py: RENAMED`); FutureWarning, not DeprecationWarning, because a recipe's author
+# runs the CLI, where Python hides a DeprecationWarning raised inside a library.
+RENAMED_KEYS = {("weights", "sequential"): "propagated"}
+
+
+def _warn_renamed_keys(data: dict[str, object], lines: dict[Loc, int], origin: str) -> None:
+    for (section, old), new in RENAMED_KEYS.items():
+        keys = data.get(section)
+        if isinstance(keys, dict) and old in keys:
+            warnings.warn(
+                f"{origin} line {lines[(section, old)]}: {section}.{old} is now named "
+                f"{section}.{new} (the same option); rename the key",
+                FutureWarning,
+                stacklevel=3,
+            )
+
+
 def parse_recipe(raw: bytes, origin: str) -> Recipe:
-    """Parse and validate recipe YAML; every mistake is a `UserError` naming `origin` and a line."""
+    """Parse and validate recipe YAML; every mistake is a `UserError` naming `origin` and a line;
+    an old key (`RENAMED_KEYS`) reads with a warning."""
     root, data = compose_yaml(decode_utf8(raw, f"recipe {origin}"), origin)
     if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
         raise UserError(
@@ -322,6 +350,7 @@ def parse_recipe(raw: bytes, origin: str) -> Recipe:
         recipe = Recipe.model_validate(data)
     except ValidationError as err:
         raise UserError(explain(err, lines, origin, Recipe, {Selector: "selector"})) from None
+    _warn_renamed_keys(data, lines, origin)
     recipe._sha256 = hashlib.sha256(raw).hexdigest()
     recipe._origin = origin
     recipe._lines = lines
