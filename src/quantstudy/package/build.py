@@ -30,6 +30,7 @@ from quantstudy.data.folders import ImageItem
 from quantstudy.data.images import load_images
 from quantstudy.engines.builders import BuiltEngine, build_fp8, build_half
 from quantstudy.env.machine import gpu_capability, gpu_name, torch_version
+from quantstudy.model.loading import sha256_file
 from quantstudy.model.preprocess import build_transform
 from quantstudy.package import manifest as mf
 from quantstudy.package.graph import export_engine, retarget
@@ -249,7 +250,7 @@ def _entry(
         "output_shape": ["batch" if batch is None else batch, *out_shape[1:]],
         "output_dtype": str(engine.dtype).removeprefix("torch."),
         "bytes": path.stat().st_size,
-        "sha256": mf.file_sha256(path),
+        "sha256": sha256_file(path),
     }
     return entry
 

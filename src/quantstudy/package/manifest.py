@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import platform
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -51,14 +50,6 @@ def versions() -> dict[str, str | None]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def logits_sha256(logits: torch.Tensor) -> str:
