@@ -80,17 +80,25 @@ class StageCache:
 def _read(path: Path, kind: type = torch.Tensor) -> Any:
     """The cached tensor (or `kind` of tensors), or None (entry deleted, reason printed) when
     it cannot be trusted."""
-    try:
-        value = torch.load(path, weights_only=True)
-    except UNREADABLE as e:
-        reason = str(e).split("\n")[0][:120] or type(e).__name__
-        _discard(path, f"unreadable ({type(e).__name__}: {reason})")
+    value, why = load_entry(path)
+    if why is not None:
+        _discard(path, why)
         return None
     tensors = value.values() if isinstance(value, dict) else [value]
     if not isinstance(value, kind) or not all(isinstance(t, torch.Tensor) for t in tensors):
         _discard(path, f"holds a {type(value).__name__}, not a {kind.__name__} of tensors")
         return None
     return value
+
+
+def load_entry(path: Path) -> tuple[Any, str | None]:
+    """A stored entry, loaded weights only: (its value, None), or (None, why it cannot be read)
+    where the file is damaged (`UNREADABLE`)."""
+    try:
+        return torch.load(path, weights_only=True), None
+    except UNREADABLE as e:
+        reason = str(e).split("\n")[0][:120] or type(e).__name__
+        return None, f"unreadable ({type(e).__name__}: {reason})"
 
 
 def _discard(path: Path, why: str) -> None:

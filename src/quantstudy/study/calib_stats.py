@@ -42,7 +42,7 @@ from torch import nn
 from quantstudy.quant.calibration.calibrate import InputStats, observe
 from quantstudy.quant.calibration.calibrators import BINS
 from quantstudy.record.io import write_bytes_atomic
-from quantstudy.study.cache import UNREADABLE, console
+from quantstudy.study.cache import console, load_entry
 
 STATS_ENV = "QUANTSTUDY_CALIB_STATS_DIR"
 FORMAT = 1  # bump when InputStats or the observation changes meaning
@@ -133,13 +133,8 @@ class SharedStats:
         path = self.path(layer)
         if not path.exists():
             return None
-        try:
-            entry = torch.load(path, weights_only=True)
-        except UNREADABLE as e:
-            reason = str(e).split("\n")[0][:120] or type(e).__name__
-            _discard(path, f"unreadable ({type(e).__name__}: {reason})")
-            return None
-        why = _invalid(entry, self.key, layer)
+        entry, why = load_entry(path)
+        why = why or _invalid(entry, self.key, layer)
         if why:
             _discard(path, why)
             return None
