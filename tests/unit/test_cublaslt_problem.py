@@ -99,6 +99,15 @@ def test_each_layer_gets_the_epilogue_its_fused_form_computes(
     assert reason  # a reason either way: what it runs, or why cuBLASLt cannot
 
 
+def test_with_erf_required_gelu_is_declined_with_why_and_the_rest_taken() -> None:
+    assert epilogue_for(True, "gelu", False, True, erf_only=True) == (
+        None,
+        "the recipe requires erf GELU; cuBLASLt's is the tanh form",
+    )
+    assert epilogue_for(True, "relu", False, False, erf_only=True)[0] == LtEpilogue.RELU_BIAS
+    assert epilogue_for(True, "none", True, False, erf_only=True)[0] == LtEpilogue.BIAS_RESIDUAL
+
+
 def test_without_cuda_the_backend_is_unavailable_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -31,6 +31,7 @@ NEW_IN_VERSION_8_ENGINE = {"fp8_residual": {}, "fp8_sum_handoff": {}}
 NEW_IN_VERSION_12_ENGINE = {"fp8_padded_output": {}}
 NEW_IN_VERSION_16_ENGINE = {"fp8_rewrites_skipped": {}}
 NEW_IN_VERSION_17_ENGINE = {"fp8_stepped_aside": []}
+NEW_IN_VERSION_27_ENGINE = {"fp8_gelu": {}}
 NEW_IN_VERSION_6_CONFIG = {
     "class_list": None,
     "strip_prefix": None,
@@ -59,6 +60,7 @@ NEW_IN_VERSION_6_RECIPE = {
     "scale_candidates": 1,  # schema 11
     "refine_sweeps": 0,
     "headroom": 1.0,
+    "gelu": "any",  # schema 27
 }
 
 
@@ -100,6 +102,7 @@ def _without_version_3(full: dict) -> dict:
             | NEW_IN_VERSION_12_ENGINE
             | NEW_IN_VERSION_16_ENGINE
             | NEW_IN_VERSION_17_ENGINE
+            | NEW_IN_VERSION_27_ENGINE
         )
         for key, empty in added.items():
             assert engine.pop(key) == empty

@@ -1,6 +1,7 @@
 """The cuBLASLt layer on the CPU: which epilogue each fused layer state asks of cuBLASLt (or
 why it falls back to the fused kernel), which GELU it states, and that off CUDA it computes the
-fused layer's bits (its fallback is the fused layer's own code)."""
+fused layer's bits (its fallback is the fused layer's own code), with GELU in the form it
+states."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from quantstudy.quant.cublaslt.problem import LtEpilogue
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.lt_matmul import LtFP8Matmul
 from quantstudy.quant.layers.spec import FP8LayerSpec
-from quantstudy.record.vocab import Activation
+from quantstudy.record.vocab import Activation, GeluPolicy
 
 
 def _layers(act: Activation = Activation.NONE, **kw: object) -> tuple[LtFP8Matmul, FusedFP8Matmul]:
@@ -51,12 +52,29 @@ def test_the_gelu_it_runs_is_stated() -> None:
     lt.res_act = Activation.RELU  # now the fused kernel runs the layer, with erf
     assert lt.gelu_form == "erf"
     assert _layers()[0].gelu_form is None
+    erf_only, _ = _layers(Activation.GELU, out_scale=0.1, gelu=GeluPolicy.ERF)
+    assert erf_only.gelu_form == "erf"
 
 
-def test_off_cuda_it_computes_the_fused_layer_s_bits() -> None:
-    lt, fused = _layers(Activation.GELU)
+def test_a_recipe_requiring_erf_leaves_gelu_to_the_fused_kernel_with_why() -> None:
+    lt, _ = _layers(Activation.GELU, out_scale=0.1, gelu=GeluPolicy.ERF)
+    assert lt.lt_plan() == (None, "the recipe requires erf GELU; cuBLASLt's is the tanh form")
+    assert lt.lt_answer.startswith("fused kernel: the recipe requires erf GELU")
+    plain, _ = _layers(gelu=GeluPolicy.ERF)  # a layer without GELU keeps cuBLASLt's bias
+    assert plain.lt_plan()[0] == LtEpilogue.BIAS
+
+
+def test_off_cuda_it_computes_the_fused_layer_s_bits_with_its_gelu_form() -> None:
     x = torch.randn(5, 64)
+    lt, fused = _layers()
     assert torch.equal(lt(x), fused(x))
+    lt, fused = _layers(Activation.GELU, gelu=GeluPolicy.ERF)
+    assert torch.equal(lt(x), fused(x))  # erf required: the fused layer's own GELU
+    lt, _ = _layers(Activation.GELU)
+    _, product = _layers()  # the same product and bias, no activation
+    want = nn.functional.gelu(product(x), approximate="tanh")
+    assert torch.equal(lt(x), want)
+    assert not torch.equal(want, nn.functional.gelu(product(x)))  # the forms differ here
 
 
 def test_unfused_adds_only_what_the_candidate_layer_does_not_compute() -> None:
@@ -71,7 +89,7 @@ def test_unfused_adds_only_what_the_candidate_layer_does_not_compute() -> None:
     assert wrapped.layer_sums and torch.equal(wrapped(x, r), fused_res(x, r))
 
 
-def test_the_record_s_note_names_the_tanh_layers_and_the_fallbacks() -> None:
+def test_the_record_s_note_names_the_layers_that_fell_back() -> None:
     from quantstudy.quant.layers.lt_matmul import lt_note
 
     fc1, _ = _layers(Activation.GELU, out_scale=0.1)
@@ -79,7 +97,7 @@ def test_the_record_s_note_names_the_tanh_layers_and_the_fallbacks() -> None:
     fc2.res_act = Activation.RELU
     model = nn.Sequential(fc1, fc2)
     assert lt_note(model) == (
-        "cuBLASLt ran 1 layers' epilogues (GELU in its tanh form on 1: 0), the fused kernel 1: "
+        "cuBLASLt ran 1 layers' epilogues, the fused kernel 1: "
         "1 (an activation (relu) after the residual sum)"
     )
     assert lt_note(nn.Sequential(nn.Linear(2, 2))) is None

@@ -421,3 +421,20 @@ def test_bench_options_refuses_a_storage_dtype_that_is_not_half(tmp_path, capsys
     assert err.value.code == 2
     assert "--storage-dtypes: invalid choice: 'float32'" in capsys.readouterr().err
     assert not (tmp_path / "o.json").exists()
+
+
+def test_the_gelu_requirement_reaches_the_plan_and_the_record():
+    """A recipe's `gelu: erf` is read into the options, the plan and the record's recipe; the
+    search writing its options back keeps it."""
+    from quantstudy.recipe.options import with_quant_options
+    from quantstudy.record.vocab import GeluPolicy
+
+    text = "gelu: erf\n" + RECIPE % ("nearest", "per_tensor", "none", 0.5, "{}")
+    recipe = parse_recipe(text.encode(), "r.yaml")
+    options = quant_options(recipe)
+    assert options.gelu == GeluPolicy.ERF
+    assert with_quant_options(recipe, options).gelu == GeluPolicy.ERF
+    assert _plan(gelu="erf").gelu == GeluPolicy.ERF
+    assert resolve(recipe, _net(), _data()[:1]).to_info(recipe, "r.yaml").gelu == "erf"
+    default = parse_recipe(b"name: d\nrules:\n  - include: {op: conv2d}\n", "d")
+    assert quant_options(default).gelu == GeluPolicy.ANY

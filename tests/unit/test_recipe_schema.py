@@ -213,3 +213,11 @@ def test_calibrator_params_match_the_calibrators_that_use_them():
         signature = inspect.signature(quant.CALIBRATORS[name].__init__)
         taken = {k: p.default for k, p in signature.parameters.items() if k != "self"}
         assert taken == {k: p.default for k, p in spec.items()}, name
+
+
+def test_gelu_takes_any_or_erf_and_defaults_to_any():
+    assert parse(MINIMAL).gelu == "any"
+    assert parse("gelu: erf\n" + MINIMAL).gelu == "erf"
+    assert parse("gelu: any\n" + MINIMAL).gelu == "any"
+    message = error_of("gelu: tanh\n" + MINIMAL)
+    assert message.startswith("recipe.yaml line 1") and "gelu" in message and "\n" not in message

@@ -82,6 +82,7 @@ def _as_version_1(data: dict) -> str:
         "scale_candidates",  # schema 11
         "refine_sweeps",
         "headroom",
+        "gelu",  # schema 27
     )
     out["recipe"] = {k: v for k, v in out["recipe"].items() if k not in added_to_recipe}
     for engine in data["engines"]:
@@ -98,6 +99,7 @@ def _as_version_1(data: dict) -> str:
         "fp8_padded_output",  # schema 12
         "fp8_rewrites_skipped",  # schema 16
         "fp8_stepped_aside",  # schema 17
+        "fp8_gelu",  # schema 27
     )
     out["engines"] = [{k: v for k, v in e.items() if k not in added} for e in data["engines"]]
     assert all(t["channel_mean"] is None for t in out["calibration"]["tensors"])

@@ -29,6 +29,7 @@ from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record import CalibrationInfo, ImageSet, RecipeInfo, StudyRecord
 from quantstudy.record.errors import UserError
+from quantstudy.record.vocab import GeluPolicy
 from quantstudy.study.inputs import split_study_data
 from quantstudy.study.per_image import set_ids
 
@@ -123,7 +124,11 @@ def plan_of(record: StudyRecord) -> QuantPlan:
             "the study again with this quantstudy"
         )
     return QuantPlan(
-        layers, recipe.weight_granularity == "per_channel", calibration, recipe.bias_correction
+        layers,
+        recipe.weight_granularity == "per_channel",
+        calibration,
+        recipe.bias_correction,
+        gelu=GeluPolicy(recipe.gelu),
     )
 
 

@@ -32,7 +32,8 @@ from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant import backends
 from quantstudy.quant.fitting.bias_correction import correct_biases, set_biases
 from quantstudy.quant.graph.edit import replace_module
-from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fake_quant
+from quantstudy.quant.layers.gelu import gelu_forms
+from quantstudy.quant.plan.apply import Applied, QuantPlan, apply_fake_quant, emulate_tanh_gelu
 from quantstudy.quant.rewrites.fold import fold_batchnorm
 from quantstudy.record import EngineInfo, FP8Layout, KernelChoice, LayerKernel
 from quantstudy.record.build_spec import BuildSpec
@@ -265,9 +266,10 @@ def build_fp8(
     aside = set(stepped_aside(rows or []))
     m = fp8.model
     real = [n for n in fp8.applied.real if n not in aside]
+    epilogue = {k: v for k, v in fp8.epilogue.items() if k not in aside}
     layout = FP8Layout(
         kernel=built if real else None,
-        epilogue={k: v for k, v in fp8.epilogue.items() if k not in aside},
+        epilogue=epilogue,
         handoff=fp8.handoff,
         residual={layer: site.act for layer, site in fp8.sites.items() if layer not in aside},
         sum_handoff={layer: pair.reader for layer, pair in fp8.sum_handoff.items()},
@@ -276,6 +278,7 @@ def build_fp8(
         kernel_choice=rows,
         stepped_aside=stepped_aside(rows or []),
         rewrites_skipped=fp8.skipped,
+        gelu=gelu_forms(m, epilogue),
     )
     return _compiled_engine(
         EngineName.FP8,
@@ -351,11 +354,14 @@ def build_fakequant(
     Bias correction follows the weights: an activation-only run keeps float weights, so it has
     no rounding shift to correct. `like`: the layout of the FP8 engine this emulates; the layers
     it kept in its compute dtype (`engines/step_aside.py`) are left here as the fp16 engine's
-    float32 layers, as that engine ran them, so the two compare like with like.
+    float32 layers, as that engine ran them, and the layers whose GELU it ran in the tanh form
+    (`FP8Layout.gelu`, cuBLASLt's epilogue) are followed by that form here, so the two compare
+    like with like.
     """
     aside = like.stepped_aside if like is not None else []
     m = deployed_copy(model, example, fold, plan if weights else None)
     applied = apply_fake_quant(m, plan, weights=weights, activations=activations)
+    emulate_tanh_gelu(m, like.tanh_gelu if like is not None else [], example)
     if aside:
         plain = deployed_copy(model, example, fold)
         for layer in aside:

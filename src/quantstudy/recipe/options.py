@@ -33,6 +33,7 @@ def quant_options(recipe: Recipe) -> QuantOptions:
         propagated=w.propagated,
         tune=w.tune,
         tune_epochs=w.tune_epochs,
+        gelu=recipe.gelu,
     )
 
 

@@ -72,6 +72,7 @@ class Resolution:
                 else None
             ),
             headroom=recipe.activations.headroom,
+            gelu=recipe.gelu,
             selected=list(self.selected),
             excluded=list(self.excluded),
             counts=dict(self.counts),

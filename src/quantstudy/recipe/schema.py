@@ -6,6 +6,7 @@ A recipe (YAML) says which layers to quantize and how::
     description: every convolution after the stem
     variant_of: null                      # optional: the recipe this one is a variant of
     format: fp8_e4m3                      # int8 and nvfp4 are reserved, not implemented yet
+    gelu: any                             # or erf: no backend's tanh GELU (cuBLASLt's epilogue)
     weights:
       granularity: per_channel            # or per_tensor; scale = amax / 448 (FP8 E4M3 max)
       fold_bn: true                       # fold BatchNorm into the conv before taking amax
@@ -71,6 +72,7 @@ from quantstudy.record.readers import decode_utf8
 from quantstudy.record.vocab import (
     ActivationGranularity,
     Calibrator,
+    GeluPolicy,
     Migration,
     Rounding,
     Tuning,
@@ -279,12 +281,19 @@ class Rule(Section):
 
 class Recipe(Section):
     """A validated recipe. Built from a file by `parse_recipe`, which also keeps its sha256 and
-    the line of every key, so later errors (a pattern matching no layer) can name the line."""
+    the line of every key, so later errors (a pattern matching no layer) can name the line.
+
+    `gelu`: which GELU an FP8 layer whose epilogue computes one may run. `any` (default): the
+    backend's own form, which the record names per layer and the emulation computes (cuBLASLt's
+    GELU epilogue is the tanh approximation, timm's `nn.GELU` erf; docs/cublaslt.md measures
+    what the difference costs). `erf`: erf only, so a cuBLASLt layer leaves GELU to the fused
+    kernel (`quant/cublaslt/problem.py: epilogue_for`)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     variant_of: str | None = None
     format: str = "fp8_e4m3"
+    gelu: GeluPolicy = GeluPolicy.ANY
     weights: WeightSpec = WeightSpec()
     activations: ActivationSpec = ActivationSpec()
     rules: list[Rule] = Field(min_length=1)

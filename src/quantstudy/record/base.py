@@ -83,6 +83,9 @@ Schema history:
      installed, or recorded before).
  26: RecipeInfo.sequential renamed RecipeInfo.propagated, the recipe's name for the fit;
      older records' `sequential` reads into it.
+ 27: EngineInfo.fp8_gelu (layer -> the GELU it computes, erf or tanh: cuBLASLt's GELU
+     epilogue is the tanh form; the emulation computes the same, `quant/layers/gelu.py`) and
+     RecipeInfo.gelu (the recipe's `gelu:`, "any" or "erf").
 
 Every field added since version 1 is optional, so version-1 files still load (`report/render.py`
 reads every version up to `SCHEMA_VERSION`); a record keeps the version it was written with.
@@ -92,7 +95,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 26
+SCHEMA_VERSION = 27
 OLDEST_SCHEMA_VERSION = 1  # the oldest version this code still reads
 
 

@@ -8,7 +8,7 @@ from typing import Any, Self
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from quantstudy.record.base import Section
-from quantstudy.record.vocab import FASTEST, CompileMode, Engine
+from quantstudy.record.vocab import FASTEST, CompileMode, Engine, GeluForm
 
 # What a kernel choice names a layer kept in its float layer (stepped aside), beside the FP8
 # backends' names (`quant/backends/`).
@@ -113,6 +113,16 @@ class FP8Layout(Section):
     # rewrite -> why it was not applied to this model: a rewrite that cannot trace the model
     # is skipped, never fatal ("residual": `quant/rewrites/residual.py`; schema 16 on)
     rewrites_skipped: dict[str, str] = Field(default_factory=dict)
+    # layer -> the GELU it computes, erf or tanh (cuBLASLt's GELU epilogue), for every layer of
+    # `epilogue` whose activation is GELU; the emulation computes the same form on each
+    # (`quant/layers/gelu.py`). Empty before schema 27: erf, but where a cuBLASLt note of
+    # `scaled_mm_output` names the layer's GELU tanh (version 27)
+    gelu: dict[str, GeluForm] = Field(default_factory=dict)
+
+    @property
+    def tanh_gelu(self) -> list[str]:
+        """The layers whose GELU is the tanh form, by name."""
+        return sorted(n for n, form in self.gelu.items() if form == GeluForm.TANH)
 
     @model_validator(mode="after")
     def _stepped_aside_is_the_choice(self) -> Self:

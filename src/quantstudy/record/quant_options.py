@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from quantstudy.record.vocab import Calibrator, Migration, Rounding, Tuning
+from quantstudy.record.vocab import Calibrator, GeluPolicy, Migration, Rounding, Tuning
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class QuantOptions:
     propagated: bool = False  # the propagated fit (`quant/fitting/propagated.py`)
     tune: Tuning = Tuning.NONE
     tune_epochs: int = 10
+    gelu: GeluPolicy = GeluPolicy.ANY  # the GELU forms an FP8 layer may compute (recipe `gelu:`)
 
     def __post_init__(self) -> None:
         # Enums from plain strings too (tests, JSON), so a misspelt option fails here.
@@ -41,5 +42,6 @@ class QuantOptions:
         object.__setattr__(self, "calibrator", Calibrator(self.calibrator))
         object.__setattr__(self, "migration", Migration(self.migration))
         object.__setattr__(self, "tune", Tuning(self.tune))
+        object.__setattr__(self, "gelu", GeluPolicy(self.gelu))
         calibrators = {k: Calibrator(v) for k, v in self.layer_calibrators.items()}
         object.__setattr__(self, "layer_calibrators", calibrators)

@@ -54,6 +54,9 @@ class RecipeInfo(Section):
     migration: str = "none"
     migration_alpha: float | None = None
     headroom: float = 1.0  # version 11: static scales are the calibrator's amax x this / 448
+    # version 27: the GELU forms an FP8 layer may compute, "any" (a backend's own, cuBLASLt's
+    # tanh) or "erf"; before it, every recipe allowed any
+    gelu: str = "any"
     selected: list[LayerDecision]
     excluded: list[LayerDecision]
     counts: dict[str, int]  # e.g. {"selected.conv2d.1x1": 54, "excluded.conv2d.depthwise": 45}

@@ -78,6 +78,22 @@ class Activation(StrEnum):
     GELU = "gelu"  # exact (erf), not the tanh approximation
 
 
+class GeluForm(StrEnum):
+    """Which GELU a layer computes: timm's `nn.GELU` is erf; cuBLASLt's GELU epilogue is the
+    tanh approximation (`quant/cublaslt/problem.py`). Both engine and emulation compute the
+    form the layer's record names (`FP8Layout.gelu`)."""
+
+    ERF = "erf"
+    TANH = "tanh"
+
+
+class GeluPolicy(StrEnum):
+    """Which GELU forms a recipe lets an FP8 layer compute (the recipe's `gelu:`)."""
+
+    ANY = "any"  # a backend may run its own form (cuBLASLt's tanh); the record names it
+    ERF = "erf"  # erf only: a GELU epilogue of another form is not taken
+
+
 class Engine(StrEnum):
     """The engines and emulations a study runs, by the name records and reports give them."""
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from quantstudy.quant.cublaslt import abi
-from quantstudy.record.vocab import Activation
+from quantstudy.record.vocab import Activation, GeluForm
 
 
 class LtEpilogue(StrEnum):
@@ -56,7 +56,7 @@ GELU_EPILOGUES = frozenset({LtEpilogue.GELU_BIAS, LtEpilogue.GELU_AUX_BIAS})
 LT_NOTE_HEAD = "cuBLASLt ran"
 
 # The GELU each epilogue computes (the cuBLAS documentation of cublasLtEpilogue_t).
-GELU_FORM = "tanh"
+GELU_FORM = GeluForm.TANH
 
 _CODES = {
     LtEpilogue.NONE: abi.EPILOGUE_DEFAULT,
@@ -128,12 +128,13 @@ class Problem:
 
 
 def epilogue_for(
-    bias: bool, activation: Activation, residual: bool, fp8_out: bool
+    bias: bool, activation: Activation, residual: bool, fp8_out: bool, erf_only: bool = False
 ) -> tuple[LtEpilogue | None, str]:
     """The epilogue a layer asks for, from what its fused form computes: a bias (a layer
     without one passes zeros), an activation, a residual sum after it, an FP8 output for the
-    next layer. None with the reason where cuBLASLt has no such epilogue; the layer then runs
-    another backend."""
+    next layer. None with the reason where cuBLASLt has no such epilogue, or where its GELU
+    is the tanh form and the recipe requires erf (`erf_only`, the recipe's `gelu: erf`); the
+    layer then runs another backend."""
     del bias  # cuBLASLt's bias epilogues take a zero bias as well as any other
     act = Activation(activation)
     if residual and act != Activation.NONE:
@@ -146,6 +147,8 @@ def epilogue_for(
         return LtEpilogue.BIAS, "bias"
     if act == Activation.RELU:
         return LtEpilogue.RELU_BIAS, "relu with bias"
+    if act == Activation.GELU and erf_only:
+        return None, f"the recipe requires erf GELU; cuBLASLt's is the {GELU_FORM} form"
     if act == Activation.GELU:
         return LtEpilogue.GELU_BIAS, f"gelu ({GELU_FORM} form) with bias"
     return None, f"cuBLASLt has no {act} epilogue"

@@ -4,7 +4,10 @@
 per-channel scales, the static input scale, the bias, the absorbed activation, the FP8 hand-off,
 the residual the rewrites move into it), so every engine rewrite that applies to a fused layer
 applies to it, and replaces only the launch. What cuBLASLt computes differently, and why:
-- GELU is cuBLASLt's tanh form, not timm's erf (`gelu_form`): a layer of it records "tanh".
+- GELU is cuBLASLt's tanh form, not timm's erf (`gelu_form`): a layer of it records "tanh"
+  (`FP8Layout.gelu`), its emulation computes the same form, and off CUDA it computes it too,
+  so the engine against its emulation stays exact. Under a recipe's `gelu: erf` the layer
+  leaves GELU to the fused kernel (`lt_plan`).
 - The per-channel scales and the static input scale are one alpha per output feature,
   w_scale[n] x_scale, folded once: cuBLASLt multiplies the float32 sum by it once, where the
   fused kernel multiplies by the two in turn (a float32 rounding apart).
@@ -12,17 +15,28 @@ applies to it, and replaces only the launch. What cuBLASLt computes differently,
   fused layer keeps the same values (the bias rounded to the engine's dtype) in float32.
 - An FP8 output is the sum times 1 / the next layer's scale (cuBLASLt's D scale), where the
   fused kernel divides.
-A layer whose epilogue cuBLASLt has no form for (`problem.epilogue_for`), or off CUDA, runs the
-fused kernel; `lt_answer` says which ran and why.
+A layer whose epilogue cuBLASLt has no form for (`problem.epilogue_for`) runs the fused kernel;
+`lt_answer` says which ran and why. Off CUDA every layer runs the fused kernel's torch
+arithmetic, with cuBLASLt's GELU form where its plan runs one.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from quantstudy.quant.cublaslt.problem import GELU_FORM, LT_NOTE_HEAD, LtEpilogue, epilogue_for
-from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
-from quantstudy.record.vocab import Activation
+from quantstudy.quant.cublaslt.problem import (
+    GELU_EPILOGUES,
+    GELU_FORM,
+    LT_NOTE_HEAD,
+    LtEpilogue,
+    epilogue_for,
+)
+from quantstudy.quant.formats.fp8 import to_fp8
+from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul, fp8_gemm
+from quantstudy.quant.layers.spec import FP8LayerSpec
+from quantstudy.record.vocab import Activation, GeluForm, GeluPolicy
 
 FUSED_FALLBACK = "fused kernel"
 
@@ -30,13 +44,17 @@ FUSED_FALLBACK = "fused kernel"
 class LtFP8Matmul(FusedFP8Matmul):
     """`FusedFP8Matmul` launched through cuBLASLt (module docstring)."""
 
+    def __init__(self, layer: nn.Linear | nn.Conv2d, spec: FP8LayerSpec) -> None:
+        super().__init__(layer, spec)
+        self.erf_only = spec.gelu == GeluPolicy.ERF  # the recipe's `gelu: erf`
+
     @property
-    def gelu_form(self) -> str | None:
+    def gelu_form(self) -> GeluForm | None:
         """The GELU this layer computes: cuBLASLt's tanh form where its epilogue runs one, the
         fused kernel's erf where it falls back; None without a GELU."""
         if self.act != Activation.GELU:
             return None
-        return GELU_FORM if self.lt_plan()[0] is not None else "erf"
+        return GELU_FORM if self.lt_plan()[0] is not None else GeluForm.ERF
 
     def lt_plan(self) -> tuple[LtEpilogue | None, str]:
         """cuBLASLt's epilogue for this layer as the rewrites left it, or None with why the
@@ -51,7 +69,8 @@ class LtFP8Matmul(FusedFP8Matmul):
         act = Activation(self.res_act) if residual and self.res_act else Activation.NONE
         if act != Activation.NONE:
             return None, f"an activation ({act}) after the residual sum"
-        return epilogue_for(True, Activation(self.act), residual, self.out_scale is not None)
+        fp8_out = self.out_scale is not None
+        return epilogue_for(True, Activation(self.act), residual, fp8_out, self.erf_only)
 
     @property
     def lt_answer(self) -> str:
@@ -76,6 +95,8 @@ class LtFP8Matmul(FusedFP8Matmul):
 
     def _matmul(self, x2d: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         epilogue = self.lt_plan()[0]
+        if x2d.device.type != "cuda" and epilogue in GELU_EPILOGUES:
+            return self._tanh_reference(x2d)
         if epilogue is None or x2d.device.type != "cuda" or self.promote not in (0, 128):
             return super()._matmul(x2d, residual)
         if (residual is None) != (self.res_act is None):
@@ -90,22 +111,32 @@ class LtFP8Matmul(FusedFP8Matmul):
             epilogue.value, self.promote == 0, self.out_scale is not None, True,
         )  # fmt: skip
 
+    def _tanh_reference(self, x2d: torch.Tensor) -> torch.Tensor:
+        """Off CUDA, a GELU epilogue: the fused layer's torch arithmetic (the sum rounded to
+        the engine's dtype before the activation, the activated value before an FP8 write)
+        with GELU in cuBLASLt's tanh form."""
+        xq, x_scale, divisor = self._operand(x2d)
+        y = fp8_gemm(
+            xq, self.w8, self.w_scale, x_scale, self.bias, Activation.NONE, torch.float32,
+            None, self.dtype, None, Activation.NONE, divisor, self.promote,
+        )  # fmt: skip
+        y = F.gelu(y, approximate="tanh").to(self.dtype)
+        return to_fp8(y.float(), self.out_scale) if self.out_scale is not None else y
+
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, {self.lt_answer}"
 
 
 def lt_note(model: torch.nn.Module) -> str | None:
-    """ "cuBLASLt ran N layers' epilogues (GELU in its tanh form on k: names); the fused kernel
-    ran m: name (why), ...", or None for a model without cuBLASLt layers."""
+    """ "cuBLASLt ran N layers' epilogues, the fused kernel m: name (why), ...", or None for a
+    model without cuBLASLt layers. Which GELU each layer ran is the record's own field
+    (`FP8Layout.gelu`, `gelu_forms`)."""
     plans = {n: m.lt_plan() for n, m in model.named_modules() if isinstance(m, LtFP8Matmul)}
     if not plans:
         return None
     ran = [n for n, (epilogue, _) in plans.items() if epilogue is not None]
-    tanh = [n for n in ran if model.get_submodule(n).act == Activation.GELU]
     fell = [f"{n} ({why})" for n, (epilogue, why) in plans.items() if epilogue is None]
     note = f"{LT_NOTE_HEAD} {len(ran)} layers' epilogues"
-    if tanh:
-        note += f" (GELU in its {GELU_FORM} form on {len(tanh)}: {', '.join(tanh)})"
     if fell:
         note += f", the fused kernel {len(fell)}: {', '.join(fell)}"
     return note

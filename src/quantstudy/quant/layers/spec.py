@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from quantstudy.record.vocab import Activation
+from quantstudy.record.vocab import Activation, GeluPolicy
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,9 @@ class FP8LayerSpec:
     layer reads its own input that way. `weight`: the plan's stored FP8 weight and scale (None:
     rounded to nearest here). `row_scales`, `x_divisor`: dynamic per-row input scales and the
     migration divisor (`QuantPlan.input_quant`). `promote`: how many products the tensor cores
-    sum before float32 takes over (0: all of K), the engine's `BuildSpec.promote`."""
+    sum before float32 takes over (0: all of K), the engine's `BuildSpec.promote`. `gelu`: the
+    GELU forms the recipe allows (`GeluPolicy`; a backend whose GELU epilogue is another form
+    than erf takes a GELU only under `any`)."""
 
     x_scale: float | None
     per_channel: bool
@@ -39,9 +41,11 @@ class FP8LayerSpec:
     row_scales: bool = False
     x_divisor: torch.Tensor | None = None
     promote: int = 0
+    gelu: GeluPolicy = GeluPolicy.ANY
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "act", Activation(self.act))  # a misspelt name fails here
+        object.__setattr__(self, "gelu", GeluPolicy(self.gelu))
 
     def refuse(self, module: str, *fields: str) -> None:
         """Raise if any of `fields` differs from its default: `module` cannot honour it."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -14,10 +15,12 @@ from quantstudy.quant import backends
 from quantstudy.quant.calibration.calibrate import Calibration
 from quantstudy.quant.fitting.rounding import Search, compensable, fp8_weights
 from quantstudy.quant.graph.edit import replace_module
+from quantstudy.quant.layers.gelu import gelu_module
 from quantstudy.quant.layers.matmul import QDQ, FP8Weight
 from quantstudy.quant.layers.spec import FP8LayerSpec
+from quantstudy.quant.rewrites.absorb import absorbable_activations
 from quantstudy.record.build_spec import BuildSpec
-from quantstudy.record.vocab import Activation, Epilogue
+from quantstudy.record.vocab import Activation, Epilogue, GeluForm, GeluPolicy
 
 if TYPE_CHECKING:  # fitting/propagated.py builds on this module
     from quantstudy.quant.fitting.propagated import Fitted
@@ -45,6 +48,8 @@ class QuantPlan:
     fitted: Fitted | None = field(default=None, compare=False, repr=False)
     # what output tuning (`quant/fitting/tune.py`) measured; its values are in `fitted`
     tuned: Tuned | None = field(default=None, compare=False, repr=False)
+    # the GELU forms the recipe allows an FP8 layer (`GeluPolicy`: erf only, or any a backend runs)
+    gelu: GeluPolicy = GeluPolicy.ANY
     # stored weights by the bytes of the float weights they were rounded from (every engine of
     # a study rounds the same folded weights; compensating rounding takes seconds per layer)
     _stored: dict[str, dict[str, FP8Weight]] = field(
@@ -198,6 +203,7 @@ def apply_fp8(
             fp8_input=name in consumers,
             weight=weights[name],
             promote=build.promote,
+            gelu=plan.gelu,
             **plan.input_quant(name, layer),
         )
         new, blocker = fp8_module(layer, spec, kernel, build)
@@ -225,3 +231,19 @@ def apply_fake_quant(
         new = QDQ(layer, spec, quant_weights=weights)
         replace_module(model, name, new)
     return Applied([], [(n, "fake-quant emulation in fp32") for n in plan.layers])
+
+
+def emulate_tanh_gelu(model: nn.Module, layers: Iterable[str], example: torch.Tensor) -> None:
+    """Make the GELU that consumes each of `layers` in the emulation `model` (in place) the tanh
+    form: the layers whose FP8 engine computed tanh GELU in its epilogue (`FP8Layout.gelu`,
+    cuBLASLt's), found as the engine found them (`quant/rewrites/absorb.py`). A layer whose
+    GELU is not found there is a bug: the engine absorbed it from the same model."""
+    layers = sorted(layers)
+    if not layers:
+        return
+    found = absorbable_activations(model, layers, example)
+    for name in layers:
+        act, kind = found.get(name, ("", Activation.NONE))
+        if kind != Activation.GELU:
+            raise ValueError(f"{name}: its engine ran tanh GELU, but no GELU follows it here")
+        replace_module(model, act, gelu_module(GeluForm.TANH))

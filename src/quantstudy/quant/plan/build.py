@@ -27,7 +27,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from quantstudy.quant.calibration.calibrate import calibrate
+from quantstudy.quant.calibration.calibrate import Calibration, calibrate
 from quantstudy.quant.fitting.bias_correction import correct_biases
 from quantstudy.quant.fitting.migrate import exact_divisors, smooth_divisors
 from quantstudy.quant.fitting.propagated import Fitted, emulated, fit_propagated, layer_quant
@@ -85,18 +85,7 @@ def build_plan(
             )
             calibration = replace(calibration, amax=again.amax)
     calibration = calibration.with_headroom(options.headroom)
-    plan = QuantPlan(
-        layers,
-        options.per_channel,
-        calibration,
-        options.bias_correction,
-        options.rounding,
-        options.row_scales,
-        divisors,
-        row_max_channels=options.row_max_channels,
-        scale_candidates=options.scale_candidates,
-        refine_sweeps=options.refine_sweeps,
-    )
+    plan = _unfitted(layers, calibration, divisors, options)
     if folded is None or not (options.propagated or tuned):
         return plan
     digest = plan.weights_digest(folded)
@@ -120,6 +109,28 @@ def build_plan(
         return replace(plan, fitted=fitted)
     t = _tune(plan, model, folded.to(device), batches, fitted, options)
     return replace(plan, fitted=Fitted(t.weights, t.biases, digest), tuned=t)
+
+
+def _unfitted(
+    layers: list[str],
+    calibration: Calibration,
+    divisors: dict[str, torch.Tensor],
+    options: QuantOptions,
+) -> QuantPlan:
+    """The plan `options` state for `layers`, calibrated, before any fit of its weights."""
+    return QuantPlan(
+        layers,
+        options.per_channel,
+        calibration,
+        options.bias_correction,
+        options.rounding,
+        options.row_scales,
+        divisors,
+        row_max_channels=options.row_max_channels,
+        scale_candidates=options.scale_candidates,
+        refine_sweeps=options.refine_sweeps,
+        gelu=options.gelu,
+    )
 
 
 def _stored_biases(plan: QuantPlan, folded: nn.Module) -> dict[str, torch.Tensor]:

@@ -8,7 +8,7 @@ from collections import Counter
 from quantstudy.env.switches import switches_said
 from quantstudy.quant import backends
 from quantstudy.quant.cublaslt.problem import LT_NOTE_HEAD
-from quantstudy.record import StudyRecord
+from quantstudy.record import FP8Layout, StudyRecord
 from quantstudy.record.vocab import FASTEST
 from quantstudy.report.format import (
     NOT_MEASURED,
@@ -159,6 +159,7 @@ def _kernel_lines(r: StudyRecord) -> list[str]:
         for note in notes:  # each backend's (`Backend.output_note`); torch._scaled_mm's: a dtype
             whole = note.startswith(LT_NOTE_HEAD)
             lines[-1] += f" {note}." if whole else f" torch._scaled_mm wrote {note}."
+        lines[-1] += _gelu_sentence(fp8)
         if fp8.handoff:
             pairs = ", ".join(f"{code(p)} -> {code(c)}" for p, c in sorted(fp8.handoff.items()))
             n = len(fp8.handoff)
@@ -195,6 +196,20 @@ def _kernel_lines(r: StudyRecord) -> list[str]:
         for rewrite, why in sorted(fp8.rewrites_skipped.items()):
             lines[-1] += f" Rewrite {code(rewrite)} not applied: {why}."
     return lines
+
+
+def _gelu_sentence(fp8: FP8Layout) -> str:
+    """Which layers ran GELU in the tanh form (schema 27 on), where any did; "" otherwise."""
+    tanh = fp8.tanh_gelu
+    if not tanh:
+        return ""
+    names = ", ".join(code(n) for n in tanh)
+    return (
+        f" GELU ran in the tanh form (cuBLASLt's epilogue; timm's is erf) on {len(tanh)} of the "
+        f"{len(fp8.gelu)} layers whose epilogue computes it ({names}); the emulation computes "
+        "the same form there, so the gap to it leaves the two forms' difference out and the "
+        "quality against fp32 takes it in."
+    )
 
 
 def _method_data(r: StudyRecord) -> list[str]:

@@ -88,7 +88,8 @@ def render_recipe(r: StudyRecord) -> list[str]:
         f"static per-tensor scales from the {code(rc.calibrator)} calibrator (parameters: "
         f"{params}){' and per-layer overrides' if rc.layer_calibrators else ''}"
         f"{', scale migration ' + rc.migration if rc.migration != 'none' else ''}"
-        f"{f', headroom x{fmt_plain(rc.headroom)}' if rc.headroom != 1.0 else ''}.",
+        f"{f', headroom x{fmt_plain(rc.headroom)}' if rc.headroom != 1.0 else ''}"
+        f"{'; GELU: erf only (no backend runs its tanh form)' if rc.gelu == 'erf' else ''}.",
     ]
     fp8 = r.engine(FP8)
     if fp8 is None:
