@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quantstudy.bench import bound_check, tune_compare, tuning_table
+from quantstudy.bench import bound_check, gelu_forms, tune_compare, tuning_table
 from quantstudy.bench.arg_types import kernel_options, kernels, ours, peers
 from quantstudy.bench.peers.configs import Peer
 from quantstudy.cli_base.command import Command, batches, command_line
@@ -252,6 +252,13 @@ def _run_options(args: argparse.Namespace, context: Context) -> None:
     print(f"options table: {args.out}")
 
 
+def _gelu_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="timm name, optionally with tag")
+    add_config_args(p, OPTIONS_STUDY_OPTIONS)
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    _out(p, "GELU forms record (its rows of other models are kept)")
+
+
 def _peers_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", help="timm name, optionally with tag (or --rows)")
     add_config_args(p, PEERS_STUDY_OPTIONS)
@@ -333,6 +340,11 @@ BENCHES: dict[str, Bench] = {
         "one recipe's layers under each FP8 quality option: quality (and speed)",
         _options_arguments,
         _run_options,
+    ),
+    "gelu": Bench(
+        "cuBLASLt's tanh GELU against erf on the emulation: FP8 codes and agreement differing",
+        _gelu_arguments,
+        gelu_forms.run,
     ),
     "peers": Bench(
         "fp16, our FP8 engine and torchao's float8 configs on the same layers and images",

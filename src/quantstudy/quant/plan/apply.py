@@ -233,17 +233,21 @@ def apply_fake_quant(
     return Applied([], [(n, "fake-quant emulation in fp32") for n in plan.layers])
 
 
+def gelu_modules(model: nn.Module, layers: Iterable[str], example: torch.Tensor) -> dict[str, str]:
+    """layer -> the GELU module that consumes its output in `model`, for each of `layers`,
+    found as an engine finds the activation it absorbs (`quant/rewrites/absorb.py`). A layer
+    without one is a bug here: its engine ran a GELU in its epilogue from the same model."""
+    layers = sorted(layers)
+    found = absorbable_activations(model, layers, example) if layers else {}
+    for name in layers:
+        if found.get(name, ("", Activation.NONE))[1] != Activation.GELU:
+            raise ValueError(f"{name}: its engine ran GELU in its epilogue, but none follows it")
+    return {name: found[name][0] for name in layers}
+
+
 def emulate_tanh_gelu(model: nn.Module, layers: Iterable[str], example: torch.Tensor) -> None:
     """Make the GELU that consumes each of `layers` in the emulation `model` (in place) the tanh
     form: the layers whose FP8 engine computed tanh GELU in its epilogue (`FP8Layout.gelu`,
-    cuBLASLt's), found as the engine found them (`quant/rewrites/absorb.py`). A layer whose
-    GELU is not found there is a bug: the engine absorbed it from the same model."""
-    layers = sorted(layers)
-    if not layers:
-        return
-    found = absorbable_activations(model, layers, example)
-    for name in layers:
-        act, kind = found.get(name, ("", Activation.NONE))
-        if kind != Activation.GELU:
-            raise ValueError(f"{name}: its engine ran tanh GELU, but no GELU follows it here")
+    cuBLASLt's)."""
+    for act in gelu_modules(model, layers, example).values():
         replace_module(model, act, gelu_module(GeluForm.TANH))
