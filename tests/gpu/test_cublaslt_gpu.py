@@ -133,3 +133,26 @@ def test_the_op_under_torch_compile_computes_the_eager_bits() -> None:
 
     compiled = torch.compile(f, fullgraph=True)
     assert torch.equal(compiled(ops["x8"]), f(ops["x8"]))
+
+
+def test_the_layer_s_gelu_epilogue_writes_its_cpu_tanh_reference_within_one_step() -> None:
+    """`LtFP8Matmul` with GELU and an FP8 output on the GPU against the same layer off CUDA,
+    which computes cuBLASLt's arithmetic in torch with the tanh form its record states (what
+    its emulation computes too, `quant/layers/gelu.py`)."""
+    from torch import nn
+
+    from quantstudy.quant.layers.lt_matmul import LtFP8Matmul
+    from quantstudy.quant.layers.spec import FP8LayerSpec
+
+    torch.manual_seed(0)
+    linear = nn.Linear(K, N)
+    spec = FP8LayerSpec(x_scale=0.02, per_channel=True, dtype=torch.float16, act="gelu",
+                        out_scale=0.01)  # fmt: skip
+    layer = LtFP8Matmul(linear, spec)
+    assert layer.gelu_form == "tanh"
+    x = torch.randn(M, K)
+    want = layer(x.half())
+    got = layer.cuda()(x.half().cuda()).cpu()
+    steps = _steps(got, want)
+    assert float((steps == 0).float().mean()) >= 0.999
+    assert int(steps.max()) <= 1

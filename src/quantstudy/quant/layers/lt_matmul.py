@@ -112,16 +112,16 @@ class LtFP8Matmul(FusedFP8Matmul):
         )  # fmt: skip
 
     def _tanh_reference(self, x2d: torch.Tensor) -> torch.Tensor:
-        """Off CUDA, a GELU epilogue: the fused layer's torch arithmetic (the sum rounded to
-        the engine's dtype before the activation, the activated value before an FP8 write)
-        with GELU in cuBLASLt's tanh form."""
+        """Off CUDA, a GELU epilogue as cuBLASLt computes it: the float32 sum times the scales
+        plus the bias, tanh GELU in float32, one rounding at the write (the FP8 output at the
+        next layer's scale, or the engine's dtype)."""
         xq, x_scale, divisor = self._operand(x2d)
         y = fp8_gemm(
             xq, self.w8, self.w_scale, x_scale, self.bias, Activation.NONE, torch.float32,
-            None, self.dtype, None, Activation.NONE, divisor, self.promote,
+            None, None, None, Activation.NONE, divisor, self.promote,
         )  # fmt: skip
-        y = F.gelu(y, approximate="tanh").to(self.dtype)
-        return to_fp8(y.float(), self.out_scale) if self.out_scale is not None else y
+        y = F.gelu(y, approximate="tanh")
+        return to_fp8(y, self.out_scale) if self.out_scale is not None else y.to(self.dtype)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, {self.lt_answer}"
