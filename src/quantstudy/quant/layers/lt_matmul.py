@@ -16,8 +16,9 @@ applies to it, and replaces only the launch. What cuBLASLt computes differently,
 - An FP8 output is the sum times 1 / the next layer's scale (cuBLASLt's D scale), where the
   fused kernel divides.
 A layer whose epilogue cuBLASLt has no form for (`problem.epilogue_for`) runs the fused kernel;
-`lt_answer` says which ran and why. Off CUDA every layer runs the fused kernel's torch
-arithmetic, with cuBLASLt's GELU form where its plan runs one.
+`lt_answer` says which ran and why. Off CUDA a layer runs the fused kernel's torch arithmetic,
+but where its plan runs cuBLASLt's GELU epilogue: that is computed as cuBLASLt does, tanh GELU of
+the float32 sum and bias, rounded once at the write (`_tanh_reference`).
 """
 
 from __future__ import annotations
