@@ -203,10 +203,10 @@ def test_check_refuses_an_onnxruntime_that_cannot_run_the_graph(
 def test_an_opset_the_installed_onnxruntime_lacks_names_one_it_runs(monkeypatch):
     """An onnxruntime at the floor or newer that lacks the opset: the advice is an opset it runs
     (probed), never to install the onnxruntime that is installed."""
+    import onnx
+
     from quantstudy.bridge import runtime
     from quantstudy.record.errors import UserError
-
-    import onnx
 
     # the newest opset the installed onnx knows (23 at the floor, onnx 1.18): require_runtime
     # leaves a newer one to build_qdq's own refusal, so the test asks at that opset
