@@ -50,9 +50,7 @@ def test_older_spellings_read_as_the_one_schema(tmp_path):
         ModelEntry(name="test_vit", recipe="generic_linears"),
         ModelEntry(name="resnet18", weights="random"),
     )
-    sweep = _list(
-        tmp_path, "models:\n  - {name: resnet18, recipes: [generic_all, generic_all2]}\n"
-    )
+    sweep = _list(tmp_path, "models:\n  - {name: resnet18, recipes: [generic_all, generic_all2]}\n")
     with pytest.raises(
         UserError, match=r"line 2: models\.0\.recipe: unknown recipe 'generic_all2'"
     ):

@@ -179,4 +179,3 @@ def legend(claims: list[XClaim], ms_shown: bool = True) -> list[str]:
     said = [f"*{tag}*: {why}" for tag, why in LEGEND.items() if tag in used]
     lead = ESTIMATORS if ms_shown else X_ONLY
     return [lead + (" Marks: " + "; ".join(said) + "." if said else "")]
-
