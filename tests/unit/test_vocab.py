@@ -55,6 +55,9 @@ ALLOWED = {
     ("decision/schema.py", "max"): "a version-1 policy's KL threshold key",
     ("recipe/schema.py", "percentile"): "the percentile calibrator's parameter name",
     ("bench/options/variants.py", "percentile"): "the percentile calibrator's parameter name",
+    ("bench/cli.py", "gelu"): "the `bench gelu` subcommand's name",
+    ("quant/layers/spec.py", "gelu"): "the recipe's GELU policy field (GeluPolicy), set by name",
+    ("record/quant_options.py", "gelu"): "the recipe's GELU policy field (GeluPolicy), set by name",
 }
 
 
