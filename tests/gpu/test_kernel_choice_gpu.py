@@ -140,6 +140,28 @@ def test_a_mixed_choice_changes_no_number(setup):
     assert torch.equal(a, b), f"{(a != b).float().mean():.4f} differ, worst {(a - b).abs().max()}"
 
 
+def test_a_layer_where_cublaslt_wins_runs_its_epilogue_made_from_the_fused_layer(setup):
+    """The stored timings are rewritten so that cuBLASLt beats every other kernel on the linear
+    (the 1x1 conv's ReLU6 has no cuBLASLt epilogue: it keeps the fused kernel): the linear runs
+    cuBLASLt's layer made from the fused one, its bias in cuBLASLt's epilogue and no op after
+    it, and the replay of the recorded choice computes its bits."""
+    from quantstudy.quant.cublaslt.library import unavailable
+    from quantstudy.quant.layers.lt_matmul import LtFP8Matmul
+
+    if unavailable() is not None:
+        pytest.skip(str(unavailable()))
+    fastest = setup.forced(
+        lambda conv: {"fused": 1.0 if conv else 100.0, "cublaslt": 100.0 if conv else 1.0,
+                      "scaled_mm": 50.0, "fp16": 1000.0}
+    )  # fmt: skip
+    assert _kernels(fastest) == {"pw": "fused", "fc": "cublaslt"}
+    fc = fastest.eager.fc
+    assert type(fc) is LtFP8Matmul and fc.lt_plan()[0] is not None
+    replayed = setup.build(KernelChoice.replayed(list(fastest.info().layout.kernel_choice)))
+    a, b = setup.logits(fastest), setup.logits(replayed)
+    assert torch.equal(a, b), (a - b).abs().max()
+
+
 def test_a_layer_whose_float_layer_wins_steps_aside_on_cuda(setup):
     """The stored timings are rewritten so that the linear's float layer beats both FP8 kernels:
     the rebuilt engine runs it as an fp16 `nn.Linear` (cuBLAS) with the 1x1 conv still FP8 on

@@ -269,6 +269,21 @@ def test_a_chain_gives_up_only_hand_offs_whose_layers_are_free_of_the_kept_ones(
     assert scaled_mm_pairs(split, chain) == {}  # c runs scaled_mm at batch 1 only: fused, tied
 
 
+def test_a_hand_off_stays_where_a_layer_runs_a_backend_made_from_the_fused_layer():
+    """cuBLASLt's layer takes the fused layer's state, hand-offs included: a hand-off with a
+    cuBLASLt layer on either side is kept (that layer runs cuBLASLt with it, `settled`;
+    tests/unit/test_gelu_forms.py builds one), where two scaled_mm layers give theirs up."""
+    from quantstudy.engines.kernel_choice import scaled_mm_pairs
+    from quantstudy.record import LayerKernel
+
+    def rows(kernels: dict[str, str]) -> list[LayerKernel]:
+        return [LayerKernel(name=n, kernel=k, fused_us=1.0, batch=4) for n, k in kernels.items()]
+
+    assert scaled_mm_pairs(rows({"a": "scaled_mm", "b": "scaled_mm"}), {"a": "b"}) == {"a": "b"}
+    assert scaled_mm_pairs(rows({"a": "cublaslt", "b": "cublaslt"}), {"a": "b"}) == {}
+    assert scaled_mm_pairs(rows({"a": "cublaslt", "b": "scaled_mm"}), {"a": "b"}) == {}
+
+
 def test_a_backend_that_refuses_a_layer_is_not_timed_for_it(tmp_path):
     """A usable backend whose blocker refuses every layer adds no candidate: the stand-in
     timer is called exactly as without it (the sequence of the test above), and no row holds

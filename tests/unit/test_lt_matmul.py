@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from quantstudy.engines.unfused import Unfused
+from quantstudy.quant.backends.cublaslt import CublasLtBackend
 from quantstudy.quant.cublaslt.problem import LtEpilogue
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
 from quantstudy.quant.layers.lt_matmul import LtFP8Matmul
@@ -101,3 +102,30 @@ def test_the_record_s_note_names_the_layers_that_fell_back() -> None:
         "1 (an activation (relu) after the residual sum)"
     )
     assert lt_note(nn.Sequential(nn.Linear(2, 2))) is None
+
+
+def test_made_from_a_fused_layer_it_keeps_its_state_and_is_refused_where_it_falls_back() -> None:
+    """What the kernel choice times and installs (`CublasLtBackend.from_fused`): the fused
+    layer's whole state, so it computes what the layer built for cuBLASLt computes, without the
+    hooks on the fused layer (here one that would raise); None where cuBLASLt has no epilogue
+    for that state, so the choice does not time a fused layer under cuBLASLt's name."""
+    backend = CublasLtBackend()
+    x, r = torch.randn(5, 64), torch.randn(5, 32)
+    built, fused = _layers(Activation.GELU, out_scale=0.1)
+    fused.register_forward_pre_hook(lambda _m, _a: 1 / 0)
+    made = backend.from_fused(fused, GeluPolicy.ANY)
+    assert type(made) is LtFP8Matmul and made.lt_plan()[0] == LtEpilogue.GELU_BIAS
+    assert torch.equal(made(x).float(), built(x).float())  # tanh GELU, the FP8 write
+    assert backend.from_fused(fused, GeluPolicy.ERF) is None  # the recipe requires erf
+    _, fused_res = _layers()
+    fused_res.res_act = Activation.NONE
+    made = backend.from_fused(fused_res, GeluPolicy.ANY)
+    assert made.lt_plan()[0] == LtEpilogue.BIAS_RESIDUAL
+    assert torch.equal(made(x, r), fused_res(x, r))
+    fused_res.res_act = Activation.RELU  # ResNet's add then ReLU
+    assert backend.from_fused(fused_res, GeluPolicy.ANY) is None
+    promoted, _ = _layers(promote=64)
+    assert promoted.lt_plan() == (
+        None, "products promoted every 64: cuBLASLt sums fast or per K tile"
+    )  # fmt: skip
+    assert backend.from_fused(nn.Linear(64, 32), GeluPolicy.ANY) is None

@@ -322,7 +322,7 @@ def _assemble_chosen(
         readers = {c: p_ for p_, c in given_up.items()}
         rows = [_given_up(r, given_up, readers) for r in rows]
     m = fp8.model
-    rows = settled(rows, m)
+    rows = settled(rows, m, p.plan.gelu)
     return fp8, replay_kernels(m, p.source, plain, p.plan, p.dtype, p.device, rows, p.spec)
 
 

@@ -1,6 +1,8 @@
 """Per-layer kernel choice: for each real FP8 layer the fastest of the fused Triton product,
-torch._scaled_mm and, stepped aside, its float layer, timed in place while the engine is built
-(the loop, step by step: docs/DESIGN.md, "The kernel-choice loop").
+every other backend this machine runs (torch._scaled_mm followed by the layer's epilogue as
+separate ops; cuBLASLt with the layer's own epilogue, made from the fused layer:
+`engines/candidates.py`) and, stepped aside, its float layer, timed in place while the engine
+is built (the loop, step by step: docs/DESIGN.md, "The kernel-choice loop").
 
 Why measured: the fused product beats cuBLASLt on thin products and loses on large-K ones, and
 which a layer is depends on its shape and batch (docs/fp8-kernel.md). Both FP8 kernels sum as
@@ -12,15 +14,16 @@ Stepping aside changes more, so it is decided for every timed batch at once
 
 How: one eager forward of the fused engine per batch, a pre-hook timing each layer's sides on
 its own input (`engines/layer_timing.py`). The input quantize, which the compiled engine fuses
-into the producer, is timed alone and subtracted from both FP8 sides. A kernel replaces another
+into the producer, is timed alone and subtracted from every FP8 side. A kernel replaces another
 only when faster by more than `MARGIN`; a layer that wins at some batches only runs as a
-`ByBatch` pair. Timings are cached per GPU, versions and layer beside the Inductor cache; a
+`ByBatch` pair. The engine assembled after the choice hands FP8 over between layers: a layer
+whose backend takes the fused layer's state keeps its choice there (`settled`). Timings are
+cached per GPU, versions, layer and the recipe's GELU policy beside the Inductor cache; a
 recorded choice is rebuilt without timing (`replay_kernels`).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -31,23 +34,23 @@ import torch
 from torch import nn
 
 from quantstudy.engines import layer_timing
-from quantstudy.engines.layer_timing import Timer, fp16_side
+from quantstudy.engines.candidates import Candidates
+from quantstudy.engines.layer_timing import Timer
 from quantstudy.engines.step_aside import MARGIN, fp16_blocker, steps_aside
-from quantstudy.engines.unfused import Unfused
 from quantstudy.env.machine import device_label, torch_version, triton_version
-from quantstudy.model.eval_caches import drop_eval_caches
 from quantstudy.quant import backends
 from quantstudy.quant.graph.edit import replace_module
 from quantstudy.quant.graph.trace import PreHook, pre_hooks
 from quantstudy.quant.layers.fused_conv import FusedFP8Conv2d
 from quantstudy.quant.layers.fused_depthwise import FusedFP8Depthwise
 from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
-from quantstudy.quant.plan.apply import QuantPlan, apply_fp8
+from quantstudy.quant.plan.apply import QuantPlan
 from quantstudy.record import LayerKernel
 from quantstudy.record.build_spec import DEFAULT_BACKEND, BuildSpec
 from quantstudy.record.engines import FP16
 from quantstudy.record.errors import UserError
 from quantstudy.record.io import beside_inductor_cache, write_json_atomic
+from quantstudy.record.vocab import GeluPolicy
 
 FUSED_LAYERS = (FusedFP8Matmul, FusedFP8Conv2d, FusedFP8Depthwise)
 ROUNDS, ITERS, WARMUP = 10, 10, 3
@@ -65,7 +68,8 @@ def _versions(device: torch.device) -> str:
     # the last field names how layers are timed, so entries timed another way are not reused
     return (
         f"{gpu}|torch {torch_version()}|triton {triton_version()}|"
-        f"layer_timing rounds {ROUNDS}x{ITERS}, quantize subtracted per round, fp16"
+        f"layer_timing rounds {ROUNDS}x{ITERS}, quantize subtracted per round, fp16, "
+        "whole-state backends with the layer's epilogue"
     )
 
 
@@ -134,61 +138,6 @@ def layer_rows(name: str, timings: dict[int, Timing]) -> list[LayerKernel]:
         LayerKernel(name=name, kernel=FP16 if aside else picks[b][0], us=timings[b].us, batch=b)
         for b in batches
     ]
-
-
-@dataclass
-class Candidates:
-    """The modules that may replace a fused layer of `model`, built once each, so the module
-    timed is the module installed: another backend's layer (from an engine of the same plan
-    built with that backend, made on first use), followed by the fused layer's epilogue as
-    separate ops (`Unfused`), and the float layer of `plain`."""
-
-    model: nn.Module
-    source: nn.Module
-    plain: nn.Module
-    plan: QuantPlan
-    dtype: torch.dtype
-    device: torch.device
-    spec: BuildSpec  # the engine's: every candidate sums as it says
-
-    def __post_init__(self) -> None:
-        self._alt: dict[str, nn.Module] = {}
-        self._built: dict[tuple[str, str], nn.Module] = {}
-
-    def others(self, name: str, layer: nn.Module) -> list[str]:
-        """The backends besides the base one that may time `layer` (named `name`) here: those
-        this machine runs whose blocker takes its float layer, for a fused 1x1/linear layer
-        (the kxk and depthwise convs have the fused kernel only). A backend that refuses the
-        layer (cuBLASLt's alignment) would time a fused layer under its own name."""
-        if not isinstance(layer, FusedFP8Matmul):
-            return []
-        float_layer = self.plain.get_submodule(name)
-        return [
-            n
-            for n in backends.usable()
-            if n != DEFAULT_BACKEND and backends.get(n).blocker(float_layer) is None
-        ]
-
-    def _engine(self, kernel: str) -> nn.Module:
-        if kernel not in self._alt:
-            alt = drop_eval_caches(copy.deepcopy(self.source).to(self.dtype))
-            build = self.spec.but(kernel=kernel, choice=None)
-            apply_fp8(alt, self.source, self.plan, self.dtype, kernel, build=build)
-            self._alt[kernel] = alt.to(self.device)
-            backends.get(kernel).bind(self._alt[kernel], self.device)
-        return self._alt[kernel]
-
-    def get(self, name: str, kernel: str, fused: nn.Module) -> nn.Module:
-        """The module that runs `kernel` in place of the fused layer `fused` named `name`."""
-        key = (name, kernel)
-        if key not in self._built:
-            if kernel == FP16:
-                layer = self.plain.get_submodule(name)
-                self._built[key] = fp16_side(layer, fused, self.dtype, self.device)
-            else:
-                layer = self._engine(kernel).get_submodule(name)
-                self._built[key] = Unfused.like(layer, fused)
-        return self._built[key]
 
 
 def apply_choice(candidates: Candidates, choice: list[LayerKernel]) -> None:
@@ -289,7 +238,7 @@ def _time_layers(
             x, rest = args[0], args[1:]  # rest: the residual of a residual layer
             key = json.dumps([versions, list(x.shape), layer.extra_repr(), layer.bias is not None,
                               options.plan.per_channel, str(options.dtype),
-                              options.spec.key()])  # fmt: skip
+                              str(options.plan.gelu), options.spec.key()])  # fmt: skip
             if key not in stored:
                 # forward, not __call__: this hook must not run again inside its own timing
                 fp8: dict[str, Callable[..., object]] = {DEFAULT_BACKEND: layer.forward}
@@ -319,16 +268,27 @@ def _time_layers(
     return {n: t for n, t in timed.items() if set(t) == set(batches)}
 
 
-def settled(choice: list[LayerKernel], model: nn.Module) -> list[LayerKernel]:
+def _takes_fused(kernel: str) -> bool:
+    """Whether `kernel` names a backend whose layer is made from the fused layer's whole state,
+    hand-offs included (`Backend.takes_fused`)."""
+    return kernel not in (DEFAULT_BACKEND, FP16) and backends.get(kernel).takes_fused
+
+
+def settled(choice: list[LayerKernel], model: nn.Module, gelu: GeluPolicy) -> list[LayerKernel]:
     """A choice timed where no layer hands off (`engines/fp8_assembly.py`), as the engine `model`
-    assembled after it runs it: a layer that hands off there runs fused (it has no other
-    kernel) and keeps its timings, with why; the others, and rows not timed, stay as they are."""
+    assembled after it runs it: a layer that hands off there keeps its timings, with why, and
+    runs fused, but where its backend takes the fused layer's state and runs its own kernel
+    with the hand-off under the recipe's `gelu` (`Backend.from_fused`: cuBLASLt writing the
+    next layer's FP8 input, or reading its own); the others, and rows not timed, stay."""
     out = []
     for c in choice:
         layer = model.get_submodule(c.name)
         blocker = fp16_blocker(layer) if isinstance(layer, FUSED_LAYERS) else None
         if blocker is None or c.batch is None:
             out.append(c)
+        elif _takes_fused(c.kernel) and backends.get(c.kernel).from_fused(layer, gelu) is not None:
+            why = f"{blocker}: runs {c.kernel} with it (timed alone, without it)"
+            out.append(c.model_copy(update={"why": why}))
         else:
             why = f"{blocker}: runs fused (timed alone, without it)"
             out.append(c.model_copy(update={"kernel": DEFAULT_BACKEND, "why": why}))
@@ -336,17 +296,22 @@ def settled(choice: list[LayerKernel], model: nn.Module) -> list[LayerKernel]:
 
 
 def scaled_mm_pairs(choice: list[LayerKernel], handoff: dict[str, str]) -> dict[str, str]:
-    """The hand-offs (producer -> reader) an engine gives up: both layers chose torch._scaled_mm
-    at every timed batch, timed where no layer hands off. Kept, the hand-off would run both on
-    the fused kernel (`settled`); given up, each runs cuBLASLt's product, and the pass the
-    hand-off saved, the reader's input quantize, follows the producer's activation, where
-    Inductor can fuse the two (torchao's layout, with per-channel weight scales)."""
+    """The hand-offs (producer -> reader) an engine gives up: both layers chose a backend built
+    from the float layer (torch._scaled_mm) at every timed batch, timed where no layer hands
+    off. Kept, the hand-off would run both on the fused kernel (`settled`); given up, each runs
+    cuBLASLt's product, and the pass the hand-off saved, the reader's input quantize, follows
+    the producer's activation, where Inductor can fuse the two (torchao's layout, with
+    per-channel weight scales). A backend that takes the fused layer's state (cuBLASLt's layer)
+    keeps the hand-off and runs with it (`settled`)."""
     kernels: dict[str, set[str]] = {}
     for c in choice:
         if c.batch is not None:
             kernels.setdefault(c.name, set()).add(c.kernel)
-    # another backend than the base one at every timed batch (and not the float layer)
-    scaled = {n for n, k in kernels.items() if len(k) == 1 and not k & {DEFAULT_BACKEND, FP16}}
+    # one backend built from the float layer at every timed batch (not the base one, not fp16)
+    scaled = {
+        n for n, k in kernels.items()
+        if len(k) == 1 and not k & {DEFAULT_BACKEND, FP16} and not _takes_fused(next(iter(k)))
+    }  # fmt: skip
     given = {p: c for p, c in handoff.items() if p in scaled and c in scaled}
     while True:  # a layer still tied by a kept hand-off (a chain's next link) runs fused
         tied = {n for p, c in handoff.items() if p not in given for n in (p, c)}

@@ -9,7 +9,10 @@ engines. So a backend declares, as data, what it supports (`Support`: ops, epilo
 activations, output dtypes, alignment), and implements four things: whether it runs on this
 machine (`availability`, never an ImportError), why a layer cannot run on it (`blocker`), the
 module it puts in a layer's place (`build_layer`, whose forward launches the product), and one
-product on plain tensors (`launch`, what `bench products` times).
+product on plain tensors (`launch`, what `bench products` times). A backend whose layer can
+take a fused layer's whole state, epilogue and hand-offs included, says so (`takes_fused`) and
+makes it (`from_fused`): the per-layer kernel choice then times and installs it with the
+layer's own epilogue, not followed by that epilogue as separate ops.
 
 Nothing here imports torch at import time: the command line lists the backends' names while it
 builds its parser, before torch loads (tests/unit/test_cli.py).
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 
     from quantstudy.quant.layers.spec import FP8LayerSpec
     from quantstudy.record.build_spec import BuildSpec
+    from quantstudy.record.vocab import GeluPolicy
 
 __all__ = ["Alignment", "Availability", "Backend", "Product", "Support"]
 
@@ -69,6 +73,10 @@ class Backend(ABC):
     # the column `bench products` times this backend's `launch` under (plain, then with each
     # engine epilogue it supports); None: that bench times it by columns of its own
     bench_label: ClassVar[str | None] = None
+    # whether this backend's layer is made from a fused FP8 layer's whole state (`from_fused`);
+    # False: from the float layer alone (`build_layer`), and the per-layer kernel choice runs
+    # the fused layer's epilogue after it as separate ops (`engines/unfused.py`)
+    takes_fused: ClassVar[bool] = False
 
     @abstractmethod
     def availability(self) -> Availability:
@@ -86,6 +94,14 @@ class Backend(ABC):
         `build`, quantized as `spec` says (`spec.promote` is `build.promote`); its forward
         launches the product. Fields of `spec` the backend cannot honour are refused
         (`FP8LayerSpec.refuse`), never dropped."""
+
+    def from_fused(self, fused: nn.Module, gelu: GeluPolicy) -> nn.Module | None:
+        """For a backend that `takes_fused`: its layer in place of the fused FP8 layer `fused`,
+        made from its whole state as the engine's rewrites left it (the absorbed activation,
+        the FP8 hand-offs, the residual sum), so it computes the same epilogue with the same
+        interface, under the recipe's `gelu`. None where this backend would not run its own
+        kernel for that layer (it would fall back to another's), and for every other backend."""
+        return None
 
     def bind(self, model: nn.Module, device: torch.device) -> None:  # noqa: B027 - optional
         """Let this backend's layers of `model`, now on `device`, take what the device supports

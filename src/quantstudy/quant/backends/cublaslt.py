@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from quantstudy.quant.backends.base import Alignment, Availability, Backend, Product, Support
-from quantstudy.record.vocab import Activation, Epilogue, ProductOp
+from quantstudy.record.vocab import Activation, Epilogue, GeluPolicy, ProductOp
 
 if TYPE_CHECKING:
     import torch
@@ -37,6 +37,7 @@ class CublasLtBackend(Backend):
         alignment=Alignment(k=16, n=16, pads=False),  # FP8 rows and D's rows: 16-byte aligned
     )
     bench_label = "cuBLASLt epilogue"
+    takes_fused = True  # `LtFP8Matmul` keeps the fused layer's state and replaces its launch
 
     def availability(self) -> Availability:
         from quantstudy.quant.cublaslt.library import unavailable
@@ -51,6 +52,18 @@ class CublasLtBackend(Backend):
 
         spec.refuse("LtFP8Matmul", "row_scales", "x_divisor")
         return LtFP8Matmul(layer, spec)
+
+    def from_fused(self, fused: nn.Module, gelu: GeluPolicy) -> nn.Module | None:
+        """`LtFP8Matmul.of_fused`: the fused linear or 1x1 conv `fused` launched through
+        cuBLASLt with its epilogue; None where cuBLASLt has no form for that epilogue under
+        `gelu` (`LtFP8Matmul.lt_plan`: the layer would run the fused kernel)."""
+        from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+        from quantstudy.quant.layers.lt_matmul import LtFP8Matmul
+
+        if not isinstance(fused, FusedFP8Matmul):
+            return None
+        layer = LtFP8Matmul.of_fused(fused, gelu)
+        return layer if layer.lt_plan()[0] is not None else None
 
     def output_note(self, model: nn.Module) -> str | None:
         """Which layers cuBLASLt's epilogues ran and which GELU they computed, which fell back

@@ -23,6 +23,8 @@ the float32 sum and bias, rounded once at the write (`_tanh_reference`).
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -49,6 +51,22 @@ class LtFP8Matmul(FusedFP8Matmul):
         super().__init__(layer, spec)
         self.erf_only = spec.gelu == GeluPolicy.ERF  # the recipe's `gelu: erf`
 
+    @classmethod
+    def of_fused(cls, fused: FusedFP8Matmul, gelu: GeluPolicy) -> LtFP8Matmul:
+        """The fused layer `fused` as the engine's rewrites left it, launched through cuBLASLt
+        under the recipe's `gelu`: a copy of its whole state (the FP8 weight and scales, the
+        bias, the absorbed activation, the FP8 hand-offs, the residual sum and what follows
+        it), so it has the fused layer's interface and computes its epilogue where `lt_plan`
+        gives one. The hooks on `fused` are not copied (the kernel choice times its candidates
+        from a pre-hook on the fused layer)."""
+        lt = cls.__new__(cls)
+        nn.Module.__init__(lt)
+        hooks = {k for k in vars(lt) if "hook" in k}
+        state = {k: v for k, v in vars(fused).items() if k not in hooks and k != "_lt_cache"}
+        lt.__dict__.update(copy.deepcopy(state))
+        lt.erf_only = GeluPolicy(gelu) == GeluPolicy.ERF
+        return lt
+
     @property
     def gelu_form(self) -> GeluForm | None:
         """The GELU this layer computes: cuBLASLt's tanh form where its epilogue runs one, the
@@ -66,6 +84,8 @@ class LtFP8Matmul(FusedFP8Matmul):
             return None, "an output written inside the next conv's padding"
         if self.row_scales or self.k_pad:
             return None, "per-row input scales or a padded K"
+        if self.promote not in (0, 128):
+            return None, f"products promoted every {self.promote}: cuBLASLt sums fast or per K tile"
         residual = self.res_act is not None
         act = Activation(self.res_act) if residual and self.res_act else Activation.NONE
         if act != Activation.NONE:
@@ -98,7 +118,7 @@ class LtFP8Matmul(FusedFP8Matmul):
         epilogue = self.lt_plan()[0]
         if x2d.device.type != "cuda" and epilogue in GELU_EPILOGUES:
             return self._tanh_reference(x2d)
-        if epilogue is None or x2d.device.type != "cuda" or self.promote not in (0, 128):
+        if epilogue is None or x2d.device.type != "cuda":
             return super()._matmul(x2d, residual)
         if (residual is None) != (self.res_act is None):
             raise ValueError("a residual layer takes its residual, and no other layer takes one")
