@@ -311,3 +311,34 @@ def test_a_backend_that_refuses_a_layer_is_not_timed_for_it(tmp_path):
         assert {c.name: c.kernel for c in got}["pw"] == "scaled_mm"
     finally:
         backends.unregister(refusing.name)
+
+
+def test_a_layer_runs_one_epilogue_arithmetic_at_every_batch():
+    """Where cuBLASLt (its own epilogue: tanh GELU) wins one batch and the fused kernel (erf)
+    another, the layer takes the backend of least summed time at every batch, so its one GELU
+    form in the record holds at each; fused against scaled_mm, which compute the same epilogue,
+    stay split by batch."""
+    from quantstudy.engines.kernel_choice import Timing, layer_rows
+
+    mixed = {
+        1: Timing({"fused": 10.0, "cublaslt": 8.0}),
+        128: Timing({"fused": 100.0, "cublaslt": 120.0}),
+    }
+    assert {r.kernel for r in layer_rows("fc1", mixed)} == {"fused"}  # 110 us against 128 us
+    # cuBLASLt far ahead at batch 1, level at 128: 105 us against 149 us in all
+    faster = {
+        1: Timing({"fused": 50.0, "cublaslt": 5.0}),
+        128: Timing({"fused": 99.0, "cublaslt": 100.0}),
+    }
+    assert [r.kernel for r in layer_rows("fc1", faster)] == ["cublaslt", "cublaslt"]
+    # ahead in all by less than the margin: the engine as assembled
+    level = {
+        1: Timing({"fused": 10.0, "cublaslt": 8.0}),
+        128: Timing({"fused": 100.0, "cublaslt": 101.0}),
+    }
+    assert [r.kernel for r in layer_rows("fc1", level)] == ["fused", "fused"]
+    split = {
+        1: Timing({"fused": 10.0, "scaled_mm": 8.0}),
+        128: Timing({"fused": 100.0, "scaled_mm": 120.0}),
+    }
+    assert [r.kernel for r in layer_rows("fc1", split)] == ["scaled_mm", "fused"]
