@@ -105,14 +105,3 @@ def test_clear_slowdown_does_not_warn_about_sign():
     assert speed.ratio.q3 < 1.0
     assert speed.warnings == []
 
-
-def test_the_report_renderer_imports_no_torch():
-    """`quantstudy report` and `decide` render from the record (speed/stats.py's warnings
-    among it): torch, a second and more of every such command, is imported only where a batch's
-    timings are summarised (`summarize_batch`), not by the renderer."""
-    import subprocess
-    import sys
-
-    code = "import sys, quantstudy.report.render; print('torch' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "False", done.stdout
