@@ -182,18 +182,3 @@ def test_the_parser_is_built_without_importing_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
-
-
-def test_report_and_decide_render_without_importing_torch():
-    """`quantstudy report` and `decide` work from the record: the renderer (speed/stats.py's
-    warnings among it) and the closing lines with the stage timings import no torch, a second
-    and more of every such command; torch is imported where a study measures."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, quantstudy.report.render, quantstudy.study.stage_timer; "
-        "print('torch' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False", out.stdout

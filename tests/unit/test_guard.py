@@ -65,22 +65,3 @@ def test_a_fault_in_a_study_folder_a_command_rewrites_names_no_out(tmp_path):
     with in_place(tmp_path / "study"):
         assert "--out" not in (filesystem_message(full) or "--out")
     assert (filesystem_message(denied) or "").endswith("give another --out you can write")
-
-
-def test_preflight_refuses_before_torch_or_scipy_is_imported(tmp_path):
-    """`run --device cpu` with a data folder that does not exist is refused by preflight, in a
-    fresh process, with torch, timm and scipy (seconds of imports each) never imported (without
-    --device, the default device is asked of torch)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; from quantstudy.cli import main; "
-        f"code = main(['run', 'm', '--device', 'cpu', '--data', {str(tmp_path / 'missing')!r}, "
-        f"'--out', {str(tmp_path / 'out')!r}]); "
-        "print(code, sorted(m for m in ('torch', 'timm', 'scipy') if m in sys.modules))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "does not exist" in done.stderr, done.stderr
-    assert done.stdout.strip() == "1 []", done.stdout
-    assert not (tmp_path / "out").exists()

@@ -104,4 +104,3 @@ def test_clear_slowdown_does_not_warn_about_sign():
     speed = summarize_batch(1, [1.0] * 12, [1.1] * 12)
     assert speed.ratio.q3 < 1.0
     assert speed.warnings == []
-

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from quantstudy.engines.interleaved import timing_stats
 from quantstudy.record import BatchSpeed, TimingStats
 from quantstudy.record.vocab import Engine
 
@@ -76,8 +77,6 @@ def speed_warnings(fp16: TimingStats, fp8: TimingStats, ratio: TimingStats) -> l
 
 def summarize_batch(batch: int, fp16_ms: Sequence[float], fp8_ms: Sequence[float]) -> BatchSpeed:
     """Per-engine stats, the per-round-pair ratio x = fp16/fp8, and warnings, for one batch."""
-    from quantstudy.engines.interleaved import timing_stats  # imports torch: not for a report
-
     fp16 = timing_stats(fp16_ms)
     fp8 = timing_stats(fp8_ms)
     ratio = timing_stats(paired_ratios(fp16_ms, fp8_ms))

@@ -37,6 +37,7 @@ from typing import IO, Any
 from rich.console import Console
 
 from quantstudy.data.folders import read_class_list
+from quantstudy.decision.policy import load_policy
 from quantstudy.quant import backends
 from quantstudy.quant.kernels.switches import check_lab_switches
 from quantstudy.recipe.builtin import load_recipe
@@ -54,6 +55,7 @@ from quantstudy.record.load import RECORD_FILE, schema_problem
 from quantstudy.record.readers import not_a_file, read_json
 from quantstudy.record.vocab import Device
 from quantstudy.report.plots import PLOT_FILES
+from quantstudy.report.render import REPORT_FILE
 
 console = Console(stderr=True)
 
@@ -102,8 +104,6 @@ def preflight(config: StudyConfig) -> None:
         read_class_list(Path(config.class_list))
     if config.recipe is not None:
         load_recipe(config.recipe)
-    from quantstudy.decision.policy import load_policy  # imports scipy: not for the checks above
-
     load_policy(config.policy)
     if config.fp8_kernel is not None:
         backends.check_option(config.fp8_kernel)  # a --config file's, or a sweep point's
@@ -325,8 +325,6 @@ def _check_replace(
         )
     what = "complete" if complete else "partial"
     console.print(f"[yellow]replacing the {what} study in {out_dir} ({said})[/yellow]")
-    from quantstudy.report.render import REPORT_FILE  # imports torch: not for preflight
-
     for name in (RECORD_FILE, REPORT_FILE, *PLOT_FILES):
         (out_dir / name).unlink(missing_ok=True)
 

@@ -19,11 +19,10 @@ from typing import Any
 from quantstudy.gpu.timing_lock import held_s, waited_s
 from quantstudy.record import StageTime, TimingsSection
 from quantstudy.record.timings import StageTuning, TileChoices
+from quantstudy.study.cache import console
 
 
 def _echo(line: str) -> None:
-    from quantstudy.study.cache import console  # imports torch: not for `format_timings`
-
     console.print(f"[dim]{line}[/dim]")
 
 
