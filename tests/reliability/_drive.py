@@ -63,8 +63,17 @@ class Result:
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ) | (extra or {})
     env["COLUMNS"] = "250"  # rich wraps at 80 columns when not on a terminal
-    env.setdefault("OMP_NUM_THREADS", "2")
+    # this test process's share of the cores (tests/conftest.py: one thread under two pytest-xdist
+    # workers): a child with more threads than its share spins against the others' (two studies
+    # side by side took more than twice as long at 2 threads each as at 1 on 2 cores)
+    env.setdefault("OMP_NUM_THREADS", str(_threads()))
     return env
+
+
+def _threads() -> int:
+    import torch  # already imported by tests/conftest.py, which set its count
+
+    return torch.get_num_threads()
 
 
 def umask_022() -> None:

@@ -145,15 +145,22 @@ def test_export_option_values_are_refused_before_the_model_loads(study, tmp_path
     assert not (folder / "tensorrt").exists()
 
 
+@pytest.fixture(scope="module")
+def exported(workspace, study, tmp_path_factory) -> Path:
+    """A copy of the shared study, exported (`quantstudy export`): what import-trt reads."""
+    folder = copy_study(study, tmp_path_factory.mktemp("exported") / "study")
+    assert quantstudy("export", str(folder), cwd=workspace).code == 0  # its data, relative
+    return folder
+
+
 @pytest.mark.parametrize("value", ["NaN", "Infinity"])
-def test_import_trt_of_a_time_that_is_not_finite_is_bad_input(workspace, study, tmp_path, value):
+def test_import_trt_of_a_time_that_is_not_finite_is_bad_input(workspace, exported, tmp_path, value):
     """trtexec's exports (tests/fixtures/trtexec, made for this model and recipe) with a time
     that is no number: the user's file is wrong, so one line and exit 1, not an internal error;
-    no TensorRT study is written."""
+    no TensorRT study is written. Each case on its own copy of the one exported study."""
     import shutil
 
-    folder = copy_study(study, tmp_path / "study")
-    assert quantstudy("export", str(folder), cwd=workspace).code == 0  # its data, relative
+    folder = copy_study(exported, tmp_path / "study")
     exports = shutil.copytree(Path(__file__).parents[1] / "fixtures" / "trtexec", tmp_path / "trt")
     times = exports / "fp16" / "b1.times.json"
     rows = json.loads(times.read_text())
