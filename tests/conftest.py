@@ -1,6 +1,6 @@
 """Shared test set-up: few threads (the 2-core CI machine's cores shared by the pytest-xdist
-workers), the skips for data and GPU tests, and small stand-ins for inputs a test must not fetch
-(a foolbox-shaped wheel).
+workers) and OpenMP waits asleep in the processes tests start, the skips for data and GPU
+tests, and small stand-ins for inputs a test must not fetch (a foolbox-shaped wheel).
 
 The real data is found as the product finds it (`quantstudy.data.demo`): `$QUANTSTUDY_SHARED_DATA`
 when set (the GPU machine carries it inside the repository, under .carry/data/imagenet), else the
@@ -28,6 +28,10 @@ def worker_threads() -> int:
 
 
 torch.set_num_threads(worker_threads())
+# The processes tests start (studies of the reliability suite, a sweep's or a zoo's, with a
+# thread per core of their own) wait for work asleep: OpenMP's default spin beside the other
+# worker's processes took two 2-thread studies side by side 25 s where they take 8 s.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(
