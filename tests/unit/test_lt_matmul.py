@@ -117,6 +117,9 @@ def test_made_from_a_fused_layer_it_keeps_its_state_and_is_refused_where_it_fall
     assert type(made) is LtFP8Matmul and made.lt_plan()[0] == LtEpilogue.GELU_BIAS
     assert torch.equal(made(x).float(), built(x).float())  # tanh GELU, the FP8 write
     assert backend.from_fused(fused, GeluPolicy.ERF) is None  # the recipe requires erf
+    # asked without a copy, as the engine asks for every row of a choice
+    assert backend.runs_own_kernel(fused, GeluPolicy.ANY)
+    assert not backend.runs_own_kernel(fused, GeluPolicy.ERF)
     _, fused_res = _layers()
     fused_res.res_act = Activation.NONE
     made = backend.from_fused(fused_res, GeluPolicy.ANY)
@@ -124,6 +127,7 @@ def test_made_from_a_fused_layer_it_keeps_its_state_and_is_refused_where_it_fall
     assert torch.equal(made(x, r), fused_res(x, r))
     fused_res.res_act = Activation.RELU  # ResNet's add then ReLU
     assert backend.from_fused(fused_res, GeluPolicy.ANY) is None
+    assert not backend.runs_own_kernel(fused_res, GeluPolicy.ANY)
     promoted, _ = _layers(promote=64)
     assert promoted.lt_plan() == (
         None, "products promoted every 64: cuBLASLt sums fast or per K tile"

@@ -302,7 +302,7 @@ def settled(choice: list[LayerKernel], model: nn.Module, gelu: GeluPolicy) -> li
     """A choice timed where no layer hands off (`engines/fp8_assembly.py`), as the engine `model`
     assembled after it runs it: a layer that hands off there keeps its timings, with why, and
     runs fused, but where its backend takes the fused layer's state and runs its own kernel
-    with the hand-off under the recipe's `gelu` (`Backend.from_fused`: cuBLASLt writing the
+    with the hand-off under the recipe's `gelu` (`Backend.runs_own_kernel`: cuBLASLt writing the
     next layer's FP8 input, or reading its own); the others, and rows not timed, stay."""
     out = []
     for c in choice:
@@ -310,7 +310,7 @@ def settled(choice: list[LayerKernel], model: nn.Module, gelu: GeluPolicy) -> li
         blocker = fp16_blocker(layer) if isinstance(layer, FUSED_LAYERS) else None
         if blocker is None or c.batch is None:
             out.append(c)
-        elif _takes_fused(c.kernel) and backends.get(c.kernel).from_fused(layer, gelu) is not None:
+        elif _takes_fused(c.kernel) and backends.get(c.kernel).runs_own_kernel(layer, gelu):
             why = f"{blocker}: runs {c.kernel} with it (timed alone, without it)"
             out.append(c.model_copy(update={"why": why}))
         else:

@@ -103,6 +103,12 @@ class Backend(ABC):
         kernel for that layer (it would fall back to another's), and for every other backend."""
         return None
 
+    def runs_own_kernel(self, fused: nn.Module, gelu: GeluPolicy) -> bool:
+        """Whether `from_fused` gives a layer for `fused` under `gelu`, asked without making it
+        (the engine asks for every row of a kernel choice); a backend whose `from_fused` copies
+        state answers from the state instead."""
+        return self.from_fused(fused, gelu) is not None
+
     def bind(self, model: nn.Module, device: torch.device) -> None:  # noqa: B027 - optional
         """Let this backend's layers of `model`, now on `device`, take what the device supports
         (an output dtype, a workspace); nothing by default."""

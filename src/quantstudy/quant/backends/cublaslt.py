@@ -53,17 +53,26 @@ class CublasLtBackend(Backend):
         spec.refuse("LtFP8Matmul", "row_scales", "x_divisor")
         return LtFP8Matmul(layer, spec)
 
+    def runs_own_kernel(self, fused: nn.Module, gelu: GeluPolicy) -> bool:
+        """Whether cuBLASLt has a form for the epilogue of the fused linear or 1x1 conv `fused`
+        under `gelu` (`lt_matmul.lt_plan_of`, from its state: nothing is copied)."""
+        from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
+        from quantstudy.quant.layers.lt_matmul import lt_plan_of
+
+        if not isinstance(fused, FusedFP8Matmul):
+            return False
+        return lt_plan_of(fused, GeluPolicy(gelu) == GeluPolicy.ERF)[0] is not None
+
     def from_fused(self, fused: nn.Module, gelu: GeluPolicy) -> nn.Module | None:
         """`LtFP8Matmul.of_fused`: the fused linear or 1x1 conv `fused` launched through
         cuBLASLt with its epilogue; None where cuBLASLt has no form for that epilogue under
-        `gelu` (`LtFP8Matmul.lt_plan`: the layer would run the fused kernel)."""
+        `gelu` (`runs_own_kernel`: the layer would run the fused kernel)."""
         from quantstudy.quant.layers.fused_matmul import FusedFP8Matmul
         from quantstudy.quant.layers.lt_matmul import LtFP8Matmul
 
-        if not isinstance(fused, FusedFP8Matmul):
+        if not isinstance(fused, FusedFP8Matmul) or not self.runs_own_kernel(fused, gelu):
             return None
-        layer = LtFP8Matmul.of_fused(fused, gelu)
-        return layer if layer.lt_plan()[0] is not None else None
+        return LtFP8Matmul.of_fused(fused, gelu)
 
     def output_note(self, model: nn.Module) -> str | None:
         """Which layers cuBLASLt's epilogues ran and which GELU they computed, which fell back

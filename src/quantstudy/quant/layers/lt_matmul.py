@@ -44,6 +44,26 @@ from quantstudy.record.vocab import Activation, GeluForm, GeluPolicy
 FUSED_FALLBACK = "fused kernel"
 
 
+def lt_plan_of(layer: FusedFP8Matmul, erf_only: bool) -> tuple[LtEpilogue | None, str]:
+    """cuBLASLt's epilogue for the fused layer `layer` as the rewrites left it, under a recipe
+    that requires erf GELU or not, or None with why the fused kernel runs it: read from the
+    layer's state alone, so a fused layer is asked before it is copied (`LtFP8Matmul.of_fused`)."""
+    if layer.pair_scale is not None:
+        return None, "a residual sum with an FP8 copy: two outputs"
+    if layer.out_pad is not None:
+        return None, "an output written inside the next conv's padding"
+    if layer.row_scales or layer.k_pad:
+        return None, "per-row input scales or a padded K"
+    if layer.promote not in (0, 128):
+        return None, f"products promoted every {layer.promote}: cuBLASLt sums fast or per K tile"
+    residual = layer.res_act is not None
+    act = Activation(layer.res_act) if residual and layer.res_act else Activation.NONE
+    if act != Activation.NONE:
+        return None, f"an activation ({act}) after the residual sum"
+    fp8_out = layer.out_scale is not None
+    return epilogue_for(True, Activation(layer.act), residual, fp8_out, erf_only)
+
+
 class LtFP8Matmul(FusedFP8Matmul):
     """`FusedFP8Matmul` launched through cuBLASLt (module docstring)."""
 
@@ -77,21 +97,8 @@ class LtFP8Matmul(FusedFP8Matmul):
 
     def lt_plan(self) -> tuple[LtEpilogue | None, str]:
         """cuBLASLt's epilogue for this layer as the rewrites left it, or None with why the
-        fused kernel runs it."""
-        if self.pair_scale is not None:
-            return None, "a residual sum with an FP8 copy: two outputs"
-        if self.out_pad is not None:
-            return None, "an output written inside the next conv's padding"
-        if self.row_scales or self.k_pad:
-            return None, "per-row input scales or a padded K"
-        if self.promote not in (0, 128):
-            return None, f"products promoted every {self.promote}: cuBLASLt sums fast or per K tile"
-        residual = self.res_act is not None
-        act = Activation(self.res_act) if residual and self.res_act else Activation.NONE
-        if act != Activation.NONE:
-            return None, f"an activation ({act}) after the residual sum"
-        fp8_out = self.out_scale is not None
-        return epilogue_for(True, Activation(self.act), residual, fp8_out, self.erf_only)
+        fused kernel runs it (`lt_plan_of`)."""
+        return lt_plan_of(self, self.erf_only)
 
     @property
     def lt_answer(self) -> str:
