@@ -74,3 +74,8 @@ def test_a_run_replaces_its_model_s_row_and_keeps_the_others(
     other.write_text('{"kind": "options", "rows": []}')
     with pytest.raises(UserError, match="not a GELU forms record"):
         gelu_forms.run(argparse.Namespace(record=other, threads=0), context)
+    assert other.read_text() == '{"kind": "options", "rows": []}'  # refused, left as it was
+    other.write_text("not json")  # a damaged record: refused before anything is measured
+    with pytest.raises(UserError, match="is not valid JSON"):
+        gelu_forms.run(argparse.Namespace(record=other, threads=0), context)
+    assert other.read_text() == "not json"
